@@ -1,0 +1,81 @@
+"""Level of detail for timelines: merge work narrower than a pixel into aggregated blocks.
+
+A lane of a 1M-kernel trace cannot be drawn segment by segment in a browser; nor can the eye see
+a 2 us kernel in a 2 s window. Segments shorter than one pixel (at the chosen window and width)
+are grouped per (lane, category, pixel column) into one block that carries the member count and
+the busy time, so a lane holds at most a few segments per pixel column however large the trace.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+# The generic input of the renderer: one row per drawable interval (times in ns).
+SEGMENT_COLUMNS = ("lane", "start", "end", "category", "name", "phase", "stream")
+
+
+def check_segments(segments: pd.DataFrame) -> None:
+    """Raise ValueError naming the missing columns of a segments frame."""
+    missing = [c for c in SEGMENT_COLUMNS if c not in segments.columns]
+    if missing:
+        raise ValueError(f"segments frame lacks columns {missing}")
+
+
+def merge_subpixel(segments: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
+    """Segments with sub-pixel work merged into blocks; adds `count` and `busy` (ns) columns.
+
+    Wide segments are kept as they are (count 1). The input frame is not modified.
+    """
+    check_segments(segments)
+    if not pixel_ns > 0:
+        raise ValueError(f"pixel_ns must be > 0, got {pixel_ns!r}")
+    seg = segments.loc[:, list(SEGMENT_COLUMNS)]
+    duration = (seg["end"] - seg["start"]).to_numpy()
+    count = segments["count"].to_numpy() if "count" in segments else np.ones(len(seg), np.int64)
+    busy = segments["busy"].to_numpy() if "busy" in segments else duration
+    seg = seg.assign(count=count.astype(np.int64), busy=busy.astype(np.int64))
+    narrow = duration < pixel_ns
+    wide = seg.loc[~narrow]
+    small = seg.loc[narrow]
+    if small.empty:
+        return wide.reset_index(drop=True)
+    column = np.floor(small["start"].to_numpy() / pixel_ns).astype(np.int64)
+    blocks = (
+        small.assign(_px=column)
+        .groupby(["lane", "category", "_px"], sort=False, observed=True)
+        .agg(
+            start=("start", "min"),
+            end=("end", "max"),
+            name=("name", "first"),
+            phase=("phase", "first"),
+            stream=("stream", "first"),
+            count=("count", "sum"),
+            busy=("busy", "sum"),
+        )
+        .reset_index()
+        .drop(columns="_px")
+    )
+    merged = blocks["count"] > 1
+    blocks["name"] = blocks["name"].where(
+        ~merged, blocks["count"].astype(str) + " merged, first: " + blocks["name"].astype(str)
+    )
+    out = pd.concat([wide, blocks[wide.columns]], ignore_index=True)
+    return out.sort_values(["lane", "start"], kind="stable").reset_index(drop=True)
+
+
+def merge_close_intervals(start: np.ndarray, end: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
+    """Union of intervals, also joining those separated by less than `gap` (a pixel, for shading)."""
+    start = np.asarray(start, dtype=np.float64)
+    end = np.asarray(end, dtype=np.float64)
+    if start.size == 0:
+        return start, end
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], end[order]
+    reach = np.maximum.accumulate(e)
+    # A new block starts where an interval begins at least `gap` after everything before it ended.
+    new_block = np.empty(s.size, dtype=bool)
+    new_block[0] = True
+    new_block[1:] = s[1:] >= reach[:-1] + gap
+    first = np.flatnonzero(new_block)
+    last = np.append(first[1:] - 1, s.size - 1)
+    return s[first], reach[last]

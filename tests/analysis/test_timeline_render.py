@@ -1,0 +1,122 @@
+"""Rendering layer of the timelines: sub-pixel merging, figures, self-contained pages."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from plotly.offline import get_plotlyjs
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analysis.html_page import page_html
+from analysis.render_binning import merge_close_intervals, merge_subpixel
+from analysis.render_figure import Panel, build_figure, count_drawn_segments
+from analysis.render_style import CATEGORY_COLOURS
+
+
+def segments(starts, durations, lane=0, category="compute", name="k"):
+    starts = np.asarray(starts, dtype=np.int64)
+    return pd.DataFrame({
+        "lane": lane, "start": starts, "end": starts + np.asarray(durations, dtype=np.int64),
+        "category": category, "name": name, "phase": "backward", "stream": "7",
+    })
+
+
+def test_wide_segments_are_kept_and_narrow_ones_merged_per_pixel():
+    seg = pd.concat([segments([0, 1000], [500, 500]), segments([5000], [3000])], ignore_index=True)
+    out = merge_subpixel(seg, pixel_ns=2000)
+    # 0..500 and 1000..1500 share pixel column 0; the 3000 ns kernel is wider than a pixel.
+    assert out[["start", "end", "count", "busy"]].values.tolist() == [[0, 1500, 2, 1000], [5000, 8000, 1, 3000]]
+    assert out.loc[0, "name"].startswith("2 merged")
+    assert out.loc[1, "name"] == "k"
+
+
+def test_merging_does_not_touch_the_callers_frame():
+    seg = segments(np.arange(0, 100_000, 10), np.full(10_000, 5))
+    before = seg.copy()
+    merge_subpixel(seg, pixel_ns=1000)
+    pd.testing.assert_frame_equal(seg, before)
+
+
+def test_a_million_narrow_kernels_become_at_most_one_block_per_pixel_column():
+    rng = np.random.default_rng(1)
+    starts = np.sort(rng.integers(0, 2_000_000_000, 1_000_000))
+    seg = segments(starts, rng.integers(100, 1900, starts.size))
+    out = merge_subpixel(seg, pixel_ns=2_000_000_000 / 1600)
+    assert len(out) <= 1601
+    assert out["count"].sum() == 1_000_000
+    assert out["busy"].sum() == (seg["end"] - seg["start"]).sum()
+
+
+def test_merging_rejects_a_non_positive_pixel():
+    with pytest.raises(ValueError, match="pixel_ns"):
+        merge_subpixel(segments([0], [1]), pixel_ns=0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 300)), min_size=1, max_size=80),
+       st.integers(1, 500))
+def test_merged_blocks_conserve_work_and_cover_every_segment(rows, pixel):
+    start = np.array([r[0] for r in rows])
+    seg = segments(start, [r[1] for r in rows])
+    out = merge_subpixel(seg, pixel_ns=pixel)
+    assert out["count"].sum() == len(seg)
+    assert out["busy"].sum() == (seg["end"] - seg["start"]).sum()
+    # Every input segment lies inside some output block.
+    inside = (seg["start"].to_numpy()[:, None] >= out["start"].to_numpy()[None, :]) & (
+        seg["end"].to_numpy()[:, None] <= out["end"].to_numpy()[None, :])
+    assert inside.any(axis=1).all()
+
+
+def test_close_intervals_merge_when_the_gap_is_below_a_pixel():
+    s, e = merge_close_intervals(np.array([10, 0, 29, 100]), np.array([20, 12, 40, 120]), gap=10)
+    assert s.tolist() == [0, 100] and e.tolist() == [40, 120]
+    s, e = merge_close_intervals(np.array([0, 30]), np.array([10, 40]), gap=5)
+    assert s.tolist() == [0, 30] and e.tolist() == [10, 40]
+
+
+def panel(title, comm_start, overlap):
+    lanes = pd.DataFrame({"lane": [0, 1, 2], "label": ["r0 backward", "r0 gpu compute", "r0 gpu comm"], "rank": 0})
+    seg = pd.concat([
+        segments([0], [80_000_000], lane=0, category="backward", name="backward"),
+        segments(np.arange(0, 80_000_000, 100_000), np.full(800, 60_000), lane=1),
+        segments([comm_start], [20_000_000], lane=2, category="comm_kernel", name="ncclAllReduce"),
+    ], ignore_index=True)
+    ov = pd.DataFrame({"rank": [0], "start": [comm_start], "end": [comm_start + 20_000_000]}) if overlap else \
+        pd.DataFrame(columns=["rank", "start", "end"])
+    return Panel(title, seg, lanes, origin_ns=0, window_ns=(0, 100_000_000), overlap=ov)
+
+
+def test_figure_shares_colours_and_legend_across_panels():
+    fig = build_figure([panel("naive", 80_000_000, False), panel("overlap", 50_000_000, True)])
+    lines = [t for t in fig.data if isinstance(t, go.Scattergl) and t.mode == "lines"]
+    assert len(lines) == 6  # three categories in each of two panels, all WebGL
+    for t in lines:
+        assert t.line.color == CATEGORY_COLOURS[t.legendgroup]
+    assert sorted(t.legendgroup for t in lines if t.showlegend) == ["backward", "comm_kernel", "compute"]
+    fills = [t for t in fig.data if isinstance(t, go.Scatter) and t.fill == "toself"]
+    assert len(fills) == 1 and fig.layout.annotations[1].text == "overlap"
+    # Shaded rectangle spans the rank's three lanes over the overlap period (ms).
+    assert np.nanmin(fills[0].x) == 50.0 and np.nanmax(fills[0].x) == 70.0
+    assert np.nanmin(fills[0].y) == -0.5 and np.nanmax(fills[0].y) == 2.5
+    assert count_drawn_segments(fig) == 2 * (1 + 800 + 1)
+
+
+def test_hover_carries_name_phase_stream_and_numbers():
+    fig = build_figure([panel("overlap", 50_000_000, True)])
+    hover = [t for t in fig.data if t.name == "hover"][0]
+    comm = [i for i, text in enumerate(hover.text) if "ncclAllReduce" in text][0]
+    assert "phase: backward" in hover.text[comm] and "stream: 7" in hover.text[comm]
+    assert hover.customdata[comm][:3].tolist() == [50.0, 20.0, 1]
+    assert "duration" in hover.hovertemplate
+
+
+def test_page_embeds_plotly_once_and_fetches_nothing():
+    fig = build_figure([panel("a", 0, False)])
+    text = page_html("t", [fig, "<p>between</p>", fig])
+    assert text.count(get_plotlyjs()) == 1
+    assert len(re.findall(r"<script[^>]*>", text)) == 3  # the library + one newPlot per figure
+    assert not re.search(r"<script[^>]+src=", text)

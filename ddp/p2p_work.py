@@ -1,0 +1,83 @@
+"""Asynchronous handles for collectives written in Python from point-to-point messages.
+
+torch's own collectives return a `Work` that the backend completes in the background. A Python
+all-reduce built from isend/irecv needs a thread to run on instead, so every such collective of a
+process runs on one dedicated worker thread, strictly in submission order. Because every rank
+issues its collectives in the same order (the DDP contract), running them in that order keeps the
+ranks' messages matched; blocking calls go through the same queue, so they stay ordered with
+respect to async ones already in flight.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+import torch
+
+
+class P2PWork:
+    """Work-like handle: `wait()` blocks until the job ran and re-raises its error; the result is the tensor."""
+
+    def __init__(self) -> None:
+        self._future: torch.futures.Future = torch.futures.Future()
+
+    def wait(self, timeout=None) -> bool:
+        """Block until the collective finished (`timeout` is accepted for Work compatibility and ignored)."""
+        self._future.wait()
+        return True
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def get_future(self) -> torch.futures.Future:
+        """A torch Future completed with the reduced tensor (or the job's exception)."""
+        return self._future
+
+    def result(self) -> torch.Tensor:
+        return self._future.wait()
+
+
+class _OrderedWorker:
+    """One daemon thread running submitted jobs one at a time, first in, first out."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="p2p-collectives", daemon=True)
+        self._thread.start()
+
+    def submit(self, job: Callable[[], torch.Tensor]) -> P2PWork:
+        work = P2PWork()
+        self._jobs.put((job, work))
+        return work
+
+    def _run(self) -> None:
+        while True:
+            job, work = self._jobs.get()
+            try:
+                result = job()
+            except BaseException as error:  # handed to whoever waits on the handle
+                work.get_future().set_exception(error)
+            else:
+                work.get_future().set_result(result)
+
+
+_worker: _OrderedWorker | None = None
+_worker_lock = threading.Lock()
+
+
+def _the_worker() -> _OrderedWorker:
+    """The process's worker, started on first use (never in a process that only imports this module)."""
+    global _worker
+    with _worker_lock:
+        if _worker is None:
+            _worker = _OrderedWorker()
+        return _worker
+
+
+def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False):
+    """Run `job` after every collective submitted before it; return its result, or a P2PWork if async_op."""
+    work = _the_worker().submit(job)
+    if async_op:
+        return work
+    return work.result()

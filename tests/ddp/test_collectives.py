@@ -1,0 +1,151 @@
+"""All-reduce from point-to-point messages (ring, reduce_broadcast) against dist.all_reduce, on gloo/CPU.
+
+One spawned group per world size runs every case (sizes x dtypes x algorithms x blocking/async),
+because starting ranks (importing torch) costs far more than the cases; each rank returns its
+failures through a file and the parent fails the test with all of them.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from hypothesis import given, strategies as st
+
+from ddp import reduce_broadcast, ring_allreduce
+from ddp.ring_allreduce import chunk_bounds
+
+P2P_ALGORITHMS = {"ring": ring_allreduce.all_reduce, "reduce_broadcast": reduce_broadcast.all_reduce}
+SIZES = (0, 1, 7, 1000, 100_003)
+DTYPES = (torch.float64, torch.int64)
+
+
+# ---------------------------------------------------------------- a small spawn harness
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, out_dir: str, check: Callable[[int, int], list[str]]) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    try:
+        failures = check(rank, world)
+    finally:
+        dist.destroy_process_group()
+    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(failures))
+
+
+def run_group(check: Callable[[int, int], list[str]], world: int, timeout_s: float = 120.0) -> list[str]:
+    """Run `check(rank, world)` on `world` spawned gloo ranks; return all ranks' failures."""
+    with tempfile.TemporaryDirectory() as out_dir:
+        ctx = mp.start_processes(_rank_main, args=(world, _free_port(), out_dir, check), nprocs=world,
+                                 join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout_s
+        try:
+            while not ctx.join(timeout=1.0):  # raises ProcessRaisedException when a rank failed
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"group of {world} ranks did not finish within {timeout_s:.0f}s")
+        finally:
+            for proc in ctx.processes:
+                if proc.is_alive():
+                    proc.kill()
+        return [f"rank {r}: {msg}" for r in range(world)
+                for msg in json.loads(Path(out_dir, f"rank{r}.json").read_text())]
+
+
+# ---------------------------------------------------------------- per-rank checks
+
+def _rank_input(rank: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """Different values on every rank; integers span negatives and large magnitudes."""
+    g = torch.Generator().manual_seed(1000 * rank + numel)
+    if dtype.is_floating_point:
+        return torch.randn(numel, generator=g, dtype=dtype) * 1e3
+    return torch.randint(-2**40, 2**40, (numel,), generator=g, dtype=dtype)
+
+
+def _mismatch(got: torch.Tensor, want: torch.Tensor) -> str | None:
+    """None if equal (exactly for integers, to rounding for floats), else what differs."""
+    if got.dtype.is_floating_point:
+        close = torch.allclose(got, want, rtol=1e-12, atol=1e-9)
+    else:
+        close = torch.equal(got, want)
+    if close:
+        return None
+    bad = (got != want).nonzero().flatten()[:3].tolist()
+    return f"differs from dist.all_reduce at indices {bad}"
+
+
+def _check_sizes_and_dtypes(rank: int, world: int) -> list[str]:
+    """Blocking calls: every algorithm x size x dtype equals dist.all_reduce and works in place."""
+    failures = []
+    for name, all_reduce in P2P_ALGORITHMS.items():
+        for numel in SIZES:
+            for dtype in DTYPES:
+                x = _rank_input(rank, numel, dtype)
+                want = x.clone()
+                dist.all_reduce(want)
+                got = all_reduce(x)
+                case = f"{name} numel={numel} {dtype}"
+                if got is not x:
+                    failures.append(f"{case}: did not return the input tensor")
+                if (msg := _mismatch(x, want)) is not None:
+                    failures.append(f"{case}: {msg}")
+    return failures
+
+
+def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
+    """Async handles interleaved with blocking calls, multi-dimensional and non-contiguous tensors."""
+    failures = []
+    for name, all_reduce in P2P_ALGORITHMS.items():
+        inputs = [_rank_input(rank, n, torch.int64) for n in (5, 0, 1001, 64)]
+        inputs[3] = inputs[3].view(8, 8).t()  # non-contiguous: the result must land in the original
+        wants = [t.clone() for t in inputs]
+        for want in wants:
+            dist.all_reduce(want)
+        handles = [all_reduce(t, async_op=True) for t in inputs[:2]]
+        all_reduce(inputs[2])  # blocking, issued after two async ops still in flight
+        handles.append(all_reduce(inputs[3], async_op=True))
+        futures = [h.get_future() for h in handles]
+        for h in reversed(handles):
+            h.wait()
+        if not all(h.is_completed() for h in handles):
+            failures.append(f"{name}: a waited handle is not completed")
+        if futures[2].value() is not inputs[3]:
+            failures.append(f"{name}: the future's value is not the reduced tensor")
+        for i, (got, want) in enumerate(zip(inputs, wants)):
+            if (msg := _mismatch(got, want)) is not None:
+                failures.append(f"{name} async/mixed input {i}: {msg}")
+    return failures
+
+
+def _check_all(rank: int, world: int) -> list[str]:
+    return _check_sizes_and_dtypes(rank, world) + _check_async_shapes_and_order(rank, world)
+
+
+# ---------------------------------------------------------------- tests
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_p2p_all_reduce_equals_dist_all_reduce(world: int) -> None:
+    assert run_group(_check_all, world) == []
+
+
+@given(numel=st.integers(0, 10_000), parts=st.integers(1, 64))
+def test_chunk_bounds_tile_the_tensor_evenly(numel: int, parts: int) -> None:
+    bounds = chunk_bounds(numel, parts)
+    assert len(bounds) == parts
+    assert bounds[0][0] == 0 and bounds[-1][1] == numel
+    assert all(end == nxt for (_, end), (nxt, _) in zip(bounds, bounds[1:]))
+    sizes = [b - a for a, b in bounds]
+    assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)

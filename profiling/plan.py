@@ -1,0 +1,128 @@
+"""What one `run_nsys.sh` call will do: the settings (defaults chosen from the machine) and the commands.
+
+No torch here: GPUs are counted with nvidia-smi so that planning, `--help` and `--dry-run` stay quick.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from profiling.session import NsysOptions
+
+BACKENDS = ("gloo", "nccl")
+DEVICES = ("cpu", "cuda")
+
+
+def local_gpu_count() -> int:
+    """GPUs this process may use: CUDA_VISIBLE_DEVICES when set, else what `nvidia-smi -L` lists."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return len([d for d in visible.split(",") if d.strip() and d.strip() != "-1"])
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+@dataclass
+class ProfilePlan:
+    """Settings of one profiling call; None means "the machine's default" (filled by `resolved`)."""
+    impls: list[str]
+    out_dir: Path = Path("traces")
+    world_size: int | None = None
+    model: str | None = None
+    steps: int | None = None
+    warmup: int | None = None
+    batch_size: int | None = None
+    context_length: int | None = None
+    bucket_mb: float | None = None
+    backend: str | None = None
+    device: str | None = None
+    gpus: int | None = None
+    per_rank: bool = False
+    torchrun_args: list[str] = field(default_factory=list)
+    trace: str | None = None
+    sample: bool = False
+    timeout_s: float = 3600
+    runner_args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.impls:
+            raise ValueError("no implementation given")
+        for name in ("world_size", "steps", "batch_size", "context_length", "gpus"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "gpus" else 1):
+                raise ValueError(f"{name.replace('_', '-')}={value}: must be >= {0 if name == 'gpus' else 1}")
+        if self.warmup is not None and self.warmup < 0:
+            raise ValueError(f"warmup={self.warmup}: must be >= 0")
+        if self.bucket_mb is not None and not self.bucket_mb > 0:
+            raise ValueError(f"bucket-mb={self.bucket_mb}: must be > 0")
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise ValueError(f"backend={self.backend!r}: choose from {', '.join(BACKENDS)}")
+        if self.device is not None and self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r}: choose from {', '.join(DEVICES)}")
+        if self.timeout_s <= 0:
+            raise ValueError(f"timeout={self.timeout_s}: must be > 0")
+        if self.torchrun_args and not self.per_rank:
+            raise ValueError("--torchrun needs --per-rank (one report per rank under torchrun)")
+        if self.backend == "nccl" and self.device == "cpu":
+            raise ValueError("backend=nccl needs device=cuda")
+
+    def resolved(self) -> "ProfilePlan":
+        """A copy with every machine-dependent default filled in (GPUs: NCCL over all of them)."""
+        gpus = local_gpu_count() if self.gpus is None else self.gpus
+        device = self.device or ("cuda" if gpus > 0 else "cpu")
+        if device == "cuda" and gpus == 0:
+            raise ValueError("device=cuda but no GPU is visible (nvidia-smi lists none)")
+        return replace(self, gpus=gpus, device=device,
+                        backend=self.backend or ("nccl" if device == "cuda" else "gloo"),
+                        world_size=self.world_size or (gpus if device == "cuda" else 2),
+                        model=self.model or "auto",
+                        trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else "nvtx,osrt"))
+
+    @property
+    def nsys_options(self) -> NsysOptions:
+        return NsysOptions(self.trace or "nvtx,osrt", self.sample)
+
+    def stem(self, impl: str) -> Path:
+        """Output path without extension: `<out>/<impl>`, or `<out>/<impl>.rank{rank}` per rank."""
+        return self.out_dir / (f"{impl}.rank{{rank}}" if self.per_rank else impl)
+
+    def runner_command(self, impl: str) -> list[str]:
+        """`python -m profiling.run ...` for `impl`; under torchrun the world comes from torchrun."""
+        cmd = [sys.executable, "-m", "profiling.run", "--impl", impl, "--model", str(self.model),
+               "--backend", str(self.backend), "--device", str(self.device)]
+        if not self.per_rank:
+            cmd += ["--world-size", str(self.world_size)]
+        for flag, value in (("--steps", self.steps), ("--warmup", self.warmup),
+                            ("--batch-size", self.batch_size), ("--context-length", self.context_length),
+                            ("--bucket-mb", self.bucket_mb)):
+            if value is not None:
+                cmd += [flag, str(value)]
+        return cmd + self.runner_args
+
+    def torchrun_command(self, impl: str) -> list[str]:
+        """torchrun launching one `profiling.session` (one nsys, one report) per rank."""
+        targs = self.torchrun_args or ["--standalone", "--nproc-per-node", str(self.world_size)]
+        session = [sys.executable, "-m", "profiling.session", "--stem", str(self.stem(impl)),
+                   "--trace", self.nsys_options.trace, "--timeout", str(self.timeout_s)]
+        if self.sample:
+            session.append("--sample")
+        return [sys.executable, "-m", "torch.distributed.run", *targs, "--no-python", *session,
+                "--", *self.runner_command(impl)]
+
+    def describe(self) -> str:
+        """One line for the progress log."""
+        where = shlex.join(self.torchrun_args) if self.torchrun_args else f"{self.world_size} local ranks"
+        return (f"{where}, {self.backend} on {self.device}, model {self.model}, nsys -t {self.trace}"
+                f"{', one report per rank' if self.per_rank else ''}")
+

@@ -1,0 +1,189 @@
+"""Record Nsight Systems traces of data-parallel implementations (what `run_nsys.sh` runs).
+
+For each implementation, runs `python -m profiling.run` under `nsys profile`, capturing only the
+measured steps (warm-up happens before the NVTX range `profile` opens), and writes
+<out>/<impl>.nsys-rep (for the Nsight Systems GUI) and <out>/<impl>.sqlite (for `python -m analysis.overlap`).
+With --per-rank, each rank runs under its own nsys via torchrun: <out>/<impl>.rank<N>.{nsys-rep,sqlite}.
+
+Existing outputs of the same names are replaced; nothing else in the output directory is touched.
+Each file is written under a hidden temporary name and renamed when complete, so a failed or
+interrupted run leaves the previous outputs as they were.
+
+Defaults follow the machine: without a GPU, gloo over 2 CPU ranks and the tiny model (well under a
+minute); with GPUs, NCCL over all local GPUs and the largest model that fits, traced with
+-t cuda,nvtx,osrt. CPU sampling is off unless --sample.
+
+Exit codes: 0 all recorded, 1 a profiled run or export failed, 2 bad arguments or nsys missing.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from ddp import registry
+from profiling.nsys import NsysError, find_nsys
+from profiling.plan import BACKENDS, DEVICES, ProfilePlan
+from profiling.session import profiled_env, record, run_forwarding_output
+
+
+@dataclass
+class Output:
+    """One trace file written by this call."""
+    impl: str
+    report: Path
+    sqlite: Path
+    sqlite_bytes: int
+    report_bytes: int
+    wall_s: float
+
+
+def log(msg: str) -> None:
+    print(f"[run_nsys] {msg}", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
+    parser = argparse.ArgumentParser(
+        prog="run_nsys.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="bash run_nsys.sh IMPL|all [IMPL...] [options] [-- args for python -m profiling.run]")
+    parser.add_argument("impls", nargs="+", metavar="IMPL",
+                        help=f"one or more of: {', '.join(registry.IMPLEMENTATIONS)}, or all")
+    run = parser.add_argument_group("the profiled run (default: the machine's, see above)")
+    run.add_argument("--world-size", "-n", type=int, help="ranks (default: local GPUs, or 2 without GPU)")
+    run.add_argument("--model", help="model name, or auto: largest that fits the GPU, tiny on CPU")
+    run.add_argument("--steps", type=int, help="measured (captured) steps")
+    run.add_argument("--warmup", type=int, help="warm-up steps, run before the capture starts")
+    run.add_argument("--batch-size", type=int, help="sequences per rank per step")
+    run.add_argument("--context-length", type=int, help="tokens per sequence")
+    run.add_argument("--bucket-mb", type=float, help="bucket size in MB (overlap_bucket, torch)")
+    run.add_argument("--backend", choices=BACKENDS, help="default: nccl with GPUs, gloo without")
+    run.add_argument("--device", choices=DEVICES, help="default: cuda with GPUs, cpu without")
+    run.add_argument("--gpus", type=int, help="local GPUs to assume (default: counted by nvidia-smi)")
+    prof = parser.add_argument_group("profiling")
+    prof.add_argument("--out-dir", "-o", type=Path, default=Path("traces"), help="default: %(default)s")
+    prof.add_argument("--per-rank", action="store_true",
+                      help="run under torchrun with one nsys per rank: <impl>.rank<N>.{nsys-rep,sqlite}")
+    prof.add_argument("--torchrun", default="", metavar="ARGS",
+                      help="torchrun arguments for --per-rank, e.g. multi-node: \"--nnodes 2 --node-rank 0 "
+                           "--nproc-per-node 1 --master-addr HOST --master-port 29500\" "
+                           "(default: --standalone --nproc-per-node WORLD_SIZE)")
+    prof.add_argument("--trace", help="nsys -t list (default: cuda,nvtx,osrt with GPUs, nvtx,osrt without)")
+    prof.add_argument("--sample", action="store_true", help="turn CPU sampling and context switches on")
+    prof.add_argument("--timeout", type=float, default=3600, help="seconds per implementation (default: %(default)s)")
+    prof.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
+    prof.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                      help="the summary on stdout (progress goes to stderr)")
+    argv = list(argv)
+    runner_args = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    try:
+        impls = registry.resolve(args.impls)
+    except ValueError as err:
+        parser.error(str(err))
+    plan = ProfilePlan(
+        impls=impls, out_dir=args.out_dir, world_size=args.world_size, model=args.model,
+        steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
+        context_length=args.context_length, bucket_mb=args.bucket_mb, backend=args.backend,
+        device=args.device, gpus=args.gpus, per_rank=args.per_rank,
+        torchrun_args=shlex.split(args.torchrun), trace=args.trace, sample=args.sample,
+        timeout_s=args.timeout, runner_args=runner_args)
+    return plan, args
+
+
+def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
+    """Profile one implementation; one Output per trace file written."""
+    if not plan.per_rank:
+        done = record(nsys, plan.nsys_options, plan.runner_command(impl), plan.stem(impl), plan.timeout_s)
+        return [_output(impl, done.report, done.wall_s)]
+    t0, started = time.monotonic(), time.time()
+    rc = run_forwarding_output(plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60)
+    if rc != 0:
+        raise NsysError(f"torchrun failed (exit {rc}); see the ranks' output above")
+    wall = time.monotonic() - t0
+    # This node's ranks: the per-rank reports that this call (re)wrote.
+    reports = [p for p in sorted(plan.out_dir.glob(f"{impl}.rank*.nsys-rep")) if p.stat().st_mtime >= started - 1]
+    if not reports:
+        raise NsysError(f"torchrun finished but wrote no {impl}.rank<N>.nsys-rep in {plan.out_dir}")
+    return [_output(impl, p, wall) for p in reports]
+
+
+def _output(impl: str, report: Path, wall_s: float) -> Output:
+    sqlite = report.with_suffix(".sqlite")
+    return Output(impl, report, sqlite, sqlite.stat().st_size, report.stat().st_size, wall_s)
+
+
+def print_summary(outputs: list[Output], fmt: str) -> None:
+    rows = [{"impl": o.impl, "sqlite": str(o.sqlite), "sqlite_bytes": o.sqlite_bytes,
+             "report": str(o.report), "report_bytes": o.report_bytes, "wall_s": round(o.wall_s, 2)}
+            for o in outputs]
+    if fmt == "json":
+        print(json.dumps(rows, indent=2))
+    elif fmt == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["impl"])
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        print(f"{'impl':<15} {'sqlite':<40} {'sqlite KB':>10} {'nsys-rep KB':>12} {'wall s':>7}")
+        for r in rows:
+            print(f"{r['impl']:<15} {r['sqlite']:<40} {r['sqlite_bytes'] / 1024:>10.0f} "
+                  f"{r['report_bytes'] / 1024:>12.0f} {r['wall_s']:>7.1f}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        plan, args = parse_args(argv)
+        plan = plan.resolved()
+        nsys = find_nsys() if not args.dry_run else _nsys_or_placeholder()
+    except (ValueError, NsysError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    log(f"{', '.join(plan.impls)}: {plan.describe()}")
+    if args.dry_run:
+        for impl in plan.impls:
+            cmd = (plan.torchrun_command(impl) if plan.per_rank else
+                   [*plan.nsys_options.profile_args(), "--output", f"{plan.stem(impl)}.nsys-rep",
+                    *plan.runner_command(impl)])
+            prefix = "" if plan.per_rank else f"NSYS_NVTX_PROFILER_REGISTER_ONLY=0 {shlex.quote(str(nsys))} "
+            print(prefix + shlex.join(cmd))
+        return 0
+    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    outputs: list[Output] = []
+    for impl in plan.impls:
+        log(f"{impl}: profiling ...")
+        try:
+            written = record_impl(plan, nsys, impl)
+        except NsysError as err:
+            print(f"error: {impl}: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"error: {impl}: interrupted; no partial outputs left behind", file=sys.stderr)
+            return 1
+        for o in written:
+            log(f"{impl}: wrote {o.sqlite} ({o.sqlite_bytes / 1024:.0f} KB) and {o.report.name} "
+                f"({o.report_bytes / 1024:.0f} KB) in {o.wall_s:.1f} s")
+        outputs += written
+    print_summary(outputs, args.format)
+    return 0
+
+
+def _nsys_or_placeholder() -> Path:
+    try:
+        return find_nsys()
+    except NsysError:
+        return Path("nsys")
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except subprocess.SubprocessError as err:  # pragma: no cover - unexpected launch failures
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)

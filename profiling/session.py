@@ -1,0 +1,160 @@
+"""One `nsys profile` session of one program, ending in `<stem>.nsys-rep` and `<stem>.sqlite`.
+
+Only the measured steps are captured: the program pushes the NVTX range `profile` after its warm-up
+(see profiling.capture) and nsys records from the first such push until the first pop.
+
+Under torchrun, `python -m profiling.session --stem traces/overlap.rank{rank} ... -- PROGRAM...`
+is each rank's entry point (`--per-rank` of profiling.record): one report per rank, `{rank}` taken
+from the RANK variable torchrun sets.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from profiling.nsys import NsysError, export_sqlite, find_nsys, partial_name
+
+KNOWN_TRACES = {"cuda", "nvtx", "osrt", "cublas", "cudnn", "nvvideo", "opengl", "mpi", "ucx", "oshmem",
+                "vulkan", "none"}
+
+# nsys's own chatter (progress bars, file names); everything else the run prints is passed on.
+_NSYS_CHATTER = re.compile(r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
+                           r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)")
+
+
+@dataclass(frozen=True)
+class NsysOptions:
+    """What nsys records: `trace` is nsys's -t list; `sample` turns CPU IP sampling and context switches on."""
+    trace: str = "nvtx,osrt"
+    sample: bool = False
+
+    def __post_init__(self) -> None:
+        unknown = [t for t in self.trace.split(",") if t not in KNOWN_TRACES]
+        if not self.trace or unknown:
+            raise ValueError(f"trace={self.trace!r}: unknown nsys trace {unknown or ['(empty)']}; "
+                             f"known: {','.join(sorted(KNOWN_TRACES))}")
+
+    def profile_args(self) -> list[str]:
+        """The `nsys profile` arguments before the program, minus the output name."""
+        scope = "process-tree" if self.sample else "none"
+        args = ["profile", "--trace", self.trace, "--sample", scope, "--cpuctxsw", scope,
+                "--capture-range", "nvtx", "--nvtx-capture", "profile", "--capture-range-end", "stop",
+                "--force-overwrite", "true"]
+        if "cuda" in self.trace.split(","):
+            args += ["--cuda-memory-usage", "false"]
+        return args
+
+
+@dataclass
+class Recorded:
+    """The files one session produced and how long it took."""
+    report: Path
+    sqlite: Path
+    wall_s: float
+
+
+def profile_command(nsys: Path, opts: NsysOptions, report: Path, program: Sequence[str]) -> list[str]:
+    """The full `nsys profile ... program` command line writing `report`."""
+    return [str(nsys), *opts.profile_args(), "--output", str(report), *program]
+
+
+def profiled_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a profiled run: NVTX ranges from unregistered strings also open the capture."""
+    env = dict(os.environ if base is None else base)
+    env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    return env
+
+
+def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: float) -> int:
+    """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
+
+    On timeout or Ctrl-C the whole group (nsys and every rank under it) is killed.
+    """
+    proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, errors="replace", start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            for part in line.rstrip("\n").split("\r"):
+                if part.strip() and not _NSYS_CHATTER.match(part):
+                    print(part, file=sys.stderr, flush=True)
+            if time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(cmd, timeout_s)
+        return proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped") from None
+    except BaseException:
+        _kill_group(proc)
+        raise
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
+           timeout_s: float = 3600, env: dict[str, str] | None = None) -> Recorded:
+    """Profile `program` into `<stem>.nsys-rep` and `<stem>.sqlite`, replacing those two files only.
+
+    Both are written under temporary names first: a failed or interrupted run leaves the previous
+    outputs (if any) as they were and no partial file behind.
+    """
+    report, sqlite = Path(f"{stem}.nsys-rep"), Path(f"{stem}.sqlite")
+    tmp_report = partial_name(report, ".nsys-rep")
+    t0 = time.monotonic()
+    try:
+        rc = run_forwarding_output(profile_command(nsys, opts, tmp_report, program),
+                                   profiled_env(env), timeout_s)
+        if rc != 0:
+            raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
+        if not tmp_report.is_file():
+            raise NsysError("nsys wrote no report: the run never opened the NVTX range 'profile' "
+                            "(did it reach the measured steps?)")
+        export_sqlite(nsys, tmp_report, sqlite)
+        os.replace(tmp_report, report)
+    finally:
+        tmp_report.unlink(missing_ok=True)
+    return Recorded(report, sqlite, time.monotonic() - t0)
+
+
+def _main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m profiling.session", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stem", required=True,
+                        help="output path without extension; {rank} is replaced by $RANK")
+    parser.add_argument("--trace", default=NsysOptions.trace, help="nsys -t list (default: %(default)s)")
+    parser.add_argument("--sample", action="store_true", help="CPU sampling and context switches on")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds before the run is stopped")
+    parser.add_argument("program", nargs=argparse.REMAINDER, help="-- then the command to profile")
+    args = parser.parse_args(argv)
+    program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    try:
+        if not program:
+            raise ValueError("no program to profile: give it after --")
+        if "{rank}" in args.stem and "RANK" not in os.environ:
+            raise ValueError("--stem has {rank} but RANK is not set (run this under torchrun)")
+        stem = Path(args.stem.replace("{rank}", os.environ.get("RANK", "")))
+        done = record(find_nsys(), NsysOptions(args.trace, args.sample), program, stem, args.timeout)
+    except (NsysError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2 if isinstance(err, ValueError) else 1
+    print(f"{done.report}\t{done.sqlite}\t{done.wall_s:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Record Nsight Systems traces of the data-parallel implementations:
+#   bash run_nsys.sh overlap            -> traces/overlap.nsys-rep, traces/overlap.sqlite
+#   bash run_nsys.sh all                -> the same for every implementation
+#   bash run_nsys.sh --help             -> every option (world size, model, steps, warm-up, ...)
+# Environment: NSYS=/path/to/nsys picks the nsys binary; PYTHON picks the interpreter.
+# The work is done by `python -m profiling.record`; this wrapper only makes it runnable from anywhere.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+exec "${PYTHON:-python3}" -m profiling.record "$@"

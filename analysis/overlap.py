@@ -1,0 +1,200 @@
+"""How much gradient communication overlapped compute and the backward pass, per rank and step.
+
+    python -m analysis.overlap traces/overlap.sqlite [more.sqlite ...] [--format table|csv|json]
+
+Python API (notebooks): `analyze(paths) -> Analysis` with `.steps`, `.totals`, `.summary`
+DataFrames and `.to_json()` (the CLI's JSON). See metrics.py for what each metric means.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+import pandas as pd
+
+from analysis.errors import TraceError
+from analysis.metrics import METRICS, measure_trace, summarise
+from analysis.nsys_export import export_report, is_report, report_error
+from analysis.patterns import Patterns
+from analysis.trace import Trace, load_trace
+
+TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
+RANK_KEYS = ["rank", "pid", "device"]
+TABLE_COLUMNS = {"implementation": "implementation", "rank": "rank", "steps": "steps", "step_ms": "step ms",
+                 "comm_ms": "comm ms", "overlap_pct": "overlap %", "exposed_comm_ms": "exposed comm ms"}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Results for one or more traces. `steps`: one row per trace, rank and step (after skipping);
+    `totals`: one row per trace and rank over the whole capture; `summary`: one row per trace,
+    metrics averaged over its steps and ranks. Each frame carries the trace keys (path, implementation,
+    source, nsys_version)."""
+
+    steps: pd.DataFrame
+    totals: pd.DataFrame
+    summary: pd.DataFrame
+
+    def to_json(self) -> dict:
+        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, ranks, summary}]}."""
+        traces = []
+        for _, head in self.summary.iterrows():
+            mine = lambda f: f[f["path"] == head["path"]]
+            ranks = []
+            for _, total in mine(self.totals).iterrows():
+                steps = mine(self.steps)
+                steps = steps[steps["rank"] == total["rank"]]
+                ranks.append({**{k: _plain(total[k]) for k in RANK_KEYS},
+                              "steps": [{"step": _plain(s["step"]), **_metrics(s)} for _, s in steps.iterrows()],
+                              "total": _metrics(total)})
+            traces.append({**{k: _plain(head[k]) for k in TRACE_KEYS}, "ranks": ranks,
+                           "summary": {k: _plain(head[k]) for k in ["ranks", "steps", *METRICS]}})
+        return {"traces": traces}
+
+
+def _plain(value):
+    """JSON-safe scalar: numpy -> Python, NaN/NA -> None."""
+    if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _metrics(row: pd.Series) -> dict:
+    return {m: _plain(row[m]) for m in METRICS}
+
+
+def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
+    if n <= 0:
+        return per_step
+    order = per_step.groupby("rank").cumcount()
+    return per_step[(order >= n) | per_step["step"].isna()].reset_index(drop=True)
+
+
+def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0) -> Analysis:
+    """Metrics of one loaded trace."""
+    per_step, totals = measure_trace(trace, patterns)
+    per_step = _skip_first_steps(per_step, skip_steps)
+    keys = {"path": trace.path, "implementation": trace.implementation, "source": trace.source,
+            "nsys_version": trace.nsys_version}
+    summary = pd.DataFrame([{**keys, **summarise(per_step)}])
+    for frame in (per_step, totals):
+        for i, (k, v) in enumerate(keys.items()):
+            frame.insert(i, k, v)
+    return Analysis(per_step, totals, summary)
+
+
+def _resolve(path: Path, export: bool) -> Path:
+    if is_report(path) and path.exists():
+        if not export:
+            raise report_error(path)
+        return export_report(path)
+    return path
+
+
+def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, skip_steps: int = 0,
+            merge: bool = False, export: bool = False, progress=None) -> Analysis:
+    """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run."""
+    if skip_steps < 0:
+        raise TraceError(f"skip_steps={skip_steps}: must be >= 0")
+    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    paths = [_resolve(p, export) for p in paths]
+    groups = [paths] if merge else [[p] for p in paths]
+    results = []
+    for group in groups:
+        started = time.perf_counter()
+        results.append(analyze_trace(load_trace(group, patterns), patterns, skip_steps))
+        if progress:
+            progress(f"analysed {', '.join(map(str, group))} in {time.perf_counter() - started:.1f} s")
+    return Analysis(*(pd.concat([getattr(r, f) for r in results], ignore_index=True)
+                      for f in ("steps", "totals", "summary")))
+
+
+def per_rank_table(result: Analysis) -> pd.DataFrame:
+    """One row per trace and rank: steps counted, and per-step means of the headline metrics."""
+    rows = []
+    for (path, rank), steps in result.steps.groupby(["path", "rank"], sort=False):
+        s = summarise(steps)
+        rows.append({"path": path, "implementation": steps["implementation"].iloc[0], "rank": rank,
+                     "steps": int(steps["step"].notna().sum()), **{m: s[m] for m in METRICS}})
+    return pd.DataFrame(rows)
+
+
+def _fmt(frame: pd.DataFrame) -> str:
+    shown = frame.rename(columns=TABLE_COLUMNS)
+    return shown.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
+
+
+def render_table(result: Analysis, per_step: bool) -> str:
+    out = []
+    table = per_rank_table(result)
+    out.append(_fmt(table[list(TABLE_COLUMNS)]))
+    if per_step:
+        cols = ["implementation", "rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms",
+                "overlap_ms", "backward_overlap_ms", "exposed_comm_ms", "overlap_pct"]
+        out += ["", "per step:", _fmt(result.steps[cols])]
+    out += ["", "summary (mean per step over ranks):"]
+    summary = result.summary.assign(rank="all")
+    out.append(_fmt(summary[["implementation", "source", "rank", "steps", "step_ms", "comm_ms", "overlap_pct",
+                             "exposed_comm_ms", "backward_overlap_ms"]]))
+    return "\n".join(out)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.overlap",
+        description="Measure, per rank and per step, how much gradient communication overlapped compute and "
+                    "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today). Without CUPTI "
+                    "tables (CPU runs) the metrics come from NVTX ranges alone (source: nvtx).",
+        epilog="Exit status: 0 ok, 2 bad input (message on stderr).")
+    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) (`nsys export --type sqlite`)")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="table: per-rank rows + per-trace summary; csv: per-rank (or per-step) rows; json: everything")
+    p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
+    p.add_argument("--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)")
+    p.add_argument("--comm-pattern", default=Patterns.comm_kernel, metavar="RE",
+                   help="regex for communication kernel names (default: NCCL/RCCL kernels of every era)")
+    p.add_argument("--comm-range-pattern", default=Patterns.comm_range, metavar="RE",
+                   help="regex for NVTX communication ranges (work launched inside counts as communication)")
+    p.add_argument("--backward-pattern", default=Patterns.backward, metavar="RE", help="regex for backward NVTX ranges")
+    p.add_argument("--step-pattern", default=Patterns.step, metavar="RE",
+                   help="regex for step NVTX ranges; group 1, if any, is the step number")
+    p.add_argument("--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)")
+    p.add_argument("--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    say = lambda line: print(f"[overlap] {line}", file=sys.stderr)
+    try:
+        patterns = Patterns(comm_kernel=args.comm_pattern, comm_range=args.comm_range_pattern,
+                            backward=args.backward_pattern, step=args.step_pattern)
+        big = sum(Path(p).stat().st_size for p in args.paths if Path(p).is_file()) > 200 * 2**20
+        result = analyze(args.paths, patterns, args.skip_steps, args.merge, args.export, progress=say if big else None)
+    except TraceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        print("error: out of memory while analysing the trace(s)", file=sys.stderr)
+        return 2
+    try:
+        if args.format == "json":
+            print(json.dumps(result.to_json(), indent=1))
+        elif args.format == "csv":
+            frame = result.steps if args.per_step else result.totals
+            print(frame.to_csv(index=False), end="")
+        else:
+            print(render_table(result, args.per_step))
+    except BrokenPipeError:  # `| head`: the reader has all it wanted
+        sys.stderr.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

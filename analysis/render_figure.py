@@ -119,7 +119,8 @@ def _overlap_trace(panel: Panel, pixel_ns: float, shown: bool) -> go.Scatter | N
     )
 
 
-def build_figure(panels: list[Panel], width_px: int = 1600) -> go.Figure:
+def build_figure(panels: list[Panel], width_px: int = 1600,
+                 x_title: str = "time since the chosen step's start (ms)") -> go.Figure:
     """Stacked panels sharing one time axis; sub-pixel work merged at full-view resolution."""
     if not panels:
         raise ValueError("build_figure needs at least one panel")
@@ -160,7 +161,7 @@ def build_figure(panels: list[Panel], width_px: int = 1600) -> go.Figure:
             showgrid=False, zeroline=False, tickfont=dict(size=10),
         )
     fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False)
-    fig.update_xaxes(title_text="time since the chosen step's start (ms)", row=len(panels), col=1)
+    fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
     fig.update_layout(
         height=total, template="plotly_white", hovermode="closest",
         margin=dict(l=170, r=30, t=90, b=60),

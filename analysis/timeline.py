@@ -1,0 +1,187 @@
+"""Interactive HTML timeline of one or more traces, stacked on a shared time axis.
+
+    python -m analysis.timeline traces/naive.sqlite traces/overlap.sqlite -o reports/naive_vs_overlap.html --step 3
+
+One panel per trace, time zero at each trace's chosen step (or its first step); lanes per rank for
+CPU NVTX phases, communication ranges and GPU streams; shading where communication overlaps
+compute. The page embeds plotly.js and opens offline. Exit codes: 0 written, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from analysis.errors import TraceError
+from analysis.html_page import write_page
+from analysis.lanes import Selection, ViewFigures, build_panel
+from analysis.render_figure import Panel, build_figure, count_drawn_segments
+
+FORMATS = ("table", "csv", "json")
+
+
+@dataclass(frozen=True)
+class PanelSummary:
+    """One row of the CLI's machine-readable output: what a panel shows."""
+
+    trace: str
+    implementation: str
+    view: str
+    ranks: int
+    segments: int
+    comm_ms: float
+    overlap_ms: float
+    exposed_ms: float
+    overlap_pct: float
+
+
+def progress(message: str) -> None:
+    print(f"[timeline] {message}", file=sys.stderr, flush=True)
+
+
+def view_name(selection: Selection) -> str:
+    step = "all steps" if selection.step is None else f"step {selection.step}"
+    rank = "all ranks" if selection.rank is None else f"rank {selection.rank}"
+    return f"{step}, {rank}"
+
+
+def panel_title(implementation: str, path: str, selection: Selection, fig: ViewFigures) -> str:
+    """Implementation, file, view and the overlap figures of the window drawn."""
+    return (f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — comm "
+            f"{fig.comm_ns / 1e6:.2f} ms/rank, overlapped {fig.overlap_pct:.1f}% "
+            f"(exposed {fig.exposed_ns / 1e6:.2f} ms)")
+
+
+def trace_panel(path: str | Path, selection: Selection, trace=None) -> tuple[Panel, PanelSummary]:
+    """Load a trace (unless given) and build its panel plus the summary row."""
+    from analysis.trace import load_trace  # deferred: --help stays instant
+
+    trace = trace if trace is not None else load_trace(path)
+    panel, fig = build_panel(trace, selection)
+    title = panel_title(trace.implementation, str(path), selection, fig)
+    panel = Panel(title, panel.segments, panel.lanes, panel.origin_ns, panel.window_ns, panel.overlap)
+    summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig.ranks,
+                           len(panel.segments), fig.comm_ns / 1e6, fig.overlap_ns / 1e6,
+                           fig.exposed_ns / 1e6, fig.overlap_pct)
+    return panel, summary
+
+
+def write_timeline(panels: list[Panel], output: Path, title: str, selection: Selection,
+                   width_px: int = 1600) -> tuple[Path, int]:
+    """Write the stacked-panel page; returns its path and the number of segments drawn."""
+    x_title = ("time since the step's start (ms)" if selection.step is not None
+               else "time since the first step's start (ms; trace start when there are no steps)")
+    fig = build_figure(panels, width_px=width_px, x_title=x_title)
+    intro = ("Lanes per rank: CPU NVTX ranges (step, phases, communication), then per GPU stream its compute "
+             "and communication work. Green shading: communication overlapping compute. Work narrower than a "
+             "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse.")
+    write_page(output, title, [fig], intro=intro)
+    return output, count_drawn_segments(fig)
+
+
+def check_output(output: Path, inputs: list[Path]) -> None:
+    """Refuse outputs that would clobber an input or are not HTML."""
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
+    if output.exists() and output.is_dir():
+        raise TraceError(f"-o {output}: is a directory; give a file path ending in .html")
+    if any(output.resolve() == p.resolve() for p in inputs):
+        raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
+
+
+def print_rows(rows: list[PanelSummary], fmt: str) -> None:
+    """The summary on stdout as an aligned table, CSV or JSON."""
+    data = [asdict(r) for r in rows]
+    if fmt == "json":
+        print(json.dumps(data, indent=2))
+        return
+    cols = list(data[0]) if data else []
+    cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in d.values()] for d in data]
+    if fmt == "csv":
+        import csv
+
+        writer = csv.writer(sys.stdout)
+        writer.writerow(cols)
+        writer.writerows(cells)
+        return
+    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
+    for line in [cols, *cells]:
+        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths))))
+
+
+def export_png(html_fig_panels: list[Panel], png: Path) -> str:
+    """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped."""
+    from analysis.html_check import find_chromium
+
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed (pip install kaleido)"
+    chromium = find_chromium()
+    if chromium is None:
+        return "no system chromium (bash scripts/install_chromium.sh)"
+    import os
+
+    os.environ.setdefault("BROWSER_PATH", chromium)
+    fig = build_figure(html_fig_panels)
+    fig.write_image(str(png), width=1600, height=int(fig.layout.height))
+    return ""
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m analysis.timeline",
+        description="Write an interactive, self-contained HTML timeline of nsys SQLite exports: one panel "
+                    "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
+                    "communication ranges and GPU streams, and shading where communication overlaps compute. "
+                    "Prints one summary row per panel.",
+    )
+    ap.add_argument("traces", nargs="+", type=Path, help="nsys SQLite exports (one panel each, in this order)")
+    ap.add_argument("-o", "--output", type=Path, default=Path("reports/timeline.html"),
+                    help="HTML file to write (default: reports/timeline.html)")
+    ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")
+    ap.add_argument("--rank", type=int, help="draw only rank R (default: all ranks)")
+    ap.add_argument("--width", type=int, default=1600,
+                    help="pixels across the full view; work narrower than one pixel is merged (default 1600)")
+    ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
+    ap.add_argument("--png", action="store_true",
+                    help="also write a PNG beside the HTML (needs kaleido and a system Chromium)")
+    args = ap.parse_args(argv)
+    if not 100 <= args.width <= 20000:
+        ap.error(f"--width {args.width}: expected 100..20000 pixels")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        selection = Selection(step=args.step, rank=args.rank)
+        check_output(args.output, args.traces)
+        panels, rows = [], []
+        for path in args.traces:
+            t0 = time.perf_counter()
+            panel, row = trace_panel(path, selection)
+            panels.append(panel)
+            rows.append(row)
+            progress(f"{path}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
+        title = "Timeline: " + " vs ".join(r.implementation for r in rows)
+        out, drawn = write_timeline(panels, args.output, title, selection, args.width)
+        progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {drawn} segments drawn after merging)")
+        if args.png:
+            why = export_png(panels, args.output.with_suffix(".png"))
+            progress(f"--png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
+    except TraceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    print_rows(rows, args.format)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

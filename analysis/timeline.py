@@ -17,7 +17,7 @@ from pathlib import Path
 
 from analysis.errors import TraceError
 from analysis.html_page import write_page
-from analysis.lanes import Selection, ViewFigures, build_panel
+from analysis.lanes import Selection, build_panel
 from analysis.render_figure import Panel, build_figure, count_drawn_segments
 
 FORMATS = ("table", "csv", "json")
@@ -25,17 +25,18 @@ FORMATS = ("table", "csv", "json")
 
 @dataclass(frozen=True)
 class PanelSummary:
-    """One row of the CLI's machine-readable output: what a panel shows."""
+    """One row of the CLI's machine-readable output: a panel and the analysis figures in its title."""
 
     trace: str
     implementation: str
     view: str
     ranks: int
+    steps: int
     segments: int
-    comm_ms: float
-    overlap_ms: float
-    exposed_ms: float
-    overlap_pct: float
+    step_ms: float | None
+    comm_ms: float | None
+    overlap_pct: float | None
+    exposed_comm_ms: float | None
 
 
 def progress(message: str) -> None:
@@ -48,11 +49,28 @@ def view_name(selection: Selection) -> str:
     return f"{step}, {rank}"
 
 
-def panel_title(implementation: str, path: str, selection: Selection, fig: ViewFigures) -> str:
-    """Implementation, file, view and the overlap figures of the window drawn."""
-    return (f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — comm "
-            f"{fig.comm_ns / 1e6:.2f} ms/rank, overlapped {fig.overlap_pct:.1f}% "
-            f"(exposed {fig.exposed_ns / 1e6:.2f} ms)")
+def analysis_figures(trace, selection: Selection) -> dict:
+    """The analysis's metrics (metrics.py) for the selected step/rank, averaged over steps and ranks."""
+    from analysis.metrics import summarise
+    from analysis.overlap import analyze_trace
+
+    steps = analyze_trace(trace).steps
+    if selection.rank is not None:
+        steps = steps.loc[steps["rank"] == selection.rank]
+    if selection.step is not None:
+        steps = steps.loc[steps["step"] == selection.step]
+    return summarise(steps)
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+def panel_title(implementation: str, path: str, selection: Selection, fig: dict) -> str:
+    """Implementation, file, view and the analysis's overlap figures (mean per step and rank)."""
+    pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
+    return (f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — step {_ms(fig.get('step_ms'))},"
+            f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
 
 
 def trace_panel(path: str | Path, selection: Selection, trace=None) -> tuple[Panel, PanelSummary]:
@@ -60,12 +78,13 @@ def trace_panel(path: str | Path, selection: Selection, trace=None) -> tuple[Pan
     from analysis.trace import load_trace  # deferred: --help stays instant
 
     trace = trace if trace is not None else load_trace(path)
-    panel, fig = build_panel(trace, selection)
+    panel, _ = build_panel(trace, selection)
+    fig = analysis_figures(trace, selection)
     title = panel_title(trace.implementation, str(path), selection, fig)
     panel = Panel(title, panel.segments, panel.lanes, panel.origin_ns, panel.window_ns, panel.overlap)
-    summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig.ranks,
-                           len(panel.segments), fig.comm_ns / 1e6, fig.overlap_ns / 1e6,
-                           fig.exposed_ns / 1e6, fig.overlap_pct)
+    summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig["ranks"], fig["steps"],
+                           len(panel.segments), fig["step_ms"], fig["comm_ms"], fig["overlap_pct"],
+                           fig["exposed_comm_ms"])
     return panel, summary
 
 
@@ -99,7 +118,8 @@ def print_rows(rows: list[PanelSummary], fmt: str) -> None:
         print(json.dumps(data, indent=2))
         return
     cols = list(data[0]) if data else []
-    cells = [[f"{v:.3f}" if isinstance(v, float) else str(v) for v in d.values()] for d in data]
+    cells = [[f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v)) for v in d.values()]
+             for d in data]
     if fmt == "csv":
         import csv
 

@@ -1,1 +1,14 @@
-"""ddp"""
+"""Data-parallel training wrappers behind one protocol, plus models, launcher and CLIs.
+
+    from ddp import NaiveDDP, FlatDDP, OverlapDDP, BucketedDDP, TorchDDP, IMPLEMENTATIONS
+"""
+from ddp.base import CommStats, DataParallelBase
+from ddp.bucketed import BucketedDDP
+from ddp.flat import FlatDDP
+from ddp.naive import NaiveDDP
+from ddp.overlap import OverlapDDP
+from ddp.registry import IMPLEMENTATIONS
+from ddp.torch_ddp import TorchDDP
+
+__all__ = ["BucketedDDP", "CommStats", "DataParallelBase", "FlatDDP", "IMPLEMENTATIONS", "NaiveDDP",
+           "OverlapDDP", "TorchDDP"]

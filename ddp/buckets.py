@@ -1,0 +1,95 @@
+"""Gradient buckets: which parameters share a flat buffer, and the life of one bucket per step."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ddp.base import DataParallelBase, PendingAllReduce
+
+
+def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None) -> list[list[int]]:
+    """Group item indices, in the given order, into runs of at most `cap_bytes` (None: one run).
+
+    An item larger than the cap gets a bucket of its own.
+    """
+    if cap_bytes is None:
+        return [list(range(len(sizes_bytes)))] if sizes_bytes else []
+    plan: list[list[int]] = []
+    current: list[int] = []
+    filled = 0
+    for i, size in enumerate(sizes_bytes):
+        if current and filled + size > cap_bytes:
+            plan.append(current)
+            current, filled = [], 0
+        current.append(i)
+        filled += size
+    if current:
+        plan.append(current)
+    return plan
+
+
+@dataclass
+class Bucket:
+    """Parameters whose gradients travel in one buffer: [grads..., one "had a gradient" flag each]."""
+    index: int
+    params: list[torch.nn.Parameter]
+    names: list[str]
+    buffer: torch.Tensor = field(init=False)
+    ready: list[bool] = field(init=False)
+    pending: PendingAllReduce | None = field(init=False, default=None)
+
+    def __post_init__(self):
+        self.sizes = [p.numel() for p in self.params]
+        self.num_grad = sum(self.sizes)
+        self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
+        ref = self.params[0]
+        self.buffer = torch.zeros(self.num_grad + len(self.params), dtype=ref.dtype, device=ref.device)
+        self.ready = [False] * len(self.params)
+
+    @property
+    def tag(self) -> str:
+        return f"bucket{self.index}"
+
+    @property
+    def is_full(self) -> bool:
+        return all(self.ready)
+
+    @property
+    def launched(self) -> bool:
+        return self.pending is not None
+
+    def _slot_view(self, slot: int) -> torch.Tensor:
+        start = self.offsets[slot]
+        return self.buffer[start:start + self.sizes[slot]].view_as(self.params[slot])
+
+    def mark_ready(self, slot: int) -> bool:
+        """Copy parameter `slot`'s gradient in; return True once every slot is in."""
+        self._slot_view(slot).copy_(self.params[slot].grad)
+        self.buffer[self.num_grad + slot] = 1.0
+        self.ready[slot] = True
+        return self.is_full
+
+    def fill_missing(self) -> None:
+        """Give the slots that got no gradient this step zeros and a 0 flag."""
+        for slot, p in enumerate(self.params):
+            if not self.ready[slot]:
+                p.grad = torch.zeros_like(p)
+                self._slot_view(slot).zero_()
+                self.buffer[self.num_grad + slot] = 0.0
+
+    def launch(self, owner: DataParallelBase) -> None:
+        """Start the async all-reduce of the buffer."""
+        self.pending = owner._async_all_reduce(self.buffer, self.tag)
+
+    def wait(self, world_size: int) -> None:
+        """Wait for the all-reduce, then write the mean back into each parameter's .grad."""
+        self.pending.wait()
+        self.buffer[:self.num_grad].div_(world_size)
+        for slot, p in enumerate(self.params):
+            p.grad.copy_(self._slot_view(slot))
+        DataParallelBase._drop_unused(self.params, self.ready, self.buffer[self.num_grad:])
+
+    def reset(self) -> None:
+        self.ready = [False] * len(self.params)
+        self.pending = None

@@ -1,0 +1,62 @@
+"""OverlapDDP: each parameter's all-reduce issued asynchronously from its gradient hook, during backward."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ddp.base import DataParallelBase, PendingAllReduce
+
+
+class OverlapDDP(DataParallelBase):
+    """Per-parameter async all-reduces launched by `register_post_accumulate_grad_hook`.
+
+    Collectives pair up across ranks by issue order, so they go out in one fixed order (reverse
+    registration, roughly the order backward produces gradients): a gradient that is ready before
+    its predecessors waits for them. The smallest parameter goes last, issued at
+    `finish_gradient_synchronization()` with the step's "had a gradient" flags appended.
+    """
+
+    def __init__(self, module: nn.Module, collective: str = "torch"):
+        super().__init__(module, collective)
+        order = list(range(len(self.params)))[::-1]
+        if order:
+            carrier = min(order, key=lambda i: self.params[i].numel())
+            order.remove(carrier)
+            order.append(carrier)
+        self.order = order
+        self._ready = [False] * len(order)
+        self._pending: list[PendingAllReduce] = []
+        self._next = 0  # position in `order` of the next collective to issue
+        for pos, i in enumerate(order):
+            self.params[i].register_post_accumulate_grad_hook(
+                lambda _p, pos=pos: self._on_gradient_ready(pos))
+
+    def _on_gradient_ready(self, pos: int) -> None:
+        self._ready[pos] = True
+        while self._next < len(self.order) - 1 and self._ready[self._next]:
+            self._issue(self._next)
+
+    def _issue(self, pos: int) -> None:
+        i = self.order[pos]
+        grad = self._grad_or_zeros(self.params[i])
+        self._pending.append(self._async_all_reduce(grad, self.param_names[i]))
+        self._next = pos + 1
+
+    @torch.no_grad()
+    def _synchronize(self) -> None:
+        if not self.order:
+            return
+        had_local = [p.grad is not None for p in self.params]
+        flags = self._local_flags(self.params)
+        while self._next < len(self.order) - 1:  # parameters whose hook never fired this step
+            self._issue(self._next)
+        carrier = self.order[-1]
+        grad = self._grad_or_zeros(self.params[carrier])
+        packed = self._async_all_reduce(torch.cat([grad.reshape(-1), flags]), self.param_names[carrier])
+        for pending in self._pending:
+            pending.wait().div_(self.world_size)
+        packed = packed.wait()
+        grad.copy_(packed[:grad.numel()].view_as(grad)).div_(self.world_size)
+        self._drop_unused(self.params, had_local, packed[grad.numel():])
+        self._ready = [False] * len(self.order)
+        self._pending, self._next = [], 0

@@ -1,0 +1,70 @@
+"""TorchDDP: PyTorch's DistributedDataParallel behind the same protocol as the hand-written wrappers."""
+# No `from __future__ import annotations` here: DDP checks the hook's annotations as real objects.
+import time
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from ddp import nvtx_ranges
+from ddp.base import DataParallelBase
+
+
+class TorchDDP(DataParallelBase):
+    """torch.nn.parallel.DistributedDataParallel with a comm hook that names and counts its all-reduces.
+
+    DDP already waits for its buckets at the end of `loss.backward()`, so
+    `finish_gradient_synchronization()` has nothing left to do but accounting. The time blocked on
+    communication is estimated as the span from the last bucket becoming ready (the end of
+    gradient computation) to the last bucket's all-reduce completing. DDP needs
+    `find_unused_parameters=True` for models where a parameter can get no gradient in a step.
+    """
+
+    def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
+                 find_unused_parameters: bool = False):
+        if collective != "torch":
+            raise ValueError(f"TorchDDP runs PyTorch's own all-reduce: collective must be 'torch', "
+                             f"got {collective!r}")
+        if bucket_size_mb is not None and not bucket_size_mb > 0:
+            raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
+        super().__init__(module, collective)  # broadcasts rank 0's state; DDP does it again, cheaply
+        self.bucket_size_mb = bucket_size_mb
+        cap = 2**20 if bucket_size_mb is None else bucket_size_mb  # "unbounded": larger than any model
+        device_ids = [module_device(module).index] if module_device(module).type == "cuda" else None
+        # Kept out of the submodule registry so `.module` stays the only owner of the parameters.
+        self.__dict__["ddp"] = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=cap,
+                                                       find_unused_parameters=find_unused_parameters)
+        self.ddp.register_comm_hook(self, _timed_all_reduce_hook)
+        self._last_ready = 0.0
+        self._last_done = 0.0
+
+    def forward(self, *args, **kwargs):
+        return self.ddp(*args, **kwargs)
+
+    def _synchronize(self) -> None:
+        # Buckets that complete before the last one is ready were hidden behind backward.
+        self.comm_stats.comm_time_s += max(0.0, self._last_done - self._last_ready)
+        self._last_ready = self._last_done = 0.0
+
+
+def module_device(module: nn.Module) -> torch.device:
+    first = next(module.parameters(), None)
+    return first.device if first is not None else torch.device("cpu")
+
+
+def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """Average one DDP bucket; record an NVTX start/end range and its issue/complete times."""
+    buffer = bucket.buffer()
+    buffer.div_(state.world_size)
+    range_id = nvtx_ranges.start(f"comm:all_reduce:bucket{bucket.index()}")
+    state._last_ready = time.perf_counter()
+    state.comm_stats.num_ops += 1
+    work = dist.all_reduce(buffer, group=state.group, async_op=True)
+
+    def done(fut: torch.futures.Future) -> torch.Tensor:
+        nvtx_ranges.end(range_id)
+        state._last_done = max(state._last_done, time.perf_counter())
+        return fut.value()[0]
+
+    return work.get_future().then(done)

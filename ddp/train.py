@@ -1,0 +1,200 @@
+"""The training loop shared by the CLIs and profiling: one run's config, its steps, its timings.
+
+Each step is an NVTX `step N` range holding `forward`, `backward`, `grad_sync` (inside the
+wrapper) and `optimizer`. Timings cover measured steps only (warm-up excluded), synchronise the
+device on GPU, and are gathered so rank 0 holds every rank's.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable, ContextManager
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from ddp import nvtx_ranges, registry
+from ddp.base import DataParallelBase, synchronize_device
+from ddp.collectives import ALGORITHMS
+from ddp.data import check_divisible, rank_batch
+from ddp.launcher import DistContext
+from ddp.models import MODEL_NAMES, MODEL_SIZES, build_model
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class RunConfig:
+    """One training run; validates itself and names the bad value."""
+    impl: str = "overlap_bucket"
+    model: str = "tiny"
+    world_size: int = 2
+    batch_size: int = 16
+    context_length: int = 128
+    steps: int = 10
+    warmup: int = 3
+    bucket_mb: float | None = 25.0
+    optimizer: str = "sgd"
+    lr: float = 1e-2
+    seed: int = 0
+    collective: str = "torch"
+    backend: str | None = None
+
+    def __post_init__(self):
+        registry.get(self.impl)
+        if self.model not in MODEL_NAMES:
+            raise ValueError(f"unknown model {self.model!r}: choose from {', '.join(MODEL_NAMES)}")
+        for name in ("world_size", "batch_size", "context_length", "steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
+        check_divisible(self.batch_size, self.world_size)
+        if self.bucket_mb is not None and not self.bucket_mb > 0:
+            raise ValueError(f"bucket size must be positive (MiB) or None, got {self.bucket_mb!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
+        if not self.lr > 0:
+            raise ValueError(f"learning rate must be positive, got {self.lr!r}")
+        if self.collective not in ALGORITHMS:
+            raise ValueError(f"unknown collective {self.collective!r}: choose from {', '.join(ALGORITHMS)}")
+        if self.impl == "torch" and self.collective != "torch":
+            raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise ValueError(f"unknown backend {self.backend!r}: choose gloo or nccl")
+
+
+@dataclass
+class TrainResult:
+    """Measured steps of one run, every rank's: lists indexed [rank][step]."""
+    config: RunConfig
+    step_time_s: list[list[float]]
+    comm_time_s: list[list[float]]
+    num_ops: list[list[int]]
+    final_loss: float
+    metadata: dict = field(default_factory=dict)
+
+    @staticmethod
+    def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
+        """Mean over steps of the slowest rank's value: a step is as slow as its slowest rank."""
+        per_step = [max(values) for values in zip(*per_rank)]
+        return sum(per_step) / len(per_step)
+
+    @property
+    def avg_step_time_s(self) -> float:
+        return self._slowest_rank_mean(self.step_time_s)
+
+    @property
+    def avg_comm_time_s(self) -> float:
+        return self._slowest_rank_mean(self.comm_time_s)
+
+    @property
+    def comm_fraction(self) -> float:
+        return self.avg_comm_time_s / self.avg_step_time_s
+
+    @property
+    def avg_num_ops(self) -> float:
+        return sum(self.num_ops[0]) / len(self.num_ops[0])
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """Plain SGD or AdamW (weight decay 0.01)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    raise ValueError(f"unknown optimizer {name!r}: choose from {', '.join(OPTIMIZERS)}")
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every prediction (classes for toy, next tokens for the LM)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def train_step(model: DataParallelBase, optimizer: torch.optim.Optimizer,
+               batch: tuple[torch.Tensor, torch.Tensor], step: int) -> torch.Tensor:
+    """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
+    inputs, targets = batch
+    with nvtx_ranges.range(f"step {step}"):
+        optimizer.zero_grad(set_to_none=True)
+        with nvtx_ranges.range("forward"):
+            loss = loss_fn(model(inputs), targets)
+        with nvtx_ranges.range("backward"):
+            loss.backward()
+        model.finish_gradient_synchronization()
+        with nvtx_ranges.range("optimizer"):
+            optimizer.step()
+    return loss.detach()
+
+
+def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> DataParallelBase:
+    """The model of `cfg` on this rank's device inside implementation `cfg.impl`."""
+    model = build_model(cfg.model, cfg.context_length, cfg.seed if seed is None else seed).to(ctx.device)
+    return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective)
+
+
+def run_training(ctx: DistContext, cfg: RunConfig,
+                 measured_region: Callable[[], ContextManager] | None = None) -> TrainResult:
+    """Train `cfg.warmup + cfg.steps` steps on this rank; time the last `cfg.steps`.
+
+    `measured_region`, if given, is called once right before the first measured step and the
+    context manager it returns is held open until the last measured step ends: profiling uses it
+    to open the NVTX `profile` range and emit the `ddp.meta {json}` mark. Collective: every rank
+    must call this; all ranks get the gathered result.
+    """
+    model = build_wrapped(ctx, cfg)
+    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
+    model.reset_comm_stats()
+    own: dict[str, list] = {"step": [], "comm": [], "ops": []}
+    loss = torch.zeros(())
+    with contextlib.ExitStack() as region:
+        for step in range(cfg.warmup + cfg.steps):
+            if step == cfg.warmup:
+                dist.barrier()  # measured steps start together on every rank
+                if measured_region is not None:
+                    region.enter_context(measured_region())
+            batch = rank_batch(cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank,
+                               ctx.world_size, cfg.seed, ctx.device)
+            synchronize_device(batch[0])
+            t0 = time.perf_counter()
+            loss = train_step(model, optimizer, batch, step)
+            synchronize_device(batch[0])
+            elapsed = time.perf_counter() - t0
+            stats = model.reset_comm_stats()
+            if step >= cfg.warmup:
+                own["step"].append(elapsed)
+                own["comm"].append(stats.comm_time_s)
+                own["ops"].append(stats.num_ops)
+    gathered: list = [None] * ctx.world_size
+    dist.all_gather_object(gathered, own)
+    return TrainResult(cfg, [g["step"] for g in gathered], [g["comm"] for g in gathered],
+                       [g["ops"] for g in gathered], float(loss), run_metadata(ctx, cfg))
+
+
+def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
+    """What profiling records in the `ddp.meta {json}` mark (JSON-serialisable)."""
+    size = MODEL_SIZES.get(cfg.model)
+    try:
+        from importlib.metadata import version
+        nvtx_version = version("nvtx")
+    except Exception:  # noqa: BLE001 - not installed: the ranges are no-ops
+        nvtx_version = None
+    return {
+        "implementation": cfg.impl, "rank": ctx.rank, "local_rank": ctx.local_rank,
+        "world_size": ctx.world_size, "hostname": socket.gethostname(), "pid": os.getpid(),
+        "model": cfg.model, "d_model": size.d_model if size else None,
+        "num_layers": size.num_layers if size else None, "batch_size": cfg.batch_size,
+        "context_length": cfg.context_length,
+        "bucket_mb": cfg.bucket_mb if cfg.impl in registry.BUCKETED else None,
+        "backend": ctx.backend, "collective": cfg.collective, "device": str(ctx.device),
+        "steps": cfg.steps, "warmup": cfg.warmup, "optimizer": cfg.optimizer,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
+        "argv": sys.argv[1:],
+    }
+

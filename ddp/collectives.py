@@ -1,8 +1,8 @@
 """The one door every wrapper's all-reduce goes through, with a table of algorithms behind it.
 
 `all_reduce(tensor, algorithm, group, async_op)` sums `tensor` in place over the group. Blocking
-calls return the tensor; `async_op=True` returns a handle with `.wait()` (and, for "torch",
-`.get_future()`). Further algorithms register themselves in `ALGORITHMS` from their own modules.
+calls return the tensor; `async_op=True` returns a handle with `.wait()` and `.get_future()`.
+"ring" and "reduce_broadcast" are built from point-to-point messages in their own modules.
 """
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Callable, Protocol
 
 import torch
 import torch.distributed as dist
+
+from ddp import reduce_broadcast, ring_allreduce
 
 
 class Handle(Protocol):
@@ -22,7 +24,8 @@ def _torch_all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
 
 
 AllReduce = Callable[..., "torch.Tensor | Handle"]
-ALGORITHMS: dict[str, AllReduce] = {"torch": _torch_all_reduce}
+ALGORITHMS: dict[str, AllReduce] = {"torch": _torch_all_reduce, "ring": ring_allreduce.all_reduce,
+                                     "reduce_broadcast": reduce_broadcast.all_reduce}
 
 
 def check_algorithm(algorithm: str) -> str:

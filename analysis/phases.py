@@ -3,10 +3,10 @@
 GPU work belongs to a range when its launching runtime call (launch_start) lies inside the range on
 the CPU. Phases (step, forward, backward, optimizer) are matched per process, not per thread:
 PyTorch launches backward kernels from its autograd threads while `backward` is pushed on the main
-thread. Communication ranges are matched per thread for kernels (a blocking collective launches on
-the caller's thread, while an async `comm:` range stays open while backward keeps launching compute
-on other threads) and per process for memcpy (gloo stages CUDA tensors through copies on its own
-worker threads).
+thread. A communication range claims kernels only when it is blocking (push/pop) and they are
+launched on its own thread (an async `comm:` range stays open while the same thread goes on
+launching backward compute), and claims copies launched anywhere in its process (gloo stages CUDA
+tensors through copies on its own worker threads). Memcpy is never compute either way.
 """
 from __future__ import annotations
 
@@ -67,11 +67,14 @@ def launched_inside(ops: pd.DataFrame, ranges: pd.DataFrame, per_thread: bool = 
 
 
 def communication_mask(ops: pd.DataFrame, nvtx: pd.DataFrame, patterns: Patterns) -> np.ndarray:
-    """is_comm: comm-named kernels, kernels launched in a comm range on the same thread, copies in one in the process."""
+    """is_comm: comm-named kernels; kernels launched inside a blocking (push/pop) comm range on the same
+    thread; copies launched inside any comm range of the process. An async (start/end) comm range stays
+    open while the same thread goes on launching backward compute, so it claims only copies."""
     kind = ops["kind"].to_numpy()
     named = matches(ops["name"], patterns.regex("comm_kernel")) & (kind == "kernel")
     comm_ranges = ranges_named(nvtx, patterns.regex("comm_range"))
-    same_thread = launched_inside(ops, comm_ranges, per_thread=True) & (kind == "kernel")
+    blocking = comm_ranges[comm_ranges["kind"] == "push_pop"]
+    same_thread = launched_inside(ops, blocking, per_thread=True) & (kind == "kernel")
     copies = launched_inside(ops, comm_ranges) & (kind == "memcpy")
     return named | same_thread | copies
 

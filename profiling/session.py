@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from profiling.nsys import NsysError, export_sqlite, find_nsys, partial_name
+from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version, partial_name
 
+PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
 KNOWN_TRACES = {"cuda", "nvtx", "osrt", "cublas", "cudnn", "nvvideo", "opengl", "mpi", "ucx", "oshmem",
                 "vulkan", "none"}
 
@@ -66,10 +67,12 @@ def profile_command(nsys: Path, opts: NsysOptions, report: Path, program: Sequen
     return [str(nsys), *opts.profile_args(), "--output", str(report), *program]
 
 
-def profiled_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def profiled_env(base: dict[str, str] | None = None, profiler: str | None = None) -> dict[str, str]:
     """The environment for a profiled run: NVTX ranges from unregistered strings also open the capture."""
     env = dict(os.environ if base is None else base)
     env["NSYS_NVTX_PROFILER_REGISTER_ONLY"] = "0"
+    if profiler:
+        env[PROFILER_ENV] = profiler
     return env
 
 
@@ -118,7 +121,7 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
     t0 = time.monotonic()
     try:
         rc = run_forwarding_output(profile_command(nsys, opts, tmp_report, program),
-                                   profiled_env(env), timeout_s)
+                                   profiled_env(env, f"nsys {nsys_version(nsys)}"), timeout_s)
         if rc != 0:
             raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
         if not tmp_report.is_file():

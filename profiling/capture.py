@@ -1,0 +1,54 @@
+"""The measured region of a profiled run: the NVTX range `profile` that opens and closes nsys's capture.
+
+Every rank pushes `profile` after its warm-up and marks `ddp.meta {json}` with the run's metadata,
+so a trace says what it holds (implementation, rank, world size, model, versions, ...) without
+trusting its file name. Barriers line the ranks up at both ends: nsys starts capturing at the first
+push and stops at the first pop of `profile` (`--capture-range-end=stop`), and a rank still inside
+its last step at that moment would have that step cut short in the trace.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import platform
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any, Iterator, Mapping
+
+import torch.distributed as dist
+
+from ddp import nvtx_ranges
+
+CAPTURE_RANGE = "profile"
+META_PREFIX = "ddp.meta "
+
+
+def meta_text(meta: Mapping[str, Any]) -> str:
+    """The text of the metadata mark: `ddp.meta ` then one line of JSON."""
+    return META_PREFIX + json.dumps(dict(meta), sort_keys=True, separators=(",", ":"), default=str)
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions that change what a trace looks like."""
+    import torch
+    try:
+        nvtx_version = version("nvtx")
+    except PackageNotFoundError:
+        nvtx_version = "missing"
+    return {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version,
+            "cuda": str(torch.version.cuda),
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none"}
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+@contextlib.contextmanager
+def measured_region(meta: Mapping[str, Any]) -> Iterator[None]:
+    """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta`, ..., barrier, pop."""
+    _barrier()
+    with nvtx_ranges.range(CAPTURE_RANGE):
+        nvtx_ranges.mark(meta_text(meta))
+        yield
+        _barrier()

@@ -1,0 +1,124 @@
+"""The profiled program: train one implementation with its measured steps inside the NVTX range `profile`.
+
+    python -m profiling.run --impl overlap                      # 2 local ranks (spawned), tiny model
+    torchrun --nproc-per-node 2 -m profiling.run --impl naive   # one process per rank, from torchrun
+
+`run_nsys.sh` runs this under nsys; it also runs on its own (no nsys needed), printing step times.
+Warm-up steps run before the range opens, so nsys (`--capture-range=nvtx --nvtx-capture=profile`)
+records only the measured steps; each rank marks `ddp.meta {json}` with the run's metadata there.
+
+Exit codes: 0 ok, 1 a rank failed, 2 bad arguments.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from typing import Sequence
+
+from ddp import nvtx_ranges, registry
+from ddp.collectives import ALGORITHMS
+from ddp.launcher import DistContext, RankFailedError, in_torchrun, launch
+from ddp.models import MODEL_NAMES
+from ddp.train import OPTIMIZERS, RunConfig, TrainResult, run_metadata, run_training
+from profiling.capture import measured_region, tool_versions
+from profiling.session import PROFILER_ENV
+
+
+def choose_model(requested: str, batch_size: int, world_size: int, context_length: int, optimizer: str) -> str:
+    """`auto`: the largest model whose estimated memory fits the smallest local GPU; tiny on CPU."""
+    if requested != "auto":
+        return requested
+    import torch
+    from ddp.models import largest_model_that_fits
+    if not torch.cuda.is_available():
+        return "tiny"
+    # Total (not free) memory: every rank computes the same answer, before any of them allocates.
+    total = min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+    return largest_model_that_fits(total, max(1, batch_size // world_size), context_length, optimizer)
+
+
+def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool) -> TrainResult:
+    """One rank: train, with the measured steps inside `profile` and the `ddp.meta` mark at its start."""
+    if not nvtx_on:
+        # Baseline for overhead figures: every NVTX call in ddp becomes a no-op.
+        nvtx_ranges._nvtx = None  # noqa: SLF001 - the module's documented no-nvtx fallback
+    meta = run_metadata(ctx, cfg)
+    meta["versions"] = {**meta.get("versions", {}), **tool_versions()}
+    meta["profiler"] = os.environ.get(PROFILER_ENV, "none")
+    return run_training(ctx, cfg, measured_region=lambda: measured_region(meta))
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    defaults = RunConfig()
+    p = argparse.ArgumentParser(prog="python -m profiling.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--impl", required=True, choices=list(registry.IMPLEMENTATIONS))
+    p.add_argument("--world-size", type=int, help="local ranks to spawn (default 2; torchrun sets its own)")
+    p.add_argument("--model", default="auto", choices=["auto", *MODEL_NAMES],
+                   help="auto: largest that fits the GPU, tiny on CPU (default: auto)")
+    p.add_argument("--steps", type=int, default=defaults.steps, help="measured steps (default: %(default)s)")
+    p.add_argument("--warmup", type=int, default=defaults.warmup, help="uncaptured steps first (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="global batch (default: %(default)s)")
+    p.add_argument("--context-length", type=int, default=defaults.context_length, help="default: %(default)s")
+    p.add_argument("--bucket-mb", type=float, default=defaults.bucket_mb, help="default: %(default)s")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
+    p.add_argument("--lr", type=float, default=defaults.lr)
+    p.add_argument("--collective", choices=list(ALGORITHMS), default=defaults.collective)
+    p.add_argument("--seed", type=int, default=defaults.seed)
+    p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per rank, else gloo")
+    p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--nvtx", choices=("on", "off"), default="on", help="off: no NVTX at all (overhead baseline)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    return p.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> RunConfig:
+    """The RunConfig the arguments describe (ValueError naming a bad value)."""
+    world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.world_size or 2)
+    if args.world_size is not None and args.world_size != world:
+        raise ValueError(f"--world-size {args.world_size} does not match torchrun's WORLD_SIZE={world}")
+    model = choose_model(args.model, args.batch_size, world, args.context_length, args.optimizer)
+    return RunConfig(impl=args.impl, model=model, world_size=world, batch_size=args.batch_size,
+                     context_length=args.context_length, steps=args.steps, warmup=args.warmup,
+                     bucket_mb=args.bucket_mb, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
+                     collective=args.collective, backend=args.backend)
+
+
+def summary(result: TrainResult) -> dict:
+    """The figures printed at the end (every rank's step times, slowest-rank means)."""
+    return {"config": asdict(result.config), "avg_step_time_s": result.avg_step_time_s,
+            "avg_comm_time_s": result.avg_comm_time_s, "step_time_s": result.step_time_s,
+            "final_loss": result.final_loss}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""  # before CUDA initialises, here and in spawned ranks
+    try:
+        cfg = config_from_args(args)
+        world = None if in_torchrun() else cfg.world_size
+        result = launch(profiled_worker, world, cfg, args.nvtx == "on", backend=cfg.backend)
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except RankFailedError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    if in_torchrun() and int(os.environ["RANK"]) != 0:
+        return 0
+    s = summary(result)
+    if args.format == "json":
+        print(json.dumps(s))
+    else:
+        c = result.config
+        print(f"{c.impl}: {c.world_size} ranks, model {c.model}, {c.steps} measured steps after {c.warmup} "
+              f"warm-up: {1e3 * s['avg_step_time_s']:.1f} ms/step, {1e3 * s['avg_comm_time_s']:.1f} ms blocked in comm")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

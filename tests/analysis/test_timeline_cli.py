@@ -1,0 +1,137 @@
+"""`python -m analysis.timeline` and the lanes it draws, on synthetic and real exports."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from plotly.offline import get_plotlyjs
+
+from analysis import timeline
+from analysis.lanes import Selection, build_panel
+from analysis.overlap import analyze_trace
+from analysis.trace import load_trace
+from tests.analysis.test_timeline_traces import write_trace
+
+REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("traces")
+    return {name: write_trace(folder / f"{name}.sqlite", name.split("_")[0], gpu=not name.endswith("cpu"))
+            for name in ("naive", "overlap", "naive_cpu", "overlap_cpu")}
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = timeline.main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_naive_vs_overlap_page_and_figures(traces, tmp_path, capsys):
+    out = tmp_path / "reports" / "naive_vs_overlap.html"
+    code, stdout, _ = run_cli(capsys, traces["naive"], traces["overlap"], "-o", out, "--step", 1, "--format", "json")
+    assert code == 0
+    rows = json.loads(stdout)
+    assert [r["implementation"] for r in rows] == ["naive", "overlap"]
+    assert rows[0]["overlap_pct"] == 0.0 and rows[0]["exposed_comm_ms"] == pytest.approx(8.95)
+    assert 40 < rows[1]["overlap_pct"] < 50 and rows[1]["exposed_comm_ms"] < rows[0]["exposed_comm_ms"] * 1.5
+    page = out.read_text()
+    assert page.count(get_plotlyjs()) == 1
+    assert "overlapped 0.0%" in page and "overlapped 43.9%" in page  # panel titles
+
+
+def test_shading_is_exactly_the_analysis_overlap(traces):
+    for name in ("naive", "overlap", "overlap_cpu"):
+        trace = load_trace(traces[name])
+        panel, _ = build_panel(trace, Selection(step=1))
+        shaded_ms = (panel.overlap["end"] - panel.overlap["start"]).sum() / 1e6 / 2  # mean over two ranks
+        steps = analyze_trace(trace).steps
+        expected = steps.loc[steps["step"] == 1, "overlap_ms"].mean()
+        assert shaded_ms == pytest.approx(expected), name
+    assert expected > 0
+
+
+def test_lanes_per_rank_and_hover_fields(traces):
+    panel, _ = build_panel(load_trace(traces["overlap"]), Selection(step=1))
+    assert panel.lanes["label"].tolist() == [
+        f"r{r} {lane}" for r in (0, 1)
+        for lane in ("CPU step", "CPU phases", "CPU comm", "GPU s7 compute", "GPU s13 comm")]
+    seg = panel.segments
+    comm = seg.loc[seg["category"] == "comm"]
+    assert comm["stream"].str.contains("→").all()  # async ranges end on the worker thread
+    kernel = seg.loc[(seg["category"] == "compute") & (seg["start"] > panel.origin_ns + 45_000_000)].iloc[0]
+    assert kernel["phase"] == "step 1 · backward"
+    assert set(seg.loc[seg["category"] == "comm_kernel", "phase"]) == {"step 1 · backward", "step 1 · grad_sync"}
+    # The step window: everything drawn touches step 1 of some rank.
+    assert panel.window_ns[1] - panel.window_ns[0] == pytest.approx(90_200_000)
+
+
+def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
+    out = tmp_path / "cpu.html"
+    code, stdout, _ = run_cli(capsys, traces["naive_cpu"], traces["overlap_cpu"], "-o", out, "--format", "csv")
+    assert code == 0 and out.exists()
+    lines = stdout.strip().splitlines()
+    assert lines[0].startswith("trace,implementation,view") and len(lines) == 3
+    panel, _ = build_panel(load_trace(traces["overlap_cpu"]), Selection())
+    assert not panel.lanes["label"].str.contains("GPU").any()
+    assert len(panel.overlap) == 2 * 3 * 2  # two comm ranges inside backward, per step and rank
+
+
+def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
+    code, stdout, _ = run_cli(capsys, traces["overlap"], "-o", tmp_path / "r1.html", "--rank", 1, "--format", "json")
+    assert code == 0 and json.loads(stdout)[0]["ranks"] == 1
+    panel, _ = build_panel(load_trace(traces["overlap"]), Selection(rank=1))
+    assert set(panel.lanes["rank"]) == {1} and set(panel.overlap["rank"]) == {1}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["missing.sqlite"], "no such file"),
+    (["{naive}", "--step", "7"], "no step 7 (steps present: 0..2)"),
+    (["{naive}", "--rank", "4"], "no rank 4"),
+    (["{naive}", "--step", "-1"], "--step -1"),
+])
+def test_bad_input_gives_one_line_and_exit_2(traces, tmp_path, capsys, args, message):
+    argv = [a.format(naive=traces["naive"]) for a in args] + ["-o", str(tmp_path / "x.html")]
+    code, _, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_refuses_to_overwrite_an_input_or_write_non_html(traces, capsys):
+    before = traces["naive"].read_bytes()
+    code, _, err = run_cli(capsys, traces["naive"], "-o", traces["naive"])
+    assert code == 2 and "HTML" in err
+    assert traces["naive"].read_bytes() == before
+    with pytest.raises(SystemExit) as exit_:
+        timeline.main([str(traces["naive"]), "-o", "x.html", "--width", "5"])
+    assert exit_.value.code == 2 and "--width 5" in capsys.readouterr().err
+
+
+def test_module_entry_point_and_help():
+    done = subprocess.run([sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True,
+                          cwd=REPO, timeout=60)
+    assert done.returncode == 0 and "--step" in done.stdout and "--format" in done.stdout
+    done = subprocess.run([sys.executable, "-m", "analysis.timeline", "README.md", "-o", "/tmp/never.html"],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert done.returncode == 2 and done.stderr.strip() == "error: README.md: not an SQLite file"
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="real trace not present (../shared/data)")
+def test_real_h100_trace(tmp_path, capsys):
+    code, stdout, _ = run_cli(capsys, REAL, "-o", tmp_path / "real.html", "--format", "json")
+    assert code == 0
+    row = json.loads(stdout)[0]
+    assert row["ranks"] == 2 and row["overlap_pct"] == 0.0  # NCCL runs on the compute stream here
+    panel, _ = build_panel(load_trace(REAL), Selection())
+    labels = panel.lanes["label"].tolist()
+    assert "r0 GPU s7 compute" in labels and "r1 GPU s15 comm" in labels
+    comm = panel.segments.loc[panel.segments["category"] == "comm_kernel", "name"]
+    assert comm.str.startswith("ncclDevKernel_SendRecv").all() and len(comm) == 66
+    assert np.isin(["comm", "nvtx"], panel.segments["category"].unique()).all()

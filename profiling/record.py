@@ -23,7 +23,6 @@ import json
 import shlex
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -102,16 +101,14 @@ def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
     if not plan.per_rank:
         done = record(nsys, plan.nsys_options, plan.runner_command(impl), plan.stem(impl), plan.timeout_s)
         return [_output(impl, done.report, done.wall_s)]
-    t0, started = time.monotonic(), time.time()
-    rc = run_forwarding_output(plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60)
+    written: list[str] = []
+    rc = run_forwarding_output(plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60, keep=written)
     if rc != 0:
         raise NsysError(f"torchrun failed (exit {rc}); see the ranks' output above")
-    wall = time.monotonic() - t0
-    # This node's ranks: the per-rank reports that this call (re)wrote.
-    reports = [p for p in sorted(plan.out_dir.glob(f"{impl}.rank*.nsys-rep")) if p.stat().st_mtime >= started - 1]
-    if not reports:
-        raise NsysError(f"torchrun finished but wrote no {impl}.rank<N>.nsys-rep in {plan.out_dir}")
-    return [_output(impl, p, wall) for p in reports]
+    if not written:
+        raise NsysError(f"torchrun finished but no rank reported a trace in {plan.out_dir}")
+    # This node's ranks, as each one's profiling.session reported them.
+    return [_output(impl, Path(line.split("\t")[0]), float(line.split("\t")[2])) for line in sorted(written)]
 
 
 def _output(impl: str, report: Path, wall_s: float) -> Output:

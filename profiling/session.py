@@ -23,6 +23,7 @@ from typing import Sequence
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version, partial_name
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
+RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB wall seconds
 KNOWN_TRACES = {"cuda", "nvtx", "osrt", "cublas", "cudnn", "nvvideo", "opengl", "mpi", "ucx", "oshmem",
                 "vulkan", "none"}
 
@@ -76,9 +77,11 @@ def profiled_env(base: dict[str, str] | None = None, profiler: str | None = None
     return env
 
 
-def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: float) -> int:
+def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: float,
+                          keep: list[str] | None = None) -> int:
     """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
 
+    Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given.
     On timeout or Ctrl-C the whole group (nsys and every rank under it) is killed.
     """
     proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -88,7 +91,9 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
         assert proc.stdout is not None
         for line in proc.stdout:
             for part in line.rstrip("\n").split("\r"):
-                if part.strip() and not _NSYS_CHATTER.match(part):
+                if keep is not None and part.startswith(RESULT_PREFIX):
+                    keep.append(part[len(RESULT_PREFIX):])
+                elif part.strip() and not _NSYS_CHATTER.match(part):
                     print(part, file=sys.stderr, flush=True)
             if time.monotonic() > deadline:
                 raise subprocess.TimeoutExpired(cmd, timeout_s)
@@ -155,7 +160,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except (NsysError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) else 1
-    print(f"{done.report}\t{done.sqlite}\t{done.wall_s:.1f}")
+    print(f"{RESULT_PREFIX}{done.report}\t{done.sqlite}\t{done.wall_s:.3f}", flush=True)
     return 0
 
 

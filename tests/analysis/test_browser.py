@@ -1,0 +1,75 @@
+"""Open generated pages in headless Chromium: plots rendered, expected traces, no console errors.
+
+Screenshots go to the git-ignored `screenshots/` folder at the repository root, for a human to look at.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from analysis import timeline
+from analysis.html_check import check_page, find_chromium
+from analysis.html_page import write_page
+from analysis.lanes import Selection
+from analysis.render_figure import build_figure
+from tests.analysis.test_timeline_traces import write_trace
+
+pytestmark = pytest.mark.skipif(find_chromium() is None,
+                                reason="no chromium on PATH: run `bash scripts/install_chromium.sh`")
+REPO = Path(__file__).resolve().parents[2]
+SHOTS = REPO / "screenshots"
+REAL = REPO / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
+
+
+def expected_traces(paths, selection: Selection) -> int:
+    """How many plotly traces the timeline of these exports holds (built again in Python)."""
+    return len(build_figure([timeline.trace_panel(p, selection)[0] for p in paths]).data)
+
+
+def assert_rendered(page: Path, traces: int, shot: str, height: int = 1000) -> dict:
+    check = check_page(page, screenshot=SHOTS / shot, height=height)
+    assert check.errors == []
+    assert len(check.plots) == 1
+    plot = check.plots[0]
+    assert plot["traces"] == traces
+    assert plot["svg_layers"] >= 1 and plot["gl_canvases"] >= 1  # plotly's SVG and WebGL layers
+    assert (SHOTS / shot).stat().st_size > 10_000
+    return plot
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("browser")
+    return {name: write_trace(folder / f"{name}.sqlite", name.split("_")[0], gpu=not name.endswith("cpu"))
+            for name in ("naive", "overlap", "naive_cpu", "overlap_cpu")}
+
+
+def test_naive_vs_overlap_timeline_renders(traces, tmp_path):
+    page = tmp_path / "naive_vs_overlap.html"
+    paths = [traces["naive"], traces["overlap"]]
+    assert timeline.main([*map(str, paths), "-o", str(page), "--step", "1"]) == 0
+    plot = assert_rendered(page, expected_traces(paths, Selection(step=1)), "timeline_naive_vs_overlap.png")
+    assert plot["fill_paths"] == 1  # the overlap shading, drawn in the overlap panel only
+    assert plot["types"].count("scattergl") == plot["traces"] - 1
+
+
+def test_cpu_only_timeline_renders(traces, tmp_path):
+    page = tmp_path / "cpu.html"
+    paths = [traces["naive_cpu"], traces["overlap_cpu"]]
+    assert timeline.main([*map(str, paths), "-o", str(page)]) == 0
+    assert_rendered(page, expected_traces(paths, Selection()), "timeline_cpu_only.png", height=800)
+
+
+@pytest.mark.skipif(not REAL.exists(), reason="real trace not present (../shared/data)")
+def test_real_trace_timeline_renders(tmp_path):
+    page = tmp_path / "real.html"
+    assert timeline.main([str(REAL), "-o", str(page)]) == 0
+    assert_rendered(page, expected_traces([REAL], Selection()), "timeline_real_h100.png", height=700)
+
+
+def test_the_check_sees_javascript_errors(tmp_path):
+    page = write_page(tmp_path / "broken.html", "broken", ["<script>undefinedFunction();</script>"])
+    check = check_page(page)
+    assert check.plots == []
+    assert any("undefinedFunction" in e for e in check.errors)

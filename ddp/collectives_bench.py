@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
+import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -20,11 +20,11 @@ import torch
 import torch.distributed as dist
 
 from ddp.collectives import ALGORITHMS, all_reduce
-from ddp.launcher import DistContext, RankFailedError, launch
+from ddp import cli
+from ddp.launcher import DistContext, cpu_count, launch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
-_DEVICE = torch.device("cpu")  # the rank's device, set by run_rank
 
 
 def parse_size(text: str) -> int:
@@ -76,6 +76,7 @@ class BenchConfig:
 class BenchRow:
     """One algorithm at one size, as rank 0 reports it."""
     algorithm: str
+    ranks: int
     size: str
     bytes: int
     count: int
@@ -91,9 +92,9 @@ def bus_bandwidth(algbw: float, world_size: int) -> float:
     return algbw * 2 * (world_size - 1) / world_size
 
 
-def _slowest(seconds: float) -> float:
+def _slowest(seconds: float, device: torch.device) -> float:
     """The maximum of a per-rank number over all ranks (always through torch's collective)."""
-    t = torch.tensor([seconds], dtype=torch.float64, device=_DEVICE)
+    t = torch.tensor([seconds], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return float(t.item())
 
@@ -110,7 +111,7 @@ def check_result(algorithm: str, count: int, dtype: torch.dtype, device: torch.d
     x = (pattern * (rank + 1)).to(dtype)
     all_reduce(x, algorithm)
     ok = torch.equal(x, (pattern * (world * (world + 1) // 2)).to(dtype))
-    return _slowest(0.0 if ok else 1.0) == 0.0
+    return _slowest(0.0 if ok else 1.0, device) == 0.0
 
 
 def time_one(algorithm: str, count: int, dtype: torch.dtype, device: torch.device,
@@ -123,20 +124,22 @@ def time_one(algorithm: str, count: int, dtype: torch.dtype, device: torch.devic
     t0 = time.perf_counter()
     all_reduce(x, algorithm)
     _sync(device)
-    once = _slowest(time.perf_counter() - t0)
+    once = _slowest(time.perf_counter() - t0, device)
     iters = max(1, min(cfg.max_iters, math.ceil(cfg.seconds_per_case / max(once, 1e-9))))
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         all_reduce(x, algorithm)
     _sync(device)
-    return iters, _slowest((time.perf_counter() - t0) / iters)
+    return iters, _slowest((time.perf_counter() - t0) / iters, device)
 
 
-def run_rank(ctx: DistContext, cfg: BenchConfig) -> list[BenchRow]:
-    """Every rank runs this (through `ddp.launcher.launch`); every rank returns the same rows."""
-    global _DEVICE
-    _DEVICE = ctx.device
+def run_rank(ctx: DistContext, cfg: BenchConfig) -> list[dict]:
+    """Every rank runs this (through `ddp.launcher.launch`); every rank returns the same records.
+
+    Records are plain dicts: under `python -m` this module is `__main__` in the parent and
+    `__mp_main__` in the ranks, so its own classes do not survive the trip back.
+    """
     dtype, world = DTYPES[cfg.dtype], ctx.world_size
     rows = []
     for size in cfg.sizes:
@@ -145,36 +148,63 @@ def run_rank(ctx: DistContext, cfg: BenchConfig) -> list[BenchRow]:
             correct = check_result(algorithm, count, dtype, ctx.device)
             iters, seconds = time_one(algorithm, count, dtype, ctx.device, cfg)
             algbw = size / seconds / 1e9
-            rows.append(BenchRow(algorithm, format_size(size), size, count, iters, seconds * 1e6, algbw,
+            rows.append(BenchRow(algorithm, world, format_size(size), size, count, iters, seconds * 1e6, algbw,
                                  bus_bandwidth(algbw, world), correct))
             if ctx.is_main:
-                print(f"[collectives_bench] {algorithm:>16} {format_size(size):>6}: {iters} iters, "
-                      f"{seconds * 1e3:.3f} ms", file=sys.stderr, flush=True)
-    return rows
+                cli.progress(f"[collectives_bench] {algorithm:>16} {format_size(size):>5}: {iters} iters, "
+                             f"{seconds * 1e3:.3f} ms, {'ok' if correct else 'WRONG'}")
+    return to_records(rows)
 
 
-# ---------------------------------------------------------------- output
+# ---------------------------------------------------------------- command line
 
-_COLUMNS = [("algorithm", "algorithm", "{}"), ("size", "size", "{}"), ("count", "count", "{}"),
-            ("iters", "iters", "{}"), ("time_us", "time (us)", "{:.1f}"), ("algbw_gbps", "algbw (GB/s)", "{:.3f}"),
-            ("busbw_gbps", "busbw (GB/s)", "{:.3f}"), ("correct", "check", "{}")]
+COLUMNS = ["algorithm", "ranks", "size", "bytes", "count", "iters", "time_us", "algbw_gbps", "busbw_gbps", "check"]
 
 
-def render(rows: list[BenchRow], fmt: str, world_size: int) -> str:
-    """The rows as an aligned table, CSV or JSON."""
-    if fmt == "json":
-        import json
-        return json.dumps({"world_size": world_size, "rows": [asdict(r) for r in rows]}, indent=2)
-    if fmt == "csv":
-        lines = [",".join(key for key, _, _ in _COLUMNS)]
-        lines += [",".join(str(getattr(r, key)) for key, _, _ in _COLUMNS) for r in rows]
-        return "\n".join(lines)
-    cells = [[title for _, title, _ in _COLUMNS]]
-    for r in rows:
-        cells.append([("ok" if r.correct else "WRONG") if key == "correct" else spec.format(getattr(r, key))
-                      for key, _, spec in _COLUMNS])
-    widths = [max(len(row[i]) for row in cells) for i in range(len(_COLUMNS))]
-    lines = ["  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
-             for row in cells]
-    lines.insert(1, "-" * len(lines[0]))
-    return f"all-reduce, {world_size} ranks (gloo/CPU unless launched on GPUs)\n" + "\n".join(lines)
+def to_records(rows: list[BenchRow]) -> list[dict]:
+    """Rows as flat records for `cli.format_records`; `check` reads ok or WRONG."""
+    return [{**asdict(r), "check": "ok" if r.correct else "WRONG"} for r in rows]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.Parser(prog="python -m ddp.collectives_bench", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--world-size", type=int, default=4, help="ranks to spawn on this machine (default 4)")
+    parser.add_argument("--sizes", nargs="+", default=["1K", "64K", "1M", "16M"], metavar="SIZE",
+                        help="message sizes in bytes; K, M, G are powers of 1024 (default: 1K 64K 1M 16M)")
+    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS),
+                        metavar="ALGO", help=f"algorithms to time (default: all of {', '.join(ALGORITHMS)})")
+    parser.add_argument("--dtype", default="float32", choices=list(DTYPES), help="element type (default float32)")
+    parser.add_argument("--seconds-per-case", type=float, default=0.5,
+                        help="timing budget per algorithm and size, which sets the iteration count (default 0.5)")
+    parser.add_argument("--max-iters", type=int, default=100, help="cap on timed iterations per case (default 100)")
+    parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
+                        help="process-group backend (default gloo; tensors go on each rank's GPU when one is visible)")
+    parser.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                        help="stdout format: a human table, or CSV / JSON records for machines")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        cfg = BenchConfig(world_size=args.world_size, sizes=tuple(parse_size(s) for s in args.sizes),
+                          algorithms=tuple(args.algorithms), dtype=args.dtype,
+                          seconds_per_case=args.seconds_per_case, max_iters=args.max_iters)
+    except ValueError as error:
+        parser.error(str(error))
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    cli.progress(f"[collectives_bench] {cfg.world_size} ranks ({args.backend}), {cfg.dtype}, "
+                 f"1-min load average {load:.1f} on {cpu_count()} CPUs")
+    records = launch(run_rank, cfg.world_size, cfg, backend=args.backend)
+    print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
+    wrong = [f"{r['algorithm']} {r['size']}" for r in records if r["check"] != "ok"]
+    if wrong:
+        cli.progress(f"collectives_bench: wrong results: {', '.join(wrong)}")
+        return cli.EXIT_CHECK_FAILED
+    return cli.EXIT_OK
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis import intervals as iv
 from analysis.patterns import Patterns
-from analysis.phases import find_steps, launched_inside, ranges_named, step_of
+from analysis.phases import KERNEL, PUSH_POP, codes, find_steps, launched_inside, ranges_named, step_of
 from analysis.trace import Trace
 
 NS_PER_MS = 1e6
@@ -105,12 +105,12 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, step: np.ndarray, backward_mas
                   comm_range_windows: np.ndarray) -> RankActivity:
     ops = trace.gpu_ops
     start, end = ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows]
-    kind, is_comm = ops["kind"].to_numpy()[rows], ops["is_comm"].to_numpy()[rows]
+    kind, is_comm = codes(ops["kind"])[rows], ops["is_comm"].to_numpy()[rows]
     every = Items(step, start, end)
-    compute = (kind == "kernel") & ~is_comm  # memcpy, memset and synchronisation are never compute
+    compute = (kind == KERNEL) & ~is_comm  # memcpy, memset and synchronisation are never compute
     return RankActivity(comm=every.where(is_comm), compute=every.where(compute),
                         backward=every.where(compute & backward_mask[rows]),
-                        comm_kernel=(kind == "kernel")[is_comm], comm_copy=(kind != "kernel")[is_comm],
+                        comm_kernel=(kind == KERNEL)[is_comm], comm_copy=(kind != KERNEL)[is_comm],
                         comm_range_windows=comm_range_windows,
                         span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
 
@@ -122,7 +122,7 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start) -> RankActivi
         return Items(step_of_start(s), s, e)
 
     comm = items(ranges["comm"])
-    blocking = ranges["comm"][ranges["comm"]["kind"] == "push_pop"]
+    blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == PUSH_POP]
     blocked = iv.union(blocking["start"].to_numpy(), blocking["end"].to_numpy())
 
     def minus_blocking(it: Items) -> Items:  # a rank waiting in a blocking collective is not computing

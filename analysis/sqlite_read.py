@@ -68,7 +68,9 @@ def _arrow_to_numpy(column, null_int: int) -> np.ndarray:
     if pa.types.is_integer(column.type) or pa.types.is_null(column.type):
         if pa.types.is_null(column.type):
             return np.full(len(column), null_int, dtype=np.int64)
-        return pc.fill_null(column, null_int).to_numpy().astype(np.int64, copy=False)
+        if column.null_count:
+            column = pc.fill_null(column, null_int)
+        return column.to_numpy().astype(np.int64, copy=False)
     if pa.types.is_floating(column.type):
         return column.to_numpy()
     return np.asarray(column.to_pylist(), dtype=object)

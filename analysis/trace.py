@@ -30,6 +30,7 @@ from typing import Iterable
 
 import numpy as np
 import pandas as pd
+from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
 from analysis.patterns import META_PREFIX, Patterns
@@ -41,6 +42,8 @@ RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
 NSYS_TABLES = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, "StringIds", "ThreadNames", "PROCESSES",
                "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME"}
 NVTX_KINDS = {34: "mark", 59: "push_pop", 60: "start_end"}
+GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)  # kind codes 0, 1, 2
+NVTX_KIND_NAMES = pd.Index(["push_pop", "start_end", "mark"], dtype=object)  # kind codes 0, 1, 2
 NVTX_DOMAIN_CREATE = 75
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
               9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
@@ -62,8 +65,9 @@ class Trace:
 
 
 def pid_of(global_id: np.ndarray) -> np.ndarray:
-    """Process id from an nsys globalTid/globalPid: <HW:8><VM:8><PID:24><TID:24>."""
-    return np.where(global_id >= 0, (global_id >> 24) & PID_MASK, -1)
+    """Process id from an nsys globalTid/globalPid: <HW:8><VM:8><PID:24><TID:24> (-1 stays -1)."""
+    pid = (global_id >> 24) & PID_MASK
+    return pid if global_id.size == 0 or global_id.min() >= 0 else np.where(global_id >= 0, pid, -1)
 
 
 def tid_of(global_tid: np.ndarray) -> np.ndarray:
@@ -123,15 +127,17 @@ class _Export:
         return 0 if row is None or row[0] is None else int(row[0]) - int(row[1] or 0)
 
 
-def _categorical_names(ids: np.ndarray, strings: dict[int, str], prefix: str = "") -> pd.Categorical:
-    """Map string ids (or inline strings) to a categorical without a per-row Python loop."""
+def _categorical_names(ids: np.ndarray, strings: dict[int, str]) -> pd.Categorical:
+    """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
     uniq, inverse = np.unique(ids, return_inverse=True)
-    texts = [prefix + (strings.get(int(u), f"<string {u}>") if not isinstance(u, str) else u) for u in uniq]
-    codes_of_uniq, categories = pd.factorize(pd.Series(texts, dtype=object))
-    return pd.Categorical.from_codes(codes_of_uniq[inverse], categories=pd.Index(categories, dtype=object))
+    texts = [strings.get(int(u), f"<string {u}>") if not isinstance(u, str) else u for u in uniq]
+    codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
+    return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)],
+                                     categories=pd.Index(categories, dtype=object))
 
 
-def _read_gpu_table(ex: _Export, table: str, kind: str) -> pd.DataFrame | None:
+def _read_gpu_table(ex: _Export, table: str, kind: int) -> dict | None:
+    """One CUPTI activity table as columns (numpy arrays, `name` a categorical)."""
     if not ex.has(table, "start", "end"):
         return None
     name_col = {KERNEL: ex.column(KERNEL, "shortName", ex.column(KERNEL, "demangledName", "0")),
@@ -140,53 +146,65 @@ def _read_gpu_table(ex: _Export, table: str, kind: str) -> pd.DataFrame | None:
     exprs = ["start", '"end"', ex.column(table, "deviceId", "0"), ex.column(table, "streamId", "0"),
              ex.column(table, "correlationId"), ex.column(table, "globalPid"), name_col]
     data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols)
-    if kind == "kernel":
-        names = _categorical_names(data.pop("name_id"), ex.strings())
-    elif kind == "memcpy":
-        names = _categorical_names(data.pop("name_id"), {k: f"memcpy {v}" for k, v in COPY_KINDS.items()})
-    else:
-        data.pop("name_id")
-        names = pd.Categorical(["memset"] * len(data["start"]))
-    frame = pd.DataFrame({"pid": pid_of(data["global_pid"]), **{k: data[k] for k in cols[:5]}})
-    frame["name"] = names
-    frame["kind"] = kind
-    return frame
+    strings = {KERNEL: ex.strings, MEMCPY: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
+               MEMSET: lambda: {0: "memset"}}[table]()
+    names = _categorical_names(data.pop("name_id"), strings) if table != MEMSET else \
+        pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object))
+    data["pid"] = pid_of(data.pop("global_pid"))
+    return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
 
 
-def _attach_launches(ex: _Export, ops: pd.DataFrame) -> None:
-    """launch_start/launch_tid: the runtime call with the same correlationId in the same process."""
-    launch_start = np.full(len(ops), -1, dtype=np.int64)
-    launch_tid = np.full(len(ops), -1, dtype=np.int64)
-    if ex.has(RUNTIME, "start", "correlationId", "globalTid") and len(ops):
-        rt = ex.read(f'SELECT start, globalTid, correlationId FROM "{RUNTIME}" WHERE correlationId IS NOT NULL',
-                     ["start", "tid", "corr"])
-        # one int64 key per (pid, correlationId): pid < 2^24, correlationId < 2^32
-        rt_key = (pid_of(rt["tid"]) << 32) | (rt["corr"] & 0xFFFFFFFF)
-        order = np.argsort(rt_key, kind="stable")
-        rt_key = rt_key[order]
-        op_key = (ops["pid"].to_numpy() << 32) | (ops["correlation_id"].to_numpy() & 0xFFFFFFFF)
-        pos = np.minimum(np.searchsorted(rt_key, op_key), max(len(rt_key) - 1, 0))
-        found = (len(rt_key) > 0) & (rt_key[pos] == op_key) & (ops["correlation_id"].to_numpy() >= 0)
-        if len(rt_key):
-            launch_start = np.where(found, rt["start"][order][pos], -1)
-            launch_tid = np.where(found, tid_of(rt["tid"][order][pos]), -1)
-    ops["launch_start"] = launch_start
-    ops["launch_tid"] = launch_tid
+def _row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For each (pid, corr): index of the runtime row with the same pair, else -1.
+
+    CUDA correlation ids are dense counters, so a direct-address table over (process, id) is usually
+    small and beats sorting 1M keys; when the ids are too sparse, fall back to sort + binary search.
+    """
+    pids = pd.Index(pd.unique(rt_pid))
+    rt_p, op_p = pids.get_indexer(rt_pid), pids.get_indexer(pid)
+    lo, hi = int(rt_corr.min()), int(rt_corr.max())
+    span = hi - lo + 1
+    valid = (op_p >= 0) & (corr >= lo) & (corr <= hi)
+    if len(pids) * span <= 4 * (len(rt_pid) + len(pid)) + 4096:
+        table = np.full(len(pids) * span, -1, dtype=np.int64)
+        table[rt_p * span + (rt_corr - lo)] = np.arange(len(rt_pid))
+        return np.where(valid, table[np.where(valid, op_p * span + (corr - lo), 0)], -1)
+    rt_key = (rt_p.astype(np.int64) << 32) | (rt_corr & 0xFFFFFFFF)  # pid index, 32-bit id
+    order = np.argsort(rt_key, kind="stable")
+    op_key = (op_p.astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
+    pos = np.minimum(np.searchsorted(rt_key[order], op_key), len(order) - 1)
+    return np.where(valid & (rt_key[order][pos] == op_key), order[pos], -1)
 
 
-def _read_gpu_ops(ex: _Export) -> pd.DataFrame:
-    parts = [f for f in (_read_gpu_table(ex, KERNEL, "kernel"), _read_gpu_table(ex, MEMCPY, "memcpy"),
-                         _read_gpu_table(ex, MEMSET, "memset")) if f is not None]
+def _launches(ex: _Export, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else -1."""
+    none = np.full(len(pid), -1, dtype=np.int64)
+    if not ex.has(RUNTIME, "start", "correlationId", "globalTid") or len(pid) == 0:
+        return none, none.copy()
+    rt = ex.read(f'SELECT start, globalTid, correlationId FROM "{RUNTIME}" WHERE correlationId IS NOT NULL',
+                 ["start", "tid", "corr"])
+    if len(rt["start"]) == 0:
+        return none, none.copy()
+    row = _row_lookup(pid_of(rt["tid"]), rt["corr"], pid, corr)
+    found = row >= 0
+    row = np.where(found, row, 0)
+    return np.where(found, rt["start"][row], -1), np.where(found, rt["tid"][row] & TID_MASK, -1)
+
+
+GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
+
+
+def _read_gpu_ops(ex: _Export) -> dict:
+    """All GPU activity of one export as columns (see the module docstring for their meaning)."""
+    parts = [f for f in (_read_gpu_table(ex, KERNEL, 0), _read_gpu_table(ex, MEMCPY, 1),
+                         _read_gpu_table(ex, MEMSET, 2)) if f is not None]
     if not parts:
-        cols = ["pid", "start", "end", "device", "stream", "correlation_id", "name", "kind"]
-        ops = pd.DataFrame({c: pd.Series(dtype=np.int64) for c in cols})
-        ops["name"] = pd.Categorical([])
-    else:
-        ops = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
-        ops["name"] = ops["name"].astype("category")
-    ops["kind"] = pd.Categorical(ops["kind"], categories=["kernel", "memcpy", "memset"])
-    _attach_launches(ex, ops)
-    return ops
+        cols = {c: np.zeros(0, dtype=np.int64) for c in GPU_INT_COLUMNS}
+        return {**cols, "name": pd.Categorical([]), "kind": np.zeros(0, dtype=np.int8)}
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in parts[0] if c != "name"}
+    cols["name"] = union_categoricals([p["name"] for p in parts])
+    cols["launch_start"], cols["launch_tid"] = _launches(ex, cols["pid"], cols["correlation_id"])
+    return cols
 
 
 def _read_nvtx(ex: _Export) -> pd.DataFrame:
@@ -216,9 +234,9 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     end_tid = np.where(ev["end_tid"].to_numpy() >= 0, ev["end_tid"].to_numpy(), tid)
     frame = pd.DataFrame({
         "pid": pid_of(tid), "tid": tid_of(tid), "end_tid": tid_of(end_tid), "start": start, "end": end,
-        "text": ev["text"].fillna("").astype(object).to_numpy(),
+        "text": pd.Series(ev["text"].to_numpy(dtype=object, na_value=""), dtype=object),
         "kind": pd.Categorical.from_codes(np.select([event_type == 59, event_type == 60], [0, 1], 2),
-                                          categories=["push_pop", "start_end", "mark"]),
+                                          categories=NVTX_KIND_NAMES),
         "domain": pd.Categorical(ev["domain_id"].map(domains).fillna("").astype(object).to_numpy()),
     })
     return frame[keep].reset_index(drop=True)
@@ -235,19 +253,30 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     return meta
 
 
-def _load_part(path: Path, part: int) -> tuple[_Export, pd.DataFrame, pd.DataFrame]:
+def _load_part(path: Path, part: int) -> tuple[_Export, dict, pd.DataFrame]:
     ex = _Export(path)
     ops = _read_gpu_ops(ex)
+    ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
     nvtx = _shape_nvtx(_read_nvtx(ex))
-    ops.insert(0, "part", np.int64(part))
     nvtx.insert(0, "part", np.int64(part))
     return ex, ops, nvtx
 
 
-def _shift(frame: pd.DataFrame, columns: tuple[str, ...], delta: int) -> None:
-    for c in columns:
-        values = frame[c].to_numpy()
-        frame[c] = np.where(values >= 0, values + delta, values)
+def _shifted(values: np.ndarray, delta: int) -> np.ndarray:
+    return np.where(values >= 0, values + delta, values) if delta else values
+
+
+def _ops_frame(parts: list[dict]) -> pd.DataFrame:
+    """The gpu_ops frame: columns of every file joined, sorted by (part, pid, device, start)."""
+    cols = {c: np.concatenate([p[c] for p in parts]) for c in ["part", *GPU_INT_COLUMNS, "kind"]}
+    names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
+    order = np.lexsort((cols["start"], cols["device"], cols["pid"], cols["part"]))
+    frame = pd.DataFrame({c: cols[c][order] for c in ["part", "pid", "device", "stream", "start", "end",
+                                                        "correlation_id", "launch_start", "launch_tid"]},
+                         copy=False)  # the arrays are fresh: consolidating them would copy 1M rows again
+    frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
+    frame.insert(8, "kind", pd.Categorical.from_codes(cols["kind"][order], categories=GPU_KINDS))
+    return frame
 
 
 def _number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementation: str) -> pd.DataFrame:
@@ -264,11 +293,6 @@ def _number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementat
     return ranks.sort_values("rank").reset_index(drop=True).astype({"rank": np.int64})
 
 
-def _sorted(frame: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    order = np.lexsort([frame[k].to_numpy() for k in reversed(keys)])
-    return frame.take(order).reset_index(drop=True)
-
-
 def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
     """Load one export, or several one-rank exports of the same run merged onto one clock."""
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
@@ -277,16 +301,18 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     patterns = patterns or Patterns()
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     offsets = [ex.clock_offset() for ex, _, _ in loaded]
-    for (ex, ops, nvtx), offset in zip(loaded[1:], offsets[1:]):
-        _shift(ops, ("start", "end", "launch_start"), offset - offsets[0])
-        _shift(nvtx, ("start", "end"), offset - offsets[0])
-    ops = pd.concat([o for _, o, _ in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][1]
+    for (ex, ops, nvtx), offset in zip(loaded, offsets):
+        for c in ("start", "end", "launch_start"):
+            ops[c] = _shifted(ops[c], offset - offsets[0])
+        for c in ("start", "end"):
+            nvtx[c] = _shifted(nvtx[c].to_numpy(), offset - offsets[0])
+    ops = _ops_frame([o for _, o, _ in loaded])
     nvtx = pd.concat([n for _, _, n in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][2]
+    nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
+    nvtx = nvtx.reset_index(drop=True)
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
         raise TraceError(f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure")
-    ops = _sorted(ops, ["part", "pid", "device", "start"])
-    nvtx = _sorted(nvtx, ["part", "pid", "start"])
     ops["is_comm"] = communication_mask(ops, nvtx, patterns)
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")),

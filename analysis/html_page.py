@@ -12,6 +12,8 @@ import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
+# Marks pages this project wrote: the report only overwrites HTML files that carry it.
+GENERATOR = '<meta name="generator" content="ddp-overlap analysis">'
 # The modebar's "download plot" works offline; the plotly logo link and MathJax would fetch.
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": True, "responsive": True}
 
@@ -41,11 +43,17 @@ def page_html(title: str, blocks: list[str | go.Figure], intro: str = "") -> str
         parts.append(figure_block(block, f"plot{i}") if isinstance(block, go.Figure) else block)
     intro_html = f'<p class="note">{html.escape(intro)}</p>' if intro else ""
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">" + GENERATOR +
         f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
         f'<script type="text/javascript">{get_plotlyjs()}</script></head>'
         f"<body><h1>{html.escape(title)}</h1>{intro_html}\n" + "\n".join(parts) + "\n</body></html>\n"
     )
+
+
+def written_by_us(path: Path) -> bool:
+    """Whether an existing HTML file is one of this project's pages (safe to overwrite)."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return GENERATOR in f.read(4096)
 
 
 def write_page(path: Path, title: str, blocks: list[str | go.Figure], intro: str = "") -> Path:

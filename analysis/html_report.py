@@ -1,0 +1,105 @@
+"""The comparison page (reports/index.html): ranking table, per-step time breakdown, step spread, links.
+
+Input is the report's summary frame (one row per trace, analysis metrics averaged per step) and
+the per-step frame of the analysis; output is one self-contained HTML page.
+"""
+from __future__ import annotations
+
+import html
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from analysis.html_page import write_page
+from analysis.render_style import CATEGORY_COLOURS, OVERLAP_LINE
+
+TABLE_COLUMNS = {  # summary column -> heading, format
+    "implementation": ("implementation", "{}"), "trace": ("trace", "{}"), "ranks": ("ranks", "{:.0f}"),
+    "steps": ("steps", "{:.0f}"), "step_ms": ("step ms", "{:.2f}"), "comm_ms": ("comm ms", "{:.2f}"),
+    "exposed_comm_ms": ("exposed comm ms", "{:.2f}"), "overlap_pct": ("overlap %", "{:.1f}"),
+    "speedup_vs_naive": ("speedup over naive", "{:.2f}x"),
+}
+BREAKDOWN = (  # stacked bar parts per step: column, label, colour
+    ("compute_only_ms", "compute (no comm under it)", CATEGORY_COLOURS["compute"]),
+    ("overlap_ms", "overlapped comm", OVERLAP_LINE),
+    ("exposed_comm_ms", "exposed comm", CATEGORY_COLOURS["comm_kernel"]),
+    ("idle_ms", "idle (neither)", "#cfcfcf"),
+)
+
+
+def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
+    """Per-step time split into compute only, overlapped comm, exposed comm and idle (ms, sums to step)."""
+    compute_only = (summary["compute_ms"] - summary["overlap_ms"]).clip(lower=0)
+    busy = compute_only + summary["overlap_ms"] + summary["exposed_comm_ms"]
+    return pd.DataFrame({"label": summary["label"], "compute_only_ms": compute_only,
+                         "overlap_ms": summary["overlap_ms"], "exposed_comm_ms": summary["exposed_comm_ms"],
+                         "idle_ms": (summary["step_ms"] - busy).clip(lower=0)})
+
+
+def _cell(value, fmt: str) -> str:
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return "-"
+    return html.escape(fmt.format(value))
+
+
+def table_html(summary: pd.DataFrame, links: dict[str, str]) -> str:
+    """The ranking table; each implementation links to its trace's timeline."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h, _ in TABLE_COLUMNS.values())
+    rows = []
+    for rec in summary.to_dict("records"):  # one row per trace: a handful
+        cells = []
+        for col, (_, fmt) in TABLE_COLUMNS.items():
+            text = _cell(rec.get(col), fmt)
+            if col == "implementation" and rec["trace"] in links:
+                text = f'<a href="{html.escape(links[rec["trace"]])}">{text}</a>'
+            cells.append(f"<td>{text}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
+    """Stacked bars: where a mean step's time goes, per implementation."""
+    parts = breakdown(summary)
+    fig = go.Figure([go.Bar(name=label, x=parts["label"], y=parts[col], marker_color=colour,
+                            hovertemplate="%{x}<br>" + label + ": %{y:.2f} ms<extra></extra>")
+                     for col, label, colour in BREAKDOWN])
+    fig.update_layout(barmode="stack", template="plotly_white", height=420, yaxis_title="ms per step (mean)",
+                      title="Where a step's time goes", margin=dict(t=60, b=60))
+    return fig
+
+
+def spread_figure(steps: pd.DataFrame) -> go.Figure:
+    """Step time of every (rank, step) per implementation: the spread behind the means."""
+    fig = go.Figure([go.Box(y=group["step_ms"], name=label, boxpoints="all", jitter=0.4, pointpos=0,
+                            marker_size=4, hovertemplate="%{y:.2f} ms<extra>" + html.escape(label) + "</extra>")
+                     for label, group in steps.groupby("label", sort=False)])
+    fig.update_layout(template="plotly_white", height=380, yaxis_title="step ms (each rank and step)",
+                      title="Per-step spread", showlegend=False, margin=dict(t=60, b=60))
+    return fig
+
+
+def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> str:
+    """Links to the timeline pages (paths relative to index.html)."""
+    items = [f'<li><a href="{html.escape(href)}">{html.escape(Path(trace).name)}</a></li>'
+             for trace, href in links.items()]
+    compare = ""
+    if side_by_side:
+        href, title = side_by_side
+        compare = f'<p><a href="{html.escape(href)}"><b>{html.escape(title)}</b></a> (one step of each, stacked)</p>'
+    return f"<h2>Timelines</h2>{compare}<ul>{''.join(items)}</ul>"
+
+
+def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: dict[str, str],
+                side_by_side: tuple[str, str] | None) -> Path:
+    """Write reports/index.html."""
+    intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). Exposed comm is "
+             "communication with no compute under it; speedup over naive compares mean step times.")
+    blocks = [
+        "<h2>Implementations, fastest first</h2>" + table_html(summary, links),
+        breakdown_figure(summary),
+        spread_figure(steps),
+        link_list(links, side_by_side),
+    ]
+    return write_page(path, "Data-parallel overlap report", blocks, intro=intro)

@@ -1,0 +1,222 @@
+"""Comparison report across implementations, written into one folder and nowhere else.
+
+    python -m analysis.report traces/*.sqlite -o reports/
+
+Writes into the -o folder: index.html (ranking table, per-step breakdown, step spread, links),
+timelines/<trace>.html (one per trace, all steps) and timelines/naive_vs_<best>.html (one step of
+each, stacked), summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
+steps keyed by trace path + content hash, so re-runs add history without duplicating rows).
+Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import TraceError
+from analysis.html_page import written_by_us
+from analysis.html_report import write_index
+from analysis.lanes import Selection
+
+SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
+                   "overlap_ms", "exposed_comm_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
+FORMATS = ("table", "csv", "json")
+
+
+@dataclass(frozen=True)
+class Analysed:
+    """One input trace: where it is, its content hash, the loaded trace and its analysis."""
+
+    path: Path
+    sha256: str
+    trace: object
+    analysis: object
+
+
+def progress(message: str) -> None:
+    print(f"[report] {message}", file=sys.stderr, flush=True)
+
+
+def content_hash(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def analyse(path: Path) -> Analysed:
+    from analysis.overlap import analyze_trace
+    from analysis.trace import load_trace
+
+    trace = load_trace(path)
+    return Analysed(path, content_hash(path), trace, analyze_trace(trace))
+
+
+def summary_frame(results: list[Analysed]) -> pd.DataFrame:
+    """One row per trace, fastest first, with labels unique across traces and speedup over naive."""
+    rows = [{**r.analysis.summary.iloc[0].to_dict(), "trace": str(r.path), "sha256": r.sha256} for r in results]
+    frame = pd.DataFrame(rows)
+    dup = frame["implementation"].duplicated(keep=False)
+    frame["label"] = np.where(dup, frame["implementation"] + " (" + frame["trace"].map(lambda p: Path(p).stem) + ")",
+                              frame["implementation"])
+    naive = frame.loc[frame["implementation"] == "naive", "step_ms"]
+    frame["speedup_vs_naive"] = naive.iloc[0] / frame["step_ms"] if len(naive) else np.nan
+    return frame.sort_values("step_ms", kind="stable", na_position="last").reset_index(drop=True)
+
+
+def steps_frame(results: list[Analysed], summary: pd.DataFrame) -> pd.DataFrame:
+    """Every (trace, rank, step) row of the analyses with the trace's label."""
+    labels = dict(zip(summary["trace"], summary["label"]))
+    return pd.concat([r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256)
+                      for r in results], ignore_index=True)
+
+
+def timeline_names(paths: list[Path]) -> dict[str, str]:
+    """timelines/<stem>.html per trace, numbered when two traces share a stem."""
+    names, seen = {}, {}
+    for p in paths:
+        n = seen.get(p.stem, 0)
+        seen[p.stem] = n + 1
+        names[str(p)] = f"timelines/{p.stem}{'' if n == 0 else f'_{n}'}.html"
+    return names
+
+
+def common_step(a: Analysed, b: Analysed) -> int | None:
+    """A step number both traces have (the middle one, past warm-up), or None."""
+    have = [set(r.analysis.steps["step"].dropna().astype(int)) for r in (a, b)]
+    common = sorted(have[0] & have[1])
+    return common[len(common) // 2] if common else None
+
+
+def check_out_dir(out: Path, html_names: list[str]) -> None:
+    """Refuse an -o that is a file, and files inside it this tool did not write."""
+    if out.exists() and not out.is_dir():
+        raise TraceError(f"-o {out}: is a file, expected a folder for the report")
+    for name in ["index.html", *html_names]:
+        page = out / name
+        if page.exists() and (page.is_dir() or not written_by_us(page)):
+            raise TraceError(f"{page}: exists and was not written by this tool; refusing to overwrite it "
+                             "(choose another -o folder)")
+    csv = out / "summary.csv"
+    if csv.exists() and not csv.read_text(errors="replace").startswith(",".join(SUMMARY_COLUMNS[:3])):
+        raise TraceError(f"{csv}: exists and is not a report summary; refusing to overwrite it")
+    db = out / "results.db"
+    if db.exists() and not db.read_bytes()[:16].startswith(b"SQLite format 3"):
+        raise TraceError(f"{db}: exists and is not an SQLite database; refusing to touch it")
+
+
+def record_history(db_path: Path, results: list[Analysed], summary: pd.DataFrame) -> None:
+    """Upsert traces, ranks and steps keyed by (path, sha256): re-runs add history, never duplicates."""
+    import sqlite_utils
+
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    keys = ["path", "sha256"]
+    with sqlite_utils.Database(db_path) as db:  # the with-block closes the connection
+        traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
+        db["traces"].upsert_all(_records(traces), pk=keys, alter=True)
+        for r in results:
+            base = {"path": str(r.path), "sha256": r.sha256}
+            ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
+            db["ranks"].upsert_all(_records(ranks), pk=keys + ["rank"], alter=True)
+            steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
+            steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
+            db["steps"].upsert_all(_records(steps), pk=keys + ["rank", "step"], alter=True)
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as plain Python values, NaN as NULL."""
+    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+
+
+def write_timelines(out: Path, results: list[Analysed], summary: pd.DataFrame) -> tuple[dict, tuple | None]:
+    """One overview timeline per trace plus the naive-vs-best side by side; returns the links."""
+    from analysis.timeline import trace_panel, write_timeline
+
+    names = timeline_names([r.path for r in results])
+    by_trace = {str(r.path): r for r in results}
+    for r in results:
+        t0 = time.perf_counter()
+        panel, _ = trace_panel(r.path, Selection(), trace=r.trace)
+        write_timeline([panel], out / names[str(r.path)], f"Timeline: {r.trace.implementation}", Selection())
+        progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
+    naive = summary.loc[summary["implementation"] == "naive", "trace"]
+    others = summary.loc[summary["implementation"] != "naive"]
+    if naive.empty or others.empty:
+        return names, None
+    a, b = by_trace[naive.iloc[0]], by_trace[others.iloc[0]["trace"]]
+    selection = Selection(step=common_step(a, b))
+    panels = [trace_panel(r.path, selection, trace=r.trace)[0] for r in (a, b)]
+    name = f"timelines/naive_vs_{others.iloc[0]['label'].split(' ')[0]}.html"
+    title = f"naive vs {others.iloc[0]['label']}"
+    if (out / name).exists() and not written_by_us(out / name):
+        raise TraceError(f"{out / name}: exists and was not written by this tool; refusing to overwrite it")
+    write_timeline(panels, out / name, f"Timeline: {title}", selection)
+    return names, (name, title)
+
+
+def print_summary(summary: pd.DataFrame, fmt: str) -> None:
+    shown = summary[SUMMARY_COLUMNS]
+    if fmt == "json":
+        print(json.dumps(shown.astype(object).where(shown.notna(), None).to_dict("records"), indent=2))
+    elif fmt == "csv":
+        print(shown.to_csv(index=False), end="")
+    else:
+        print(shown.drop(columns=["sha256"]).to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-"))
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m analysis.report",
+        description="Compare implementations from nsys SQLite exports: writes index.html (ranking table, "
+                    "per-step time breakdown, step spread, timeline links), one timeline per trace, a "
+                    "naive-vs-best timeline, summary.csv and results.db into the -o folder, and nothing "
+                    "outside it. Prints the summary table.",
+    )
+    ap.add_argument("traces", nargs="+", type=Path, help="nsys SQLite exports, one per implementation")
+    ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
+    ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
+    ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
+    return ap.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    out = args.output
+    try:
+        if len(set(p.resolve() for p in args.traces)) != len(args.traces):
+            raise TraceError("the same trace is given twice")
+        check_out_dir(out, [] if args.no_timelines else list(timeline_names(args.traces).values()))
+        results = []
+        for path in args.traces:
+            t0 = time.perf_counter()
+            results.append(analyse(path))
+            progress(f"analysed {path} ({time.perf_counter() - t0:.1f} s)")
+        summary = summary_frame(results)
+        out.mkdir(parents=True, exist_ok=True)
+        links, side = ({}, None) if args.no_timelines else write_timelines(out, results, summary)
+        index = write_index(out / "index.html", summary, steps_frame(results, summary), links, side)
+        summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
+        record_history(out / "results.db", results, summary)
+        progress(f"wrote {index}, {out / 'summary.csv'}, {out / 'results.db'}")
+    except TraceError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    try:
+        print_summary(summary, args.format)
+    except BrokenPipeError:  # `| head` closed stdout: the report is written, nothing more to say
+        sys.stderr.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

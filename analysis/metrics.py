@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis import intervals as iv
 from analysis.patterns import Patterns
-from analysis.phases import KERNEL, PUSH_POP, codes, find_steps, launched_inside, ranges_named, step_of
+from analysis.phases import KERNEL, MARK, PUSH_POP, codes, find_steps, launched_inside, ranges_named, step_of
 from analysis.trace import Trace
 
 NS_PER_MS = 1e6
@@ -115,7 +115,7 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, step: np.ndarray, backward_mas
                         span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
 
 
-def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start) -> RankActivity:
+def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start, span: tuple[int, int]) -> RankActivity:
     """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus blocking comm."""
     def items(frame: pd.DataFrame) -> Items:
         s, e = frame["start"].to_numpy(), frame["end"].to_numpy()
@@ -130,8 +130,6 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start) -> RankActivi
 
     compute = minus_blocking(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])))
     backward = minus_blocking(items(ranges["backward"]))
-    everything = pd.concat(list(ranges.values()))
-    span = (int(everything["start"].min()), int(everything["end"].max())) if len(everything) else (0, 0)
     n = len(comm.start)
     return RankActivity(comm=comm, compute=compute, backward=backward, comm_kernel=np.zeros(n, bool),
                         comm_copy=np.zeros(n, bool), comm_range_windows=comm.window, span=span,
@@ -197,7 +195,10 @@ def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.Da
                 trace, rows, window_of(launch), backward_mask, window_of(comm_ranges["start"].to_numpy()))
         else:
             mine = {phase: _of_process(frame, part, pid) for phase, frame in ranges.items()}
-            activity_for = lambda window_of: _nvtx_activity(mine, window_of)
+            own = _of_process(trace.nvtx, part, pid)
+            own = own[codes(own["kind"]) != MARK]
+            span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
+            activity_for = lambda window_of: _nvtx_activity(mine, window_of, span)
         per_step, total = _rank_frames(trace, rank, activity_for, steps)
         for frame, bucket in ((per_step, step_rows), (total, total_rows)):
             frame.insert(0, "device", int(rank["device"]))

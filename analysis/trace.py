@@ -237,7 +237,7 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
         "text": pd.Series(ev["text"].to_numpy(dtype=object, na_value=""), dtype=object),
         "kind": pd.Categorical.from_codes(np.select([event_type == 59, event_type == 60], [0, 1], 2),
                                           categories=NVTX_KIND_NAMES),
-        "domain": pd.Categorical(ev["domain_id"].map(domains).fillna("").astype(object).to_numpy()),
+        "domain": _categorical_names(ev["domain_id"].to_numpy(), {0: "", -1: "", **domains}),
     })
     return frame[keep].reset_index(drop=True)
 

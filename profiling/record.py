@@ -30,7 +30,7 @@ from typing import Sequence
 from ddp import registry
 from profiling.nsys import NsysError, find_nsys
 from profiling.plan import BACKENDS, DEVICES, ProfilePlan
-from profiling.session import profiled_env, record, run_forwarding_output
+from profiling.session import exit_on_sigterm, profiled_env, record, run_forwarding_output
 
 
 @dataclass
@@ -152,6 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(prefix + shlex.join(cmd))
         return 0
     plan.out_dir.mkdir(parents=True, exist_ok=True)
+    exit_on_sigterm()
     outputs: list[Output] = []
     for impl in plan.impls:
         log(f"{impl}: profiling ...")

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,9 +41,9 @@ class NsysOptions:
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.trace.split(",") if t not in KNOWN_TRACES]
-        if not self.trace or unknown:
-            raise ValueError(f"trace={self.trace!r}: unknown nsys trace {unknown or ['(empty)']}; "
-                             f"known: {','.join(sorted(KNOWN_TRACES))}")
+        if unknown:
+            raise ValueError(f"trace={self.trace!r}: unknown nsys trace {', '.join(map(repr, unknown))} "
+                             f"(an empty list is not allowed); known: {','.join(sorted(KNOWN_TRACES))}")
 
     def profile_args(self) -> list[str]:
         """The `nsys profile` arguments before the program, minus the output name."""
@@ -86,7 +87,11 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
     """
     proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", start_new_session=True)
-    deadline = time.monotonic() + timeout_s
+    # A watchdog, because a hung run prints nothing for the read loop to notice.
+    expired = threading.Event()
+    watchdog = threading.Timer(timeout_s, lambda: (expired.set(), _stop_group(proc)))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
@@ -95,23 +100,33 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
                     keep.append(part[len(RESULT_PREFIX):])
                 elif part.strip() and not _NSYS_CHATTER.match(part):
                     print(part, file=sys.stderr, flush=True)
-            if time.monotonic() > deadline:
-                raise subprocess.TimeoutExpired(cmd, timeout_s)
-        return proc.wait(timeout=max(1.0, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped") from None
+        rc = proc.wait()
     except BaseException:
-        _kill_group(proc)
+        _stop_group(proc)
         raise
+    finally:
+        watchdog.cancel()
+    if expired.is_set():
+        raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped")
+    return rc
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that a stopped process still stops the runs it started."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
@@ -150,6 +165,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("program", nargs=argparse.REMAINDER, help="-- then the command to profile")
     args = parser.parse_args(argv)
     program = args.program[1:] if args.program[:1] == ["--"] else args.program
+    exit_on_sigterm()
     try:
         if not program:
             raise ValueError("no program to profile: give it after --")

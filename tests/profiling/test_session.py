@@ -1,0 +1,95 @@
+"""One nsys session's file handling: outputs appear complete or not at all (stand-in nsys, no torch)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from profiling.nsys import NsysError, is_complete_sqlite
+from profiling.session import NsysOptions, profile_command, record
+from tests.profiling.test_nsys import REPO, fake_nsys
+
+OK = [sys.executable, "-c", "print('training output')"]
+FAIL = [sys.executable, "-c", "import sys; sys.exit(3)"]
+
+
+def test_options_validate_and_name_the_bad_trace():
+    with pytest.raises(ValueError, match="cudaa"):
+        NsysOptions(trace="cudaa,nvtx")
+    with pytest.raises(ValueError, match="empty"):
+        NsysOptions(trace="")
+
+
+def test_cpu_and_gpu_profile_arguments():
+    cpu = NsysOptions().profile_args()
+    assert cpu[cpu.index("--trace") + 1] == "nvtx,osrt"
+    assert cpu[cpu.index("--sample") + 1] == "none" and cpu[cpu.index("--cpuctxsw") + 1] == "none"
+    assert cpu[cpu.index("--capture-range") + 1] == "nvtx"
+    assert cpu[cpu.index("--nvtx-capture") + 1] == "profile"
+    assert cpu[cpu.index("--capture-range-end") + 1] == "stop"
+    assert "--cuda-memory-usage" not in cpu
+    gpu = NsysOptions(trace="cuda,nvtx,osrt", sample=True).profile_args()
+    assert gpu[gpu.index("--sample") + 1] == "process-tree"
+    assert "--cuda-memory-usage" in gpu
+    cmd = profile_command(Path("/x/nsys"), NsysOptions(), Path("out.nsys-rep"), ["prog", "--a"])
+    assert cmd[0] == "/x/nsys" and cmd[-4:] == ["--output", "out.nsys-rep", "prog", "--a"]
+
+
+def test_record_writes_both_files_and_replaces_only_its_own(tmp_path, capfd):
+    nsys = fake_nsys(tmp_path)
+    out = tmp_path / "traces"
+    out.mkdir()
+    (out / "overlap.sqlite").write_text("old")
+    (out / "naive.sqlite").write_text("someone else's")
+    done = record(nsys, NsysOptions(), OK, out / "overlap")
+    assert done.report == out / "overlap.nsys-rep" and done.report.read_text() == "fake report"
+    assert is_complete_sqlite(done.sqlite)
+    assert (out / "naive.sqlite").read_text() == "someone else's"
+    assert sorted(p.name for p in out.iterdir()) == ["naive.sqlite", "overlap.nsys-rep", "overlap.sqlite"]
+    err = capfd.readouterr().err
+    assert "training output" in err  # the run's own output is passed on ...
+    assert "Capture range" not in err and "[1/1]" not in err  # ... nsys's chatter is not
+
+
+@pytest.mark.parametrize("program, env, message", [
+    (FAIL, {}, "the profiled run failed \\(exit 3\\)"),
+    (OK, {"FAKE_NSYS_NO_REPORT": "1"}, "never opened the NVTX range 'profile'"),
+    (OK, {"FAKE_NSYS_EXPORT_FAIL": "1"}, "nsys export .* failed"),
+])
+def test_failures_keep_previous_outputs_and_leave_no_partial_files(tmp_path, monkeypatch, program, env, message):
+    nsys = fake_nsys(tmp_path)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    out = tmp_path / "traces"
+    out.mkdir()
+    (out / "overlap.nsys-rep").write_text("previous report")
+    (out / "overlap.sqlite").write_text("previous export")
+    with pytest.raises(NsysError, match=message):
+        record(nsys, NsysOptions(), program, out / "overlap")
+    assert (out / "overlap.nsys-rep").read_text() == "previous report"
+    assert (out / "overlap.sqlite").read_text() == "previous export"
+    assert sorted(p.name for p in out.iterdir()) == ["overlap.nsys-rep", "overlap.sqlite"]
+
+
+def test_timeout_kills_the_whole_run(tmp_path):
+    nsys = fake_nsys(tmp_path)
+    sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    with pytest.raises(NsysError, match="longer than 1 s"):
+        record(nsys, NsysOptions(), sleeper, tmp_path / "slow", timeout_s=1)
+    assert list(tmp_path.glob("*slow*")) == []
+
+
+def test_per_rank_entry_needs_rank_and_names_the_file_after_it(tmp_path):
+    nsys = fake_nsys(tmp_path)
+    env = {k: v for k, v in os.environ.items() if k != "RANK"}
+    env["NSYS"] = str(nsys)
+    cmd = [sys.executable, "-m", "profiling.session", "--stem", str(tmp_path / "x.rank{rank}"), "--", *OK]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=60)
+    assert res.returncode == 2 and "RANK is not set" in res.stderr and "Traceback" not in res.stderr
+    res = subprocess.run(cmd, capture_output=True, text=True, env={**env, "RANK": "3"}, cwd=REPO, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "x.rank3.nsys-rep").is_file() and is_complete_sqlite(tmp_path / "x.rank3.sqlite")
+    assert str(tmp_path / "x.rank3.sqlite") in res.stdout

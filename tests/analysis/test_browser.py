@@ -73,3 +73,17 @@ def test_the_check_sees_javascript_errors(tmp_path):
     check = check_page(page)
     assert check.plots == []
     assert any("undefinedFunction" in e for e in check.errors)
+
+
+def test_report_pages_render(traces, tmp_path):
+    from analysis import report
+
+    out = tmp_path / "reports"
+    assert report.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(out)]) == 0
+    check = check_page(out / "index.html", screenshot=SHOTS / "report_index.png", height=1500)
+    assert check.errors == []
+    assert [(p["traces"], p["types"][0]) for p in check.plots] == [(4, "bar"), (2, "box")]
+    assert all(p["svg_layers"] >= 1 for p in check.plots)
+    paths = [traces["naive"], traces["overlap"]]
+    assert_rendered(out / "timelines" / "naive_vs_overlap.html", expected_traces(paths, Selection(step=1)),
+                    "report_naive_vs_overlap.png")

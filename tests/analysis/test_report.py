@@ -1,0 +1,105 @@
+"""`python -m analysis.report`: index page, summary.csv, results.db history, safety of the -o folder."""
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+import sqlite3
+
+import pandas as pd
+import pytest
+from plotly.offline import get_plotlyjs
+
+from analysis import report
+from analysis.html_report import breakdown
+from tests.analysis.test_timeline_traces import write_trace
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("report_traces")
+    return [write_trace(folder / f"{k}.sqlite", k) for k in ("naive", "overlap")]
+
+
+def run(capsys, *argv) -> tuple[int, str, str]:
+    code = report.main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
+    out = tmp_path / "reports"
+    before = sorted(p.name for p in tmp_path.iterdir())
+    code, stdout, err = run(capsys, *traces, "-o", out, "--format", "json")
+    assert code == 0, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["reports"])
+    written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert written == ["index.html", "results.db", "summary.csv", "timelines/naive.html",
+                       "timelines/naive_vs_overlap.html", "timelines/overlap.html"]
+    rows = json.loads(stdout)
+    assert {r["implementation"]: r["overlap_pct"] for r in rows} == {"naive": 0.0, "overlap": pytest.approx(43.936, abs=1e-3)}
+    assert all(r["speedup_vs_naive"] == pytest.approx(1.0) for r in rows)
+    index = (out / "index.html").read_text()
+    assert index.count(get_plotlyjs()) == 1
+    assert 'href="timelines/naive_vs_overlap.html"' in index and 'href="timelines/overlap.html"' in index
+    for heading in ("step ms", "comm ms", "exposed comm ms", "overlap %", "speedup over naive"):
+        assert f"<th>{heading}</th>" in index
+    side = (out / "timelines/naive_vs_overlap.html").read_text()
+    assert "step 1, all ranks" in side  # the middle step common to both traces
+
+
+def test_summary_csv_matches_the_analysis(traces, tmp_path, capsys):
+    assert run(capsys, *traces, "-o", tmp_path, "--no-timelines")[0] == 0
+    with open(tmp_path / "summary.csv") as f:
+        rows = {r["implementation"]: r for r in csv.DictReader(f)}
+    assert float(rows["naive"]["exposed_comm_ms"]) == pytest.approx(8.95)
+    assert float(rows["overlap"]["overlap_ms"]) == pytest.approx(9.6)
+    assert len(rows["naive"]["sha256"]) == 64 and not (tmp_path / "timelines").exists()
+
+
+def test_breakdown_parts_add_up_to_the_step():
+    summary = pd.DataFrame({"label": ["a"], "step_ms": [100.0], "compute_ms": [60.0], "overlap_ms": [15.0],
+                            "exposed_comm_ms": [10.0]})
+    parts = breakdown(summary).iloc[0]
+    assert (parts["compute_only_ms"], parts["overlap_ms"], parts["exposed_comm_ms"], parts["idle_ms"]) == (45, 15, 10, 30)
+
+
+def test_results_db_accumulates_history_without_duplicates(traces, tmp_path, capsys):
+    copy = tmp_path / "naive.sqlite"
+    shutil.copy(traces[0], copy)
+    out = tmp_path / "rep"
+    for _ in range(2):
+        assert run(capsys, copy, traces[1], "-o", out, "--no-timelines")[0] == 0
+    db = sqlite3.connect(out / "results.db")
+    count = lambda table: db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+    assert (count("traces"), count("ranks"), count("steps")) == (2, 4, 12)
+    write_trace(copy, "naive", steps=4)  # same path, new content: a new history entry
+    assert run(capsys, copy, traces[1], "-o", out, "--no-timelines")[0] == 0
+    assert (count("traces"), count("ranks"), count("steps")) == (3, 6, 12 + 8)
+    hashes = db.execute("SELECT count(DISTINCT sha256) FROM traces WHERE path = ?", (str(copy),)).fetchone()[0]
+    assert hashes == 2
+    cols = {r[1] for r in db.execute("PRAGMA table_info(steps)")}
+    assert {"path", "sha256", "rank", "step", "overlap_ms", "exposed_comm_ms"} <= cols
+
+
+def test_refuses_to_overwrite_files_it_did_not_write(traces, tmp_path, capsys):
+    (tmp_path / "index.html").write_text("<html>my own notes</html>")
+    code, _, err = run(capsys, *traces, "-o", tmp_path)
+    assert code == 2 and "refusing to overwrite" in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "index.html").read_text() == "<html>my own notes</html>"
+    assert not (tmp_path / "summary.csv").exists()
+    (tmp_path / "index.html").unlink()
+    (tmp_path / "summary.csv").write_text("a,b\n1,2\n")
+    code, _, err = run(capsys, *traces, "-o", tmp_path)
+    assert code == 2 and "summary.csv" in err and (tmp_path / "summary.csv").read_text() == "a,b\n1,2\n"
+
+
+@pytest.mark.parametrize("make_args, message", [
+    (lambda t, d: [d / "missing.sqlite", "-o", d / "r"], "no such file"),
+    (lambda t, d: [t[0], t[0], "-o", d / "r"], "given twice"),
+    (lambda t, d: [t[0], "-o", t[1]], "is a file"),
+])
+def test_bad_input_exits_2_with_one_line(traces, tmp_path, capsys, make_args, message):
+    code, _, err = run(capsys, *make_args(traces, tmp_path))
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "r").exists()

@@ -9,6 +9,7 @@ RankFailedError naming the rank and its error, instead of waiting on a collectiv
 from __future__ import annotations
 
 import os
+import pickle
 import queue as queue_module
 import socket
 import time
@@ -94,7 +95,9 @@ def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s
     try:
         ctx = _setup_rank(rank, rank, world_size, world_size, backend, init_method, timeout_s)
         result = worker(ctx, *args)
-        results.put((rank, "ok", result if rank == 0 else None))
+        # Plain pickle copies tensors by value; torch's queue pickler would pass shared-memory handles
+        # that vanish when this process exits before the parent reads them.
+        results.put((rank, "ok", pickle.dumps(result if rank == 0 else None)))
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
         message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
@@ -145,7 +148,7 @@ def _collect(procs: list, results) -> Any:
         try:
             rank, status, payload = results.get(timeout=0.1)
             if status == "ok":
-                ok[rank] = payload
+                ok[rank] = pickle.loads(payload)
             else:
                 errors[rank] = payload
         except queue_module.Empty:

@@ -24,6 +24,7 @@ clock using TARGET_INFO_SESSION_START_TIME):
 from __future__ import annotations
 
 import json
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -253,13 +254,18 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     return meta
 
 
-def _load_part(path: Path, part: int) -> tuple[_Export, dict, pd.DataFrame]:
+def _load_part(path: Path, part: int) -> tuple[_Export, dict, pd.DataFrame, str, int]:
+    """(export, gpu columns, nvtx frame, nsys version, clock offset) of one file."""
     ex = _Export(path)
-    ops = _read_gpu_ops(ex)
-    ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
-    nvtx = _shape_nvtx(_read_nvtx(ex))
-    nvtx.insert(0, "part", np.int64(part))
-    return ex, ops, nvtx
+    try:
+        ops = _read_gpu_ops(ex)
+        ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
+        nvtx = _shape_nvtx(_read_nvtx(ex))
+        nvtx.insert(0, "part", np.int64(part))
+        return ex, ops, nvtx, ex.version(), ex.clock_offset()
+    except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as e:
+        # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
+        raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
 
 
 def _shifted(values: np.ndarray, delta: int) -> np.ndarray:
@@ -300,14 +306,14 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
-    offsets = [ex.clock_offset() for ex, _, _ in loaded]
-    for (ex, ops, nvtx), offset in zip(loaded, offsets):
+    offsets = [offset for *_, offset in loaded]
+    for (_, ops, nvtx, _, _), offset in zip(loaded, offsets):
         for c in ("start", "end", "launch_start"):
             ops[c] = _shifted(ops[c], offset - offsets[0])
         for c in ("start", "end"):
             nvtx[c] = _shifted(nvtx[c].to_numpy(), offset - offsets[0])
-    ops = _ops_frame([o for _, o, _ in loaded])
-    nvtx = pd.concat([n for _, _, n in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][2]
+    ops = _ops_frame([part[1] for part in loaded])
+    nvtx = pd.concat([part[2] for part in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][2]
     nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
     nvtx = nvtx.reset_index(drop=True)
     label = ", ".join(str(p) for p in paths)
@@ -317,6 +323,6 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")),
                           paths[0].stem)
-    return Trace(path=label, nsys_version=loaded[0][0].version(), source="gpu" if len(ops) else "nvtx",
+    return Trace(path=label, nsys_version=loaded[0][3], source="gpu" if len(ops) else "nvtx",
                  gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
                  meta=meta, implementation=implementation)

@@ -1,68 +1,29 @@
 """All-reduce from point-to-point messages (ring, reduce_broadcast) against dist.all_reduce, on gloo/CPU.
 
 One spawned group per world size runs every case (sizes x dtypes x algorithms x blocking/async),
-because starting ranks (importing torch) costs far more than the cases; each rank returns its
-failures through a file and the parent fails the test with all of them.
+because starting ranks (importing torch) costs far more than the cases; rank 0 gathers every
+rank's failures and the test fails with all of them.
 """
 from __future__ import annotations
 
-import datetime
-import json
-import socket
-import tempfile
-import time
-from pathlib import Path
-from typing import Callable
+import contextlib
+import functools
+import threading
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from hypothesis import given, strategies as st
 
-from ddp import reduce_broadcast, ring_allreduce
+from ddp import collectives, reduce_broadcast, ring_allreduce
+from ddp.launcher import DistContext, launch
 from ddp.ring_allreduce import chunk_bounds
 
-P2P_ALGORITHMS = {"ring": ring_allreduce.all_reduce, "reduce_broadcast": reduce_broadcast.all_reduce}
+# Through the one entry point every wrapper uses, so the registration is tested too.
+P2P_ALGORITHMS = {name: functools.partial(collectives.all_reduce, algorithm=name)
+                  for name in ("ring", "reduce_broadcast")}
 SIZES = (0, 1, 7, 1000, 100_003)
 DTYPES = (torch.float64, torch.int64)
-
-
-# ---------------------------------------------------------------- a small spawn harness
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank_main(rank: int, world: int, port: int, out_dir: str, check: Callable[[int, int], list[str]]) -> None:
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
-    try:
-        failures = check(rank, world)
-    finally:
-        dist.destroy_process_group()
-    Path(out_dir, f"rank{rank}.json").write_text(json.dumps(failures))
-
-
-def run_group(check: Callable[[int, int], list[str]], world: int, timeout_s: float = 120.0) -> list[str]:
-    """Run `check(rank, world)` on `world` spawned gloo ranks; return all ranks' failures."""
-    with tempfile.TemporaryDirectory() as out_dir:
-        ctx = mp.start_processes(_rank_main, args=(world, _free_port(), out_dir, check), nprocs=world,
-                                 join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout_s
-        try:
-            while not ctx.join(timeout=1.0):  # raises ProcessRaisedException when a rank failed
-                if time.monotonic() > deadline:
-                    raise TimeoutError(f"group of {world} ranks did not finish within {timeout_s:.0f}s")
-        finally:
-            for proc in ctx.processes:
-                if proc.is_alive():
-                    proc.kill()
-        return [f"rank {r}: {msg}" for r in range(world)
-                for msg in json.loads(Path(out_dir, f"rank{r}.json").read_text())]
 
 
 # ---------------------------------------------------------------- per-rank checks
@@ -130,15 +91,44 @@ def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
     return failures
 
 
-def _check_all(rank: int, world: int) -> list[str]:
-    return _check_sizes_and_dtypes(rank, world) + _check_async_shapes_and_order(rank, world)
+def _check_phase_ranges(rank: int, world: int) -> list[str]:
+    """Each algorithm opens its NVTX phase ranges, in order, on the p2p worker thread."""
+    seen: list[tuple[str, str]] = []
+
+    def recording_range(name: str):
+        seen.append((name, threading.current_thread().name))
+        return contextlib.nullcontext()
+
+    modules = (ring_allreduce, reduce_broadcast)
+    originals = [m.nvtx_range for m in modules]
+    try:
+        for m in modules:
+            m.nvtx_range = recording_range
+        for all_reduce in P2P_ALGORITHMS.values():
+            all_reduce(torch.ones(10))
+    finally:
+        for m, original in zip(modules, originals):
+            m.nvtx_range = original
+    phases = ["ring:reduce_scatter", "ring:all_gather", "reduce_broadcast:reduce", "reduce_broadcast:broadcast"]
+    want = [(name, "p2p-collectives") for name in phases] if world > 1 else []
+    return [] if seen == want else [f"phase ranges {seen}, expected {want}"]
+
+
+def _check_all(ctx: DistContext) -> list[str]:
+    """Every check on this rank; rank 0 returns all ranks' failures, each prefixed by its rank."""
+    rank, world = ctx.rank, ctx.world_size
+    failures = (_check_sizes_and_dtypes(rank, world) + _check_async_shapes_and_order(rank, world)
+                + _check_phase_ranges(rank, world))
+    everyone: list = [None] * world
+    dist.all_gather_object(everyone, failures)
+    return [f"rank {r}: {msg}" for r, msgs in enumerate(everyone) for msg in msgs]
 
 
 # ---------------------------------------------------------------- tests
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_p2p_all_reduce_equals_dist_all_reduce(world: int) -> None:
-    assert run_group(_check_all, world) == []
+    assert launch(_check_all, world, backend="gloo", timeout_s=120) == []
 
 
 @given(numel=st.integers(0, 10_000), parts=st.integers(1, 64))

@@ -17,13 +17,17 @@ from analysis import intervals
 from analysis.errors import TraceError
 from analysis.patterns import META_PREFIX, Patterns, matches
 from analysis.render_figure import Panel
-from analysis.render_style import PHASE_CATEGORIES
+from analysis.render_binning import merge_subpixel
+from analysis.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
 
-# Lane groups in top-to-bottom order within a rank.
-LANE_GROUPS = {"step": 0, "phases": 1, "comm": 2, "nvtx": 3, "gpu compute": 4, "gpu comm": 5}
-NVTX_GROUP = {"step": "step", "comm": "comm", "nvtx": "nvtx", **{p: "phases" for p in PHASE_CATEGORIES}}
+# Lane groups in top-to-bottom order within a rank (GPU groups repeat per stream).
+GROUP_LABELS = ("CPU step", "CPU phases", "CPU comm", "CPU other NVTX", "compute", "comm")
+STEP, PHASES, COMM, NVTX, GPU_COMPUTE, GPU_COMM = range(len(GROUP_LABELS))
+NVTX_GROUP = {"step": STEP, "comm": COMM, "nvtx": NVTX, **{p: PHASES for p in PHASE_CATEGORIES}}
+CATEGORIES = list(CATEGORY_COLOURS)
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 SKIPPED_RANGES = ("profile",)  # the capture range spans everything and says nothing
+FROM_NVTX, FROM_GPU = 0, 1
 
 
 @dataclass(frozen=True)
@@ -74,47 +78,84 @@ def classify_nvtx(text: pd.Series, patterns: Patterns) -> tuple[np.ndarray, np.n
     return category[inverse], steps[inverse]
 
 
-def _rank_of(keys: pd.DataFrame, ranks: pd.DataFrame, on: list[str]) -> np.ndarray:
-    """Rank of each row of `keys` by the columns `on` (-1 where the process is no rank)."""
-    table = ranks.drop_duplicates(on)[on + ["rank"]]
-    return keys[on].merge(table, on=on, how="left")["rank"].fillna(-1).astype(np.int64).to_numpy()
+def _process_key(part, pid, device=None) -> np.ndarray:
+    """One int64 per (file part, process[, device]) for vectorised rank lookup."""
+    key = (np.asarray(part, dtype=np.int64) << 40) | (np.asarray(pid, dtype=np.int64) << 16)
+    return key if device is None else key | ((np.asarray(device, dtype=np.int64) + 1) & 0xFFFF)
+
+
+def _rank_of(keys: np.ndarray, table_keys: np.ndarray, table_ranks: np.ndarray) -> np.ndarray:
+    """Rank of each key (-1 where the process/device is no rank), by binary search."""
+    order = np.argsort(table_keys, kind="stable")
+    sorted_keys, ranks = table_keys[order], table_ranks[order]
+    if sorted_keys.size == 0:
+        return np.full(keys.shape, -1, dtype=np.int64)
+    i = np.minimum(np.searchsorted(sorted_keys, keys), sorted_keys.size - 1)
+    return np.where(sorted_keys[i] == keys, ranks[i], -1)
 
 
 def nvtx_segments(trace, patterns: Patterns) -> pd.DataFrame:
-    """CPU segments: every NVTX range (marks and the capture range dropped) with rank and category."""
+    """CPU segments (numbers only): NVTX ranges, marks and the capture range dropped."""
     nv = trace.nvtx
-    nv = nv.loc[(nv["kind"] != "mark") & ~nv["text"].isin(SKIPPED_RANGES)
-                & ~nv["text"].astype(str).str.startswith(META_PREFIX)]
+    keep = ((nv["kind"] != "mark") & ~nv["text"].isin(SKIPPED_RANGES)).to_numpy()
+    rows = np.flatnonzero(keep)
+    nv = nv.iloc[rows]
     category, step = classify_nvtx(nv["text"], patterns)
-    tid, end_tid = nv["tid"].to_numpy(), nv["end_tid"].to_numpy()
-    thread = np.where(tid == end_tid, "tid " + tid.astype(str), "tid " + tid.astype(str) + " → " + end_tid.astype(str))
+    first = trace.ranks.drop_duplicates(["part", "pid"])
+    rank = _rank_of(_process_key(nv["part"], nv["pid"]), _process_key(first["part"], first["pid"]),
+                    first["rank"].to_numpy())
     return pd.DataFrame({
-        "rank": _rank_of(nv, trace.ranks, ["part", "pid"]), "start": nv["start"].to_numpy(),
-        "end": nv["end"].to_numpy(), "category": category, "step": step,
-        "name": nv["text"].astype(str).to_numpy(), "stream": thread,
-        "group": pd.Series(category).map(NVTX_GROUP).to_numpy(), "stream_id": -1,
-        "when": nv["start"].to_numpy(),
+        "rank": rank, "start": nv["start"].to_numpy(), "end": nv["end"].to_numpy(),
+        "category": pd.Categorical(category, categories=CATEGORIES), "step": step,
+        "group": pd.Series(category).map(NVTX_GROUP).to_numpy(dtype=np.int64), "stream_id": -1,
+        "when": nv["start"].to_numpy(), "src": FROM_NVTX, "row": rows,
     })
 
 
 def gpu_segments(trace) -> pd.DataFrame:
-    """GPU segments: kernels, copies and sets with rank, category and a launch time for phase lookup."""
-    ops = trace.gpu_ops
+    """GPU segments (numbers only): kernels, copies and sets with a launch time for phase lookup."""
+    ops, ranks = trace.gpu_ops, trace.ranks
     is_comm = ops["is_comm"].to_numpy(dtype=bool)
     memory = (ops["kind"] != "kernel").to_numpy()
-    stream = ops["stream"].to_numpy()
-    launch = ops["launch_start"].to_numpy()
+    launch, start = ops["launch_start"].to_numpy(), ops["start"].to_numpy()
+    codes = np.select([is_comm, memory], [CATEGORIES.index("comm_kernel"), CATEGORIES.index("memory")],
+                      CATEGORIES.index("compute"))
     return pd.DataFrame({
-        "rank": _rank_of(ops, trace.ranks, ["part", "pid", "device"]), "start": ops["start"].to_numpy(),
-        "end": ops["end"].to_numpy(),
-        "category": np.select([is_comm, memory], ["comm_kernel", "memory"], "compute"),
-        "step": -1, "name": ops["name"].astype(str).to_numpy(),
-        "stream": "stream " + stream.astype(str), "group": np.where(is_comm, "gpu comm", "gpu compute"),
-        "stream_id": stream, "when": np.where(launch >= 0, launch, ops["start"].to_numpy()),
+        "rank": _rank_of(_process_key(ops["part"], ops["pid"], ops["device"]),
+                         _process_key(ranks["part"], ranks["pid"], ranks["device"]), ranks["rank"].to_numpy()),
+        "start": start, "end": ops["end"].to_numpy(),
+        "category": pd.Categorical.from_codes(codes, categories=CATEGORIES), "step": -1,
+        "group": np.where(is_comm, GPU_COMM, GPU_COMPUTE), "stream_id": ops["stream"].to_numpy(),
+        "when": np.where(launch >= 0, launch, start), "src": FROM_GPU, "row": np.arange(len(ops)),
     })
 
 
-def _phase_labels(cpu: pd.DataFrame, seg: pd.DataFrame) -> np.ndarray:
+def _names(trace, seg: pd.DataFrame) -> np.ndarray:
+    """Name of each (merged) segment's first member: NVTX text or kernel/copy name."""
+    src, row = seg["src"].to_numpy(), seg["row"].to_numpy()
+    out = np.empty(len(seg), dtype=object)
+    nvtx = src == FROM_NVTX
+    out[nvtx] = trace.nvtx["text"].to_numpy()[row[nvtx]]
+    names = trace.gpu_ops["name"]
+    if isinstance(names.dtype, pd.CategoricalDtype):  # index the few categories, not a 1M-row copy
+        out[~nvtx] = names.cat.categories.to_numpy()[names.cat.codes.to_numpy()[row[~nvtx]]]
+    else:
+        out[~nvtx] = names.to_numpy()[row[~nvtx]]
+    return out
+
+
+def _streams(trace, seg: pd.DataFrame) -> np.ndarray:
+    """'stream S' for GPU work; 'tid T' (or 'tid T → U' for ranges ended on another thread) for NVTX."""
+    nvtx = seg["src"].to_numpy() == FROM_NVTX
+    rows = seg["row"].to_numpy()[nvtx]
+    tid = trace.nvtx["tid"].to_numpy()[rows].astype(str)
+    end_tid = trace.nvtx["end_tid"].to_numpy()[rows].astype(str)
+    out = ("stream " + seg["stream_id"].astype(str)).to_numpy(dtype=object)
+    out[nvtx] = np.where(tid == end_tid, "tid " + tid, "tid " + tid + " → " + end_tid)
+    return out
+
+
+def _phase_labels(cpu: pd.DataFrame, seg: pd.DataFrame, names: np.ndarray) -> np.ndarray:
     """'step N · phase' around each segment's start (launch time for GPU work), per rank."""
     when = seg["when"].to_numpy()
     step_label = np.full(len(seg), "", dtype=object)
@@ -122,18 +163,18 @@ def _phase_labels(cpu: pd.DataFrame, seg: pd.DataFrame) -> np.ndarray:
     for rank in np.unique(seg["rank"].to_numpy()):  # one pass per rank, vectorised inside
         mine = seg["rank"].to_numpy() == rank
         for kinds, out, label in ((["step"], step_label, lambda r: "step " + r["step"].astype(str)),
-                                  (list(PHASE_CATEGORIES), phase_label, lambda r: r["category"])):
+                                  (list(PHASE_CATEGORIES), phase_label, lambda r: r["category"].astype(str))):
             ranges = cpu.loc[(cpu["rank"] == rank) & cpu["category"].isin(kinds)].sort_values("start")
             if ranges.empty:
                 continue
             s, e = ranges["start"].to_numpy(), ranges["end"].to_numpy()
             i = np.searchsorted(s, when[mine], side="right") - 1
             inside = (i >= 0) & (when[mine] < e[np.maximum(i, 0)])
-            names = label(ranges).to_numpy().astype(object)
-            out[mine] = np.where(inside, names[np.maximum(i, 0)], "")
+            labels = label(ranges).to_numpy().astype(object)
+            out[mine] = np.where(inside, labels[np.maximum(i, 0)], "")
     joined = pd.Series(step_label) + np.where((step_label != "") & (phase_label != ""), " · ", "") + phase_label
-    own = seg["group"].isin(["step", "phases"]).to_numpy()
-    return np.where(own, seg["name"].to_numpy(), joined.replace("", "—").to_numpy())
+    own = np.isin(seg["group"].to_numpy(), [STEP, PHASES])
+    return np.where(own, names, joined.replace("", "—").to_numpy())
 
 
 def _window(cpu: pd.DataFrame, seg: pd.DataFrame, step: int | None, where: str) -> tuple[int, int, int]:
@@ -153,35 +194,36 @@ def _window(cpu: pd.DataFrame, seg: pd.DataFrame, step: int | None, where: str) 
 
 
 def _lanes(seg: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
-    """Lane table (lane, label, rank) and each segment's lane, ordered rank, group, stream."""
-    keys = seg[["rank", "group", "stream_id"]].drop_duplicates()
-    # CPU lanes (stream_id -1) first in group order, then per GPU stream its compute and comm lanes.
-    keys = keys.assign(order=keys["group"].map(LANE_GROUPS)).sort_values(["rank", "stream_id", "order"])
-    keys = keys.reset_index(drop=True)
-    gpu = keys["stream_id"] >= 0
-    where = np.where(gpu, "GPU s" + keys["stream_id"].astype(str) + " " + keys["group"].str.slice(4),
-                     "CPU " + keys["group"].replace({"nvtx": "other NVTX"}))
-    lanes = pd.DataFrame({"lane": np.arange(len(keys)), "label": "r" + keys["rank"].astype(str) + " " + where,
-                          "rank": keys["rank"].to_numpy()})
-    lane_of = seg[["rank", "group", "stream_id"]].merge(keys.assign(lane=lanes["lane"]), how="left")["lane"]
-    return lanes, lane_of.to_numpy()
+    """Lane table (lane, label, rank) and each segment's lane.
+
+    Per rank: CPU lanes (stream_id -1) in group order, then per GPU stream its compute and comm lanes.
+    """
+    rank, stream, group = (seg[c].to_numpy(dtype=np.int64) for c in ("rank", "stream_id", "group"))
+    key = (rank << 40) | ((stream + 1) << 8) | group
+    uniq, lane_of = np.unique(key, return_inverse=True)
+    u_rank, u_stream, u_group = uniq >> 40, ((uniq >> 8) & 0xFFFFFFFF) - 1, uniq & 0xFF
+    group_label = np.asarray(GROUP_LABELS, dtype=object)[u_group]
+    where = np.where(u_stream >= 0, "GPU s" + u_stream.astype(str) + " " + group_label, group_label)
+    labels = "r" + u_rank.astype(str) + " " + where
+    return pd.DataFrame({"lane": np.arange(uniq.size), "label": labels, "rank": u_rank}), lane_of
 
 
 def _overlap(seg: pd.DataFrame, lo: int, hi: int) -> tuple[pd.DataFrame, ViewFigures]:
     """Per rank: periods where communication runs under compute, clipped to the window."""
     rows, comm_total, overlap_total = [], 0, 0
-    ranks = np.unique(seg["rank"].to_numpy())
+    rank_of = seg["rank"].to_numpy()
+    category = seg["category"].cat.codes.to_numpy()  # integer compares: 1M rows stay cheap
+    code = {c: CATEGORIES.index(c) for c in CATEGORIES}
+    compute_phases = [code[c] for c in COMPUTE_PHASES]
+    ranks = np.unique(rank_of)
     for rank in ranks:  # one pass per rank
-        mine = seg.loc[seg["rank"] == rank]
-        on_gpu = (mine["stream_id"] >= 0).any()
-        if on_gpu:
-            comm = mine.loc[mine["category"] == "comm_kernel"]
-            compute = mine.loc[mine["category"] == "compute"]
+        mine = rank_of == rank
+        if (seg["stream_id"].to_numpy()[mine] >= 0).any():
+            comm, compute = mine & (category == code["comm_kernel"]), mine & (category == code["compute"])
         else:
-            comm = mine.loc[mine["category"] == "comm"]
-            compute = mine.loc[mine["category"].isin(COMPUTE_PHASES)]
-        cs, ce = intervals.union(*intervals.clip(comm["start"], comm["end"], lo, hi))
-        ks, ke = intervals.clip(compute["start"], compute["end"], lo, hi)
+            comm, compute = mine & (category == code["comm"]), mine & np.isin(category, compute_phases)
+        cs, ce = intervals.union(*intervals.clip(seg["start"][comm], seg["end"][comm], lo, hi))
+        ks, ke = intervals.clip(seg["start"][compute], seg["end"][compute], lo, hi)
         os_, oe = intervals.intersect(cs, ce, ks, ke)
         comm_total += intervals.total_length(cs, ce)
         overlap_total += intervals.total_length(os_, oe)
@@ -192,24 +234,31 @@ def _overlap(seg: pd.DataFrame, lo: int, hi: int) -> tuple[pd.DataFrame, ViewFig
 
 
 def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = Patterns(),
-                title: str = "") -> tuple[Panel, ViewFigures]:
-    """The panel for one trace under a selection, and the overlap figures of what it shows."""
+                title: str = "", width_px: int = 1600) -> tuple[Panel, ViewFigures]:
+    """The panel for one trace under a selection, and the overlap figures of what it shows.
+
+    Work narrower than a pixel (window / width_px) is merged before any label string is built, so
+    the cost of labels follows what is drawn, not the size of the trace.
+    """
     cpu = nvtx_segments(trace, patterns)
     seg = pd.concat([cpu, gpu_segments(trace)], ignore_index=True)
-    seg = seg.loc[seg["rank"] >= 0]
+    seg = seg.loc[seg["rank"].to_numpy() >= 0]
     where = str(trace.path)
     if selection.rank is not None:
         if selection.rank not in set(seg["rank"].tolist()):
             raise TraceError(f"{where}: no rank {selection.rank} (ranks: {sorted(set(seg['rank'].tolist()))})")
-        seg = seg.loc[seg["rank"] == selection.rank]
-        cpu = cpu.loc[cpu["rank"] == selection.rank]
+        seg = seg.loc[seg["rank"].to_numpy() == selection.rank]
+        cpu = cpu.loc[cpu["rank"].to_numpy() == selection.rank]
     if seg.empty:
         raise TraceError(f"{where}: no NVTX ranges or GPU work to draw")
     origin, lo, hi = _window(cpu, seg, selection.step, where)
-    seg = seg.loc[(seg["end"] > lo) & (seg["start"] < hi)].reset_index(drop=True)
-    seg["phase"] = _phase_labels(cpu, seg)
-    lanes, seg["lane"] = _lanes(seg)
+    seg = seg.loc[(seg["end"].to_numpy() > lo) & (seg["start"].to_numpy() < hi)].reset_index(drop=True)
+    lanes, lane_of = _lanes(seg)
+    seg["lane"] = lane_of
     shaded, figures = _overlap(seg, lo, hi)
+    seg = merge_subpixel(seg, (hi - lo) / width_px)
+    names = _names(trace, seg)
+    seg = seg.assign(name=names, stream=_streams(trace, seg), phase=_phase_labels(cpu, seg, names))
     panel = Panel(title=title or where, segments=seg, lanes=lanes, origin_ns=origin, window_ns=(lo, hi),
                   overlap=shaded)
     return panel, figures

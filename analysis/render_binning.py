@@ -12,52 +12,44 @@ import pandas as pd
 
 # The generic input of the renderer: one row per drawable interval (times in ns).
 SEGMENT_COLUMNS = ("lane", "start", "end", "category", "name", "phase", "stream")
+REQUIRED_FOR_MERGE = ("lane", "start", "end", "category")
 
 
-def check_segments(segments: pd.DataFrame) -> None:
+def check_segments(segments: pd.DataFrame, required=SEGMENT_COLUMNS) -> None:
     """Raise ValueError naming the missing columns of a segments frame."""
-    missing = [c for c in SEGMENT_COLUMNS if c not in segments.columns]
+    missing = [c for c in required if c not in segments.columns]
     if missing:
         raise ValueError(f"segments frame lacks columns {missing}")
 
 
 def merge_subpixel(segments: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
-    """Segments with sub-pixel work merged into blocks; adds `count` and `busy` (ns) columns.
+    """Segments with sub-pixel work merged into blocks; adds/updates `count` and `busy` (ns) columns.
 
-    Wide segments are kept as they are (count 1). The input frame is not modified.
+    A block spans its members and keeps the first member's other columns (name, phase, ...), so
+    merging twice at the same resolution changes nothing. Wide segments are kept as they are.
+    The input frame is not modified.
     """
-    check_segments(segments)
+    check_segments(segments, REQUIRED_FOR_MERGE)
     if not pixel_ns > 0:
         raise ValueError(f"pixel_ns must be > 0, got {pixel_ns!r}")
-    seg = segments.loc[:, list(SEGMENT_COLUMNS)]
-    duration = (seg["end"] - seg["start"]).to_numpy()
-    count = segments["count"].to_numpy() if "count" in segments else np.ones(len(seg), np.int64)
+    duration = (segments["end"] - segments["start"]).to_numpy()
+    count = segments["count"].to_numpy() if "count" in segments else np.ones(len(segments), np.int64)
     busy = segments["busy"].to_numpy() if "busy" in segments else duration
-    seg = seg.assign(count=count.astype(np.int64), busy=busy.astype(np.int64))
+    seg = segments.assign(count=count.astype(np.int64), busy=busy.astype(np.int64))
     narrow = duration < pixel_ns
     wide = seg.loc[~narrow]
     small = seg.loc[narrow]
     if small.empty:
         return wide.reset_index(drop=True)
     column = np.floor(small["start"].to_numpy() / pixel_ns).astype(np.int64)
+    small = small.assign(_px=column).sort_values(["lane", "start"], kind="stable")
+    keys = ["lane", "category", "_px"]
+    rest = {c: (c, "first") for c in seg.columns if c not in (*keys, "start", "end", "count", "busy")}
     blocks = (
-        small.assign(_px=column)
-        .groupby(["lane", "category", "_px"], sort=False, observed=True)
-        .agg(
-            start=("start", "min"),
-            end=("end", "max"),
-            name=("name", "first"),
-            phase=("phase", "first"),
-            stream=("stream", "first"),
-            count=("count", "sum"),
-            busy=("busy", "sum"),
-        )
+        small.groupby(keys, sort=False, observed=True)
+        .agg(start=("start", "min"), end=("end", "max"), count=("count", "sum"), busy=("busy", "sum"), **rest)
         .reset_index()
         .drop(columns="_px")
-    )
-    merged = blocks["count"] > 1
-    blocks["name"] = blocks["name"].where(
-        ~merged, blocks["count"].astype(str) + " merged, first: " + blocks["name"].astype(str)
     )
     out = pd.concat([wide, blocks[wide.columns]], ignore_index=True)
     return out.sort_values(["lane", "start"], kind="stable").reset_index(drop=True)

@@ -66,15 +66,19 @@ def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]
 
 def _hover_text(seg: pd.DataFrame) -> np.ndarray:
     """One hover label per segment: name, phase, stream (numbers go through customdata)."""
-    text = (
-        "<b>" + seg["name"].astype(str).str.slice(0, 80) + "</b><br>phase: " + seg["phase"].astype(str)
-        + "<br>stream: " + seg["stream"].astype(str)
-    )
-    return text.to_numpy()
+    name = seg["name"].astype(str).str.slice(0, 80)
+    merged = seg["count"] > 1
+    name = name.where(~merged, seg["count"].astype(str) + " merged, first: " + name)
+    return ("<b>" + name + "</b><br>phase: " + seg["phase"].astype(str) + "<br>stream: "
+            + seg["stream"].astype(str)).to_numpy()
 
 
-def _hover_trace(seg: pd.DataFrame, origin_ns: int) -> go.Scattergl:
-    """Invisible markers at segment middles that carry the hover label of each segment."""
+def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str) -> go.Scattergl:
+    """Invisible markers at segment middles that carry the hover label of each segment.
+
+    One per category, so the colour is a scalar: per-point colour arrays cost plotly a Python-level
+    validation per point.
+    """
     start_ms = (seg["start"].to_numpy() - origin_ns) / 1e6
     dur_ms = (seg["end"] - seg["start"]).to_numpy() / 1e6
     custom = np.column_stack([start_ms, dur_ms, seg["count"].to_numpy(), seg["busy"].to_numpy() / 1e6])
@@ -82,7 +86,7 @@ def _hover_trace(seg: pd.DataFrame, origin_ns: int) -> go.Scattergl:
         x=start_ms + dur_ms / 2,
         y=seg["lane"].to_numpy(dtype=np.float64),
         mode="markers",
-        marker=dict(size=8, opacity=0, color=seg["category"].map(category_colour).to_numpy()),
+        marker=dict(size=8, opacity=0, color=category_colour(category)),
         text=_hover_text(seg),
         customdata=custom,
         hovertemplate=(
@@ -90,6 +94,7 @@ def _hover_trace(seg: pd.DataFrame, origin_ns: int) -> go.Scattergl:
             "<br>count: %{customdata[2]}, busy %{customdata[3]:.3f} ms<extra></extra>"
         ),
         showlegend=False,
+        legendgroup=category,
         name="hover",
     )
 
@@ -152,8 +157,7 @@ def build_figure(panels: list[Panel], width_px: int = 1600,
                 row=row, col=1,
             )
             in_legend.add(category)
-        if len(seg):
-            fig.add_trace(_hover_trace(seg, panel.origin_ns), row=row, col=1)
+            fig.add_trace(_hover_trace(part, panel.origin_ns, category), row=row, col=1)
         n_lanes = max(len(panel.lanes), 1)
         fig.update_yaxes(
             row=row, col=1, tickmode="array", tickvals=panel.lanes["lane"].tolist(),

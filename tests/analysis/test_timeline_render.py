@@ -30,8 +30,15 @@ def test_wide_segments_are_kept_and_narrow_ones_merged_per_pixel():
     out = merge_subpixel(seg, pixel_ns=2000)
     # 0..500 and 1000..1500 share pixel column 0; the 3000 ns kernel is wider than a pixel.
     assert out[["start", "end", "count", "busy"]].values.tolist() == [[0, 1500, 2, 1000], [5000, 8000, 1, 3000]]
-    assert out.loc[0, "name"].startswith("2 merged")
-    assert out.loc[1, "name"] == "k"
+    assert out["name"].tolist() == ["k", "k"]  # a block keeps its first member's fields
+
+
+def test_merging_twice_at_the_same_resolution_changes_nothing():
+    rng = np.random.default_rng(3)
+    starts = np.sort(rng.integers(0, 10_000_000, 5_000))
+    seg = segments(starts, rng.integers(10, 20_000, starts.size))
+    once = merge_subpixel(seg, pixel_ns=10_000)
+    pd.testing.assert_frame_equal(merge_subpixel(once, pixel_ns=10_000), once)
 
 
 def test_merging_does_not_touch_the_callers_frame():
@@ -107,11 +114,23 @@ def test_figure_shares_colours_and_legend_across_panels():
 
 def test_hover_carries_name_phase_stream_and_numbers():
     fig = build_figure([panel("overlap", 50_000_000, True)])
-    hover = [t for t in fig.data if t.name == "hover"][0]
+    hover = [t for t in fig.data if t.name == "hover" and t.legendgroup == "comm_kernel"][0]
     comm = [i for i, text in enumerate(hover.text) if "ncclAllReduce" in text][0]
     assert "phase: backward" in hover.text[comm] and "stream: 7" in hover.text[comm]
     assert hover.customdata[comm][:3].tolist() == [50.0, 20.0, 1]
     assert "duration" in hover.hovertemplate
+    compute = [t for t in fig.data if t.name == "hover" and t.legendgroup == "compute"][0]
+    # 60 us kernels 100 us apart: narrower than a pixel (62.5 us) but alone in their pixel column.
+    assert len(compute.text) == 800 and set(compute.customdata[:, 2]) == {1}
+
+
+def test_hover_names_merged_blocks_with_their_count():
+    lanes = pd.DataFrame({"lane": [0], "label": ["r0 gpu"], "rank": 0})
+    seg = segments(np.arange(0, 1_000_000, 1000), np.full(1000, 500))  # 1000 kernels in one ms
+    fig = build_figure([Panel("p", seg, lanes, origin_ns=0, window_ns=(0, 1_600_000_000))], width_px=1600)
+    hover = [t for t in fig.data if t.name == "hover"][0]
+    assert list(hover.text) == ["<b>1000 merged, first: k</b><br>phase: backward<br>stream: 7"]
+    assert hover.customdata[0][2] == 1000 and hover.customdata[0][3] == pytest.approx(0.5)
 
 
 def test_page_embeds_plotly_once_and_fetches_nothing():

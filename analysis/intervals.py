@@ -110,6 +110,21 @@ def contains(set_starts, set_ends, t) -> np.ndarray:
     return (i >= 0) & (t < e[np.maximum(i, 0)])
 
 
+def factorize(keys) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
+    but O(n) when the keys span a small range (step numbers, string ids), the common case here."""
+    k = _as_int64(keys).reshape(-1)
+    if k.size == 0:
+        return EMPTY, EMPTY
+    lo, hi = int(k.min()), int(k.max())
+    if hi - lo > 4 * k.size + 1024:
+        return np.unique(k, return_inverse=True)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[k - lo] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, position[k - lo]
+
+
 def keyed_union(keys, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One union per key, computed at once: returns (key, start, end) pieces sorted by key then start.
 
@@ -121,7 +136,7 @@ def keyed_union(keys, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     k, s, e = k[keep], s[keep], e[keep]
     if k.size == 0:
         return EMPTY, EMPTY, EMPTY
-    uniq, group = np.unique(k, return_inverse=True)
+    uniq, group = factorize(k)
     lo = np.full(uniq.size, np.iinfo(np.int64).max)
     hi = np.full(uniq.size, np.iinfo(np.int64).min)
     np.minimum.at(lo, group, s)

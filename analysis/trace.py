@@ -34,6 +34,7 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
+from analysis.intervals import factorize
 from analysis.patterns import META_PREFIX, Patterns
 from analysis.phases import communication_mask
 from analysis.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
@@ -130,7 +131,10 @@ class _Export:
 
 def _categorical_names(ids: np.ndarray, strings: dict[int, str]) -> pd.Categorical:
     """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
-    uniq, inverse = np.unique(ids, return_inverse=True)
+    if ids.dtype == object:  # inline strings (rare): nothing to look up
+        uniq, inverse = np.unique(ids.astype(str), return_inverse=True)
+    else:
+        uniq, inverse = factorize(ids)
     texts = [strings.get(int(u), f"<string {u}>") if not isinstance(u, str) else u for u in uniq]
     codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
     return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)],

@@ -94,3 +94,10 @@ def test_touching_intervals_merge_and_empty_ones_vanish():
     s, e = iv.union([0, 5, 9], [5, 9, 9])
     assert s.tolist() == [0] and e.tolist() == [9]
     assert iv.union([], [])[0].size == 0
+
+
+@given(st.lists(st.integers(-2**40, 2**40), max_size=30) | st.lists(st.integers(-3, 50), max_size=30))
+def test_factorize_equals_numpy_unique(keys):
+    uniq, inverse = iv.factorize(np.array(keys, dtype=np.int64))
+    expected_uniq, expected_inverse = np.unique(np.array(keys, dtype=np.int64), return_inverse=True)
+    assert uniq.tolist() == expected_uniq.tolist() and inverse.tolist() == expected_inverse.reshape(-1).tolist()

@@ -14,6 +14,7 @@ import threading
 from typing import Callable
 
 import torch
+import torch.distributed as dist
 
 
 class P2PWork:
@@ -73,6 +74,19 @@ def _the_worker() -> _OrderedWorker:
         if _worker is None:
             _worker = _OrderedWorker()
         return _worker
+
+
+def staged_for_backend(algorithm: Callable[..., torch.Tensor], tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """Run `algorithm(tensor, group)`; over gloo, a CUDA tensor goes through a host copy.
+
+    gloo's send/recv hand the raw data pointer to a host-memory transport (its collectives stage
+    CUDA tensors themselves, its point-to-point calls do not), so the copy is made here.
+    """
+    if tensor.is_cuda and dist.get_backend(group) == "gloo":
+        host = tensor.cpu()  # waits for the kernels that produced `tensor` on this thread's stream
+        algorithm(host, group)
+        return tensor.copy_(host)
+    return algorithm(tensor, group)
 
 
 def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False):

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ddp.nvtx_ranges import range as nvtx_range
-from ddp.p2p_work import run_in_order
+from ddp.p2p_work import run_in_order, staged_for_backend
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -76,4 +76,4 @@ def all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
 
     Returns the tensor, or with async_op=True a P2PWork handle (`wait()`, `get_future()`).
     """
-    return run_in_order(lambda: ring_all_reduce(tensor, group), async_op=async_op)
+    return run_in_order(lambda: staged_for_backend(ring_all_reduce, tensor, group), async_op=async_op)

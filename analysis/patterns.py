@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import numpy as np
+import pandas as pd
+
 from analysis.errors import TraceError
 
 COMM_KERNEL = r"(?i)^(nccl|rccl|msccl)|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
@@ -45,11 +48,8 @@ class Patterns:
         return re.compile(getattr(self, field))
 
 
-def matches(names, regex: re.Pattern) -> "np.ndarray":
+def matches(names: pd.Series, regex: re.Pattern) -> np.ndarray:
     """Boolean array: which of `names` (a categorical or string Series) match; each distinct name is tested once."""
-    import numpy as np
-    import pandas as pd
-
     cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
     hits = np.array([regex.search(str(c)) is not None for c in cat.cat.categories], dtype=bool)
     codes = cat.cat.codes.to_numpy()

@@ -37,19 +37,14 @@ from analysis.errors import TraceError
 from analysis.intervals import factorize
 from analysis.patterns import META_PREFIX, Patterns
 from analysis.phases import communication_mask
-from analysis.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
+from analysis.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
 
-KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
-RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
-NSYS_TABLES = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, "StringIds", "ThreadNames", "PROCESSES",
-               "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME"}
 NVTX_KINDS = {34: "mark", 59: "push_pop", 60: "start_end"}
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)  # kind codes 0, 1, 2
 NVTX_KIND_NAMES = pd.Index(["push_pop", "start_end", "mark"], dtype=object)  # kind codes 0, 1, 2
 NVTX_DOMAIN_CREATE = 75
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
               9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-PID_MASK, TID_MASK = 0xFFFFFF, 0xFFFFFF
 
 
 @dataclass(frozen=True)
@@ -66,69 +61,6 @@ class Trace:
     implementation: str = ""
 
 
-def pid_of(global_id: np.ndarray) -> np.ndarray:
-    """Process id from an nsys globalTid/globalPid: <HW:8><VM:8><PID:24><TID:24> (-1 stays -1)."""
-    pid = (global_id >> 24) & PID_MASK
-    return pid if global_id.size == 0 or global_id.min() >= 0 else np.where(global_id >= 0, pid, -1)
-
-
-def tid_of(global_tid: np.ndarray) -> np.ndarray:
-    return np.where(global_tid >= 0, global_tid & TID_MASK, -1)
-
-
-class _Export:
-    """An open export: its connection, tables and string table."""
-
-    def __init__(self, path: Path):
-        check_sqlite_file(path)
-        self.path = path
-        self.conn = connect_readonly(path)
-        self.tables = table_columns(self.conn)
-        if not self.tables:
-            raise TraceError(f"{path}: empty SQLite database, not an nsys export")
-        if not NSYS_TABLES & set(self.tables):
-            raise TraceError(f"{path}: SQLite file but not an nsys export (none of its tables: {', '.join(sorted(NSYS_TABLES)[:4])}, ...)")
-        self._strings: dict[int, str] | None = None
-
-    def has(self, table: str, *columns: str) -> bool:
-        return table in self.tables and all(c in self.tables[table] for c in columns)
-
-    def column(self, table: str, name: str, fallback: str = "NULL") -> str:
-        return f'"{name}"' if name in self.tables.get(table, ()) else fallback
-
-    def read(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
-        return read_columns(self.path, self.conn, sql, names)
-
-    def strings(self) -> dict[int, str]:
-        if self._strings is None:
-            self._strings = {}
-            if self.has("StringIds", "id", "value"):
-                cols = self.read('SELECT id, value FROM StringIds', ["id", "value"])
-                self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist()))
-        return self._strings
-
-    def version(self) -> str:
-        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
-            if self.has(table, "name", "value"):
-                rows = dict(self.conn.execute(f'SELECT name, value FROM "{table}"').fetchall())
-                for key in ("EXPORT_PRODUCT_VERSION", "EXPORT_PRODUCT_DATE"):
-                    if rows.get(key):
-                        return str(rows[key])
-                versions = [str(v) for k, v in rows.items() if "VERSION" in str(k).upper() and v]
-                if versions:
-                    return versions[0]
-        return "unknown"
-
-    def clock_offset(self) -> int:
-        """UTC ns minus trace-clock ns at session start (0 when the export does not say)."""
-        table = "TARGET_INFO_SESSION_START_TIME"
-        if not self.has(table, "utcEpochNs"):
-            return 0
-        clock = self.column(table, "systemClockNs", "0")
-        row = self.conn.execute(f'SELECT utcEpochNs, {clock} FROM "{table}" LIMIT 1').fetchone()
-        return 0 if row is None or row[0] is None else int(row[0]) - int(row[1] or 0)
-
-
 def _categorical_names(ids: np.ndarray, strings: dict[int, str]) -> pd.Categorical:
     """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
     if ids.dtype == object:  # inline strings (rare): nothing to look up
@@ -141,7 +73,7 @@ def _categorical_names(ids: np.ndarray, strings: dict[int, str]) -> pd.Categoric
                                      categories=pd.Index(categories, dtype=object))
 
 
-def _read_gpu_table(ex: _Export, table: str, kind: int) -> dict | None:
+def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     """One CUPTI activity table as columns (numpy arrays, `name` a categorical)."""
     if not ex.has(table, "start", "end"):
         return None
@@ -181,7 +113,7 @@ def _row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: 
     return np.where(valid & (rt_key[order][pos] == op_key), order[pos], -1)
 
 
-def _launches(ex: _Export, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else -1."""
     none = np.full(len(pid), -1, dtype=np.int64)
     if not ex.has(RUNTIME, "start", "correlationId", "globalTid") or len(pid) == 0:
@@ -199,7 +131,7 @@ def _launches(ex: _Export, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarra
 GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
 
 
-def _read_gpu_ops(ex: _Export) -> dict:
+def _read_gpu_ops(ex: NsysExport) -> dict:
     """All GPU activity of one export as columns (see the module docstring for their meaning)."""
     parts = [f for f in (_read_gpu_table(ex, KERNEL, 0), _read_gpu_table(ex, MEMCPY, 1),
                          _read_gpu_table(ex, MEMSET, 2)) if f is not None]
@@ -212,7 +144,7 @@ def _read_gpu_ops(ex: _Export) -> dict:
     return cols
 
 
-def _read_nvtx(ex: _Export) -> pd.DataFrame:
+def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
     cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id"]
     if not ex.has(NVTX, "start", "eventType"):
         return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else np.int64) for c in cols})
@@ -258,9 +190,9 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     return meta
 
 
-def _load_part(path: Path, part: int) -> tuple[_Export, dict, pd.DataFrame, str, int]:
+def _load_part(path: Path, part: int) -> tuple[NsysExport, dict, pd.DataFrame, str, int]:
     """(export, gpu columns, nvtx frame, nsys version, clock offset) of one file."""
-    ex = _Export(path)
+    ex = NsysExport(path)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)

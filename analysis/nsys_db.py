@@ -1,0 +1,83 @@
+"""An open nsys SQLite export: which tables and columns it has, its strings, version and clock.
+
+Knows the nsys conventions shared by every schema version from 2022.4 on: table names, the
+serialized globalTid/globalPid (<HW:8><VM:8><PID:24><TID:24>), StringIds, the export metadata table
+(META_DATA_EXPORT, or EXPORT_META_DATA in 2022.4) and TARGET_INFO_SESSION_START_TIME.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from analysis.errors import TraceError
+from analysis.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
+
+KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
+RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"
+NSYS_TABLES = {KERNEL, MEMCPY, MEMSET, RUNTIME, NVTX, "StringIds", "ThreadNames", "PROCESSES",
+               "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME"}
+PID_MASK, TID_MASK = 0xFFFFFF, 0xFFFFFF
+
+
+def pid_of(global_id: np.ndarray) -> np.ndarray:
+    """Process id from an nsys globalTid/globalPid: <HW:8><VM:8><PID:24><TID:24> (-1 stays -1)."""
+    pid = (global_id >> 24) & PID_MASK
+    return pid if global_id.size == 0 or global_id.min() >= 0 else np.where(global_id >= 0, pid, -1)
+
+
+def tid_of(global_tid: np.ndarray) -> np.ndarray:
+    return np.where(global_tid >= 0, global_tid & TID_MASK, -1)
+
+
+class NsysExport:
+    """An open export: read-only connection, its tables and columns, string table, version and clock."""
+
+    def __init__(self, path: Path):
+        check_sqlite_file(path)
+        self.path = path
+        self.conn = connect_readonly(path)
+        self.tables = table_columns(self.conn)
+        if not self.tables:
+            raise TraceError(f"{path}: empty SQLite database, not an nsys export")
+        if not NSYS_TABLES & set(self.tables):
+            raise TraceError(f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)")
+        self._strings: dict[int, str] | None = None
+
+    def has(self, table: str, *columns: str) -> bool:
+        return table in self.tables and all(c in self.tables[table] for c in columns)
+
+    def column(self, table: str, name: str, fallback: str = "NULL") -> str:
+        return f'"{name}"' if name in self.tables.get(table, ()) else fallback
+
+    def read(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
+        return read_columns(self.path, self.conn, sql, names)
+
+    def strings(self) -> dict[int, str]:
+        if self._strings is None:
+            self._strings = {}
+            if self.has("StringIds", "id", "value"):
+                cols = self.read('SELECT id, value FROM StringIds', ["id", "value"])
+                self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist()))
+        return self._strings
+
+    def version(self) -> str:
+        for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
+            if self.has(table, "name", "value"):
+                rows = dict(self.conn.execute(f'SELECT name, value FROM "{table}"').fetchall())
+                for key in ("EXPORT_PRODUCT_VERSION", "EXPORT_PRODUCT_DATE"):
+                    if rows.get(key):
+                        return str(rows[key])
+                versions = [str(v) for k, v in rows.items() if "VERSION" in str(k).upper() and v]
+                if versions:
+                    return versions[0]
+        return "unknown"
+
+    def clock_offset(self) -> int:
+        """UTC ns minus trace-clock ns at session start (0 when the export does not say)."""
+        table = "TARGET_INFO_SESSION_START_TIME"
+        if not self.has(table, "utcEpochNs"):
+            return 0
+        clock = self.column(table, "systemClockNs", "0")
+        row = self.conn.execute(f'SELECT utcEpochNs, {clock} FROM "{table}" LIMIT 1').fetchone()
+        return 0 if row is None or row[0] is None else int(row[0]) - int(row[1] or 0)

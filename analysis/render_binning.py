@@ -2,8 +2,10 @@
 
 A lane of a 1M-kernel trace cannot be drawn segment by segment in a browser; nor can the eye see
 a 2 us kernel in a 2 s window. Segments shorter than one pixel (at the chosen window and width)
-are grouped per (lane, category, pixel column) into one block that carries the member count and
-the busy time, so a lane holds at most a few segments per pixel column however large the trace.
+that follow each other with gaps shorter than a pixel are merged, per (lane, category), into one
+block that carries the member count and the busy time. A gap the eye could see (>= 1 pixel)
+always separates blocks, so a lane holds at most about one block per pixel column however large
+the trace, and usually far fewer: a busy stream becomes one bar per busy stretch.
 """
 from __future__ import annotations
 
@@ -41,15 +43,23 @@ def merge_subpixel(segments: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
     small = seg.loc[narrow]
     if small.empty:
         return wide.reset_index(drop=True)
-    column = np.floor(small["start"].to_numpy() / pixel_ns).astype(np.int64)
-    small = small.assign(_px=column).sort_values(["lane", "start"], kind="stable")
-    keys = ["lane", "category", "_px"]
+    small = small.sort_values(["lane", "category", "start"], kind="stable")
+    group = ["lane", "category"]
+    # A run breaks where the lane/category changes or a visible gap (>= 1 pixel) opens.
+    grouped = small.groupby(group, sort=False, observed=True)
+    reach = grouped["end"].cummax().to_numpy()
+    group_id = grouped.ngroup().to_numpy()
+    start = small["start"].to_numpy()
+    new_run = np.ones(len(small), dtype=bool)
+    new_run[1:] = (group_id[1:] != group_id[:-1]) | (start[1:] >= reach[:-1] + pixel_ns)
+    small = small.assign(_run=np.cumsum(new_run))
+    keys = ["lane", "category", "_run"]
     rest = {c: (c, "first") for c in seg.columns if c not in (*keys, "start", "end", "count", "busy")}
     blocks = (
         small.groupby(keys, sort=False, observed=True)
         .agg(start=("start", "min"), end=("end", "max"), count=("count", "sum"), busy=("busy", "sum"), **rest)
         .reset_index()
-        .drop(columns="_px")
+        .drop(columns="_run")
     )
     out = pd.concat([wide, blocks[wide.columns]], ignore_index=True)
     return out.sort_values(["lane", "start"], kind="stable").reset_index(drop=True)

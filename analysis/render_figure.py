@@ -59,18 +59,22 @@ def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]
     x = np.full((n, 3), np.nan)
     x[:, 0] = (seg["start"].to_numpy() - origin_ns) / 1e6
     x[:, 1] = (seg["end"].to_numpy() - origin_ns) / 1e6
-    y = np.full((n, 3), np.nan)
-    y[:, 0] = y[:, 1] = seg["lane"].to_numpy(dtype=np.float64)
+    y = np.full((n, 3), np.nan, dtype=np.float32)  # lane numbers are exact in float32: half the bytes
+    y[:, 0] = y[:, 1] = seg["lane"].to_numpy(dtype=np.float32)
     return x.ravel(), y.ravel()
 
 
-def _hover_text(seg: pd.DataFrame) -> np.ndarray:
-    """One hover label per segment: name, phase, stream (numbers go through customdata)."""
+def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment: its name (with the count when merged) and 'phase: P, stream: S'.
+
+    Plain text only: the HTML tags live once in the hovertemplate, since JSON escapes every '<'
+    in per-point strings into six bytes.
+    """
     name = seg["name"].astype(str).str.slice(0, 80)
     merged = seg["count"] > 1
     name = name.where(~merged, seg["count"].astype(str) + " merged, first: " + name)
-    return ("<b>" + name + "</b><br>phase: " + seg["phase"].astype(str) + "<br>stream: "
-            + seg["stream"].astype(str)).to_numpy()
+    where = "phase: " + seg["phase"].astype(str) + ", " + seg["stream"].astype(str)
+    return name.to_numpy(), where.to_numpy()
 
 
 def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str) -> go.Scattergl:
@@ -82,15 +86,17 @@ def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str) -> go.Scatter
     start_ms = (seg["start"].to_numpy() - origin_ns) / 1e6
     dur_ms = (seg["end"] - seg["start"]).to_numpy() / 1e6
     custom = np.column_stack([start_ms, dur_ms, seg["count"].to_numpy(), seg["busy"].to_numpy() / 1e6])
+    names, where = _hover_text(seg)
     return go.Scattergl(
         x=start_ms + dur_ms / 2,
-        y=seg["lane"].to_numpy(dtype=np.float64),
+        y=seg["lane"].to_numpy(dtype=np.float32),
         mode="markers",
         marker=dict(size=8, opacity=0, color=category_colour(category)),
-        text=_hover_text(seg),
-        customdata=custom,
+        text=names,
+        hovertext=where,
+        customdata=custom.astype(np.float32),
         hovertemplate=(
-            "%{text}<br>start: %{customdata[0]:.3f} ms<br>duration: %{customdata[1]:.3f} ms"
+            "<b>%{text}</b><br>%{hovertext}<br>start: %{customdata[0]:.3f} ms<br>duration: %{customdata[1]:.3f} ms"
             "<br>count: %{customdata[2]}, busy %{customdata[3]:.3f} ms<extra></extra>"
         ),
         showlegend=False,

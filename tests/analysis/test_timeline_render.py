@@ -89,7 +89,7 @@ def panel(title, comm_start, overlap):
     lanes = pd.DataFrame({"lane": [0, 1, 2], "label": ["r0 backward", "r0 gpu compute", "r0 gpu comm"], "rank": 0})
     seg = pd.concat([
         segments([0], [80_000_000], lane=0, category="backward", name="backward"),
-        segments(np.arange(0, 80_000_000, 100_000), np.full(800, 60_000), lane=1),
+        segments(np.arange(0, 80_000_000, 200_000), np.full(400, 60_000), lane=1),
         segments([comm_start], [20_000_000], lane=2, category="comm_kernel", name="ncclAllReduce"),
     ], ignore_index=True)
     ov = pd.DataFrame({"rank": [0], "start": [comm_start], "end": [comm_start + 20_000_000]}) if overlap else \
@@ -109,19 +109,27 @@ def test_figure_shares_colours_and_legend_across_panels():
     # Shaded rectangle spans the rank's three lanes over the overlap period (ms).
     assert np.nanmin(fills[0].x) == 50.0 and np.nanmax(fills[0].x) == 70.0
     assert np.nanmin(fills[0].y) == -0.5 and np.nanmax(fills[0].y) == 2.5
-    assert count_drawn_segments(fig) == 2 * (1 + 800 + 1)
+    assert count_drawn_segments(fig) == 2 * (1 + 400 + 1)
 
 
 def test_hover_carries_name_phase_stream_and_numbers():
     fig = build_figure([panel("overlap", 50_000_000, True)])
     hover = [t for t in fig.data if t.name == "hover" and t.legendgroup == "comm_kernel"][0]
     comm = [i for i, text in enumerate(hover.text) if "ncclAllReduce" in text][0]
-    assert "phase: backward" in hover.text[comm] and "stream: 7" in hover.text[comm]
+    assert hover.hovertext[comm] == "phase: backward, 7"
+    assert hover.hovertemplate.startswith("<b>%{text}</b><br>%{hovertext}")
     assert hover.customdata[comm][:3].tolist() == [50.0, 20.0, 1]
     assert "duration" in hover.hovertemplate
     compute = [t for t in fig.data if t.name == "hover" and t.legendgroup == "compute"][0]
-    # 60 us kernels 100 us apart: narrower than a pixel (62.5 us) but alone in their pixel column.
-    assert len(compute.text) == 800 and set(compute.customdata[:, 2]) == {1}
+    # 60 us kernels with 140 us gaps: narrower than a pixel (62.5 us) but apart by visible gaps.
+    assert len(compute.text) == 400 and set(compute.customdata[:, 2]) == {1}
+
+
+def test_sub_pixel_gaps_merge_and_visible_gaps_separate():
+    # pixel = 1000 ns: kernels of 100 ns with 500 ns gaps form one run; a 1000 ns gap starts another.
+    seg = segments([0, 600, 1200, 2300, 2900], [100] * 5)
+    out = merge_subpixel(seg, pixel_ns=1000)
+    assert out[["start", "end", "count"]].values.tolist() == [[0, 1300, 3], [2300, 3000, 2]]
 
 
 def test_hover_names_merged_blocks_with_their_count():
@@ -129,7 +137,7 @@ def test_hover_names_merged_blocks_with_their_count():
     seg = segments(np.arange(0, 1_000_000, 1000), np.full(1000, 500))  # 1000 kernels in one ms
     fig = build_figure([Panel("p", seg, lanes, origin_ns=0, window_ns=(0, 1_600_000_000))], width_px=1600)
     hover = [t for t in fig.data if t.name == "hover"][0]
-    assert list(hover.text) == ["<b>1000 merged, first: k</b><br>phase: backward<br>stream: 7"]
+    assert list(hover.text) == ["1000 merged, first: k"]
     assert hover.customdata[0][2] == 1000 and hover.customdata[0][3] == pytest.approx(0.5)
 
 

@@ -215,4 +215,5 @@ def summarise(per_step: pd.DataFrame) -> dict:
     means = per_step[METRICS].mean(numeric_only=True)
     out = {m: float(means[m]) for m in METRICS if m != "overlap_pct"}
     out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] > 0 else None
-    return {"ranks": int(per_step["rank"].nunique()), "steps": int(len(per_step)), **out}
+    steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)
+    return {"ranks": int(per_step["rank"].nunique()), "steps": steps, **out}

@@ -27,7 +27,8 @@ from analysis.trace import Trace, load_trace
 TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
 RANK_KEYS = ["rank", "pid", "device"]
 TABLE_COLUMNS = {"implementation": "implementation", "rank": "rank", "steps": "steps", "step_ms": "step ms",
-                 "comm_ms": "comm ms", "overlap_pct": "overlap %", "exposed_comm_ms": "exposed comm ms"}
+                 "comm_ms": "comm ms", "overlap_pct": "overlap %", "exposed_comm_ms": "exposed comm ms",
+                 "backward_overlap_ms": "backward overlap ms"}
 
 
 @dataclass(frozen=True)
@@ -126,18 +127,20 @@ def per_rank_table(result: Analysis) -> pd.DataFrame:
 
 
 def _fmt(frame: pd.DataFrame) -> str:
-    shown = frame.rename(columns=TABLE_COLUMNS)
+    shown = frame.rename(columns={c: TABLE_COLUMNS.get(c, c.replace("_ms", " ms").replace("_", " ")) for c in frame})
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
 
 
 def render_table(result: Analysis, per_step: bool) -> str:
     out = []
     table = per_rank_table(result)
-    out.append(_fmt(table[list(TABLE_COLUMNS)]))
+    out.append(_fmt(table[["implementation", "rank", "steps", "step_ms", "comm_ms", "overlap_pct", "exposed_comm_ms"]]))
     if per_step:
         cols = ["implementation", "rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms",
                 "overlap_ms", "backward_overlap_ms", "exposed_comm_ms", "overlap_pct"]
-        out += ["", "per step:", _fmt(result.steps[cols])]
+        steps = result.steps[cols].astype({"step": object})
+        steps["step"] = steps["step"].where(result.steps["step"].notna(), "all")  # no step ranges: whole capture
+        out += ["", "per step:", _fmt(steps)]
     out += ["", "summary (mean per step over ranks):"]
     summary = result.summary.assign(rank="all")
     out.append(_fmt(summary[["implementation", "source", "rank", "steps", "step_ms", "comm_ms", "overlap_pct",

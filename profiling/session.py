@@ -24,6 +24,7 @@ from typing import Sequence
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version, partial_name
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
+_NSYS_LAUNCH_FAILURE = re.compile(r"errinfo_api_function.*sem_open")
 RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB wall seconds
 KNOWN_TRACES = {"cuda", "nvtx", "osrt", "cublas", "cudnn", "nvvideo", "opengl", "mpi", "ucx", "oshmem",
                 "vulkan", "none"}
@@ -79,11 +80,12 @@ def profiled_env(base: dict[str, str] | None = None, profiler: str | None = None
 
 
 def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: float,
-                          keep: list[str] | None = None) -> int:
+                          keep: list[str] | None = None, tail: list[str] | None = None) -> int:
     """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
 
-    Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given.
-    On timeout or Ctrl-C the whole group (nsys and every rank under it) is killed.
+    Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given;
+    `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C the whole group
+    (nsys and every rank under it) is killed.
     """
     proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, errors="replace", start_new_session=True)
@@ -100,6 +102,8 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
                     keep.append(part[len(RESULT_PREFIX):])
                 elif part.strip() and not _NSYS_CHATTER.match(part):
                     print(part, file=sys.stderr, flush=True)
+                    if tail is not None:
+                        tail[:] = [*tail[-49:], part]
         rc = proc.wait()
     except BaseException:
         _stop_group(proc)
@@ -139,9 +143,17 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
     report, sqlite = Path(f"{stem}.nsys-rep"), Path(f"{stem}.sqlite")
     tmp_report = partial_name(report, ".nsys-rep")
     t0 = time.monotonic()
+    cmd = profile_command(nsys, opts, tmp_report, program)
+    run_env = profiled_env(env, f"nsys {nsys_version(nsys)}")
     try:
-        rc = run_forwarding_output(profile_command(nsys, opts, tmp_report, program),
-                                   profiled_env(env, f"nsys {nsys_version(nsys)}"), timeout_s)
+        for attempt in range(2):
+            tail: list[str] = []
+            rc = run_forwarding_output(cmd, run_env, timeout_s, tail=tail)
+            # nsys 2022.4 now and then fails to start while other nsys sessions run on the machine
+            # (a boost::interprocess error naming sem_open), before the program runs: try once more.
+            if rc == 0 or attempt or not any(_NSYS_LAUNCH_FAILURE.search(line) for line in tail):
+                break
+            print("[profiling] nsys failed to start (see above); trying once more", file=sys.stderr)
         if rc != 0:
             raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
         if not tmp_report.is_file():

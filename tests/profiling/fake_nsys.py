@@ -2,7 +2,8 @@
 """A stand-in for the nsys CLI that records what it was asked, for tests of the file handling.
 
 profile: runs the program; writes the --output report only when the program exits 0 and
-FAKE_NSYS_NO_REPORT is unset. export: writes a minimal nsys-like SQLite file, or, with
+FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first call fails
+the way nsys 2022.4 sometimes does when other sessions run (sem_open). export: writes a minimal nsys-like SQLite file, or, with
 FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1.
 """
 import sqlite3
@@ -22,6 +23,12 @@ def main(args):
     if args[0] == "profile":
         out = opt(args, "--output")
         program = args[args.index("--output") + 2:]
+        once = os.environ.get("FAKE_NSYS_START_FAILS_ONCE")
+        if once and not os.path.exists(once):
+            open(once, "w").close()
+            print("Dynamic exception type: boost::wrapexcept<boost::interprocess::interprocess_exception>")
+            print("[boost::errinfo_api_function_*] = sem_open")
+            return 1
         print("Capture range started in the application.")
         rc = subprocess.call(program)
         print("[1/1] [=====100%] x.nsys-rep")

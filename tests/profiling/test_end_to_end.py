@@ -112,3 +112,14 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
     assert summary["naive"]["ranks"] == summary["overlap"]["ranks"] == 2
     assert summary["naive"]["overlap_pct"] < 10, summary["naive"]
     assert summary["overlap"]["overlap_pct"] > summary["naive"]["overlap_pct"] + 25, summary
+
+
+def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
+    (tmp_path / "naive.sqlite").write_text("previous")
+    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(tmp_path),
+                          "--", "--optimizer", "bogus"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert "invalid choice: 'bogus'" in res.stderr
+    assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["naive.sqlite"]
+    assert (tmp_path / "naive.sqlite").read_text() == "previous"

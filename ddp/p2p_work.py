@@ -49,18 +49,25 @@ class _OrderedWorker:
 
     def submit(self, job: Callable[[], torch.Tensor]) -> P2PWork:
         work = P2PWork()
-        self._jobs.put((job, work))
+        if threading.current_thread() is self._thread:
+            # Called from a job or a future's callback on this thread: queueing would wait on itself.
+            self._complete(job, work)
+        else:
+            self._jobs.put((job, work))
         return work
 
     def _run(self) -> None:
         while True:
-            job, work = self._jobs.get()
-            try:
-                result = job()
-            except BaseException as error:  # handed to whoever waits on the handle
-                work.get_future().set_exception(error)
-            else:
-                work.get_future().set_result(result)
+            self._complete(*self._jobs.get())
+
+    @staticmethod
+    def _complete(job: Callable[[], torch.Tensor], work: P2PWork) -> None:
+        try:
+            result = job()
+        except BaseException as error:  # handed to whoever waits on the handle
+            work.get_future().set_exception(error)
+        else:
+            work.get_future().set_result(result)
 
 
 _worker: _OrderedWorker | None = None

@@ -1,0 +1,162 @@
+"""Time every chosen implementation on the same model and batches; report communication's share.
+
+    python -m ddp.benchmark --impl all --world-size 2 --model tiny --steps 10 --warmup 3 \\
+        [--batch-size ...] [--context-length ...] [--bucket-mb 1 10 100 1000] [--csv FILE] [--format table|csv|json]
+
+List options sweep every combination (bucket sizes apply to overlap_bucket and torch). Each run
+does --warmup untimed steps then --steps timed ones; a step's time is its slowest rank's (device
+synchronised on GPU). Communication time is the time a rank spent in blocking collectives or
+blocked waiting for async ones (for torch: from its last bucket becoming ready to that bucket's
+all-reduce completing). speedup_vs_naive compares step times with naive at the same batch, context
+length and collective; the table adds the same ratio for communication time.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+from pathlib import Path
+from typing import Sequence
+
+import torch
+
+from ddp import cli, registry
+from ddp.launcher import DistContext, launch
+from ddp.models import MODEL_SIZES, largest_model_that_fits
+from ddp.train import RunConfig, TrainResult, run_training
+
+CSV_COLUMNS = ["implementation", "model_size", "d_model", "num_layers", "world_size", "batch_size",
+               "context_length", "bucket_mb", "avg_step_time_ms", "avg_comm_time_ms", "comm_fraction",
+               "num_comm_ops", "speedup_vs_naive"]
+TABLE_EXTRA = ["comm_speedup_vs_naive"]
+DEFAULT_BATCH, DEFAULT_CONTEXT = 8, 64
+
+
+def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> str:
+    """The largest size that fits in this GPU's free memory; tiny on CPU."""
+    if not torch.cuda.is_available():
+        return "tiny"
+    free, _ = torch.cuda.mem_get_info()
+    return largest_model_that_fits(free, batch_per_rank, context_length, optimizer)
+
+
+def sweep(args: argparse.Namespace, world: int) -> list[RunConfig]:
+    """One RunConfig per combination, naive first within each (batch, context, collective)."""
+    configs = []
+    for batch, context, collective in itertools.product(args.batch_size, args.context_length, args.collective):
+        for impl in registry.resolve(args.impl):
+            if impl == "torch" and collective != "torch":
+                continue  # PyTorch DDP only runs its own all-reduce
+            for bucket in args.bucket_mb if impl in registry.BUCKETED else [None]:
+                configs.append(RunConfig(impl=impl, model=args.model, world_size=world, batch_size=batch,
+                                         context_length=context, steps=args.steps, warmup=args.warmup,
+                                         bucket_mb=bucket, optimizer=args.optimizer, lr=args.lr,
+                                         seed=args.seed, collective=collective, backend=args.backend))
+    return configs
+
+
+def benchmark_worker(ctx: DistContext, configs: list[RunConfig]) -> list[TrainResult] | None:
+    """Run every config in turn on this rank; rank 0 returns the gathered results."""
+    results = []
+    for k, cfg in enumerate(configs, 1):
+        result = run_training(ctx, cfg)
+        if ctx.is_main:
+            bucket = f" bucket {cfg.bucket_mb:g} MiB" if cfg.bucket_mb and cfg.impl in registry.BUCKETED else ""
+            cli.progress(f"[benchmark {k}/{len(configs)}] {cfg.impl}{bucket} batch {cfg.batch_size} "
+                         f"context {cfg.context_length}: {result.avg_step_time_s * 1e3:.1f} ms/step")
+        results.append(result)
+    return results if ctx.is_main else None
+
+
+def to_records(results: list[TrainResult]) -> list[dict]:
+    """One row per run, with speedups over the naive run of the same batch/context/collective."""
+    def key(cfg: RunConfig):
+        return cfg.batch_size, cfg.context_length, cfg.collective
+
+    naive = {key(r.config): r for r in results if r.config.impl == "naive"}
+    records = []
+    for r in results:
+        cfg, size, base = r.config, MODEL_SIZES.get(r.config.model), naive.get(key(r.config))
+        records.append({
+            "implementation": cfg.impl, "model_size": cfg.model,
+            "d_model": size.d_model if size else None, "num_layers": size.num_layers if size else None,
+            "world_size": cfg.world_size, "batch_size": cfg.batch_size, "context_length": cfg.context_length,
+            "bucket_mb": cfg.bucket_mb if cfg.impl in registry.BUCKETED else None,
+            "avg_step_time_ms": round(r.avg_step_time_s * 1e3, 3),
+            "avg_comm_time_ms": round(r.avg_comm_time_s * 1e3, 3),
+            "comm_fraction": round(r.comm_fraction, 4), "num_comm_ops": _int_if_whole(r.avg_num_ops),
+            "speedup_vs_naive": round(base.avg_step_time_s / r.avg_step_time_s, 3) if base else None,
+            "comm_speedup_vs_naive": (round(base.avg_comm_time_s / r.avg_comm_time_s, 3)
+                                      if base and r.avg_comm_time_s > 0 else None),
+            "collective": cfg.collective,
+        })
+    return records
+
+
+def _int_if_whole(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else round(x, 2)
+
+
+def write_csv(path: Path, records: list[dict], overwrite: bool) -> None:
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path} exists: pass --overwrite to replace it")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(cli.format_records(records, "csv", CSV_COLUMNS) + "\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = cli.Parser(prog="python -m ddp.benchmark", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    cli.add_run_arguments(parser, model_default=None)
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (default 10)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before them (default 3)")
+    parser.add_argument("--batch-size", type=int, nargs="+", default=[DEFAULT_BATCH],
+                        help=f"global batch sizes, split across ranks (default {DEFAULT_BATCH})")
+    parser.add_argument("--context-length", type=int, nargs="+", default=[DEFAULT_CONTEXT],
+                        help=f"tokens per sample (default {DEFAULT_CONTEXT})")
+    parser.add_argument("--bucket-mb", type=float, nargs="+", default=[25.0],
+                        help="bucket sizes in MiB for overlap_bucket and torch (default 25)")
+    parser.add_argument("--collective", nargs="+", default=["torch"], choices=cli.collective_choices(),
+                        help="all-reduce algorithms for the hand-written wrappers (default torch)")
+    parser.add_argument("--csv", type=Path, default=None, help="also write the rows to this CSV file")
+    parser.add_argument("--overwrite", action="store_true", help="let --csv replace an existing file")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.csv is not None and args.csv.exists() and not args.overwrite:
+        raise FileExistsError(f"{args.csv} exists: pass --overwrite to replace it")
+    world = args.world_size or int(os.environ.get("WORLD_SIZE", 2))
+    if args.model is None:
+        args.model = default_model(max(1, args.batch_size[0] // world), max(args.context_length), args.optimizer)
+    configs = sweep(args, world)
+    results = launch(benchmark_worker, args.world_size, configs, backend=args.backend)
+    if results is None:  # a non-zero rank under torchrun: rank 0 reports
+        return cli.EXIT_OK
+    records = to_records(results)
+    if args.csv is not None:
+        write_csv(args.csv, records, args.overwrite)
+    columns = CSV_COLUMNS + (TABLE_EXTRA if args.format == "table" else [])
+    if len(args.collective) > 1:
+        columns = columns + ["collective"]
+    print(cli.format_records(records, args.format, columns))
+    if args.format == "table":
+        print(summary_line(records))
+    return cli.EXIT_OK
+
+
+def summary_line(records: list[dict]) -> str:
+    """overlap_bucket vs torch step-time ratio for each matching row pair (the tuning target)."""
+    ours = {(r["batch_size"], r["context_length"], r["bucket_mb"]): r for r in records
+            if r["implementation"] == "overlap_bucket" and r["collective"] == "torch"}
+    pairs = [(k, ours[k]["avg_step_time_ms"] / r["avg_step_time_ms"]) for r in records
+             if r["implementation"] == "torch" and (k := (r["batch_size"], r["context_length"], r["bucket_mb"])) in ours]
+    if not pairs:
+        return ""
+    return "overlap_bucket / torch step time: " + ", ".join(
+        f"{ratio:.2f} (batch {b}, context {c}, bucket {m:g} MiB)" for (b, c, m), ratio in pairs)
+
+
+if __name__ == "__main__":
+    cli.run_main(main)

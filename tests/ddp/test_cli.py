@@ -1,0 +1,67 @@
+"""The verify and benchmark CLIs as a user runs them: output formats, exit codes, one-line errors."""
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddp.benchmark import CSV_COLUMNS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+
+
+def test_verify_passes_every_implementation():
+    out = run("ddp.verify", "--impl", "all", "--world-size", "2", "--steps", "2", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    records = json.loads(out.stdout)
+    assert [r["implementation"] for r in records] == ["naive", "flat", "overlap", "overlap_bucket", "torch"]
+    assert all(r["result"] == "PASS" and r["elements_not_close"] == 0 for r in records)
+
+
+def test_verify_fails_when_tolerance_cannot_be_met():
+    """A tolerance below float32 rounding must give FAIL and exit 1: the check can fail."""
+    out = run("ddp.verify", "--impl", "flat", "--optimizer", "adamw", "--steps", "3",
+              "--rtol", "0", "--atol", "0", "--format", "csv")
+    assert out.returncode == 1, out.stderr
+    assert out.stdout.splitlines()[1].endswith("FAIL")
+
+
+def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
+    target = tmp_path / "bench.csv"
+    out = run("ddp.benchmark", "--impl", "naive", "overlap_bucket", "torch", "--world-size", "2", "--model", "toy",
+              "--steps", "2", "--warmup", "1", "--bucket-mb", "1", "10", "--csv", str(target), "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader(target.open()))
+    assert list(rows[0].keys()) == CSV_COLUMNS
+    assert [(r["implementation"], r["bucket_mb"]) for r in rows] == [
+        ("naive", ""), ("overlap_bucket", "1.0"), ("overlap_bucket", "10.0"), ("torch", "1.0"), ("torch", "10.0")]
+    assert float(rows[0]["speedup_vs_naive"]) == 1.0 and rows[0]["num_comm_ops"] == "6"
+    records = json.loads(out.stdout)
+    for r in records:
+        assert r["avg_step_time_ms"] > 0 and 0 <= r["comm_fraction"] <= 1
+        assert r["speedup_vs_naive"] == pytest.approx(records[0]["avg_step_time_ms"] / r["avg_step_time_ms"], rel=1e-2)
+    assert "[benchmark 5/5]" in out.stderr  # progress goes to stderr
+
+    again = run("ddp.benchmark", "--impl", "naive", "--model", "toy", "--csv", str(target))
+    assert again.returncode == 2 and "exists: pass --overwrite" in again.stderr
+    assert len(list(csv.DictReader(target.open()))) == 5  # the user's file is untouched
+
+
+@pytest.mark.parametrize("args, message", [
+    (["ddp.benchmark", "--batch-size", "5", "--world-size", "2"], "batch size 5 is not divisible by world size 2: use 2, 4, 6"),
+    (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
+    (["ddp.benchmark", "--world-size", "0"], "world size must be a positive integer"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    out = run(*args)
+    assert out.returncode == 2
+    assert message in out.stderr and "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1

@@ -1,0 +1,110 @@
+"""The NVTX names each implementation emits (the contract analysis reads), and the no-op fallback."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from ddp import nvtx_ranges, registry
+from ddp.launcher import free_port
+from ddp.train import make_optimizer, train_step
+from tests.ddp import cases
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    """A 1-rank gloo group in this process: the wrappers' code paths without spawning."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+class Recorder:
+    """Stands in for nvtx: records push/pop names, start/end pairs and the thread that ended each."""
+
+    def __init__(self):
+        self.pushed: list[str] = []
+        self.started: dict[int, str] = {}
+        self.ended: dict[int, str] = {}
+        self.lock = threading.Lock()
+
+    def range(self, name):
+        self.pushed.append(name)
+        return nvtx_ranges._NULL
+
+    def start(self, name):
+        with self.lock:
+            rid = len(self.started) + 1
+            self.started[rid] = name
+        return rid
+
+    def end(self, rid):
+        with self.lock:
+            self.ended[rid] = threading.current_thread().name
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    rec = Recorder()
+    for name in ("range", "start", "end"):
+        monkeypatch.setattr(nvtx_ranges, name, getattr(rec, name))
+    return rec
+
+
+EXPECTED_COMM = {
+    "naive": {"comm:all_reduce:" + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                               "fc3.weight", "fc3.bias")},
+    "flat": {"comm:all_reduce:flat"},
+    "overlap": {"comm:all_reduce:" + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
+                                                 "fc3.weight", "fc3.bias")},
+    "overlap_bucket": {"comm:all_reduce:bucket0", "comm:all_reduce:bucket1"},
+    "torch": {"comm:all_reduce:bucket0"},
+}
+ASYNC = {"overlap", "overlap_bucket", "torch"}
+
+
+@pytest.mark.parametrize("impl", list(registry.IMPLEMENTATIONS))
+def test_step_emits_contract_names(one_rank_group, recorder, impl):
+    model = registry.wrap(impl, cases.build("toy", 0), bucket_size_mb=5000 / 2**20)
+    assert recorder.pushed == ["comm:broadcast:params"]
+    opt = make_optimizer("sgd", model.module.parameters(), 0.1)
+    train_step(model, opt, cases.batch(0, 4), step=7)
+    assert recorder.pushed[1:5] == ["step 7", "forward", "backward", "grad_sync"]
+    assert recorder.pushed[-1] == "optimizer"
+    comm = set(recorder.pushed) | set(recorder.started.values())
+    assert {n for n in comm if n.startswith("comm:all_reduce:")} == EXPECTED_COMM[impl]
+    if impl in ASYNC:  # start/end ranges, each closed exactly once
+        assert recorder.started and not any(n.startswith("comm:all_reduce") for n in recorder.pushed)
+        torch.distributed.barrier()  # lets completion callbacks on the comm thread finish
+        assert recorder.ended.keys() == recorder.started.keys()
+
+
+def test_async_ranges_end_on_the_comm_thread(one_rank_group, recorder):
+    """On CPU an async range ends in the future's callback: its true completion, off the main thread."""
+    model = registry.wrap("overlap", cases.build("toy", 0))
+    opt = make_optimizer("sgd", model.module.parameters(), 0.1)
+    train_step(model, opt, cases.batch(0, 4), step=0)
+    dist.barrier()
+    main = threading.current_thread().name
+    # the last (carrier) collective may complete before its callback is attached and end inline
+    assert sum(thread != main for thread in recorder.ended.values()) >= len(recorder.ended) - 1
+
+
+def test_fallback_is_a_noop_without_nvtx(monkeypatch):
+    monkeypatch.setattr(nvtx_ranges, "_nvtx", None)
+    with nvtx_ranges.range("anything"):
+        pass
+    rid = nvtx_ranges.start("x")
+    nvtx_ranges.end(rid)
+    nvtx_ranges.mark("y")
+    assert rid is None
+
+
+def test_real_nvtx_calls_accept_every_kind_of_range():
+    with nvtx_ranges.range("test range"):
+        rid = nvtx_ranges.start("test start")
+        nvtx_ranges.end(rid)
+        nvtx_ranges.mark("test mark")
+    assert nvtx_ranges.range("test range") is nvtx_ranges.range("test range")  # cached per name

@@ -1,0 +1,45 @@
+"""Registry lookups and RunConfig validation name the bad value and the valid choices."""
+from __future__ import annotations
+
+import pytest
+
+from ddp import BucketedDDP, FlatDDP, NaiveDDP, OverlapDDP, TorchDDP, registry
+from ddp.train import RunConfig
+
+
+def test_registry_names_map_to_the_exported_classes():
+    assert registry.IMPLEMENTATIONS == {"naive": NaiveDDP, "flat": FlatDDP, "overlap": OverlapDDP,
+                                        "overlap_bucket": BucketedDDP, "torch": TorchDDP}
+
+
+def test_unknown_implementation_lists_choices():
+    with pytest.raises(ValueError, match="unknown implementation 'fast': choose from naive, flat, overlap, "
+                                         "overlap_bucket, torch"):
+        registry.get("fast")
+    with pytest.raises(ValueError, match="unknown implementation"):
+        registry.resolve(["flat", "fast"])
+
+
+def test_resolve_expands_all_in_registry_order():
+    assert registry.resolve(["all"]) == list(registry.IMPLEMENTATIONS)
+    assert registry.resolve(["torch", "naive", "torch"]) == ["naive", "torch"]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("batch_size", 5, "batch size 5 is not divisible by world size 2"),
+    ("impl", "nope", "unknown implementation 'nope'"),
+    ("model", "nope", "unknown model 'nope'"),
+    ("steps", 0, "steps must be a positive integer, got 0"),
+    ("bucket_mb", -1.0, "bucket size must be positive"),
+    ("optimizer", "lion", "unknown optimizer 'lion'"),
+    ("collective", "carrier-pigeon", "unknown collective 'carrier-pigeon'"),
+])
+def test_run_config_rejects_bad_values(field, value, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig(**{field: value})
+
+
+def test_wrappers_need_an_initialised_process_group():
+    import torch
+    with pytest.raises(RuntimeError, match="needs torch.distributed initialised"):
+        NaiveDDP(torch.nn.Linear(2, 2))

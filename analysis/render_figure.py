@@ -170,7 +170,10 @@ def build_figure(panels: list[Panel], width_px: int = 1600,
             ticktext=panel.lanes["label"].tolist(), range=[n_lanes - 0.5, -0.5], fixedrange=True,
             showgrid=False, zeroline=False, tickfont=dict(size=10),
         )
-    fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False)
+    # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
+    lo = min((p.window_ns[0] - p.origin_ns) / 1e6 for p in panels)
+    hi = max((p.window_ns[1] - p.origin_ns) / 1e6 for p in panels)
+    fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=[lo, hi])
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
     fig.update_layout(
         height=total, template="plotly_white", hovermode="closest",

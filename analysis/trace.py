@@ -61,13 +61,14 @@ class Trace:
     implementation: str = ""
 
 
-def _categorical_names(ids: np.ndarray, strings: dict[int, str]) -> pd.Categorical:
+def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
     """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
     if ids.dtype == object:  # inline strings (rare): nothing to look up
         uniq, inverse = np.unique(ids.astype(str), return_inverse=True)
     else:
         uniq, inverse = factorize(ids)
-    texts = [strings.get(int(u), f"<string {u}>") if not isinstance(u, str) else u for u in uniq]
+    texts = [strings.get(int(u), f"<string {u}>" if missing is None else missing) if not isinstance(u, str) else u
+             for u in uniq]
     codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
     return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)],
                                      categories=pd.Index(categories, dtype=object))
@@ -161,7 +162,9 @@ def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
 def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     """Typed NVTX frame: domain names resolved, marks end where they start, open ranges dropped."""
     is_domain = raw["event_type"].to_numpy() == NVTX_DOMAIN_CREATE
-    domains = dict(zip(raw["domain_id"][is_domain].tolist(), raw["text"][is_domain].tolist()))
+    # domain ids are handed out per process: key them by (pid, id); id 0 is the default domain
+    domain_key = (pid_of(raw["tid"].to_numpy()) << 32) | np.maximum(raw["domain_id"].to_numpy(), 0)
+    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist()))
     ev = raw[~is_domain]
     event_type = ev["event_type"].to_numpy()
     start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
@@ -174,7 +177,7 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
         "text": pd.Series(ev["text"].to_numpy(dtype=object, na_value=""), dtype=object),
         "kind": pd.Categorical.from_codes(np.select([event_type == 59, event_type == 60], [0, 1], 2),
                                           categories=NVTX_KIND_NAMES),
-        "domain": _categorical_names(ev["domain_id"].to_numpy(), {0: "", -1: "", **domains}),
+        "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
     })
     return frame[keep].reset_index(drop=True)
 

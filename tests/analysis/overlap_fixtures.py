@@ -46,7 +46,7 @@ def write_two_ranks(path, flavour: str = "2026", shuffle: bool = True, registere
     w.nvtx(100, 100, np.array([0, 10, 200, 700]), np.array([1000, 200, 600, 900]),
            np.array(["step 0", "forward", "backward", "optimizer"], dtype=object), **text)
     w.nvtx(100, 101, np.array([640]), np.array([690]), "comm:all_reduce:b0", kind=START_END, end_tid=100, **text)
-    w.nvtx(100, 100, np.array([920]), np.array([990]), "comm:broadcast:params", **text)
+    w.nvtx(100, 100, np.array([920]), np.array([990]), "comm:broadcast:params", domain_id=1, **text)
     _kernels(w, 100, 0, [("gemm", 50, 100, 100, 300, 7), ("gemm", 250, 101, 300, 500, 7),
                          ("relu", 300, 101, 450, 650, 8), ("adam", 750, 100, 900, 1000, 7),
                          ("ncclKernel_AllReduce_RING_LL_Sum_float", 400, 101, 400, 700, 20),

@@ -45,6 +45,7 @@ def test_nvtx_frame_kinds_threads_and_domains(tmp_path):
     comm = nvtx[nvtx["text"] == "comm:all_reduce:b0"].iloc[0]
     assert (comm["kind"], comm["tid"], comm["end_tid"]) == ("start_end", 101, 100)
     assert nvtx.loc[nvtx["text"] == "ncclAllReduce", "domain"].tolist() == ["NCCL"]
+    assert set(nvtx.loc[nvtx["pid"] == 100, "domain"]) == {""}  # pid 100 never created domain 1
     assert "never closed" not in set(nvtx["text"])  # a range without an end has no extent
     marks = nvtx[nvtx["kind"] == "mark"]
     assert (marks["start"] == marks["end"]).all() and len(marks) == 2

@@ -44,19 +44,24 @@ class Analysis:
 
     def to_json(self) -> dict:
         """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, ranks, summary}]}."""
+        steps: dict[tuple, list] = {}
+        for row in _records(self.steps, ["path", "rank", "step", *METRICS]):
+            steps.setdefault((row.pop("path"), row.pop("rank")), []).append(row)
+        ranks: dict[str, list] = {}
+        for row in _records(self.totals, ["path", *RANK_KEYS, *METRICS]):
+            path = row.pop("path")
+            ident = {k: row.pop(k) for k in RANK_KEYS}
+            ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
-        for _, head in self.summary.iterrows():
-            mine = lambda f: f[f["path"] == head["path"]]
-            ranks = []
-            for _, total in mine(self.totals).iterrows():
-                steps = mine(self.steps)
-                steps = steps[steps["rank"] == total["rank"]]
-                ranks.append({**{k: _plain(total[k]) for k in RANK_KEYS},
-                              "steps": [{"step": _plain(s["step"]), **_metrics(s)} for _, s in steps.iterrows()],
-                              "total": _metrics(total)})
-            traces.append({**{k: _plain(head[k]) for k in TRACE_KEYS}, "ranks": ranks,
-                           "summary": {k: _plain(head[k]) for k in ["ranks", "steps", *METRICS]}})
+        for head in _records(self.summary, [*TRACE_KEYS, "ranks", "steps", *METRICS]):
+            trace = {k: head.pop(k) for k in TRACE_KEYS}
+            traces.append({**trace, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
+
+
+def _records(frame: pd.DataFrame, columns: list[str]) -> list[dict]:
+    """Rows as JSON-safe dicts (one pass, no per-cell pandas indexing)."""
+    return [{c: _plain(v) for c, v in zip(columns, row)} for row in frame[columns].itertuples(index=False, name=None)]
 
 
 def _plain(value):
@@ -64,10 +69,6 @@ def _plain(value):
     if value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)):
         return None
     return value.item() if hasattr(value, "item") else value
-
-
-def _metrics(row: pd.Series) -> dict:
-    return {m: _plain(row[m]) for m in METRICS}
 
 
 def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -188,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if args.format == "json":
-            print(json.dumps(result.to_json(), indent=1))
+            print(json.dumps(result.to_json()))  # compact: the C encoder (indent= falls back to pure Python)
         elif args.format == "csv":
             frame = result.steps if args.per_step else result.totals
             print(frame.to_csv(index=False), end="")

@@ -114,11 +114,29 @@ def _check_phase_ranges(rank: int, world: int) -> list[str]:
     return [] if seen == want else [f"phase ranges {seen}, expected {want}"]
 
 
+def _check_subgroups(rank: int, world: int) -> list[str]:
+    """Over a subgroup (even or odd ranks), ranks map to the right peers and the sum covers the subgroup only."""
+    if world < 3:
+        return []
+    # Every rank must create every group, in the same order.
+    groups = {parity: dist.new_group([r for r in range(world) if r % 2 == parity]) for parity in (0, 1)}
+    group = groups[rank % 2]
+    failures = []
+    for name, all_reduce in P2P_ALGORITHMS.items():
+        x = _rank_input(rank, 1001, torch.int64)
+        want = x.clone()
+        dist.all_reduce(want, group=group)
+        all_reduce(x, group=group)
+        if (msg := _mismatch(x, want)) is not None:
+            failures.append(f"{name} over the {'odd' if rank % 2 else 'even'} ranks: {msg}")
+    return failures
+
+
 def _check_all(ctx: DistContext) -> list[str]:
     """Every check on this rank; rank 0 returns all ranks' failures, each prefixed by its rank."""
     rank, world = ctx.rank, ctx.world_size
     failures = (_check_sizes_and_dtypes(rank, world) + _check_async_shapes_and_order(rank, world)
-                + _check_phase_ranges(rank, world))
+                + _check_phase_ranges(rank, world) + _check_subgroups(rank, world))
     everyone: list = [None] * world
     dist.all_gather_object(everyone, failures)
     return [f"rank {r}: {msg}" for r, msgs in enumerate(everyone) for msg in msgs]

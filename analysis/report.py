@@ -47,8 +47,12 @@ def progress(message: str) -> None:
 
 
 def content_hash(path: Path) -> str:
+    """sha256 of the file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
     with open(path, "rb") as f:
-        return hashlib.file_digest(f, "sha256").hexdigest()
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def analyse(path: Path) -> Analysed:

@@ -15,6 +15,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import plotly.graph_objects as go
+
 from analysis.errors import TraceError
 from analysis.html_page import write_page
 from analysis.lanes import Selection, build_panel
@@ -73,12 +75,13 @@ def panel_title(implementation: str, path: str, selection: Selection, fig: dict)
             f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
 
 
-def trace_panel(path: str | Path, selection: Selection, trace=None) -> tuple[Panel, PanelSummary]:
+def trace_panel(path: str | Path, selection: Selection, trace=None,
+                width_px: int = 1600) -> tuple[Panel, PanelSummary]:
     """Load a trace (unless given) and build its panel plus the summary row."""
     from analysis.trace import load_trace  # deferred: --help stays instant
 
     trace = trace if trace is not None else load_trace(path)
-    panel, _ = build_panel(trace, selection)
+    panel, _ = build_panel(trace, selection, width_px=width_px)
     fig = analysis_figures(trace, selection)
     title = panel_title(trace.implementation, str(path), selection, fig)
     panel = Panel(title, panel.segments, panel.lanes, panel.origin_ns, panel.window_ns, panel.overlap)
@@ -89,8 +92,8 @@ def trace_panel(path: str | Path, selection: Selection, trace=None) -> tuple[Pan
 
 
 def write_timeline(panels: list[Panel], output: Path, title: str, selection: Selection,
-                   width_px: int = 1600) -> tuple[Path, int]:
-    """Write the stacked-panel page; returns its path and the number of segments drawn."""
+                   width_px: int = 1600) -> tuple[Path, go.Figure]:
+    """Write the stacked-panel page; returns its path and the figure."""
     x_title = ("time since the step's start (ms)" if selection.step is not None
                else "time since the first step's start (ms; trace start when there are no steps)")
     fig = build_figure(panels, width_px=width_px, x_title=x_title)
@@ -98,7 +101,7 @@ def write_timeline(panels: list[Panel], output: Path, title: str, selection: Sel
              "and communication work. Green shading: communication overlapping compute. Work narrower than a "
              "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse.")
     write_page(output, title, [fig], intro=intro)
-    return output, count_drawn_segments(fig)
+    return output, fig
 
 
 def check_output(output: Path, inputs: list[Path]) -> None:
@@ -132,7 +135,7 @@ def print_rows(rows: list[PanelSummary], fmt: str) -> None:
         print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths))))
 
 
-def export_png(html_fig_panels: list[Panel], png: Path) -> str:
+def export_png(fig: go.Figure, png: Path) -> str:
     """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped."""
     from analysis.html_check import find_chromium
 
@@ -145,8 +148,7 @@ def export_png(html_fig_panels: list[Panel], png: Path) -> str:
         return "no system chromium (bash scripts/install_chromium.sh)"
     import os
 
-    os.environ.setdefault("BROWSER_PATH", chromium)
-    fig = build_figure(html_fig_panels)
+    os.environ.setdefault("BROWSER_PATH", chromium)  # kaleido drives this Chromium, downloads none
     fig.write_image(str(png), width=1600, height=int(fig.layout.height))
     return ""
 
@@ -183,15 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         panels, rows = [], []
         for path in args.traces:
             t0 = time.perf_counter()
-            panel, row = trace_panel(path, selection)
+            panel, row = trace_panel(path, selection, width_px=args.width)
             panels.append(panel)
             rows.append(row)
             progress(f"{path}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
         title = "Timeline: " + " vs ".join(r.implementation for r in rows)
-        out, drawn = write_timeline(panels, args.output, title, selection, args.width)
-        progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {drawn} segments drawn after merging)")
+        out, fig = write_timeline(panels, args.output, title, selection, args.width)
+        progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, "
+                 f"{count_drawn_segments(fig)} segments drawn after merging)")
         if args.png:
-            why = export_png(panels, args.output.with_suffix(".png"))
+            why = export_png(fig, args.output.with_suffix(".png"))
             progress(f"--png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)

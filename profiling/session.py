@@ -24,7 +24,9 @@ from typing import Sequence
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version, partial_name
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
-_NSYS_LAUNCH_FAILURE = re.compile(r"errinfo_api_function.*sem_open")
+# nsys 2022.4's own failures (a C++ exception from its QuadD/boost internals), as opposed to the program's.
+_NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function")
+START_ATTEMPTS = 3
 RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB wall seconds
 KNOWN_TRACES = {"cuda", "nvtx", "osrt", "cublas", "cudnn", "nvvideo", "opengl", "mpi", "ucx", "oshmem",
                 "vulkan", "none"}
@@ -115,6 +117,12 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
     return rc
 
 
+def nsys_failed_to_start(output: str) -> bool:
+    """True when `output` shows nsys itself failing, which nsys 2022.4 now and then does while other
+    nsys sessions run on the machine ("sem_open", "Local Endpoint is not available"); worth a retry."""
+    return bool(_NSYS_LAUNCH_FAILURE.search(output))
+
+
 def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
     """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -146,14 +154,14 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
     cmd = profile_command(nsys, opts, tmp_report, program)
     run_env = profiled_env(env, f"nsys {nsys_version(nsys)}")
     try:
-        for attempt in range(2):
+        for attempt in range(1, START_ATTEMPTS + 1):
             tail: list[str] = []
             rc = run_forwarding_output(cmd, run_env, timeout_s, tail=tail)
-            # nsys 2022.4 now and then fails to start while other nsys sessions run on the machine
-            # (a boost::interprocess error naming sem_open), before the program runs: try once more.
-            if rc == 0 or attempt or not any(_NSYS_LAUNCH_FAILURE.search(line) for line in tail):
+            if rc == 0 or attempt == START_ATTEMPTS or not nsys_failed_to_start("\n".join(tail)):
                 break
-            print("[profiling] nsys failed to start (see above); trying once more", file=sys.stderr)
+            print(f"[profiling] nsys failed to start (see above); trying again ({attempt + 1}/{START_ATTEMPTS})",
+                  file=sys.stderr)
+            time.sleep(attempt)
         if rc != 0:
             raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
         if not tmp_report.is_file():

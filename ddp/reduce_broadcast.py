@@ -48,6 +48,7 @@ def broadcast_from_root(flat: torch.Tensor, vrank: int, world: int, global_rank)
         child >>= 1
 
 
+@torch.no_grad()  # in-place on tensors that may require grad, like dist.all_reduce
 def reduce_broadcast_all_reduce(tensor: torch.Tensor, group=None, root: int = 0) -> torch.Tensor:
     """In-place SUM of `tensor` over `group` (default: the world) by reduce to `root` then broadcast."""
     world = dist.get_world_size(group)

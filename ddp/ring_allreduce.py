@@ -39,6 +39,7 @@ def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group)
         work.wait()
 
 
+@torch.no_grad()  # in-place on tensors that may require grad, like dist.all_reduce
 def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
     """In-place SUM of `tensor` over `group` (default: the world) with a ring; returns the tensor."""
     world = dist.get_world_size(group)

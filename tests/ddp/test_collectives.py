@@ -72,6 +72,7 @@ def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
     for name, all_reduce in P2P_ALGORITHMS.items():
         inputs = [_rank_input(rank, n, torch.int64) for n in (5, 0, 1001, 64)]
         inputs[3] = inputs[3].view(8, 8).t()  # non-contiguous: the result must land in the original
+        inputs[2] = torch.nn.Parameter(inputs[2].double(), requires_grad=True)  # in place despite autograd
         wants = [t.clone() for t in inputs]
         for want in wants:
             dist.all_reduce(want)

@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from profiling.nsys import export_sqlite, find_nsys  # noqa: E402
+from profiling.nsys import NsysError, export_sqlite, find_nsys  # noqa: E402
 from profiling.session import (START_ATTEMPTS, NsysOptions, nsys_failed_to_start,  # noqa: E402
                                profile_command, profiled_env)
 
@@ -148,4 +148,8 @@ def main() -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("PYTHONPATH", str(REPO))
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except (RuntimeError, NsysError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        sys.exit(1)

@@ -125,11 +125,9 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start, span: tuple[i
     blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == PUSH_POP]
     blocked = iv.union(blocking["start"].to_numpy(), blocking["end"].to_numpy())
 
-    def minus_blocking(it: Items) -> Items:  # a rank waiting in a blocking collective is not computing
-        return _cut(it, blocked)
-
-    compute = minus_blocking(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])))
-    backward = minus_blocking(items(ranges["backward"]))
+    # a rank waiting in a blocking collective is not computing, even inside a backward range
+    compute = _cut(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])), blocked)
+    backward = _cut(items(ranges["backward"]), blocked)
     n = len(comm.start)
     return RankActivity(comm=comm, compute=compute, backward=backward, comm_kernel=np.zeros(n, bool),
                         comm_copy=np.zeros(n, bool), comm_range_windows=comm.window, span=span,

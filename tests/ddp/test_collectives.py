@@ -133,11 +133,22 @@ def _check_subgroups(rank: int, world: int) -> list[str]:
     return failures
 
 
+def _check_other_root(rank: int, world: int) -> list[str]:
+    """reduce_broadcast rooted at the last rank: the tree is relabelled, the sum is the same."""
+    x = _rank_input(rank, 333, torch.int64)
+    want = x.clone()
+    dist.all_reduce(want)
+    reduce_broadcast.reduce_broadcast_all_reduce(x, root=world - 1)
+    msg = _mismatch(x, want)
+    return [] if msg is None else [f"reduce_broadcast rooted at rank {world - 1}: {msg}"]
+
+
 def _check_all(ctx: DistContext) -> list[str]:
     """Every check on this rank; rank 0 returns all ranks' failures, each prefixed by its rank."""
     rank, world = ctx.rank, ctx.world_size
     failures = (_check_sizes_and_dtypes(rank, world) + _check_async_shapes_and_order(rank, world)
-                + _check_phase_ranges(rank, world) + _check_subgroups(rank, world))
+                + _check_phase_ranges(rank, world) + _check_subgroups(rank, world)
+                + _check_other_root(rank, world))
     everyone: list = [None] * world
     dist.all_gather_object(everyone, failures)
     return [f"rank {r}: {msg}" for r, msgs in enumerate(everyone) for msg in msgs]

@@ -19,8 +19,8 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.distributed as dist
 
-from ddp.collectives import ALGORITHMS, all_reduce
 from ddp import cli
+from ddp.collectives import ALGORITHMS, all_reduce
 from ddp.launcher import DistContext, cpu_count, launch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ddp import collectives
-from ddp.collectives_bench import BenchConfig, bus_bandwidth, check_result, format_size, parse_size
+from ddp.collectives_bench import BenchConfig, bus_bandwidth, check_result, format_size, main, parse_size
 from ddp.launcher import free_port
 
 
@@ -78,9 +78,18 @@ def test_cli_reports_every_algorithm_and_size_with_consistent_bandwidths() -> No
 
 
 @pytest.mark.parametrize("args", [["--sizes", "6"], ["--world-size", "0"], ["--algorithms", "tree"],
-                                  ["--sizes", "1Q"]])
-def test_cli_bad_input_is_one_line_and_exit_2(args: list[str]) -> None:
-    done = _bench(*args)
+                                  ["--sizes", "1Q"], ["--seconds-per-case", "-1"]])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)  # fails before any rank is spawned
+    assert exit_info.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_cli_bad_input_has_no_traceback() -> None:
+    done = _bench("--sizes", "1Q")
     assert done.returncode == 2
-    assert done.stdout == "" and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "python -m ddp.collectives_bench: error: bad size '1Q': expected a positive integer with optional "
+        "K, M or G suffix (see --help)"]

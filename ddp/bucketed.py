@@ -16,7 +16,8 @@ class BucketedDDP(DataParallelBase):
     the same collectives in the same order; the rest are launched at finish.
     """
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch"):
+    def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
+                 first_bucket_mb: float | None = None):
         if bucket_size_mb is not None and not bucket_size_mb > 0:
             raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
         super().__init__(module, collective)
@@ -25,9 +26,10 @@ class BucketedDDP(DataParallelBase):
         order = list(range(len(self.params)))[::-1]
         sizes = [self.params[i].numel() * self.params[i].element_size() for i in order]
         cap = None if bucket_size_mb is None else bucket_size_mb * 2**20
+        first = None if first_bucket_mb is None else first_bucket_mb * 2**20
         self.buckets = [Bucket(b, [self.params[order[k]] for k in run],
                                [self.param_names[order[k]] for k in run])
-                        for b, run in enumerate(plan_buckets(sizes, cap))]
+                        for b, run in enumerate(plan_buckets(sizes, cap, first))]
         self._next_launch = 0
         for bucket in self.buckets:
             for slot, p in enumerate(bucket.params):

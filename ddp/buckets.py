@@ -8,10 +8,12 @@ import torch
 from ddp.base import DataParallelBase, PendingAllReduce
 
 
-def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None) -> list[list[int]]:
+def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None,
+                 first_cap_bytes: float | None = None) -> list[list[int]]:
     """Group item indices, in the given order, into runs of at most `cap_bytes` (None: one run).
 
-    An item larger than the cap gets a bucket of its own.
+    An item larger than the cap gets a bucket of its own. `first_cap_bytes`, if given, caps the
+    first bucket instead, so that communication can start early in backward.
     """
     if cap_bytes is None:
         return [list(range(len(sizes_bytes)))] if sizes_bytes else []
@@ -19,7 +21,8 @@ def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None) -> list[list[i
     current: list[int] = []
     filled = 0
     for i, size in enumerate(sizes_bytes):
-        if current and filled + size > cap_bytes:
+        cap = first_cap_bytes if not plan and first_cap_bytes is not None else cap_bytes
+        if current and filled + size > cap:
             plan.append(current)
             current, filled = [], 0
         current.append(i)

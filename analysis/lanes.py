@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis import intervals
 from analysis.errors import TraceError
-from analysis.patterns import META_PREFIX, Patterns, matches
+from analysis.patterns import Patterns, matches
 from analysis.render_figure import Panel
 from analysis.render_binning import merge_subpixel
 from analysis.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES

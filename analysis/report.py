@@ -26,6 +26,7 @@ from analysis.errors import TraceError
 from analysis.html_page import written_by_us
 from analysis.html_report import write_index
 from analysis.lanes import Selection
+from analysis.timeline import TraceInput, group_inputs
 
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
                    "overlap_ms", "exposed_comm_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
@@ -34,9 +35,10 @@ FORMATS = ("table", "csv", "json")
 
 @dataclass(frozen=True)
 class Analysed:
-    """One input trace: where it is, its content hash, the loaded trace and its analysis."""
+    """One input trace: its label (the path, or the rank files' pattern), content hash, trace, analysis."""
 
-    path: Path
+    path: str
+    name: str
     sha256: str
     trace: object
     analysis: object
@@ -55,12 +57,15 @@ def content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def analyse(path: Path) -> Analysed:
+def analyse(inp: TraceInput) -> Analysed:
+    """Load (merging per-rank files) and analyse one trace; its hash covers every file."""
     from analysis.overlap import analyze_trace
     from analysis.trace import load_trace
 
-    trace = load_trace(path)
-    return Analysed(path, content_hash(path), trace, analyze_trace(trace))
+    trace = load_trace(list(inp.paths))
+    hashes = [content_hash(p) for p in inp.paths]
+    sha = hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()
+    return Analysed(inp.label, inp.name, sha, trace, analyze_trace(trace))
 
 
 def summary_frame(results: list[Analysed]) -> pd.DataFrame:
@@ -82,13 +87,13 @@ def steps_frame(results: list[Analysed], summary: pd.DataFrame) -> pd.DataFrame:
                       for r in results], ignore_index=True)
 
 
-def timeline_names(paths: list[Path]) -> dict[str, str]:
-    """timelines/<stem>.html per trace, numbered when two traces share a stem."""
+def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
+    """timelines/<name>.html per (label, name) of a trace, numbered when two traces share a name."""
     names, seen = {}, {}
-    for p in paths:
-        n = seen.get(p.stem, 0)
-        seen[p.stem] = n + 1
-        names[str(p)] = f"timelines/{p.stem}{'' if n == 0 else f'_{n}'}.html"
+    for label, name in traces:
+        n = seen.get(name, 0)
+        seen[name] = n + 1
+        names[label] = f"timelines/{name}{'' if n == 0 else f'_{n}'}.html"
     return names
 
 
@@ -143,12 +148,12 @@ def write_timelines(out: Path, results: list[Analysed], summary: pd.DataFrame) -
     """One overview timeline per trace plus the naive-vs-best side by side; returns the links."""
     from analysis.timeline import trace_panel, write_timeline
 
-    names = timeline_names([r.path for r in results])
-    by_trace = {str(r.path): r for r in results}
+    names = timeline_names([(r.path, r.name) for r in results])
+    by_trace = {r.path: r for r in results}
     for r in results:
         t0 = time.perf_counter()
         panel, _ = trace_panel(r.path, Selection(), trace=r.trace)
-        write_timeline([panel], out / names[str(r.path)], f"Timeline: {r.trace.implementation}", Selection())
+        write_timeline([panel], out / names[r.path], f"Timeline: {r.trace.implementation}", Selection())
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     naive = summary.loc[summary["implementation"] == "naive", "trace"]
     others = summary.loc[summary["implementation"] != "naive"]
@@ -183,7 +188,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "naive-vs-best timeline, summary.csv and results.db into the -o folder, and nothing "
                     "outside it. Prints the summary table.",
     )
-    ap.add_argument("traces", nargs="+", type=Path, help="nsys SQLite exports, one per implementation")
+    ap.add_argument("traces", nargs="+", type=Path,
+                    help="nsys SQLite exports, one per implementation; <impl>.rank<N>.sqlite files of one folder "
+                         "(run_nsys.sh --per-rank) are merged into one trace")
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
@@ -196,12 +203,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(set(p.resolve() for p in args.traces)) != len(args.traces):
             raise TraceError("the same trace is given twice")
-        check_out_dir(out, [] if args.no_timelines else list(timeline_names(args.traces).values()))
+        inputs = group_inputs(args.traces)
+        pages = timeline_names([(i.label, i.name) for i in inputs])
+        check_out_dir(out, [] if args.no_timelines else list(pages.values()))
         results = []
-        for path in args.traces:
+        for inp in inputs:
             t0 = time.perf_counter()
-            results.append(analyse(path))
-            progress(f"analysed {path} ({time.perf_counter() - t0:.1f} s)")
+            results.append(analyse(inp))
+            progress(f"analysed {inp.label} ({time.perf_counter() - t0:.1f} s)")
         summary = summary_frame(results)
         out.mkdir(parents=True, exist_ok=True)
         links, side = ({}, None) if args.no_timelines else write_timelines(out, results, summary)

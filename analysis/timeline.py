@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -23,6 +24,32 @@ from analysis.lanes import Selection, build_panel
 from analysis.render_figure import Panel, build_figure, count_drawn_segments
 
 FORMATS = ("table", "csv", "json")
+RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+$")  # run_nsys.sh --per-rank: <impl>.rank<N>.sqlite
+
+
+@dataclass(frozen=True)
+class TraceInput:
+    """One trace to draw: a single export, or the one-rank exports of a per-rank run (merged on load)."""
+
+    name: str  # file stem, or <impl> of <impl>.rank<N>.sqlite
+    paths: tuple[Path, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.paths) == 1:
+            return str(self.paths[0])
+        return str(self.paths[0].parent / f"{self.name}.rank*{self.paths[0].suffix}") + f" ({len(self.paths)} files)"
+
+
+def group_inputs(paths: list[Path]) -> list[TraceInput]:
+    """Each path is a trace, except `<run>.rank<N>.*` files of one folder, which form one trace."""
+    groups: dict[tuple, list[Path]] = {}
+    for path in paths:  # a handful of command-line paths
+        found = RANK_FILE.match(path.stem)
+        key = (str(path.parent), found["run"]) if found else (str(path),)
+        groups.setdefault(key, []).append(path)
+    return [TraceInput(RANK_FILE.match(g[0].stem)["run"] if len(k) == 2 else g[0].stem, tuple(g))
+            for k, g in groups.items()]
 
 
 @dataclass(frozen=True)
@@ -161,7 +188,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     "communication ranges and GPU streams, and shading where communication overlaps compute. "
                     "Prints one summary row per panel.",
     )
-    ap.add_argument("traces", nargs="+", type=Path, help="nsys SQLite exports (one panel each, in this order)")
+    ap.add_argument("traces", nargs="+", type=Path,
+                    help="nsys SQLite exports, one panel each in this order; <impl>.rank<N>.sqlite files of "
+                         "one folder (run_nsys.sh --per-rank) are merged into one panel")
     ap.add_argument("-o", "--output", type=Path, default=Path("reports/timeline.html"),
                     help="HTML file to write (default: reports/timeline.html)")
     ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")
@@ -182,13 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         selection = Selection(step=args.step, rank=args.rank)
         check_output(args.output, args.traces)
+        from analysis.trace import load_trace
+
         panels, rows = [], []
-        for path in args.traces:
+        for inp in group_inputs(args.traces):
             t0 = time.perf_counter()
-            panel, row = trace_panel(path, selection, width_px=args.width)
+            trace = load_trace(list(inp.paths))
+            panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width)
             panels.append(panel)
             rows.append(row)
-            progress(f"{path}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
+            progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
         title = "Timeline: " + " vs ".join(r.implementation for r in rows)
         out, fig = write_timeline(panels, args.output, title, selection, args.width)
         progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, "

@@ -82,6 +82,16 @@ def test_results_db_accumulates_history_without_duplicates(traces, tmp_path, cap
     assert {"path", "sha256", "rank", "step", "overlap_ms", "exposed_comm_ms"} <= cols
 
 
+def test_per_rank_files_are_one_trace(traces, tmp_path, capsys):
+    files = [write_trace(tmp_path / f"naive.rank{r}.sqlite", "naive", ranks=1, first_rank=r) for r in (0, 1)]
+    out = tmp_path / "rep"
+    code, stdout, err = run(capsys, *files, traces[1], "-o", out, "--format", "json")
+    assert code == 0, err
+    rows = json.loads(stdout)
+    assert sorted((r["implementation"], r["ranks"]) for r in rows) == [("naive", 2), ("overlap", 2)]
+    assert (out / "timelines" / "naive.html").exists() and (out / "timelines" / "naive_vs_overlap.html").exists()
+
+
 def test_refuses_to_overwrite_files_it_did_not_write(traces, tmp_path, capsys):
     (tmp_path / "index.html").write_text("<html>my own notes</html>")
     code, _, err = run(capsys, *traces, "-o", tmp_path)

@@ -90,6 +90,17 @@ def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
     assert set(panel.lanes["rank"]) == {1} and set(panel.overlap["rank"]) == {1}
 
 
+def test_per_rank_files_of_one_run_form_one_panel(tmp_path, capsys):
+    files = [write_trace(tmp_path / f"naive.rank{r}.sqlite", "naive", ranks=1, first_rank=r) for r in (0, 1)]
+    other = write_trace(tmp_path / "overlap.sqlite", "overlap")
+    inputs = timeline.group_inputs([*files, other])
+    assert [(i.name, len(i.paths)) for i in inputs] == [("naive", 2), ("overlap", 1)]
+    code, stdout, _ = run_cli(capsys, *files, other, "-o", tmp_path / "t.html", "--step", 1, "--format", "json")
+    rows = json.loads(stdout)
+    assert code == 0 and [r["ranks"] for r in rows] == [2, 2]
+    assert rows[0]["trace"].endswith("naive.rank*.sqlite (2 files)") and rows[0]["overlap_pct"] == 0.0
+
+
 @pytest.mark.parametrize("args, message", [
     (["missing.sqlite"], "no such file"),
     (["{naive}", "--step", "7"], "no step 7 (steps present: 0..2)"),

@@ -29,11 +29,12 @@ def _comm_windows(kind: str) -> list[tuple[int, int]]:
     raise ValueError(f"kind={kind!r}: expected naive or overlap")
 
 
-def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool = True) -> Path:
-    """Write a synthetic export at `path` and return it."""
+def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool = True,
+                first_rank: int = 0) -> Path:
+    """Write a synthetic export at `path` (ranks first_rank.. first_rank + ranks - 1) and return it."""
     nvtx, kernels, runtime, strings = [], [], [], {"gemm": 1, "ncclDevKernel_AllReduce_Sum_f32": 2}
     corr = 0
-    for r in range(ranks):
+    for r in range(first_rank, first_rank + ranks):
         pid = 100 + r
         main, worker = gtid(pid, pid * 10 + MAIN_TID), gtid(pid, pid * 10 + WORKER_TID)
         nvtx.append((0, 0, 34, f'ddp.meta {{"implementation": "{kind}", "rank": {r}}}', main, None))

@@ -130,6 +130,15 @@ def _overlap_trace(panel: Panel, pixel_ns: float, shown: bool) -> go.Scatter | N
     )
 
 
+def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
+    """A faint band behind every other rank's lanes, so the eye keeps ranks apart (one shape per rank)."""
+    span = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
+    for i, (top, bottom) in enumerate(zip(span["min"], span["max"])):
+        if i % 2:
+            fig.add_hrect(y0=top - 0.5, y1=bottom + 0.5, row=row, col=1, fillcolor="#f3f3f3", line_width=0,
+                          layer="below")
+
+
 def build_figure(panels: list[Panel], width_px: int = 1600,
                  x_title: str = "time since the chosen step's start (ms)") -> go.Figure:
     """Stacked panels sharing one time axis; sub-pixel work merged at full-view resolution."""
@@ -164,6 +173,7 @@ def build_figure(panels: list[Panel], width_px: int = 1600,
             )
             in_legend.add(category)
             fig.add_trace(_hover_trace(part, panel.origin_ns, category), row=row, col=1)
+        _rank_bands(fig, panel, row)
         n_lanes = max(len(panel.lanes), 1)
         fig.update_yaxes(
             row=row, col=1, tickmode="array", tickvals=panel.lanes["lane"].tolist(),

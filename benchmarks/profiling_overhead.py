@@ -62,7 +62,7 @@ def timed_range_cost(nsys: Path | None, n: int) -> float:
         out = run_retrying(cmd, 600)
     lines = [line for line in out.stdout.splitlines() if line.startswith("ns_per_range ")]
     if out.returncode != 0 or not lines:
-        raise RuntimeError(f"range cost run failed: {out.stderr[-500:]}")
+        raise RuntimeError(f"range cost run failed (exit {out.returncode}): {(out.stdout + out.stderr)[-800:]}")
     return float(lines[-1].split()[1])
 
 
@@ -75,7 +75,7 @@ def run_once(mode: str, nsys: Path, runner: list[str], scratch: Path) -> tuple[f
     out = run_retrying(cmd, 900)
     results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not results:
-        raise RuntimeError(f"{mode} run failed (exit {out.returncode}): {out.stderr[-800:]}")
+        raise RuntimeError(f"{mode} run failed (exit {out.returncode}): {(out.stdout + out.stderr)[-800:]}")
     sqlite = None
     if mode == "NVTX under nsys":
         sqlite = export_sqlite(nsys, report, scratch / "overhead.sqlite")
@@ -110,6 +110,8 @@ def main() -> int:
     nsys = find_nsys()
     runner = [sys.executable, "-m", "profiling.run", "--impl", args.impl, "--steps", str(args.steps),
               "--warmup", str(args.warmup), *runner_extra]
+    print("[overhead] timing one NVTX range with and without nsys ...", file=sys.stderr, flush=True)
+    cost_plain, cost_nsys = timed_range_cost(None, args.range_calls), timed_range_cost(nsys, args.range_calls)
     step_s: dict[str, list[float]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory() as tmp:
         sqlite = None
@@ -120,8 +122,6 @@ def main() -> int:
                 step_s[mode].append(seconds)
                 sqlite = exported or sqlite
         per_step = ranges_per_step(sqlite)
-    print("[overhead] timing one NVTX range with and without nsys ...", file=sys.stderr, flush=True)
-    cost_plain, cost_nsys = timed_range_cost(None, args.range_calls), timed_range_cost(nsys, args.range_calls)
     base = statistics.median(step_s["no NVTX"])
     report = {
         "impl": args.impl, "steps": args.steps, "repeats": args.repeats, "runner": runner[1:],

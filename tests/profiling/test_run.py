@@ -1,0 +1,43 @@
+"""The profiled program on its own (no nsys): arguments, model choice, the metadata mark's text."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from profiling.capture import META_PREFIX, meta_text
+from profiling.run import choose_model
+from tests.profiling.test_nsys import REPO
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "profiling.run", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=180)
+
+
+def test_runs_without_nsys_and_reports_every_ranks_steps():
+    res = run("--impl", "flat", "--steps", "2", "--warmup", "1", "--batch-size", "2", "--context-length", "8",
+              "--format", "json")
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["config"]["model"] == "tiny" and out["config"]["world_size"] == 2
+    assert len(out["step_time_s"]) == 2 and all(len(r) == 2 and min(r) > 0 for r in out["step_time_s"])
+
+
+def test_bad_config_is_one_line_and_exit_2():
+    res = run("--impl", "naive", "--world-size", "3", "--batch-size", "16")
+    assert res.returncode == 2
+    assert res.stderr.startswith("error: batch size 16 is not divisible by world size 3")
+    assert res.stderr.count("\n") == 1
+
+
+def test_auto_model_is_tiny_without_gpu_and_explicit_models_are_kept():
+    assert choose_model("auto", 16, 2, 128, "sgd") == "tiny"  # this machine has no GPU
+    assert choose_model("small", 16, 2, 128, "sgd") == "small"
+
+
+def test_meta_mark_is_prefix_and_one_line_of_json():
+    text = meta_text({"rank": 1, "implementation": "overlap", "versions": {"nvtx": "0.2.10"}})
+    assert text.startswith(META_PREFIX) and "\n" not in text
+    assert json.loads(text[len(META_PREFIX):]) == {"rank": 1, "implementation": "overlap",
+                                                   "versions": {"nvtx": "0.2.10"}}

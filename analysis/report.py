@@ -183,6 +183,7 @@ def print_summary(summary: pd.DataFrame, fmt: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
+        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
         description="Compare implementations from nsys SQLite exports: writes index.html (ranking table, "
                     "per-step time breakdown, step spread, timeline links), one timeline per trace, a "
                     "naive-vs-best timeline, summary.csv and results.db into the -o folder, and nothing "

@@ -19,11 +19,12 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from analysis.errors import TraceError
-from analysis.html_page import write_page
+from analysis.html_page import write_page, written_by_us
 from analysis.lanes import Selection, build_panel
 from analysis.render_figure import Panel, build_figure, count_drawn_segments
 
 FORMATS = ("table", "csv", "json")
+DEFAULT_OUTPUT = Path("reports/timeline.html")
 RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+$")  # run_nsys.sh --per-rank: <impl>.rank<N>.sqlite
 
 
@@ -131,14 +132,17 @@ def write_timeline(panels: list[Panel], output: Path, title: str, selection: Sel
     return output, fig
 
 
-def check_output(output: Path, inputs: list[Path]) -> None:
-    """Refuse outputs that would clobber an input or are not HTML."""
+def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> None:
+    """Refuse outputs that would clobber an input or are not HTML; without an explicit -o, also any
+    existing page this tool did not write."""
     if output.suffix.lower() not in (".html", ".htm"):
         raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
     if output.exists() and output.is_dir():
         raise TraceError(f"-o {output}: is a directory; give a file path ending in .html")
     if any(output.resolve() == p.resolve() for p in inputs):
         raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
+    if not explicit and output.is_file() and not written_by_us(output):
+        raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
 
 
 def print_rows(rows: list[PanelSummary], fmt: str) -> None:
@@ -183,6 +187,7 @@ def export_png(fig: go.Figure, png: Path) -> str:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
+        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
         description="Write an interactive, self-contained HTML timeline of nsys SQLite exports: one panel "
                     "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
                     "communication ranges and GPU streams, and shading where communication overlaps compute. "
@@ -191,7 +196,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("traces", nargs="+", type=Path,
                     help="nsys SQLite exports, one panel each in this order; <impl>.rank<N>.sqlite files of "
                          "one folder (run_nsys.sh --per-rank) are merged into one panel")
-    ap.add_argument("-o", "--output", type=Path, default=Path("reports/timeline.html"),
+    ap.add_argument("-o", "--output", type=Path,
                     help="HTML file to write (default: reports/timeline.html)")
     ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")
     ap.add_argument("--rank", type=int, help="draw only rank R (default: all ranks)")
@@ -210,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
         selection = Selection(step=args.step, rank=args.rank)
-        check_output(args.output, args.traces)
+        check_output(args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None)
+        args.output = args.output or DEFAULT_OUTPUT
         from analysis.trace import load_trace
 
         panels, rows = [], []

@@ -125,6 +125,18 @@ def test_refuses_to_overwrite_an_input_or_write_non_html(traces, capsys):
     assert exit_.value.code == 2 and "--width 5" in capsys.readouterr().err
 
 
+def test_default_output_never_replaces_a_foreign_page(traces, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "timeline.html").write_text("<html>mine</html>")
+    code, _, err = run_cli(capsys, traces["naive"])
+    assert code == 2 and "not written by this tool" in err
+    assert (tmp_path / "reports" / "timeline.html").read_text() == "<html>mine</html>"
+    (tmp_path / "reports" / "timeline.html").unlink()
+    assert run_cli(capsys, traces["naive"])[0] == 0
+    assert run_cli(capsys, traces["naive"])[0] == 0  # its own page it may replace
+
+
 def test_module_entry_point_and_help():
     done = subprocess.run([sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True,
                           cwd=REPO, timeout=60)

@@ -11,13 +11,15 @@ class BucketedDDP(DataParallelBase):
     """Async bucketed all-reduces overlapping backward.
 
     Buckets are filled in reverse order of `module.parameters()` up to `bucket_size_mb` MiB each
-    (None: one bucket of unbounded size; a larger parameter gets a bucket of its own). A bucket is
-    launched once all its gradients are in and all earlier buckets are launched, so every rank issues
-    the same collectives in the same order; the rest are launched at finish.
+    (None: one bucket of unbounded size; a larger parameter gets a bucket of its own). Like DDP, the
+    first bucket is capped at `first_bucket_mb` (default 1 MiB, None to turn off) so that the first
+    all-reduce starts as early in backward as possible instead of waiting for a whole bucket. A
+    bucket is launched once all its gradients are in and all earlier buckets are launched, so every
+    rank issues the same collectives in the same order; the rest are launched at finish.
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
-                 first_bucket_mb: float | None = None):
+                 first_bucket_mb: float | None = 1.0):
         if bucket_size_mb is not None and not bucket_size_mb > 0:
             raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
         super().__init__(module, collective)
@@ -26,7 +28,7 @@ class BucketedDDP(DataParallelBase):
         order = list(range(len(self.params)))[::-1]
         sizes = [self.params[i].numel() * self.params[i].element_size() for i in order]
         cap = None if bucket_size_mb is None else bucket_size_mb * 2**20
-        first = None if first_bucket_mb is None else first_bucket_mb * 2**20
+        first = None if first_bucket_mb is None or cap is None else min(first_bucket_mb * 2**20, cap)
         self.buckets = [Bucket(b, [self.params[order[k]] for k in run],
                                [self.param_names[order[k]] for k in run])
                         for b, run in enumerate(plan_buckets(sizes, cap, first))]

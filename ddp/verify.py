@@ -54,9 +54,11 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
         train_step(model, optimizer, batch, step)
     params = {k: v.detach().cpu().clone() for k, v in model.module.named_parameters()}
     flat = torch.cat([v.reshape(-1) for v in params.values()])
+    if ctx.backend == "nccl":  # NCCL gathers device tensors only
+        flat = flat.to(ctx.device)
     everyone = [torch.empty_like(flat) for _ in range(ctx.world_size)]
-    dist.all_gather(everyone, flat.to(ctx.device) if ctx.backend == "nccl" else flat)
-    spread = max(float((other.cpu() - flat).abs().max()) for other in everyone) if flat.numel() else 0.0
+    dist.all_gather(everyone, flat)
+    spread = max(float((other - flat).abs().max()) for other in everyone) if flat.numel() else 0.0
     return {"params": params, "rank_spread": spread}
 
 

@@ -152,3 +152,21 @@ def exit_on_rank1(ctx: DistContext) -> None:
 def report_context(ctx: DistContext) -> dict:
     return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
             "threads": torch.get_num_threads(), "device": str(ctx.device)}
+
+
+def async_range_end_threads(ctx: DistContext) -> dict[str, str]:
+    """One overlap step on the tiny LM with NVTX recorded: each async range's name -> ending thread."""
+    import threading
+
+    from ddp import nvtx_ranges
+    from ddp.data import rank_batch
+    from ddp.models import build_model
+
+    names, ended = {}, {}
+    nvtx_ranges.start = lambda name: names.setdefault(len(names) + 1, name) and len(names)
+    nvtx_ranges.end = lambda rid: ended.__setitem__(names[rid], threading.current_thread().name)
+    model = registry.wrap("overlap", build_model("tiny", 16))
+    opt = make_optimizer("sgd", model.module.parameters(), 0.1)
+    train_step(model, opt, rank_batch("tiny", 0, 2 * ctx.world_size, 16, ctx.rank, ctx.world_size), 0)
+    dist.barrier()
+    return {**ended, "main": threading.current_thread().name}

@@ -23,3 +23,23 @@ def test_plan_covers_every_item_in_order_within_cap(sizes, cap):
         assert sum(sizes[i] for i in bucket) <= cap or len(bucket) == 1
     for left, right in zip(plan, plan[1:]):  # greedy: the next item did not fit
         assert sum(sizes[i] for i in left) + sizes[right[0]] > cap
+
+
+def test_first_bucket_can_have_its_own_smaller_cap():
+    assert plan_buckets([60, 60, 60, 60, 60], 150, first_cap_bytes=70) == [[0], [1, 2], [3, 4]]
+    assert plan_buckets([60, 60], None, first_cap_bytes=70) == [[0, 1]]
+
+
+def test_bucketed_first_bucket_is_capped_and_never_above_bucket_size(one_rank_group):
+    from ddp import BucketedDDP
+    from ddp.models import build_model
+
+    def layout(**kwargs):
+        return [[n for n in b.names] for b in BucketedDDP(build_model("tiny"), **kwargs).buckets]
+
+    default = layout()  # 25 MiB buckets, 1 MiB first bucket
+    assert default[0] == ["lm_head.weight"] and len(default) == 2  # the 5 MiB head starts alone
+    assert layout(first_bucket_mb=None) == [[n for b in default for n in b]]  # plain filling: one bucket
+    assert layout(bucket_size_mb=None) == [[n for b in default for n in b]]
+    small = BucketedDDP(build_model("tiny"), bucket_size_mb=0.25).buckets
+    assert all(b.buffer.numel() * 4 <= 0.25 * 2**20 + 4 * len(b.params) or len(b.params) == 1 for b in small)

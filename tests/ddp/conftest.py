@@ -1,0 +1,15 @@
+"""Fixtures shared by the ddp tests."""
+from __future__ import annotations
+
+import pytest
+import torch.distributed as dist
+
+from ddp.launcher import free_port
+
+
+@pytest.fixture(scope="module")
+def one_rank_group():
+    """A 1-rank gloo group in this process: the wrappers' code paths without spawning."""
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()

@@ -1,6 +1,7 @@
 """Check every chosen implementation against single-process training on the same global batches.
 
     python -m ddp.verify --impl all --world-size 2 [--model toy|tiny] [--steps N] [--optimizer sgd|adamw]
+        [--collective torch|ring|reduce_broadcast]
 
 Each rank starts from a different random initialisation (seed + rank), so a pass also shows that
 construction broadcast rank 0's state. Prints, per implementation, the largest |difference| of any
@@ -91,14 +92,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for overlap_bucket and torch")
     parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (torch.allclose default)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (torch.allclose default)")
+    parser.add_argument("--collective", choices=cli.collective_choices(), default="torch",
+                        help="all-reduce algorithm of the wrappers (default torch); with --impl all, "
+                             "the torch implementation is left out of any other, as it only runs its own")
     args = parser.parse_args(argv)
     world = args.world_size or int(os.environ.get("WORLD_SIZE", 2))
     batch = args.batch_size if args.batch_size is not None else 4 * world
     configs = [RunConfig(impl=name, model=args.model, world_size=world, batch_size=batch,
                          context_length=args.context_length, steps=args.steps, warmup=0,
                          bucket_mb=args.bucket_mb, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                         backend=args.backend)
-               for name in registry.resolve(args.impl)]
+                         backend=args.backend, collective=args.collective)
+               for name in registry.resolve(args.impl)
+               if not (name == "torch" and args.collective != "torch" and "all" in args.impl)]
     outcomes = launch(verify_worker, args.world_size, configs, backend=args.backend)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK

@@ -44,3 +44,9 @@ def test_training_with_p2p_collectives_equals_single_process(world: int) -> None
 def test_torch_ddp_refuses_a_p2p_collective() -> None:
     with pytest.raises(ValueError, match="collective must be 'torch'"):
         TorchDDP(nn.Linear(2, 2), collective="ring")
+
+
+def test_verify_cli_refuses_torch_impl_with_a_p2p_collective() -> None:
+    from ddp import verify
+    with pytest.raises(ValueError, match="only runs collective 'torch'"):
+        verify.main(["--impl", "torch", "--collective", "ring"])  # fails before spawning ranks

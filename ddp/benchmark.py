@@ -4,7 +4,8 @@
         [--batch-size ...] [--context-length ...] [--bucket-mb 1 10 100 1000] [--csv FILE] [--format table|csv|json]
 
 List options sweep every combination (bucket sizes apply to overlap_bucket and torch). Each run
-does --warmup untimed steps then --steps timed ones; a step's time is its slowest rank's (device
+does --warmup untimed steps then --steps timed ones (--repeat N runs the whole sweep N times and
+pools each config's steps, which evens out a shared machine's slow phases); a step's time is its slowest rank's (device
 synchronised on GPU). Communication time is the time a rank spent in blocking collectives or
 blocked waiting for async ones (for torch: from its last bucket becoming ready to that bucket's
 all-reduce completing). speedup_vs_naive compares step times with naive at the same batch, context
@@ -29,7 +30,7 @@ CSV_COLUMNS = ["implementation", "model_size", "d_model", "num_layers", "world_s
                "context_length", "bucket_mb", "avg_step_time_ms", "avg_comm_time_ms", "comm_fraction",
                "num_comm_ops", "speedup_vs_naive"]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
-DEFAULT_BATCH, DEFAULT_CONTEXT = 8, 64
+DEFAULT_BATCH, DEFAULT_CONTEXT = 4, 32
 
 
 def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> str:
@@ -55,17 +56,32 @@ def sweep(args: argparse.Namespace, world: int) -> list[RunConfig]:
     return configs
 
 
-def benchmark_worker(ctx: DistContext, configs: list[RunConfig]) -> list[TrainResult] | None:
-    """Run every config in turn on this rank; rank 0 returns the gathered results."""
-    results = []
-    for k, cfg in enumerate(configs, 1):
-        result = run_training(ctx, cfg)
-        if ctx.is_main:
-            bucket = f" bucket {cfg.bucket_mb:g} MiB" if cfg.bucket_mb and cfg.impl in registry.BUCKETED else ""
-            cli.progress(f"[benchmark {k}/{len(configs)}] {cfg.impl}{bucket} batch {cfg.batch_size} "
-                         f"context {cfg.context_length}: {result.avg_step_time_s * 1e3:.1f} ms/step")
-        results.append(result)
+def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1) -> list[TrainResult] | None:
+    """Run every config in turn on this rank, the whole list `repeat` times; rank 0 returns the results.
+
+    Repeating the list (rather than each config) spreads slow phases of a shared machine over all
+    configs; a config's repeats are pooled into one result.
+    """
+    results: list[TrainResult | None] = [None] * len(configs)
+    total = len(configs) * repeat
+    for r in range(repeat):
+        for k, cfg in enumerate(configs):
+            result = run_training(ctx, cfg)
+            if ctx.is_main:
+                bucket = f" bucket {cfg.bucket_mb:g} MiB" if cfg.bucket_mb and cfg.impl in registry.BUCKETED else ""
+                cli.progress(f"[benchmark {r * len(configs) + k + 1}/{total}] {cfg.impl}{bucket} batch "
+                             f"{cfg.batch_size} context {cfg.context_length}: "
+                             f"{result.avg_step_time_s * 1e3:.1f} ms/step")
+            results[k] = result if results[k] is None else pool(results[k], result)
     return results if ctx.is_main else None
+
+
+def pool(a: TrainResult, b: TrainResult) -> TrainResult:
+    """Both runs' measured steps as one result (per rank, b's steps after a's)."""
+    def join(x, y):
+        return [xs + ys for xs, ys in zip(x, y)]
+    return TrainResult(a.config, join(a.step_time_s, b.step_time_s), join(a.comm_time_s, b.comm_time_s),
+                       join(a.num_ops, b.num_ops), b.final_loss, a.metadata)
 
 
 def to_records(results: list[TrainResult]) -> list[dict]:
@@ -118,6 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="bucket sizes in MiB for overlap_bucket and torch (default 25)")
     parser.add_argument("--collective", nargs="+", default=["torch"], choices=cli.collective_choices(),
                         help="all-reduce algorithms for the hand-written wrappers (default torch)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the whole sweep this many times, pooling each config's steps (default 1)")
     parser.add_argument("--csv", type=Path, default=None, help="also write the rows to this CSV file")
     parser.add_argument("--overwrite", action="store_true", help="let --csv replace an existing file")
     return parser
@@ -131,9 +149,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model is None:
         args.model = default_model(max(1, args.batch_size[0] // world), max(args.context_length), args.optimizer)
     configs = sweep(args, world)
-    results = launch(benchmark_worker, args.world_size, configs, backend=args.backend)
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
+    cli.progress(f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
+                 f"{load_average()} (timings on a shared machine follow its load)")
+    results = launch(benchmark_worker, args.world_size, configs, args.repeat, backend=args.backend)
     if results is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
+    cli.progress(f"[benchmark] done; load average {load_average()}")
     records = to_records(results)
     if args.csv is not None:
         write_csv(args.csv, records, args.overwrite)
@@ -144,6 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.format == "table":
         print(summary_line(records))
     return cli.EXIT_OK
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
 def summary_line(records: list[dict]) -> str:

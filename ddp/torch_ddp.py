@@ -1,5 +1,6 @@
 """TorchDDP: PyTorch's DistributedDataParallel behind the same protocol as the hand-written wrappers."""
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as real objects.
+import inspect
 import time
 
 import torch
@@ -10,6 +11,9 @@ from torch.nn.parallel import DistributedDataParallel
 from ddp import nvtx_ranges
 from ddp.base import DataParallelBase
 
+# bucket_cap_mb_list arrived in recent PyTorch; older DDP gets one cap for every bucket.
+_DDP_TAKES_CAP_LIST = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters
+
 
 class TorchDDP(DataParallelBase):
     """torch.nn.parallel.DistributedDataParallel with a comm hook that names and counts its all-reduces.
@@ -19,10 +23,12 @@ class TorchDDP(DataParallelBase):
     communication is estimated as the span from the last bucket becoming ready (the end of
     gradient computation) to the last bucket's all-reduce completing. DDP needs
     `find_unused_parameters=True` for models where a parameter can get no gradient in a step.
+    Buckets are laid out as in BucketedDDP: at most `first_bucket_mb` for the first, then
+    `bucket_size_mb` each.
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
-                 find_unused_parameters: bool = False):
+                 find_unused_parameters: bool = False, first_bucket_mb: float | None = 1.0):
         if collective != "torch":
             raise ValueError(f"TorchDDP runs PyTorch's own all-reduce: collective must be 'torch', "
                              f"got {collective!r}")
@@ -30,11 +36,11 @@ class TorchDDP(DataParallelBase):
             raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
         super().__init__(module, collective)  # broadcasts rank 0's state; DDP does it again, cheaply
         self.bucket_size_mb = bucket_size_mb
-        cap = 2**20 if bucket_size_mb is None else bucket_size_mb  # "unbounded": larger than any model
         device_ids = [module_device(module).index] if module_device(module).type == "cuda" else None
         # Kept out of the submodule registry so `.module` stays the only owner of the parameters.
-        self.__dict__["ddp"] = DistributedDataParallel(module, device_ids=device_ids, bucket_cap_mb=cap,
-                                                       find_unused_parameters=find_unused_parameters)
+        self.__dict__["ddp"] = DistributedDataParallel(module, device_ids=device_ids,
+                                                       find_unused_parameters=find_unused_parameters,
+                                                       **bucket_caps(bucket_size_mb, first_bucket_mb))
         self.ddp.register_comm_hook(self, _timed_all_reduce_hook)
         self._last_ready = 0.0
         self._last_done = 0.0
@@ -46,6 +52,19 @@ class TorchDDP(DataParallelBase):
         # Buckets that complete before the last one is ready were hidden behind backward.
         self.comm_stats.comm_time_s += max(0.0, self._last_done - self._last_ready)
         self._last_ready = self._last_done = 0.0
+
+
+def bucket_caps(bucket_size_mb: float | None, first_bucket_mb: float | None) -> dict:
+    """DDP arguments for the same bucket layout as BucketedDDP: a smaller first bucket, then the cap.
+
+    DDP only shrinks its first bucket (to 1 MiB) when bucket_cap_mb is left at its default, so an
+    explicit size goes through `bucket_cap_mb_list` (first bucket, then the cap for the rest).
+    """
+    if bucket_size_mb is None:
+        return {"bucket_cap_mb": 2**20}  # "unbounded": larger than any model here
+    if first_bucket_mb is None or first_bucket_mb >= bucket_size_mb or not _DDP_TAKES_CAP_LIST:
+        return {"bucket_cap_mb": bucket_size_mb}
+    return {"bucket_cap_mb_list": [first_bucket_mb, bucket_size_mb]}
 
 
 def module_device(module: nn.Module) -> torch.device:

@@ -3,7 +3,8 @@
 
 profile: runs the program; writes the --output report only when the program exits 0 and
 FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first call fails
-the way nsys 2022.4 sometimes does when other sessions run (sem_open). export: writes a minimal nsys-like SQLite file, or, with
+the way nsys 2022.4 sometimes does when other sessions run (sem_open); with
+FAKE_NSYS_HANG_PIDFILE=FILE it writes its pid there and hangs. export: writes a minimal nsys-like SQLite file, or, with
 FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1.
 """
 import sqlite3
@@ -23,6 +24,15 @@ def main(args):
     if args[0] == "profile":
         out = opt(args, "--output")
         program = args[args.index("--output") + 2:]
+        pidfile = os.environ.get("FAKE_NSYS_HANG_PIDFILE")
+        if pidfile:  # a run that never ends: write our pid, leave a partial report, wait forever
+            with open(out, "w") as f:
+                f.write("partial")
+            with open(pidfile, "w") as f:
+                f.write(str(os.getpid()))
+            import time
+            while True:
+                time.sleep(1)
         once = os.environ.get("FAKE_NSYS_START_FAILS_ONCE")
         if once and not os.path.exists(once):
             open(once, "w").close()

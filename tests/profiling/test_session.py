@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,22 @@ def test_per_rank_entry_needs_rank_and_names_the_file_after_it(tmp_path):
     assert res.returncode == 0, res.stderr
     assert (tmp_path / "x.rank3.nsys-rep").is_file() and is_complete_sqlite(tmp_path / "x.rank3.sqlite")
     assert str(tmp_path / "x.rank3.sqlite") in res.stdout
+
+
+def test_sigterm_stops_run_nsys_and_its_whole_run_without_leftovers(tmp_path):
+    nsys = fake_nsys(tmp_path)
+    pidfile, out = tmp_path / "nsys.pid", tmp_path / "traces"
+    env = {**os.environ, "NSYS": str(nsys), "FAKE_NSYS_HANG_PIDFILE": str(pidfile)}
+    proc = subprocess.Popen(["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not pidfile.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert pidfile.exists(), "the stand-in nsys never started"
+    time.sleep(0.2)
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0 and "Traceback" not in err
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pidfile.read_text()), 0)  # the hung nsys was stopped with it
+    assert list(out.iterdir()) == []  # its partial report was removed

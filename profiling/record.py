@@ -13,6 +13,9 @@ Defaults follow the machine: without a GPU, gloo over 2 CPU ranks and the tiny m
 minute); with GPUs, NCCL over all local GPUs and the largest model that fits, traced with
 -t cuda,nvtx,osrt. CPU sampling is off unless --sample.
 
+nsys is $NSYS if set, else the first found on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*,
+or Debian's nsight-systems package (bash scripts/install_nsys.sh installs it on Debian 12 as root).
+
 Exit codes: 0 all recorded, 1 a profiled run or export failed, 2 bad arguments or nsys missing.
 """
 from __future__ import annotations

@@ -145,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.csv is not None and args.csv.exists() and not args.overwrite:
         raise FileExistsError(f"{args.csv} exists: pass --overwrite to replace it")
-    world = args.world_size or int(os.environ.get("WORLD_SIZE", 2))
+    world = cli.resolve_world_size(args.world_size)
     if args.model is None:
         args.model = default_model(max(1, args.batch_size[0] // world), max(args.context_length), args.optimizer)
     configs = sweep(args, world)

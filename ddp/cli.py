@@ -5,6 +5,7 @@ import argparse
 import csv
 import io
 import json
+import os
 import sys
 from typing import Callable, Sequence
 
@@ -40,6 +41,14 @@ def add_run_arguments(parser: argparse.ArgumentParser, model_default: str | None
                         help="default: nccl when every local rank has a GPU, else gloo")
     parser.add_argument("--format", choices=["table", "csv", "json"], default="table",
                         help="stdout format: a human table, or CSV / JSON records for machines")
+
+
+def resolve_world_size(requested: int | None) -> int:
+    """--world-size, else torchrun's WORLD_SIZE, else 2; ValueError unless positive."""
+    world = requested if requested is not None else int(os.environ.get("WORLD_SIZE", 2))
+    if world < 1:
+        raise ValueError(f"world size must be a positive integer, got {world}")
+    return world
 
 
 def collective_choices() -> list[str]:

@@ -16,7 +16,6 @@ learning rate: expect a handful of elements out of millions outside the default 
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Sequence
 
 import torch
@@ -96,7 +95,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="all-reduce algorithm of the wrappers (default torch); with --impl all, "
                              "the torch implementation is left out of any other, as it only runs its own")
     args = parser.parse_args(argv)
-    world = args.world_size or int(os.environ.get("WORLD_SIZE", 2))
+    world = cli.resolve_world_size(args.world_size)
     batch = args.batch_size if args.batch_size is not None else 4 * world
     configs = [RunConfig(impl=name, model=args.model, world_size=world, batch_size=batch,
                          context_length=args.context_length, steps=args.steps, warmup=0,

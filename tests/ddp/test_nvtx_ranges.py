@@ -69,7 +69,7 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     assert {n for n in comm if n.startswith("comm:all_reduce:")} == EXPECTED_COMM[impl]
     if impl in ASYNC:  # start/end ranges, each closed exactly once
         assert recorder.started and not any(n.startswith("comm:all_reduce") for n in recorder.pushed)
-        torch.distributed.barrier()  # lets completion callbacks on the comm thread finish
+        dist.barrier()  # lets completion callbacks on the comm thread finish
         assert recorder.ended.keys() == recorder.started.keys()
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 import threading
 
 import pytest
-import torch
 import torch.distributed as dist
 
 from ddp import nvtx_ranges, registry

@@ -88,9 +88,8 @@ class Bucket:
     def wait(self, world_size: int) -> None:
         """Wait for the all-reduce, then write the mean back into each parameter's .grad."""
         self.pending.wait()
-        self.buffer[:self.num_grad].div_(world_size)
-        for slot, p in enumerate(self.params):
-            p.grad.copy_(self._slot_view(slot))
+        for slot, p in enumerate(self.params):  # divide while copying out: one pass over the data
+            torch.div(self._slot_view(slot), world_size, out=p.grad)
         DataParallelBase._drop_unused(self.params, self.ready, self.buffer[self.num_grad:])
 
     def reset(self) -> None:

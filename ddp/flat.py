@@ -23,7 +23,6 @@ class FlatDDP(DataParallelBase):
         grads = [self._grad_or_zeros(p).reshape(-1) for p in self.params]
         flat = self._blocking_all_reduce(torch.cat(grads + [flags]), "flat")
         n_grad = flat.numel() - flags.numel()
-        averaged = flat[:n_grad].div_(self.world_size)
-        for p, chunk in zip(self.params, averaged.split([p.numel() for p in self.params])):
-            p.grad.copy_(chunk.view_as(p))
+        for p, chunk in zip(self.params, flat[:n_grad].split([p.numel() for p in self.params])):
+            torch.div(chunk.view_as(p), self.world_size, out=p.grad)  # average while copying out
         self._drop_unused(self.params, had_local, flat[n_grad:])

@@ -1,9 +1,10 @@
 """Cost of ddp.nvtx_ranges calls with no profiler attached, against a training step.
 
-    python benchmarks/ddp_nvtx_overhead.py [--pairs 100000]
+    python benchmarks/ddp_nvtx_overhead.py [--pairs 100000] [--step-ms 40]
 
 Prints nanoseconds per push/pop pair and per start/end pair, then the ranges one step of each
-implementation emits on the tiny model (toy size for counting) and what they add to a step.
+implementation emits on the tiny model and what they add to a step of --step-ms milliseconds
+(about the tiny model's step in `python -m ddp.benchmark` on the 2-core development machine).
 """
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def empty_loop(pairs: int) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pairs", type=int, default=100_000)
+    parser.add_argument("--step-ms", type=float, default=40.0)
     args = parser.parse_args()
     loop = ns_per_pair(empty_loop, args.pairs)
     push = ns_per_pair(push_pop, args.pairs) - loop
@@ -51,7 +53,7 @@ def main() -> None:
     for impl, comm, kind in [("naive", params, push), ("flat", 1, push), ("overlap", params, start)]:
         cost_us = (5 * push + comm * kind) / 1e3
         print(f"{impl:8s} tiny model: {5 + comm:3d} ranges/step = {cost_us:6.1f} us/step "
-              f"= {cost_us / 1e3 / 100 * 100:.4f}% of a 100 ms step")
+              f"= {cost_us / 1e3 / args.step_ms * 100:.3f}% of a {args.step_ms:g} ms step")
 
 
 if __name__ == "__main__":

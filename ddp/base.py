@@ -22,6 +22,12 @@ from ddp import nvtx_ranges
 from ddp.collectives import all_reduce, check_algorithm
 
 
+# Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
+# into a tensor that is already on the wire.
+ACCUMULATION_ERROR = ("a parameter's gradient arrived twice before finish_gradient_synchronization(): "
+                      "call it after every backward (gradient accumulation is not supported)")
+
+
 @dataclass
 class CommStats:
     """One step's communication: collective calls issued and seconds the caller was blocked."""

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ddp.base import DataParallelBase, check_same_dtype_and_device
+from ddp.base import ACCUMULATION_ERROR, DataParallelBase, check_same_dtype_and_device
 from ddp.buckets import Bucket, plan_buckets
 
 
@@ -39,6 +39,8 @@ class BucketedDDP(DataParallelBase):
                     lambda _p, bucket=bucket, slot=slot: self._on_gradient_ready(bucket, slot))
 
     def _on_gradient_ready(self, bucket: Bucket, slot: int) -> None:
+        if bucket.ready[slot]:
+            raise RuntimeError(ACCUMULATION_ERROR)
         if bucket.mark_ready(slot):
             self._launch_full_buckets_in_order()
 

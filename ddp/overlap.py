@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddp.base import DataParallelBase, PendingAllReduce
+from ddp.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce
 
 
 class OverlapDDP(DataParallelBase):
@@ -32,6 +32,8 @@ class OverlapDDP(DataParallelBase):
                 lambda _p, pos=pos: self._on_gradient_ready(pos))
 
     def _on_gradient_ready(self, pos: int) -> None:
+        if self._ready[pos]:
+            raise RuntimeError(ACCUMULATION_ERROR)
         self._ready[pos] = True
         while self._next < len(self.order) - 1 and self._ready[self._next]:
             self._issue(self._next)

@@ -43,3 +43,17 @@ def test_wrappers_need_an_initialised_process_group():
     import torch
     with pytest.raises(RuntimeError, match="needs torch.distributed initialised"):
         NaiveDDP(torch.nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("impl", ["overlap", "overlap_bucket"])
+def test_second_backward_before_sync_is_a_clear_error(one_rank_group, impl):
+    import torch
+
+    from ddp.train import loss_fn
+    from tests.ddp import cases
+    model = registry.wrap(impl, cases.build("toy", 0))
+    x, y = cases.batch(0, 4)
+    loss_fn(model(x), y).backward()
+    with pytest.raises(RuntimeError, match="arrived twice before finish_gradient_synchronization"):
+        loss_fn(model(x), y).backward()
+    assert torch.is_tensor(model.module.fc1.weight.grad)

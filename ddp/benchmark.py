@@ -149,6 +149,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.model is None:
         args.model = default_model(max(1, args.batch_size[0] // world), max(args.context_length), args.optimizer)
     configs = sweep(args, world)
+    if not configs:
+        raise ValueError("nothing to run: implementation 'torch' only runs collective 'torch'")
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     cli.progress(f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "

@@ -48,6 +48,9 @@ class Bucket:
         self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
         ref = self.params[0]
         self.buffer = torch.zeros(self.num_grad + len(self.params), dtype=ref.dtype, device=ref.device)
+        self.views = [self.buffer[start:start + size].view_as(p)  # built once: hooks run every step
+                      for start, size, p in zip(self.offsets, self.sizes, self.params)]
+        self.flags = self.buffer[self.num_grad:]
         self.ready = [False] * len(self.params)
 
     @property
@@ -62,35 +65,33 @@ class Bucket:
     def launched(self) -> bool:
         return self.pending is not None
 
-    def _slot_view(self, slot: int) -> torch.Tensor:
-        start = self.offsets[slot]
-        return self.buffer[start:start + self.sizes[slot]].view_as(self.params[slot])
-
     def mark_ready(self, slot: int) -> bool:
         """Copy parameter `slot`'s gradient in; return True once every slot is in."""
-        self._slot_view(slot).copy_(self.params[slot].grad)
-        self.buffer[self.num_grad + slot] = 1.0
+        self.views[slot].copy_(self.params[slot].grad)
         self.ready[slot] = True
         return self.is_full
 
     def fill_missing(self) -> None:
-        """Give the slots that got no gradient this step zeros and a 0 flag."""
+        """Give the slots that got no gradient this step zeros (their flag says 0 at launch)."""
         for slot, p in enumerate(self.params):
             if not self.ready[slot]:
                 p.grad = torch.zeros_like(p)
-                self._slot_view(slot).zero_()
-                self.buffer[self.num_grad + slot] = 0.0
+                self.views[slot].zero_()
 
     def launch(self, owner: DataParallelBase) -> None:
-        """Start the async all-reduce of the buffer."""
+        """Write the "had a gradient" flags, then start the async all-reduce of the buffer."""
+        if self.is_full:
+            self.flags.fill_(1.0)
+        else:
+            self.flags.copy_(torch.tensor([1.0 if r else 0.0 for r in self.ready], dtype=self.flags.dtype))
         self.pending = owner._async_all_reduce(self.buffer, self.tag)
 
     def wait(self, world_size: int) -> None:
         """Wait for the all-reduce, then write the mean back into each parameter's .grad."""
         self.pending.wait()
-        for slot, p in enumerate(self.params):  # divide while copying out: one pass over the data
-            torch.div(self._slot_view(slot), world_size, out=p.grad)
-        DataParallelBase._drop_unused(self.params, self.ready, self.buffer[self.num_grad:])
+        for view, p in zip(self.views, self.params):  # divide while copying out: one pass over the data
+            torch.div(view, world_size, out=p.grad)
+        DataParallelBase._drop_unused(self.params, self.ready, self.flags)
 
     def reset(self) -> None:
         self.ready = [False] * len(self.params)

@@ -30,7 +30,8 @@ CSV_COLUMNS = ["implementation", "model_size", "d_model", "num_layers", "world_s
                "context_length", "bucket_mb", "avg_step_time_ms", "avg_comm_time_ms", "comm_fraction",
                "num_comm_ops", "speedup_vs_naive"]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
-DEFAULT_BATCH, DEFAULT_CONTEXT = 4, 32
+# The same defaults as profiling (RunConfig): backward long enough to hide communication behind.
+DEFAULT_BATCH, DEFAULT_CONTEXT = RunConfig.batch_size, RunConfig.context_length
 
 
 def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> str:

@@ -17,10 +17,18 @@ steps() {
 [install_nsys] nsys not installed. Either install NVIDIA's Nsight Systems
   (https://developer.nvidia.com/nsight-systems, then put its bin/ on PATH or set NSYS=/path/to/nsys),
   or on Debian 12 as root:
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > /etc/apt/sources.list.d/ddp-overlap-non-free.sources
+    add the contrib and non-free components to your bookworm apt source (same mirror as main), then
     apt-get update && apt-get install -y --no-install-recommends nsight-systems-target nsight-systems
     ln -s /usr/lib/nsight-systems/host-linux-x64 /usr/lib/x86_64-linux-gnu/nsight-systems/host-linux-x64
 EOF
+}
+
+# The mirror this machine already uses for bookworm's main component (deb822 or one-line sources).
+bookworm_mirror() {
+    local uri
+    uri=$(awk '/^URIs:/ {u=$2} /^Suites:/ && / bookworm( |$)/ {print u; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+    [ -n "$uri" ] || uri=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+    printf '%s' "$uri"
 }
 
 # Debian's nsys looks for its importer at ../host-linux-x64 beside the CLI; the package puts it
@@ -50,8 +58,10 @@ fi
 
 # nsight-systems is in non-free and needs libcuda1's dependencies from contrib.
 if [ ! -f "$SOURCES" ] && ! grep -rqs -E '^[^#]*contrib.*non-free|^[^#]*non-free.*contrib' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    mirror=$(bookworm_mirror)
+    [ -n "$mirror" ] || { say "found no bookworm entry in the apt sources to add non-free to"; steps; exit 0; }
     say "enabling Debian's contrib and non-free components for bookworm ($SOURCES)"
-    printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' >"$SOURCES"
+    printf 'Types: deb\nURIs: %s\nSuites: bookworm\nComponents: contrib non-free\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' "$mirror" >"$SOURCES"
 fi
 say "installing nsight-systems from Debian (about 170 MB)"
 export DEBIAN_FRONTEND=noninteractive DEBCONF_NOWARNINGS=yes

@@ -17,7 +17,7 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
         "$PY" -m pip install -q torch
     else
         say "installing the CPU build of torch 2.13.0"
-        "$PY" -m pip install -q torch==2.13.0 || "$PY" -m pip install -q torch --index-url https://download.pytorch.org/whl/cpu
+        "$PY" -m pip install -q torch==2.13.0
     fi
 fi
 

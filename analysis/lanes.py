@@ -218,12 +218,17 @@ def _overlap(seg: pd.DataFrame, lo: int, hi: int) -> tuple[pd.DataFrame, ViewFig
     ranks = np.unique(rank_of)
     for rank in ranks:  # one pass per rank
         mine = rank_of == rank
-        if (seg["stream_id"].to_numpy()[mine] >= 0).any():
+        on_gpu = (seg["stream_id"].to_numpy()[mine] >= 0).any()
+        if on_gpu:
             comm, compute = mine & (category == code["comm_kernel"]), mine & (category == code["compute"])
         else:
             comm, compute = mine & (category == code["comm"]), mine & np.isin(category, compute_phases)
         cs, ce = intervals.union(*intervals.clip(seg["start"][comm], seg["end"][comm], lo, hi))
         ks, ke = intervals.clip(seg["start"][compute], seg["end"][compute], lo, hi)
+        if not on_gpu:  # as in analysis.metrics: waiting for gradient sync is not compute
+            waiting = mine & (category == code["grad_sync"])
+            ks, ke = intervals.subtract(*intervals.union(ks, ke),
+                                        *intervals.union(seg["start"][waiting], seg["end"][waiting]))
         os_, oe = intervals.intersect(cs, ce, ks, ke)
         comm_total += intervals.total_length(cs, ce)
         overlap_total += intervals.total_length(os_, oe)

@@ -116,16 +116,19 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, step: np.ndarray, backward_mas
 
 
 def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start, span: tuple[int, int]) -> RankActivity:
-    """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus blocking comm."""
+    """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
+    blocking comm and gradient-sync waits."""
     def items(frame: pd.DataFrame) -> Items:
         s, e = frame["start"].to_numpy(), frame["end"].to_numpy()
         return Items(step_of_start(s), s, e)
 
     comm = items(ranges["comm"])
     blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == PUSH_POP]
-    blocked = iv.union(blocking["start"].to_numpy(), blocking["end"].to_numpy())
+    waits = pd.concat([blocking, ranges["sync_wait"]])
+    blocked = iv.union(waits["start"].to_numpy(), waits["end"].to_numpy())
 
-    # a rank waiting in a blocking collective is not computing, even inside a backward range
+    # a rank waiting in a blocking collective or for its gradients is not computing, even inside a
+    # backward range
     compute = _cut(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])), blocked)
     backward = _cut(items(ranges["backward"]), blocked)
     n = len(comm.start)
@@ -148,7 +151,8 @@ def _cut(items: Items, removed: iv.Set) -> Items:
 
 def _ranges_by_phase(trace: Trace, patterns: Patterns) -> dict[str, pd.DataFrame]:
     return {phase: ranges_named(trace.nvtx, patterns.regex(field)) for phase, field in
-            (("comm", "comm_range"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"))}
+            (("comm", "comm_range"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"),
+             ("sync_wait", "sync_wait"))}
 
 
 def _of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:

@@ -21,6 +21,9 @@ STEP = r"(?i)^(?:step|profilerstep|iteration|iter|train_step)[ _#:]*(\d+)$"
 BACKWARD = r"(?i)^\W*backward(?:[ _]pass)?\W*$"
 FORWARD = r"(?i)^\W*forward(?:[ _]pass)?\W*$"
 OPTIMIZER = r"(?i)^\W*optim(?:izer)?(?:[ _.]step)?\W*$"
+# Where a rank waits for gradient synchronisation; on CPU-only traces this is never compute, even
+# when it lies inside backward (PyTorch DDP waits for its buckets at the end of backward).
+SYNC_WAIT = r"^grad_sync$"
 META_PREFIX = "ddp.meta "
 
 
@@ -34,6 +37,7 @@ class Patterns:
     backward: str = BACKWARD
     forward: str = FORWARD
     optimizer: str = OPTIMIZER
+    sync_wait: str = SYNC_WAIT
 
     def __post_init__(self) -> None:
         for field, value in vars(self).items():

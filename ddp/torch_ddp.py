@@ -24,7 +24,9 @@ class TorchDDP(DataParallelBase):
     gradient computation) to the last bucket's all-reduce completing. DDP needs
     `find_unused_parameters=True` for models where a parameter can get no gradient in a step.
     Buckets are laid out as in BucketedDDP: at most `first_bucket_mb` for the first, then
-    `bucket_size_mb` each.
+    `bucket_size_mb` each. DDP's wait happens inside `backward()`: it is marked by an NVTX start/end
+    range `grad_sync` from the last bucket's issue to its completion, so a CPU-only trace can tell
+    the waiting from the backward computation around it.
     """
 
     def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
@@ -77,12 +79,16 @@ def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.
     buffer = bucket.buffer()
     buffer.div_(state.world_size)
     range_id = nvtx_ranges.start(f"comm:all_reduce:bucket{bucket.index()}")
+    # Once the last bucket is issued, backward has no gradient left to compute: DDP waits from here.
+    wait_id = nvtx_ranges.start("grad_sync") if bucket.is_last() else None
     state._last_ready = time.perf_counter()
     state.comm_stats.num_ops += 1
     work = dist.all_reduce(buffer, group=state.group, async_op=True)
 
     def done(fut: torch.futures.Future) -> torch.Tensor:
         nvtx_ranges.end(range_id)
+        if wait_id is not None:
+            nvtx_ranges.end(wait_id)
         state._last_done = max(state._last_done, time.perf_counter())
         return fut.value()[0]
 

@@ -70,7 +70,7 @@ def write_two_ranks(path, flavour: str = "2026", shuffle: bool = True, registere
 
 def write_cpu_only(path, flavour: str = "2022"):
     """One CPU rank (pid 300), NVTX only, like a 2022.4 export of a gloo run:
-    step 0 [0, 1000): forward [0, 300), backward [300, 800), grad_sync [800, 860), optimizer [850, 950);
+    step 0 [0, 1000): forward [0, 300), backward [300, 800), grad_sync [800, 850), optimizer [850, 950);
     async comm ranges [400, 700) (t301 -> t300) and [750, 900); blocking comm [800, 850) on t300.
     comm = [400,700) [750,900) = 450; compute = [0,800) [850,950) = 900 (blocking comm cut out)
     overlap = [400,700) [750,800) [850,900) = 400; backward overlap = 350; backward span 500.
@@ -78,11 +78,28 @@ def write_cpu_only(path, flavour: str = "2022"):
     w = NsysWriter(path, flavour=flavour, cupti=False, shuffle=True, seed=5)
     w.process(300)
     w.meta_mark(300, 300, 1, implementation="cpu_fixture", rank=0, world_size=1)
-    w.nvtx(300, 300, np.array([0, 0, 300, 800, 850]), np.array([1000, 300, 800, 860, 950]),
+    w.nvtx(300, 300, np.array([0, 0, 300, 800, 850]), np.array([1000, 300, 800, 850, 950]),
            np.array(["step 0", "forward", "backward", "grad_sync", "optimizer"], dtype=object), registered=True)
     w.nvtx(300, 301, np.array([400, 750]), np.array([700, 900]),
            np.array(["comm:all_reduce:bucket0", "comm:all_reduce:bucket1"], dtype=object),
            kind=START_END, end_tid=300, registered=True)
     w.nvtx(300, 300, np.array([800]), np.array([850]), "comm:all_reduce:final", registered=True)
     w.nvtx(300, 300, np.array([1]), None, "a mark", kind=MARK)
+    return w.close()
+
+
+def write_cpu_ddp_wait(path):
+    """One CPU rank (pid 400) shaped like PyTorch DDP, which waits for its buckets inside backward:
+    step 0 [0, 1000): forward [0, 300), backward [300, 900), optimizer [900, 1000) on t400;
+    async comm:all_reduce:bucket0 [500, 850) (t400 -> t401); start/end grad_sync [700, 850) inside backward.
+    compute = [0,700) [850,1000) = 850 (the wait cut out); comm = 350; overlap = [500,700) = 200 = backward
+    overlap; exposed 150. Counting the wait as backward would claim all 350 hidden.
+    """
+    w = NsysWriter(path, flavour="2022", cupti=False, shuffle=True, seed=7)
+    w.process(400)
+    w.meta_mark(400, 400, 1, implementation="torch", rank=0, world_size=1)
+    w.nvtx(400, 400, np.array([0, 0, 300, 900]), np.array([1000, 300, 900, 1000]),
+           np.array(["step 0", "forward", "backward", "optimizer"], dtype=object))
+    w.nvtx(400, 400, np.array([500, 700]), np.array([850, 850]),
+           np.array(["comm:all_reduce:bucket0", "grad_sync"], dtype=object), kind=START_END, end_tid=401)
     return w.close()

@@ -4,7 +4,7 @@ import math
 import pytest
 
 from analysis.overlap import analyze
-from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
+from tests.analysis.overlap_fixtures import write_cpu_ddp_wait, write_cpu_only, write_two_ranks
 
 
 def ns(ms: float) -> int:
@@ -78,6 +78,12 @@ def test_cpu_only_export_uses_nvtx_ranges(tmp_path):
                                   "overlap_ms": 400, "backward_overlap_ms": 350, "exposed_comm_ms": 50}
     assert row["overlap_pct"] == pytest.approx(400 / 450 * 100)
     assert (row["comm_kernels"], row["compute_kernels"], row["comm_ranges"]) == (0, 0, 3)
+
+
+def test_cpu_only_wait_inside_backward_is_not_compute(tmp_path):
+    row = analyze(write_cpu_ddp_wait(tmp_path / "ddp.sqlite")).steps.iloc[0]
+    assert row_ns(row, ["compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms", "exposed_comm_ms"]) == {
+        "compute_ms": 850, "comm_ms": 350, "overlap_ms": 200, "backward_overlap_ms": 200, "exposed_comm_ms": 150}
 
 
 def test_patterns_are_overridable(tmp_path):

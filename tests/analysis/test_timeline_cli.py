@@ -14,6 +14,7 @@ from analysis import timeline
 from analysis.lanes import Selection, build_panel
 from analysis.overlap import analyze_trace
 from analysis.trace import load_trace
+from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
@@ -55,6 +56,14 @@ def test_shading_is_exactly_the_analysis_overlap(traces):
         expected = steps.loc[steps["step"] == 1, "overlap_ms"].mean()
         assert shaded_ms == pytest.approx(expected), name
     assert expected > 0
+
+
+def test_shading_leaves_out_a_gradient_wait_inside_backward(tmp_path):
+    """DDP-shaped CPU trace: the `grad_sync` wait inside backward is not compute, as in the analysis."""
+    trace = load_trace(write_cpu_ddp_wait(tmp_path / "ddp.sqlite"))
+    panel, _ = build_panel(trace, Selection())
+    shaded_ns = int((panel.overlap["end"] - panel.overlap["start"]).sum())
+    assert shaded_ns == round(analyze_trace(trace).steps["overlap_ms"].iloc[0] * 1e6) == 200
 
 
 def test_lanes_per_rank_and_hover_fields(traces):

@@ -70,6 +70,8 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
         assert recorder.started and not any(n.startswith("comm:all_reduce") for n in recorder.pushed)
         dist.barrier()  # lets completion callbacks on the comm thread finish
         assert recorder.ended.keys() == recorder.started.keys()
+    # DDP waits for its buckets inside backward: that wait is one start/end `grad_sync` range
+    assert list(recorder.started.values()).count("grad_sync") == (1 if impl == "torch" else 0)
 
 
 def test_async_ranges_end_on_the_comm_thread():

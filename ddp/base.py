@@ -40,6 +40,19 @@ def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Paramete
     return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
 
 
+def carrier_last_order(params: list[torch.Tensor]) -> list[int]:
+    """Per-parameter issue order: reverse registration, with the smallest parameter moved last.
+
+    The last collective of a step carries the "had a gradient" flags appended to its parameter.
+    """
+    order = list(range(len(params)))[::-1]
+    if order:
+        carrier = min(order, key=lambda i: params[i].numel())
+        order.remove(carrier)
+        order.append(carrier)
+    return order
+
+
 def broadcast_from_rank0(module: nn.Module, group=None) -> None:
     """Copy rank 0's parameters and buffers (trainable or not) into every rank's module."""
     tensors = list(module.parameters()) + list(module.buffers())

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddp.base import DataParallelBase
+from ddp.base import DataParallelBase, carrier_last_order
 
 
 class NaiveDDP(DataParallelBase):
@@ -16,12 +16,7 @@ class NaiveDDP(DataParallelBase):
 
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__(module, collective)
-        order = list(range(len(self.params)))[::-1]
-        if order:
-            carrier = min(order, key=lambda i: self.params[i].numel())
-            order.remove(carrier)
-            order.append(carrier)
-        self.order = order
+        self.order = carrier_last_order(self.params)
 
     @torch.no_grad()
     def _synchronize(self) -> None:

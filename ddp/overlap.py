@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddp.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce
+from ddp.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, carrier_last_order
 
 
 class OverlapDDP(DataParallelBase):
@@ -18,12 +18,7 @@ class OverlapDDP(DataParallelBase):
 
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__(module, collective)
-        order = list(range(len(self.params)))[::-1]
-        if order:
-            carrier = min(order, key=lambda i: self.params[i].numel())
-            order.remove(carrier)
-            order.append(carrier)
-        self.order = order
+        self.order = order = carrier_last_order(self.params)
         self._ready = [False] * len(order)
         self._pending: list[PendingAllReduce] = []
         self._next = 0  # position in `order` of the next collective to issue

@@ -8,7 +8,6 @@ mis-summed anything would leave them apart from each other and from the single-p
 from __future__ import annotations
 
 import pytest
-import torch
 from torch import nn
 
 from ddp.launcher import launch

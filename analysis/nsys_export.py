@@ -1,16 +1,103 @@
-"""`.nsys-rep` reports: the exact `nsys export` command, and running it when asked and nsys is present."""
+"""The Nsight Systems CLI from the reading side: finding nsys, and turning a report into a SQLite export
+that is either complete or absent (written under a temporary name, renamed once whole).
+
+`profiling/` records with the same functions; the analysis uses them for `.nsys-rep` inputs: the exact
+`nsys export` command to run, or running it when asked.
+"""
 from __future__ import annotations
 
 import glob
 import os
 import shlex
 import shutil
+import sqlite3
 import subprocess
 from pathlib import Path
+from typing import Mapping
 
 from analysis.errors import TraceError
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+
+# Where nsys lives when it is not on PATH: CUDA toolkits, NVIDIA's standalone installers, Debian's
+# nsight-systems-target package (which puts only a wrapper on PATH, and only when that package's
+# /usr/bin link exists).
+CANDIDATE_GLOBS = (
+    "/usr/local/cuda/bin/nsys",
+    "/usr/local/cuda-*/bin/nsys",
+    "/opt/nvidia/nsight-systems/*/bin/nsys",
+    "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
+    "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+)
+
+
+def _is_executable(path: str | os.PathLike) -> bool:
+    return os.path.isfile(path) and os.access(path, os.X_OK)
+
+
+def find_nsys(env: Mapping[str, str] | None = None) -> Path | None:
+    """$NSYS if set (and then only there), else PATH, else the usual install locations; None if absent.
+
+    Raises TraceError when $NSYS names something that is not an executable file.
+    """
+    env = os.environ if env is None else env
+    explicit = env.get("NSYS")
+    if explicit:
+        if not _is_executable(explicit):
+            raise TraceError(f"NSYS={explicit} is not an executable file")
+        return Path(explicit)
+    on_path = shutil.which("nsys", path=env.get("PATH", os.defpath))
+    if on_path:
+        return Path(on_path)
+    for pattern in CANDIDATE_GLOBS:
+        for hit in sorted(glob.glob(pattern), reverse=True):  # newest versioned folder first
+            if _is_executable(hit):
+                return Path(hit)
+    return None
+
+
+def partial_name(final: Path, suffix: str) -> Path:
+    """A hidden sibling name for an output that is still being written (renamed when complete)."""
+    return final.with_name(f".{final.name}.partial-{os.getpid()}{suffix}")
+
+
+def is_complete_sqlite(path: Path) -> bool:
+    """True when `path` opens as SQLite and holds the tables every nsys export has."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return False
+    return "StringIds" in names
+
+
+def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -> Path:
+    """`nsys export --type sqlite` into a temporary name, renamed to `out` only once complete.
+
+    An existing `out` is replaced; an interrupted or failed export leaves no file at `out`'s name.
+    Raises TraceError when the report is missing or the export fails or times out.
+    """
+    if not report.is_file():
+        raise TraceError(f"no report to export: {report}")
+    tmp = partial_name(out, ".sqlite")
+    cmd = [str(nsys), "export", "--type", "sqlite", "--quiet", "true", "--force-overwrite", "true",
+           "--output", str(tmp), str(report)]
+    try:
+        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if res.returncode != 0 or not tmp.is_file() or not is_complete_sqlite(tmp):
+            detail = (res.stderr or res.stdout).strip().splitlines()
+            raise TraceError(f"nsys export of {report} failed (exit {res.returncode})"
+                             + (f": {detail[-1]}" if detail else ""))
+        os.replace(tmp, out)
+    except subprocess.TimeoutExpired:
+        raise TraceError(f"nsys export of {report} took longer than {timeout_s:.0f} s") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return out
 
 
 def is_report(path: Path) -> bool:
@@ -29,13 +116,6 @@ def export_command(report: Path, nsys: str = "nsys") -> list[str]:
     return [nsys, "export", "--type", "sqlite", "-o", str(sqlite_path_for(report)), str(report)]
 
 
-def find_nsys() -> str | None:
-    """nsys from $NSYS, PATH, /usr/local/cuda/bin or /opt/nvidia/nsight-systems/*/bin."""
-    candidates = [os.environ.get("NSYS", ""), shutil.which("nsys") or "", "/usr/local/cuda/bin/nsys",
-                  *sorted(glob.glob("/opt/nvidia/nsight-systems/*/bin/nsys"), reverse=True)]
-    return next((c for c in candidates if c and os.access(c, os.X_OK) and not os.path.isdir(c)), None)
-
-
 def report_error(report: Path) -> TraceError:
     """What to tell a user who passed a report instead of its SQLite export."""
     command = shlex.join(export_command(report))
@@ -44,7 +124,7 @@ def report_error(report: Path) -> TraceError:
 
 
 def export_report(report: Path, timeout_s: float = 600) -> Path:
-    """Run `nsys export` for a report (never overwriting an existing .sqlite) and return the export's path."""
+    """Export a report beside it (never overwriting an existing .sqlite) and return the export's path."""
     if not report.is_file():
         raise TraceError(f"{report}: no such file")
     target = sqlite_path_for(report)
@@ -55,10 +135,6 @@ def export_report(report: Path, timeout_s: float = 600) -> Path:
         raise TraceError(f"{report}: nsys not found (PATH, $NSYS, /usr/local/cuda/bin, /opt/nvidia/nsight-systems); "
                          f"run elsewhere: {shlex.join(export_command(report))}")
     try:
-        done = subprocess.run(export_command(report, nsys), capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise TraceError(f"{report}: nsys export did not finish in {timeout_s:.0f} s") from None
-    if done.returncode != 0 or not target.exists():
-        last = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise TraceError(f"{report}: nsys export failed (exit {done.returncode}): {last[0]}")
-    return target
+        return export_sqlite(nsys, report, target, timeout_s)
+    except TraceError as err:
+        raise TraceError(f"{report}: {err}") from None

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
-from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version, partial_name
+from analysis.nsys_export import partial_name
+from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
 # nsys 2022.4's own failures (a C++ exception from its QuadD/boost internals), as opposed to the program's.

@@ -141,7 +141,7 @@ def test_report_instead_of_export_names_the_command(tmp_path):
 def test_export_flag_runs_nsys_and_never_overwrites(exports, tmp_path):
     fake = tmp_path / "fake_nsys"
     fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
-                    f"shutil.copy({str(exports[0])!r}, args[args.index('-o') + 1])\n")
+                    f"shutil.copy({str(exports[0])!r}, args[args.index('--output') + 1])\n")
     fake.chmod(0o755)
     report = _write(tmp_path / "run.nsys-rep", b"report")
     done = run_cli(report, "--export", "--format", "json", env={"NSYS": str(fake)})

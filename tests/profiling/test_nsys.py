@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from profiling import nsys as nsys_mod
-from profiling.nsys import NsysError, export_sqlite, find_nsys, is_complete_sqlite
+from analysis import nsys_export as nsys_mod  # where the install locations are looked up
+from analysis.nsys_export import is_complete_sqlite
+from profiling.nsys import NsysError, export_sqlite, find_nsys
 
 FAKE = Path(__file__).with_name("fake_nsys.py")
 REPO = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import shlex
 import subprocess
 import pytest
 
-from profiling import nsys as nsys_mod
+from analysis import nsys_export as nsys_mod  # where the install locations are looked up
 from profiling import plan as plan_mod
 from profiling import record
 from profiling.plan import ProfilePlan

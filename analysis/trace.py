@@ -146,17 +146,28 @@ def _read_gpu_ops(ex: NsysExport) -> dict:
 
 
 def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
+    """Raw NVTX rows (ranges, marks, domain creations); `text` is always a string ('' when NULL)."""
     cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id"]
     if not ex.has(NVTX, "start", "eventType"):
         return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else np.int64) for c in cols})
     text = ex.column(NVTX, "text")
     if ex.has(NVTX, "textId") and ex.has("StringIds", "id", "value"):
-        text = f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId))"
+        text = f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId), '')"
+    else:
+        text = f"COALESCE({text}, '')"
     exprs = ["start", ex.column(NVTX, "end"), "eventType", text, ex.column(NVTX, "globalTid"),
              ex.column(NVTX, "endGlobalTid"), ex.column(NVTX, "domainId", "0")]
     kinds = ", ".join(str(k) for k in [*NVTX_KINDS, NVTX_DOMAIN_CREATE])
     data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX}" n WHERE eventType IN ({kinds})', cols)
     return pd.DataFrame(data)
+
+
+def _texts(column: pd.Series) -> pd.Series:
+    """NVTX texts as an object column of str: a column the reader typed as integers (no text in any
+    row) becomes empty strings."""
+    if pd.api.types.is_numeric_dtype(column.dtype):
+        return pd.Series(np.full(len(column), "", dtype=object), dtype=object)
+    return pd.Series(column.to_numpy(dtype=object, na_value=""), dtype=object)
 
 
 def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
@@ -174,7 +185,7 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     end_tid = np.where(ev["end_tid"].to_numpy() >= 0, ev["end_tid"].to_numpy(), tid)
     frame = pd.DataFrame({
         "pid": pid_of(tid), "tid": tid_of(tid), "end_tid": tid_of(end_tid), "start": start, "end": end,
-        "text": pd.Series(ev["text"].to_numpy(dtype=object, na_value=""), dtype=object),
+        "text": _texts(ev["text"]),
         "kind": pd.Categorical.from_codes(np.select([event_type == 59, event_type == 60], [0, 1], 2),
                                           categories=NVTX_KIND_NAMES),
         "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
@@ -183,28 +194,34 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
 
 
 def _run_metadata(nvtx: pd.DataFrame) -> dict:
+    """{(part, pid): dict} from `ddp.meta {json}` marks; marks whose JSON is malformed or not an object
+    are ignored (they only cost the rank numbering from metadata)."""
     marks = nvtx[(nvtx["kind"] == "mark") & nvtx["text"].str.startswith(META_PREFIX)]
     meta = {}
     for part, pid, text in zip(marks["part"], marks["pid"], marks["text"]):
         try:
-            meta[(int(part), int(pid))] = json.loads(text[len(META_PREFIX):])
+            value = json.loads(text[len(META_PREFIX):])
         except json.JSONDecodeError:
-            continue  # a malformed mark only costs us the rank numbering from metadata
+            continue
+        if isinstance(value, dict):
+            meta[(int(part), int(pid))] = value
     return meta
 
 
-def _load_part(path: Path, part: int) -> tuple[NsysExport, dict, pd.DataFrame, str, int]:
-    """(export, gpu columns, nvtx frame, nsys version, clock offset) of one file."""
+def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int]:
+    """(gpu columns, nvtx frame, nsys version, clock offset) of one file; the file is closed after."""
     ex = NsysExport(path)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
         nvtx = _shape_nvtx(_read_nvtx(ex))
         nvtx.insert(0, "part", np.int64(part))
-        return ex, ops, nvtx, ex.version(), ex.clock_offset()
+        return ops, nvtx, ex.version(), ex.clock_offset()
     except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as e:
         # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
         raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
+    finally:
+        ex.conn.close()
 
 
 def _shifted(values: np.ndarray, delta: int) -> np.ndarray:
@@ -246,13 +263,13 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     patterns = patterns or Patterns()
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     offsets = [offset for *_, offset in loaded]
-    for (_, ops, nvtx, _, _), offset in zip(loaded, offsets):
+    for (ops, nvtx, _, _), offset in zip(loaded, offsets):
         for c in ("start", "end", "launch_start"):
             ops[c] = _shifted(ops[c], offset - offsets[0])
         for c in ("start", "end"):
             nvtx[c] = _shifted(nvtx[c].to_numpy(), offset - offsets[0])
-    ops = _ops_frame([part[1] for part in loaded])
-    nvtx = pd.concat([part[2] for part in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][2]
+    ops = _ops_frame([part[0] for part in loaded])
+    nvtx = pd.concat([part[1] for part in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][1]
     nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
     nvtx = nvtx.reset_index(drop=True)
     label = ", ".join(str(p) for p in paths)
@@ -262,6 +279,6 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")),
                           paths[0].stem)
-    return Trace(path=label, nsys_version=loaded[0][3], source="gpu" if len(ops) else "nvtx",
+    return Trace(path=label, nsys_version=loaded[0][2], source="gpu" if len(ops) else "nvtx",
                  gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
                  meta=meta, implementation=implementation)

@@ -117,3 +117,25 @@ def test_row_lookup_matches_brute_force(spread):
     corr = np.r_[rt_corr[:200], [rt_corr[0], -1]]
     expected = [next((i for i in range(300) if rt_pid[i] == p and rt_corr[i] == c), -1) for p, c in zip(pid, corr)]
     assert _row_lookup(rt_pid, rt_corr, pid, corr).tolist() == expected
+
+
+def test_nvtx_texts_all_null_load_as_empty_strings(tmp_path):
+    """A reader types an all-NULL text column as integers; the loader still gives strings."""
+    w = NsysWriter(tmp_path / "t.sqlite")
+    w.kernels(7, 7, 0, 7, np.array([10]), np.array([20]), "k", launch=np.array([5]))
+    w.nvtx(7, 7, np.array([1, 30]), np.array([25, 60]), np.array([None, None], dtype=object))
+    w.nvtx(7, 7, 3, None, None, kind=34)  # a mark without text
+    trace = load_trace(w.close())
+    assert trace.nvtx["text"].tolist() == ["", "", ""]
+    assert trace.meta == {} and trace.ranks["rank"].tolist() == [0]
+
+
+def test_meta_marks_that_are_not_json_objects_are_ignored(tmp_path):
+    w = NsysWriter(tmp_path / "t.sqlite")
+    for pid, device in ((7, 1), (9, 0)):
+        w.kernels(pid, pid, device, 7, np.array([10]), np.array([20]), "k", launch=np.array([5]))
+    w.nvtx(7, 7, 1, None, "ddp.meta [1]", kind=34)
+    w.nvtx(9, 9, 1, None, 'ddp.meta "rank"', kind=34)
+    trace = load_trace(w.close())
+    assert trace.meta == {}
+    assert trace.ranks[["rank", "pid"]].values.tolist() == [[0, 9], [1, 7]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import glob
 import os
+import re
 import shlex
 import shutil
 import sqlite3
@@ -36,6 +37,11 @@ def _is_executable(path: str | os.PathLike) -> bool:
     return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
+def _version_key(path: str) -> tuple:
+    """Sort key comparing the numbers in a path numerically: cuda-12.4 > cuda-9.2, 2026.2.1 > 2025.6."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", path))
+
+
 def find_nsys(env: Mapping[str, str] | None = None) -> Path | None:
     """$NSYS if set (and then only there), else PATH, else the usual install locations; None if absent.
 
@@ -51,7 +57,7 @@ def find_nsys(env: Mapping[str, str] | None = None) -> Path | None:
     if on_path:
         return Path(on_path)
     for pattern in CANDIDATE_GLOBS:
-        for hit in sorted(glob.glob(pattern), reverse=True):  # newest versioned folder first
+        for hit in sorted(glob.glob(pattern), key=_version_key, reverse=True):  # highest version first
             if _is_executable(hit):
                 return Path(hit)
     return None
@@ -65,7 +71,7 @@ def partial_name(final: Path, suffix: str) -> Path:
 def is_complete_sqlite(path: Path) -> bool:
     """True when `path` opens as SQLite and holds the tables every nsys export has."""
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = sqlite3.connect(Path(path).resolve().as_uri() + "?mode=ro", uri=True)
         try:
             names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         finally:
@@ -79,7 +85,7 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
     """`nsys export --type sqlite` into a temporary name, renamed to `out` only once complete.
 
     An existing `out` is replaced; an interrupted or failed export leaves no file at `out`'s name.
-    Raises TraceError when the report is missing or the export fails or times out.
+    Raises TraceError when the report is missing, nsys cannot be run, or the export fails or times out.
     """
     if not report.is_file():
         raise TraceError(f"no report to export: {report}")
@@ -87,7 +93,7 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
     cmd = [str(nsys), "export", "--type", "sqlite", "--quiet", "true", "--force-overwrite", "true",
            "--output", str(tmp), str(report)]
     try:
-        res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        res = _run(nsys, cmd, timeout_s)
         if res.returncode != 0 or not tmp.is_file() or not is_complete_sqlite(tmp):
             detail = (res.stderr or res.stdout).strip().splitlines()
             raise TraceError(f"nsys export of {report} failed (exit {res.returncode})"
@@ -98,6 +104,14 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def _run(nsys: Path, cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """Run nsys; an OSError (not executable, exec format error, vanished) becomes a TraceError."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+    except OSError as e:
+        raise TraceError(f"cannot run {nsys}: {e}") from None
 
 
 def is_report(path: Path) -> bool:

@@ -155,7 +155,11 @@ def _collect(procs: list, results) -> Any:
             pass
         silent = {r: p.exitcode for r, p in enumerate(procs)
                   if p.exitcode is not None and r not in errors and r not in ok}
-        if (errors or silent) and first_failure_at is None:
+        # A rank that exited cleanly may still have its report in the queue: it only counts as silent
+        # while that lasts, so the grace period restarts whenever nothing is wrong any more.
+        if not (errors or silent):
+            first_failure_at = None
+        elif first_failure_at is None:
             first_failure_at = time.monotonic()
         if first_failure_at is not None and time.monotonic() - first_failure_at >= GRACE_S:
             _raise_root_cause(errors, silent)

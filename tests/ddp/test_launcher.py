@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import os
+import pickle
+import queue
+import threading
 import subprocess
 import sys
 import time
@@ -9,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp.launcher import RankFailedError, choose_backend, cpu_count, launch
+from ddp.launcher import GRACE_S, RankFailedError, _collect, choose_backend, cpu_count, launch
 from tests.ddp import cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -32,6 +35,26 @@ def test_rank_that_raises_stops_the_others_with_its_error():
 def test_rank_that_dies_silently_is_named():
     with pytest.raises(RankFailedError, match=r"rank 1 exited with code 3"):
         launch(cases.exit_on_rank1, 2, timeout_s=60)
+
+
+def test_ranks_that_finished_first_do_not_fail_a_slower_rank_0():
+    """Ranks 1 and 2 reported and exited (their reports read one per pass, so one looks silent for a
+    moment); rank 0 finishes after the grace period. That is a success, not a failure."""
+    class Rank:
+        def __init__(self, exitcode):
+            self.exitcode = exitcode
+
+    procs = [Rank(None), Rank(0), Rank(0)]
+    results = queue.Queue()
+    for rank in (1, 2):
+        results.put((rank, "ok", pickle.dumps(None)))
+
+    def rank0_finishes():
+        results.put((0, "ok", pickle.dumps("rank 0's result")))
+        procs[0].exitcode = 0
+
+    threading.Timer(GRACE_S * 1.5, rank0_finishes).start()
+    assert _collect(procs, results) == "rank 0's result"
 
 
 def test_bad_world_size_and_backend_are_refused():

@@ -44,23 +44,6 @@ class Selection:
                 raise TraceError(f"--{name} {value!r}: expected a non-negative integer")
 
 
-@dataclass(frozen=True)
-class ViewFigures:
-    """Overlap in the drawn window, averaged over the drawn ranks (ns)."""
-
-    ranks: int
-    comm_ns: float
-    overlap_ns: float
-
-    @property
-    def exposed_ns(self) -> float:
-        return self.comm_ns - self.overlap_ns
-
-    @property
-    def overlap_pct(self) -> float:
-        return 100.0 * self.overlap_ns / self.comm_ns if self.comm_ns > 0 else 0.0
-
-
 def classify_nvtx(text: pd.Series, patterns: Patterns) -> tuple[np.ndarray, np.ndarray]:
     """Category of each NVTX text and its step number (-1 if none), regexes run once per distinct text."""
     uniq, inverse = np.unique(text.astype(str).to_numpy(), return_inverse=True)
@@ -69,7 +52,7 @@ def classify_nvtx(text: pd.Series, patterns: Patterns) -> tuple[np.ndarray, np.n
     for cat, field in (("comm", "comm_range"), ("optimizer", "optimizer"), ("forward", "forward"),
                        ("backward", "backward"), ("step", "step")):
         category[matches(names, patterns.regex(field))] = cat
-    category[(names == "grad_sync").to_numpy()] = "grad_sync"
+    category[matches(names, patterns.regex("sync_wait"))] = "grad_sync"  # waits for gradient sync
     number = names.str.extract(patterns.regex("step"), expand=True)
     steps = np.full(uniq.size, -1, dtype=np.int64)
     if number.shape[1] and category.size:
@@ -109,6 +92,7 @@ def nvtx_segments(trace, patterns: Patterns) -> pd.DataFrame:
         "category": pd.Categorical(category, categories=CATEGORIES), "step": step,
         "group": pd.Series(category).map(NVTX_GROUP).to_numpy(dtype=np.int64), "stream_id": -1,
         "when": nv["start"].to_numpy(), "src": FROM_NVTX, "row": rows,
+        "blocking": (nv["kind"] == "push_pop").to_numpy(),  # a blocking (push/pop) range, not async
     })
 
 
@@ -127,6 +111,7 @@ def gpu_segments(trace) -> pd.DataFrame:
         "category": pd.Categorical.from_codes(codes, categories=CATEGORIES), "step": -1,
         "group": np.where(is_comm, GPU_COMM, GPU_COMPUTE), "stream_id": ops["stream"].to_numpy(),
         "when": np.where(launch >= 0, launch, start), "src": FROM_GPU, "row": np.arange(len(ops)),
+        "blocking": False,
     })
 
 
@@ -208,39 +193,43 @@ def _lanes(seg: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return pd.DataFrame({"lane": np.arange(uniq.size), "label": labels, "rank": u_rank}), lane_of
 
 
-def _overlap(seg: pd.DataFrame, lo: int, hi: int) -> tuple[pd.DataFrame, ViewFigures]:
-    """Per rank: periods where communication runs under compute, clipped to the window."""
-    rows, comm_total, overlap_total = [], 0, 0
+def _overlap(seg: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
+    """Per rank (rank, start, end): where communication runs under compute inside the window [lo, hi).
+
+    Ranks with GPU work: communication kernels ∩ compute kernels (memcpy/memset are neither).
+    Ranks with NVTX only, by the rule of analysis.metrics: communication ranges ∩ forward/backward/
+    optimizer ranges minus blocking (push/pop) communication ranges and gradient-sync waits.
+    """
     rank_of = seg["rank"].to_numpy()
     category = seg["category"].cat.codes.to_numpy()  # integer compares: 1M rows stay cheap
     code = {c: CATEGORIES.index(c) for c in CATEGORIES}
-    compute_phases = [code[c] for c in COMPUTE_PHASES]
-    ranks = np.unique(rank_of)
-    for rank in ranks:  # one pass per rank
-        mine = rank_of == rank
-        on_gpu = (seg["stream_id"].to_numpy()[mine] >= 0).any()
-        if on_gpu:
-            comm, compute = mine & (category == code["comm_kernel"]), mine & (category == code["compute"])
-        else:
-            comm, compute = mine & (category == code["comm"]), mine & np.isin(category, compute_phases)
-        cs, ce = intervals.union(*intervals.clip(seg["start"][comm], seg["end"][comm], lo, hi))
-        ks, ke = intervals.clip(seg["start"][compute], seg["end"][compute], lo, hi)
-        if not on_gpu:  # as in analysis.metrics: waiting for gradient sync is not compute
-            waiting = mine & (category == code["grad_sync"])
-            ks, ke = intervals.subtract(*intervals.union(ks, ke),
-                                        *intervals.union(seg["start"][waiting], seg["end"][waiting]))
-        os_, oe = intervals.intersect(cs, ce, ks, ke)
-        comm_total += intervals.total_length(cs, ce)
-        overlap_total += intervals.total_length(os_, oe)
-        rows.append(pd.DataFrame({"rank": rank, "start": os_, "end": oe}))
-    n = max(len(ranks), 1)
-    shaded = pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
-    return shaded, ViewFigures(len(ranks), comm_total / n, overlap_total / n)
+    on_gpu_rank = np.unique(rank_of[seg["stream_id"].to_numpy() >= 0])
+    rows = [_rank_overlap(seg, rank_of == rank, category, code, rank in on_gpu_rank, lo, hi)
+            for rank in np.unique(rank_of)]  # one pass per rank
+    return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
+
+
+def _rank_overlap(seg: pd.DataFrame, mine: np.ndarray, category: np.ndarray, code: dict, on_gpu: bool,
+                  lo: int, hi: int) -> pd.DataFrame:
+    """One rank's overlap periods (see _overlap)."""
+    start, end = seg["start"].to_numpy(), seg["end"].to_numpy()
+    if on_gpu:
+        comm, compute = mine & (category == code["comm_kernel"]), mine & (category == code["compute"])
+    else:
+        comm = mine & (category == code["comm"])
+        compute = mine & np.isin(category, [code[c] for c in COMPUTE_PHASES])
+    cs, ce = intervals.union(*intervals.clip(start[comm], end[comm], lo, hi))
+    ks, ke = intervals.union(*intervals.clip(start[compute], end[compute], lo, hi))
+    if not on_gpu:  # waiting in a blocking collective or for gradient sync is not compute
+        waiting = mine & ((comm & seg["blocking"].to_numpy(dtype=bool)) | (category == code["grad_sync"]))
+        ks, ke = intervals.subtract(ks, ke, *intervals.union(start[waiting], end[waiting]))
+    os_, oe = intervals.intersect(cs, ce, ks, ke)
+    return pd.DataFrame({"rank": seg["rank"].to_numpy()[mine][:1].repeat(len(os_)), "start": os_, "end": oe})
 
 
 def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = Patterns(),
-                title: str = "", width_px: int = 1600) -> tuple[Panel, ViewFigures]:
-    """The panel for one trace under a selection, and the overlap figures of what it shows.
+                title: str = "", width_px: int = 1600) -> Panel:
+    """The panel for one trace under a selection (title: the trace's path unless given).
 
     Work narrower than a pixel (window / width_px) is merged before any label string is built, so
     the cost of labels follows what is drawn, not the size of the trace.
@@ -260,10 +249,10 @@ def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = 
     seg = seg.loc[(seg["end"].to_numpy() > lo) & (seg["start"].to_numpy() < hi)].reset_index(drop=True)
     lanes, lane_of = _lanes(seg)
     seg["lane"] = lane_of
-    shaded, figures = _overlap(seg, lo, hi)
+    shaded = _overlap(seg, lo, hi)
     seg = merge_subpixel(seg, (hi - lo) / width_px)
     names = _names(trace, seg)
     seg = seg.assign(name=names, stream=_streams(trace, seg), phase=_phase_labels(cpu, seg, names))
     panel = Panel(title=title or where, segments=seg, lanes=lanes, origin_ns=origin, window_ns=(lo, hi),
                   overlap=shaded)
-    return panel, figures
+    return panel

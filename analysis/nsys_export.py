@@ -130,11 +130,12 @@ def export_command(report: Path, nsys: str = "nsys") -> list[str]:
     return [nsys, "export", "--type", "sqlite", "-o", str(sqlite_path_for(report)), str(report)]
 
 
-def report_error(report: Path) -> TraceError:
-    """What to tell a user who passed a report instead of its SQLite export."""
+def report_error(report: Path, export_option: bool = True) -> TraceError:
+    """What to tell a user who passed a report instead of its SQLite export (the exact export command;
+    with export_option, also that --export would run it)."""
     command = shlex.join(export_command(report))
-    return TraceError(f"{report}: this is an Nsight Systems report, not its SQLite export; run: {command}"
-                      f"  (or pass --export to run it)")
+    hint = "  (or pass --export to run it)" if export_option else ""
+    return TraceError(f"{report}: this is an Nsight Systems report, not its SQLite export; run: {command}{hint}")
 
 
 def export_report(report: Path, timeout_s: float = 600) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import sqlite3
 import sys
 import time
 from dataclasses import dataclass
@@ -105,7 +106,8 @@ def common_step(a: Analysed, b: Analysed) -> int | None:
 
 
 def check_out_dir(out: Path, html_names: list[str]) -> None:
-    """Refuse an -o that is a file, and files inside it this tool did not write."""
+    """Refuse an -o that is a file, and files inside it this tool did not write (pages without our
+    generator mark, a summary.csv with other headers, a results.db that is not SQLite)."""
     if out.exists() and not out.is_dir():
         raise TraceError(f"-o {out}: is a file, expected a folder for the report")
     for name in ["index.html", *html_names]:
@@ -114,29 +116,63 @@ def check_out_dir(out: Path, html_names: list[str]) -> None:
             raise TraceError(f"{page}: exists and was not written by this tool; refusing to overwrite it "
                              "(choose another -o folder)")
     csv = out / "summary.csv"
-    if csv.exists() and not csv.read_text(errors="replace").startswith(",".join(SUMMARY_COLUMNS[:3])):
+    if csv.exists() and not _starts_with(csv, ",".join(SUMMARY_COLUMNS[:3]).encode()):
         raise TraceError(f"{csv}: exists and is not a report summary; refusing to overwrite it")
     db = out / "results.db"
-    if db.exists() and not db.read_bytes()[:16].startswith(b"SQLite format 3"):
+    if db.exists() and not _starts_with(db, b"SQLite format 3"):
         raise TraceError(f"{db}: exists and is not an SQLite database; refusing to touch it")
 
 
-def record_history(db_path: Path, results: list[Analysed], summary: pd.DataFrame) -> None:
-    """Upsert traces, ranks and steps keyed by (path, sha256): re-runs add history, never duplicates."""
-    import sqlite_utils
+def _starts_with(path: Path, head: bytes) -> bool:
+    """Whether a file's first bytes are `head` (reads only those bytes; a folder never matches)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(len(head)) == head
 
+
+HISTORY_KEYS = {"traces": ["path", "sha256"], "ranks": ["path", "sha256", "rank"],
+                "steps": ["path", "sha256", "rank", "step"]}
+
+
+def record_history(db_path: Path, results: list[Analysed], summary: pd.DataFrame) -> None:
+    """Upsert traces, ranks and steps keyed by (path, sha256): re-runs add history, never duplicates.
+
+    Raises TraceError (before writing anything) when a table exists keyed differently, and when
+    SQLite or sqlite-utils fails while writing.
+    """
+    import sqlite_utils
+    import sqlite_utils.db as su
+
+    failures = (sqlite3.Error, su.AlterError, su.BadPrimaryKey, su.InvalidColumns, su.PrimaryKeyRequired,
+                su.TransactionError, su.NotFoundError)
+    try:
+        with sqlite_utils.Database(db_path) as db:  # the with-block closes the connection
+            _check_history_tables(db, db_path)
+            _upsert_history(db, results, summary)
+    except failures as e:
+        raise TraceError(f"{db_path}: cannot record the results ({type(e).__name__}: {e})") from None
+
+
+def _check_history_tables(db, db_path: Path) -> None:
+    """Refuse a results.db whose traces/ranks/steps tables are keyed otherwise than ours."""
+    for name, keys in HISTORY_KEYS.items():
+        if db[name].exists() and db[name].pks != keys:
+            raise TraceError(f"{db_path}: table {name} is keyed by {db[name].pks}, not {keys}; not a results "
+                             "database of this tool (choose another -o folder)")
+
+
+def _upsert_history(db, results: list[Analysed], summary: pd.DataFrame) -> None:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    keys = ["path", "sha256"]
-    with sqlite_utils.Database(db_path) as db:  # the with-block closes the connection
-        traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
-        db["traces"].upsert_all(_records(traces), pk=keys, alter=True)
-        for r in results:
-            base = {"path": str(r.path), "sha256": r.sha256}
-            ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
-            db["ranks"].upsert_all(_records(ranks), pk=keys + ["rank"], alter=True)
-            steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
-            steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
-            db["steps"].upsert_all(_records(steps), pk=keys + ["rank", "step"], alter=True)
+    traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
+    db["traces"].upsert_all(_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
+    for r in results:
+        base = {"path": str(r.path), "sha256": r.sha256}
+        ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
+        db["ranks"].upsert_all(_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
+        steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
+        steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
+        db["steps"].upsert_all(_records(steps), pk=HISTORY_KEYS["steps"], alter=True)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -144,30 +180,44 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     return frame.astype(object).where(frame.notna(), None).to_dict("records")
 
 
-def write_timelines(out: Path, results: list[Analysed], summary: pd.DataFrame) -> tuple[dict, tuple | None]:
-    """One overview timeline per trace plus the naive-vs-best side by side; returns the links."""
+@dataclass(frozen=True)
+class SidePage:
+    """The naive-vs-best timeline: its file name inside the report, title and the two traces."""
+
+    name: str
+    title: str
+    naive: str
+    best: str
+
+
+def side_page(summary: pd.DataFrame) -> SidePage | None:
+    """naive and the fastest other implementation (summary is sorted fastest first), or None."""
+    naive = summary.loc[summary["implementation"] == "naive", "trace"]
+    others = summary.loc[summary["implementation"] != "naive"]
+    if naive.empty or others.empty:
+        return None
+    best = others.iloc[0]
+    return SidePage(f"timelines/naive_vs_{best['label'].split(' ')[0]}.html", f"naive vs {best['label']}",
+                    naive.iloc[0], best["trace"])
+
+
+def write_timelines(out: Path, results: list[Analysed], side: SidePage | None) -> dict:
+    """One overview timeline per trace plus the naive-vs-best side by side; returns the per-trace links."""
     from analysis.timeline import trace_panel, write_timeline
 
     names = timeline_names([(r.path, r.name) for r in results])
     by_trace = {r.path: r for r in results}
     for r in results:
         t0 = time.perf_counter()
-        panel, _ = trace_panel(r.path, Selection(), trace=r.trace)
+        panel, _ = trace_panel(r.path, Selection(), trace=r.trace, steps=r.analysis.steps)
         write_timeline([panel], out / names[r.path], f"Timeline: {r.trace.implementation}", Selection())
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
-    naive = summary.loc[summary["implementation"] == "naive", "trace"]
-    others = summary.loc[summary["implementation"] != "naive"]
-    if naive.empty or others.empty:
-        return names, None
-    a, b = by_trace[naive.iloc[0]], by_trace[others.iloc[0]["trace"]]
-    selection = Selection(step=common_step(a, b))
-    panels = [trace_panel(r.path, selection, trace=r.trace)[0] for r in (a, b)]
-    name = f"timelines/naive_vs_{others.iloc[0]['label'].split(' ')[0]}.html"
-    title = f"naive vs {others.iloc[0]['label']}"
-    if (out / name).exists() and not written_by_us(out / name):
-        raise TraceError(f"{out / name}: exists and was not written by this tool; refusing to overwrite it")
-    write_timeline(panels, out / name, f"Timeline: {title}", selection)
-    return names, (name, title)
+    if side is not None:
+        a, b = by_trace[side.naive], by_trace[side.best]
+        selection = Selection(step=common_step(a, b))
+        panels = [trace_panel(r.path, selection, trace=r.trace, steps=r.analysis.steps)[0] for r in (a, b)]
+        write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection)
+    return names
 
 
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
@@ -205,20 +255,23 @@ def main(argv: list[str] | None = None) -> int:
         if len(set(p.resolve() for p in args.traces)) != len(args.traces):
             raise TraceError("the same trace is given twice")
         inputs = group_inputs(args.traces)
-        pages = timeline_names([(i.label, i.name) for i in inputs])
-        check_out_dir(out, [] if args.no_timelines else list(pages.values()))
+        pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
+        check_out_dir(out, pages)  # fail before the (slow) analysis when we can
         results = []
         for inp in inputs:
             t0 = time.perf_counter()
             results.append(analyse(inp))
             progress(f"analysed {inp.label} ({time.perf_counter() - t0:.1f} s)")
         summary = summary_frame(results)
+        side = None if args.no_timelines else side_page(summary)
+        check_out_dir(out, pages + ([side.name] if side else []))  # every output, before writing any
         out.mkdir(parents=True, exist_ok=True)
-        links, side = ({}, None) if args.no_timelines else write_timelines(out, results, summary)
-        index = write_index(out / "index.html", summary, steps_frame(results, summary), links, side)
+        record_history(out / "results.db", results, summary)  # first: the one that can refuse late
+        links = {} if args.no_timelines else write_timelines(out, results, side)
+        index = write_index(out / "index.html", summary, steps_frame(results, summary), links,
+                            (side.name, side.title) if side else None)
         summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
-        record_history(out / "results.db", results, summary)
-        progress(f"wrote {index}, {out / 'summary.csv'}, {out / 'results.db'}")
+        progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

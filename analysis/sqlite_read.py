@@ -14,14 +14,18 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import TraceError
+from analysis.nsys_export import is_report, report_error
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
 def check_sqlite_file(path: Path) -> None:
-    """Raise TraceError unless `path` is an existing, non-empty file with an SQLite header."""
+    """Raise TraceError unless `path` is an existing, non-empty file with an SQLite header; an Nsight
+    Systems report (.nsys-rep, .qdrep) gets the exact `nsys export` command to run."""
     if not path.exists():
         raise TraceError(f"{path}: no such file")
+    if path.is_file() and is_report(path):
+        raise report_error(path, export_option=False)
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, expected an nsys SQLite export (.sqlite)")
     if not os.access(path, os.R_OK):

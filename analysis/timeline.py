@@ -79,12 +79,14 @@ def view_name(selection: Selection) -> str:
     return f"{step}, {rank}"
 
 
-def analysis_figures(trace, selection: Selection) -> dict:
-    """The analysis's metrics (metrics.py) for the selected step/rank, averaged over steps and ranks."""
+def analysis_figures(trace, selection: Selection, steps=None) -> dict:
+    """The analysis's metrics (metrics.py) for the selected step/rank, averaged over steps and ranks.
+
+    `steps`: the trace's per-step frame when the caller already analysed it (else it is computed)."""
     from analysis.metrics import summarise
     from analysis.overlap import analyze_trace
 
-    steps = analyze_trace(trace).steps
+    steps = analyze_trace(trace).steps if steps is None else steps
     if selection.rank is not None:
         steps = steps.loc[steps["rank"] == selection.rank]
     if selection.step is not None:
@@ -103,16 +105,16 @@ def panel_title(implementation: str, path: str, selection: Selection, fig: dict)
             f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
 
 
-def trace_panel(path: str | Path, selection: Selection, trace=None,
-                width_px: int = 1600) -> tuple[Panel, PanelSummary]:
-    """Load a trace (unless given) and build its panel plus the summary row."""
+def trace_panel(path: str | Path, selection: Selection, trace=None, width_px: int = 1600,
+                steps=None) -> tuple[Panel, PanelSummary]:
+    """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
+    existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
     from analysis.trace import load_trace  # deferred: --help stays instant
 
     trace = trace if trace is not None else load_trace(path)
-    panel, _ = build_panel(trace, selection, width_px=width_px)
-    fig = analysis_figures(trace, selection)
+    fig = analysis_figures(trace, selection, steps)
     title = panel_title(trace.implementation, str(path), selection, fig)
-    panel = Panel(title, panel.segments, panel.lanes, panel.origin_ns, panel.window_ns, panel.overlap)
+    panel = build_panel(trace, selection, title=title, width_px=width_px)
     summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig["ranks"], fig["steps"],
                            len(panel.segments), fig["step_ms"], fig["comm_ms"], fig["overlap_pct"],
                            fig["exposed_comm_ms"])

@@ -113,3 +113,46 @@ def test_bad_input_exits_2_with_one_line(traces, tmp_path, capsys, make_args, me
     code, _, err = run(capsys, *make_args(traces, tmp_path))
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "r").exists()
+
+
+def _error_lines(err: str) -> list[str]:
+    """stderr without the [report] progress lines."""
+    return [line for line in err.splitlines() if not line.startswith("[report] ")]
+
+
+def test_a_foreign_side_by_side_page_is_refused_before_anything_is_written(traces, tmp_path, capsys):
+    (tmp_path / "timelines").mkdir()
+    (tmp_path / "timelines" / "naive_vs_overlap.html").write_text("<html>mine</html>")
+    code, _, err = run(capsys, *traces, "-o", tmp_path)
+    assert code == 2 and "naive_vs_overlap.html" in err and "refusing to overwrite" in err
+    assert (tmp_path / "timelines" / "naive_vs_overlap.html").read_text() == "<html>mine</html>"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["naive_vs_overlap.html", "timelines"]
+
+
+def test_a_results_db_of_another_shape_is_one_error_and_nothing_else_is_written(traces, tmp_path, capsys):
+    db = sqlite3.connect(tmp_path / "results.db")
+    db.execute("CREATE TABLE steps (x TEXT)")
+    db.commit()
+    db.close()
+    code, _, err = run(capsys, *traces, "-o", tmp_path)
+    assert code == 2 and "results.db" in err and "steps" in err
+    assert "Traceback" not in err and len(_error_lines(err)) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.db"]
+
+
+def test_a_results_db_that_sqlite_refuses_is_one_error(traces, tmp_path, capsys, monkeypatch):
+    def failing(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(report, "_upsert_history", failing)
+    code, _, err = run(capsys, *traces, "-o", tmp_path / "r")
+    assert code == 2 and "database is locked" in err and len(_error_lines(err)) == 1
+    assert not (tmp_path / "r" / "index.html").exists() and not (tmp_path / "r" / "summary.csv").exists()
+
+
+def test_a_report_file_gets_the_export_command(traces, tmp_path, capsys):
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"not really a report")
+    code, _, err = run(capsys, rep, traces[1], "-o", tmp_path / "r")
+    assert code == 2 and f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {rep}" in err
+    assert "--export" not in err and len(_error_lines(err)) == 1 and not (tmp_path / "r").exists()

@@ -12,6 +12,8 @@ from plotly.offline import get_plotlyjs
 
 from analysis import timeline
 from analysis.lanes import Selection, build_panel
+from analysis.patterns import Patterns
+from analysis.synthetic import START_END, NsysWriter
 from analysis.overlap import analyze_trace
 from analysis.trace import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
@@ -50,7 +52,7 @@ def test_naive_vs_overlap_page_and_figures(traces, tmp_path, capsys):
 def test_shading_is_exactly_the_analysis_overlap(traces):
     for name in ("naive", "overlap", "overlap_cpu"):
         trace = load_trace(traces[name])
-        panel, _ = build_panel(trace, Selection(step=1))
+        panel = build_panel(trace, Selection(step=1))
         shaded_ms = (panel.overlap["end"] - panel.overlap["start"]).sum() / 1e6 / 2  # mean over two ranks
         steps = analyze_trace(trace).steps
         expected = steps.loc[steps["step"] == 1, "overlap_ms"].mean()
@@ -61,13 +63,34 @@ def test_shading_is_exactly_the_analysis_overlap(traces):
 def test_shading_leaves_out_a_gradient_wait_inside_backward(tmp_path):
     """DDP-shaped CPU trace: the `grad_sync` wait inside backward is not compute, as in the analysis."""
     trace = load_trace(write_cpu_ddp_wait(tmp_path / "ddp.sqlite"))
-    panel, _ = build_panel(trace, Selection())
+    panel = build_panel(trace, Selection())
     shaded_ns = int((panel.overlap["end"] - panel.overlap["start"]).sum())
     assert shaded_ns == round(analyze_trace(trace).steps["overlap_ms"].iloc[0] * 1e6) == 200
 
 
+def _cpu_wait_trace(path, wait_text: str):
+    """CPU rank, step 0 = backward [0, 1000); async comm [100, 600); blocking comm [200, 400) and a
+    wait range [650, 700) under an async comm [620, 800). Metrics: compute loses both waits, so
+    overlap = [100, 200) + [400, 600) + [620, 650) + [700, 800) = 430 ns."""
+    w = NsysWriter(path, cupti=False)
+    w.nvtx(1, 1, np.array([0, 0]), np.array([1000, 1000]), np.array(["step 0", "backward"], dtype=object))
+    w.nvtx(1, 2, np.array([100, 620]), np.array([600, 800]), np.array(["comm:a", "comm:b"], dtype=object),
+           kind=START_END, end_tid=1)
+    w.nvtx(1, 1, np.array([200, 650]), np.array([400, 700]), np.array(["comm:blocking", wait_text], dtype=object))
+    return w.close()
+
+
+@pytest.mark.parametrize("wait_text, patterns", [("grad_sync", Patterns()),
+                                                 ("wait_for_grads", Patterns(sync_wait=r"^wait_for_grads$"))])
+def test_cpu_shading_cuts_blocking_comm_and_sync_waits_like_the_analysis(tmp_path, wait_text, patterns):
+    trace = load_trace(_cpu_wait_trace(tmp_path / "w.sqlite", wait_text), patterns)
+    panel = build_panel(trace, Selection(step=0), patterns)
+    shaded_ns = int((panel.overlap["end"] - panel.overlap["start"]).sum())
+    assert shaded_ns == round(analyze_trace(trace, patterns).steps["overlap_ms"].iloc[0] * 1e6) == 430
+
+
 def test_lanes_per_rank_and_hover_fields(traces):
-    panel, _ = build_panel(load_trace(traces["overlap"]), Selection(step=1))
+    panel = build_panel(load_trace(traces["overlap"]), Selection(step=1))
     assert panel.lanes["label"].tolist() == [
         f"r{r} {lane}" for r in (0, 1)
         for lane in ("CPU step", "CPU phases", "CPU comm", "GPU s7 compute", "GPU s13 comm")]
@@ -87,7 +110,7 @@ def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
     assert code == 0 and out.exists()
     lines = stdout.strip().splitlines()
     assert lines[0].startswith("trace,implementation,view") and len(lines) == 3
-    panel, _ = build_panel(load_trace(traces["overlap_cpu"]), Selection())
+    panel = build_panel(load_trace(traces["overlap_cpu"]), Selection())
     assert not panel.lanes["label"].str.contains("GPU").any()
     assert len(panel.overlap) == 2 * 3 * 2  # two comm ranges inside backward, per step and rank
 
@@ -95,7 +118,7 @@ def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
 def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, traces["overlap"], "-o", tmp_path / "r1.html", "--rank", 1, "--format", "json")
     assert code == 0 and json.loads(stdout)[0]["ranks"] == 1
-    panel, _ = build_panel(load_trace(traces["overlap"]), Selection(rank=1))
+    panel = build_panel(load_trace(traces["overlap"]), Selection(rank=1))
     assert set(panel.lanes["rank"]) == {1} and set(panel.overlap["rank"]) == {1}
 
 
@@ -122,6 +145,14 @@ def test_bad_input_gives_one_line_and_exit_2(traces, tmp_path, capsys, args, mes
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x.html").exists()
+
+
+def test_a_report_file_gets_the_export_command(tmp_path, capsys):
+    rep = tmp_path / "run.nsys-rep"
+    rep.write_bytes(b"not really a report")
+    code, _, err = run_cli(capsys, rep, "-o", tmp_path / "x.html")
+    assert code == 2 and f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {rep}" in err
+    assert "--export" not in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.html").exists()
 
 
 def test_refuses_to_overwrite_an_input_or_write_non_html(traces, capsys):
@@ -161,7 +192,7 @@ def test_real_h100_trace(tmp_path, capsys):
     assert code == 0
     row = json.loads(stdout)[0]
     assert row["ranks"] == 2 and row["overlap_pct"] == 0.0  # NCCL runs on the compute stream here
-    panel, _ = build_panel(load_trace(REAL), Selection())
+    panel = build_panel(load_trace(REAL), Selection())
     labels = panel.lanes["label"].tolist()
     assert "r0 GPU s7 compute" in labels and "r1 GPU s15 comm" in labels
     comm = panel.segments.loc[panel.segments["category"] == "comm_kernel", "name"]

@@ -40,6 +40,7 @@ class Bucket:
     names: list[str]
     buffer: torch.Tensor = field(init=False)
     ready: list[bool] = field(init=False)
+    had: list[bool] = field(init=False)  # per slot: a local gradient this step (its flag)
     pending: PendingAllReduce | None = field(init=False, default=None)
 
     def __post_init__(self):
@@ -51,7 +52,7 @@ class Bucket:
         self.views = [self.buffer[start:start + size].view_as(p)  # built once: hooks run every step
                       for start, size, p in zip(self.offsets, self.sizes, self.params)]
         self.flags = self.buffer[self.num_grad:]
-        self.ready = [False] * len(self.params)
+        self.reset()
 
     @property
     def tag(self) -> str:
@@ -61,29 +62,34 @@ class Bucket:
     def is_full(self) -> bool:
         return all(self.ready)
 
-    @property
-    def launched(self) -> bool:
-        return self.pending is not None
-
     def mark_ready(self, slot: int) -> bool:
         """Copy parameter `slot`'s gradient in; return True once every slot is in."""
         self.views[slot].copy_(self.params[slot].grad)
-        self.ready[slot] = True
+        self.ready[slot] = self.had[slot] = True
         return self.is_full
 
     def fill_missing(self) -> None:
-        """Give the slots that got no gradient this step zeros (their flag says 0 at launch)."""
+        """Fill the slots whose hook did not fire this step.
+
+        A parameter that still holds a gradient (zeros kept by `zero_grad(set_to_none=False)`, or one
+        written outside autograd) sends it as it is; one without a gradient sends zeros with flag 0.
+        """
         for slot, p in enumerate(self.params):
-            if not self.ready[slot]:
+            if self.ready[slot]:
+                continue
+            if p.grad is None:
                 p.grad = torch.zeros_like(p)
                 self.views[slot].zero_()
+            else:
+                self.views[slot].copy_(p.grad)
+                self.had[slot] = True
 
     def launch(self, owner: DataParallelBase) -> None:
         """Write the "had a gradient" flags, then start the async all-reduce of the buffer."""
-        if self.is_full:
+        if all(self.had):
             self.flags.fill_(1.0)
         else:
-            self.flags.copy_(torch.tensor([1.0 if r else 0.0 for r in self.ready], dtype=self.flags.dtype))
+            self.flags.copy_(torch.tensor([1.0 if h else 0.0 for h in self.had], dtype=self.flags.dtype))
         self.pending = owner._async_all_reduce(self.buffer, self.tag)
 
     def wait(self, world_size: int) -> None:
@@ -91,8 +97,9 @@ class Bucket:
         self.pending.wait()
         for view, p in zip(self.views, self.params):  # divide while copying out: one pass over the data
             torch.div(view, world_size, out=p.grad)
-        DataParallelBase._drop_unused(self.params, self.ready, self.flags)
+        DataParallelBase._drop_unused(self.params, self.had, self.flags)
 
     def reset(self) -> None:
         self.ready = [False] * len(self.params)
+        self.had = [False] * len(self.params)
         self.pending = None

@@ -57,3 +57,19 @@ def test_second_backward_before_sync_is_a_clear_error(one_rank_group, impl):
     with pytest.raises(RuntimeError, match="arrived twice before finish_gradient_synchronization"):
         loss_fn(model(x), y).backward()
     assert torch.is_tensor(model.module.fc1.weight.grad)
+
+
+@pytest.mark.parametrize("impl", list(registry.IMPLEMENTATIONS))
+def test_kept_zero_gradient_of_an_unused_parameter_stays_a_tensor(one_rank_group, impl):
+    """With zero_grad(set_to_none=False) an unused parameter holds zeros, not None; every wrapper keeps
+    it so (as single-process training does), so the optimizer still updates it (weight decay, moments)."""
+    import torch
+
+    from tests.ddp import cases
+    model = registry.wrap(impl, cases.build("unused", 0), bucket_size_mb=5000 / 2**20)
+    spare = model.module.spare.weight
+    spare.grad = torch.zeros_like(spare)
+    inputs, targets = cases.batch(0, 4)
+    torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+    model.finish_gradient_synchronization()
+    assert spare.grad is not None and torch.count_nonzero(spare.grad) == 0

@@ -168,8 +168,20 @@ def print_rows(rows: list[PanelSummary], fmt: str) -> None:
         print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths))))
 
 
-def export_png(fig: go.Figure, png: Path) -> str:
-    """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped."""
+def png_refusal(output: Path) -> str:
+    """Why `<output>.png` must not be written, or ''. An existing PNG is replaced only when it pairs
+    with an existing page at `output` that this tool wrote (a PNG from an earlier run of ours)."""
+    png = output.with_suffix(".png")
+    if not png.exists():
+        return ""
+    if png.is_file() and output.is_file() and written_by_us(output):
+        return ""
+    return f"{png} exists and does not pair with a page this tool wrote; not overwriting it"
+
+
+def export_png(fig: go.Figure, png: Path, width_px: int = 1600) -> str:
+    """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped
+    (kaleido or Chromium missing, or any error they raise: the PNG is optional, the page is written)."""
     from analysis.html_check import find_chromium
 
     try:
@@ -182,7 +194,11 @@ def export_png(fig: go.Figure, png: Path) -> str:
     import os
 
     os.environ.setdefault("BROWSER_PATH", chromium)  # kaleido drives this Chromium, downloads none
-    fig.write_image(str(png), width=1600, height=int(fig.layout.height))
+    try:
+        fig.write_image(str(png), width=width_px, height=int(fig.layout.height))
+    except Exception as e:  # kaleido/Chromium failures come in many types; none is worth a traceback
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first}"
     return ""
 
 
@@ -206,7 +222,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="pixels across the full view; work narrower than one pixel is merged (default 1600)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--png", action="store_true",
-                    help="also write a PNG beside the HTML (needs kaleido and a system Chromium)")
+                    help="also write <output>.png, --width pixels wide (needs kaleido and a system Chromium; "
+                         "skipped with a message when they are missing or fail, and when a PNG exists that "
+                         "does not pair with a page this tool wrote)")
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
         ap.error(f"--width {args.width}: expected 100..20000 pixels")
@@ -230,12 +248,13 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(row)
             progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
         title = "Timeline: " + " vs ".join(r.implementation for r in rows)
+        png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
         out, fig = write_timeline(panels, args.output, title, selection, args.width)
         progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, "
                  f"{count_drawn_segments(fig)} segments drawn after merging)")
         if args.png:
-            why = export_png(fig, args.output.with_suffix(".png"))
-            progress(f"--png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
+            why = png_why or export_png(fig, args.output.with_suffix(".png"), args.width)
+            progress(f"png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -198,3 +198,38 @@ def test_real_h100_trace(tmp_path, capsys):
     comm = panel.segments.loc[panel.segments["category"] == "comm_kernel", "name"]
     assert comm.str.startswith("ncclDevKernel_SendRecv").all() and len(comm) == 66
     assert np.isin(["comm", "nvtx"], panel.segments["category"].unique()).all()
+
+
+def _fake_write_image(calls, fail=False):
+    def write_image(fig, path, **kwargs):
+        calls.append(kwargs)
+        if fail:
+            raise RuntimeError("Chromium crashed\nmore detail")
+        Path(path).write_bytes(b"png from us")
+    return write_image
+
+
+def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("kaleido")
+    calls = []
+    monkeypatch.setattr(timeline.go.Figure, "write_image", _fake_write_image(calls))
+    monkeypatch.setattr("analysis.html_check.find_chromium", lambda: "/usr/bin/chromium")
+    out, png = tmp_path / "t.html", tmp_path / "t.png"
+    png.write_bytes(b"someone's png")
+    code, _, err = run_cli(capsys, traces["naive"], "-o", out, "--png", "--width", 900)
+    assert code == 0 and out.exists() and "png skipped" in err and "not overwriting" in err
+    assert png.read_bytes() == b"someone's png" and calls == []
+    png.unlink()
+    assert run_cli(capsys, traces["naive"], "-o", out, "--png", "--width", 900)[0] == 0
+    assert png.read_bytes() == b"png from us" and calls[-1]["width"] == 900
+    assert run_cli(capsys, traces["naive"], "-o", out, "--png")[0] == 0  # pairs with our page: replaced
+    assert len(calls) == 2 and calls[-1]["width"] == 1600
+
+
+def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("kaleido")
+    monkeypatch.setattr(timeline.go.Figure, "write_image", _fake_write_image([], fail=True))
+    monkeypatch.setattr("analysis.html_check.find_chromium", lambda: "/usr/bin/chromium")
+    code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--png")
+    assert code == 0 and (tmp_path / "t.html").exists() and not (tmp_path / "t.png").exists()
+    assert "png skipped: RuntimeError: Chromium crashed" in err and "Traceback" not in err and "more detail" not in err

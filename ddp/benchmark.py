@@ -114,9 +114,15 @@ def _int_if_whole(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(x, 2)
 
 
-def write_csv(path: Path, records: list[dict], overwrite: bool) -> None:
+def check_csv_target(path: Path, overwrite: bool) -> None:
+    """Refuse, before any run, a CSV path that exists (without --overwrite) or is a folder."""
+    if path.is_dir():
+        raise ValueError(f"--csv {path} is a folder: name a file")
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path} exists: pass --overwrite to replace it")
+
+
+def write_csv(path: Path, records: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(cli.format_records(records, "csv", CSV_COLUMNS) + "\n")
 
@@ -144,11 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.csv is not None and args.csv.exists() and not args.overwrite:
-        raise FileExistsError(f"{args.csv} exists: pass --overwrite to replace it")
+    if args.csv is not None:
+        check_csv_target(args.csv, args.overwrite)
     world = cli.resolve_world_size(args.world_size)
-    if args.model is None:
-        args.model = default_model(max(1, args.batch_size[0] // world), max(args.context_length), args.optimizer)
+    if args.model is None:  # sized for the largest batch of the sweep
+        args.model = default_model(max(1, max(args.batch_size) // world), max(args.context_length), args.optimizer)
     configs = sweep(args, world)
     if not configs:
         raise ValueError("nothing to run: implementation 'torch' only runs collective 'torch'")
@@ -156,19 +162,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     cli.progress(f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
                  f"{load_average()} (timings on a shared machine follow its load)")
-    results = launch(benchmark_worker, args.world_size, configs, args.repeat, backend=args.backend)
+    results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend)
     if results is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
     cli.progress(f"[benchmark] done; load average {load_average()}")
     records = to_records(results)
-    if args.csv is not None:
-        write_csv(args.csv, records, args.overwrite)
     columns = CSV_COLUMNS + (TABLE_EXTRA if args.format == "table" else [])
     if len(args.collective) > 1:
         columns = columns + ["collective"]
-    print(cli.format_records(records, args.format, columns))
+    print(cli.format_records(records, args.format, columns))  # first: a failing --csv loses nothing
     if args.format == "table":
         print(summary_line(records))
+    if args.csv is not None:
+        write_csv(args.csv, records)
     return cli.EXIT_OK
 
 

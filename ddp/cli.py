@@ -66,6 +66,9 @@ def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | 
     except RankFailedError as exc:
         sys.stderr.write(f"{prog}: error: {exc}\n")
         code = EXIT_CHECK_FAILED
+    except OSError as exc:  # e.g. an output file that cannot be written
+        sys.stderr.write(f"{prog}: error: {exc}\n")
+        code = EXIT_BAD_INPUT
     except KeyboardInterrupt:
         sys.stderr.write(f"{prog}: interrupted\n")
         code = 130

@@ -60,6 +60,7 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
     (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
     (["ddp.benchmark", "--world-size", "0"], "world size must be a positive integer, got 0"),
     (["ddp.verify", "--world-size", "-1"], "world size must be a positive integer, got -1"),
+    (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args, message):
     out = run(*args)

@@ -45,22 +45,24 @@ class Analysis:
     def to_json(self) -> dict:
         """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, ranks, summary}]}."""
         steps: dict[tuple, list] = {}
-        for row in _records(self.steps, ["path", "rank", "step", *METRICS]):
+        for row in plain_records(self.steps, ["path", "rank", "step", *METRICS]):
             steps.setdefault((row.pop("path"), row.pop("rank")), []).append(row)
         ranks: dict[str, list] = {}
-        for row in _records(self.totals, ["path", *RANK_KEYS, *METRICS]):
+        for row in plain_records(self.totals, ["path", *RANK_KEYS, *METRICS]):
             path = row.pop("path")
             ident = {k: row.pop(k) for k in RANK_KEYS}
             ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
-        for head in _records(self.summary, [*TRACE_KEYS, "ranks", "steps", *METRICS]):
+        for head in plain_records(self.summary, [*TRACE_KEYS, "ranks", "steps", *METRICS]):
             trace = {k: head.pop(k) for k in TRACE_KEYS}
             traces.append({**trace, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
 
 
-def _records(frame: pd.DataFrame, columns: list[str]) -> list[dict]:
-    """Rows as JSON-safe dicts (one pass, no per-cell pandas indexing)."""
+def plain_records(frame: pd.DataFrame, columns: list[str] | None = None) -> list[dict]:
+    """Result rows as dicts of plain Python values (JSON- and sqlite3-safe: numpy scalars -> Python,
+    NaN/NA -> None), for `columns` (default all) in that order; one pass over the (few) result rows."""
+    columns = list(frame.columns) if columns is None else columns
     return [{c: _plain(v) for c, v in zip(columns, row)} for row in frame[columns].itertuples(index=False, name=None)]
 
 
@@ -117,14 +119,17 @@ def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None 
                       for f in ("steps", "totals", "summary")))
 
 
+PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]
+
+
 def per_rank_table(result: Analysis) -> pd.DataFrame:
-    """One row per trace and rank: steps counted, and per-step means of the headline metrics."""
+    """One row per trace and rank over the kept steps (after --skip-steps): the trace and rank keys,
+    `steps` (that rank's step count), and every metric as a mean per step (overlap_pct from the means)."""
     rows = []
-    for (path, rank), steps in result.steps.groupby(["path", "rank"], sort=False):
+    for _, steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
         s = summarise(steps)
-        rows.append({"path": path, "implementation": steps["implementation"].iloc[0], "rank": rank,
-                     "steps": int(steps["step"].notna().sum()), **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows)
+        rows.append({**steps[PER_RANK_KEYS].iloc[0].to_dict(), "steps": s["steps"], **{m: s[m] for m in METRICS}})
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS])
 
 
 def _fmt(frame: pd.DataFrame) -> str:
@@ -158,7 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 ok, 2 bad input (message on stderr).")
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) (`nsys export --type sqlite`)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                   help="table: per-rank rows + per-trace summary; csv: per-rank (or per-step) rows; json: everything")
+                   help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
+                        "(or per-step rows); json: everything, with each rank's whole-capture total")
     p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
     p.add_argument("--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)")
     p.add_argument("--comm-pattern", default=Patterns.comm_kernel, metavar="RE",
@@ -191,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.format == "json":
             print(json.dumps(result.to_json()))  # compact: the C encoder (indent= falls back to pure Python)
         elif args.format == "csv":
-            frame = result.steps if args.per_step else result.totals
+            frame = result.steps if args.per_step else per_rank_table(result)  # the table's rows
             print(frame.to_csv(index=False), end="")
         else:
             print(render_table(result, args.per_step))

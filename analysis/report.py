@@ -27,6 +27,7 @@ from analysis.errors import TraceError
 from analysis.html_page import written_by_us
 from analysis.html_report import write_index
 from analysis.lanes import Selection
+from analysis.overlap import plain_records
 from analysis.timeline import TraceInput, group_inputs
 
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
@@ -165,19 +166,14 @@ def _check_history_tables(db, db_path: Path) -> None:
 def _upsert_history(db, results: list[Analysed], summary: pd.DataFrame) -> None:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
-    db["traces"].upsert_all(_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
+    db["traces"].upsert_all(plain_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
     for r in results:
         base = {"path": str(r.path), "sha256": r.sha256}
         ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
-        db["ranks"].upsert_all(_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
+        db["ranks"].upsert_all(plain_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
         steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
         steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
-        db["steps"].upsert_all(_records(steps), pk=HISTORY_KEYS["steps"], alter=True)
-
-
-def _records(frame: pd.DataFrame) -> list[dict]:
-    """Rows as plain Python values, NaN as NULL."""
-    return frame.astype(object).where(frame.notna(), None).to_dict("records")
+        db["steps"].upsert_all(plain_records(steps), pk=HISTORY_KEYS["steps"], alter=True)
 
 
 @dataclass(frozen=True)
@@ -223,7 +219,7 @@ def write_timelines(out: Path, results: list[Analysed], side: SidePage | None) -
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
     shown = summary[SUMMARY_COLUMNS]
     if fmt == "json":
-        print(json.dumps(shown.astype(object).where(shown.notna(), None).to_dict("records"), indent=2))
+        print(json.dumps(plain_records(shown), indent=2))
     elif fmt == "csv":
         print(shown.to_csv(index=False), end="")
     else:

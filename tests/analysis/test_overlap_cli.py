@@ -62,11 +62,29 @@ def test_table_shows_one_row_per_rank_and_a_summary(capsys, exports):
 
 
 def test_csv_rows_and_skip_steps(capsys, exports):
-    totals = run_main(capsys, exports[0], "--format", "csv")
-    assert totals.stdout.splitlines()[0].startswith("path,implementation,source,nsys_version,rank,pid,device")
-    assert len(totals.stdout.splitlines()) == 1 + 2
+    ranks = run_main(capsys, exports[0], "--format", "csv")
+    assert ranks.stdout.splitlines()[0].startswith("path,implementation,source,nsys_version,rank,pid,device,steps")
+    assert len(ranks.stdout.splitlines()) == 1 + 2
     steps = run_main(capsys, exports[0], "--format", "csv", "--per-step", "--skip-steps", "1")
     assert len(steps.stdout.splitlines()) == 1 + 1
+
+
+def test_csv_rows_are_the_tables_per_rank_means_over_kept_steps(capsys, exports):
+    """Without --per-step the CSV holds the table's rows: per-rank means over the steps left after
+    --skip-steps (not the whole-capture totals, which only the JSON gives)."""
+    import csv
+    import io
+
+    done = run_main(capsys, exports[0], "--format", "csv", "--skip-steps", "1")
+    rows = {int(r["rank"]): r for r in csv.DictReader(io.StringIO(done.stdout))}
+    steps = run_main(capsys, exports[0], "--format", "csv", "--per-step", "--skip-steps", "1")
+    kept = list(csv.DictReader(io.StringIO(steps.stdout)))
+    assert set(METRIC_KEYS) <= set(rows[0]) and len(kept) == 1
+    one = kept[0]
+    assert rows[int(one["rank"])]["steps"] == "1"
+    assert float(rows[int(one["rank"])]["step_ms"]) == pytest.approx(float(one["step_ms"]))
+    table = run_main(capsys, exports[0], "--skip-steps", "1").stdout
+    assert len([line for line in table.splitlines() if line.strip().startswith("fixture")]) == len(rows) + 1
 
 
 def test_patterns_from_the_command_line(capsys, exports):

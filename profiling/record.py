@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ddp import registry
+from ddp.models import MODEL_NAMES
 from profiling.nsys import NsysError, find_nsys
 from profiling.plan import BACKENDS, DEVICES, ProfilePlan
 from profiling.session import exit_on_sigterm, profiled_env, record, run_forwarding_output
@@ -59,12 +60,13 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
                         help=f"one or more of: {', '.join(registry.IMPLEMENTATIONS)}, or all")
     run = parser.add_argument_group("the profiled run (default: the machine's, see above)")
     run.add_argument("--world-size", "-n", type=int, help="ranks (default: local GPUs, or 2 without GPU)")
-    run.add_argument("--model", help="model name, or auto: largest that fits the GPU, tiny on CPU")
+    run.add_argument("--model", choices=["auto", *MODEL_NAMES],
+                     help="model size, or auto: largest that fits the GPU, tiny on CPU")
     run.add_argument("--steps", type=int, help="measured (captured) steps")
     run.add_argument("--warmup", type=int, help="warm-up steps, run before the capture starts")
-    run.add_argument("--batch-size", type=int, help="sequences per rank per step")
+    run.add_argument("--batch-size", type=int, help="global batch (sequences per step, split across ranks)")
     run.add_argument("--context-length", type=int, help="tokens per sequence")
-    run.add_argument("--bucket-mb", type=float, help="bucket size in MB (overlap_bucket, torch)")
+    run.add_argument("--bucket-mb", type=float, help="bucket size in MiB (overlap_bucket, torch)")
     run.add_argument("--backend", choices=BACKENDS, help="default: nccl with GPUs, gloo without")
     run.add_argument("--device", choices=DEVICES, help="default: cuda with GPUs, cpu without")
     run.add_argument("--gpus", type=int, help="local GPUs to assume (default: counted by nvidia-smi)")
@@ -154,7 +156,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefix = "" if plan.per_rank else f"NSYS_NVTX_PROFILER_REGISTER_ONLY=0 {shlex.quote(str(nsys))} "
             print(prefix + shlex.join(cmd))
         return 0
-    plan.out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"error: output folder {plan.out_dir}: {err.strerror or err}", file=sys.stderr)
+        return 2
     exit_on_sigterm()
     outputs: list[Output] = []
     for impl in plan.impls:

@@ -77,9 +77,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig the arguments describe (ValueError naming a bad value)."""
-    world = int(os.environ["WORLD_SIZE"]) if in_torchrun() else (args.world_size or 2)
-    if args.world_size is not None and args.world_size != world:
-        raise ValueError(f"--world-size {args.world_size} does not match torchrun's WORLD_SIZE={world}")
+    if in_torchrun():
+        world = int(os.environ["WORLD_SIZE"])
+        if args.world_size is not None and args.world_size != world:
+            raise ValueError(f"--world-size {args.world_size} does not match torchrun's WORLD_SIZE={world}")
+    else:
+        world = 2 if args.world_size is None else args.world_size
     model = choose_model(args.model, args.batch_size, world, args.context_length, args.optimizer)
     return RunConfig(impl=args.impl, model=model, world_size=world, batch_size=args.batch_size,
                      context_length=args.context_length, steps=args.steps, warmup=args.warmup,

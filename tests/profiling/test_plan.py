@@ -151,3 +151,16 @@ def test_missing_nsys_is_exit_2_with_install_steps(capsys, monkeypatch):
     monkeypatch.setenv("NSYS", "/nonexistent/nsys")
     assert record.main(["naive", "--gpus", "0"]) == 2
     assert capsys.readouterr().err.strip() == "error: NSYS=/nonexistent/nsys is not an executable file"
+
+
+def test_output_folder_that_is_a_file_is_one_line_and_exit_2(tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("the user's file")
+    res = run_nsys("naive", "--gpus", "0", "-o", str(taken))
+    assert res.returncode == 2 and res.stderr.strip().splitlines()[-1].startswith(f"error: output folder {taken}")
+    assert "Traceback" not in res.stderr and taken.read_text() == "the user's file"
+
+
+def test_unknown_model_is_refused_before_profiling():
+    res = run_nsys("naive", "--model", "bogus")
+    assert res.returncode == 2 and "invalid choice: 'bogus'" in res.stderr and "Traceback" not in res.stderr

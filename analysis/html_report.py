@@ -30,7 +30,12 @@ BREAKDOWN = (  # stacked bar parts per step: column, label, colour
 
 
 def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
-    """Per-step time split into compute only, overlapped comm, exposed comm and idle (ms, sums to step)."""
+    """Mean step split into compute only, overlapped comm, exposed comm and idle (ms).
+
+    The parts sum to the mean step time when the busy time fits in it; idle is clipped at 0, so
+    when compute and comm extend beyond the step range (comm measured against work outside the
+    step, or means taken over different steps) the bar is longer than the step.
+    """
     compute_only = (summary["compute_ms"] - summary["overlap_ms"]).clip(lower=0)
     busy = compute_only + summary["overlap_ms"] + summary["exposed_comm_ms"]
     return pd.DataFrame({"label": summary["label"], "compute_only_ms": compute_only,

@@ -17,8 +17,12 @@ def _as_int64(a) -> np.ndarray:
     return np.asarray(a, dtype=np.int64)
 
 
-def union(starts, ends) -> Set:
-    """Canonical form of a set: the disjoint, sorted pieces covering the same points."""
+def union(starts, ends, gap: float = 0) -> Set:
+    """Canonical form of a set: the disjoint, sorted pieces covering the same points.
+
+    With gap > 0, pieces separated by less than `gap` are joined too (e.g. less than a pixel when
+    shading a timeline); the result then also covers those gaps.
+    """
     s, e = _as_int64(starts), _as_int64(ends)
     keep = e > s
     s, e = s[keep], e[keep]
@@ -29,7 +33,7 @@ def union(starts, ends) -> Set:
     reach = np.maximum.accumulate(e)  # furthest end seen so far
     new = np.empty(s.size, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
+    new[1:] = s[1:] - reach[:-1] >= max(gap, 1)  # integers: > 0 is >= 1, so gap 0 joins touching pieces
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, s.size - 1]
     return s[first], reach[last]

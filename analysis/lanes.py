@@ -250,9 +250,10 @@ def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = 
     lanes, lane_of = _lanes(seg)
     seg["lane"] = lane_of
     shaded = _overlap(seg, lo, hi)
-    seg = merge_subpixel(seg, (hi - lo) / width_px)
+    pixel_ns = (hi - lo) / width_px
+    seg = merge_subpixel(seg, pixel_ns)
     names = _names(trace, seg)
     seg = seg.assign(name=names, stream=_streams(trace, seg), phase=_phase_labels(cpu, seg, names))
     panel = Panel(title=title or where, segments=seg, lanes=lanes, origin_ns=origin, window_ns=(lo, hi),
-                  overlap=shaded)
+                  overlap=shaded, merged_pixel_ns=pixel_ns)
     return panel

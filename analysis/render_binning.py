@@ -63,21 +63,3 @@ def merge_subpixel(segments: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
     )
     out = pd.concat([wide, blocks[wide.columns]], ignore_index=True)
     return out.sort_values(["lane", "start"], kind="stable").reset_index(drop=True)
-
-
-def merge_close_intervals(start: np.ndarray, end: np.ndarray, gap: float) -> tuple[np.ndarray, np.ndarray]:
-    """Union of intervals, also joining those separated by less than `gap` (a pixel, for shading)."""
-    start = np.asarray(start, dtype=np.float64)
-    end = np.asarray(end, dtype=np.float64)
-    if start.size == 0:
-        return start, end
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], end[order]
-    reach = np.maximum.accumulate(e)
-    # A new block starts where an interval begins at least `gap` after everything before it ended.
-    new_block = np.empty(s.size, dtype=bool)
-    new_block[0] = True
-    new_block[1:] = s[1:] >= reach[:-1] + gap
-    first = np.flatnonzero(new_block)
-    last = np.append(first[1:] - 1, s.size - 1)
-    return s[first], reach[last]

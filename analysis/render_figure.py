@@ -14,7 +14,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.render_binning import check_segments, merge_close_intervals, merge_subpixel
+from analysis import intervals
+from analysis.render_binning import check_segments, merge_subpixel
 from analysis.render_style import (
     CATEGORY_LABELS,
     OVERLAP_COLOUR,
@@ -38,6 +39,7 @@ class Panel:
     origin_ns: int
     window_ns: tuple[int, int]
     overlap: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "start", "end"]))
+    merged_pixel_ns: float | None = None  # the resolution the segments were already merged at, if any
 
     def __post_init__(self) -> None:
         check_segments(self.segments)
@@ -114,7 +116,7 @@ def _overlap_trace(panel: Panel, pixel_ns: float, shown: bool) -> go.Scatter | N
     for rank, rows in panel.overlap.groupby("rank"):  # one iteration per rank, not per event
         if rank not in span.index:
             continue
-        s, e = merge_close_intervals(rows["start"].to_numpy(), rows["end"].to_numpy(), pixel_ns)
+        s, e = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy(), gap=pixel_ns)
         s, e = (s - panel.origin_ns) / 1e6, (e - panel.origin_ns) / 1e6
         top, bottom = span.loc[rank, "min"] - 0.5, span.loc[rank, "max"] + 0.5
         x = np.column_stack([s, e, e, s, s, np.full_like(s, np.nan)]).ravel()
@@ -155,7 +157,7 @@ def build_figure(panels: list[Panel], width_px: int = 1600,
     line_width = LANE_PX * 0.62
     for row, panel in enumerate(panels, start=1):
         pixel_ns = panel_pixel_ns(panel, width_px)
-        seg = merge_subpixel(panel.segments, pixel_ns)
+        seg = panel.segments if panel.merged_pixel_ns == pixel_ns else merge_subpixel(panel.segments, pixel_ns)
         shading = _overlap_trace(panel, pixel_ns, shown="overlap" not in in_legend)
         if shading is not None:
             in_legend.add("overlap")

@@ -35,6 +35,18 @@ def test_union_covers_the_same_points_in_canonical_form(items):
     assert iv.union_length(*arrays(items)) == len(points(items))
 
 
+@given(interval_lists, st.floats(0, 8))
+def test_union_with_a_gap_joins_exactly_the_pieces_closer_than_it(items, gap):
+    exact_s, exact_e = iv.union(*arrays(items))
+    s, e = iv.union(*arrays(items), gap=gap)
+    assert points(items) <= pieces_points(s, e)  # covers everything, plus only the joined gaps
+    assert np.all(s[1:] - e[:-1] >= max(gap, 1))  # what stays apart is at least `gap` apart
+    joined = pieces_points(s, e) - points(items)
+    holes = pieces_points(exact_e[:-1], exact_s[1:])  # the gaps between the exact pieces
+    small = {t for a, b in zip(exact_e[:-1].tolist(), exact_s[1:].tolist()) if b - a < gap for t in range(a, b)}
+    assert joined == small and joined <= holes
+
+
 @given(interval_lists, interval_lists)
 def test_intersect_and_subtract_match_set_algebra(a, b):
     inter = iv.intersect(*arrays(a), *arrays(b))

@@ -233,3 +233,16 @@ def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch
     code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--png")
     assert code == 0 and (tmp_path / "t.html").exists() and not (tmp_path / "t.png").exists()
     assert "png skipped: RuntimeError: Chromium crashed" in err and "Traceback" not in err and "more detail" not in err
+
+
+def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
+    from analysis import render_figure
+
+    panel = build_panel(load_trace(traces["overlap"]), Selection(), width_px=800)
+    calls = []
+    real = render_figure.merge_subpixel
+    monkeypatch.setattr(render_figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))
+    same = render_figure.build_figure([panel], width_px=800)
+    assert calls == [] and render_figure.count_drawn_segments(same) == len(panel.segments)
+    render_figure.build_figure([panel], width_px=400)  # a coarser view still merges
+    assert len(calls) == 1

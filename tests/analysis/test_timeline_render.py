@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from analysis.html_page import page_html
-from analysis.render_binning import merge_close_intervals, merge_subpixel
+from analysis import intervals
+from analysis.render_binning import merge_subpixel
 from analysis.render_figure import Panel, build_figure, count_drawn_segments
 from analysis.render_style import CATEGORY_COLOURS
 
@@ -79,9 +80,9 @@ def test_merged_blocks_conserve_work_and_cover_every_segment(rows, pixel):
 
 
 def test_close_intervals_merge_when_the_gap_is_below_a_pixel():
-    s, e = merge_close_intervals(np.array([10, 0, 29, 100]), np.array([20, 12, 40, 120]), gap=10)
+    s, e = intervals.union(np.array([10, 0, 29, 100]), np.array([20, 12, 40, 120]), gap=10)
     assert s.tolist() == [0, 100] and e.tolist() == [40, 120]
-    s, e = merge_close_intervals(np.array([0, 30]), np.array([10, 40]), gap=5)
+    s, e = intervals.union(np.array([0, 30]), np.array([10, 40]), gap=5)
     assert s.tolist() == [0, 30] and e.tolist() == [10, 40]
 
 

@@ -32,9 +32,9 @@ BREAKDOWN = (  # stacked bar parts per step: column, label, colour
 def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
     """Mean step split into compute only, overlapped comm, exposed comm and idle (ms).
 
-    The parts sum to the mean step time when the busy time fits in it; idle is clipped at 0, so
-    when compute and comm extend beyond the step range (comm measured against work outside the
-    step, or means taken over different steps) the bar is longer than the step.
+    The parts sum to the mean step time when compute + exposed comm fits in it. Idle is clipped at
+    0, so when a step's work outlasts its NVTX range (GPU work still running after the CPU step
+    ends, or its comm hidden behind the next step's compute) the bar is longer than the step.
     """
     compute_only = (summary["compute_ms"] - summary["overlap_ms"]).clip(lower=0)
     busy = compute_only + summary["overlap_ms"] + summary["exposed_comm_ms"]

@@ -3,8 +3,9 @@
 Lanes of each rank, top to bottom: CPU `step N` ranges, CPU phases (forward/backward/optimizer/
 grad_sync), CPU communication ranges (`comm:*`, NCCL/gloo ranges; async ones from issue to
 completion, whichever thread ends them), other NVTX ranges, then per GPU stream a compute lane and
-a communication lane. Shaded overlap: GPU communication kernels under compute kernels when the
-rank has GPU work, else CPU communication ranges under forward/backward/optimizer.
+a communication lane. Shaded overlap, inside the drawn window: GPU communication kernels under
+compute kernels when the rank has GPU work, else CPU communication ranges under forward/backward/
+optimizer minus blocking communication ranges and gradient-sync waits (analysis.metrics' rule).
 """
 from __future__ import annotations
 

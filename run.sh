@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # The main job: set up, profile every implementation under Nsight Systems, analyse the traces and
 # write the comparison report.  Outputs: traces/<impl>.{nsys-rep,sqlite}, reports/index.html.
-#   usage: bash run.sh [run_nsys.sh options...]
+#   usage: bash run.sh [run_nsys.sh options, e.g. --steps 20 --batch-size 32]
+# The traces go to traces/ and the report to reports/: for other folders or --per-rank, run
+# run_nsys.sh and the analysis commands yourself (README).
 set -euo pipefail
 cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+for arg in "$@"; do
+    case "$arg" in
+        -o|--out-dir|--out-dir=*|--per-rank|--torchrun|--torchrun=*)
+            echo "run.sh: $arg is not for the main job (it writes traces/ and reports/); use run_nsys.sh directly" >&2
+            exit 2 ;;
+    esac
+done
 bash scripts/setup.sh
 bash run_nsys.sh all "$@"
-python3 -m analysis.overlap traces/*.sqlite
-python3 -m analysis.report traces/*.sqlite -o reports/
+# exactly this run's traces, not whatever else lies in traces/
+mapfile -t traces < <("$PY" -c 'from ddp.registry import IMPLEMENTATIONS; print("\n".join(f"traces/{n}.sqlite" for n in IMPLEMENTATIONS))')
+"$PY" -m analysis.overlap "${traces[@]}"
+"$PY" -m analysis.report "${traces[@]}" -o reports/
 echo "open reports/index.html"

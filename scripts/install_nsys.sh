@@ -57,7 +57,7 @@ if [ "$codename" != bookworm ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/
 fi
 
 # nsight-systems is in non-free and needs libcuda1's dependencies from contrib.
-if [ ! -f "$SOURCES" ] && ! grep -rqs -E '^[^#]*contrib.*non-free|^[^#]*non-free.*contrib' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+if [ ! -f "$SOURCES" ] && ! grep -rqs -E '^[^#]*contrib.*non-free([[:space:]]|$)|^[^#]*non-free([[:space:]]).*contrib' /etc/apt/sources.list /etc/apt/sources.list.d/; then
     mirror=$(bookworm_mirror)
     [ -n "$mirror" ] || { say "found no bookworm entry in the apt sources to add non-free to"; steps; exit 0; }
     say "enabling Debian's contrib and non-free components for bookworm ($SOURCES)"

@@ -16,7 +16,7 @@ if ! "$PY" -c 'import torch' 2>/dev/null; then
         say "installing torch (CUDA build: a GPU is present)"
         "$PY" -m pip install -q torch
     else
-        say "installing torch 2.13.0 (no GPU here: install the CPU build first where your index serves one)"
+        say "installing torch 2.13.0 (no GPU: to skip the CUDA packages, install the CPU build of torch first)"
         "$PY" -m pip install -q torch==2.13.0
     fi
 fi

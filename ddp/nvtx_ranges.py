@@ -22,14 +22,26 @@ _CACHE: dict[str, ContextManager] = {}
 _NULL = contextlib.nullcontext()
 
 
-def range(name: str) -> ContextManager:  # noqa: A001 - mirrors nvtx's push/pop range
-    """Push/pop range `name` around a with-block on the calling thread."""
+def range(name: str, cache: bool = True) -> ContextManager:  # noqa: A001 - mirrors nvtx's push/pop range
+    """Push/pop range `name` around a with-block on the calling thread.
+
+    `cache=False` for names used once (e.g. `step 17`), so the cache does not grow with the run.
+    """
     if _nvtx is None:
         return _NULL
+    if not cache:
+        return _nvtx.annotate(message=name)
     cm = _CACHE.get(name)
     if cm is None:
         cm = _CACHE[name] = _nvtx.annotate(message=name)
     return cm
+
+
+def disable() -> None:
+    """Make every call a no-op from now on in this process (a baseline without NVTX)."""
+    global _nvtx, AVAILABLE
+    _nvtx, AVAILABLE = None, False
+    _CACHE.clear()
 
 
 def start(name: str) -> object:

@@ -7,6 +7,7 @@ device on GPU, and are gathered so rank 0 holds every rank's.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import platform
 import socket
@@ -121,7 +122,7 @@ def train_step(model: DataParallelBase, optimizer: torch.optim.Optimizer,
                batch: tuple[torch.Tensor, torch.Tensor], step: int) -> torch.Tensor:
     """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
     inputs, targets = batch
-    with nvtx_ranges.range(f"step {step}"):
+    with nvtx_ranges.range(f"step {step}", cache=False):
         optimizer.zero_grad(set_to_none=True)
         with nvtx_ranges.range("forward"):
             loss = loss_fn(model(inputs), targets)
@@ -171,6 +172,10 @@ def run_training(ctx: DistContext, cfg: RunConfig,
                 own["step"].append(elapsed)
                 own["comm"].append(stats.comm_time_s)
                 own["ops"].append(stats.num_ops)
+    # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
+    # cyclic collector runs, before a sweep builds the next one.
+    del model, optimizer
+    gc.collect()
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, own)
     return TrainResult(cfg, [g["step"] for g in gathered], [g["comm"] for g in gathered],

@@ -44,7 +44,7 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool) -> TrainRes
     """One rank: train, with the measured steps inside `profile` and the `ddp.meta` mark at its start."""
     if not nvtx_on:
         # Baseline for overhead figures: every NVTX call in ddp becomes a no-op.
-        nvtx_ranges._nvtx = None  # noqa: SLF001 - the module's documented no-nvtx fallback
+        nvtx_ranges.disable()
     meta = run_metadata(ctx, cfg)
     meta["versions"] = {**meta.get("versions", {}), **tool_versions()}
     meta["profiler"] = os.environ.get(PROFILER_ENV, "none")

@@ -21,7 +21,7 @@ class Recorder:
         self.ended: dict[int, str] = {}
         self.lock = threading.Lock()
 
-    def range(self, name):
+    def range(self, name, cache=True):
         self.pushed.append(name)
         return nvtx_ranges._NULL
 
@@ -99,3 +99,16 @@ def test_real_nvtx_calls_accept_every_kind_of_range():
         nvtx_ranges.end(rid)
         nvtx_ranges.mark("test mark")
     assert nvtx_ranges.range("test range") is nvtx_ranges.range("test range")  # cached per name
+
+
+def test_uncached_names_do_not_grow_the_cache_and_disable_turns_everything_off(monkeypatch):
+    monkeypatch.setattr(nvtx_ranges, "_nvtx", nvtx_ranges._nvtx)  # restored after the test
+    monkeypatch.setattr(nvtx_ranges, "AVAILABLE", nvtx_ranges.AVAILABLE)
+    before = len(nvtx_ranges._CACHE)
+    for step in range(5):
+        with nvtx_ranges.range(f"step {step}", cache=False):
+            pass
+    assert len(nvtx_ranges._CACHE) == before
+    nvtx_ranges.disable()
+    assert not nvtx_ranges.AVAILABLE and nvtx_ranges.range("forward") is nvtx_ranges._NULL
+    assert nvtx_ranges.start("comm:all_reduce:x") is None

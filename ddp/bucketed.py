@@ -22,6 +22,8 @@ class BucketedDDP(DataParallelBase):
                  first_bucket_mb: float | None = 1.0):
         if bucket_size_mb is not None and not bucket_size_mb > 0:
             raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
+        if first_bucket_mb is not None and not first_bucket_mb > 0:
+            raise ValueError(f"first_bucket_mb must be positive or None, got {first_bucket_mb!r}")
         super().__init__(module, collective)
         check_same_dtype_and_device(self.params, type(self).__name__)
         self.bucket_size_mb = bucket_size_mb

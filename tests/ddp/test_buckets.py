@@ -43,3 +43,15 @@ def test_bucketed_first_bucket_is_capped_and_never_above_bucket_size(one_rank_gr
     assert layout(bucket_size_mb=None) == [[n for b in default for n in b]]
     small = BucketedDDP(build_model("tiny"), bucket_size_mb=0.25).buckets
     assert all(b.buffer.numel() * 4 <= 0.25 * 2**20 + 4 * len(b.params) or len(b.params) == 1 for b in small)
+
+
+def test_bucket_sizes_must_be_positive(one_rank_group):
+    import pytest
+
+    from ddp import BucketedDDP
+    from ddp.models import build_model
+
+    with pytest.raises(ValueError, match="bucket_size_mb must be positive or None, got 0"):
+        BucketedDDP(build_model("toy"), bucket_size_mb=0)
+    with pytest.raises(ValueError, match="first_bucket_mb must be positive or None, got -1"):
+        BucketedDDP(build_model("toy"), first_bucket_mb=-1)

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 
 from ddp import cli
+from ddp.base import synchronize_device
 from ddp.collectives import ALGORITHMS, all_reduce
 from ddp.launcher import DistContext, cpu_count, launch
 
@@ -99,11 +100,6 @@ def _slowest(seconds: float, device: torch.device) -> float:
     return float(t.item())
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
 def check_result(algorithm: str, count: int, dtype: torch.dtype, device: torch.device) -> bool:
     """Reduce a rank-dependent pattern whose exact sum is known; True on every rank iff all ranks match."""
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -123,14 +119,14 @@ def time_one(algorithm: str, count: int, dtype: torch.dtype, device: torch.devic
     dist.barrier()
     t0 = time.perf_counter()
     all_reduce(x, algorithm)
-    _sync(device)
+    synchronize_device(x)
     once = _slowest(time.perf_counter() - t0, device)
     iters = max(1, min(cfg.max_iters, math.ceil(cfg.seconds_per_case / max(once, 1e-9))))
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
         all_reduce(x, algorithm)
-    _sync(device)
+    synchronize_device(x)
     return iters, _slowest((time.perf_counter() - t0) / iters, device)
 
 

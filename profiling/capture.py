@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import platform
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Iterator, Mapping
 
 import torch.distributed as dist
@@ -28,14 +26,9 @@ def meta_text(meta: Mapping[str, Any]) -> str:
 
 
 def tool_versions() -> dict[str, str]:
-    """Versions that change what a trace looks like."""
+    """GPU stack versions, beside the python/torch/nvtx ones `ddp.train.run_metadata` records."""
     import torch
-    try:
-        nvtx_version = version("nvtx")
-    except PackageNotFoundError:
-        nvtx_version = "missing"
-    return {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version,
-            "cuda": str(torch.version.cuda),
+    return {"cuda": str(torch.version.cuda),
             "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none"}
 
 

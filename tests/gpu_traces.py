@@ -1,0 +1,44 @@
+"""The real H100 traces of ../shared/data/gpu_h100/ (xz), decompressed once per test run.
+
+Tests take the `gpu_trace` fixture (tests/conftest.py) and call it with a file name such as
+"naive.sqlite"; the test is skipped when ../shared/data/gpu_h100 is absent (a clone without it).
+"""
+from __future__ import annotations
+
+import lzma
+import shutil
+from pathlib import Path
+
+GPU_H100 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gpu_h100"
+
+# ms/step printed by each run's own timer (PROVENANCE.md, section gpu_h100): the truth for step times.
+RUN_TIMER_MS = {
+    "naive.sqlite": 165.7,
+    "flat.sqlite": 151.8,
+    "overlap.sqlite": 232.8,
+    "overlap_bucket.sqlite": 203.2,
+    "torch.sqlite": 153.1,
+    "naive.rank0.sqlite": 175.4,
+    "naive.rank1.sqlite": 175.4,
+    "overlap.rank0.sqlite": 226.6,
+    "overlap.rank1.sqlite": 226.6,
+    "gloo_cuda_overlap.sqlite": 291.0,
+}
+
+
+def available() -> bool:
+    return GPU_H100.is_dir() and any(GPU_H100.glob("*.sqlite.xz"))
+
+
+def decompress(name: str, into: Path) -> Path:
+    """Decompress GPU_H100/<name>.xz into `into` (once) and return the path of the SQLite file."""
+    target = into / name
+    if not target.exists():
+        source = GPU_H100 / f"{name}.xz"
+        if not source.exists():
+            raise FileNotFoundError(source)
+        partial = target.with_suffix(".partial")
+        with lzma.open(source) as src, open(partial, "wb") as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+        partial.rename(target)
+    return target

@@ -1,15 +1,26 @@
 """Overlap metrics per rank and per step, exact to the nanosecond (union semantics throughout).
 
-For each window (one step, or the whole capture):
-  step_ms              NVTX step range duration (whole capture: span of the rank's activity)
+For each window (one step, see steps.py for its bounds; or the whole capture):
+  step_ms              the step window's length (GPU ranks: start to next step's start; CPU-only
+                       ranks: the NVTX step range); whole capture: span of the rank's activity
   backward_ms          span of the backward pass's compute (GPU: first start to last end of its kernels)
   compute_ms           |union of compute|                 comm_ms   |union of communication|
+  comm_kernel_ms       |union of communication kernels|   comm_copy_ms  |union of communication copies|
   overlap_ms           |comm ∩ compute|                   backward_overlap_ms  |comm ∩ backward compute|
   exposed_comm_ms      comm_ms - overlap_ms               overlap_pct  overlap/comm x 100 (NaN: no comm)
-  comm_kernels, compute_kernels, comm_copies, comm_ranges  counts
-A step owns the work launched inside it (NVTX projection, see phases.py); its communication is
-intersected with all of the rank's compute, so comm launched in step k and hidden behind step k+1's
-compute still counts as overlapped.
+  idle_ms              window length minus the time inside it when the rank computed or communicated
+                       (whichever step launched that work)
+  comm_kernels, compute_kernels, comm_copies, comm_ranges  counts (comm_ranges: each collective once)
+A step owns the work launched inside it (NVTX projection, see phases.py and steps.py); its
+communication is intersected with all of the rank's compute, so comm launched in step k and hidden
+behind step k+1's compute still counts as overlapped.
+
+Where each figure comes from (columns comm_source, compute_source):
+  kernels/kernels  GPU ranks whose collectives run on the GPU: comm = communication kernels and copies.
+  ranges/kernels   GPU ranks whose collectives run on the host (gloo with CUDA tensors: the GPU sees
+                   only staging copies): comm = the comm NVTX ranges, compute = GPU compute kernels.
+  ranges/ranges    CPU-only ranks: comm ranges, and forward/backward/optimizer ranges minus blocking
+                   comm and gradient-sync waits.
 """
 from __future__ import annotations
 
@@ -19,14 +30,18 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.patterns import Patterns
-from analysis.phases import KERNEL, MARK, PUSH_POP, codes, find_steps, launched_inside, ranges_named, step_of
+from analysis.patterns import Patterns, matches
+from analysis.phases import (KERNEL, MARK, MEMCPY, PUSH_POP, codes, counted_comm_ranges, find_steps,
+                             launched_inside, ranges_named)
+from analysis.steps import step_windows, window_index
 from analysis.trace import Trace
 
 NS_PER_MS = 1e6
-METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",
-           "exposed_comm_ms", "overlap_pct", "comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
+METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "comm_kernel_ms", "comm_copy_ms", "overlap_ms",
+           "backward_overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "comm_kernels", "compute_kernels",
+           "comm_copies", "comm_ranges"]
 COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
+SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
 
 
 @dataclass(frozen=True)
@@ -43,6 +58,9 @@ class Items:
     def as_set(self) -> iv.Set:
         return iv.union(self.start, self.end)
 
+    def of_window(self, w: int) -> "Items":
+        return self.where(self.window == w)
+
 
 @dataclass(frozen=True)
 class RankActivity:
@@ -51,11 +69,27 @@ class RankActivity:
     comm: Items
     compute: Items
     backward: Items  # the compute that belongs to the backward pass
-    comm_kernel: np.ndarray  # per comm item: is a kernel (vs copy or NVTX range)
-    comm_copy: np.ndarray
-    comm_range_windows: np.ndarray  # window of each comm NVTX range (counted only)
+    comm_kernels: Items  # GPU communication kernels (empty on CPU-only ranks)
+    comm_copies: Items  # GPU copies that are part of a collective
+    comm_range_windows: np.ndarray  # window of each counted comm NVTX range (counted only)
     span: tuple[int, int]
     compute_are_kernels: bool = True
+
+
+@dataclass(frozen=True)
+class RankWork:
+    """One rank's activity windowed by step (`steps`, windows from steps.step_windows) and over the
+    whole capture (`whole`, window 0), with the sources of its figures."""
+
+    rank: int
+    part: int
+    pid: int
+    device: int
+    windows: pd.DataFrame  # step, start, launch_end, end, work_end (last end of work launched in it)
+    steps: RankActivity
+    whole: RankActivity
+    comm_source: str
+    compute_source: str
 
 
 def _per_window_length(items: Items, n: int) -> np.ndarray:
@@ -77,50 +111,63 @@ def _per_window_span(items: Items, n: int) -> np.ndarray:
     return np.where(hi > lo, hi - lo, 0)
 
 
-def window_metrics(act: RankActivity, n: int, window_ns: np.ndarray) -> pd.DataFrame:
-    """Metrics for windows 0..n-1 of one rank; window_ns gives each window's step duration."""
+def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
+    """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns."""
     inside = lambda items: items.where(items.window >= 0)
     comm, compute, backward = inside(act.comm), inside(act.compute), inside(act.backward)
     comm_ns = _per_window_length(comm, n)
     overlap_ns = _per_window_overlap(comm, act.compute.as_set(), n)
+    lo, hi = (np.asarray(b, dtype=np.int64) for b in bounds)
+    busy = iv.union(np.r_[act.compute.start, act.comm.start], np.r_[act.compute.end, act.comm.end])
+    busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
+    gpu = np.nan if not act.compute_are_kernels else 1.0  # CPU-only ranks have no kernels or copies
     frame = pd.DataFrame({
-        "step_ms": np.asarray(window_ns) / NS_PER_MS,
+        "step_ms": (hi - lo) / NS_PER_MS,
         "backward_ms": _per_window_span(backward, n) / NS_PER_MS,
         "compute_ms": _per_window_length(compute, n) / NS_PER_MS,
         "comm_ms": comm_ns / NS_PER_MS,
+        "comm_kernel_ms": gpu * _per_window_length(inside(act.comm_kernels), n) / NS_PER_MS,
+        "comm_copy_ms": gpu * _per_window_length(inside(act.comm_copies), n) / NS_PER_MS,
         "overlap_ms": overlap_ns / NS_PER_MS,
         "backward_overlap_ms": _per_window_overlap(comm, act.backward.as_set(), n) / NS_PER_MS,
         "exposed_comm_ms": (comm_ns - overlap_ns) / NS_PER_MS,
+        "idle_ms": (hi - lo - busy_ns) / NS_PER_MS,
         "overlap_pct": np.where(comm_ns > 0, 100.0 * overlap_ns / np.maximum(comm_ns, 1), np.nan),
     })
     count = lambda windows: np.bincount(windows[windows >= 0], minlength=n)[:n]
-    frame["comm_kernels"] = count(act.comm.window[act.comm_kernel])
+    frame["comm_kernels"] = count(act.comm_kernels.window)
     frame["compute_kernels"] = count(act.compute.window) if act.compute_are_kernels else 0
-    frame["comm_copies"] = count(act.comm.window[act.comm_copy])
+    frame["comm_copies"] = count(act.comm_copies.window)
     frame["comm_ranges"] = count(act.comm_range_windows)
     return frame
 
 
-def _gpu_activity(trace: Trace, rows: np.ndarray, step: np.ndarray, backward_mask: np.ndarray,
-                  comm_range_windows: np.ndarray) -> RankActivity:
+def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_mask: np.ndarray,
+                  ranges: pd.DataFrame, range_window: np.ndarray, counted: np.ndarray,
+                  host_side: bool) -> RankActivity:
+    """A GPU rank: compute = its compute kernels; comm = its communication kernels and copies, or
+    (host_side: collectives run on the CPU) its comm NVTX ranges."""
     ops = trace.gpu_ops
     start, end = ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows]
     kind, is_comm = codes(ops["kind"])[rows], ops["is_comm"].to_numpy()[rows]
-    every = Items(step, start, end)
+    every = Items(window, start, end)
     compute = (kind == KERNEL) & ~is_comm  # memcpy, memset and synchronisation are never compute
-    return RankActivity(comm=every.where(is_comm), compute=every.where(compute),
+    on_host = Items(range_window, ranges["start"].to_numpy(), ranges["end"].to_numpy())
+    return RankActivity(comm=on_host if host_side else every.where(is_comm), compute=every.where(compute),
                         backward=every.where(compute & backward_mask[rows]),
-                        comm_kernel=(kind == KERNEL)[is_comm], comm_copy=(kind != KERNEL)[is_comm],
-                        comm_range_windows=comm_range_windows,
+                        comm_kernels=every.where(is_comm & (kind == KERNEL)),
+                        comm_copies=every.where(is_comm & (kind == MEMCPY)),
+                        comm_range_windows=range_window[counted],
                         span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
 
 
-def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start, span: tuple[int, int]) -> RankActivity:
+def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of, counted: np.ndarray,
+                   span: tuple[int, int]) -> RankActivity:
     """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
     blocking comm and gradient-sync waits."""
     def items(frame: pd.DataFrame) -> Items:
         s, e = frame["start"].to_numpy(), frame["end"].to_numpy()
-        return Items(step_of_start(s), s, e)
+        return Items(window_of(s), s, e)
 
     comm = items(ranges["comm"])
     blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == PUSH_POP]
@@ -131,10 +178,9 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], step_of_start, span: tuple[i
     # backward range
     compute = _cut(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])), blocked)
     backward = _cut(items(ranges["backward"]), blocked)
-    n = len(comm.start)
-    return RankActivity(comm=comm, compute=compute, backward=backward, comm_kernel=np.zeros(n, bool),
-                        comm_copy=np.zeros(n, bool), comm_range_windows=comm.window, span=span,
-                        compute_are_kernels=False)
+    none = comm.where(np.zeros(len(comm.start), bool))
+    return RankActivity(comm=comm, compute=compute, backward=backward, comm_kernels=none, comm_copies=none,
+                        comm_range_windows=comm.window[counted], span=span, compute_are_kernels=False)
 
 
 def _cut(items: Items, removed: iv.Set) -> Items:
@@ -159,19 +205,71 @@ def _of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
     return frame[(frame["part"].to_numpy() == part) & (frame["pid"].to_numpy() == pid)]
 
 
-def _rank_frames(trace: Trace, rank: pd.Series, activity_for, steps: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-step rows, total row) for one rank; activity_for(window_of) builds its RankActivity."""
-    mine = _of_process(steps, rank["part"], rank["pid"]).sort_values("start")
-    indexed = mine.assign(step=np.arange(len(mine)))
+def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per window: the later of its end and the last end of the work launched in it."""
+    out = windows["end"].to_numpy(np.int64).copy()
+    w = window_index(windows, launch)
+    np.maximum.at(out, w[w >= 0], end[w >= 0])
+    return out
 
-    def window_of(t: np.ndarray) -> np.ndarray:
-        return step_of(indexed, np.full(len(t), rank["part"]), np.full(len(t), rank["pid"]), t)
 
-    total_act = activity_for(lambda t: np.zeros(len(t), dtype=np.int64))
-    total = window_metrics(total_act, 1, np.array([total_act.span[1] - total_act.span[0]]))
-    if len(mine):
-        per_step = window_metrics(activity_for(window_of), len(mine), (mine["end"] - mine["start"]).to_numpy())
-        per_step.insert(0, "step", pd.array(mine["step"].to_numpy(), dtype="Int64"))
+def is_host_side(trace: Trace, part: int, pid: int, named_comm_kernels: int, comm_ranges: int) -> bool:
+    """Whether a GPU rank's collectives run on the host: `ddp.meta` says gloo, or it has comm ranges
+    but no communication kernels."""
+    backend = str(trace.meta.get((part, pid), {}).get("backend", "")).lower()
+    return backend == "gloo" or (named_comm_kernels == 0 and comm_ranges > 0)
+
+
+def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
+    """Every rank's activity, windowed by its steps and over the whole capture."""
+    patterns = patterns or Patterns()
+    steps = find_steps(trace.nvtx, patterns)
+    ranges = _ranges_by_phase(trace, patterns)
+    ranges["comm"] = ranges["comm"].assign(counted=counted_comm_ranges(ranges["comm"]))
+    ops = trace.gpu_ops
+    backward_mask = launched_inside(ops, ranges["backward"]) if len(ops) else np.zeros(0, bool)
+    named = (matches(ops["name"], patterns.regex("comm_kernel")) & (codes(ops["kind"]) == KERNEL)) if len(ops) \
+        else np.zeros(0, bool)
+    groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
+    out = []
+    for _, rank in trace.ranks.iterrows():  # one iteration per rank
+        part, pid, device = int(rank["part"]), int(rank["pid"]), int(rank["device"])
+        comm = _of_process(ranges["comm"], part, pid)
+        counted = comm["counted"].to_numpy(dtype=bool)
+        mine = _of_process(steps, part, pid)
+        if trace.source == "gpu":
+            rows = groups[(part, pid, device)]
+            launch = np.r_[ops["launch_start"].to_numpy()[rows], comm["start"].to_numpy()]
+            work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
+            windows = step_windows(mine, True, launch, work_end)
+            host = is_host_side(trace, part, pid, int(named[rows].sum()), int(counted.sum()))
+            build = lambda w: _gpu_activity(trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
+                                            comm, w(comm["start"].to_numpy()), counted, host)
+            sources = ("ranges" if host else "kernels", "kernels")
+        else:
+            phase = {name: _of_process(frame, part, pid) for name, frame in ranges.items()}
+            own = _of_process(trace.nvtx, part, pid)
+            own = own[codes(own["kind"]) != MARK]
+            span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
+            launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
+            windows = step_windows(mine, False, launch, work_end)
+            build = lambda w: _nvtx_activity(phase, w, counted, span)
+            sources = ("ranges", "ranges")
+        windows["work_end"] = _work_end(windows, launch, work_end)
+        whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
+        per_step = build(lambda t: window_index(windows, t))
+        out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
+    return out
+
+
+def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-step rows, total row) for one rank."""
+    span = work.whole.span
+    total = window_metrics(work.whole, 1, (np.array([span[0]]), np.array([span[1]])))
+    w = work.windows
+    if len(w):
+        per_step = window_metrics(work.steps, len(w), (w["start"].to_numpy(), w["end"].to_numpy()))
+        per_step.insert(0, "step", pd.array(w["step"].to_numpy(), dtype="Int64"))
     else:  # no step ranges: the whole capture is the one window
         per_step = total.copy()
         per_step.insert(0, "step", pd.array([None], dtype="Int64"))
@@ -179,33 +277,20 @@ def _rank_frames(trace: Trace, rank: pd.Series, activity_for, steps: pd.DataFram
 
 
 def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(per-step frame, per-rank total frame), each keyed by rank, pid, device."""
-    patterns = patterns or Patterns()
-    steps = find_steps(trace.nvtx, patterns)
-    ranges = _ranges_by_phase(trace, patterns)
-    ops = trace.gpu_ops
-    backward_mask = launched_inside(ops, ranges["backward"]) if len(ops) else np.zeros(0, bool)
-    groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
+    """(per-step frame, per-rank total frame), each keyed by rank, pid, device, with the rank's
+    comm_source, compute_source and shared_gpu (its GPU also runs another rank's work)."""
+    from analysis.run_info import shared_gpu_ranks
+
+    shared = shared_gpu_ranks(trace)
     step_rows, total_rows = [], []
-    for _, rank in trace.ranks.iterrows():  # one iteration per rank
-        part, pid = int(rank["part"]), int(rank["pid"])
-        comm_ranges = _of_process(ranges["comm"], part, pid)
-        if trace.source == "gpu":
-            rows = groups[(part, pid, int(rank["device"]))]
-            launch = ops["launch_start"].to_numpy()[rows]
-            activity_for = lambda window_of: _gpu_activity(
-                trace, rows, window_of(launch), backward_mask, window_of(comm_ranges["start"].to_numpy()))
-        else:
-            mine = {phase: _of_process(frame, part, pid) for phase, frame in ranges.items()}
-            own = _of_process(trace.nvtx, part, pid)
-            own = own[codes(own["kind"]) != MARK]
-            span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
-            activity_for = lambda window_of: _nvtx_activity(mine, window_of, span)
-        per_step, total = _rank_frames(trace, rank, activity_for, steps)
+    for work in rank_work(trace, patterns):
+        per_step, total = _rank_frames(work)
         for frame, bucket in ((per_step, step_rows), (total, total_rows)):
-            frame.insert(0, "device", int(rank["device"]))
-            frame.insert(0, "pid", pid)
-            frame.insert(0, "rank", int(rank["rank"]))
+            frame.insert(0, "device", work.device)
+            frame.insert(0, "pid", work.pid)
+            frame.insert(0, "rank", work.rank)
+            frame["comm_source"], frame["compute_source"] = work.comm_source, work.compute_source
+            frame["shared_gpu"] = work.rank in shared
             bucket.append(frame)
     return pd.concat(step_rows, ignore_index=True), pd.concat(total_rows, ignore_index=True)
 
@@ -214,8 +299,8 @@ def summarise(per_step: pd.DataFrame) -> dict:
     """Metrics averaged over the given steps of all ranks; overlap_pct from the averaged times."""
     if len(per_step) == 0:
         return {"ranks": 0, "steps": 0, **{m: None for m in METRICS}}
-    means = per_step[METRICS].mean(numeric_only=True)
-    out = {m: float(means[m]) for m in METRICS if m != "overlap_pct"}
-    out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] > 0 else None
+    means = per_step[[m for m in METRICS if m in per_step]].mean(numeric_only=True)
+    out = {m: float(means[m]) if m in means else None for m in METRICS if m != "overlap_pct"}
+    out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] and out["comm_ms"] > 0 else None
     steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)
     return {"ranks": int(per_step["rank"].nunique()), "steps": steps, **out}

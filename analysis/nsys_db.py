@@ -2,7 +2,8 @@
 
 Knows the nsys conventions shared by every schema version from 2022.4 on: table names, the
 serialized globalTid/globalPid (<HW:8><VM:8><PID:24><TID:24>), StringIds, the export metadata table
-(META_DATA_EXPORT, or EXPORT_META_DATA in 2022.4) and TARGET_INFO_SESSION_START_TIME.
+(META_DATA_EXPORT, or EXPORT_META_DATA in 2022.4), TARGET_INFO_SESSION_START_TIME and the
+target description (TARGET_INFO_GPU, TARGET_INFO_SYSTEM_ENV) where the export has them.
 """
 from __future__ import annotations
 
@@ -81,3 +82,23 @@ class NsysExport:
         clock = self.column(table, "systemClockNs", "0")
         row = self.conn.execute(f'SELECT utcEpochNs, {clock} FROM "{table}" LIMIT 1').fetchone()
         return 0 if row is None or row[0] is None else int(row[0]) - int(row[1] or 0)
+
+    def target_info(self) -> dict:
+        """What the export says about the machine: {"gpus": {device id: {name, uuid}}, "driver",
+        "cuda_driver", "hostname", "nsys_version"}; keys the export lacks are left out."""
+        info: dict = {"nsys_version": self.version()}
+        if self.has("TARGET_INFO_GPU", "id", "name"):
+            uuid = self.column("TARGET_INFO_GPU", "uuid")
+            rows = self.conn.execute(f'SELECT id, name, {uuid} FROM TARGET_INFO_GPU').fetchall()
+            info["gpus"] = {int(i): {"name": str(n), "uuid": u} for i, n, u in rows if i is not None}
+        if self.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
+            env = dict(self.conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+                                         "('NvDriverVersion', 'CudaDriverVersion', 'Hostname')").fetchall())
+            if env.get("NvDriverVersion"):
+                info["driver"] = str(env["NvDriverVersion"])
+            cuda = str(env.get("CudaDriverVersion") or "")
+            if cuda.isdigit():  # CUDA's encoding: 1000 * major + 10 * minor
+                info["cuda_driver"] = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
+            if env.get("Hostname"):
+                info["hostname"] = str(env["Hostname"])
+        return info

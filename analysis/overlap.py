@@ -19,13 +19,16 @@ from typing import Iterable
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.metrics import METRICS, measure_trace, summarise
+from analysis.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.nsys_export import export_report, is_report, report_error
 from analysis.patterns import Patterns
+from analysis.run_info import trace_metadata
 from analysis.trace import Trace, load_trace
 
 TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
 RANK_KEYS = ["rank", "pid", "device"]
+METADATA = ["gpus", "driver", "cuda_driver", "cuda", "nccl", "torch", "backend", "world_size", "model",
+            "profiler", "shared_gpus"]  # summary columns from run_info.trace_metadata
 TABLE_COLUMNS = {"implementation": "implementation", "rank": "rank", "steps": "steps", "step_ms": "step ms",
                  "comm_ms": "comm ms", "overlap_pct": "overlap %", "exposed_comm_ms": "exposed comm ms",
                  "backward_overlap_ms": "backward overlap ms"}
@@ -35,27 +38,32 @@ TABLE_COLUMNS = {"implementation": "implementation", "rank": "rank", "steps": "s
 class Analysis:
     """Results for one or more traces. `steps`: one row per trace, rank and step (after skipping);
     `totals`: one row per trace and rank over the whole capture; `summary`: one row per trace,
-    metrics averaged over its steps and ranks. Each frame carries the trace keys (path, implementation,
-    source, nsys_version)."""
+    metrics averaged over its steps and ranks, plus the run's metadata (METADATA columns). Each frame
+    carries the trace keys (path, implementation, source, nsys_version); steps and totals carry each
+    rank's comm_source, compute_source and shared_gpu."""
 
     steps: pd.DataFrame
     totals: pd.DataFrame
     summary: pd.DataFrame
 
     def to_json(self) -> dict:
-        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, ranks, summary}]}."""
+        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, metadata,
+        ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]}."""
         steps: dict[tuple, list] = {}
         for row in plain_records(self.steps, ["path", "rank", "step", *METRICS]):
             steps.setdefault((row.pop("path"), row.pop("rank")), []).append(row)
         ranks: dict[str, list] = {}
-        for row in plain_records(self.totals, ["path", *RANK_KEYS, *METRICS]):
+        sources = [c for c in SOURCES if c in self.totals]
+        for row in plain_records(self.totals, ["path", *RANK_KEYS, *sources, *METRICS]):
             path = row.pop("path")
-            ident = {k: row.pop(k) for k in RANK_KEYS}
+            ident = {k: row.pop(k) for k in [*RANK_KEYS, *sources]}
             ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
-        for head in plain_records(self.summary, [*TRACE_KEYS, "ranks", "steps", *METRICS]):
+        metadata = [c for c in METADATA if c in self.summary]
+        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, "ranks", "steps", *METRICS]):
             trace = {k: head.pop(k) for k in TRACE_KEYS}
-            traces.append({**trace, "ranks": ranks.get(trace["path"], []), "summary": head})
+            about = {k: head.pop(k) for k in metadata}
+            traces.append({**trace, "metadata": about, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
 
 
@@ -86,7 +94,9 @@ def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: in
     per_step = _skip_first_steps(per_step, skip_steps)
     keys = {"path": trace.path, "implementation": trace.implementation, "source": trace.source,
             "nsys_version": trace.nsys_version}
-    summary = pd.DataFrame([{**keys, **summarise(per_step)}])
+    about = trace_metadata(trace)
+    about["shared_gpus"] = "; ".join(",".join(map(str, g)) for g in about["shared_gpus"] or []) or None
+    summary = pd.DataFrame([{**keys, **{k: about[k] for k in METADATA}, **summarise(per_step)}])
     for frame in (per_step, totals):
         for i, (k, v) in enumerate(keys.items()):
             frame.insert(i, k, v)
@@ -124,12 +134,15 @@ PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]
 
 def per_rank_table(result: Analysis) -> pd.DataFrame:
     """One row per trace and rank over the kept steps (after --skip-steps): the trace and rank keys,
-    `steps` (that rank's step count), and every metric as a mean per step (overlap_pct from the means)."""
+    `steps` (that rank's step count), every metric as a mean per step (overlap_pct from the means),
+    then where the figures come from (comm_source, compute_source) and shared_gpu."""
+    keys = [*PER_RANK_KEYS, *[c for c in SOURCES if c in result.steps]]
     rows = []
     for _, steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
         s = summarise(steps)
-        rows.append({**steps[PER_RANK_KEYS].iloc[0].to_dict(), "steps": s["steps"], **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS])
+        first = steps[keys].iloc[0].to_dict()
+        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}})
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS):]])
 
 
 def _fmt(frame: pd.DataFrame) -> str:
@@ -140,7 +153,8 @@ def _fmt(frame: pd.DataFrame) -> str:
 def render_table(result: Analysis, per_step: bool) -> str:
     out = []
     table = per_rank_table(result)
-    out.append(_fmt(table[["implementation", "rank", "steps", "step_ms", "comm_ms", "overlap_pct", "exposed_comm_ms"]]))
+    out.append(_fmt(table[["implementation", "rank", "steps", "step_ms", "comm_ms", "overlap_pct", "exposed_comm_ms",
+                           "idle_ms", "comm_source"]]))
     if per_step:
         cols = ["implementation", "rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms",
                 "overlap_ms", "backward_overlap_ms", "exposed_comm_ms", "overlap_pct"]
@@ -151,7 +165,21 @@ def render_table(result: Analysis, per_step: bool) -> str:
     summary = result.summary.assign(rank="all")
     out.append(_fmt(summary[["implementation", "source", "rank", "steps", "step_ms", "comm_ms", "overlap_pct",
                              "exposed_comm_ms", "backward_overlap_ms"]]))
-    return "\n".join(out)
+    out += ["", *notes(result)]
+    return "\n".join(out).rstrip()
+
+
+def notes(result: Analysis) -> list[str]:
+    """Per trace: the run's metadata, and a warning where ranks share a GPU."""
+    lines = []
+    for row in result.summary.to_dict("records"):  # one per trace
+        about = {k: row.get(k) for k in METADATA if k != "shared_gpus"}
+        known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
+        lines.append(f"{Path(row['path']).name}: {known or 'no run metadata'}; nsys {row['nsys_version']}")
+        if isinstance(row.get("shared_gpus"), str):
+            lines.append(f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
+                         "exclusive GPU time, and one rank's kernels slow the other's")
+    return lines
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,10 +3,15 @@
 GPU work belongs to a range when its launching runtime call (launch_start) lies inside the range on
 the CPU. Phases (step, forward, backward, optimizer) are matched per process, not per thread:
 PyTorch launches backward kernels from its autograd threads while `backward` is pushed on the main
-thread. A communication range claims kernels only when it is blocking (push/pop) and they are
-launched on its own thread (an async `comm:` range stays open while the same thread goes on
-launching backward compute), and claims copies launched anywhere in its process (gloo stages CUDA
-tensors through copies on its own worker threads). Memcpy is never compute either way.
+thread. Communication is work that is part of a collective:
+  - kernels whose name matches the comm-kernel pattern (NCCL, RCCL, ...);
+  - kernels and copies launched inside a *blocking* (push/pop) comm range on that range's thread;
+  - copies on a *comm stream* of their process and device: a stream that runs no compute kernel and
+    either runs comm kernels (NCCL's own stream) or the copy was launched while a comm range of the
+    process was open (gloo stages CUDA tensors through host memory on its own streams and threads).
+An async (start/end) comm range stays open while the same thread goes on launching backward work,
+so it claims nothing on the compute stream: the bucket-packing copies backward launches there
+while another bucket is in flight are not communication. Memcpy is never compute either way.
 """
 from __future__ import annotations
 
@@ -72,17 +77,43 @@ def launched_inside(ops: pd.DataFrame, ranges: pd.DataFrame, per_thread: bool = 
     return inside & has_launch
 
 
+def comm_streams(ops: pd.DataFrame, named_comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per op: (its stream runs no compute kernel, its stream runs comm kernels), streams keyed by
+    (part, pid, device, stream)."""
+    inverse = ops.groupby(["part", "pid", "device", "stream"], sort=False).ngroup().to_numpy()
+    n = int(inverse.max()) + 1 if inverse.size else 0
+    is_kernel = codes(ops["kind"]) == KERNEL
+    compute_on = np.bincount(inverse[is_kernel & ~named_comm], minlength=n) > 0
+    comm_on = np.bincount(inverse[named_comm], minlength=n) > 0
+    return ~compute_on[inverse], comm_on[inverse]
+
+
 def communication_mask(ops: pd.DataFrame, nvtx: pd.DataFrame, patterns: Patterns) -> np.ndarray:
-    """is_comm: comm-named kernels; kernels launched inside a blocking (push/pop) comm range on the same
-    thread; copies launched inside any comm range of the process. An async (start/end) comm range stays
-    open while the same thread goes on launching backward compute, so it claims only copies."""
+    """is_comm by the rule in the module docstring."""
     kind = codes(ops["kind"])
     named = matches(ops["name"], patterns.regex("comm_kernel")) & (kind == KERNEL)
     comm_ranges = ranges_named(nvtx, patterns.regex("comm_range"))
     blocking = comm_ranges[codes(comm_ranges["kind"]) == PUSH_POP]
-    same_thread = launched_inside(ops, blocking, per_thread=True) & (kind == KERNEL)
-    copies = launched_inside(ops, comm_ranges) & (kind == MEMCPY)
-    return named | same_thread | copies
+    same_thread = launched_inside(ops, blocking, per_thread=True) & np.isin(kind, (KERNEL, MEMCPY))
+    no_compute, runs_comm = comm_streams(ops, named)
+    staged = no_compute & (runs_comm | launched_inside(ops, comm_ranges)) & (kind == MEMCPY)
+    return named | same_thread | staged
+
+
+def counted_comm_ranges(ranges: pd.DataFrame) -> np.ndarray:
+    """Which comm ranges count as a collective of their own: NCCL's own NVTX ranges (domain NCCL,
+    `ncclAllReduce`) are dropped where they lie inside another comm range of the process (the
+    project's `comm:*` range of the same collective), so each collective is counted once."""
+    nccl = (ranges["domain"].astype(str) == "NCCL").to_numpy()
+    if not nccl.any() or nccl.all():
+        return np.ones(len(ranges), dtype=bool)
+    outer = ranges[~nccl]
+    keys = process_key(ranges["part"], ranges["pid"])
+    outer_keys = process_key(outer["part"], outer["pid"])
+    start, end = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    inside = (keyed_contains(outer_keys, outer["start"], outer["end"], keys, start)
+              & keyed_contains(outer_keys, outer["start"], outer["end"], keys, np.maximum(end - 1, start)))
+    return ~(nccl & inside)
 
 
 def find_steps(nvtx: pd.DataFrame, patterns: Patterns) -> pd.DataFrame:

@@ -20,6 +20,8 @@ clock using TARGET_INFO_SESSION_START_TIME):
     implementation. A rank is a (process, device) pair with GPU work; rank numbers come from the
     `ddp.meta {json}` mark of our runner when present, else from device order.
 `meta`     {(part, pid): dict parsed from the `ddp.meta` mark}.
+`info`     {part: what the export says about its machine (nsys_db.NsysExport.target_info): GPUs by
+    device id with name and uuid, driver, CUDA driver, hostname, nsys version}.
 """
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ class Trace:
     ranks: pd.DataFrame
     meta: dict = field(default_factory=dict)
     implementation: str = ""
+    info: dict = field(default_factory=dict)
 
 
 def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
@@ -208,15 +211,16 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     return meta
 
 
-def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int]:
-    """(gpu columns, nvtx frame, nsys version, clock offset) of one file; the file is closed after."""
+def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dict]:
+    """(gpu columns, nvtx frame, nsys version, clock offset, target info) of one file; the file is
+    closed after."""
     ex = NsysExport(path)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
         nvtx = _shape_nvtx(_read_nvtx(ex))
         nvtx.insert(0, "part", np.int64(part))
-        return ops, nvtx, ex.version(), ex.clock_offset()
+        return ops, nvtx, ex.version(), ex.clock_offset(), ex.target_info()
     except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as e:
         # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
         raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
@@ -262,8 +266,8 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
-    offsets = [offset for *_, offset in loaded]
-    for (ops, nvtx, _, _), offset in zip(loaded, offsets):
+    offsets = [part[3] for part in loaded]
+    for (ops, nvtx, *_), offset in zip(loaded, offsets):
         for c in ("start", "end", "launch_start"):
             ops[c] = _shifted(ops[c], offset - offsets[0])
         for c in ("start", "end"):
@@ -281,4 +285,4 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
                           paths[0].stem)
     return Trace(path=label, nsys_version=loaded[0][2], source="gpu" if len(ops) else "nvtx",
                  gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
-                 meta=meta, implementation=implementation)
+                 meta=meta, implementation=implementation, info={i: part[4] for i, part in enumerate(loaded)})

@@ -1,0 +1,79 @@
+"""What a reader needs to trust a trace's figures: the run's setup, and which ranks share a GPU.
+
+Sources, both optional: the `ddp.meta {json}` mark our runner writes per rank (backend, world size,
+model, torch/NCCL/CUDA versions) and the export's target description (GPU models and uuids, driver,
+CUDA driver, nsys version; see nsys_db.NsysExport.target_info).
+"""
+from __future__ import annotations
+
+from analysis.trace import Trace
+
+META_FIELDS = {"backend": ("backend",), "world_size": ("world_size",), "model": ("model",),
+               "torch": ("versions", "torch"), "nccl": ("versions", "nccl"), "cuda": ("versions", "cuda"),
+               "profiler": ("profiler",)}
+
+
+def _distinct(values) -> str | int | None:
+    """One value when all agree, else the distinct ones joined by ', ' (None when there are none)."""
+    seen = list(dict.fromkeys(v for v in values if v not in (None, "")))
+    if not seen:
+        return None
+    return seen[0] if len(seen) == 1 else ", ".join(map(str, seen))
+
+
+def _meta_value(meta: dict, path: tuple[str, ...]):
+    for key in path:
+        meta = meta.get(key) if isinstance(meta, dict) else None
+    return meta
+
+
+def _used_gpus(trace: Trace) -> list[str]:
+    """Names of the GPUs the ranks ran on (every GPU of the export when ranks have no device)."""
+    names = []
+    for part, device in zip(trace.ranks["part"], trace.ranks["device"]):
+        gpus = trace.info.get(int(part), {}).get("gpus", {})
+        if int(device) in gpus:
+            names.append(gpus[int(device)]["name"])
+        elif int(device) < 0:
+            names += [g["name"] for g in gpus.values()]
+    return names
+
+
+def trace_metadata(trace: Trace) -> dict:
+    """gpus, driver, cuda_driver, cuda (torch's build), nccl, torch, backend, world_size, model,
+    profiler (as the run recorded it), nsys_version (the export's), shared_gpus; None where unknown.
+    nccl is the version torch reports (its build's); a preloaded NCCL library may differ."""
+    metas = list(trace.meta.values())
+    infos = list(trace.info.values())
+    out = {"gpus": _distinct(_used_gpus(trace)),
+           "driver": _distinct(i.get("driver") for i in infos),
+           "cuda_driver": _distinct(i.get("cuda_driver") for i in infos)}
+    out.update({name: _distinct(_meta_value(m, path) for m in metas) for name, path in META_FIELDS.items()})
+    out["nsys_version"] = _distinct(i.get("nsys_version") for i in infos) or trace.nsys_version
+    groups = shared_gpu_groups(trace)
+    out["shared_gpus"] = [sorted(g) for g in groups] or None
+    return out
+
+
+def _gpu_identity(trace: Trace, part: int, pid: int, device: int) -> tuple:
+    """Which physical GPU a rank ran on: the export's uuid for the device when known, else the host
+    (ddp.meta hostname, else the file) and device number."""
+    gpu = trace.info.get(part, {}).get("gpus", {}).get(device, {})
+    if gpu.get("uuid"):
+        return ("uuid", gpu["uuid"])
+    host = trace.meta.get((part, pid), {}).get("hostname") or trace.info.get(part, {}).get("hostname")
+    return ("host", host or f"file {part}", device)
+
+
+def shared_gpu_groups(trace: Trace) -> list[set[int]]:
+    """Sets of ranks (two or more) that ran on the same physical GPU."""
+    groups: dict[tuple, set[int]] = {}
+    for rank, part, pid, device in trace.ranks[["rank", "part", "pid", "device"]].itertuples(index=False):
+        if device >= 0:  # one row per rank: a handful
+            groups.setdefault(_gpu_identity(trace, int(part), int(pid), int(device)), set()).add(int(rank))
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def shared_gpu_ranks(trace: Trace) -> set[int]:
+    """Ranks whose GPU also ran another rank's work: their compute and idle are not exclusive GPU time."""
+    return set().union(*shared_gpu_groups(trace)) if trace.ranks["device"].ge(0).any() else set()

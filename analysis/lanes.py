@@ -3,9 +3,12 @@
 Lanes of each rank, top to bottom: CPU `step N` ranges, CPU phases (forward/backward/optimizer/
 grad_sync), CPU communication ranges (`comm:*`, NCCL/gloo ranges; async ones from issue to
 completion, whichever thread ends them), other NVTX ranges, then per GPU stream a compute lane and
-a communication lane. Shaded overlap, inside the drawn window: GPU communication kernels under
-compute kernels when the rank has GPU work, else CPU communication ranges under forward/backward/
-optimizer minus blocking communication ranges and gradient-sync waits (analysis.metrics' rule).
+a communication lane. Shaded overlap is the analysis' own (analysis.metrics.rank_work): the rank's
+communication (GPU kernels and copies; comm ranges where collectives run on the host; CPU-only
+ranks: comm ranges) under its compute (GPU kernels; CPU-only ranks: forward/backward/optimizer minus
+blocking comm and gradient-sync waits). A step view spans the GPU-aware step (analysis.steps) and
+everything launched in it, and shades the communication launched in that step, so its shading
+equals that step's overlap_ms; the all-steps view shades all communication under all compute.
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pandas as pd
 
 from analysis import intervals
 from analysis.errors import TraceError
+from analysis.metrics import rank_work
 from analysis.patterns import Patterns, matches
 from analysis.render_figure import Panel
 from analysis.render_binning import merge_subpixel
@@ -163,16 +167,18 @@ def _phase_labels(cpu: pd.DataFrame, seg: pd.DataFrame, names: np.ndarray) -> np
     return np.where(own, names, joined.replace("", "—").to_numpy())
 
 
-def _window(cpu: pd.DataFrame, seg: pd.DataFrame, step: int | None, where: str) -> tuple[int, int, int]:
-    """(origin, window start, window end) in ns: the chosen step's span, or the whole selection."""
+def _window(cpu: pd.DataFrame, seg: pd.DataFrame, step: int | None, where: str, works: list) -> tuple[int, int, int]:
+    """(origin, window start, window end) in ns: the chosen step (from its start to the later of its
+    window end and the end of the work launched in it, over the drawn ranks), or the whole selection."""
     steps = cpu.loc[cpu["category"] == "step"]
     if step is not None:
-        chosen = steps.loc[steps["step"] == step]
+        chosen = [w.windows.loc[w.windows["step"] == step] for w in works]
+        chosen = pd.concat(chosen) if chosen else pd.DataFrame(columns=["start", "work_end"])
         if chosen.empty:
             have = sorted(set(steps["step"].tolist()))
             hint = f"steps present: {have[0]}..{have[-1]}" if have else "it has no `step N` ranges; omit --step"
             raise TraceError(f"{where}: no step {step} ({hint})")
-        lo, hi = int(chosen["start"].min()), int(chosen["end"].max())
+        lo, hi = int(chosen["start"].min()), int(chosen["work_end"].max())
         return lo, lo, hi
     lo, hi = int(seg["start"].min()), int(seg["end"].max())
     origin = int(steps["start"].min()) if len(steps) else lo
@@ -194,38 +200,20 @@ def _lanes(seg: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
     return pd.DataFrame({"lane": np.arange(uniq.size), "label": labels, "rank": u_rank}), lane_of
 
 
-def _overlap(seg: pd.DataFrame, lo: int, hi: int) -> pd.DataFrame:
-    """Per rank (rank, start, end): where communication runs under compute inside the window [lo, hi).
-
-    Ranks with GPU work: communication kernels ∩ compute kernels (memcpy/memset are neither).
-    Ranks with NVTX only, by the rule of analysis.metrics: communication ranges ∩ forward/backward/
-    optimizer ranges minus blocking (push/pop) communication ranges and gradient-sync waits.
-    """
-    rank_of = seg["rank"].to_numpy()
-    category = seg["category"].cat.codes.to_numpy()  # integer compares: 1M rows stay cheap
-    code = {c: CATEGORIES.index(c) for c in CATEGORIES}
-    on_gpu_rank = np.unique(rank_of[seg["stream_id"].to_numpy() >= 0])
-    rows = [_rank_overlap(seg, rank_of == rank, category, code, rank in on_gpu_rank, lo, hi)
-            for rank in np.unique(rank_of)]  # one pass per rank
+def _overlap(works: list, step: int | None, lo: int, hi: int) -> pd.DataFrame:
+    """Per rank (rank, start, end): the analysis' overlap periods inside [lo, hi): communication
+    launched in `step` (all communication when None) under all of the rank's compute."""
+    rows = []
+    for w in works:  # one pass per rank
+        act = w.whole if step is None else w.steps
+        comm = act.comm
+        if step is not None:
+            index = np.flatnonzero(w.windows["step"].to_numpy() == step)
+            comm = comm.of_window(int(index[0]) if index.size else -2)
+        cs, ce = intervals.union(*intervals.clip(comm.start, comm.end, lo, hi))
+        os_, oe = intervals.intersect(cs, ce, *act.compute.as_set())
+        rows.append(pd.DataFrame({"rank": np.full(len(os_), w.rank, dtype=np.int64), "start": os_, "end": oe}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
-
-
-def _rank_overlap(seg: pd.DataFrame, mine: np.ndarray, category: np.ndarray, code: dict, on_gpu: bool,
-                  lo: int, hi: int) -> pd.DataFrame:
-    """One rank's overlap periods (see _overlap)."""
-    start, end = seg["start"].to_numpy(), seg["end"].to_numpy()
-    if on_gpu:
-        comm, compute = mine & (category == code["comm_kernel"]), mine & (category == code["compute"])
-    else:
-        comm = mine & (category == code["comm"])
-        compute = mine & np.isin(category, [code[c] for c in COMPUTE_PHASES])
-    cs, ce = intervals.union(*intervals.clip(start[comm], end[comm], lo, hi))
-    ks, ke = intervals.union(*intervals.clip(start[compute], end[compute], lo, hi))
-    if not on_gpu:  # waiting in a blocking collective or for gradient sync is not compute
-        waiting = mine & ((comm & seg["blocking"].to_numpy(dtype=bool)) | (category == code["grad_sync"]))
-        ks, ke = intervals.subtract(ks, ke, *intervals.union(start[waiting], end[waiting]))
-    os_, oe = intervals.intersect(cs, ce, ks, ke)
-    return pd.DataFrame({"rank": seg["rank"].to_numpy()[mine][:1].repeat(len(os_)), "start": os_, "end": oe})
 
 
 def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = Patterns(),
@@ -246,11 +234,12 @@ def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = 
         cpu = cpu.loc[cpu["rank"].to_numpy() == selection.rank]
     if seg.empty:
         raise TraceError(f"{where}: no NVTX ranges or GPU work to draw")
-    origin, lo, hi = _window(cpu, seg, selection.step, where)
+    works = [w for w in rank_work(trace, patterns) if selection.rank is None or w.rank == selection.rank]
+    origin, lo, hi = _window(cpu, seg, selection.step, where, works)
     seg = seg.loc[(seg["end"].to_numpy() > lo) & (seg["start"].to_numpy() < hi)].reset_index(drop=True)
     lanes, lane_of = _lanes(seg)
     seg["lane"] = lane_of
-    shaded = _overlap(seg, lo, hi)
+    shaded = _overlap(works, selection.step, lo, hi)
     pixel_ns = (hi - lo) / width_px
     seg = merge_subpixel(seg, pixel_ns)
     names = _names(trace, seg)

@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import intervals as iv
-from analysis.patterns import Patterns, matches
+from analysis.patterns import Patterns
 from analysis.phases import (KERNEL, MARK, MEMCPY, PUSH_POP, codes, counted_comm_ranges, find_steps,
                              launched_inside, ranges_named)
 from analysis.steps import step_windows, window_index
@@ -213,11 +213,11 @@ def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.
     return out
 
 
-def is_host_side(trace: Trace, part: int, pid: int, named_comm_kernels: int, comm_ranges: int) -> bool:
+def is_host_side(trace: Trace, part: int, pid: int, comm_kernels: int, comm_ranges: int) -> bool:
     """Whether a GPU rank's collectives run on the host: `ddp.meta` says gloo, or it has comm ranges
     but no communication kernels."""
     backend = str(trace.meta.get((part, pid), {}).get("backend", "")).lower()
-    return backend == "gloo" or (named_comm_kernels == 0 and comm_ranges > 0)
+    return backend == "gloo" or (comm_kernels == 0 and comm_ranges > 0)
 
 
 def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
@@ -228,8 +228,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
     ranges["comm"] = ranges["comm"].assign(counted=counted_comm_ranges(ranges["comm"]))
     ops = trace.gpu_ops
     backward_mask = launched_inside(ops, ranges["backward"]) if len(ops) else np.zeros(0, bool)
-    named = (matches(ops["name"], patterns.regex("comm_kernel")) & (codes(ops["kind"]) == KERNEL)) if len(ops) \
-        else np.zeros(0, bool)
+    comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == KERNEL)) if len(ops) else np.zeros(0, bool)
     groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
     out = []
     for _, rank in trace.ranks.iterrows():  # one iteration per rank
@@ -242,7 +241,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             launch = np.r_[ops["launch_start"].to_numpy()[rows], comm["start"].to_numpy()]
             work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
             windows = step_windows(mine, True, launch, work_end)
-            host = is_host_side(trace, part, pid, int(named[rows].sum()), int(counted.sum()))
+            host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
             build = lambda w: _gpu_activity(trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
                                             comm, w(comm["start"].to_numpy()), counted, host)
             sources = ("ranges" if host else "kernels", "kernels")

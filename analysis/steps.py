@@ -38,6 +38,8 @@ def window_index(windows: pd.DataFrame, t: np.ndarray) -> np.ndarray:
     contains it, else -1."""
     start, launch_end = windows["start"].to_numpy(np.int64), windows["launch_end"].to_numpy(np.int64)
     t = np.asarray(t, dtype=np.int64)
+    if start.size == 0:
+        return np.full(t.shape, -1, dtype=np.int64)
     i = np.searchsorted(start, t, side="right") - 1  # latest window starting at or before t
     hit = (i >= 0) & (t >= 0) & (t < launch_end[np.maximum(i, 0)])
     return np.where(hit, i, -1)

@@ -100,8 +100,9 @@ def test_lanes_per_rank_and_hover_fields(traces):
     kernel = seg.loc[(seg["category"] == "compute") & (seg["start"] > panel.origin_ns + 45_000_000)].iloc[0]
     assert kernel["phase"] == "step 1 · backward"
     assert set(seg.loc[seg["category"] == "comm_kernel", "phase"]) == {"step 1 · backward", "step 1 · grad_sync"}
-    # The step window: everything drawn touches step 1 of some rank.
-    assert panel.window_ns[1] - panel.window_ns[0] == pytest.approx(90_200_000)
+    # The step window is the GPU-aware step (start to the next step's start, 100.2 ms here; the CPU
+    # range is 90.2 ms) and everything drawn touches it.
+    assert panel.window_ns[1] - panel.window_ns[0] == pytest.approx(100_200_000)
 
 
 def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):

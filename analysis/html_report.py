@@ -32,15 +32,18 @@ BREAKDOWN = (  # stacked bar parts per step: column, label, colour
 def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
     """Mean step split into compute only, overlapped comm, exposed comm and idle (ms).
 
-    The parts sum to the mean step time when compute + exposed comm fits in it. Idle is clipped at
-    0, so when a step's work outlasts its NVTX range (GPU work still running after the CPU step
-    ends, or its comm hidden behind the next step's compute) the bar is longer than the step.
+    Idle is the analysis' idle_ms (the step window minus the time the rank computed or
+    communicated, whichever step launched that work) when the summary has it, else the step minus
+    the busy parts, clipped at 0. Compute and comm are the work launched in the step, which may run
+    past its window (comm hidden behind the next step's compute), so the parts add up to the mean
+    step only when each step's work fits in its own window.
     """
     compute_only = (summary["compute_ms"] - summary["overlap_ms"]).clip(lower=0)
     busy = compute_only + summary["overlap_ms"] + summary["exposed_comm_ms"]
+    idle = summary["idle_ms"] if "idle_ms" in summary else (summary["step_ms"] - busy).clip(lower=0)
     return pd.DataFrame({"label": summary["label"], "compute_only_ms": compute_only,
                          "overlap_ms": summary["overlap_ms"], "exposed_comm_ms": summary["exposed_comm_ms"],
-                         "idle_ms": (summary["step_ms"] - busy).clip(lower=0)})
+                         "idle_ms": idle})
 
 
 def _cell(value, fmt: str) -> str:
@@ -85,6 +88,22 @@ def spread_figure(steps: pd.DataFrame) -> go.Figure:
     return fig
 
 
+RUN_COLUMNS = {"label": "implementation", "gpus": "GPU", "driver": "driver", "cuda_driver": "CUDA (driver)",
+               "cuda": "CUDA (torch)", "nccl": "NCCL (torch)", "torch": "torch", "backend": "backend",
+               "world_size": "world size", "model": "model", "nsys_version": "nsys", "shared_gpus": "ranks sharing a GPU"}
+
+
+def runs_html(summary: pd.DataFrame) -> str:
+    """What each trace ran on (run_info.trace_metadata): the facts a reader needs to trust its figures."""
+    columns = [c for c in RUN_COLUMNS if c in summary]
+    head = "".join(f"<th>{html.escape(RUN_COLUMNS[c])}</th>" for c in columns)
+    rows = ["<tr>" + "".join(f"<td>{_cell(rec.get(c), '{}')}</td>" for c in columns) + "</tr>"
+            for rec in summary.to_dict("records")]  # one row per trace
+    note = ("<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
+            "slow the other's.</p>" if "shared_gpus" in summary and summary["shared_gpus"].notna().any() else "")
+    return f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{note}'
+
+
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> str:
     """Links to the timeline pages (paths relative to index.html)."""
     items = [f'<li><a href="{html.escape(href)}">{html.escape(Path(trace).name)}</a></li>'
@@ -99,12 +118,14 @@ def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> st
 def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: dict[str, str],
                 side_by_side: tuple[str, str] | None) -> Path:
     """Write reports/index.html."""
-    intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). Exposed comm is "
-             "communication with no compute under it; speedup over naive compares mean step times.")
+    intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
+             "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "
+             "communication with no compute under it; idle is neither; speedup over naive compares mean step times.")
     blocks = [
         "<h2>Implementations, fastest first</h2>" + table_html(summary, links),
         breakdown_figure(summary),
         spread_figure(steps),
+        runs_html(summary),
         link_list(links, side_by_side),
     ]
     return write_page(path, "Data-parallel overlap report", blocks, intro=intro)

@@ -31,7 +31,7 @@ from analysis.overlap import plain_records
 from analysis.timeline import TraceInput, group_inputs
 
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
-                   "overlap_ms", "exposed_comm_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
+                   "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
 FORMATS = ("table", "csv", "json")
 
 

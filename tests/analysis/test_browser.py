@@ -69,6 +69,16 @@ def test_real_trace_timeline_renders(tmp_path):
     assert_rendered(page, expected_traces([REAL], Selection()), "timeline_real_h100.png", height=700)
 
 
+def test_gpu_step_timeline_renders_with_its_shading(gpu_trace, tmp_path):
+    """One step of the real torch H100 trace (host not syncing): the page renders, shaded."""
+    path = gpu_trace("torch.sqlite")
+    page = tmp_path / "torch_step4.html"
+    assert timeline.main([str(path), "-o", str(page), "--step", "4"]) == 0
+    plot = assert_rendered(page, expected_traces([path], Selection(step=4)), "timeline_gpu_torch_step4.png",
+                           height=800)
+    assert plot["fill_paths"] == 1  # the overlap shading
+
+
 def test_the_check_sees_javascript_errors(tmp_path):
     page = write_page(tmp_path / "broken.html", "broken", ["<script>undefinedFunction();</script>"])
     check = check_page(page)

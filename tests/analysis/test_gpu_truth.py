@@ -139,3 +139,24 @@ def test_host_side_collectives_and_which_copies_are_comm(tmp_path):
     assert [ns(rows.loc[1, k]) for k in keys] == [110, 100, 10, 0, 390]
     assert (rows.loc[0, "comm_source"], rows.loc[1, "comm_source"]) == ("ranges", "kernels")
     assert not rows["shared_gpu"].any()  # GPUs 0 and 1
+
+
+def test_report_ranks_and_splits_gpu_steps_like_the_analysis(loaded, tmp_path, capsys):
+    import pandas as pd
+
+    from analysis import report
+    from analysis.html_report import breakdown
+
+    paths = [loaded[name][0] for name in ("naive", "torch")]
+    assert report.main([*map(str, paths), "-o", str(tmp_path / "r"), "--format", "csv"]) == 0
+    summary = pd.read_csv(tmp_path / "r" / "summary.csv").set_index("implementation")
+    for name in ("naive", "torch"):
+        s = loaded[name][2].summary.iloc[0]
+        assert summary.loc[name, "step_ms"] == pytest.approx(s["step_ms"])
+        assert summary.loc[name, "idle_ms"] == pytest.approx(s["idle_ms"])
+    # torch does not wait for the GPU each step: about 1.08x naive, not the CPU ranges' 1.29x
+    assert summary.loc["torch", "speedup_vs_naive"] == pytest.approx(165.7 / 153.1, rel=0.03)
+    bars = breakdown(summary.reset_index().assign(label=lambda f: f["implementation"])).set_index("label")
+    assert bars.loc["torch", "idle_ms"] > 15  # the GPU idles ~25 ms a step; the CPU-range bars said 0
+    index = (tmp_path / "r" / "index.html").read_text()
+    assert "NVIDIA H100 80GB HBM3" in index and "580.159.04" in index and "ranks sharing a GPU" in index

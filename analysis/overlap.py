@@ -175,7 +175,8 @@ def notes(result: Analysis) -> list[str]:
     for row in result.summary.to_dict("records"):  # one per trace
         about = {k: row.get(k) for k in METADATA if k != "shared_gpus"}
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
-        lines.append(f"{Path(row['path']).name}: {known or 'no run metadata'}; nsys {row['nsys_version']}")
+        names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
+        lines.append(f"{names}: {known or 'no run metadata'}; exported by nsys {row['nsys_version']}")
         if isinstance(row.get("shared_gpus"), str):
             lines.append(f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
                          "exclusive GPU time, and one rank's kernels slow the other's")

@@ -132,18 +132,3 @@ def _step_number(regex: re.Pattern, text: str) -> float:
     if found and found.groups() and found.group(1) and found.group(1).isdigit():
         return float(found.group(1))
     return float("nan")
-
-
-def step_of(steps: pd.DataFrame, part, pid, t) -> np.ndarray:
-    """For each (part, pid, t): the number of the step range containing t in that process, else -1."""
-    keys, t = process_key(part, pid), np.asarray(t, dtype=np.int64)
-    out = np.full(t.shape, -1, dtype=np.int64)
-    step_keys = process_key(steps["part"], steps["pid"])
-    for key in np.unique(step_keys):  # one iteration per process
-        mine = step_keys == key
-        s, e, n = (steps[c].to_numpy()[mine] for c in ("start", "end", "step"))
-        rows = np.flatnonzero(keys == key)
-        i = np.searchsorted(s, t[rows], side="right") - 1  # latest step starting at or before t
-        hit = (i >= 0) & (t[rows] >= 0) & (t[rows] < e[np.maximum(i, 0)])
-        out[rows] = np.where(hit, n[np.maximum(i, 0)], -1)
-    return out

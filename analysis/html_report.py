@@ -97,7 +97,8 @@ def runs_html(summary: pd.DataFrame) -> str:
     """What each trace ran on (run_info.trace_metadata): the facts a reader needs to trust its figures."""
     columns = [c for c in RUN_COLUMNS if c in summary]
     head = "".join(f"<th>{html.escape(RUN_COLUMNS[c])}</th>" for c in columns)
-    rows = ["<tr>" + "".join(f"<td>{_cell(rec.get(c), '{}')}</td>" for c in columns) + "</tr>"
+    whole = lambda v: int(v) if isinstance(v, float) and v.is_integer() else v  # world size 2, not 2.0
+    rows = ["<tr>" + "".join(f"<td>{_cell(whole(rec.get(c)), '{}')}</td>" for c in columns) + "</tr>"
             for rec in summary.to_dict("records")]  # one row per trace
     note = ("<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
             "slow the other's.</p>" if "shared_gpus" in summary and summary["shared_gpus"].notna().any() else "")

@@ -85,7 +85,8 @@ def read(path):
 
 
 def reference(path):
-    """{rank: [per-step dict of step/compute/comm/overlap/backward_overlap (ns)]} by the README's rules."""
+    """{rank: [whole-capture dict of compute/comm/overlap/backward overlap, then per step a dict of
+    step/compute/comm/comm kernel/comm copy/overlap/backward overlap (ns)]} by the README's rules."""
     ops, ranges, rank, backend = read(path)
     out = {}
     for pid, r in rank.items():
@@ -114,7 +115,11 @@ def reference(path):
         backward_all = [(o["start"], o["end"]) for o in compute if inside(backward, o["launch"][0])]
         steps = sorted((x["start"], x["end"]) for x in nv if STEP.match(x["text"]))
         work = [(o["launch"][0], o["end"]) for o in mine] + [(x["start"], x["end"]) for x in comm_ranges]
-        rows = []
+        comm_all = ([(x["start"], x["end"]) for x in comm_ranges] if host
+                    else [(o["start"], o["end"]) for o in mine if o["comm"]])
+        rows = [{"compute_ms": length(compute_all), "comm_ms": length(comm_all),  # whole capture first
+                 "overlap_ms": length(intersect(comm_all, compute_all)),
+                 "backward_overlap_ms": length(intersect(comm_all, backward_all))}]
         for k, (s, cpu_end) in enumerate(steps):
             last = k == len(steps) - 1
             launch_end = cpu_end if last else steps[k + 1][0]
@@ -126,7 +131,10 @@ def reference(path):
                 comm = [(x["start"], x["end"]) for x in comm_ranges if launched(x["start"])]
             else:
                 comm = [(o["start"], o["end"]) for o in mine if o["comm"] and launched(o["launch"][0])]
+            mine_comm = [o for o in mine if o["comm"] and launched(o["launch"][0])]
             rows.append({"step_ms": end - s,
+                         "comm_kernel_ms": length([(o["start"], o["end"]) for o in mine_comm if not o["copy"]]),
+                         "comm_copy_ms": length([(o["start"], o["end"]) for o in mine_comm if o["copy"]]),
                          "compute_ms": length([(o["start"], o["end"]) for o in compute if launched(o["launch"][0])]),
                          "comm_ms": length(comm), "overlap_ms": length(intersect(comm, compute_all)),
                          "backward_overlap_ms": length(intersect(comm, backward_all))})

@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
 # The main job: set up, profile every implementation under Nsight Systems, analyse the traces and
 # write the comparison report.  Outputs: traces/<impl>.{nsys-rep,sqlite}, reports/index.html.
-#   usage: bash run.sh [run_nsys.sh options, e.g. --steps 20 --batch-size 32]
+#   usage: bash run.sh [--no-system] [run_nsys.sh options, e.g. --steps 20 --batch-size 32]
+#     --no-system   setup changes nothing outside the repository (no apt); same as DDP_NO_APT=1
+# Installs into the project's .venv (PYTHON=/path/to/python: into that interpreter instead), and every
+# step below runs with that interpreter.
 # The traces go to traces/ and the report to reports/: for other folders or --per-rank, run
 # run_nsys.sh and the analysis commands yourself (README).
 set -euo pipefail
 cd "$(dirname "$0")"
-PY=${PYTHON:-python3}
+. scripts/python.sh
+args=()
 for arg in "$@"; do
     case "$arg" in
+        --no-system) export DDP_NO_APT=1 ;;
         -o|--out-dir|--out-dir=*|--per-rank|--torchrun|--torchrun=*)
             echo "run.sh: $arg is not for the main job (it writes traces/ and reports/); use run_nsys.sh directly" >&2
             exit 2 ;;
+        *) args+=("$arg") ;;
     esac
 done
 bash scripts/setup.sh
-bash run_nsys.sh all "$@"
+export PYTHON="$PY"   # run_nsys.sh and the processes it starts use the interpreter setup installed into
+bash run_nsys.sh all ${args[@]+"${args[@]}"}
 # exactly this run's traces, not whatever else lies in traces/
 mapfile -t traces < <("$PY" -c 'from ddp.registry import IMPLEMENTATIONS; print("\n".join(f"traces/{n}.sqlite" for n in IMPLEMENTATIONS))')
 "$PY" -m analysis.overlap "${traces[@]}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -30,7 +31,7 @@ def main() -> int:
             print(f"[wall] bash run_nsys.sh {impl} {' '.join(extra)} ...", file=sys.stderr, flush=True)
             t0 = time.monotonic()
             res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), impl, "-o", tmp, "--format", "json", *extra],
-                                 capture_output=True, text=True)
+                                 capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
             wall = time.monotonic() - t0
             if res.returncode != 0:
                 print(f"error: run_nsys.sh {impl} failed (exit {res.returncode}): {res.stderr[-600:]}",

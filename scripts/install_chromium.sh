@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs Debian's headless-capable Chromium for the browser tests and `--png` exports.
-# Idempotent and quiet when Chromium is already there; needs root and apt (skips otherwise).
+# Idempotent and quiet when Chromium is already there; needs root (or sudo without a password) and
+# apt, skips otherwise; DDP_NO_APT=1 (setup's --no-system) skips it too.
 #   usage: bash scripts/install_chromium.sh
 set -euo pipefail
 
@@ -9,14 +10,19 @@ for exe in chromium chromium-browser google-chrome; do
 done
 
 say() { printf '[install_chromium] %s\n' "$*" >&2; }
+if [ "${DDP_NO_APT:-0}" = 1 ]; then
+    say "DDP_NO_APT=1: not installing Chromium with apt; the browser tests will be skipped"
+    exit 0
+fi
 if ! command -v apt-get >/dev/null 2>&1; then
     say "no apt-get on this machine: install Chromium by hand; browser tests will be skipped"
     exit 1
 fi
 SUDO=""
 if [ "$(id -u)" != 0 ]; then
-    command -v sudo >/dev/null 2>&1 || { say "not root and no sudo: cannot install chromium"; exit 1; }
-    SUDO="sudo"
+    # -n: never wait for a password (CI has no stdin)
+    sudo -n true 2>/dev/null || { say "not root and no password-less sudo: cannot install chromium"; exit 1; }
+    SUDO="sudo -n"
 fi
 say "installing Debian's chromium package"
 export DEBIAN_FRONTEND=noninteractive

@@ -2,7 +2,8 @@
 # Installs Nsight Systems (the `nsys` CLI) from Debian's non-free component, when it is missing.
 # Does something only on Debian 12 (bookworm) as root; elsewhere it prints the install steps and
 # exits 0 so that setup carries on (the benchmark runs without nsys; the profiling tests skip).
-# Idempotent and silent when nsys is already usable.
+# Idempotent and silent when nsys is already usable. DDP_NO_APT=1 (setup's --no-system): changes
+# nothing on the system (no apt source, no apt-get, no symlink); prints the steps instead.
 #   usage: bash scripts/install_nsys.sh
 set -euo pipefail
 
@@ -35,6 +36,11 @@ bookworm_mirror() {
 # elsewhere, and without it `nsys profile` writes only a .qdstrm.
 link_importer() {
     if [ -d "$DEB_HOST" ] && [ ! -e "$DEB_TARGET/../host-linux-x64" ]; then
+        if [ "${DDP_NO_APT:-0}" = 1 ]; then
+            say "nsys needs its importer beside the CLI (DDP_NO_APT=1: not linking it): as root,"
+            say "  ln -s $DEB_HOST $(dirname "$DEB_TARGET")/host-linux-x64"
+            return 0
+        fi
         ln -s "$DEB_HOST" "$(dirname "$DEB_TARGET")/host-linux-x64"
         say "linked the nsys importer into $(dirname "$DEB_TARGET")"
     fi
@@ -50,6 +56,11 @@ for d in /usr/local/cuda/bin /opt/nvidia/nsight-systems/*/bin /opt/nvidia/nsight
     [ -x "$d/nsys" ] && exit 0
 done
 
+if [ "${DDP_NO_APT:-0}" = 1 ]; then
+    say "DDP_NO_APT=1: not installing nsys with apt"
+    steps
+    exit 0
+fi
 codename=$( . /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}" ) || codename=""
 if [ "$codename" != bookworm ] || [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
     steps

@@ -1,32 +1,92 @@
 #!/usr/bin/env bash
-# Installs what the project needs into the current Python: torch (the CPU wheel when no NVIDIA
-# GPU is present, so pip never drags in CUDA packages), the project itself, and, where the machine
-# allows (Debian, root), Nsight Systems and Chromium. Safe to re-run: finished steps are skipped.
-#   usage: bash scripts/setup.sh [--tests]      (--tests also installs the test extras and Chromium)
+# Installs what the project needs into the project's virtual environment .venv (created with the
+# `python3` on PATH when absent; PYTHON=/path/to/python installs into that interpreter instead; the
+# system Python is never touched otherwise):
+#   - torch: with an NVIDIA GPU, PyPI's default (CUDA) build; without one, the CPU build, asked for
+#     explicitly from PyTorch's CPU wheel index, or, when that index cannot be reached within a few
+#     seconds, the pinned torch==2.13.0 (TORCH_VERSION) from pip's configured registries (the message
+#     says so, and which build it got);
+#   - the project itself (editable) with its extras;
+#   - as root on Debian (system-wide, skipped by --no-system or DDP_NO_APT=1): Nsight Systems from
+#     Debian's non-free component (adds an apt source) and, with --tests, Debian's Chromium.
+# Safe to re-run: finished steps are skipped.
+#   usage: bash scripts/setup.sh [--tests] [--no-system]
+#     --tests       also install the test extras (pytest, hypothesis, kaleido, ruff, mypy) and Chromium
+#     --no-system   change nothing outside the repository: no apt sources, no apt-get (same: DDP_NO_APT=1)
+#   environment: PYTHON (interpreter), TORCH_CPU_INDEX (default https://download.pytorch.org/whl/cpu)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
+. scripts/python.sh
+
+TORCH_VERSION=2.13.0
+TORCH_CPU_INDEX=${TORCH_CPU_INDEX:-https://download.pytorch.org/whl/cpu}
 with_tests=0
-[ "${1:-}" = "--tests" ] && with_tests=1
+for arg in "$@"; do
+    case "$arg" in
+        --tests) with_tests=1 ;;
+        --no-system) export DDP_NO_APT=1 ;;
+        -h|--help) sed -n '2,/^set -e/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+        *) echo "setup.sh: unknown option $arg (expected --tests, --no-system)" >&2; exit 2 ;;
+    esac
+done
 
 say() { printf '[setup] %s\n' "$*" >&2; }
+pip() { "$PY" -m pip "$@"; }
 
-if ! "$PY" -c 'import torch' 2>/dev/null; then
-    if command -v nvidia-smi >/dev/null 2>&1; then
-        say "installing torch (CUDA build: a GPU is present)"
-        "$PY" -m pip install -q torch
+make_venv() {
+    [ -n "${PYTHON:-}" ] && return 0
+    [ -x "$PY" ] && return 0
+    say "creating the virtual environment $VENV (python3 = $(command -v python3 || echo missing))"
+    python3 -m venv "$VENV" || {
+        say "python3 -m venv failed (Debian/Ubuntu: apt-get install python3-venv); or set PYTHON=/path/to/python"
+        rm -rf "$VENV"; exit 1; }
+}
+
+# True when the CPU index answers within 5 s: pip itself would retry an unreachable index for minutes.
+cpu_index_reachable() {
+    "$PY" - "$TORCH_CPU_INDEX/torch/" <<'PY' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="HEAD"), timeout=5)
+PY
+}
+
+has_gpu() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; }
+
+install_torch() {
+    if has_gpu; then
+        say "installing torch from PyPI (its default build uses CUDA: an NVIDIA GPU is present)"
+        pip install -q torch
+    elif cpu_index_reachable; then
+        say "installing torch==$TORCH_VERSION, CPU build, from $TORCH_CPU_INDEX (no NVIDIA GPU)"
+        pip install -q --retries 0 --timeout 15 --index-url "$TORCH_CPU_INDEX" "torch==$TORCH_VERSION" || {
+            say "that failed; installing the pinned torch==$TORCH_VERSION from pip's configured registries"
+            pip install -q "torch==$TORCH_VERSION"; }
     else
-        say "installing torch 2.13.0 (no GPU: to skip the CUDA packages, install the CPU build of torch first)"
-        "$PY" -m pip install -q torch==2.13.0
+        say "PyTorch's CPU index ($TORCH_CPU_INDEX) is unreachable: installing the pinned" \
+            "torch==$TORCH_VERSION from pip's configured registries instead (it is the CPU build" \
+            "where they offer torch-$TORCH_VERSION+cpu)"
+        pip install -q "torch==$TORCH_VERSION"
     fi
-fi
+    build=$("$PY" -c 'import torch; print(torch.__version__, f"CUDA {torch.version.cuda}" if torch.version.cuda else "CPU build")' 2>/dev/null)
+    say "installed torch $build"
+    case "$build" in
+        *CUDA*) has_gpu || say "note: that is torch's CUDA build, although no GPU is present: install the CPU" \
+                               "build yourself (pip install torch --index-url $TORCH_CPU_INDEX) to avoid it" ;;
+    esac
+}
+
+make_venv
+"$PY" -c 'import torch' 2>/dev/null || install_torch
 
 extras="train"
 [ "$with_tests" = 1 ] && extras="train,test"
-say "installing the project (.[$extras])"
-"$PY" -m pip install -q -e ".[$extras]"
+say "installing the project into $("$PY" -c 'import sys; print(sys.prefix)') (.[$extras])"
+pip install -q -e ".[$extras]"
 
+if [ "${DDP_NO_APT:-0}" = 1 ]; then
+    say "--no-system / DDP_NO_APT=1: no apt sources, no apt-get; nsys and Chromium are used only if already installed"
+fi
 for helper in scripts/install_nsys.sh $([ "$with_tests" = 1 ] && echo scripts/install_chromium.sh); do
     [ -f "$helper" ] && { bash "$helper" || say "$helper failed; the tests that need it will be skipped"; }
 done
-say "done"
+say "done: the project's interpreter is $PY"

@@ -1,7 +1,15 @@
 #!/usr/bin/env bash
-# The test command: installs what the tests need, then runs the whole suite.
-#   usage: bash scripts/test.sh [pytest args...]
+# The test command: installs what the tests need (scripts/setup.sh --tests: into the project's .venv,
+# or into $PYTHON when set), then runs the whole suite with that interpreter.
+#   usage: bash scripts/test.sh [--no-system] [pytest args...]
+#     --no-system   setup changes nothing outside the repository (no apt); same as DDP_NO_APT=1
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/python.sh
+args=()
+for arg in "$@"; do
+    if [ "$arg" = --no-system ]; then export DDP_NO_APT=1; else args+=("$arg"); fi
+done
 bash scripts/setup.sh --tests
-exec "${PYTHON:-python3}" -m pytest -q "$@"
+export PYTHON="$PY"   # run_nsys.sh, started by the tests, uses the same interpreter as pytest
+exec "$PY" -m pytest -q ${args[@]+"${args[@]}"}

@@ -1,9 +1,15 @@
 """Fixtures for the whole suite."""
 from __future__ import annotations
 
+import os
+import sys
+
 import pytest
 
 from tests import gpu_traces
+
+# The scripts the tests start (run_nsys.sh) run with $PYTHON: make it the interpreter running the tests.
+os.environ["PYTHON"] = sys.executable
 
 
 @pytest.fixture(scope="session")

@@ -2,10 +2,10 @@
 # Installs what the project needs into the project's virtual environment .venv (created with the
 # `python3` on PATH when absent; PYTHON=/path/to/python installs into that interpreter instead; the
 # system Python is never touched otherwise):
-#   - torch: with an NVIDIA GPU, PyPI's default (CUDA) build; without one, the CPU build, asked for
-#     explicitly from PyTorch's CPU wheel index, or, when that index cannot be reached within a few
-#     seconds, the pinned torch==2.13.0 (TORCH_VERSION) from pip's configured registries (the message
-#     says so, and which build it got);
+#   - torch: with an NVIDIA GPU, PyPI's default build (CUDA); without one, torch==2.13.0 (TORCH_VERSION)
+#     from PyTorch's CPU wheel index, i.e. the CPU build; when that index does not answer within 5 s,
+#     torch==2.13.0 from pip's configured registries instead, which is the CPU build only where they
+#     carry 2.13.0+cpu (as on the machines here): the messages say which index and which build;
 #   - the project itself (editable) with its extras;
 #   - as root on Debian (system-wide, skipped by --no-system or DDP_NO_APT=1): Nsight Systems from
 #     Debian's non-free component (adds an apt source) and, with --tests, Debian's Chromium.
@@ -34,7 +34,10 @@ say() { printf '[setup] %s\n' "$*" >&2; }
 pip() { "$PY" -m pip "$@"; }
 
 make_venv() {
-    [ -n "${PYTHON:-}" ] && return 0
+    if [ -n "${PYTHON:-}" ]; then
+        "$PY" -c 'import sys; assert sys.version_info >= (3, 10)' 2>/dev/null && return 0
+        say "PYTHON=$PYTHON is not a Python >= 3.10 interpreter"; exit 2
+    fi
     [ -x "$PY" ] && return 0
     say "creating the virtual environment $VENV (python3 = $(command -v python3 || echo missing))"
     python3 -m venv "$VENV" || {

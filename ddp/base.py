@@ -11,28 +11,19 @@ single-process training; one that some ranks had gets the mean with zeros from t
 """
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass
-
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from ddp import nvtx_ranges
 from ddp.collectives import all_reduce, check_algorithm
+from ddp.comm_timing import CommStats, CommTimer
 
 
 # Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
 # into a tensor that is already on the wire.
 ACCUMULATION_ERROR = ("a parameter's gradient arrived twice before finish_gradient_synchronization(): "
                       "call it after every backward (gradient accumulation is not supported)")
-
-
-@dataclass
-class CommStats:
-    """One step's communication: collective calls issued and seconds the caller was blocked."""
-    num_ops: int = 0
-    comm_time_s: float = 0.0
 
 
 def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -53,44 +44,45 @@ def carrier_last_order(params: list[torch.Tensor]) -> list[int]:
     return order
 
 
+def nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
 def broadcast_from_rank0(module: nn.Module, group=None) -> None:
     """Copy rank 0's parameters and buffers (trainable or not) into every rank's module."""
     tensors = list(module.parameters()) + list(module.buffers())
-    with nvtx_ranges.range("comm:broadcast:params"), torch.no_grad():
+    size = sum(nbytes(t) for t in tensors)
+    with nvtx_ranges.range("comm:broadcast:params", payload=size), torch.no_grad():
         for t in tensors:
             dist.broadcast(t.data, src=0, group=group)
 
 
 def synchronize_device(tensor: torch.Tensor) -> None:
-    """On CUDA, wait for queued kernels so host timers see the device's work; no-op on CPU."""
+    """On CUDA, wait for queued kernels so host timers see the device's work; no-op on CPU.
+
+    For step boundaries and benchmarks only: the wrappers never call it per collective.
+    """
     if tensor.is_cuda:
         torch.cuda.synchronize(tensor.device)
 
 
 class PendingAllReduce:
-    """An async all-reduce in flight: its NVTX start/end range and the wait that is timed."""
+    """An async all-reduce in flight: issued inside a `comm:all_reduce:<tag>` start/end range whose
+    payload is its byte count, timed by the owner's CommTimer (see ddp.comm_timing)."""
 
-    def __init__(self, owner: "DataParallelBase", tensor: torch.Tensor, tag: str):
-        self.owner, self.tensor = owner, tensor
-        self.range_id = nvtx_ranges.start(f"comm:all_reduce:{tag}")
+    __slots__ = ("timer", "tensor", "slot", "work")
+
+    def __init__(self, owner: "DataParallelBase", tensor: torch.Tensor, name: str):
+        self.timer, self.tensor = owner.comm, tensor
+        size = nbytes(tensor)
+        self.slot = self.timer.begin(size)
+        range_id = nvtx_ranges.start(name, payload=size)
         self.work = all_reduce(tensor, owner.collective, group=owner.group, async_op=True)
-        owner.comm_stats.num_ops += 1
-        self.range_open = True
-        # On CPU the future completes when the data is reduced, so ending the range in its callback
-        # (on the comm thread) records the true in-flight interval. CUDA futures complete when the
-        # work is queued, so there the range ends at the wait instead.
-        if tensor.is_cpu and hasattr(self.work, "get_future"):
-            self.range_open = False
-            self.work.get_future().then(lambda _fut, rid=self.range_id: nvtx_ranges.end(rid))
+        self.timer.track_async(self.slot, self.work, range_id)
 
     def wait(self) -> torch.Tensor:
-        t0 = time.perf_counter()
-        self.work.wait()
-        synchronize_device(self.tensor)
-        self.owner.comm_stats.comm_time_s += time.perf_counter() - t0
-        if self.range_open:
-            nvtx_ranges.end(self.range_id)
-            self.range_open = False
+        """The reduced tensor; on CUDA only the streams wait (the host does not)."""
+        self.timer.wait(self.slot, self.work)
         return self.tensor
 
 
@@ -110,37 +102,61 @@ class DataParallelBase(nn.Module):
         named = named_trainable_parameters(module)
         self.param_names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self.comm_stats = CommStats()
+        self.comm = CommTimer(self.params[0].device if self.params else torch.device("cpu"))
+        # One NVTX name per tag, built once: collectives are issued every step.
+        self._range_names = {n: f"comm:all_reduce:{n}" for n in self.param_names}
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
+    @property
+    def comm_stats(self) -> CommStats:
+        """The stats folded so far since the last reset (steps are folded by `reset_comm_stats()`)."""
+        return self.comm.stats
+
     def reset_comm_stats(self) -> CommStats:
-        """Return the stats gathered since the last reset and start a new count."""
-        stats, self.comm_stats = self.comm_stats, CommStats()
-        return stats
+        """The communication of the steps finished since the last reset (ddp.comm_timing).
+
+        On CUDA this reads the steps' events after one event wait: call it after the step's own
+        device synchronisation (as ddp.train does) and it waits for nothing.
+        """
+        return self.comm.collect()
+
+    def comm_layout(self) -> list[dict]:
+        """One entry per collective of a step: {name: its tag, params: names, bytes: its payload}."""
+        raise NotImplementedError
 
     def finish_gradient_synchronization(self) -> None:
         """Leave every trainable parameter's .grad equal to the mean over ranks."""
+        self.comm.backward_ended()
         with nvtx_ranges.range("grad_sync"):
             self._synchronize()
+        self.comm.close_step()
 
     def _synchronize(self) -> None:
         raise NotImplementedError
 
     # ---- helpers for subclasses -------------------------------------------------------------
     def _blocking_all_reduce(self, tensor: torch.Tensor, tag: str) -> torch.Tensor:
-        """Sum `tensor` over ranks now, timed and inside a `comm:all_reduce:<tag>` range."""
-        t0 = time.perf_counter()
-        with nvtx_ranges.range(f"comm:all_reduce:{tag}"):
+        """Sum `tensor` over ranks inside a `comm:all_reduce:<tag>` range (payload: its bytes).
+
+        No host synchronisation: on NCCL the call only enqueues, as plain `dist.all_reduce` does.
+        """
+        size = nbytes(tensor)
+        with nvtx_ranges.range(self._range_name(tag), payload=size):
+            slot = self.comm.begin(size)
             all_reduce(tensor, self.collective, group=self.group)
-            synchronize_device(tensor)
-        self.comm_stats.num_ops += 1
-        self.comm_stats.comm_time_s += time.perf_counter() - t0
+            self.comm.end_blocking(slot)
         return tensor
 
     def _async_all_reduce(self, tensor: torch.Tensor, tag: str) -> PendingAllReduce:
-        return PendingAllReduce(self, tensor, tag)
+        return PendingAllReduce(self, tensor, self._range_name(tag))
+
+    def _range_name(self, tag: str) -> str:
+        name = self._range_names.get(tag)
+        if name is None:
+            name = self._range_names[tag] = f"comm:all_reduce:{tag}"
+        return name
 
     def _grad_or_zeros(self, p: torch.Tensor) -> torch.Tensor:
         """The local gradient, after giving a parameter without one a zero gradient."""
@@ -148,17 +164,21 @@ class DataParallelBase(nn.Module):
             p.grad = torch.zeros_like(p)
         return p.grad
 
-    def _local_flags(self, params: list[torch.Tensor]) -> torch.Tensor:
-        """1.0 for each parameter with a local gradient, 0.0 otherwise (summed over ranks later)."""
-        ref = params[0]
-        return torch.tensor([0.0 if p.grad is None else 1.0 for p in params], dtype=ref.dtype,
-                            device=ref.device)
+    @staticmethod
+    def _write_flags(flags: torch.Tensor, had: list[bool]) -> None:
+        """1.0 per parameter with a local gradient, 0.0 otherwise, written on the device in place
+        (scalar fills: no host-to-device copy; per-element writes only when some gradient is missing)."""
+        flags.fill_(1.0)
+        if not all(had):
+            for k, h in enumerate(had):
+                if not h:
+                    flags[k] = 0.0
 
     @staticmethod
     def _drop_unused(params: list[torch.Tensor], had_local: list[bool], counts: torch.Tensor) -> None:
         """Back to grad=None for a parameter no rank had a gradient for (counts summed over ranks)."""
         if all(had_local):
-            return  # every count is >= 1: nothing to read, and no device sync for it
+            return  # every count is >= 1: nothing to read, so no device-to-host copy
         for p, had, count in zip(params, had_local, counts.tolist()):
             if not had and count == 0:
                 p.grad = None

@@ -5,11 +5,15 @@
 
 List options sweep every combination (bucket sizes apply to overlap_bucket and torch). Each run
 does --warmup untimed steps then --steps timed ones (--repeat N runs the whole sweep N times and
-pools each config's steps, which evens out a shared machine's slow phases); a step's time is its slowest rank's (device
-synchronised on GPU). Communication time is the time a rank spent in blocking collectives or
-blocked waiting for async ones (for torch: from its last bucket becoming ready to that bucket's
-all-reduce completing). speedup_vs_naive compares step times with naive at the same batch, context
-length and collective; the table adds the same ratio for communication time.
+pools each config's steps, which evens out a shared machine's slow phases); a step's time is its
+slowest rank's (on GPU the device is synchronised once at the end of each step, never per
+collective). Each collective is in flight from its issue to its completion (ddp.comm_timing: host
+clocks on CPU, CUDA events on GPU); per step, avg_comm_in_flight_ms is the union of those
+intervals, comm_overlap the fraction of it before backward ended (pooled over ranks and steps; 0
+for naive and flat, which communicate after backward), and avg_comm_time_ms the part after
+backward: the communication the step waited for. comm_clock says which clock measured them.
+speedup_vs_naive compares step times with naive at the same batch, context length and collective;
+the table adds the same ratio for communication time.
 """
 from __future__ import annotations
 
@@ -28,7 +32,7 @@ from ddp.train import RunConfig, TrainResult, run_training
 
 CSV_COLUMNS = ["implementation", "model_size", "d_model", "num_layers", "world_size", "batch_size",
                "context_length", "bucket_mb", "avg_step_time_ms", "avg_comm_time_ms", "comm_fraction",
-               "num_comm_ops", "speedup_vs_naive"]
+               "num_comm_ops", "speedup_vs_naive", "avg_comm_in_flight_ms", "comm_overlap", "comm_clock"]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
 # The same defaults as profiling (RunConfig): backward long enough to hide communication behind.
 DEFAULT_BATCH, DEFAULT_CONTEXT = RunConfig.batch_size, RunConfig.context_length
@@ -72,7 +76,8 @@ def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1
                 bucket = f" bucket {cfg.bucket_mb:g} MiB" if cfg.bucket_mb and cfg.impl in registry.BUCKETED else ""
                 cli.progress(f"[benchmark {r * len(configs) + k + 1}/{total}] {cfg.impl}{bucket} batch "
                              f"{cfg.batch_size} context {cfg.context_length}: "
-                             f"{result.avg_step_time_s * 1e3:.1f} ms/step")
+                             f"{result.avg_step_time_s * 1e3:.1f} ms/step, communication "
+                             f"{_percent(result.comm_overlap)} during backward")
             results[k] = result if results[k] is None else pool(results[k], result)
     return results if ctx.is_main else None
 
@@ -82,7 +87,9 @@ def pool(a: TrainResult, b: TrainResult) -> TrainResult:
     def join(x, y):
         return [xs + ys for xs, ys in zip(x, y)]
     return TrainResult(a.config, join(a.step_time_s, b.step_time_s), join(a.comm_time_s, b.comm_time_s),
-                       join(a.num_ops, b.num_ops), b.final_loss, a.metadata)
+                       join(a.num_ops, b.num_ops), b.final_loss, a.metadata,
+                       join(a.comm_in_flight_s, b.comm_in_flight_s), join(a.comm_hidden_s, b.comm_hidden_s),
+                       a.comm_clock)
 
 
 def to_records(results: list[TrainResult]) -> list[dict]:
@@ -105,9 +112,16 @@ def to_records(results: list[TrainResult]) -> list[dict]:
             "speedup_vs_naive": round(base.avg_step_time_s / r.avg_step_time_s, 3) if base else None,
             "comm_speedup_vs_naive": (round(base.avg_comm_time_s / r.avg_comm_time_s, 3)
                                       if base and r.avg_comm_time_s > 0 else None),
+            "avg_comm_in_flight_ms": round(r.avg_comm_in_flight_s * 1e3, 3),
+            "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
+            "comm_clock": r.comm_clock,
             "collective": cfg.collective,
         })
     return records
+
+
+def _percent(fraction: float | None) -> str:
+    return "n/a" if fraction is None else f"{100 * fraction:.0f}%"
 
 
 def _int_if_whole(x: float) -> float | int:

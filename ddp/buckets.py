@@ -1,11 +1,9 @@
 """Gradient buckets: which parameters share a flat buffer, and the life of one bucket per step."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import torch
 
-from ddp.base import DataParallelBase, PendingAllReduce
+from ddp.base import DataParallelBase, PendingAllReduce, nbytes
 
 
 def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None,
@@ -32,40 +30,62 @@ def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None,
     return plan
 
 
-@dataclass
 class Bucket:
-    """Parameters whose gradients travel in one buffer: [grads..., one "had a gradient" flag each]."""
-    index: int
-    params: list[torch.nn.Parameter]
-    names: list[str]
-    buffer: torch.Tensor = field(init=False)
-    ready: list[bool] = field(init=False)
-    had: list[bool] = field(init=False)  # per slot: a local gradient this step (its flag)
-    pending: PendingAllReduce | None = field(init=False, default=None)
+    """Parameters whose gradients live in one buffer: [grads..., one "had a gradient" flag each].
 
-    def __post_init__(self):
-        self.sizes = [p.numel() for p in self.params]
+    Each parameter's `.grad` becomes a view into the buffer (like DDP's `gradient_as_bucket_view`):
+    the all-reduce works in place and the mean is one in-place division, with no copy back. When
+    gradients are kept between steps (`zero_grad(set_to_none=False)`) backward accumulates straight
+    into the buffer and nothing is copied; after `set_to_none=True` autograd hands a new tensor,
+    which is copied in once and replaced by the view. Every list and view is built here, once: a
+    step allocates no tensors and moves nothing between host and device (flags are written by
+    scalar fills, and read back only when some parameter had no local gradient).
+    """
+
+    def __init__(self, index: int, params: list[torch.nn.Parameter], names: list[str]):
+        self.index, self.params, self.names = index, params, names
+        self.sizes = [p.numel() for p in params]
         self.num_grad = sum(self.sizes)
-        self.offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
-        ref = self.params[0]
-        self.buffer = torch.zeros(self.num_grad + len(self.params), dtype=ref.dtype, device=ref.device)
-        self.views = [self.buffer[start:start + size].view_as(p)  # built once: hooks run every step
-                      for start, size, p in zip(self.offsets, self.sizes, self.params)]
+        offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
+        ref = params[0]
+        self.buffer = torch.zeros(self.num_grad + len(params), dtype=ref.dtype, device=ref.device)
+        self.grads = self.buffer[:self.num_grad]
+        self.views = [self.buffer[start:start + size].view_as(p)
+                      for start, size, p in zip(offsets, self.sizes, params)]
         self.flags = self.buffer[self.num_grad:]
-        self.reset()
-
-    @property
-    def tag(self) -> str:
-        return f"bucket{self.index}"
+        self.tag = f"bucket{index}"
+        self.ready = [False] * len(params)
+        self.had = [False] * len(params)  # per slot: a local gradient this step (its flag)
+        self.num_ready = 0
+        self.pending: PendingAllReduce | None = None
 
     @property
     def is_full(self) -> bool:
-        return all(self.ready)
+        return self.num_ready == len(self.params)
+
+    def layout(self) -> dict:
+        """What ddp.meta records: the tag of its `comm:all_reduce` range, parameter names, payload bytes."""
+        return {"name": self.tag, "params": list(self.names), "bytes": nbytes(self.buffer)}
+
+    def _adopt(self, slot: int) -> None:
+        """Make parameter `slot`'s .grad the bucket's view, copying a gradient held elsewhere in."""
+        p, view = self.params[slot], self.views[slot]
+        if p.grad is not view:
+            view.copy_(p.grad)
+            p.grad = view
+
+    def adopt_gradients(self) -> None:
+        """After a rebuild: bring every existing gradient into this bucket's buffer."""
+        with torch.no_grad():
+            for slot, p in enumerate(self.params):
+                if p.grad is not None:
+                    self._adopt(slot)
 
     def mark_ready(self, slot: int) -> bool:
-        """Copy parameter `slot`'s gradient in; return True once every slot is in."""
-        self.views[slot].copy_(self.params[slot].grad)
+        """Parameter `slot`'s gradient is in (hook); return True once every slot is in."""
+        self._adopt(slot)
         self.ready[slot] = self.had[slot] = True
+        self.num_ready += 1
         return self.is_full
 
     def fill_missing(self) -> None:
@@ -78,28 +98,25 @@ class Bucket:
             if self.ready[slot]:
                 continue
             if p.grad is None:
-                p.grad = torch.zeros_like(p)
                 self.views[slot].zero_()
+                p.grad = self.views[slot]
             else:
-                self.views[slot].copy_(p.grad)
+                self._adopt(slot)
                 self.had[slot] = True
 
     def launch(self, owner: DataParallelBase) -> None:
         """Write the "had a gradient" flags, then start the async all-reduce of the buffer."""
-        if all(self.had):
-            self.flags.fill_(1.0)
-        else:
-            self.flags.copy_(torch.tensor([1.0 if h else 0.0 for h in self.had], dtype=self.flags.dtype))
+        owner._write_flags(self.flags, self.had)
         self.pending = owner._async_all_reduce(self.buffer, self.tag)
 
     def wait(self, world_size: int) -> None:
-        """Wait for the all-reduce, then write the mean back into each parameter's .grad."""
+        """Wait for the all-reduce, then turn the sums in place into means (the .grad views)."""
         self.pending.wait()
-        for view, p in zip(self.views, self.params):  # divide while copying out: one pass over the data
-            torch.div(view, world_size, out=p.grad)
+        self.grads.div_(world_size)
         DataParallelBase._drop_unused(self.params, self.had, self.flags)
 
     def reset(self) -> None:
-        self.ready = [False] * len(self.params)
-        self.had = [False] * len(self.params)
+        for slot in range(len(self.params)):
+            self.ready[slot] = self.had[slot] = False
+        self.num_ready = 0
         self.pending = None

@@ -1,28 +1,41 @@
-"""FlatDDP: after backward, every gradient flattened into one buffer and one blocking all-reduce."""
+"""FlatDDP: after backward, every gradient copied into one flat buffer and one blocking all-reduce."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ddp.base import DataParallelBase, check_same_dtype_and_device
+from ddp.base import DataParallelBase, check_same_dtype_and_device, nbytes
 
 
 class FlatDDP(DataParallelBase):
-    """One blocking all-reduce of [all gradients, "had a gradient" flags] per step."""
+    """One blocking all-reduce of [all gradients, "had a gradient" flags] per step.
+
+    The buffer is allocated once; each step copies the gradients in and the means back out.
+    """
 
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__(module, collective)
         check_same_dtype_and_device(self.params, type(self).__name__)
+        if self.params:
+            self._n_grad = sum(p.numel() for p in self.params)
+            ref = self.params[0]
+            self._flat = torch.empty(self._n_grad + len(self.params), dtype=ref.dtype, device=ref.device)
+            self._grads = self._flat[:self._n_grad]
+            self._flags = self._flat[self._n_grad:]
+            self._chunks = [c.view_as(p) for c, p in
+                            zip(self._grads.split([p.numel() for p in self.params]), self.params)]
+
+    def comm_layout(self) -> list[dict]:
+        return [{"name": "flat", "params": list(self.param_names), "bytes": nbytes(self._flat)}] if self.params else []
 
     @torch.no_grad()
     def _synchronize(self) -> None:
         if not self.params:
             return
         had_local = [p.grad is not None for p in self.params]
-        flags = self._local_flags(self.params)
-        grads = [self._grad_or_zeros(p).reshape(-1) for p in self.params]
-        flat = self._blocking_all_reduce(torch.cat(grads + [flags]), "flat")
-        n_grad = flat.numel() - flags.numel()
-        for p, chunk in zip(self.params, flat[:n_grad].split([p.numel() for p in self.params])):
-            torch.div(chunk.view_as(p), self.world_size, out=p.grad)  # average while copying out
-        self._drop_unused(self.params, had_local, flat[n_grad:])
+        self._write_flags(self._flags, had_local)
+        torch.cat([self._grad_or_zeros(p).reshape(-1) for p in self.params], out=self._grads)
+        self._blocking_all_reduce(self._flat, "flat")
+        for p, chunk in zip(self.params, self._chunks):
+            torch.div(chunk, self.world_size, out=p.grad)  # average while copying out
+        self._drop_unused(self.params, had_local, self._flags)

@@ -1,8 +1,10 @@
 """NVTX ranges named by the contract in README.md ("NVTX ranges"), free when nothing records them.
 
 `range(name)` is a push/pop range (same thread), `start(name)`/`end(id)` a start/end range that may
-end on another thread (async collectives), `mark(text)` an instant. Without the `nvtx` package
-(e.g. Python 3.13, where nvtx 0.2.10 has no wheel) every call is a no-op.
+end on another thread (async collectives), `mark(text)` an instant. `payload=` (an int) rides in the
+range: the `comm:*` ranges carry their collective's byte count there, which nsys 2022.4 stores in
+NVTX_EVENTS.int64Value. Without the `nvtx` package (e.g. Python 3.13, where nvtx 0.2.10 has no
+wheel) every call is a no-op.
 """
 from __future__ import annotations
 
@@ -16,24 +18,25 @@ except ImportError:  # pragma: no cover - exercised only where nvtx is missing
 
 AVAILABLE: bool = _nvtx is not None
 
-# One cached annotate object per name: building it registers the string (about 1 us); entering a
-# cached one is a C push (about 0.2 us in total), which is what keeps ranges off the step time.
-_CACHE: dict[str, ContextManager] = {}
+# One cached annotate object per (name, payload): building it registers the string (about 1 us);
+# entering a cached one is a C push (about 0.2 us in total), which keeps ranges off the step time.
+_CACHE: dict[tuple[str, int | None], ContextManager] = {}
 _NULL = contextlib.nullcontext()
 
 
-def range(name: str, cache: bool = True) -> ContextManager:  # noqa: A001 - mirrors nvtx's push/pop range
-    """Push/pop range `name` around a with-block on the calling thread.
+def range(name: str, cache: bool = True, payload: int | None = None) -> ContextManager:  # noqa: A001
+    """Push/pop range `name` (integer `payload` attached, if given) around a with-block on this thread.
 
     `cache=False` for names used once (e.g. `step 17`), so the cache does not grow with the run.
     """
     if _nvtx is None:
         return _NULL
     if not cache:
-        return _nvtx.annotate(message=name)
-    cm = _CACHE.get(name)
+        return _nvtx.annotate(message=name, payload=payload)
+    key = (name, payload)
+    cm = _CACHE.get(key)
     if cm is None:
-        cm = _CACHE[name] = _nvtx.annotate(message=name)
+        cm = _CACHE[key] = _nvtx.annotate(message=name, payload=payload)
     return cm
 
 
@@ -44,9 +47,9 @@ def disable() -> None:
     _CACHE.clear()
 
 
-def start(name: str) -> object:
-    """Open a start/end range; pass the returned id to `end`, from any thread."""
-    return _nvtx.start_range(message=name) if _nvtx is not None else None
+def start(name: str, payload: int | None = None) -> object:
+    """Open a start/end range (integer `payload` attached, if given); pass the id to `end`, from any thread."""
+    return _nvtx.start_range(message=name, payload=payload) if _nvtx is not None else None
 
 
 def end(range_id: object) -> None:

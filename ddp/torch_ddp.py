@@ -1,7 +1,6 @@
 """TorchDDP: PyTorch's DistributedDataParallel behind the same protocol as the hand-written wrappers."""
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as real objects.
 import inspect
-import time
 
 import torch
 import torch.distributed as dist
@@ -9,7 +8,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from ddp import nvtx_ranges
-from ddp.base import DataParallelBase
+from ddp.base import DataParallelBase, nbytes
 
 # bucket_cap_mb_list arrived in recent PyTorch; older DDP gets one cap for every bucket.
 _DDP_TAKES_CAP_LIST = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters
@@ -19,9 +18,9 @@ class TorchDDP(DataParallelBase):
     """torch.nn.parallel.DistributedDataParallel with a comm hook that names and counts its all-reduces.
 
     DDP already waits for its buckets at the end of `loss.backward()`, so
-    `finish_gradient_synchronization()` has nothing left to do but accounting. The time blocked on
-    communication is estimated as the span from the last bucket becoming ready (the end of
-    gradient computation) to the last bucket's all-reduce completing. DDP needs
+    `finish_gradient_synchronization()` has nothing left to do but accounting. Backward's end, for
+    the timing of ddp.comm_timing, is when the last bucket becomes ready (the end of gradient
+    computation); each bucket is in flight from its hook's issue to its future's completion. DDP needs
     `find_unused_parameters=True` for models where a parameter can get no gradient in a step.
     Buckets get BucketedDDP's caps: `first_bucket_mb` for the first, then `bucket_size_mb` each (DDP
     closes a bucket after the parameter that reaches the cap, BucketedDDP before it, so small caps
@@ -45,16 +44,36 @@ class TorchDDP(DataParallelBase):
                                                        find_unused_parameters=find_unused_parameters,
                                                        **bucket_caps(bucket_size_mb, first_bucket_mb))
         self.ddp.register_comm_hook(self, _timed_all_reduce_hook)
-        self._last_ready = 0.0
-        self._last_done = 0.0
+        self._bucket_names: dict[int, str] = {}
+        # DDP rebuilds its buckets once, in the second step's forward, from the first step's
+        # gradient order: the hook records the layout in the first two steps (then it is final).
+        self._layout: dict[int, dict] = {}  # the last finished step's
+        self._layout_next: dict[int, dict] = {}
+        self._layout_steps = 0
+        self._name_by_ptr = {p.data_ptr(): n for n, p in zip(self.param_names, self.params)}
 
     def forward(self, *args, **kwargs):
         return self.ddp(*args, **kwargs)
 
+    def comm_layout(self) -> list[dict]:
+        """DDP's buckets as its hook saw them (empty before the first backward)."""
+        return [self._layout[i] for i in sorted(self._layout)]
+
     def _synchronize(self) -> None:
-        # Buckets that complete before the last one is ready were hidden behind backward.
-        self.comm_stats.comm_time_s += max(0.0, self._last_done - self._last_ready)
-        self._last_ready = self._last_done = 0.0
+        # DDP waited for its buckets inside backward: the step only needs closing (in the base).
+        if self._layout_steps < 2:
+            self._layout_steps += 1
+            self._layout, self._layout_next = self._layout_next, {}
+
+    def _record_bucket(self, bucket: dist.GradBucket, size: int) -> None:
+        self._layout_next[bucket.index()] = {"name": f"bucket{bucket.index()}", "bytes": size,
+                                        "params": [self._name_by_ptr[p.data_ptr()] for p in bucket.parameters()]}
+
+    def _range_name(self, index: int) -> str:  # type: ignore[override]
+        name = self._bucket_names.get(index)
+        if name is None:
+            name = self._bucket_names[index] = f"comm:all_reduce:bucket{index}"
+        return name
 
 
 def bucket_caps(bucket_size_mb: float | None, first_bucket_mb: float | None) -> dict:
@@ -76,21 +95,23 @@ def module_device(module: nn.Module) -> torch.device:
 
 
 def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average one DDP bucket; record an NVTX start/end range and its issue/complete times."""
+    """Average one DDP bucket inside a `comm:all_reduce:bucket<i>` start/end range (payload: its bytes)."""
     buffer = bucket.buffer()
     buffer.div_(state.world_size)
-    range_id = nvtx_ranges.start(f"comm:all_reduce:bucket{bucket.index()}")
-    # Once the last bucket is issued, backward has no gradient left to compute: DDP waits from here.
-    wait_id = nvtx_ranges.start("grad_sync") if bucket.is_last() else None
-    state._last_ready = time.perf_counter()
-    state.comm_stats.num_ops += 1
+    size = nbytes(buffer)
+    if state._layout_steps < 2:
+        state._record_bucket(bucket, size)
+    last = bucket.is_last()
+    if last:  # backward has no gradient left to compute: DDP waits from here
+        state.comm.backward_ended()
+    slot = state.comm.begin(size)
+    range_id = nvtx_ranges.start(state._range_name(bucket.index()), payload=size)
+    ranges = (range_id, nvtx_ranges.start("grad_sync")) if last else (range_id,)
     work = dist.all_reduce(buffer, group=state.group, async_op=True)
+    record_completion = state.comm.on_completion(slot, *ranges)
 
     def done(fut: torch.futures.Future) -> torch.Tensor:
-        nvtx_ranges.end(range_id)
-        if wait_id is not None:
-            nvtx_ranges.end(wait_id)
-        state._last_done = max(state._last_done, time.perf_counter())
+        record_completion(fut)
         return fut.value()[0]
 
     return work.get_future().then(done)

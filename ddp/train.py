@@ -1,8 +1,9 @@
 """The training loop shared by the CLIs and profiling: one run's config, its steps, its timings.
 
 Each step is an NVTX `step N` range holding `forward`, `backward`, `grad_sync` (inside the
-wrapper) and `optimizer`. Timings cover measured steps only (warm-up excluded), synchronise the
-device on GPU, and are gathered so rank 0 holds every rank's.
+wrapper) and `optimizer`. Timings cover measured steps only (warm-up excluded); on GPU the device
+is synchronised once at the end of each step (never per collective), then the wrapper's
+communication timing is read (ddp.comm_timing). Rank 0 gets every rank's figures.
 """
 from __future__ import annotations
 
@@ -76,10 +77,13 @@ class TrainResult:
     """Measured steps of one run, every rank's: lists indexed [rank][step]."""
     config: RunConfig
     step_time_s: list[list[float]]
-    comm_time_s: list[list[float]]
+    comm_time_s: list[list[float]]  # communication after backward ended (exposed)
     num_ops: list[list[int]]
     final_loss: float
     metadata: dict = field(default_factory=dict)
+    comm_in_flight_s: list[list[float]] = field(default_factory=list)  # union of in-flight intervals
+    comm_hidden_s: list[list[float]] = field(default_factory=list)  # its part during backward
+    comm_clock: str = "host"
 
     @staticmethod
     def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
@@ -98,6 +102,16 @@ class TrainResult:
     @property
     def comm_fraction(self) -> float:
         return self.avg_comm_time_s / self.avg_step_time_s
+
+    @property
+    def comm_overlap(self) -> float | None:
+        """Fraction of in-flight communication during backward, pooled over ranks and steps."""
+        total = sum(map(sum, self.comm_in_flight_s))
+        return sum(map(sum, self.comm_hidden_s)) / total if total > 0 else None
+
+    @property
+    def avg_comm_in_flight_s(self) -> float:
+        return self._slowest_rank_mean(self.comm_in_flight_s)
 
     @property
     def avg_num_ops(self) -> float:
@@ -141,10 +155,10 @@ def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> 
 
 
 def run_training(ctx: DistContext, cfg: RunConfig,
-                 measured_region: Callable[[], ContextManager] | None = None) -> TrainResult:
+                 measured_region: Callable[[DataParallelBase], ContextManager] | None = None) -> TrainResult:
     """Train `cfg.warmup + cfg.steps` steps on this rank; time the last `cfg.steps`.
 
-    `measured_region`, if given, is called once right before the first measured step and the
+    `measured_region(model)`, if given, is called once right before the first measured step and the
     context manager it returns is held open until the last measured step ends: profiling uses it
     to open the NVTX `profile` range and emit the `ddp.meta {json}` mark. Collective: every rank
     must call this; all ranks get the gathered result.
@@ -152,26 +166,29 @@ def run_training(ctx: DistContext, cfg: RunConfig,
     model = build_wrapped(ctx, cfg)
     optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
     model.reset_comm_stats()
-    own: dict[str, list] = {"step": [], "comm": [], "ops": []}
+    own: dict[str, list] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     loss = torch.zeros(())
     with contextlib.ExitStack() as region:
         for step in range(cfg.warmup + cfg.steps):
             if step == cfg.warmup:
                 dist.barrier()  # measured steps start together on every rank
                 if measured_region is not None:
-                    region.enter_context(measured_region())
+                    region.enter_context(measured_region(model))
             batch = rank_batch(cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank,
                                ctx.world_size, cfg.seed, ctx.device)
             synchronize_device(batch[0])
             t0 = time.perf_counter()
             loss = train_step(model, optimizer, batch, step)
-            synchronize_device(batch[0])
+            synchronize_device(batch[0])  # the step's one synchronisation
             elapsed = time.perf_counter() - t0
-            stats = model.reset_comm_stats()
+            stats = model.reset_comm_stats()  # reads its events: nothing left to wait for
             if step >= cfg.warmup:
                 own["step"].append(elapsed)
                 own["comm"].append(stats.comm_time_s)
                 own["ops"].append(stats.num_ops)
+                own["in_flight"].append(stats.in_flight_s)
+                own["hidden"].append(stats.hidden_s)
+                own["clock"] = stats.clock
     # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
     # cyclic collector runs, before a sweep builds the next one.
     del model, optimizer
@@ -179,7 +196,9 @@ def run_training(ctx: DistContext, cfg: RunConfig,
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, own)
     return TrainResult(cfg, [g["step"] for g in gathered], [g["comm"] for g in gathered],
-                       [g["ops"] for g in gathered], float(loss), run_metadata(ctx, cfg))
+                       [g["ops"] for g in gathered], float(loss), run_metadata(ctx, cfg),
+                       [g["in_flight"] for g in gathered], [g["hidden"] for g in gathered],
+                       own.get("clock", "host"))
 
 
 def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:

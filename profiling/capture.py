@@ -2,7 +2,12 @@
 
 Every rank pushes `profile` after its warm-up and marks `ddp.meta {json}` with the run's metadata,
 so a trace says what it holds (implementation, rank, world size, model, versions, ...) without
-trusting its file name. Barriers line the ranks up at both ends: nsys starts capturing at the first
+trusting its file name, and how the wrapper groups gradients: `buckets`, one entry per collective
+of a step, {name: the <tag> of its `comm:all_reduce:<tag>` range, params: parameter names, bytes:
+the range's payload} (bucket<i> for overlap_bucket and torch, `flat` for flat, one per parameter
+for naive and overlap; the "had a gradient" flags are inside the bytes of the collective carrying
+them). Buckets are rebuilt once from the first step's gradient order, so with one warm-up step or
+more (torch: two) this is the layout of every captured step. Barriers line the ranks up at both ends: nsys starts capturing at the first
 push and stops at the first pop of `profile` (`--capture-range-end=stop`), and a rank still inside
 its last step at that moment would have that step cut short in the trace.
 """
@@ -38,8 +43,11 @@ def _barrier() -> None:
 
 
 @contextlib.contextmanager
-def measured_region(meta: Mapping[str, Any]) -> Iterator[None]:
-    """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta`, ..., barrier, pop."""
+def measured_region(meta: Mapping[str, Any], model=None) -> Iterator[None]:
+    """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta` (with `model`'s bucket
+    layout, if given), ..., barrier, pop."""
+    if model is not None:
+        meta = {**meta, "buckets": model.comm_layout()}
     _barrier()
     with nvtx_ranges.range(CAPTURE_RANGE):
         nvtx_ranges.mark(meta_text(meta))

@@ -48,7 +48,7 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool) -> TrainRes
     meta = run_metadata(ctx, cfg)
     meta["versions"] = {**meta.get("versions", {}), **tool_versions()}
     meta["profiler"] = os.environ.get(PROFILER_ENV, "none")
-    return run_training(ctx, cfg, measured_region=lambda: measured_region(meta))
+    return run_training(ctx, cfg, measured_region=lambda model: measured_region(meta, model))
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

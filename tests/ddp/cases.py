@@ -76,7 +76,22 @@ class Buffered(Toy):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)) * self.gain)))
 
 
-MODELS = {"toy": Toy, "tied": Tied, "frozen": Frozen, "unused": Unused, "partial": Partial, "buffered": Buffered}
+class Reordered(nn.Module):
+    """Layers registered in the reverse of their use: backward's gradient order is not the reverse
+    registration order that BucketedDDP's first step assumes."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = nn.Linear(HIDDEN, CLASSES)
+        self.body = nn.Linear(HIDDEN, HIDDEN)
+        self.stem = nn.Linear(FEATURES, HIDDEN)
+
+    def forward(self, x):
+        return self.head(F.relu(self.body(F.relu(self.stem(x)))))
+
+
+MODELS = {"toy": Toy, "tied": Tied, "frozen": Frozen, "unused": Unused, "partial": Partial, "buffered": Buffered,
+          "reordered": Reordered}
 LR = {"sgd": 0.5, "adamw": 0.01}
 
 
@@ -130,6 +145,8 @@ def run_case(ctx: DistContext, case: dict) -> dict:
         "grad_is_none": {k: v.grad is None for k, v in module.named_parameters()},
         "init_spread": init_spread, "final_spread": _spread(module), "ops": ops,
         "num_buckets": len(getattr(wrapper, "buckets", [])),
+        "buckets": [list(b.names) for b in getattr(wrapper, "buckets", [])],
+        "layout": wrapper.comm_layout(),
     }
 
 
@@ -163,7 +180,7 @@ def async_range_end_threads(ctx: DistContext) -> dict[str, str]:
     from ddp.models import build_model
 
     names, ended = {}, {}
-    nvtx_ranges.start = lambda name: names.setdefault(len(names) + 1, name) and len(names)
+    nvtx_ranges.start = lambda name, payload=None: names.setdefault(len(names) + 1, name) and len(names)
     nvtx_ranges.end = lambda rid: ended.__setitem__(names[rid], threading.current_thread().name)
     model = registry.wrap("overlap", build_model("tiny", 16))
     opt = make_optimizer("sgd", model.module.parameters(), 0.1)

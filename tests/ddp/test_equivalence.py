@@ -27,7 +27,7 @@ def _case(impl, model, optimizer, batch_size, **extra):
 TWO_RANK_CASES = {(impl, model, opt): _case(impl, model, opt, 8)
                   for impl in IMPLS for model in cases.MODELS for opt in ("sgd", "adamw")}
 TWO_RANK_CASES.update({("overlap_bucket", f"{model}-{name}", "sgd"): _case("overlap_bucket", model, "sgd", 8, bucket_mb=mb)
-                       for name, (mb, _) in BUCKET_SIZES.items() for model in ("toy", "partial")})
+                       for name, (mb, _) in BUCKET_SIZES.items() for model in ("toy", "partial", "reordered")})
 THREE_RANK_CASES = {(impl, model, "sgd"): _case(impl, model, "sgd", 6)
                     for impl in IMPLS for model in ("toy", "partial")}
 
@@ -104,3 +104,25 @@ def test_collective_counts_per_step(two_ranks):
     assert ops["flat"] == [1] * STEPS
     assert ops["overlap_bucket"] == [1] * STEPS  # 25 MiB holds the whole toy model
     assert ops["torch"] == [1] * STEPS
+
+
+def test_buckets_are_rebuilt_in_the_order_gradients_arrived(two_ranks):
+    """`reordered` registers head, body, stem but backward produces head's gradients first: after
+    the first step the first bucket holds head's parameters, not the last-registered stem's."""
+    outcome = two_ranks[("overlap_bucket", "reordered-many_buckets", "sgd")]
+    first = outcome["buckets"][0]
+    assert set(first) == {"head.weight", "head.bias"}, outcome["buckets"]
+    assert [n for b in outcome["buckets"] for n in b][-2:] in (["stem.weight", "stem.bias"],
+                                                               ["stem.bias", "stem.weight"])
+    _assert_matches_reference(outcome, TWO_RANK_CASES[("overlap_bucket", "reordered-many_buckets", "sgd")])
+
+
+@pytest.mark.parametrize("impl", IMPLS)
+def test_layout_covers_every_trainable_parameter_once(two_ranks, impl):
+    """comm_layout (what ddp.meta records): each trainable parameter in exactly one collective."""
+    outcome = two_ranks[(impl, "tied", "sgd")]
+    names = [n for entry in outcome["layout"] for n in entry["params"]]
+    assert sorted(names) == sorted(outcome["params"])  # tied `again.weight` is fc2.weight: not listed
+    params = {n: p.numel() * 4 for n, p in outcome["params"].items()}
+    flags = 0 if impl == "torch" else 4 * len(params)
+    assert sum(e["bytes"] for e in outcome["layout"]) == sum(params.values()) + flags

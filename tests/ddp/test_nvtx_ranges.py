@@ -19,16 +19,19 @@ class Recorder:
         self.pushed: list[str] = []
         self.started: dict[int, str] = {}
         self.ended: dict[int, str] = {}
+        self.payloads: list[tuple[str, int | None]] = []  # (name, payload) of every range, in order
         self.lock = threading.Lock()
 
-    def range(self, name, cache=True):
+    def range(self, name, cache=True, payload=None):
         self.pushed.append(name)
+        self.payloads.append((name, payload))
         return nvtx_ranges._NULL
 
-    def start(self, name):
+    def start(self, name, payload=None):
         with self.lock:
             rid = len(self.started) + 1
             self.started[rid] = name
+            self.payloads.append((name, payload))
         return rid
 
     def end(self, rid):

@@ -115,3 +115,21 @@ def test_uncached_names_do_not_grow_the_cache_and_disable_turns_everything_off(m
     nvtx_ranges.disable()
     assert not nvtx_ranges.AVAILABLE and nvtx_ranges.range("forward") is nvtx_ranges._NULL
     assert nvtx_ranges.start("comm:all_reduce:x") is None
+
+
+@pytest.mark.parametrize("impl", list(registry.IMPLEMENTATIONS))
+def test_comm_ranges_carry_their_byte_count_as_payload(one_rank_group, recorder, impl):
+    module = cases.build("buffered", 0)
+    model = registry.wrap(impl, module, bucket_size_mb=600 / 2**20)
+    everything = [*module.parameters(), *module.buffers()]
+    assert recorder.payloads == [("comm:broadcast:params", sum(t.numel() * 4 for t in everything))]
+    opt = make_optimizer("sgd", model.module.parameters(), 0.1)
+    for step in range(2):  # the second step runs the rebuilt buckets
+        del recorder.payloads[:]
+        train_step(model, opt, cases.batch(step, 4), step=step)
+        dist.barrier()
+    layout = {entry["name"]: entry["bytes"] for entry in model.comm_layout()}
+    sent = [(n.removeprefix("comm:all_reduce:"), b) for n, b in recorder.payloads if n.startswith("comm:all_reduce:")]
+    assert sorted(sent) == sorted(layout.items())  # each collective once, its payload its bytes
+    params = sum(p.numel() * 4 for p in module.parameters())
+    assert sum(layout.values()) == params + (0 if impl == "torch" else 4 * len(list(module.parameters())))

@@ -81,7 +81,7 @@ class BucketedDDP(DataParallelBase):
             bucket.fill_missing()
             bucket.launch(self)
         for bucket in self.buckets:
-            bucket.wait(self.world_size)
+            bucket.wait()
             bucket.reset()
         self._next_launch = 0
         if self._arrival is not None:

@@ -34,7 +34,7 @@ class Bucket:
     """Parameters whose gradients live in one buffer: [grads..., one "had a gradient" flag each].
 
     Each parameter's `.grad` becomes a view into the buffer (like DDP's `gradient_as_bucket_view`):
-    the all-reduce works in place and the mean is one in-place division, with no copy back. When
+    the all-reduce works in place on divided gradients, with no copy back. When
     gradients are kept between steps (`zero_grad(set_to_none=False)`) backward accumulates straight
     into the buffer and nothing is copied; after `set_to_none=True` autograd hands a new tensor,
     which is copied in once and replaced by the view. Every list and view is built here, once: a
@@ -105,14 +105,15 @@ class Bucket:
                 self.had[slot] = True
 
     def launch(self, owner: DataParallelBase) -> None:
-        """Write the "had a gradient" flags, then start the async all-reduce of the buffer."""
+        """Divide the gradients by the world size in place (as DDP does: the sum is then the mean,
+        with nothing left to do after the wait), write the flags, start the async all-reduce."""
+        self.grads.div_(owner.world_size)
         owner._write_flags(self.flags, self.had)
         self.pending = owner._async_all_reduce(self.buffer, self.tag)
 
-    def wait(self, world_size: int) -> None:
-        """Wait for the all-reduce, then turn the sums in place into means (the .grad views)."""
+    def wait(self) -> None:
+        """Wait for the all-reduce: each .grad view now holds the mean over ranks."""
         self.pending.wait()
-        self.grads.div_(world_size)
         DataParallelBase._drop_unused(self.params, self.had, self.flags)
 
     def reset(self) -> None:

@@ -50,13 +50,11 @@ class BucketedDDP(DataParallelBase):
         self.buckets = [Bucket(b, [self.params[order[k]] for k in run], [self.param_names[order[k]] for k in run])
                         for b, run in enumerate(plan_buckets(sizes, self._cap, self._first_cap))]
         self.order = order
+        index_of = {id(p): i for i, p in enumerate(self.params)}
         self._slot_of: list[tuple[Bucket, int]] = [None] * len(self.params)  # type: ignore[list-item]
         for bucket in self.buckets:
             for slot, p in enumerate(bucket.params):
-                self._slot_of[self._index_of(p)] = (bucket, slot)
-
-    def _index_of(self, p: torch.Tensor) -> int:
-        return next(i for i, q in enumerate(self.params) if q is p)
+                self._slot_of[index_of[id(p)]] = (bucket, slot)
 
     def comm_layout(self) -> list[dict]:
         return [bucket.layout() for bucket in self.buckets]

@@ -207,10 +207,9 @@ class CommTimer:
             first = end
         self._closed.clear()
         self._generation += 1
-        if first < self._used:  # collectives of a step still open: keep their slots first
-            k = self._used - first
+        if first < self._used:  # collectives of a step still open: rotate their slots to the front
             for slots in (self._starts, self._ends, self._bytes):
-                slots[:k], slots[first:self._used] = slots[first:self._used], slots[:k]
+                slots[:] = slots[first:] + slots[:first]
         self._used -= first
 
     def _fold_step(self, first: int, end: int, backward_end) -> None:

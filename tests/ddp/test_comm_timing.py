@@ -185,3 +185,35 @@ def test_cuda_intervals_come_from_the_events(fake_cuda):
     assert stats.hidden_s == pytest.approx(5e-3)
     assert stats.comm_time_s == pytest.approx(3e-3) and stats.overlap == pytest.approx(5 / 8)
     assert fake_cuda.host_waits == ["Event.synchronize"]
+
+
+def test_collect_in_the_middle_of_a_step_keeps_that_steps_collectives(fake_cuda):
+    """Collected while a step's collectives are in flight: the closed step is folded, the open one
+    keeps its (distinct) events and is folded with its own backward end at the next collect."""
+    timer = CommTimer(torch.device("cuda", 0))
+
+    class Work:
+        def wait(self):
+            return True
+
+    def at(ms, action, *args):
+        fake_cuda.now = ms
+        return action(*args)
+
+    slots = [at(t, timer.begin, 10) for t in (0.0, 1.0)]
+    at(2.0, timer.backward_ended)
+    for slot, t in zip(slots, (3.0, 4.0)):
+        at(t, timer.wait, slot, Work())
+    timer.close_step()  # step 1: [0, 4] in flight, backward ends at 2
+    opened = [at(t, timer.begin, 20) for t in (10.0, 11.0, 12.0)]  # step 2 issues 3 during backward
+    first = timer.collect()
+    assert (first.num_ops, first.bytes) == (2, 20)
+    assert first.in_flight_s == pytest.approx(4e-3) and first.hidden_s == pytest.approx(2e-3)
+    assert len({id(e) for e in timer._starts}) == len(timer._starts)  # no event shared by two slots
+    at(13.0, timer.backward_ended)
+    for slot, t in zip(range(3), (14.0, 15.0, 16.0)):  # the open step's slots now come first
+        at(t, timer.wait, slot, Work())
+    timer.close_step()
+    second = timer.collect()
+    assert len(opened) == 3 and (second.num_ops, second.bytes) == (3, 60)
+    assert second.in_flight_s == pytest.approx(6e-3) and second.hidden_s == pytest.approx(3e-3)

@@ -51,7 +51,7 @@ class Bucket:
         self.buffer = torch.zeros(self.num_grad + len(params), dtype=ref.dtype, device=ref.device)
         self.grads = self.buffer[:self.num_grad]
         self.views = [self.buffer[start:start + size].view_as(p)
-                      for start, size, p in zip(offsets, self.sizes, params)]
+                      for start, size, p in zip(offsets, self.sizes, params, strict=True)]
         self.flags = self.buffer[self.num_grad:]
         self.tag = f"bucket{index}"
         self.ready = [False] * len(params)

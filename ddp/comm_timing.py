@@ -26,8 +26,8 @@ end of the step. On CPU it ends at completion.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 

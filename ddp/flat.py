@@ -23,7 +23,7 @@ class FlatDDP(DataParallelBase):
             self._grads = self._flat[:self._n_grad]
             self._flags = self._flat[self._n_grad:]
             self._chunks = [c.view_as(p) for c, p in
-                            zip(self._grads.split([p.numel() for p in self.params]), self.params)]
+                            zip(self._grads.split([p.numel() for p in self.params]), self.params, strict=True)]
 
     def comm_layout(self) -> list[dict]:
         return [{"name": "flat", "params": list(self.param_names), "bytes": nbytes(self._flat)}] if self.params else []
@@ -36,6 +36,6 @@ class FlatDDP(DataParallelBase):
         self._write_flags(self._flags, had_local)
         torch.cat([self._grad_or_zeros(p).reshape(-1) for p in self.params], out=self._grads)
         self._blocking_all_reduce(self._flat, "flat")
-        for p, chunk in zip(self.params, self._chunks):
+        for p, chunk in zip(self.params, self._chunks, strict=True):
             torch.div(chunk, self.world_size, out=p.grad)  # average while copying out
         self._drop_unused(self.params, had_local, self._flags)

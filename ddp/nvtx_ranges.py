@@ -24,7 +24,7 @@ _CACHE: dict[tuple[str, int | None], ContextManager] = {}
 _NULL = contextlib.nullcontext()
 
 
-def range(name: str, cache: bool = True, payload: int | None = None) -> ContextManager:  # noqa: A001
+def range(name: str, cache: bool = True, payload: int | None = None) -> ContextManager:
     """Push/pop range `name` (integer `payload` attached, if given) around a with-block on this thread.
 
     `cache=False` for names used once (e.g. `step 17`), so the cache does not grow with the run.

@@ -50,7 +50,7 @@ class TorchDDP(DataParallelBase):
         self._layout: dict[int, dict] = {}  # the last finished step's
         self._layout_next: dict[int, dict] = {}
         self._layout_steps = 0
-        self._name_by_ptr = {p.data_ptr(): n for n, p in zip(self.param_names, self.params)}
+        self._name_by_ptr = {p.data_ptr(): n for n, p in zip(self.param_names, self.params, strict=True)}
 
     def forward(self, *args, **kwargs):
         return self.ddp(*args, **kwargs)

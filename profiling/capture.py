@@ -7,7 +7,9 @@ of a step, {name: the <tag> of its `comm:all_reduce:<tag>` range, params: parame
 the range's payload} (bucket<i> for overlap_bucket and torch, `flat` for flat, one per parameter
 for naive and overlap; the "had a gradient" flags are inside the bytes of the collective carrying
 them). Buckets are rebuilt once from the first step's gradient order, so with one warm-up step or
-more (torch: two) this is the layout of every captured step. Barriers line the ranks up at both ends: nsys starts capturing at the first
+more (torch: two) this is the layout of every captured step.
+
+Barriers line the ranks up at both ends: nsys starts capturing at the first
 push and stops at the first pop of `profile` (`--capture-range-end=stop`), and a rank still inside
 its last step at that moment would have that step cut short in the trace.
 """

@@ -119,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         c = result.config
         print(f"{c.impl}: {c.world_size} ranks, model {c.model}, {c.steps} measured steps after {c.warmup} "
-              f"warm-up: {1e3 * s['avg_step_time_s']:.1f} ms/step, {1e3 * s['avg_comm_time_s']:.1f} ms of communication after backward")
+              f"warm-up: {1e3 * s['avg_step_time_s']:.1f} ms/step, "
+              f"{1e3 * s['avg_comm_time_s']:.1f} ms of communication after backward")
     return 0
 
 

@@ -202,7 +202,7 @@ def test_collect_in_the_middle_of_a_step_keeps_that_steps_collectives(fake_cuda)
 
     slots = [at(t, timer.begin, 10) for t in (0.0, 1.0)]
     at(2.0, timer.backward_ended)
-    for slot, t in zip(slots, (3.0, 4.0)):
+    for slot, t in zip(slots, (3.0, 4.0), strict=True):
         at(t, timer.wait, slot, Work())
     timer.close_step()  # step 1: [0, 4] in flight, backward ends at 2
     opened = [at(t, timer.begin, 20) for t in (10.0, 11.0, 12.0)]  # step 2 issues 3 during backward
@@ -211,7 +211,7 @@ def test_collect_in_the_middle_of_a_step_keeps_that_steps_collectives(fake_cuda)
     assert first.in_flight_s == pytest.approx(4e-3) and first.hidden_s == pytest.approx(2e-3)
     assert len({id(e) for e in timer._starts}) == len(timer._starts)  # no event shared by two slots
     at(13.0, timer.backward_ended)
-    for slot, t in zip(range(3), (14.0, 15.0, 16.0)):  # the open step's slots now come first
+    for slot, t in zip(range(3), (14.0, 15.0, 16.0), strict=True):  # the open step's slots now come first
         at(t, timer.wait, slot, Work())
     timer.close_step()
     second = timer.collect()

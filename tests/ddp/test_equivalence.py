@@ -26,7 +26,8 @@ def _case(impl, model, optimizer, batch_size, **extra):
 
 TWO_RANK_CASES = {(impl, model, opt): _case(impl, model, opt, 8)
                   for impl in IMPLS for model in cases.MODELS for opt in ("sgd", "adamw")}
-TWO_RANK_CASES.update({("overlap_bucket", f"{model}-{name}", "sgd"): _case("overlap_bucket", model, "sgd", 8, bucket_mb=mb)
+TWO_RANK_CASES.update({("overlap_bucket", f"{model}-{name}", "sgd"):
+                       _case("overlap_bucket", model, "sgd", 8, bucket_mb=mb)
                        for name, (mb, _) in BUCKET_SIZES.items() for model in ("toy", "partial", "reordered")})
 THREE_RANK_CASES = {(impl, model, "sgd"): _case(impl, model, "sgd", 6)
                     for impl in IMPLS for model in ("toy", "partial")}

@@ -6,7 +6,7 @@ from ddp.base import CommStats, DataParallelBase
 from ddp.bucketed import BucketedDDP
 from ddp.flat import FlatDDP
 from ddp.naive import NaiveDDP
-from ddp.overlap import OverlapDDP
+from ddp.overlap_per_param import OverlapDDP
 from ddp.registry import IMPLEMENTATIONS
 from ddp.torch_ddp import TorchDDP
 

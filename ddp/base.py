@@ -1,13 +1,9 @@
-"""What every data-parallel wrapper shares: rank-0 broadcast, the parameters to synchronise,
-communication accounting, and the bookkeeping for parameters that got no gradient.
+"""What every data-parallel wrapper shares: rank-0 broadcast, the parameters to synchronise, and
+its all-reduces, named and timed (communication accounting).
 
 Subclasses implement `_synchronize()`; callers use `finish_gradient_synchronization()` between
 `loss.backward()` and `optimizer.step()`, after which each `.grad` is the mean over ranks.
-
-Missing gradients: a parameter with no local gradient is sent as zeros, so every rank issues the
-same collectives in the same order, and its "had a gradient" flag (1 or 0) travels in one of the
-step's collectives. A parameter no rank had a gradient for goes back to `grad=None`, exactly as in
-single-process training; one that some ranks had gets the mean with zeros from the others.
+Parameters that got no gradient follow the "had a gradient" protocol of ddp.grad_flags.
 """
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ddp import nvtx_ranges
-from ddp.collectives import all_reduce, check_algorithm
+from ddp.collectives import all_reduce, check_collective
 from ddp.comm_timing import CommStats, CommTimer
 
 
@@ -29,19 +25,6 @@ ACCUMULATION_ERROR = ("a parameter's gradient arrived twice before finish_gradie
 def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """Each parameter with requires_grad once (tied weights under their first name), in order."""
     return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-
-
-def carrier_last_order(params: list[torch.Tensor]) -> list[int]:
-    """Per-parameter issue order: reverse registration, with the smallest parameter moved last.
-
-    The last collective of a step carries the "had a gradient" flags appended to its parameter.
-    """
-    order = list(range(len(params)))[::-1]
-    if order:
-        carrier = min(order, key=lambda i: params[i].numel())
-        order.remove(carrier)
-        order.append(carrier)
-    return order
 
 
 def nbytes(tensor: torch.Tensor) -> int:
@@ -95,7 +78,7 @@ class DataParallelBase(nn.Module):
             raise RuntimeError(f"{type(self).__name__} needs torch.distributed initialised first "
                                "(see ddp.launcher.launch)")
         self.module = module
-        self.collective = check_algorithm(collective)
+        self.collective = check_collective(collective)
         self.group = None
         self.world_size = dist.get_world_size()
         broadcast_from_rank0(module, self.group)
@@ -136,8 +119,8 @@ class DataParallelBase(nn.Module):
     def _synchronize(self) -> None:
         raise NotImplementedError
 
-    # ---- helpers for subclasses -------------------------------------------------------------
-    def _blocking_all_reduce(self, tensor: torch.Tensor, tag: str) -> torch.Tensor:
+    # ---- what the wrappers (and their buckets) communicate through ----------------------------
+    def blocking_all_reduce(self, tensor: torch.Tensor, tag: str) -> torch.Tensor:
         """Sum `tensor` over ranks inside a `comm:all_reduce:<tag>` range (payload: its bytes).
 
         No host synchronisation: on NCCL the call only enqueues, as plain `dist.all_reduce` does.
@@ -149,7 +132,8 @@ class DataParallelBase(nn.Module):
             self.comm.end_blocking(slot)
         return tensor
 
-    def _async_all_reduce(self, tensor: torch.Tensor, tag: str) -> PendingAllReduce:
+    def async_all_reduce(self, tensor: torch.Tensor, tag: str) -> PendingAllReduce:
+        """Start summing `tensor` over ranks inside a `comm:all_reduce:<tag>` start/end range."""
         return PendingAllReduce(self, tensor, self._range_name(tag))
 
     def _range_name(self, tag: str) -> str:
@@ -157,31 +141,6 @@ class DataParallelBase(nn.Module):
         if name is None:
             name = self._range_names[tag] = f"comm:all_reduce:{tag}"
         return name
-
-    def _grad_or_zeros(self, p: torch.Tensor) -> torch.Tensor:
-        """The local gradient, after giving a parameter without one a zero gradient."""
-        if p.grad is None:
-            p.grad = torch.zeros_like(p)
-        return p.grad
-
-    @staticmethod
-    def _write_flags(flags: torch.Tensor, had: list[bool]) -> None:
-        """1.0 per parameter with a local gradient, 0.0 otherwise, written on the device in place
-        (scalar fills: no host-to-device copy; per-element writes only when some gradient is missing)."""
-        flags.fill_(1.0)
-        if not all(had):
-            for k, h in enumerate(had):
-                if not h:
-                    flags[k] = 0.0
-
-    @staticmethod
-    def _drop_unused(params: list[torch.Tensor], had_local: list[bool], counts: torch.Tensor) -> None:
-        """Back to grad=None for a parameter no rank had a gradient for (counts summed over ranks)."""
-        if all(had_local):
-            return  # every count is >= 1: nothing to read, so no device-to-host copy
-        for p, had, count in zip(params, had_local, counts.tolist()):
-            if not had and count == 0:
-                p.grad = None
 
 
 def check_same_dtype_and_device(params: list[torch.Tensor], who: str) -> None:

@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--bucket-mb", type=float, nargs="+", default=[25.0],
                         help="bucket sizes in MiB for overlap_bucket and torch (default 25)")
     parser.add_argument("--collective", nargs="+", default=["torch"], choices=cli.collective_choices(),
-                        help="all-reduce algorithms for the hand-written wrappers (default torch)")
+                        help="all-reduce collectives for the hand-written wrappers (default torch)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="run the whole sweep this many times, pooling each config's steps (default 1)")
     parser.add_argument("--csv", type=Path, default=None, help="also write the rows to this CSV file")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 
 from ddp.base import DataParallelBase, PendingAllReduce, nbytes
+from ddp.grad_flags import GradFlags
 
 
 def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None,
@@ -47,15 +48,12 @@ class Bucket:
         self.sizes = [p.numel() for p in params]
         self.num_grad = sum(self.sizes)
         offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
-        ref = params[0]
-        self.buffer = torch.zeros(self.num_grad + len(params), dtype=ref.dtype, device=ref.device)
+        self.buffer, self.flags = GradFlags.appended(self.num_grad, params, like=params[0])
         self.grads = self.buffer[:self.num_grad]
         self.views = [self.buffer[start:start + size].view_as(p)
                       for start, size, p in zip(offsets, self.sizes, params, strict=True)]
-        self.flags = self.buffer[self.num_grad:]
         self.tag = f"bucket{index}"
         self.ready = [False] * len(params)
-        self.had = [False] * len(params)  # per slot: a local gradient this step (its flag)
         self.num_ready = 0
         self.pending: PendingAllReduce | None = None
 
@@ -84,7 +82,8 @@ class Bucket:
     def mark_ready(self, slot: int) -> bool:
         """Parameter `slot`'s gradient is in (hook); return True once every slot is in."""
         self._adopt(slot)
-        self.ready[slot] = self.had[slot] = True
+        self.ready[slot] = True
+        self.flags.mark(slot)
         self.num_ready += 1
         return self.is_full
 
@@ -102,22 +101,24 @@ class Bucket:
                 p.grad = self.views[slot]
             else:
                 self._adopt(slot)
-                self.had[slot] = True
+                self.flags.mark(slot)
 
     def launch(self, owner: DataParallelBase) -> None:
         """Divide the gradients by the world size in place (as DDP does: the sum is then the mean,
         with nothing left to do after the wait), write the flags, start the async all-reduce."""
         self.grads.div_(owner.world_size)
-        owner._write_flags(self.flags, self.had)
-        self.pending = owner._async_all_reduce(self.buffer, self.tag)
+        self.flags.write()
+        self.pending = owner.async_all_reduce(self.buffer, self.tag)
 
     def wait(self) -> None:
         """Wait for the all-reduce: each .grad view now holds the mean over ranks."""
         self.pending.wait()
-        DataParallelBase._drop_unused(self.params, self.had, self.flags)
+        self.flags.drop_unused()
 
     def reset(self) -> None:
+        """Ready for the next step: no slot in, no flag set, nothing in flight."""
         for slot in range(len(self.params)):
-            self.ready[slot] = self.had[slot] = False
+            self.ready[slot] = False
+        self.flags.clear()
         self.num_ready = 0
         self.pending = None

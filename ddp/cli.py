@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Callable, Sequence
 
-from ddp.collectives import ALGORITHMS
+from ddp.collectives import COLLECTIVES
 from ddp.launcher import RankFailedError
 from ddp.models import MODEL_NAMES
 from ddp.registry import IMPLEMENTATIONS
@@ -52,7 +52,7 @@ def resolve_world_size(requested: int | None) -> int:
 
 
 def collective_choices() -> list[str]:
-    return list(ALGORITHMS)
+    return list(COLLECTIVES)
 
 
 def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> None:

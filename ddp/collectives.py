@@ -1,6 +1,8 @@
-"""The one door every wrapper's all-reduce goes through, with a table of algorithms behind it.
+"""The one door every wrapper's all-reduce goes through, with a table of collectives behind it.
 
-`all_reduce(tensor, algorithm, group, async_op)` sums `tensor` in place over the group. Blocking
+A *collective* here is a way to all-reduce, chosen by name ("torch", "ring", "reduce_broadcast"):
+the wrappers' `collective=` argument and the CLIs' `--collective`.
+`all_reduce(tensor, collective, group, async_op)` sums `tensor` in place over the group. Blocking
 calls return the tensor; `async_op=True` returns a handle with `.wait()` and `.get_future()`.
 "ring" and "reduce_broadcast" are built from point-to-point messages in their own modules.
 """
@@ -24,18 +26,17 @@ def _torch_all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
 
 
 AllReduce = Callable[..., "torch.Tensor | Handle"]
-ALGORITHMS: dict[str, AllReduce] = {"torch": _torch_all_reduce, "ring": ring_allreduce.all_reduce,
-                                     "reduce_broadcast": reduce_broadcast.all_reduce}
+COLLECTIVES: dict[str, AllReduce] = {"torch": _torch_all_reduce, "ring": ring_allreduce.all_reduce,
+                                      "reduce_broadcast": reduce_broadcast.all_reduce}
 
 
-def check_algorithm(algorithm: str) -> str:
-    """Return `algorithm` if registered, else raise ValueError naming the valid choices."""
-    if algorithm not in ALGORITHMS:
-        valid = ", ".join(sorted(ALGORITHMS))
-        raise ValueError(f"unknown collective algorithm {algorithm!r}: choose one of {valid}")
-    return algorithm
+def check_collective(collective: str) -> str:
+    """Return `collective` if registered, else raise ValueError naming the valid choices."""
+    if collective not in COLLECTIVES:
+        raise ValueError(f"unknown collective {collective!r}: choose from {', '.join(COLLECTIVES)}")
+    return collective
 
 
-def all_reduce(tensor: torch.Tensor, algorithm: str = "torch", group=None, async_op: bool = False):
-    """Sum `tensor` in place across `group` with the named algorithm."""
-    return ALGORITHMS[check_algorithm(algorithm)](tensor, group=group, async_op=async_op)
+def all_reduce(tensor: torch.Tensor, collective: str = "torch", group=None, async_op: bool = False):
+    """Sum `tensor` in place across `group` with the named collective."""
+    return COLLECTIVES[check_collective(collective)](tensor, group=group, async_op=async_op)

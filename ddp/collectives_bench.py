@@ -1,8 +1,8 @@
-"""Bus-bandwidth benchmark of every all-reduce algorithm in `ddp.collectives`, in isolation.
+"""Bus-bandwidth benchmark of every all-reduce collective in `ddp.collectives`, in isolation.
 
-    python -m ddp.collectives_bench --world-size 4 --sizes 1K 64K 1M 16M [--format table|csv|json]
+    python -m ddp.collectives_bench --world-size 4 --sizes 1K 64K 1M 16M [--collectives ...] [--format table|csv|json]
 
-Per algorithm and message size: the time of one all-reduce (the slowest rank's mean over the
+Per collective and message size: the time of one all-reduce (the slowest rank's mean over the
 timed iterations), algorithm bandwidth algbw = bytes / time and bus bandwidth
 busbw = algbw * 2(n-1)/n, the nccl-tests definition: the traffic a ring puts on each link, so
 figures are comparable across world sizes. Before timing, each case checks its result against
@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 from ddp import cli
 from ddp.base import synchronize_device
-from ddp.collectives import ALGORITHMS, all_reduce
+from ddp.collectives import COLLECTIVES, all_reduce, check_collective
 from ddp.launcher import DistContext, cpu_count, launch
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
@@ -50,7 +50,7 @@ class BenchConfig:
     """What to measure; validates itself and names the bad value."""
     world_size: int
     sizes: tuple[int, ...]
-    algorithms: tuple[str, ...] = field(default_factory=lambda: tuple(ALGORITHMS))
+    collectives: tuple[str, ...] = field(default_factory=lambda: tuple(COLLECTIVES))
     dtype: str = "float32"
     seconds_per_case: float = 0.5
     max_iters: int = 100
@@ -60,9 +60,8 @@ class BenchConfig:
             raise ValueError(f"--world-size must be >= 1, got {self.world_size}")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        unknown = [a for a in self.algorithms if a not in ALGORITHMS]
-        if unknown:
-            raise ValueError(f"unknown algorithm {unknown[0]!r}: choose from {', '.join(ALGORITHMS)}")
+        for collective in self.collectives:
+            check_collective(collective)
         itemsize = DTYPES[self.dtype].itemsize
         for size in self.sizes:
             if size <= 0 or size % itemsize:
@@ -75,8 +74,8 @@ class BenchConfig:
 
 @dataclass
 class BenchRow:
-    """One algorithm at one size, as rank 0 reports it."""
-    algorithm: str
+    """One collective at one size, as rank 0 reports it."""
+    collective: str
     ranks: int
     size: str
     bytes: int
@@ -100,32 +99,32 @@ def _slowest(seconds: float, device: torch.device) -> float:
     return float(t.item())
 
 
-def check_result(algorithm: str, count: int, dtype: torch.dtype, device: torch.device) -> bool:
+def check_result(collective: str, count: int, dtype: torch.dtype, device: torch.device) -> bool:
     """Reduce a rank-dependent pattern whose exact sum is known; True on every rank iff all ranks match."""
     rank, world = dist.get_rank(), dist.get_world_size()
     pattern = torch.arange(count, dtype=torch.int64, device=device) % 251  # small integers: exact in every dtype
     x = (pattern * (rank + 1)).to(dtype)
-    all_reduce(x, algorithm)
+    all_reduce(x, collective)
     ok = torch.equal(x, (pattern * (world * (world + 1) // 2)).to(dtype))
     return _slowest(0.0 if ok else 1.0, device) == 0.0
 
 
-def time_one(algorithm: str, count: int, dtype: torch.dtype, device: torch.device,
+def time_one(collective: str, count: int, dtype: torch.dtype, device: torch.device,
              cfg: BenchConfig) -> tuple[int, float]:
     """(iterations, seconds per all-reduce of the slowest rank), with iterations sized to the budget."""
     # Zeros keep the repeatedly reduced buffer finite (no inf/denormal slow paths) at the same cost.
     x = torch.zeros(count, dtype=dtype, device=device)
-    all_reduce(x, algorithm)  # warm-up: connections, buffers, the worker thread
+    all_reduce(x, collective)  # warm-up: connections, buffers, the worker thread
     dist.barrier()
     t0 = time.perf_counter()
-    all_reduce(x, algorithm)
+    all_reduce(x, collective)
     synchronize_device(x)
     once = _slowest(time.perf_counter() - t0, device)
     iters = max(1, min(cfg.max_iters, math.ceil(cfg.seconds_per_case / max(once, 1e-9))))
     dist.barrier()
     t0 = time.perf_counter()
     for _ in range(iters):
-        all_reduce(x, algorithm)
+        all_reduce(x, collective)
     synchronize_device(x)
     return iters, _slowest((time.perf_counter() - t0) / iters, device)
 
@@ -140,21 +139,21 @@ def run_rank(ctx: DistContext, cfg: BenchConfig) -> list[dict]:
     rows = []
     for size in cfg.sizes:
         count = size // dtype.itemsize
-        for algorithm in cfg.algorithms:
-            correct = check_result(algorithm, count, dtype, ctx.device)
-            iters, seconds = time_one(algorithm, count, dtype, ctx.device, cfg)
+        for collective in cfg.collectives:
+            correct = check_result(collective, count, dtype, ctx.device)
+            iters, seconds = time_one(collective, count, dtype, ctx.device, cfg)
             algbw = size / seconds / 1e9
-            rows.append(BenchRow(algorithm, world, format_size(size), size, count, iters, seconds * 1e6, algbw,
+            rows.append(BenchRow(collective, world, format_size(size), size, count, iters, seconds * 1e6, algbw,
                                  bus_bandwidth(algbw, world), correct))
             if ctx.is_main:
-                cli.progress(f"[collectives_bench] {algorithm:>16} {format_size(size):>5}: {iters} iters, "
+                cli.progress(f"[collectives_bench] {collective:>16} {format_size(size):>5}: {iters} iters, "
                              f"{seconds * 1e3:.3f} ms, {'ok' if correct else 'WRONG'}")
     return to_records(rows)
 
 
 # ---------------------------------------------------------------- command line
 
-COLUMNS = ["algorithm", "ranks", "size", "bytes", "count", "iters", "time_us", "algbw_gbps", "busbw_gbps", "check"]
+COLUMNS = ["collective", "ranks", "size", "bytes", "count", "iters", "time_us", "algbw_gbps", "busbw_gbps", "check"]
 
 
 def to_records(rows: list[BenchRow]) -> list[dict]:
@@ -168,11 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--world-size", type=int, default=4, help="ranks to spawn on this machine (default 4)")
     parser.add_argument("--sizes", nargs="+", default=["1K", "64K", "1M", "16M"], metavar="SIZE",
                         help="message sizes in bytes; K, M, G are powers of 1024 (default: 1K 64K 1M 16M)")
-    parser.add_argument("--algorithms", nargs="+", default=list(ALGORITHMS), choices=list(ALGORITHMS),
-                        metavar="ALGO", help=f"algorithms to time (default: all of {', '.join(ALGORITHMS)})")
+    parser.add_argument("--collectives", "--algorithms", dest="collectives", nargs="+", default=list(COLLECTIVES),
+                        choices=list(COLLECTIVES), metavar="COLLECTIVE",
+                        help=f"collectives to time (default: all of {', '.join(COLLECTIVES)}); "
+                             "--algorithms is its old name")
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES), help="element type (default float32)")
     parser.add_argument("--seconds-per-case", type=float, default=0.5,
-                        help="timing budget per algorithm and size, which sets the iteration count (default 0.5)")
+                        help="timing budget per collective and size, which sets the iteration count (default 0.5)")
     parser.add_argument("--max-iters", type=int, default=100, help="cap on timed iterations per case (default 100)")
     parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
                         help="process-group backend (default gloo; tensors go on each rank's GPU when one is visible)")
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = BenchConfig(world_size=args.world_size, sizes=tuple(parse_size(s) for s in args.sizes),
-                          algorithms=tuple(args.algorithms), dtype=args.dtype,
+                          collectives=tuple(args.collectives), dtype=args.dtype,
                           seconds_per_case=args.seconds_per_case, max_iters=args.max_iters)
     except ValueError as error:
         parser.error(str(error))
@@ -197,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun every rank has the records: rank 0 reports
         return cli.EXIT_OK
     print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
-    wrong = [f"{r['algorithm']} {r['size']}" for r in records if r["check"] != "ok"]
+    wrong = [f"{r['collective']} {r['size']}" for r in records if r["check"] != "ok"]
     if wrong:
         cli.progress(f"collectives_bench: wrong results: {', '.join(wrong)}")
         return cli.EXIT_CHECK_FAILED

@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from ddp.base import DataParallelBase, check_same_dtype_and_device, nbytes
+from ddp.grad_flags import GradFlags
 
 
 class FlatDDP(DataParallelBase):
@@ -17,11 +18,9 @@ class FlatDDP(DataParallelBase):
         super().__init__(module, collective)
         check_same_dtype_and_device(self.params, type(self).__name__)
         if self.params:
-            self._n_grad = sum(p.numel() for p in self.params)
-            ref = self.params[0]
-            self._flat = torch.empty(self._n_grad + len(self.params), dtype=ref.dtype, device=ref.device)
-            self._grads = self._flat[:self._n_grad]
-            self._flags = self._flat[self._n_grad:]
+            n_grad = sum(p.numel() for p in self.params)
+            self._flat, self.flags = GradFlags.appended(n_grad, self.params, like=self.params[0])
+            self._grads = self._flat[:n_grad]
             self._chunks = [c.view_as(p) for c, p in
                             zip(self._grads.split([p.numel() for p in self.params]), self.params, strict=True)]
 
@@ -32,10 +31,10 @@ class FlatDDP(DataParallelBase):
     def _synchronize(self) -> None:
         if not self.params:
             return
-        had_local = [p.grad is not None for p in self.params]
-        self._write_flags(self._flags, had_local)
-        torch.cat([self._grad_or_zeros(p).reshape(-1) for p in self.params], out=self._grads)
-        self._blocking_all_reduce(self._flat, "flat")
+        self.flags.note_present()
+        self.flags.write()
+        torch.cat([self.flags.grad_or_zeros(k).reshape(-1) for k in range(len(self.params))], out=self._grads)
+        self.blocking_all_reduce(self._flat, "flat")
         for p, chunk in zip(self.params, self._chunks, strict=True):
             torch.div(chunk, self.world_size, out=p.grad)  # average while copying out
-        self._drop_unused(self.params, had_local, self._flags)
+        self.flags.drop_unused()

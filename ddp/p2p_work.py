@@ -83,17 +83,17 @@ def _the_worker() -> _OrderedWorker:
         return _worker
 
 
-def staged_for_backend(algorithm: Callable[..., torch.Tensor], tensor: torch.Tensor, group=None) -> torch.Tensor:
-    """Run `algorithm(tensor, group)`; over gloo, a CUDA tensor goes through a host copy.
+def staged_for_backend(sum_in_place: Callable[..., torch.Tensor], tensor: torch.Tensor, group=None) -> torch.Tensor:
+    """Run `sum_in_place(tensor, group)`; over gloo, a CUDA tensor goes through a host copy.
 
     gloo's send/recv hand the raw data pointer to a host-memory transport (its collectives stage
     CUDA tensors themselves, its point-to-point calls do not), so the copy is made here.
     """
     if tensor.is_cuda and dist.get_backend(group) == "gloo":
         host = tensor.cpu()  # waits for the kernels that produced `tensor` on this thread's stream
-        algorithm(host, group)
+        sum_in_place(host, group)
         return tensor.copy_(host)
-    return algorithm(tensor, group)
+    return sum_in_place(tensor, group)
 
 
 def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ddp.bucketed import BucketedDDP
 from ddp.flat import FlatDDP
 from ddp.naive import NaiveDDP
-from ddp.overlap import OverlapDDP
+from ddp.overlap_per_param import OverlapDDP
 from ddp.torch_ddp import TorchDDP
 
 IMPLEMENTATIONS: dict[str, type] = {

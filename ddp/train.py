@@ -23,7 +23,7 @@ import torch.nn.functional as F
 
 from ddp import nvtx_ranges, registry
 from ddp.base import DataParallelBase, synchronize_device
-from ddp.collectives import ALGORITHMS
+from ddp.collectives import check_collective
 from ddp.data import check_divisible, rank_batch
 from ddp.launcher import DistContext
 from ddp.models import MODEL_NAMES, MODEL_SIZES, build_model
@@ -64,8 +64,7 @@ class RunConfig:
             raise ValueError(f"unknown optimizer {self.optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
         if not self.lr > 0:
             raise ValueError(f"learning rate must be positive, got {self.lr!r}")
-        if self.collective not in ALGORITHMS:
-            raise ValueError(f"unknown collective {self.collective!r}: choose from {', '.join(ALGORITHMS)}")
+        check_collective(self.collective)
         if self.impl == "torch" and self.collective != "torch":
             raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
         if self.backend not in (None, "gloo", "nccl"):

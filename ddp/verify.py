@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (torch.allclose default)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (torch.allclose default)")
     parser.add_argument("--collective", choices=cli.collective_choices(), default="torch",
-                        help="all-reduce algorithm of the wrappers (default torch); with --impl all, "
+                        help="the wrappers' all-reduce collective (default torch); with --impl all, "
                              "the torch implementation is left out of any other, as it only runs its own")
     args = parser.parse_args(argv)
     world = cli.resolve_world_size(args.world_size)

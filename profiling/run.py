@@ -19,7 +19,7 @@ from dataclasses import asdict
 from typing import Sequence
 
 from ddp import nvtx_ranges, registry
-from ddp.collectives import ALGORITHMS
+from ddp.collectives import COLLECTIVES
 from ddp.launcher import DistContext, RankFailedError, in_torchrun, launch
 from ddp.models import MODEL_NAMES
 from ddp.train import OPTIMIZERS, RunConfig, TrainResult, run_metadata, run_training
@@ -66,7 +66,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--bucket-mb", type=float, default=defaults.bucket_mb, help="default: %(default)s")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
     p.add_argument("--lr", type=float, default=defaults.lr)
-    p.add_argument("--collective", choices=list(ALGORITHMS), default=defaults.collective)
+    p.add_argument("--collective", choices=list(COLLECTIVES), default=defaults.collective)
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per rank, else gloo")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")

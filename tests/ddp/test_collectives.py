@@ -1,6 +1,6 @@
 """All-reduce from point-to-point messages (ring, reduce_broadcast) against dist.all_reduce, on gloo/CPU.
 
-One spawned group per world size runs every case (sizes x dtypes x algorithms x blocking/async),
+One spawned group per world size runs every case (sizes x dtypes x collectives x blocking/async),
 because starting ranks (importing torch) costs far more than the cases; rank 0 gathers every
 rank's failures and the test fails with all of them.
 """
@@ -20,7 +20,7 @@ from ddp.launcher import DistContext, launch
 from ddp.ring_allreduce import chunk_bounds
 
 # Through the one entry point every wrapper uses, so the registration is tested too.
-P2P_ALGORITHMS = {name: functools.partial(collectives.all_reduce, algorithm=name)
+P2P_COLLECTIVES = {name: functools.partial(collectives.all_reduce, collective=name)
                   for name in ("ring", "reduce_broadcast")}
 SIZES = (0, 1, 7, 1000, 100_003)
 DTYPES = (torch.float64, torch.int64)
@@ -49,9 +49,9 @@ def _mismatch(got: torch.Tensor, want: torch.Tensor) -> str | None:
 
 
 def _check_sizes_and_dtypes(rank: int, world: int) -> list[str]:
-    """Blocking calls: every algorithm x size x dtype equals dist.all_reduce and works in place."""
+    """Blocking calls: every collective x size x dtype equals dist.all_reduce and works in place."""
     failures = []
-    for name, all_reduce in P2P_ALGORITHMS.items():
+    for name, all_reduce in P2P_COLLECTIVES.items():
         for numel in SIZES:
             for dtype in DTYPES:
                 x = _rank_input(rank, numel, dtype)
@@ -69,7 +69,7 @@ def _check_sizes_and_dtypes(rank: int, world: int) -> list[str]:
 def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
     """Async handles interleaved with blocking calls, multi-dimensional and non-contiguous tensors."""
     failures = []
-    for name, all_reduce in P2P_ALGORITHMS.items():
+    for name, all_reduce in P2P_COLLECTIVES.items():
         inputs = [_rank_input(rank, n, torch.int64) for n in (5, 0, 1001, 64)]
         inputs[3] = inputs[3].view(8, 8).t()  # non-contiguous: the result must land in the original
         inputs[2] = torch.nn.Parameter(inputs[2].double(), requires_grad=True)  # in place despite autograd
@@ -93,7 +93,7 @@ def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
 
 
 def _check_phase_ranges(rank: int, world: int) -> list[str]:
-    """Each algorithm opens its NVTX phase ranges, in order, on the p2p worker thread."""
+    """Each collective opens its NVTX phase ranges, in order, on the p2p worker thread."""
     seen: list[tuple[str, str]] = []
 
     def recording_range(name: str):
@@ -105,7 +105,7 @@ def _check_phase_ranges(rank: int, world: int) -> list[str]:
     try:
         for m in modules:
             m.nvtx_range = recording_range
-        for all_reduce in P2P_ALGORITHMS.values():
+        for all_reduce in P2P_COLLECTIVES.values():
             all_reduce(torch.ones(10))
     finally:
         for m, original in zip(modules, originals):
@@ -123,7 +123,7 @@ def _check_subgroups(rank: int, world: int) -> list[str]:
     groups = {parity: dist.new_group([r for r in range(world) if r % 2 == parity]) for parity in (0, 1)}
     group = groups[rank % 2]
     failures = []
-    for name, all_reduce in P2P_ALGORITHMS.items():
+    for name, all_reduce in P2P_COLLECTIVES.items():
         x = _rank_input(rank, 1001, torch.int64)
         want = x.clone()
         dist.all_reduce(want, group=group)

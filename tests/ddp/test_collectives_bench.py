@@ -11,7 +11,8 @@ import torch
 import torch.distributed as dist
 
 from ddp import collectives
-from ddp.collectives_bench import BenchConfig, bus_bandwidth, check_result, format_size, main, parse_size
+from ddp.collectives_bench import (BenchConfig, build_parser, bus_bandwidth, check_result, format_size, main,
+                                   parse_size)
 from ddp.launcher import free_port
 
 
@@ -35,7 +36,7 @@ def test_bus_bandwidth_is_the_nccl_tests_factor() -> None:
 
 
 @pytest.mark.parametrize("kwargs, bad", [({"world_size": 0}, "0"), ({"sizes": (6,)}, "6"),
-                                         ({"algorithms": ("tree",)}, "'tree'"), ({"dtype": "int8"}, "'int8'"),
+                                         ({"collectives": ("tree",)}, "'tree'"), ({"dtype": "int8"}, "'int8'"),
                                          ({"seconds_per_case": 0.0}, "0.0"), ({"max_iters": 0}, "0")])
 def test_config_names_the_bad_value(kwargs: dict, bad: str) -> None:
     with pytest.raises(ValueError, match=bad):
@@ -53,7 +54,7 @@ def single_rank_group():
 def test_check_result_catches_a_wrong_sum(single_rank_group, monkeypatch) -> None:
     cpu = torch.device("cpu")
     assert check_result("ring", 1000, torch.float32, cpu)
-    monkeypatch.setitem(collectives.ALGORITHMS, "off_by_one", lambda t, group=None, async_op=False: t.add_(1))
+    monkeypatch.setitem(collectives.COLLECTIVES, "off_by_one", lambda t, group=None, async_op=False: t.add_(1))
     assert not check_result("off_by_one", 1000, torch.float32, cpu)
 
 
@@ -62,12 +63,12 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
                           timeout=180)
 
 
-def test_cli_reports_every_algorithm_and_size_with_consistent_bandwidths() -> None:
+def test_cli_reports_every_collective_and_size_with_consistent_bandwidths() -> None:
     done = _bench("--world-size", "3", "--sizes", "1K", "12K", "--seconds-per-case", "0.02", "--max-iters", "3",
                   "--format", "json")
     assert done.returncode == 0, done.stderr
     records = json.loads(done.stdout)
-    assert [(r["algorithm"], r["size"]) for r in records] == [
+    assert [(r["collective"], r["size"]) for r in records] == [
         (a, s) for s in ("1K", "12K") for a in ("torch", "ring", "reduce_broadcast")]
     for r in records:
         assert r["check"] == "ok" and r["ranks"] == 3 and r["count"] == r["bytes"] // 4
@@ -77,7 +78,7 @@ def test_cli_reports_every_algorithm_and_size_with_consistent_bandwidths() -> No
     assert "[collectives_bench]" in done.stderr  # progress goes to stderr, not into the JSON
 
 
-@pytest.mark.parametrize("args", [["--sizes", "6"], ["--world-size", "0"], ["--algorithms", "tree"],
+@pytest.mark.parametrize("args", [["--sizes", "6"], ["--world-size", "0"], ["--collectives", "tree"],
                                   ["--sizes", "1Q"], ["--seconds-per-case", "-1"]])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
@@ -85,6 +86,10 @@ def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys) -> None:
     assert exit_info.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.strip().splitlines()) == 1, err
+
+
+def test_old_flag_name_algorithms_still_selects_collectives() -> None:
+    assert build_parser().parse_args(["--algorithms", "ring", "torch"]).collectives == ["ring", "torch"]
 
 
 def test_cli_bad_input_has_no_traceback() -> None:

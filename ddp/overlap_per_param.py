@@ -1,10 +1,12 @@
-"""OverlapDDP: each parameter's all-reduce issued asynchronously from its gradient hook, during backward."""
+"""OverlapDDP (registry name `overlap`): each parameter's all-reduce issued asynchronously from
+its gradient hook, during backward."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ddp.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, carrier_last_order, nbytes
+from ddp.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce
+from ddp.grad_flags import FlagCarrier
 
 
 class OverlapDDP(DataParallelBase):
@@ -13,29 +15,23 @@ class OverlapDDP(DataParallelBase):
     Collectives pair up across ranks by issue order, so they go out in one fixed order (reverse
     registration, roughly the order backward produces gradients): a gradient that is ready before
     its predecessors waits for them. The smallest parameter goes last, issued at
-    `finish_gradient_synchronization()` with the step's "had a gradient" flags appended (in a
-    buffer kept from step to step).
+    `finish_gradient_synchronization()` with the step's "had a gradient" flags appended
+    (ddp.grad_flags.FlagCarrier).
     """
 
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__(module, collective)
-        self.order = order = carrier_last_order(self.params)
-        self._ready = [False] * len(order)
+        self.carrier = FlagCarrier(self.params)
+        self.order = self.carrier.order
+        self._ready = [False] * len(self.order)
         self._pending: list[PendingAllReduce] = []
         self._next = 0  # position in `order` of the next collective to issue
-        for pos, i in enumerate(order):
+        for pos, i in enumerate(self.order):
             self.params[i].register_post_accumulate_grad_hook(
                 lambda _p, pos=pos: self._on_gradient_ready(pos))
-        if order:
-            carrier = self.params[order[-1]]
-            self._packed = torch.empty(carrier.numel() + len(self.params), dtype=carrier.dtype,
-                                       device=carrier.device)
-            self._flags = self._packed[carrier.numel():]
 
     def comm_layout(self) -> list[dict]:
-        return [{"name": self.param_names[i], "params": [self.param_names[i]],
-                 "bytes": nbytes(self.params[i]) + (nbytes(self._flags) if i == self.order[-1] else 0)}
-                for i in self.order]
+        return self.carrier.layout(self.param_names)
 
     def _on_gradient_ready(self, pos: int) -> None:
         if self._ready[pos]:
@@ -46,28 +42,25 @@ class OverlapDDP(DataParallelBase):
 
     def _issue(self, pos: int) -> None:
         i = self.order[pos]
-        grad = self._grad_or_zeros(self.params[i])
-        self._pending.append(self._async_all_reduce(grad, self.param_names[i]))
+        grad = self.carrier.flags.grad_or_zeros(i)
+        self._pending.append(self.async_all_reduce(grad, self.param_names[i]))
         self._next = pos + 1
 
     @torch.no_grad()
     def _synchronize(self) -> None:
         if not self.order:
             return
-        had_local = [p.grad is not None for p in self.params]
-        self._write_flags(self._flags, had_local)
+        flags = self.carrier.flags
+        flags.note_present()  # before _issue gives a missing gradient zeros
+        flags.write()
         while self._next < len(self.order) - 1:  # parameters whose hook never fired this step
             self._issue(self._next)
-        carrier = self.order[-1]
-        grad = self._grad_or_zeros(self.params[carrier])
-        n = grad.numel()
-        self._packed[:n].copy_(grad.reshape(-1))
-        packed = self._async_all_reduce(self._packed, self.param_names[carrier])
+        packed = self.async_all_reduce(self.carrier.pack(), self.param_names[self.carrier.index])
         for pending in self._pending:
             pending.wait().div_(self.world_size)
         packed.wait()
-        grad.copy_(self._packed[:n].view_as(grad)).div_(self.world_size)
-        self._drop_unused(self.params, had_local, self._flags)
+        self.carrier.unpack().div_(self.world_size)
+        flags.drop_unused()
         for pos in range(len(self._ready)):
             self._ready[pos] = False
         self._pending.clear()

@@ -1,0 +1,83 @@
+"""The "had a gradient" protocol (ddp.grad_flags) on its own, in one process: flags written,
+parameters dropped only when no rank had a gradient, and nothing read back when none is missing."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ddp.grad_flags import FlagCarrier, GradFlags, carrier_last_order
+
+
+def _params(*sizes: int) -> list[nn.Parameter]:
+    return [nn.Parameter(torch.ones(n)) for n in sizes]
+
+
+def test_appended_flags_are_a_view_after_the_gradients() -> None:
+    params = _params(3, 2)
+    buffer, flags = GradFlags.appended(5, params, like=params[0])
+    assert buffer.shape == (7,) and flags.flags.data_ptr() == buffer[5:].data_ptr()
+
+
+def test_write_sets_one_per_present_gradient_and_zero_per_missing() -> None:
+    params = _params(3, 2, 4)
+    params[0].grad, params[2].grad = torch.ones(3), torch.ones(4)
+    _, flags = GradFlags.appended(0, params, like=params[0])
+    flags.note_present()
+    flags.write()
+    assert flags.flags.tolist() == [1.0, 0.0, 1.0]
+    assert flags.grad_or_zeros(1).tolist() == [0.0, 0.0] and flags.had == [True, False, True]
+
+
+def test_drop_unused_resets_only_parameters_no_rank_had() -> None:
+    params = _params(2, 2, 2)
+    _, flags = GradFlags.appended(0, params, like=params[0])
+    flags.mark(0)
+    for k in range(3):
+        flags.grad_or_zeros(k)
+    flags.flags.copy_(torch.tensor([2.0, 1.0, 0.0]))  # summed over ranks: another rank had parameter 1
+    flags.drop_unused()
+    assert [p.grad is None for p in params] == [False, False, True]
+
+
+def test_nothing_is_read_back_when_every_gradient_is_present() -> None:
+    params = _params(2, 2)
+    _, flags = GradFlags.appended(0, params, like=params[0])
+    for k in range(2):
+        flags.mark(k)
+        flags.grad_or_zeros(k)
+    flags.flags.zero_()  # would drop both if it were read
+    flags.drop_unused()
+    assert all(p.grad is not None for p in params)
+    flags.clear()
+    assert flags.had == [False, False]
+
+
+def test_flag_count_must_match_parameters() -> None:
+    with pytest.raises(ValueError, match="2 flags for 3 parameters"):
+        GradFlags(_params(1, 1, 1), torch.zeros(2))
+
+
+def test_carrier_is_the_smallest_parameter_and_goes_last() -> None:
+    params = _params(5, 1, 3, 4)
+    assert carrier_last_order(params) == [3, 2, 0, 1]
+    carrier = FlagCarrier(params)
+    assert carrier.index == 1 and carrier.buffer.numel() == 1 + 4
+    layout = carrier.layout(["a", "b", "c", "d"])
+    assert [e["name"] for e in layout] == ["d", "c", "a", "b"]
+    assert [e["bytes"] for e in layout] == [16, 12, 20, 20]  # the carrier: its 1 element + 4 flags
+
+
+def test_carrier_packs_its_gradient_and_unpacks_the_sum() -> None:
+    params = _params(3, 2)
+    carrier = FlagCarrier(params)
+    params[1].grad = torch.tensor([1.0, 2.0])
+    packed = carrier.pack()
+    assert packed[:2].tolist() == [1.0, 2.0]
+    packed[:2] *= 3  # as if summed over three ranks
+    assert carrier.unpack() is params[1].grad and params[1].grad.tolist() == [3.0, 6.0]
+
+
+def test_carrier_of_no_parameters_is_empty() -> None:
+    carrier = FlagCarrier([])
+    assert carrier.index is None and carrier.layout([]) == []

@@ -4,7 +4,8 @@ A *collective* here is a way to all-reduce, chosen by name ("torch", "ring", "re
 the wrappers' `collective=` argument and the CLIs' `--collective`.
 `all_reduce(tensor, collective, group, async_op)` sums `tensor` in place over the group. Blocking
 calls return the tensor; `async_op=True` returns a handle with `.wait()` and `.get_future()`.
-"ring" and "reduce_broadcast" are built from point-to-point messages in their own modules.
+"ring" and "reduce_broadcast" are built from point-to-point messages in their own modules and run
+on one worker thread per process (ddp.p2p_work).
 """
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Callable, Protocol
 import torch
 import torch.distributed as dist
 
-from ddp import reduce_broadcast, ring_allreduce
+from ddp.p2p_work import p2p_all_reduce
+from ddp.reduce_broadcast import reduce_broadcast_all_reduce
+from ddp.ring_allreduce import ring_all_reduce
 
 
 class Handle(Protocol):
@@ -26,8 +29,8 @@ def _torch_all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
 
 
 AllReduce = Callable[..., "torch.Tensor | Handle"]
-COLLECTIVES: dict[str, AllReduce] = {"torch": _torch_all_reduce, "ring": ring_allreduce.all_reduce,
-                                      "reduce_broadcast": reduce_broadcast.all_reduce}
+COLLECTIVES: dict[str, AllReduce] = {"torch": _torch_all_reduce, "ring": p2p_all_reduce(ring_all_reduce),
+                                      "reduce_broadcast": p2p_all_reduce(reduce_broadcast_all_reduce)}
 
 
 def check_collective(collective: str) -> str:

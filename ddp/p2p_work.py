@@ -9,9 +9,10 @@ respect to async ones already in flight.
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
-from typing import Callable
+from collections.abc import Callable, Iterator
 
 import torch
 import torch.distributed as dist
@@ -102,3 +103,25 @@ def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False):
     if async_op:
         return work
     return work.result()
+
+
+def p2p_all_reduce(sum_in_place: Callable[..., torch.Tensor]) -> Callable[..., object]:
+    """The `ddp.collectives` entry for `sum_in_place(tensor, group)`, an all-reduce written in Python:
+    it runs on the process's worker thread, in issue order, staged for the backend.
+
+    The entry returns the tensor, or with async_op=True a P2PWork handle (`wait()`, `get_future()`).
+    """
+    def all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
+        return run_in_order(lambda: staged_for_backend(sum_in_place, tensor, group), async_op=async_op)
+    return all_reduce
+
+
+@contextlib.contextmanager
+def contiguous_flat(tensor: torch.Tensor) -> Iterator[torch.Tensor]:
+    """A 1-D view of `tensor` to sum into in place; for a non-contiguous tensor a contiguous copy,
+    written back into `tensor` on exit."""
+    in_place = tensor.is_contiguous()
+    flat = tensor.view(-1) if in_place else tensor.contiguous().view(-1)
+    yield flat
+    if not in_place:
+        tensor.copy_(flat.view_as(tensor))

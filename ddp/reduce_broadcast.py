@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ddp.nvtx_ranges import range as nvtx_range
-from ddp.p2p_work import run_in_order, staged_for_backend
+from ddp.p2p_work import contiguous_flat
 
 
 def _lowest_set_bit(vrank: int, world: int) -> int:
@@ -56,26 +56,15 @@ def reduce_broadcast_all_reduce(tensor: torch.Tensor, group=None, root: int = 0)
         raise ValueError(f"root must be a rank in [0, {world}), got {root}")
     if world == 1 or tensor.numel() == 0:
         return tensor
-    in_place = tensor.is_contiguous()
-    flat = tensor.view(-1) if in_place else tensor.contiguous().view(-1)
     ranks_group = group if group is not None else dist.group.WORLD
     vrank = (dist.get_rank(group) - root) % world
 
     def global_rank(v: int) -> int:
         return dist.get_global_rank(ranks_group, (v + root) % world)
 
-    with nvtx_range("reduce_broadcast:reduce"):
-        reduce_to_root(flat, vrank, world, global_rank)
-    with nvtx_range("reduce_broadcast:broadcast"):
-        broadcast_from_root(flat, vrank, world, global_rank)
-    if not in_place:
-        tensor.copy_(flat.view_as(tensor))
+    with contiguous_flat(tensor) as flat:
+        with nvtx_range("reduce_broadcast:reduce"):
+            reduce_to_root(flat, vrank, world, global_rank)
+        with nvtx_range("reduce_broadcast:broadcast"):
+            broadcast_from_root(flat, vrank, world, global_rank)
     return tensor
-
-
-def all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
-    """`ddp.collectives` entry for "reduce_broadcast": runs on the process's p2p worker thread, in issue order.
-
-    Returns the tensor, or with async_op=True a P2PWork handle (`wait()`, `get_future()`).
-    """
-    return run_in_order(lambda: staged_for_backend(reduce_broadcast_all_reduce, tensor, group), async_op=async_op)

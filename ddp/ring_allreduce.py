@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ddp.nvtx_ranges import range as nvtx_range
-from ddp.p2p_work import run_in_order, staged_for_backend
+from ddp.p2p_work import contiguous_flat
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -45,36 +45,23 @@ def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
     world = dist.get_world_size(group)
     if world == 1 or tensor.numel() == 0:
         return tensor
-    in_place = tensor.is_contiguous()
-    flat = tensor.view(-1) if in_place else tensor.contiguous().view(-1)
     rank = dist.get_rank(group)
     ranks_group = group if group is not None else dist.group.WORLD
     right = dist.get_global_rank(ranks_group, (rank + 1) % world)
     left = dist.get_global_rank(ranks_group, (rank - 1) % world)
-    chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world)]
+    with contiguous_flat(tensor) as flat:
+        chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world)]
+        with nvtx_range("ring:reduce_scatter"):
+            incoming = torch.empty_like(chunks[0])  # chunk 0 is the largest
+            for step in range(world - 1):
+                send_idx, recv_idx = (rank - step) % world, (rank - step - 1) % world
+                buf = incoming[: chunks[recv_idx].numel()]
+                _exchange(chunks[send_idx], right, buf, left, group)
+                chunks[recv_idx].add_(buf)
 
-    with nvtx_range("ring:reduce_scatter"):
-        incoming = torch.empty_like(chunks[0])  # chunk 0 is the largest
-        for step in range(world - 1):
-            send_idx, recv_idx = (rank - step) % world, (rank - step - 1) % world
-            buf = incoming[: chunks[recv_idx].numel()]
-            _exchange(chunks[send_idx], right, buf, left, group)
-            chunks[recv_idx].add_(buf)
-
-    with nvtx_range("ring:all_gather"):
-        for step in range(world - 1):
-            send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
-            # Receive straight into place: the chunk being overwritten is not the one being sent.
-            _exchange(chunks[send_idx], right, chunks[recv_idx], left, group)
-
-    if not in_place:
-        tensor.copy_(flat.view_as(tensor))
+        with nvtx_range("ring:all_gather"):
+            for step in range(world - 1):
+                send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
+                # Receive straight into place: the chunk being overwritten is not the one being sent.
+                _exchange(chunks[send_idx], right, chunks[recv_idx], left, group)
     return tensor
-
-
-def all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
-    """`ddp.collectives` entry for "ring": runs on the process's p2p worker thread, in issue order.
-
-    Returns the tensor, or with async_op=True a P2PWork handle (`wait()`, `get_future()`).
-    """
-    return run_in_order(lambda: staged_for_backend(ring_all_reduce, tensor, group), async_op=async_op)

@@ -7,6 +7,8 @@ Parameters that got no gradient follow the "had a gradient" protocol of ddp.grad
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 import torch.distributed as dist
 from torch import nn
@@ -14,7 +16,6 @@ from torch import nn
 from ddp import nvtx_ranges
 from ddp.collectives import all_reduce, check_collective
 from ddp.comm_timing import CommStats, CommTimer
-
 
 # Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
 # into a tensor that is already on the wire.
@@ -53,9 +54,9 @@ class PendingAllReduce:
     """An async all-reduce in flight: issued inside a `comm:all_reduce:<tag>` start/end range whose
     payload is its byte count, timed by the owner's CommTimer (see ddp.comm_timing)."""
 
-    __slots__ = ("timer", "tensor", "slot", "work")
+    __slots__ = ("slot", "tensor", "timer", "work")
 
-    def __init__(self, owner: "DataParallelBase", tensor: torch.Tensor, name: str):
+    def __init__(self, owner: DataParallelBase, tensor: torch.Tensor, name: str):
         self.timer, self.tensor = owner.comm, tensor
         size = nbytes(tensor)
         self.slot = self.timer.begin(size)
@@ -143,7 +144,7 @@ class DataParallelBase(nn.Module):
         return name
 
 
-def check_same_dtype_and_device(params: list[torch.Tensor], who: str) -> None:
+def check_same_dtype_and_device(params: Sequence[torch.Tensor], who: str) -> None:
     """Flat buffers hold one dtype on one device; say so clearly when parameters disagree."""
     kinds = {(p.dtype, p.device) for p in params}
     if len(kinds) > 1:

@@ -9,7 +9,8 @@ on one worker thread per process (ddp.p2p_work).
 """
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import torch
 import torch.distributed as dist

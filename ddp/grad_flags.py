@@ -12,13 +12,15 @@ gradient is missing), and read back to the host only when some parameter had no 
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
 class GradFlags:
     """One flag per parameter, stored in `flags` (a view into the buffer of the collective carrying it)."""
 
-    def __init__(self, params: list[torch.Tensor], flags: torch.Tensor):
+    def __init__(self, params: Sequence[torch.Tensor], flags: torch.Tensor):
         if flags.numel() != len(params):
             raise ValueError(f"GradFlags needs one flag per parameter: {flags.numel()} flags "
                              f"for {len(params)} parameters")
@@ -26,7 +28,7 @@ class GradFlags:
         self.had = [False] * len(params)  # per parameter: a local gradient this step
 
     @classmethod
-    def appended(cls, numel: int, params: list[torch.Tensor],
+    def appended(cls, numel: int, params: Sequence[torch.Tensor],
                  like: torch.Tensor) -> tuple[torch.Tensor, GradFlags]:
         """A zeroed buffer of `numel` elements followed by the flags of `params` (dtype and device
         of `like`), and those flags."""
@@ -71,7 +73,7 @@ class GradFlags:
             self.had[k] = False
 
 
-def carrier_last_order(params: list[torch.Tensor]) -> list[int]:
+def carrier_last_order(params: Sequence[torch.Tensor]) -> list[int]:
     """Per-parameter issue order: reverse registration, with the smallest parameter moved last."""
     order = list(range(len(params)))[::-1]
     if order:
@@ -86,14 +88,15 @@ class FlagCarrier:
     parameter's, carries every parameter's flags appended to its gradient, in a buffer kept from
     step to step: the count of collectives stays one per parameter."""
 
-    def __init__(self, params: list[torch.Tensor]):
+    def __init__(self, params: Sequence[torch.Tensor]):
+        if not params:
+            raise ValueError("FlagCarrier needs at least one parameter")
         self.params = params
         self.order = carrier_last_order(params)
-        self.index = self.order[-1] if self.order else None
-        if self.index is not None:
-            like = params[self.index]
-            self.numel = like.numel()
-            self.buffer, self.flags = GradFlags.appended(self.numel, params, like)
+        self.index = self.order[-1]
+        like = params[self.index]
+        self.numel = like.numel()
+        self.buffer, self.flags = GradFlags.appended(self.numel, params, like)
 
     def pack(self) -> torch.Tensor:
         """The carrier's gradient (zeros if it has none) copied in front of the flags: the buffer to sum."""
@@ -103,7 +106,7 @@ class FlagCarrier:
 
     def unpack(self) -> torch.Tensor:
         """After the sum: the carrier's summed gradient copied back into its .grad, which is returned."""
-        grad = self.params[self.index].grad
+        grad = self.flags.grad_or_zeros(self.index)  # the one `pack` sent
         return grad.copy_(self.buffer[:self.numel].view_as(grad))
 
     def layout(self, names: list[str]) -> list[dict]:

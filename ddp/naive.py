@@ -17,15 +17,15 @@ class NaiveDDP(DataParallelBase):
 
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__(module, collective)
-        self.carrier = FlagCarrier(self.params)
+        self.carrier = FlagCarrier(self.params) if self.params else None
 
     def comm_layout(self) -> list[dict]:
-        return self.carrier.layout(self.param_names)
+        return self.carrier.layout(self.param_names) if self.carrier else []
 
     @torch.no_grad()
     def _synchronize(self) -> None:
         carrier = self.carrier
-        if carrier.index is None:
+        if carrier is None:  # no trainable parameter
             return
         flags = carrier.flags
         flags.note_present()

@@ -21,8 +21,8 @@ class OverlapDDP(DataParallelBase):
 
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__(module, collective)
-        self.carrier = FlagCarrier(self.params)
-        self.order = self.carrier.order
+        self.carrier = FlagCarrier(self.params) if self.params else None
+        self.order = self.carrier.order if self.carrier else []
         self._ready = [False] * len(self.order)
         self._pending: list[PendingAllReduce] = []
         self._next = 0  # position in `order` of the next collective to issue
@@ -31,7 +31,7 @@ class OverlapDDP(DataParallelBase):
                 lambda _p, pos=pos: self._on_gradient_ready(pos))
 
     def comm_layout(self) -> list[dict]:
-        return self.carrier.layout(self.param_names)
+        return self.carrier.layout(self.param_names) if self.carrier else []
 
     def _on_gradient_ready(self, pos: int) -> None:
         if self._ready[pos]:
@@ -42,24 +42,25 @@ class OverlapDDP(DataParallelBase):
 
     def _issue(self, pos: int) -> None:
         i = self.order[pos]
-        grad = self.carrier.flags.grad_or_zeros(i)
+        grad = self.carrier.flags.grad_or_zeros(i)  # type: ignore[union-attr]  # a hook implies a carrier
         self._pending.append(self.async_all_reduce(grad, self.param_names[i]))
         self._next = pos + 1
 
     @torch.no_grad()
     def _synchronize(self) -> None:
-        if not self.order:
+        carrier = self.carrier
+        if carrier is None:  # no trainable parameter
             return
-        flags = self.carrier.flags
+        flags = carrier.flags
         flags.note_present()  # before _issue gives a missing gradient zeros
         flags.write()
         while self._next < len(self.order) - 1:  # parameters whose hook never fired this step
             self._issue(self._next)
-        packed = self.async_all_reduce(self.carrier.pack(), self.param_names[self.carrier.index])
+        packed = self.async_all_reduce(carrier.pack(), self.param_names[carrier.index])
         for pending in self._pending:
             pending.wait().div_(self.world_size)
         packed.wait()
-        self.carrier.unpack().div_(self.world_size)
+        carrier.unpack().div_(self.world_size)
         flags.drop_unused()
         for pos in range(len(self._ready)):
             self._ready[pos] = False

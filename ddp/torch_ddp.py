@@ -69,7 +69,7 @@ class TorchDDP(DataParallelBase):
         self._layout_next[bucket.index()] = {"name": f"bucket{bucket.index()}", "bytes": size,
                                         "params": [self._name_by_ptr[p.data_ptr()] for p in bucket.parameters()]}
 
-    def _range_name(self, index: int) -> str:  # type: ignore[override]
+    def _bucket_range_name(self, index: int) -> str:
         name = self._bucket_names.get(index)
         if name is None:
             name = self._bucket_names[index] = f"comm:all_reduce:bucket{index}"
@@ -105,7 +105,7 @@ def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.
     if last:  # backward has no gradient left to compute: DDP waits from here
         state.comm.backward_ended()
     slot = state.comm.begin(size)
-    range_id = nvtx_ranges.start(state._range_name(bucket.index()), payload=size)
+    range_id = nvtx_ranges.start(state._bucket_range_name(bucket.index()), payload=size)
     ranges = (range_id, nvtx_ranges.start("grad_sync")) if last else (range_id,)
     work = dist.all_reduce(buffer, group=state.group, async_op=True)
     record_completion = state.comm.on_completion(slot, *ranges)

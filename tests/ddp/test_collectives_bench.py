@@ -11,8 +11,7 @@ import torch
 import torch.distributed as dist
 
 from ddp import collectives
-from ddp.collectives_bench import (BenchConfig, build_parser, bus_bandwidth, check_result, format_size, main,
-                                   parse_size)
+from ddp.collectives_bench import BenchConfig, build_parser, bus_bandwidth, check_result, format_size, main, parse_size
 from ddp.launcher import free_port
 
 

@@ -78,6 +78,6 @@ def test_carrier_packs_its_gradient_and_unpacks_the_sum() -> None:
     assert carrier.unpack() is params[1].grad and params[1].grad.tolist() == [3.0, 6.0]
 
 
-def test_carrier_of_no_parameters_is_empty() -> None:
-    carrier = FlagCarrier([])
-    assert carrier.index is None and carrier.layout([]) == []
+def test_carrier_needs_a_parameter() -> None:
+    with pytest.raises(ValueError, match="at least one parameter"):
+        FlagCarrier([])

@@ -31,8 +31,7 @@ class FlatDDP(DataParallelBase):
     def _synchronize(self) -> None:
         if not self.params:
             return
-        self.flags.note_present()
-        self.flags.write()
+        self.flags.write_present()
         torch.cat([self.flags.grad_or_zeros(k).reshape(-1) for k in range(len(self.params))], out=self._grads)
         self.blocking_all_reduce(self._flat, "flat")
         for p, chunk in zip(self.params, self._chunks, strict=True):

@@ -40,6 +40,11 @@ class GradFlags:
         for k, p in enumerate(self.params):
             self.had[k] = p.grad is not None
 
+    def write_present(self) -> None:
+        """Flag the parameters that hold a gradient now: `note_present()` then `write()`."""
+        self.note_present()
+        self.write()
+
     def mark(self, k: int) -> None:
         """Parameter `k` has a local gradient this step."""
         self.had[k] = True

@@ -28,8 +28,7 @@ class NaiveDDP(DataParallelBase):
         if carrier is None:  # no trainable parameter
             return
         flags = carrier.flags
-        flags.note_present()
-        flags.write()
+        flags.write_present()
         for i in carrier.order[:-1]:
             self.blocking_all_reduce(flags.grad_or_zeros(i), self.param_names[i])
         self.blocking_all_reduce(carrier.pack(), self.param_names[carrier.index])

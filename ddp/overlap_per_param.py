@@ -52,8 +52,7 @@ class OverlapDDP(DataParallelBase):
         if carrier is None:  # no trainable parameter
             return
         flags = carrier.flags
-        flags.note_present()  # before _issue gives a missing gradient zeros
-        flags.write()
+        flags.write_present()  # before _issue gives a missing gradient zeros
         while self._next < len(self.order) - 1:  # parameters whose hook never fired this step
             self._issue(self._next)
         packed = self.async_all_reduce(carrier.pack(), self.param_names[carrier.index])

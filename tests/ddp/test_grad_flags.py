@@ -23,8 +23,7 @@ def test_write_sets_one_per_present_gradient_and_zero_per_missing() -> None:
     params = _params(3, 2, 4)
     params[0].grad, params[2].grad = torch.ones(3), torch.ones(4)
     _, flags = GradFlags.appended(0, params, like=params[0])
-    flags.note_present()
-    flags.write()
+    flags.write_present()
     assert flags.flags.tolist() == [1.0, 0.0, 1.0]
     assert flags.grad_or_zeros(1).tolist() == [0.0, 0.0] and flags.had == [True, False, True]
 

@@ -1,5 +1,6 @@
 """The "had a gradient" protocol (ddp.grad_flags) on its own, in one process: flags written,
-parameters dropped only when no rank had a gradient, and nothing read back when none is missing."""
+parameters dropped only when no rank had a gradient, and (in steady-state steps of every wrapper)
+nothing read back to the host and every gradient left where it is."""
 from __future__ import annotations
 
 import pytest
@@ -39,13 +40,13 @@ def test_drop_unused_resets_only_parameters_no_rank_had() -> None:
     assert [p.grad is None for p in params] == [False, False, True]
 
 
-def test_nothing_is_read_back_when_every_gradient_is_present() -> None:
+def test_a_parameter_with_a_local_gradient_is_never_dropped() -> None:
     params = _params(2, 2)
     _, flags = GradFlags.appended(0, params, like=params[0])
     for k in range(2):
         flags.mark(k)
         flags.grad_or_zeros(k)
-    flags.flags.zero_()  # would drop both if it were read
+    flags.flags.zero_()  # a count of 0 drops only parameters without a local gradient
     flags.drop_unused()
     assert all(p.grad is not None for p in params)
     flags.clear()
@@ -80,3 +81,34 @@ def test_carrier_packs_its_gradient_and_unpacks_the_sum() -> None:
 def test_carrier_needs_a_parameter() -> None:
     with pytest.raises(ValueError, match="at least one parameter"):
         FlagCarrier([])
+
+
+@pytest.mark.parametrize("impl", ["naive", "flat", "overlap", "overlap_bucket"])
+def test_steady_state_steps_read_no_flags_and_keep_gradients_in_place(one_rank_group, monkeypatch, impl) -> None:
+    """Every parameter has a gradient: after the first step no flag is read back to the host (no
+    `tolist`), and each gradient stays the same tensor (for overlap_bucket: its bucket's view)."""
+    from ddp import registry
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+    wrapper = registry.wrap(impl, model, bucket_size_mb=None)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(4, 8)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=False)
+        wrapper(x).sum().backward()
+        wrapper.finish_gradient_synchronization()
+        opt.step()
+
+    step()  # the first step (overlap_bucket: rebuilds its buckets from the arrival order, once)
+    grads = [p.grad for p in model.parameters()]
+    reads: list[torch.Tensor] = []
+    real_tolist = torch.Tensor.tolist
+    monkeypatch.setattr(torch.Tensor, "tolist", lambda self: reads.append(self) or real_tolist(self))
+    for _ in range(3):
+        step()
+    assert reads == []
+    assert all(p.grad is g for p, g in zip(model.parameters(), grads, strict=True))
+    for bucket in getattr(wrapper, "buckets", []):
+        assert all(p.grad is view for p, view in zip(bucket.params, bucket.views, strict=True))

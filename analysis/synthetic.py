@@ -160,8 +160,11 @@ class NsysWriter:
                  globalTid=global_tid(pid, tids), correlationId=corr[has], nameId=self.string_id(api), returnValue=0)
 
     def nvtx(self, pid: int, tid, start, end, text, kind: int = PUSH_POP, end_tid=None, registered: bool = False,
-             domain_id: int = 0) -> None:
-        """NVTX ranges/marks; registered=True stores text in StringIds (textId) like nsys 2022.4 does."""
+             domain_id: int = 0, payload=None, payload_column: str = "int64Value") -> None:
+        """NVTX ranges/marks; registered=True stores text in StringIds (textId) like nsys 2022.4 does.
+
+        payload (scalar or array, None: no payload) goes into `payload_column` (int64Value or uint64Value),
+        the value column nsys fills for an integer NVTX payload."""
         texts = np.broadcast_to(np.asarray(text, dtype=object), np.shape(start) or (1,))
         if registered:
             uniq, inverse = np.unique(texts, return_inverse=True)
@@ -170,6 +173,8 @@ class NsysWriter:
         else:
             text_cols = {"text": texts}
         end_gtid = None if end_tid is None else global_tid(pid, end_tid)
+        if payload is not None:
+            text_cols[payload_column] = np.asarray(payload, dtype=np.int64)
         self.add("NVTX_EVENTS", start=start, end=None if kind == MARK else end, eventType=kind,
                  globalTid=global_tid(pid, tid), endGlobalTid=end_gtid, domainId=domain_id, **text_cols)
 

@@ -2,7 +2,7 @@
 
 Per rank (one process, one GPU) and step: forward kernels, backward kernels launched from an
 autograd thread with NCCL all-reduce kernels on a second stream overlapping them (each inside an
-async `comm:all_reduce:bucketN` start/end range opened on the autograd thread and closed on the main
+async `comm:all_reduce:bucketN` start/end range, payload = the bucket's bytes, opened on the autograd thread and closed on the main
 thread), a `grad_sync` wait, optimizer kernels; NVTX `step N`/`forward`/`backward`/`grad_sync`/
 `optimizer` push/pop ranges inside a `profile` range, and a `ddp.meta` mark. Every kernel has its
 `cudaLaunchKernel` runtime row. Used by the tests (against an independent computation) and by the
@@ -51,6 +51,11 @@ class DdpShape:
         return self.n_kernels // self.n_ranks // self.steps
 
 
+def bucket_bytes(n: int) -> np.ndarray:
+    """Byte count of buckets 0..n-1 (the comm ranges' payloads): 1 MiB, 2 MiB, 3 MiB, ..."""
+    return (np.arange(n, dtype=np.int64) + 1) << 20
+
+
 def _sequential(rng, t0: int, n: int, lo_us: float, hi_us: float) -> tuple[np.ndarray, np.ndarray]:
     """n back-to-back kernels on one stream from t0 with 1-3 us gaps."""
     dur = rng.integers(int(lo_us * US), int(hi_us * US), n)
@@ -90,7 +95,7 @@ def _write_step(w: NsysWriter, rng, pid: int, rank: int, step: int, t0: int, sha
            np.array([r[0] for r in ranges], dtype=object))
     w.nvtx(pid, autograd, c_l - 200, c_e - LAUNCH_LEAD + 1_000,
            np.array([f"comm:all_reduce:bucket{i}" for i in range(comm_n)], dtype=object),
-           kind=START_END, end_tid=main)
+           kind=START_END, end_tid=main, payload=bucket_bytes(comm_n))
     return int(o_e[-1]) + 50 * US
 
 

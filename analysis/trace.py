@@ -15,7 +15,8 @@ clock using TARGET_INFO_SESSION_START_TIME):
 `nvtx`     one row per NVTX range or mark (push/pop, start/end, mark), sorted by (part, pid, start):
     part, pid, tid (OS thread that opened it), end_tid (thread that closed it), start, end
     (end == start for marks), text, kind (categorical: push_pop | start_end | mark),
-    domain (domain name, "" for the default domain).
+    domain (domain name, "" for the default domain), payload (the range's integer payload from
+    NVTX_EVENTS' int64Value/uint64Value/int32Value/uint32Value, whichever is set; -1 when none).
 `ranks`    one row per rank, sorted by rank: rank, part, pid, device (-1 for NVTX-only traces),
     implementation. A rank is a (process, device) pair with GPU work; rank numbers come from the
     `ddp.meta {json}` mark of our runner when present, else from device order.
@@ -150,7 +151,7 @@ def _read_gpu_ops(ex: NsysExport) -> dict:
 
 def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
     """Raw NVTX rows (ranges, marks, domain creations); `text` is always a string ('' when NULL)."""
-    cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id"]
+    cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id", "payload"]
     if not ex.has(NVTX, "start", "eventType"):
         return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else np.int64) for c in cols})
     text = ex.column(NVTX, "text")
@@ -159,10 +160,19 @@ def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
     else:
         text = f"COALESCE({text}, '')"
     exprs = ["start", ex.column(NVTX, "end"), "eventType", text, ex.column(NVTX, "globalTid"),
-             ex.column(NVTX, "endGlobalTid"), ex.column(NVTX, "domainId", "0")]
+             ex.column(NVTX, "endGlobalTid"), ex.column(NVTX, "domainId", "0"), _payload_expr(ex)]
     kinds = ", ".join(str(k) for k in [*NVTX_KINDS, NVTX_DOMAIN_CREATE])
     data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX}" n WHERE eventType IN ({kinds})', cols)
     return pd.DataFrame(data)
+
+
+PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
+
+
+def _payload_expr(ex: NsysExport) -> str:
+    """SQL for a range's integer payload: the first non-NULL integer value column (NULL when none)."""
+    present = [f'"{c}"' for c in PAYLOAD_COLUMNS if ex.has(NVTX, c)]
+    return f"COALESCE({', '.join(present)}, NULL)" if present else "NULL"
 
 
 def _texts(column: pd.Series) -> pd.Series:
@@ -192,6 +202,7 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
         "kind": pd.Categorical.from_codes(np.select([event_type == 59, event_type == 60], [0, 1], 2),
                                           categories=NVTX_KIND_NAMES),
         "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
+        "payload": ev["payload"].to_numpy(),
     })
     return frame[keep].reset_index(drop=True)
 

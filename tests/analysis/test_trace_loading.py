@@ -13,7 +13,7 @@ from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 
 GPU_COLUMNS = ["part", "pid", "device", "stream", "start", "end", "correlation_id", "name", "kind",
                "launch_start", "launch_tid", "is_comm"]
-NVTX_COLUMNS = ["part", "pid", "tid", "end_tid", "start", "end", "text", "kind", "domain"]
+NVTX_COLUMNS = ["part", "pid", "tid", "end_tid", "start", "end", "text", "kind", "domain", "payload"]
 
 
 @pytest.mark.parametrize("flavour", ["2022", "2026"])

@@ -1,0 +1,184 @@
+"""Every collective call of every rank, before pairing: `find_calls(trace) -> Calls`.
+
+Two sources, chosen per trace:
+- "kernel" (GPU traces with communication kernels): one call per kernel whose name matches the
+  comm-kernel pattern (NCCL/RCCL). Arrival = kernel start, completion = kernel end. The call's
+  `comm:<op>:<tag>` range (README contract) is the latest one opened on the launching thread before
+  the launch and still open then: it gives the tag, the byte count (the range's integer payload) and
+  the issue time (range start); without one, issue is the launch call's start and tag/bytes are unknown.
+- "range" (CPU traces, and GPU traces whose collectives run on the host, e.g. gloo): one call per
+  `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
+  the collective at issue and saw it complete at the end (for an async range, when it waited for it).
+
+Bytes come from the range payload, else from `ddp.meta`'s bucket layout (tag = bucket name), else
+stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is its compute kernels,
+or on range traces its forward/backward/optimizer ranges minus blocking comm and `grad_sync` waits.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis import intervals as iv
+from analysis.patterns import Patterns, matches
+from analysis.phases import KERNEL, MARK, PUSH_POP, codes, find_steps, keyed_contains, process_key, ranges_named, \
+    step_of, thread_key
+from analysis.trace import Trace
+
+COMM_CALL = re.compile(r"^comm:([^:]+):?(.*)$")
+# kernel-name fragment (lower case, underscores removed) -> op; ReduceScatter before Reduce
+KERNEL_OPS = (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
+              ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"),
+              ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"))
+PHASES = (("grad_sync", "sync_wait"), ("optimizer", "optimizer"), ("backward", "backward"), ("forward", "forward"))
+CALL_COLUMNS = ["rank", "part", "pid", "device", "op", "tag", "bytes", "issue_ns", "start_ns", "end_ns", "step",
+                "phase", "kernel"]
+
+
+@dataclass(frozen=True)
+class Calls:
+    """One row per call (CALL_COLUMNS, sorted by rank then arrival), the source, and each rank's compute."""
+
+    frame: pd.DataFrame
+    source: str  # "kernel" | "range"
+    compute: dict  # rank -> canonical interval set (starts, ends) of that rank's compute
+
+
+def op_of_kernel(name: str) -> str:
+    """all_reduce, all_gather, ... from an NCCL/RCCL kernel name; '' when the name does not say (Generic)."""
+    flat = name.lower().replace("_", "")
+    return next((op for fragment, op in KERNEL_OPS if fragment in flat), "")
+
+
+def _comm_ranges(trace: Trace) -> pd.DataFrame:
+    """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out."""
+    nvtx = trace.nvtx
+    ranges = nvtx[(codes(nvtx["kind"]) != MARK) & nvtx["text"].str.startswith("comm:").to_numpy()]
+    parts = ranges["text"].str.extract(COMM_CALL)
+    return ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
+
+
+def _bucket_bytes(trace: Trace) -> dict:
+    """{(part, pid): {bucket name: bytes}} from the `ddp.meta` bucket layout, where recorded."""
+    out = {}
+    for key, meta in trace.meta.items():
+        buckets = meta.get("buckets")
+        if isinstance(buckets, list):
+            out[key] = {str(b["name"]): int(b["bytes"]) for b in buckets
+                        if isinstance(b, dict) and "name" in b and isinstance(b.get("bytes"), int)}
+    return out
+
+
+def _bytes(frame: pd.DataFrame, payload: np.ndarray, trace: Trace) -> np.ndarray:
+    """Payload where >= 0, else the bucket layout's bytes for the tag, else NaN."""
+    out = np.where(payload >= 0, payload, np.nan).astype(float)
+    layout = _bucket_bytes(trace)
+    if layout and np.isnan(out).any():
+        from_meta = [layout.get((p, q), {}).get(t, np.nan) for p, q, t in  # one lookup per call, few calls
+                     zip(frame["part"].tolist(), frame["pid"].tolist(), frame["tag"].tolist())]
+        out = np.where(np.isnan(out), np.asarray(from_meta, dtype=float), out)
+    return out
+
+
+def _with_ranks(frame: pd.DataFrame, trace: Trace, by_device: bool) -> pd.DataFrame:
+    """Attach the rank number (and device) by an inner join on the rank's part/pid[/device]."""
+    keys = ["part", "pid", "device"] if by_device else ["part", "pid"]
+    ranks = trace.ranks[["rank", "part", "pid", "device"]].drop_duplicates(keys)
+    return frame.merge(ranks, on=keys, how="inner")
+
+
+def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
+    ops = trace.gpu_ops
+    is_coll = (codes(ops["kind"]) == KERNEL) & matches(ops["name"], patterns.regex("comm_kernel"))
+    k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name"]]
+    k = k.assign(kernel=k["name"].astype(str), tkey=thread_key(k["part"], k["pid"], np.maximum(k["launch_tid"], 0)))
+    k = k.drop(columns="name").sort_values("launch_start", kind="stable")
+    ranges = _comm_ranges(trace)
+    ranges = ranges.assign(tkey=thread_key(ranges["part"], ranges["pid"], ranges["tid"]))
+    ranges = ranges[["tkey", "start", "end", "op", "tag", "payload"]].rename(
+        columns={"start": "r_start", "end": "r_end", "op": "r_op"}).sort_values("r_start", kind="stable")
+    # the latest comm range opened on the launching thread at or before the launch
+    m = pd.merge_asof(k, ranges, left_on="launch_start", right_on="r_start", by="tkey", direction="backward")
+    hit = m["r_end"].notna().to_numpy() & (m["r_end"].to_numpy(dtype=float) > m["launch_start"].to_numpy()) \
+        & (m["launch_start"].to_numpy() >= 0)
+    launch = m["launch_start"].to_numpy()
+    kernel_op = m["kernel"].map(op_of_kernel).to_numpy(dtype=object)
+    range_op = m["r_op"].fillna("").to_numpy(dtype=object)
+    out = pd.DataFrame({
+        "part": m["part"].to_numpy(), "pid": m["pid"].to_numpy(), "device": m["device"].to_numpy(),
+        "op": np.where(kernel_op != "", kernel_op, np.where(hit, range_op, "unknown")),
+        "tag": np.where(hit, m["tag"].fillna("").to_numpy(dtype=object), ""),
+        "payload": np.where(hit, m["payload"].fillna(-1).to_numpy(), -1).astype(np.int64),
+        "issue_ns": np.where(hit, m["r_start"].fillna(0).to_numpy(), np.where(launch >= 0, launch, m["start"]))
+        .astype(np.int64),
+        "start_ns": m["start"].to_numpy(), "end_ns": m["end"].to_numpy(), "kernel": m["kernel"].to_numpy(dtype=object),
+    })
+    return _with_ranks(out, trace, by_device=True)
+
+
+def _range_calls(trace: Trace) -> pd.DataFrame:
+    r = _comm_ranges(trace)
+    out = pd.DataFrame({"part": r["part"].to_numpy(), "pid": r["pid"].to_numpy(), "op": r["op"].to_numpy(dtype=object),
+                        "tag": r["tag"].to_numpy(dtype=object), "payload": r["payload"].to_numpy(),
+                        "issue_ns": r["start"].to_numpy(), "start_ns": r["start"].to_numpy(),
+                        "end_ns": r["end"].to_numpy(), "kernel": ""})
+    return _with_ranks(out, trace, by_device=False)
+
+
+def _phase_at(trace: Trace, patterns: Patterns, part, pid, t: np.ndarray) -> np.ndarray:
+    """Innermost training phase containing each issue time in its process: grad_sync, optimizer,
+    backward, forward; else 'step' inside a step range, else ''."""
+    keys = process_key(part, pid)
+    out = np.full(len(t), "", dtype=object)
+    steps = ranges_named(trace.nvtx, patterns.regex("step"))
+    for name, field in (("step", None), *PHASES[::-1]):  # outermost first: inner phases overwrite
+        ranges = steps if field is None else ranges_named(trace.nvtx, patterns.regex(field))
+        if len(ranges):
+            inside = keyed_contains(process_key(ranges["part"], ranges["pid"]), ranges["start"], ranges["end"], keys, t)
+            out[inside] = name
+    return out
+
+
+def _kernel_compute(trace: Trace) -> dict:
+    """rank -> union of its compute kernels (kernels not counted as communication)."""
+    ops = trace.gpu_ops
+    compute = (codes(ops["kind"]) == KERNEL) & ~ops["is_comm"].to_numpy()
+    groups = ops[compute].groupby(["part", "pid", "device"], sort=False).indices
+    starts, ends = ops["start"].to_numpy()[compute], ops["end"].to_numpy()[compute]
+    out = {}
+    for rank, part, pid, device in trace.ranks[["rank", "part", "pid", "device"]].itertuples(index=False):  # per rank
+        rows = groups.get((part, pid, device), np.zeros(0, dtype=np.int64))
+        out[int(rank)] = iv.union(starts[rows], ends[rows])
+    return out
+
+
+def _range_compute(trace: Trace, patterns: Patterns) -> dict:
+    """rank -> forward/backward/optimizer ranges minus blocking comm ranges and gradient-sync waits."""
+    named = lambda field: ranges_named(trace.nvtx, patterns.regex(field))
+    work = pd.concat([named("forward"), named("backward"), named("optimizer")])
+    comm = _comm_ranges(trace)
+    waits = pd.concat([comm[codes(comm["kind"]) == PUSH_POP], named("sync_wait")])
+    out = {}
+    for rank, part, pid in trace.ranks[["rank", "part", "pid"]].itertuples(index=False):  # per rank
+        mine = lambda f: f[(f["part"].to_numpy() == part) & (f["pid"].to_numpy() == pid)]
+        w, b = mine(work), mine(waits)
+        out[int(rank)] = iv.subtract(w["start"], w["end"], b["start"], b["end"])
+    return out
+
+
+def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:
+    """Every collective call per rank with op, tag, bytes, issue/arrival/completion, step and phase."""
+    patterns = patterns or Patterns()
+    kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
+    source = "kernel" if len(kernels) else "range"
+    calls = kernels if source == "kernel" else _range_calls(trace)
+    calls["bytes"] = _bytes(calls, calls["payload"].to_numpy(), trace)
+    issue = calls["issue_ns"].to_numpy(dtype=np.int64)
+    calls["step"] = step_of(find_steps(trace.nvtx, patterns), calls["part"], calls["pid"], issue)
+    calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
+    frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    compute = _kernel_compute(trace) if source == "kernel" else _range_compute(trace, patterns)
+    return Calls(frame=frame, source=source, compute=compute)

@@ -43,11 +43,11 @@ def bandwidths(calls: pd.DataFrame) -> pd.DataFrame:
 def _summarise(groups) -> pd.DataFrame:
     """count, bytes, time, median/p90 busbw, wait and exposed shares of each group of calls."""
     frame = groups.agg(calls=("op", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)),
-                       kernel_ms=("kernel_ms", "sum"), wait_ms=("wait_ms", "sum"),
+                       duration_ms=("duration_ms", "sum"), wait_ms=("wait_ms", "sum"),
                        transfer_ms=("transfer_ms", "sum"), exposed_ms=("exposed_ms", "sum"),
                        median_busbw_gbps=("busbw_gbps", "median"),
                        p90_busbw_gbps=("busbw_gbps", lambda b: b.quantile(0.9)))
-    time = frame["kernel_ms"].where(frame["kernel_ms"] > 0)
+    time = frame["duration_ms"].where(frame["duration_ms"] > 0)
     frame["wait_share"] = frame["wait_ms"] / time
     frame["exposed_share"] = frame["exposed_ms"] / time
     return frame.reset_index()

@@ -29,14 +29,14 @@ from analysis.trace import Trace, load_trace
 
 NS_PER_MS = 1e6
 ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op", "tag", "bytes", "issue_ms",
-               "start_ms", "end_ms", "kernel_ms", "wait_ms", "transfer_ms", "algbw_gbps", "busbw_gbps",
+               "start_ms", "end_ms", "duration_ms", "wait_ms", "transfer_ms", "algbw_gbps", "busbw_gbps",
                "exposed_ms", "exposed_wait_ms", "exposed_transfer_ms", "seq", "partners", "paired", "last_rank",
                "kernel", "issue_ns", "start_ns", "end_ns", "last_arrival_ns"]
 TABLE_ROWS = {"rank": "rank", "step": "step", "phase": "phase", "op": "op", "tag": "tag", "bytes": "bytes",
-              "issue_ms": "issue ms", "start_ms": "start ms", "end_ms": "end ms", "kernel_ms": "time ms",
+              "issue_ms": "issue ms", "start_ms": "start ms", "end_ms": "end ms", "duration_ms": "duration ms",
               "wait_ms": "wait ms", "transfer_ms": "transfer ms", "busbw_gbps": "busbw GB/s",
               "exposed_ms": "exposed ms"}
-SUMMARY_TABLE = ["calls", "bytes", "kernel_ms", "wait_ms", "transfer_ms", "median_busbw_gbps", "p90_busbw_gbps",
+SUMMARY_TABLE = ["calls", "bytes", "duration_ms", "wait_ms", "transfer_ms", "median_busbw_gbps", "p90_busbw_gbps",
                  "wait_share", "exposed_share"]
 
 
@@ -69,7 +69,7 @@ def call_rows(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.DataFr
     rows = pd.concat([rows, exposure(rows, calls.compute)], axis=1)
     for ns in ("issue", "start", "end"):
         rows[f"{ns}_ms"] = rows[f"{ns}_ns"] / NS_PER_MS
-    rows["kernel_ms"] = (rows["end_ns"] - rows["start_ns"]) / NS_PER_MS
+    rows["duration_ms"] = (rows["end_ns"] - rows["start_ns"]) / NS_PER_MS
     for part in ("wait", "transfer", "exposed", "exposed_wait", "exposed_transfer"):
         rows[f"{part}_ms"] = rows.pop(f"{part}_ns") / NS_PER_MS
     rows = pd.concat([rows, stats.bandwidths(rows)], axis=1)
@@ -133,6 +133,8 @@ def analyze_collectives(paths: str | Path | Iterable[str | Path], patterns: Patt
 
 
 def _fmt(frame: pd.DataFrame, names: dict | None = None) -> str:
+    if frame.empty:
+        return "(none)"
     shown = frame.rename(columns=names or {c: c.replace("_gbps", " GB/s").replace("_ms", " ms").replace("_", " ")
                                            for c in frame})
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
@@ -152,7 +154,7 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
         shown = frame.assign(implementation=frame["path"].map(impl))[lead + keys + SUMMARY_TABLE + extra]
         out += [title, _fmt(shown.astype({"bytes": "Int64"})), ""]
     strag = view.stragglers.assign(implementation=view.stragglers["path"].map(impl))
-    out += ["stragglers per step (the rank the others waited for):",
+    out += ["stragglers per step (the rank the others waited for; paired collectives only):",
             _fmt(strag[lead + ["step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])]
     for head in view.traces.itertuples():
         source = "kernels" if head.source == "kernel" else "comm:<op>:<tag> ranges (no communication kernels)"

@@ -20,7 +20,7 @@ def write_two_gpu_ranks(path):
       bucket0 (4,000,000 bytes): rank 0 kernel [3000, 5000), rank 1 [4000, 5000) -> last arrival 4000
       bucket1 (1,000 bytes):     rank 0 kernel [5000, 6000), rank 1 [5500, 6000) -> last arrival 5500
     Rank 0 payloads are in int64Value, rank 1's in uint64Value. Compute: rank 0 [1000, 5000), rank 1
-    [1000, 4500). Rank 0 also runs a broadcast kernel [8600, 8700) (launched at 8500 in grad_sync)
+    [1000, 4500), one kernel launched in backward. Rank 0 also runs a broadcast kernel [8600, 8700) (launched at 8500 in grad_sync)
     that rank 1 never runs: no partner.
     """
     w = NsysWriter(path, shuffle=True, seed=11)
@@ -36,7 +36,7 @@ def write_two_gpu_ranks(path):
                kind=START_END, end_tid=pid, payload=np.array([4_000_000, 1_000]), payload_column=column)
         w.kernels(pid, pid + 1, device, 20, np.array([c[0], c[2]]), np.array([c[1], c[3]]),
                   "ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch=opened + 100)
-        w.kernels(pid, pid + 1, device, 7, np.array([1000]), np.array([c[4]]), "ampere_sgemm", launch=np.array([900]))
+        w.kernels(pid, pid + 1, device, 7, np.array([1000]), np.array([c[4]]), "ampere_sgemm", launch=np.array([1100]))
     w.kernels(100, 100, 0, 20, np.array([8600]), np.array([8700]), "ncclDevKernel_Broadcast_RING",
               launch=np.array([8500]))
     return w.close()
@@ -167,3 +167,23 @@ def test_no_collectives_is_not_an_error(tmp_path):
     view = analyze_collectives(w.close())
     assert view.calls.empty and "no collective calls" in view.traces["note"].iloc[0]
     assert isinstance(view.by_rank, pd.DataFrame)
+
+
+def test_report_section_blocks(tmp_path):
+    from analysis.html_page import write_page
+    from analysis.report_collectives import backward_spans, collectives_section
+    from analysis.trace import load_trace
+
+    trace = load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite"))
+    spans = backward_spans(trace)
+    # backward = the compute kernels launched in backward: the one gemm of each rank
+    assert spans.to_dict("list") == {"rank": [0, 1], "step": [0, 0], "start_ns": [1000, 1000],
+                                     "end_ns": [5000, 4500]}
+    view = analyze_collectives(trace.path)
+    blocks = collectives_section([("fixture", trace, view)], peak_busbw=100)
+    figures = [b for b in blocks if not isinstance(b, str)]
+    assert [f.layout.title.text.split(":")[0] for f in figures] == \
+        ["Bus bandwidth vs message size (each call, each rank)", "fixture", "fixture"]
+    assert "peak 100" in str(figures[0].layout.annotations)
+    assert "<h2>Collectives</h2>" in blocks[0] and "1 calls of ranks [0]" in "".join(b for b in blocks if isinstance(b, str))
+    assert write_page(tmp_path / "page.html", "Collectives", blocks).stat().st_size > 0

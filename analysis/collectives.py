@@ -140,19 +140,25 @@ def _fmt(frame: pd.DataFrame, names: dict | None = None) -> str:
     return shown.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
 
 
+def _with_bytes_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """bytes as whole numbers, '-' when unknown (a float column would print 4000000.000)."""
+    b = frame["bytes"].to_numpy(dtype=float)
+    return frame.assign(bytes=np.where(np.isnan(b), "-", np.nan_to_num(b).astype(np.int64).astype(str)))
+
+
 def render_table(view: CollectivesView, summary_only: bool) -> str:
     out = []
     several = len(view.traces) > 1
     lead = ["implementation"] if several else []
     if not summary_only:
-        calls = view.calls[lead + list(TABLE_ROWS)].astype({"bytes": "Int64"})
+        calls = _with_bytes_text(view.calls[lead + list(TABLE_ROWS)])
         out += ["calls (one row per collective call per rank):", _fmt(calls, TABLE_ROWS), ""]
     impl = dict(zip(view.traces["path"], view.traces["implementation"]))
     for title, frame, keys in (("by op and message size (all calls of all ranks):", view.by_size, ["op", "size_class"]),
                                ("by rank:", view.by_rank, ["rank"])):
         extra = [c for c in ("median_busbw_pct_peak",) if c in frame]
         shown = frame.assign(implementation=frame["path"].map(impl))[lead + keys + SUMMARY_TABLE + extra]
-        out += [title, _fmt(shown.astype({"bytes": "Int64"})), ""]
+        out += [title, _fmt(_with_bytes_text(shown)), ""]
     strag = view.stragglers.assign(implementation=view.stragglers["path"].map(impl))
     out += ["stragglers per step (the rank the others waited for; paired collectives only):",
             _fmt(strag[lead + ["step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])]

@@ -1,0 +1,76 @@
+"""A real nsys export (whatever nsys is installed, 2022.4 here) of two CPU processes issuing collectives
+like gloo ranks: the byte counts come from the ranges' payloads as nsys stores them, and wait/transfer
+equal a pairing written here from the raw NVTX_EVENTS rows."""
+import shutil
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from analysis.collectives import analyze_collectives
+
+NSYS = shutil.which("nsys")
+PROGRAM = """
+import json, multiprocessing as mp, time, nvtx
+
+def rank(r):
+    nvtx.mark(message="ddp.meta " + json.dumps({"implementation": "nsys_cpu", "rank": r, "world_size": 2}))
+    for step in range(2):
+        nvtx.push_range(f"step {step}")
+        nvtx.push_range("backward"); time.sleep(0.005 + 0.02 * r)   # rank 1 is late
+        h = nvtx.start_range("comm:all_reduce:bucket0", payload=1 << 20)
+        time.sleep(0.01); nvtx.pop_range()
+        nvtx.push_range("grad_sync"); time.sleep(0.03 - 0.02 * r); nvtx.end_range(h)
+        nvtx.push_range("comm:all_reduce:final", payload=4096); time.sleep(0.002); nvtx.pop_range()
+        nvtx.pop_range(); nvtx.pop_range()
+
+if __name__ == "__main__":
+    procs = [mp.get_context("spawn").Process(target=rank, args=(r,)) for r in range(2)]
+    [p.start() for p in procs]; [p.join() for p in procs]
+"""
+
+
+def comm_ranges(path):
+    """{pid: [(start, end, text, payload)] in start order} straight from NVTX_EVENTS."""
+    con = sqlite3.connect(path)
+    rows = con.execute("""SELECT n.start, n."end", COALESCE(n.text, s.value), n.int64Value, n.globalTid
+                          FROM NVTX_EVENTS n LEFT JOIN StringIds s ON s.id = n.textId
+                          WHERE n.eventType IN (59, 60)""").fetchall()
+    con.close()
+    out = {}
+    for start, end, text, payload, gtid in rows:
+        if text and text.startswith("comm:"):
+            out.setdefault((gtid >> 24) & 0xFFFFFF, []).append((start, end, text, payload))
+    return [sorted(v) for _, v in sorted(out.items())]
+
+
+@pytest.mark.skipif(NSYS is None, reason="nsys not installed")
+def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
+    pytest.importorskip("nvtx")
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    profile = [NSYS, "profile", "-t", "nvtx", "-s", "none", "--cpuctxsw=none", "-o", "run", "-f", "true",
+               sys.executable, "prog.py"]
+    subprocess.run(profile, cwd=tmp_path, capture_output=True, timeout=120, check=True)
+    subprocess.run([NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"], cwd=tmp_path,
+                   capture_output=True, timeout=120, check=True)
+    path = tmp_path / "run.sqlite"
+    view = analyze_collectives(path)
+    calls = view.calls.sort_values(["rank", "start_ns"])
+    assert view.traces["source"].iloc[0] == "range" and calls["paired"].all() and len(calls) == 8
+    by_rank = comm_ranges(path)  # pids in order; rank 0 was started first
+    assert [len(r) for r in by_rank] == [4, 4]
+    want = []
+    for i in range(4):
+        last = max(r[i][0] for r in by_rank)
+        for r, ranges in enumerate(by_rank):
+            start, end, text, payload = ranges[i]
+            wait = min(max(last - start, 0), end - start)
+            want.append((start, text.split(":")[2], payload, wait, end - start - wait))
+    got = list(zip(calls["start_ns"], calls["tag"], calls["bytes"].astype(int),
+                   (calls["wait_ms"] * 1e6).round().astype(int), (calls["transfer_ms"] * 1e6).round().astype(int)))
+    assert sorted(got) == sorted(want)
+    assert set(calls["bytes"]) == {1 << 20, 4096}
+    late = calls[(calls["rank"] == 0) & (calls["tag"] == "bucket0")]
+    assert (late["wait_ms"] > 10).all()  # rank 0 waited the ~20 ms rank 1 spent in its longer backward
+    assert set(view.stragglers["straggler"]) == {1}

@@ -20,18 +20,12 @@ import numpy as np
 import pandas as pd
 
 from analysis import collective_stats as stats
-from analysis.collective_calls import find_calls
+from analysis.collective_rows import call_rows
 from analysis.errors import TraceError
 from analysis.overlap import plain_records
-from analysis.pairing import exposure, pair, world_size
 from analysis.patterns import Patterns
 from analysis.trace import Trace, load_trace
 
-NS_PER_MS = 1e6
-ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op", "tag", "bytes", "issue_ms",
-               "start_ms", "end_ms", "duration_ms", "wait_ms", "transfer_ms", "algbw_gbps", "busbw_gbps",
-               "exposed_ms", "exposed_wait_ms", "exposed_transfer_ms", "seq", "partners", "paired", "last_rank",
-               "kernel", "issue_ns", "start_ns", "end_ns", "last_arrival_ns"]
 TABLE_ROWS = {"rank": "rank", "step": "step", "phase": "phase", "op": "op", "tag": "tag", "bytes": "bytes",
               "issue_ms": "issue ms", "start_ms": "start ms", "end_ms": "end ms", "duration_ms": "duration ms",
               "wait_ms": "wait ms", "transfer_ms": "transfer ms", "busbw_gbps": "busbw GB/s",
@@ -61,45 +55,14 @@ class CollectivesView:
         return {"traces": out}
 
 
-def call_rows(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.DataFrame, dict]:
-    """(one row per call per rank with every ROW_COLUMNS figure, trace facts: source, world size, note)."""
-    calls = find_calls(trace, patterns)
-    world = world_size(trace.meta, len(trace.ranks))
-    rows = pair(calls.frame, world)
-    rows = pd.concat([rows, exposure(rows, calls.compute)], axis=1)
-    for ns in ("issue", "start", "end"):
-        rows[f"{ns}_ms"] = rows[f"{ns}_ns"] / NS_PER_MS
-    rows["duration_ms"] = (rows["end_ns"] - rows["start_ns"]) / NS_PER_MS
-    for part in ("wait", "transfer", "exposed", "exposed_wait", "exposed_transfer"):
-        rows[f"{part}_ms"] = rows.pop(f"{part}_ns") / NS_PER_MS
-    rows = pd.concat([rows, stats.bandwidths(rows)], axis=1)
-    rows = rows.assign(path=trace.path, implementation=trace.implementation, source=calls.source)
-    facts = {"path": trace.path, "implementation": trace.implementation, "source": calls.source,
-             "world_size": world, "ranks": len(trace.ranks), "calls": len(rows),
-             "unpaired_calls": int((~rows["paired"]).sum()), "note": _note(rows, world, len(trace.ranks))}
-    return rows[ROW_COLUMNS], facts
-
-
-def _note(rows: pd.DataFrame, world: int, ranks: int) -> str:
-    """Why some calls have no wait/transfer ('' when every call is paired)."""
-    if rows.empty:
-        return "no collective calls found (no NCCL/RCCL kernels and no comm:<op>:<tag> ranges)"
-    if rows["paired"].all():
-        return ""
-    if ranks < 2 or ranks < world:
-        return (f"{ranks} of {world} ranks in this trace: wait and transfer need every rank's calls; give all "
-                "ranks' files together with --merge")
-    lonely = sorted(set(rows.loc[~rows["paired"], "rank"].tolist()))
-    return f"{int((~rows['paired']).sum())} calls of ranks {lonely} have no matching call on every rank"
-
-
 def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     by_size, by_rank, strag = [], [], []
     for path, mine in calls.groupby("path", sort=False):  # one iteration per trace
         by_size.append(stats.by_size(mine).assign(path=path))
         by_rank.append(stats.by_rank(mine).assign(path=path))
         strag.append(stats.stragglers(mine).assign(path=path))
-    frames = [pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=["path"]) for f in (by_size, by_rank, strag)]
+    frames = [pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=["path"])
+              for f in (by_size, by_rank, strag)]
     if peak:
         for f in frames[:2]:
             f["median_busbw_pct_peak"] = 100.0 * f["median_busbw_gbps"] / peak
@@ -189,7 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peak-busbw", type=float, metavar="GBPS",
                    help="the interconnect's peak bus bandwidth in GB/s: adds busbw as %% of it")
     p.add_argument("--summary", action="store_true", help="table: summaries only, no per-call rows")
-    p.add_argument("--merge", action="store_true", help="treat all TRACEs as one run (one rank per file, clocks aligned)")
+    p.add_argument("--merge", action="store_true",
+                   help="treat all TRACEs as one run (one rank per file, clocks aligned)")
     return p
 
 

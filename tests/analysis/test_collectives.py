@@ -20,8 +20,8 @@ def write_two_gpu_ranks(path):
       bucket0 (4,000,000 bytes): rank 0 kernel [3000, 5000), rank 1 [4000, 5000) -> last arrival 4000
       bucket1 (1,000 bytes):     rank 0 kernel [5000, 6000), rank 1 [5500, 6000) -> last arrival 5500
     Rank 0 payloads are in int64Value, rank 1's in uint64Value. Compute: rank 0 [1000, 5000), rank 1
-    [1000, 4500), one kernel launched in backward. Rank 0 also runs a broadcast kernel [8600, 8700) (launched at 8500 in grad_sync)
-    that rank 1 never runs: no partner.
+    [1000, 4500), one kernel launched in backward. Rank 0 also runs a broadcast kernel [8600, 8700)
+    (launched at 8500 in grad_sync) that rank 1 never runs: no partner.
     """
     w = NsysWriter(path, shuffle=True, seed=11)
     for rank, pid, device, column, c in ((0, 100, 0, "int64Value", (3000, 5000, 5000, 6000, 5000)),
@@ -185,5 +185,6 @@ def test_report_section_blocks(tmp_path):
     assert [f.layout.title.text.split(":")[0] for f in figures] == \
         ["Bus bandwidth vs message size (each call, each rank)", "fixture", "fixture"]
     assert "peak 100" in str(figures[0].layout.annotations)
-    assert "<h2>Collectives</h2>" in blocks[0] and "1 calls of ranks [0]" in "".join(b for b in blocks if isinstance(b, str))
+    notes = "".join(b for b in blocks if isinstance(b, str))
+    assert "<h2>Collectives</h2>" in blocks[0] and "1 calls of ranks [0]" in notes
     assert write_page(tmp_path / "page.html", "Collectives", blocks).stat().st_size > 0

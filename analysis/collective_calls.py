@@ -61,25 +61,22 @@ def _comm_ranges(trace: Trace) -> pd.DataFrame:
     return ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
 
 
-def _bucket_bytes(trace: Trace) -> dict:
-    """{(part, pid): {bucket name: bytes}} from the `ddp.meta` bucket layout, where recorded."""
-    out = {}
-    for key, meta in trace.meta.items():
-        buckets = meta.get("buckets")
-        if isinstance(buckets, list):
-            out[key] = {str(b["name"]): int(b["bytes"]) for b in buckets
-                        if isinstance(b, dict) and "name" in b and isinstance(b.get("bytes"), int)}
-    return out
+def _bucket_layout(trace: Trace) -> pd.DataFrame:
+    """part, pid, tag, layout_bytes: each bucket of the `ddp.meta` bucket layouts (name -> bytes)."""
+    rows = [(part, pid, str(b["name"]), int(b["bytes"])) for (part, pid), meta in trace.meta.items()
+            for b in (meta.get("buckets") if isinstance(meta.get("buckets"), list) else [])
+            if isinstance(b, dict) and "name" in b and isinstance(b.get("bytes"), int)]
+    return pd.DataFrame(rows, columns=["part", "pid", "tag", "layout_bytes"]).drop_duplicates(["part", "pid", "tag"])
 
 
-def _bytes(frame: pd.DataFrame, payload: np.ndarray, trace: Trace) -> np.ndarray:
-    """Payload where >= 0, else the bucket layout's bytes for the tag, else NaN."""
+def _bytes(frame: pd.DataFrame, trace: Trace) -> np.ndarray:
+    """The call's range payload where >= 0, else its bucket's bytes in the layout, else NaN."""
+    payload = frame["payload"].to_numpy()
     out = np.where(payload >= 0, payload, np.nan).astype(float)
-    layout = _bucket_bytes(trace)
-    if layout and np.isnan(out).any():
-        from_meta = [layout.get((p, q), {}).get(t, np.nan) for p, q, t in  # one lookup per call, few calls
-                     zip(frame["part"].tolist(), frame["pid"].tolist(), frame["tag"].tolist())]
-        out = np.where(np.isnan(out), np.asarray(from_meta, dtype=float), out)
+    layout = _bucket_layout(trace)
+    if len(layout) and np.isnan(out).any():
+        found = frame[["part", "pid", "tag"]].merge(layout, on=["part", "pid", "tag"], how="left")["layout_bytes"]
+        out = np.where(np.isnan(out), found.to_numpy(dtype=float), out)
     return out
 
 
@@ -175,7 +172,7 @@ def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:
     kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
     source = "kernel" if len(kernels) else "range"
     calls = kernels if source == "kernel" else _range_calls(trace)
-    calls["bytes"] = _bytes(calls, calls["payload"].to_numpy(), trace)
+    calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["step"] = step_of(find_steps(trace.nvtx, patterns), calls["part"], calls["pid"], issue)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)

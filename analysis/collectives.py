@@ -47,12 +47,18 @@ class CollectivesView:
     traces: pd.DataFrame
 
     def to_json(self) -> dict:
+        """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...]}]}."""
         out = []
         for head in plain_records(self.traces):
-            of = lambda frame: plain_records(frame[frame["path"] == head["path"]].drop(columns="path"))
+            of = lambda frame: _records(frame[frame["path"] == head["path"]].drop(columns="path"))
             out.append({**head, "calls": of(self.calls), "by_size": of(self.by_size), "by_rank": of(self.by_rank),
                         "stragglers": of(self.stragglers)})
         return {"traces": out}
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-safe dicts (NaN -> None), encoded by pandas in C rather than row by row."""
+    return json.loads(frame.to_json(orient="records", double_precision=15))
 
 
 def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:

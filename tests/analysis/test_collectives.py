@@ -188,3 +188,12 @@ def test_report_section_blocks(tmp_path):
     notes = "".join(b for b in blocks if isinstance(b, str))
     assert "<h2>Collectives</h2>" in blocks[0] and "1 calls of ranks [0]" in notes
     assert write_page(tmp_path / "page.html", "Collectives", blocks).stat().st_size > 0
+
+
+def test_wait_and_transfer_per_rank_and_step(gpu_view):
+    from analysis.collective_rows import comm_split_by_step
+
+    split = comm_split_by_step(gpu_view.calls).set_index(["rank", "step"])
+    cols = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
+    assert list(split.loc[(0, 0), cols] * 1e6) == pytest.approx([1500, 1500, 500, 500])  # broadcast unpaired
+    assert list(split.loc[(1, 0), cols] * 1e6) == pytest.approx([0, 1500, 0, 1000])

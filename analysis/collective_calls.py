@@ -11,8 +11,9 @@ Two sources, chosen per trace:
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
 
 Bytes come from the range payload, else from `ddp.meta`'s bucket layout (tag = bucket name), else
-stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is its compute kernels,
-or on range traces its forward/backward/optimizer ranges minus blocking comm and `grad_sync` waits.
+stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is its compute kernels
+(also when its collectives run on the host), or on CPU-only traces its forward/backward/optimizer
+ranges minus blocking comm ranges and `grad_sync` waits.
 """
 from __future__ import annotations
 
@@ -177,5 +178,5 @@ def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:
     calls["step"] = step_of(find_steps(trace.nvtx, patterns), calls["part"], calls["pid"], issue)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    compute = _kernel_compute(trace) if source == "kernel" else _range_compute(trace, patterns)
+    compute = _kernel_compute(trace) if len(trace.gpu_ops) else _range_compute(trace, patterns)
     return Calls(frame=frame, source=source, compute=compute)

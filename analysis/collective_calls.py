@@ -103,7 +103,8 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     hit = m["r_end"].notna().to_numpy() & (m["r_end"].to_numpy(dtype=float) > m["launch_start"].to_numpy()) \
         & (m["launch_start"].to_numpy() >= 0)
     launch = m["launch_start"].to_numpy()
-    kernel_op = m["kernel"].map(op_of_kernel).to_numpy(dtype=object)
+    names = pd.Categorical(m["kernel"])  # one name test per distinct kernel name, not per kernel
+    kernel_op = np.array([op_of_kernel(n) for n in names.categories] or [""], dtype=object)[names.codes]
     range_op = m["r_op"].fillna("").to_numpy(dtype=object)
     out = pd.DataFrame({
         "part": m["part"].to_numpy(), "pid": m["pid"].to_numpy(), "device": m["device"].to_numpy(),

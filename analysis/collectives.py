@@ -81,6 +81,10 @@ def collectives_of(traces: Iterable[Trace], patterns: Patterns | None = None, ra
     rank of the kept steps); peak_busbw (GB/s) adds busbw as % of that peak."""
     rows, facts = zip(*(call_rows(t, patterns) for t in traces))
     calls = pd.concat(rows, ignore_index=True)
+    for name, value in (("step", step), ("rank", rank)):
+        have = sorted(calls[name].unique().tolist())
+        if value is not None and value not in have:
+            raise TraceError(f"--{name} {value}: no collective call has it (the trace(s) have {name}s {have})")
     if step is not None:
         calls = calls[calls["step"] == step]
     if peak_busbw:

@@ -10,6 +10,7 @@ import pytest
 from analysis.collective_calls import op_of_kernel
 from analysis.collective_stats import bus_factor, size_class
 from analysis.collectives import analyze_collectives, main
+from analysis.errors import TraceError
 from analysis.synthetic import START_END, NsysWriter
 
 
@@ -127,7 +128,9 @@ def test_filters_rank_and_step(tmp_path):
     assert set(view.calls["rank"]) == {1} and len(view.calls) == 2
     assert view.calls["busbw_pct_peak"].iloc[0] == pytest.approx(50)
     assert view.stragglers.iloc[0]["straggler"] == 1  # stragglers still see every rank
-    assert analyze_collectives(path, step=3).calls.empty
+    with pytest.raises(TraceError, match="--step 3: no collective call has it"):
+        analyze_collectives(path, step=3)
+    assert main([str(path), "--rank", "7"]) == 2
 
 
 def test_cli_formats_and_bad_input(tmp_path, capsys):

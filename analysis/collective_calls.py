@@ -6,6 +6,7 @@ Two sources, chosen per trace:
   `comm:<op>:<tag>` range (README contract) is the latest one opened on the launching thread before
   the launch and still open then: it gives the tag, the byte count (the range's integer payload) and
   the issue time (range start); without one, issue is the launch call's start and tag/bytes are unknown.
+  A call's step is the step whose window (steps.py) holds its issue time, as for the overlap metrics.
 - "range" (CPU traces, and GPU traces whose collectives run on the host, e.g. gloo): one call per
   `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
@@ -26,7 +27,8 @@ import pandas as pd
 from analysis import intervals as iv
 from analysis.patterns import Patterns, matches
 from analysis.phases import KERNEL, MARK, PUSH_POP, codes, find_steps, keyed_contains, process_key, ranges_named, \
-    step_of, thread_key
+    thread_key
+from analysis.steps import step_windows, window_index
 from analysis.trace import Trace
 
 COMM_CALL = re.compile(r"^comm:([^:]+):?(.*)$")
@@ -127,6 +129,22 @@ def _range_calls(trace: Trace) -> pd.DataFrame:
     return _with_ranks(out, trace, by_device=False)
 
 
+def step_at(trace: Trace, patterns: Patterns, part, pid, t) -> np.ndarray:
+    """Number of the step whose window (steps.py: on GPU traces start to next step's start) holds each
+    time t of process (part, pid); -1 outside every step."""
+    part, pid, t = (np.asarray(a, dtype=np.int64) for a in (part, pid, t))
+    out = np.full(t.shape, -1, dtype=np.int64)
+    steps = find_steps(trace.nvtx, patterns)
+    keys, step_keys = process_key(part, pid), process_key(steps["part"], steps["pid"])
+    none = np.zeros(0, dtype=np.int64)
+    for key in np.unique(step_keys):  # one iteration per process
+        windows = step_windows(steps[step_keys == key], len(trace.gpu_ops) > 0, none, none)
+        rows = np.flatnonzero(keys == key)
+        index = window_index(windows, t[rows])
+        out[rows] = np.where(index >= 0, windows["step"].to_numpy()[np.maximum(index, 0)], -1)
+    return out
+
+
 def _phase_at(trace: Trace, patterns: Patterns, part, pid, t: np.ndarray) -> np.ndarray:
     """Innermost training phase containing each issue time in its process: grad_sync, optimizer,
     backward, forward; else 'step' inside a step range, else ''."""
@@ -176,7 +194,7 @@ def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:
     calls = kernels if source == "kernel" else _range_calls(trace)
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
-    calls["step"] = step_of(find_steps(trace.nvtx, patterns), calls["part"], calls["pid"], issue)
+    calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = _kernel_compute(trace) if len(trace.gpu_ops) else _range_compute(trace, patterns)

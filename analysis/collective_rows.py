@@ -6,6 +6,7 @@ overlap table. Columns: ROW_COLUMNS (ms figures, and exact ns times on the trace
 """
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from analysis import collective_stats as stats
@@ -64,3 +65,28 @@ def comm_split_by_step(rows: pd.DataFrame) -> pd.DataFrame:
     sums = paired.groupby(["rank", "step"])[list(SPLIT_COLUMNS)].sum()
     keys = rows[["rank", "step"]].drop_duplicates().set_index(["rank", "step"])
     return keys.join(sums).rename(columns=SPLIT_COLUMNS).reset_index()
+
+
+def with_comm_split(per_step: pd.DataFrame, totals: pd.DataFrame,
+                    rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The overlap frames (per rank and step; per rank) with SPLIT_COLUMNS added: sums over the calls
+    issued in the step (whole capture: all the rank's calls). 0 where a rank (or rank-step) issued no
+    call, NaN where its calls have no partner; a trace without step ranges (step NA) takes the totals."""
+    split = comm_split_by_step(rows)
+    names = list(SPLIT_COLUMNS.values())
+    whole = split.groupby("rank")[names].sum(min_count=1).reset_index()
+    totals = _filled(totals.merge(whole, on="rank", how="left", indicator=True), names)
+    no_steps = per_step["step"].isna().to_numpy()
+    keyed = per_step.assign(_step=per_step["step"].astype("Int64").fillna(-2).to_numpy(dtype=np.int64))
+    by_step = keyed.merge(split.rename(columns={"step": "_step"}), on=["rank", "_step"], how="left", indicator=True)
+    by_step = _filled(by_step, names).drop(columns="_step")
+    if no_steps.any():
+        whole_of = per_step[["rank"]].merge(totals[["rank", *names]], on="rank", how="left")
+        by_step.loc[no_steps, names] = whole_of.loc[no_steps, names].to_numpy()
+    return by_step, totals
+
+
+def _filled(merged: pd.DataFrame, names: list[str]) -> pd.DataFrame:
+    """After a merge with indicator: 0 in `names` for rows that had nothing to merge with."""
+    merged.loc[(merged["_merge"] == "left_only").to_numpy(), names] = 0.0
+    return merged.drop(columns="_merge")

@@ -117,8 +117,8 @@ def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> st
 
 
 def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: dict[str, str],
-                side_by_side: tuple[str, str] | None) -> Path:
-    """Write reports/index.html."""
+                side_by_side: tuple[str, str] | None, sections: list = ()) -> Path:
+    """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links."""
     intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
              "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "
              "communication with no compute under it; idle is neither; speedup over naive compares mean step times.")
@@ -127,6 +127,7 @@ def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: d
         breakdown_figure(summary),
         spread_figure(steps),
         runs_html(summary),
+        *sections,
         link_list(links, side_by_side),
     ]
     return write_page(path, "Data-parallel overlap report", blocks, intro=intro)

@@ -18,6 +18,7 @@ from typing import Iterable
 
 import pandas as pd
 
+from analysis.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
 from analysis.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.nsys_export import export_report, is_report, report_error
@@ -91,6 +92,7 @@ def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
 def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0) -> Analysis:
     """Metrics of one loaded trace."""
     per_step, totals = measure_trace(trace, patterns)
+    per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns)[0])  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     keys = {"path": trace.path, "implementation": trace.implementation, "source": trace.source,
             "nsys_version": trace.nsys_version}

@@ -216,6 +216,16 @@ def write_timelines(out: Path, results: list[Analysed], side: SidePage | None) -
     return names
 
 
+def collectives_blocks(results: list[Analysed], summary: pd.DataFrame, args: argparse.Namespace) -> list:
+    """The index page's Collectives section (report_collectives.py), one entry per trace."""
+    from analysis.collectives import collectives_of
+    from analysis.report_collectives import collectives_section
+
+    labels = dict(zip(summary["trace"], summary["label"]))
+    entries = [(labels[str(r.path)], r.trace, collectives_of([r.trace])) for r in results]
+    return collectives_section(entries, args.peak_busbw)
+
+
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
     shown = summary[SUMMARY_COLUMNS]
     if fmt == "json":
@@ -241,6 +251,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
+    ap.add_argument("--peak-busbw", type=float, metavar="GBPS",
+                    help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot")
     return ap.parse_args(argv)
 
 
@@ -250,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(set(p.resolve() for p in args.traces)) != len(args.traces):
             raise TraceError("the same trace is given twice")
+        if args.peak_busbw is not None and not args.peak_busbw > 0:
+            raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
         inputs = group_inputs(args.traces)
         pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
         check_out_dir(out, pages)  # fail before the (slow) analysis when we can
@@ -265,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         record_history(out / "results.db", results, summary)  # first: the one that can refuse late
         links = {} if args.no_timelines else write_timelines(out, results, side)
         index = write_index(out / "index.html", summary, steps_frame(results, summary), links,
-                            (side.name, side.title) if side else None)
+                            (side.name, side.title) if side else None, collectives_blocks(results, summary, args))
         summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
         progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")
     except TraceError as e:

@@ -14,7 +14,8 @@ import plotly.graph_objects as go
 
 from analysis.collectives import CollectivesView
 from analysis.patterns import Patterns
-from analysis.phases import KERNEL, codes, find_steps, launched_inside, ranges_named, step_of
+from analysis.collective_calls import step_at
+from analysis.phases import KERNEL, codes, launched_inside, ranges_named
 from analysis.render_style import CATEGORY_COLOURS
 from analysis.trace import Trace
 
@@ -28,7 +29,6 @@ def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFra
     of the compute kernels launched inside `backward` ranges; on CPU traces the backward ranges."""
     patterns = patterns or Patterns()
     backward = ranges_named(trace.nvtx, patterns.regex("backward"))
-    steps = find_steps(trace.nvtx, patterns)
     ops = trace.gpu_ops
     if len(ops):
         mine = (codes(ops["kind"]) == KERNEL) & ~ops["is_comm"].to_numpy() & launched_inside(ops, backward)
@@ -37,7 +37,7 @@ def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFra
     else:
         work = backward[["part", "pid", "start", "end"]]
         when, keys = work["start"].to_numpy(), ["part", "pid"]
-    work = work.assign(step=step_of(steps, work["part"], work["pid"], when))
+    work = work.assign(step=step_at(trace, patterns, work["part"], work["pid"], when))
     work = work[work["step"] >= 0].merge(trace.ranks[["rank", *keys]].drop_duplicates(keys), on=keys)
     spans = work.groupby(["rank", "step"]).agg(start_ns=("start", "min"), end_ns=("end", "max"))
     return spans.reset_index()

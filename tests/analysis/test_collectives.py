@@ -200,3 +200,14 @@ def test_wait_and_transfer_per_rank_and_step(gpu_view):
     cols = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
     assert list(split.loc[(0, 0), cols] * 1e6) == pytest.approx([1500, 1500, 500, 500])  # broadcast unpaired
     assert list(split.loc[(1, 0), cols] * 1e6) == pytest.approx([0, 1500, 0, 1000])
+
+
+def test_the_report_has_a_collectives_section(tmp_path, capsys):
+    from analysis import report
+
+    path = write_two_gpu_ranks(tmp_path / "two.sqlite")
+    assert report.main([str(path), "-o", str(tmp_path / "out"), "--no-timelines", "--peak-busbw", "100"]) == 0
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "<h2>Collectives</h2>" in page and "peak 100 GB" in page and "wait vs transfer per step" in page
+    assert report.main([str(path), "-o", str(tmp_path / "bad"), "--peak-busbw", "0"]) == 2
+    assert "--peak-busbw" in capsys.readouterr().err and not (tmp_path / "bad").exists()

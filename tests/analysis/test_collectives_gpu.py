@@ -135,3 +135,22 @@ def test_host_collectives_of_gloo_on_cuda_come_from_the_ranges(gpu_trace):
     calls = view.calls
     assert (calls["kernel"] == "").all() and (calls["start_ns"] == calls["issue_ns"]).all()
     assert np.allclose(calls["wait_ms"] + calls["transfer_ms"], calls["duration_ms"])
+
+
+def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
+    from analysis.overlap import analyze
+
+    path = gpu_trace("overlap.sqlite")
+    steps = analyze(path).steps.set_index(["rank", "step"])
+    truth = independent_pairing([path])
+    # the independent pairing's kernels of rank 0 and 1 in step 4 (by the view's step of each kernel)
+    calls = all_reduce_rows(analyze_collectives(path))
+    step_of = dict(zip(zip(calls["rank"], calls["start_ns"]), calls["step"]))
+    for rank in (0, 1):
+        mine = [r for r in truth if r["proc"] == rank and step_of[(rank, r["start"])] == 4]
+        row = steps.loc[(rank, 4)]
+        assert round(row["comm_wait_ms"] * 1e6) == sum(r["wait"] for r in mine)
+        assert round(row["comm_transfer_ms"] * 1e6) == sum(r["transfer"] for r in mine)
+        assert row["exposed_comm_wait_ms"] + row["exposed_comm_transfer_ms"] <= row["comm_wait_ms"] + \
+            row["comm_transfer_ms"] + 1e-9
+    assert steps.loc[(0, 4), "comm_wait_ms"] > 150 > steps.loc[(1, 4), "comm_wait_ms"]  # rank 0 waited for rank 1

@@ -15,7 +15,8 @@ from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 REPO = Path(__file__).resolve().parents[2]
 METRIC_KEYS = {"step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",
                "exposed_comm_ms", "overlap_pct", "comm_kernels", "compute_kernels", "comm_copies", "comm_ranges",
-               "comm_kernel_ms", "comm_copy_ms", "idle_ms"}
+               "comm_kernel_ms", "comm_copy_ms", "idle_ms", "comm_wait_ms", "comm_transfer_ms",
+               "exposed_comm_wait_ms", "exposed_comm_transfer_ms"}
 
 
 def run_main(capsys, *args):

@@ -154,3 +154,13 @@ def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
         assert row["exposed_comm_wait_ms"] + row["exposed_comm_transfer_ms"] <= row["comm_wait_ms"] + \
             row["comm_transfer_ms"] + 1e-9
     assert steps.loc[(0, 4), "comm_wait_ms"] > 150 > steps.loc[(1, 4), "comm_wait_ms"]  # rank 0 waited for rank 1
+
+
+def test_overlap_split_is_null_without_a_partner(gpu_trace, tmp_path):
+    from analysis.overlap import analyze
+    from tests.analysis.test_collectives import write_two_gpu_ranks
+
+    alone = analyze(gpu_trace("naive.rank0.sqlite"))
+    assert alone.steps["comm_wait_ms"].isna().all() and alone.totals["comm_transfer_ms"].isna().all()
+    both = analyze(write_two_gpu_ranks(tmp_path / "two.sqlite"))
+    assert list(both.totals["comm_wait_ms"] * 1e6) == pytest.approx([1500, 0])  # rank 0, rank 1

@@ -3,10 +3,10 @@
 Per rank (one process, one GPU) and step: forward kernels, backward kernels launched from an
 autograd thread with NCCL all-reduce kernels on a second stream overlapping them (each inside an
 async `comm:all_reduce:bucketN` start/end range whose payload is the bucket's bytes, opened on the
-autograd thread and closed on the main thread), a `grad_sync` wait, optimizer kernels; NVTX `step N`/`forward`/`backward`/`grad_sync`/
-`optimizer` push/pop ranges inside a `profile` range, and a `ddp.meta` mark. Every kernel has its
-`cudaLaunchKernel` runtime row. Used by the tests (against an independent computation) and by the
-speed benchmarks.
+autograd thread and closed on the main thread), a `grad_sync` wait, optimizer kernels; NVTX
+`step N`/`forward`/`backward`/`grad_sync`/`optimizer` push/pop ranges inside a `profile` range, and
+a `ddp.meta` mark. Every kernel has its `cudaLaunchKernel` runtime row. Used by the tests (against an
+independent computation) and by the speed benchmarks.
 """
 from __future__ import annotations
 

@@ -23,11 +23,21 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis import intervals as iv
 from analysis.patterns import Patterns, matches
-from analysis.phases import KERNEL, MARK, PUSH_POP, codes, find_steps, keyed_contains, process_key, ranges_named, \
-    thread_key
+from analysis.phases import (
+    KERNEL,
+    MARK,
+    PUSH_POP,
+    codes,
+    find_steps,
+    keyed_contains,
+    process_key,
+    ranges_named,
+    thread_key,
+)
 from analysis.steps import step_windows, window_index
 from analysis.trace import Trace
 
@@ -129,7 +139,7 @@ def _range_calls(trace: Trace) -> pd.DataFrame:
     return _with_ranks(out, trace, by_device=False)
 
 
-def step_at(trace: Trace, patterns: Patterns, part, pid, t) -> np.ndarray:
+def step_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: ArrayLike) -> np.ndarray:
     """Number of the step whose window (steps.py: on GPU traces start to next step's start) holds each
     time t of process (part, pid); -1 outside every step."""
     part, pid, t = (np.asarray(a, dtype=np.int64) for a in (part, pid, t))
@@ -145,7 +155,7 @@ def step_at(trace: Trace, patterns: Patterns, part, pid, t) -> np.ndarray:
     return out
 
 
-def _phase_at(trace: Trace, patterns: Patterns, part, pid, t: np.ndarray) -> np.ndarray:
+def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: np.ndarray) -> np.ndarray:
     """Innermost training phase containing each issue time in its process: grad_sync, optimizer,
     backward, forward; else 'step' inside a step range, else ''."""
     keys = process_key(part, pid)
@@ -180,10 +190,13 @@ def _range_compute(trace: Trace, patterns: Patterns) -> dict:
     waits = pd.concat([comm[codes(comm["kind"]) == PUSH_POP], named("sync_wait")])
     out = {}
     for rank, part, pid in trace.ranks[["rank", "part", "pid"]].itertuples(index=False):  # per rank
-        mine = lambda f: f[(f["part"].to_numpy() == part) & (f["pid"].to_numpy() == pid)]
-        w, b = mine(work), mine(waits)
+        w, b = _of_process(work, part, pid), _of_process(waits, part, pid)
         out[int(rank)] = iv.subtract(w["start"], w["end"], b["start"], b["end"])
     return out
+
+
+def _of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
+    return frame[(frame["part"].to_numpy() == part) & (frame["pid"].to_numpy() == pid)]
 
 
 def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:

@@ -6,6 +6,8 @@ and the n ranks of the collective: all-reduce 2(n-1)/n; all-gather, reduce-scatt
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -40,7 +42,7 @@ def bandwidths(calls: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"algbw_gbps": alg, "busbw_gbps": bus}, index=calls.index)
 
 
-def _summarise(groups) -> pd.DataFrame:
+def _summarise(groups: Any) -> pd.DataFrame:
     """count, bytes, time, median/p90 busbw, wait and exposed shares of each group of calls."""
     frame = groups.agg(calls=("op", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)),
                        duration_ms=("duration_ms", "sum"), wait_ms=("wait_ms", "sum"),

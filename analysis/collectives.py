@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,11 +49,11 @@ class CollectivesView:
 
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...]}]}."""
+        parts = {"calls": self.calls, "by_size": self.by_size, "by_rank": self.by_rank, "stragglers": self.stragglers}
         out = []
         for head in plain_records(self.traces):
-            of = lambda frame: _records(frame[frame["path"] == head["path"]].drop(columns="path"))
-            out.append({**head, "calls": of(self.calls), "by_size": of(self.by_size), "by_rank": of(self.by_rank),
-                        "stragglers": of(self.stragglers)})
+            mine = {name: _records(f[f["path"] == head["path"]].drop(columns="path")) for name, f in parts.items()}
+            out.append({**head, **mine})
         return {"traces": out}
 
 
@@ -79,7 +80,7 @@ def collectives_of(traces: Iterable[Trace], patterns: Patterns | None = None, ra
                    step: int | None = None, peak_busbw: float | None = None) -> CollectivesView:
     """The view of loaded traces; rank/step keep only that rank's/step's calls (stragglers use every
     rank of the kept steps); peak_busbw (GB/s) adds busbw as % of that peak."""
-    rows, facts = zip(*(call_rows(t, patterns) for t in traces))
+    rows, facts = zip(*(call_rows(t, patterns) for t in traces), strict=True)
     calls = pd.concat(rows, ignore_index=True)
     for name, value in (("step", step), ("rank", rank)):
         have = sorted(calls[name].unique().tolist())
@@ -98,7 +99,7 @@ def collectives_of(traces: Iterable[Trace], patterns: Patterns | None = None, ra
 
 
 def analyze_collectives(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None,
-                        merge: bool = False, **options) -> CollectivesView:
+                        merge: bool = False, **options: Any) -> CollectivesView:
     """Each path its own trace, or (merge=True) all paths one run (one rank per file); options as collectives_of."""
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     groups = [paths] if merge else [[p] for p in paths]
@@ -126,15 +127,15 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
     if not summary_only:
         calls = _with_bytes_text(view.calls[lead + list(TABLE_ROWS)])
         out += ["calls (one row per collective call per rank):", _fmt(calls, TABLE_ROWS), ""]
-    impl = dict(zip(view.traces["path"], view.traces["implementation"]))
+    impl = dict(zip(view.traces["path"], view.traces["implementation"], strict=True))
     for title, frame, keys in (("by op and message size (all calls of all ranks):", view.by_size, ["op", "size_class"]),
                                ("by rank:", view.by_rank, ["rank"])):
         extra = [c for c in ("median_busbw_pct_peak",) if c in frame]
-        shown = frame.assign(implementation=frame["path"].map(impl))[lead + keys + SUMMARY_TABLE + extra]
+        shown = frame.assign(implementation=frame["path"].map(impl))[[*lead, *keys, *SUMMARY_TABLE, *extra]]
         out += [title, _fmt(_with_bytes_text(shown)), ""]
     strag = view.stragglers.assign(implementation=view.stragglers["path"].map(impl))
     out += ["stragglers per step (the rank the others waited for; paired collectives only):",
-            _fmt(strag[lead + ["step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])]
+            _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])]
     for head in view.traces.itertuples():
         source = "kernels" if head.source == "kernel" else "comm:<op>:<tag> ranges (no communication kernels)"
         out.append(f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "

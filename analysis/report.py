@@ -221,7 +221,7 @@ def collectives_blocks(results: list[Analysed], summary: pd.DataFrame, args: arg
     from analysis.collectives import collectives_of
     from analysis.report_collectives import collectives_section
 
-    labels = dict(zip(summary["trace"], summary["label"]))
+    labels = dict(zip(summary["trace"], summary["label"], strict=True))
     entries = [(labels[str(r.path)], r.trace, collectives_of([r.trace])) for r in results]
     return collectives_section(entries, args.peak_busbw)
 

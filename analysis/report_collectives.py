@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.collective_calls import step_at
 from analysis.collectives import CollectivesView
 from analysis.patterns import Patterns
-from analysis.collective_calls import step_at
 from analysis.phases import KERNEL, codes, launched_inside, ranges_named
 from analysis.render_style import CATEGORY_COLOURS
 from analysis.trace import Trace
@@ -63,7 +63,7 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str) -> go.Figure:
     """Per step and rank, stacked: time waiting for the last rank, and transfer time (paired calls)."""
     paired = calls[calls["paired"] & (calls["step"] >= 0)]
     per = paired.groupby(["step", "rank"])[["wait_ms", "transfer_ms"]].sum().reset_index()
-    x = [f"step {s} · rank {r}" for s, r in zip(per["step"], per["rank"])]
+    x = [f"step {s} · rank {r}" for s, r in zip(per["step"], per["rank"], strict=True)]
     fig = go.Figure([go.Bar(name="waiting for the last rank", x=x, y=per["wait_ms"], marker_color=WAIT_COLOUR),
                      go.Bar(name="transfer (every rank in)", x=x, y=per["transfer_ms"], marker_color=TRANSFER_COLOUR)])
     fig.update_layout(barmode="stack", template="plotly_white", height=360, yaxis_title="ms of collectives",
@@ -78,7 +78,7 @@ def bucket_timeline_figure(calls: pd.DataFrame, spans: pd.DataFrame, step: int, 
     span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
     t0 = int(span["start_ns"].iloc[0]) if len(span) else int(mine["issue_ns"].min())
     ms = lambda ns: (np.asarray(ns, dtype=float) - t0) / NS_PER_MS
-    names = [t or o for t, o in zip(mine["tag"], mine["op"])]
+    names = [t or o for t, o in zip(mine["tag"], mine["op"], strict=True)]
     wait = mine["wait_ms"].fillna(0).to_numpy()
     fig = go.Figure([
         go.Bar(y=names, x=wait, base=ms(mine["start_ns"]), orientation="h", marker_color=WAIT_COLOUR,
@@ -89,7 +89,7 @@ def bucket_timeline_figure(calls: pd.DataFrame, spans: pd.DataFrame, step: int, 
                    name="issue (CPU)")])
     title = f"{label}: step {step}, rank {rank}"
     if len(span):
-        bwd_end = ms(span["end_ns"].iloc[0])
+        bwd_end = float(ms(span["end_ns"].iloc[0]))
         fig.add_vrect(x0=0, x1=bwd_end, fillcolor=CATEGORY_COLOURS["backward"], opacity=0.12, line_width=0,
                       annotation_text="backward", annotation_position="top left")
         tail = max(0.0, float(ms(mine["end_ns"].max())) - bwd_end) if len(mine) else 0.0

@@ -61,7 +61,7 @@ def test_every_all_reduce_kernel_is_one_paired_collective(gpu_trace, name):
     assert len(mine) == len(truth)  # each kernel exactly once
     assert mine["paired"].all() and (mine["partners"] == 2).all()
     got = sorted(zip(mine["start_ns"], mine["end_ns"], np.round(mine["wait_ms"] * 1e6).astype(np.int64),
-                     np.round(mine["transfer_ms"] * 1e6).astype(np.int64)))
+                     np.round(mine["transfer_ms"] * 1e6).astype(np.int64), strict=True))
     want = sorted((r["start"], r["end"], r["wait"], r["transfer"]) for r in truth)
     assert got == want
     duration_ns = mine["end_ns"] - mine["start_ns"]
@@ -86,7 +86,7 @@ def test_merged_rank_files_pair_like_the_independent_pairing(gpu_trace):
     mine = all_reduce_rows(analyze_collectives(paths, merge=True))
     truth = independent_pairing(paths)
     assert mine["paired"].all() and len(mine) == len(truth)
-    got = sorted(zip(mine["start_ns"], np.round(mine["wait_ms"] * 1e6).astype(np.int64)))
+    got = sorted(zip(mine["start_ns"], np.round(mine["wait_ms"] * 1e6).astype(np.int64), strict=True))
     assert got == sorted((r["start"], r["wait"]) for r in truth)
 
 
@@ -119,7 +119,8 @@ def test_tags_phase_and_exposed_part_match_the_raw_tables(gpu_trace):
                 merged.append([s, e])
         starts = np.array([m[0] for m in merged])
         mine = calls[calls["rank"] == rank]
-        for start, end, exposed in zip(mine["start_ns"][:300], mine["end_ns"][:300], mine["exposed_ms"][:300]):
+        first = mine.iloc[:300]
+        for start, end, exposed in zip(first["start_ns"], first["end_ns"], first["exposed_ms"], strict=True):
             i = max(int(np.searchsorted(starts, start, side="right")) - 1, 0)
             covered = 0
             while i < len(merged) and merged[i][0] < end:
@@ -145,7 +146,7 @@ def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
     truth = independent_pairing([path])
     # the independent pairing's kernels of rank 0 and 1 in step 4 (by the view's step of each kernel)
     calls = all_reduce_rows(analyze_collectives(path))
-    step_of = dict(zip(zip(calls["rank"], calls["start_ns"]), calls["step"]))
+    step_of = dict(zip(zip(calls["rank"], calls["start_ns"], strict=True), calls["step"], strict=True))
     for rank in (0, 1):
         mine = [r for r in truth if r["proc"] == rank and step_of[(rank, r["start"])] == 4]
         row = steps.loc[(rank, 4)]

@@ -66,12 +66,13 @@ def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
     want = []
     for i in range(4):
         last = max(r[i][0] for r in by_rank)
-        for r, ranges in enumerate(by_rank):
+        for ranges in by_rank:
             start, end, text, payload = ranges[i]
             wait = min(max(last - start, 0), end - start)
             want.append((start, text.split(":")[2], payload, wait, end - start - wait))
-    got = list(zip(calls["start_ns"], calls["tag"], calls["bytes"].astype(int),
-                   (calls["wait_ms"] * 1e6).round().astype(int), (calls["transfer_ms"] * 1e6).round().astype(int)))
+    ns = lambda ms: (ms * 1e6).round().astype(int)
+    got = list(zip(calls["start_ns"], calls["tag"], calls["bytes"].astype(int), ns(calls["wait_ms"]),
+                   ns(calls["transfer_ms"]), strict=True))
     assert sorted(got) == sorted(want)
     assert set(calls["bytes"]) == {1 << 20, 4096}
     late = calls[(calls["rank"] == 0) & (calls["tag"] == "bucket0")]

@@ -23,6 +23,10 @@ clock using TARGET_INFO_SESSION_START_TIME):
 `meta`     {(part, pid): dict parsed from the `ddp.meta` mark}.
 `info`     {part: what the export says about its machine (nsys_db.NsysExport.target_info): GPUs by
     device id with name and uuid, driver, CUDA driver, hostname, nsys version}.
+`collectives` one row per collective call with its message sizes (kineto_comms.py); empty for nsys.
+
+torch.profiler (Kineto) JSON files are recognised from their content and read by kineto.py into
+the same frames.
 """
 from __future__ import annotations
 
@@ -38,6 +42,8 @@ from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
 from analysis.intervals import factorize
+from analysis.kineto_comms import empty_collectives
+from analysis.kineto_json import is_kineto
 from analysis.patterns import META_PREFIX, Patterns
 from analysis.phases import communication_mask
 from analysis.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
@@ -63,6 +69,7 @@ class Trace:
     meta: dict = field(default_factory=dict)
     implementation: str = ""
     info: dict = field(default_factory=dict)
+    collectives: pd.DataFrame = field(default_factory=empty_collectives)
 
 
 def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
@@ -276,6 +283,12 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     if not paths:
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
+    kineto = [is_kineto(p) for p in paths]
+    if any(kineto):  # torch.profiler JSON: its own reader, the same frames
+        if not all(kineto):
+            raise TraceError(f"{', '.join(map(str, paths))}: cannot merge torch.profiler JSON with nsys exports")
+        from analysis.kineto import load_kineto  # deferred: kineto.py builds on this module
+        return load_kineto(paths, patterns)
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     offsets = [part[3] for part in loaded]
     for (ops, nvtx, *_), offset in zip(loaded, offsets):

@@ -1,0 +1,175 @@
+"""Load torch.profiler (Kineto) traces into the frames nsys exports load into: `load_kineto(paths) -> Trace`.
+
+`analysis.trace.load_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
+here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
+several files are one job's ranks, merged onto the first file's clock (baseTimeNanoseconds).
+
+What goes where (see trace.py for the frames):
+`gpu_ops`   kernel / gpu_memcpy / gpu_memset events: device and stream from args, names as Kineto
+            writes them (demangled kernel names; "Memcpy DtoD (...)" -> "memcpy DtoD", "Memset (...)"
+            -> "memset"); launch_start / launch_tid / pid from the cuda_runtime (or cuda_driver) event
+            with the same `args.correlation` (the `ac2g` flows link the same pairs).
+`nvtx`      the CPU ranges: `user_annotation` events (record_function ranges, `ProfilerStep#N`, and
+            this project's step / forward / backward / grad_sync / optimizer / comm:* ranges) as
+            push_pop ranges, except those our torch.profiler recorder marked `ddp.kind: start_end`
+            (async ranges that end on another thread). When no range matches the backward pattern,
+            a `backward` range per step spans the autograd engine ops
+            (`autograd::engine::evaluate_function: ...`) of that step, on their thread.
+`ranks`     one per file and device; rank and world size from `distributedInfo` (or our `ddp.meta`).
+`collectives` one row per `record_param_comms` op with its message sizes (kineto_comms.py).
+Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "nvtx"), as
+CPU-only nsys exports are.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import TraceError
+from analysis.kineto_comms import collectives_frame
+from analysis.kineto_json import KinetoFile, read_kineto
+from analysis.patterns import Patterns, matches
+from analysis.phases import communication_mask
+from analysis.trace import NVTX_KIND_NAMES, Trace, _number_ranks, _ops_frame, _row_lookup, _shifted
+
+
+def _gpu_names(names: list[str]) -> pd.Categorical:
+    """Kineto's names as a categorical, copies and sets named as the nsys loader names them."""
+    codes, uniques = pd.factorize(np.array(names, dtype=object))
+    renamed = ["memcpy " + u.split()[1] if u.startswith("Memcpy ") and len(u.split()) > 1
+               else "memset" if u.startswith("Memset") else u for u in uniques.tolist()]
+    new_codes, categories = pd.factorize(np.array(renamed, dtype=object))
+    return pd.Categorical.from_codes(new_codes[codes] if codes.size else codes,
+                                     categories=pd.Index(categories, dtype=object))
+
+
+def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
+    """The gpu_ops columns of one file (see the module docstring)."""
+    g, rt = f.gpu, f.runtime
+    n = len(g["start"])
+    launch = np.full(n, -1, dtype=np.int64)
+    usable = rt["correlation"] > 0
+    if n and usable.any():  # correlation ids are unique within a file's process
+        launch = _row_lookup(np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable],
+                             np.zeros(n, np.int64), g["correlation"])
+    found, row = launch >= 0, np.maximum(launch, 0)
+    pick = lambda col, default: np.where(found, rt[col][usable][row], default) if n and usable.any() \
+        else np.full(n, default, dtype=np.int64)
+    return {"part": np.full(n, part, dtype=np.int64), "pid": pick("pid", host_pid), "device": g["device"],
+            "stream": g["stream"], "start": g["start"], "end": g["end"], "correlation_id": g["correlation"],
+            "launch_start": pick("start", -1), "launch_tid": pick("tid", -1), "kind": g["kind"],
+            "name": _gpu_names(g["name"])}
+
+
+def _backward_ranges(f: KinetoFile, steps: pd.DataFrame) -> pd.DataFrame:
+    """One `backward` range per step over the autograd engine ops that start inside it (all of them
+    when there are no steps), on the thread that ran most of them."""
+    ag = f.autograd
+    if len(ag["start"]) == 0:
+        return pd.DataFrame(columns=["pid", "tid", "start", "end"])
+    if len(steps):
+        s, e = steps["start"].to_numpy(), steps["end"].to_numpy()
+        i = np.searchsorted(s, ag["start"], side="right") - 1
+        step = np.where((i >= 0) & (ag["start"] < e[np.maximum(i, 0)]), i, -1)
+    else:
+        step = np.zeros(len(ag["start"]), dtype=np.int64)
+    ops = pd.DataFrame({"step": step, "pid": ag["pid"], "tid": ag["tid"], "start": ag["start"], "end": ag["end"]})
+    ops = ops[ops["step"] >= 0]
+    grouped = ops.groupby(["step", "pid"])
+    out = grouped.agg(start=("start", "min"), end=("end", "max"), tid=("tid", lambda t: t.mode().iloc[0]))
+    return out.reset_index()[["pid", "tid", "start", "end"]]
+
+
+def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
+    """The ranges of one file as an nvtx frame (push_pop, or start_end where our recorder said so)."""
+    r = f.ranges
+    frame = pd.DataFrame({"pid": r["pid"], "tid": r["tid"], "start": r["start"], "end": r["end"],
+                          "text": pd.Series(r["text"], dtype=object), "kind": np.where(r["async"], 1, 0)})
+    texts = frame["text"].astype("category")
+    if not matches(texts, patterns.regex("backward")).any():
+        steps = frame[matches(texts, patterns.regex("step"))].sort_values("start")
+        extra = _backward_ranges(f, steps).assign(text="backward", kind=0)
+        frame = pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
+    frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
+    return pd.DataFrame({
+        "part": np.int64(part), "pid": frame["pid"].to_numpy(), "tid": frame["tid"].to_numpy(),
+        "end_tid": frame["tid"].to_numpy(), "start": frame["start"].to_numpy(), "end": frame["end"].to_numpy(),
+        "text": frame["text"].astype(object).to_numpy(),
+        "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
+        "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
+    })
+
+
+def _identity(f: KinetoFile) -> tuple[object, object]:
+    """(rank, world size) as the file records them (distributedInfo first, then our ddp.meta)."""
+    d, m = f.distributed, f.meta
+    return d.get("rank", m.get("rank")), d.get("world_size", m.get("world_size"))
+
+
+def _check_one_job(files: list[KinetoFile]) -> None:
+    """Files given together must be ranks of one job: same world size and implementation, distinct ranks."""
+    if len(files) < 2:
+        return
+    first = files[0]
+    for f in files[1:]:
+        for what, a, b in (("world size", _identity(first)[1], _identity(f)[1]),
+                           ("implementation", first.meta.get("implementation"), f.meta.get("implementation"))):
+            if a is not None and b is not None and a != b:
+                raise TraceError(f"{first.path} ({what} {a}) and {f.path} ({what} {b}) are from different jobs: "
+                                 "give one job's files together")
+    seen: dict = {}
+    for f in files:
+        rank = _identity(f)[0]
+        if rank is not None and rank in seen:
+            raise TraceError(f"{seen[rank]} and {f.path} both hold rank {rank}: files of different jobs "
+                             "(or one file twice)")
+        seen[rank] = f.path
+
+
+def _implementation(files: list[KinetoFile], first: Path) -> str:
+    named = [f.meta["implementation"] for f in files if f.meta.get("implementation")]
+    if named:
+        return str(named[0])
+    name = first.name
+    for suffix in (".gz", ".json"):
+        name = name[:-len(suffix)] if name.endswith(suffix) else name
+    return name
+
+
+def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
+    """Load one Kineto file, or one job's per-rank files merged onto the first file's clock."""
+    patterns = patterns or Patterns()
+    files = [read_kineto(p) for p in paths]
+    _check_one_job(files)
+    gpu_parts, nvtx_parts, meta, calls = [], [], {}, []
+    for part, f in enumerate(files):
+        host_pid = int(f.host_pids[0]) if f.host_pids.size else 0
+        delta = f.clock_offset - files[0].clock_offset
+        ops = _gpu_part(f, part, host_pid)
+        for c in ("start", "end", "launch_start"):
+            ops[c] = _shifted(ops[c], delta)
+        nvtx = _nvtx_part(f, part, patterns)
+        for c in ("start", "end"):
+            nvtx[c] = _shifted(nvtx[c].to_numpy(), delta)
+        gpu_parts.append(ops)
+        nvtx_parts.append(nvtx)
+        rank, world = _identity(f)
+        meta[(part, host_pid)] = {**f.meta, **({"rank": rank} if rank is not None else {}),
+                                  **({"world_size": world} if world is not None else {})}
+        calls += [(part, (pid, tid, s + delta, e + delta, a)) for pid, tid, s, e, a in f.comms]
+    ops = _ops_frame(gpu_parts)
+    nvtx = pd.concat(nvtx_parts, ignore_index=True) if len(nvtx_parts) > 1 else nvtx_parts[0]
+    nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
+    nvtx = nvtx.reset_index(drop=True)
+    label = ", ".join(str(p) for p in paths)
+    if len(ops) == 0 and len(nvtx) == 0:
+        raise TraceError(f"{label}: torch.profiler trace holds neither GPU kernels nor user_annotation "
+                         "(record_function) ranges: nothing to measure")
+    ops["is_comm"] = communication_mask(ops, nvtx, patterns)
+    implementation = _implementation(files, paths[0])
+    meta = {k: v for k, v in meta.items() if v}
+    return Trace(path=label, nsys_version=f"kineto schema {files[0].schema}", source="gpu" if len(ops) else "nvtx",
+                 gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
+                 meta=meta, implementation=implementation, collectives=collectives_frame(calls))

@@ -1,0 +1,81 @@
+"""The `collectives` frame: one row per collective call with its message sizes (`Trace.collectives`).
+
+Kineto traces carry them: PyTorch wraps every c10d collective in a `record_param_comms` CPU op
+whose args hold the collective's name, element counts, dtype and process group. nsys exports do
+not, so their frame is empty (same columns).
+
+Columns (one row per `record_param_comms` op, sorted by part, pid, start):
+    part, pid, tid, start, end   the CPU op (int64 ns on the trace's clock, like the other frames)
+    collective      "allreduce", "broadcast", "allgather", "reduce_scatter", "wait", ... as PyTorch names it
+    dtype           PyTorch's scalar type name ("Float", "BFloat16", ...)
+    element_bytes   bytes per element (0 when the dtype is unknown)
+    in_nelems, out_nelems   elements of the input and output message (-1 when not recorded)
+    in_bytes, out_bytes     the same in bytes (-1 when unknown)
+    bytes           the collective's message size: max(in_bytes, out_bytes) (nccl-tests' "size":
+                    the full buffer, i.e. the gathered output of all_gather, the input of reduce_scatter)
+    group_size      ranks in the process group (-1 when not recorded)
+    process_group   the group's name and, after a colon, its description when recorded ("0:default_pg")
+`wait` rows (PyTorch records its waits the same way) have 0 bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+ELEMENT_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "ComplexHalf": 4, "ComplexFloat": 8,
+                 "ComplexDouble": 16, "Byte": 1, "Char": 1, "Bool": 1, "Short": 2, "Int": 4, "Long": 8,
+                 "UInt16": 2, "UInt32": 4, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
+                 "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "QInt8": 1, "QUInt8": 1, "QInt32": 4}
+COLUMNS = ["part", "pid", "tid", "start", "end", "collective", "dtype", "element_bytes", "in_nelems",
+           "out_nelems", "in_bytes", "out_bytes", "bytes", "group_size", "process_group"]
+INT_COLUMNS = ["part", "pid", "tid", "start", "end", "element_bytes", "in_nelems", "out_nelems", "in_bytes",
+               "out_bytes", "bytes", "group_size"]
+
+
+def empty_collectives() -> pd.DataFrame:
+    """The frame with its columns and no rows (nsys traces)."""
+    return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in INT_COLUMNS else object) for c in COLUMNS})
+
+
+def _int(value) -> int:
+    """An element count or group size as recorded (an int, or a numeric string in some versions), else -1."""
+    if isinstance(value, bool):
+        return -1
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        return -1
+
+
+def _group(name, desc) -> str:
+    name = "" if name is None else str(name)
+    return f"{name}:{desc}" if desc not in (None, "") else name
+
+
+def collectives_frame(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
+    """The frame from (part, (pid, tid, start, end, args)) pairs; args has collective, in_nelems,
+    out_nelems, dtype, group_size, pg_name and pg_desc attributes. One Python pass per collective
+    call: a trace holds thousands of them, not millions of events."""
+    if not calls:
+        return empty_collectives()
+    part = [p for p, _ in calls]
+    pid, tid, start, end, args = zip(*(c for _, c in calls))
+    dtype = [str(a.dtype) if a.dtype is not None else "" for a in args]
+    size = np.array([ELEMENT_BYTES.get(d, 0) for d in dtype], dtype=np.int64)
+    n_in = np.array([_int(a.in_nelems) for a in args], dtype=np.int64)
+    n_out = np.array([_int(a.out_nelems) for a in args], dtype=np.int64)
+    b_in = np.where((n_in >= 0) & (size > 0), n_in * size, -1)
+    b_out = np.where((n_out >= 0) & (size > 0), n_out * size, -1)
+    frame = pd.DataFrame({
+        "part": np.array(part, dtype=np.int64), "pid": np.array(pid, dtype=np.int64),
+        "tid": np.array(tid, dtype=np.int64), "start": np.array(start, dtype=np.int64),
+        "end": np.array(end, dtype=np.int64),
+        "collective": pd.Series([str(a.collective) if a.collective is not None else "" for a in args], dtype=object),
+        "dtype": pd.Series(dtype, dtype=object), "element_bytes": size, "in_nelems": n_in, "out_nelems": n_out,
+        "in_bytes": b_in, "out_bytes": b_out, "bytes": np.maximum(b_in, b_out),
+        "group_size": np.array([_int(a.group_size) for a in args], dtype=np.int64),
+        "process_group": pd.Series([_group(a.pg_name, a.pg_desc) for a in args], dtype=object),
+    })
+    return frame.sort_values(["part", "pid", "start"], kind="stable").reset_index(drop=True)

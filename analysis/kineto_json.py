@@ -1,0 +1,248 @@
+"""Parse one Kineto trace (torch.profiler Chrome-trace JSON, `.json` or `.json.gz`) into columns.
+
+JSON parsing is the whole cost of reading these files, so msgspec decodes straight into small typed
+structs: complete (`ph: "X"`) events keep only the fields the analysis reads, every other phase
+(flows, metadata, instants, counters) decodes to an empty struct, and unknown keys are skipped
+without building Python objects. A trace whose events do not fit the fast types (an unusual phase,
+say) is decoded again leniently. Events are then split by category into numpy columns.
+
+Times: Kineto writes microseconds (float, 3 decimals) after `baseTimeNanoseconds` (absent in old
+traces, whose timestamps are absolute); columns hold int64 ns on the file's own clock and
+`clock_offset` is baseTimeNanoseconds, so files of one job line up like nsys exports do.
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+from dataclasses import dataclass
+from itertools import repeat
+from operator import attrgetter, is_, itemgetter
+from pathlib import Path
+from typing import Any, Union
+
+import msgspec
+import numpy as np
+import pandas as pd
+
+from analysis.errors import TraceError
+
+GZIP_MAGIC = b"\x1f\x8b"
+GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}  # -> gpu_ops kind codes (trace.GPU_KINDS)
+RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
+ANNOTATION_CAT = "user_annotation"
+PROFILER_STEP = "ProfilerStep#"
+AUTOGRAD_OP = "autograd::engine::evaluate_function: "
+COMMS_OP = "record_param_comms"
+
+
+class Args(msgspec.Struct, gc=False):
+    """The `args` keys read; the rest are skipped while decoding."""
+
+    correlation: int = -1
+    device: int = -1
+    stream: int = -1
+    kind: str = msgspec.field(name="ddp.kind", default="")  # "start_end": an async range of our runner
+    collective: Any = msgspec.field(name="Collective name", default=None)
+    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
+    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
+    dtype: Any = None
+    group_size: Any = msgspec.field(name="Group size", default=None)
+    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
+    pg_desc: Any = msgspec.field(name="Process Group Description", default=None)
+
+
+class _Fields(msgspec.Struct, gc=False):
+    cat: str = ""
+    name: str = ""
+    pid: Union[int, str] = -1
+    tid: Union[int, str] = -1
+    ts: float = 0.0
+    dur: float = 0.0
+    args: Args = msgspec.field(default_factory=Args)
+
+
+class Complete(_Fields, gc=False, tag="X", tag_field="ph"):
+    """A complete event ("ph": "X"): everything this analysis reads is one."""
+
+
+class AnyPhase(_Fields, gc=False):
+    """The lenient form: any phase, as a plain field."""
+
+    ph: str = ""
+
+
+# Every other phase of the Chrome trace event format: nothing of them is kept.
+_SKIPPED = tuple(msgspec.defstruct(f"Skip_{ord(c)}", [], tag=c, tag_field="ph", gc=False)
+                 for c in "BEiICbnestfPONDMRcpvV()")
+
+
+class _Top(msgspec.Struct, kw_only=True):
+    baseTimeNanoseconds: int = 0  # noqa: N815 - Kineto's keys
+    schemaVersion: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    ddp_meta: Any = msgspec.field(name="ddp.meta", default=None)
+
+
+class FastFile(_Top):
+    traceEvents: list[Union[(Complete, *_SKIPPED)]]  # noqa: N815 - required: what makes it a trace
+
+
+class LenientFile(_Top):
+    traceEvents: list[AnyPhase]  # noqa: N815
+
+
+@dataclass
+class KinetoFile:
+    """One file's content as columns (times int64 ns on the file's clock)."""
+
+    path: Path
+    clock_offset: int
+    schema: str
+    distributed: dict
+    meta: dict
+    gpu: dict        # kind, name (list), device, stream, start, end, correlation
+    runtime: dict    # pid, tid, start, correlation
+    ranges: dict     # pid, tid, start, end, text (list), async (bool)
+    autograd: dict   # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)
+    comms: list      # (pid, tid, start, end, Args) of record_param_comms ops
+    host_pids: np.ndarray
+
+
+def is_kineto(path: Path) -> bool:
+    """True when the file looks like JSON (gzipped or not): the first non-blank byte is `{` or `[`."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+            if head[:2] == GZIP_MAGIC:
+                return True
+    except OSError:
+        return False  # the nsys reader reports a missing or unreadable path
+    return head.lstrip()[:1] in (b"{", b"[")
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        data = path.read_bytes()
+        return gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise TraceError(f"{path}: truncated or corrupt gzip file ({e})") from None
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _decode(path: Path, data: bytes) -> FastFile:
+    try:
+        return msgspec.json.decode(data, type=FastFile)
+    except msgspec.ValidationError:
+        pass  # valid JSON that does not fit the fast types: try the lenient ones, for a precise message
+    except msgspec.DecodeError as e:
+        raise TraceError(f"{path}: not valid JSON ({e})") from None
+    try:
+        return msgspec.json.decode(data, type=LenientFile)
+    except msgspec.ValidationError as e:
+        raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace ({e})") from None
+
+
+def _ns(us: np.ndarray) -> np.ndarray:
+    return np.rint(np.asarray(us, dtype=np.float64) * 1000.0).astype(np.int64)
+
+
+def _field(events, name: str) -> list:
+    return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
+
+
+def _floats(events, name: str) -> np.ndarray:
+    return np.fromiter(map(attrgetter(name), events), dtype=np.float64, count=len(events))
+
+
+def _int_field(events, name: str, default: int = -1) -> np.ndarray:
+    """An integer field; values that are not integers (Chrome's named pids, "Spans") become default."""
+    try:
+        return np.fromiter(map(attrgetter(name), events), dtype=np.int64, count=len(events))
+    except (TypeError, ValueError, OverflowError):
+        return np.array([v if isinstance(v, int) else default for v in _field(events, name)], dtype=np.int64)
+
+
+def _times(events) -> tuple[np.ndarray, np.ndarray]:
+    start = _ns(_floats(events, "ts"))
+    return start, start + np.maximum(_ns(_floats(events, "dur")), 0)
+
+
+def _take(events, rows: np.ndarray) -> list:
+    """events[rows] for an index array, in one C-level call."""
+    if rows.size == 0:
+        return []
+    got = itemgetter(*rows.tolist())(events)
+    return list(got) if rows.size > 1 else [got]
+
+
+def _by_value(values: list) -> dict:
+    """{value: row indices} for a column of a few distinct strings."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
+    return {u: order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniques)}
+
+
+def _rows_named(by_name: dict, test) -> np.ndarray:
+    rows = [r for name, r in by_name.items() if test(name)]
+    return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
+
+
+def read_kineto(path: Path) -> KinetoFile:
+    """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
+    doc = _decode(path, _read_bytes(path))
+    events = doc.traceEvents
+    doc.traceEvents = []
+    if events and type(events[0]) is AnyPhase:  # the lenient decode
+        is_complete = np.array(_field(events, "ph"), dtype=object) == "X"
+    else:
+        is_complete = np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))
+    complete = _take(events, np.flatnonzero(is_complete))
+    del events  # only the complete events are needed
+    by_cat = _by_value(_field(complete, "cat"))
+    pick = lambda cats: _take(complete, np.sort(np.concatenate([by_cat.get(c, np.zeros(0, np.int64))
+                                                                for c in cats])))
+
+    gpu_rows = [by_cat.get(c, np.zeros(0, np.int64)) for c in GPU_CATS]
+    gpu_events = _take(complete, np.concatenate(gpu_rows))
+    args = _field(gpu_events, "args")
+    device, stream = _int_field(args, "device"), _int_field(args, "stream")
+    start, end = _times(gpu_events)
+    gpu = {"kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in zip(gpu_rows, GPU_CATS.values())]),
+           "name": _field(gpu_events, "name"),
+           "device": np.where(device >= 0, device, _int_field(gpu_events, "pid")),
+           "stream": np.where(stream >= 0, stream, _int_field(gpu_events, "tid")),
+           "start": start, "end": end, "correlation": _int_field(args, "correlation")}
+
+    launches = pick(RUNTIME_CATS)
+    runtime = {"pid": _int_field(launches, "pid"), "tid": _int_field(launches, "tid"),
+               "start": _ns(_floats(launches, "ts")), "correlation": _int_field(_field(launches, "args"), "correlation")}
+
+    cpu_ops = pick(["cpu_op"])
+    by_name = _by_value(_field(cpu_ops, "name"))
+    steps = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(PROFILER_STEP)))  # older torch: cpu_ops
+    annotations = pick([ANNOTATION_CAT]) + steps
+    start, end = _times(annotations)
+    ranges = {"pid": _int_field(annotations, "pid"), "tid": _int_field(annotations, "tid"),
+              "start": start, "end": end, "text": _field(annotations, "name"),
+              "async": np.array(_field(_field(annotations, "args"), "kind"), dtype=object) == "start_end"}
+
+    ops = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
+    start, end = _times(ops)
+    autograd = {"pid": _int_field(ops, "pid"), "tid": _int_field(ops, "tid"), "start": start, "end": end}
+
+    calls = _take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
+    start, end = _times(calls)
+    comms = list(zip(_field(calls, "pid"), _field(calls, "tid"), start.tolist(), end.tolist(), _field(calls, "args")))
+
+    # the process(es) recorded: what launched GPU work, opened ranges or ran ops (a sample of those)
+    sampled = _int_field(cpu_ops[:1000], "pid")
+    host = np.concatenate([runtime["pid"], ranges["pid"], autograd["pid"], sampled])
+    host_pids, counts = np.unique(host[host >= 0], return_counts=True)
+    return KinetoFile(path=path, clock_offset=int(doc.baseTimeNanoseconds or 0),
+                      schema=str(doc.schemaVersion) if doc.schemaVersion is not None else "unknown",
+                      distributed=doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {},
+                      meta=doc.ddp_meta if isinstance(doc.ddp_meta, dict) else {},
+                      gpu=gpu, runtime=runtime, ranges=ranges, autograd=autograd, comms=comms,
+                      host_pids=host_pids[np.argsort(-counts, kind="stable")])

@@ -25,7 +25,8 @@ from analysis.render_figure import Panel, build_figure, count_drawn_segments
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_OUTPUT = Path("reports/timeline.html")
-RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+$")  # run_nsys.sh --per-rank: <impl>.rank<N>.sqlite
+# run_nsys.sh --per-rank: <impl>.rank<N>.sqlite; --profiler torch: <impl>.rank<N>.json.gz
+RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+(?:\.json)?$")
 
 
 @dataclass(frozen=True)

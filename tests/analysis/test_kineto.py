@@ -1,0 +1,194 @@
+"""torch.profiler (Kineto) traces: the real 2-rank NCCL DDP trace against plain Python, the same
+synthetic run written in both formats measured alike, message sizes, and bad input."""
+import gzip
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis.errors import TraceError
+from analysis.metrics import measure_trace
+from analysis.synthetic_ddp import write_ddp_trace
+from analysis.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
+from analysis.timeline import group_inputs
+from analysis.trace import load_trace
+
+REPO = Path(__file__).resolve().parents[2]
+REAL = REPO.parent / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"
+NCCL = re.compile(r"^nccl(Dev)?Kernel_")
+
+
+def run_cli(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, text=True,
+                          capture_output=True, timeout=120, env={**os.environ})
+
+
+# --- plain Python over the raw JSON (no analysis code) -------------------------------------------
+
+def union(intervals):
+    merged = []
+    for s, e in sorted(intervals):
+        if merged and s <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return merged
+
+
+def length(intervals):
+    return sum(e - s for s, e in intervals)
+
+
+def intersection(a, b):
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        s, e = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if s < e:
+            out.append([s, e])
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def ns(us):
+    return round(us * 1000)
+
+
+@pytest.fixture(scope="module")
+def real():
+    if not REAL.exists():
+        pytest.skip(f"{REAL} not present")
+    return json.loads(gzip.decompress(REAL.read_bytes()))
+
+
+def test_real_trace_totals_equal_plain_python(real):
+    kernels = [e for e in real["traceEvents"] if e.get("cat") == "kernel"]
+    per_device = {}
+    for e in kernels:
+        d = per_device.setdefault(e["args"]["device"], {"comm": [], "compute": []})
+        d["comm" if NCCL.match(e["name"]) else "compute"].append((ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])))
+    assert list(per_device) == [0] and per_device[0]["comm"] and per_device[0]["compute"]
+
+    trace = load_trace(REAL)
+    assert trace.source == "gpu" and list(trace.ranks["rank"]) == [0]  # distributedInfo: rank 0 of 2
+    assert trace.meta[(0, int(trace.ranks["pid"][0]))]["world_size"] == 2
+    _, totals = measure_trace(trace)
+    row = totals.iloc[0]
+    comm, compute = union(per_device[0]["comm"]), union(per_device[0]["compute"])
+    # 1 ns of slack per interval: the frames round each start and duration to ns separately
+    slack = 1e-6 * (len(per_device[0]["comm"]) + len(per_device[0]["compute"]))
+    assert row["comm_ms"] == pytest.approx(length(comm) / 1e6, abs=slack)
+    assert row["compute_ms"] == pytest.approx(length(compute) / 1e6, abs=slack)
+    assert row["overlap_ms"] == pytest.approx(length(intersection(comm, compute)) / 1e6, abs=slack)
+    assert row["overlap_ms"] > 0
+    assert row["comm_kernels"] == len(per_device[0]["comm"])
+    assert row["compute_kernels"] == len(per_device[0]["compute"])
+
+
+def test_real_trace_steps_come_from_profiler_step(real):
+    steps = {int(e["name"].split("#")[1]): e["dur"] / 1000 for e in real["traceEvents"]
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    per_step, _ = measure_trace(load_trace(REAL))
+    assert list(per_step["step"]) == sorted(steps) == [4, 5, 6]
+    assert per_step["step_ms"].tolist() == pytest.approx([steps[s] for s in sorted(steps)], abs=1e-5)
+    assert (per_step["backward_ms"] > 0).all()  # "## backward ##" is a backward range
+
+
+def test_real_trace_collective_message_sizes(real):
+    calls = [e for e in real["traceEvents"] if e.get("name") == "record_param_comms"]
+    frame = load_trace(REAL).collectives
+    assert len(frame) == len(calls) == 27
+    want = sorted((ns(e["ts"]), e["args"]["Collective name"], e["args"]["In msg nelems"] *
+                   {"Float": 4, "Long": 8, "Byte": 1}[e["args"]["dtype"]], e["args"]["Group size"]) for e in calls)
+    got = list(zip(frame["start"].tolist(), frame["collective"], frame["in_bytes"].tolist(), frame["group_size"].tolist()))
+    assert got == want  # the same calls, bytes and group sizes
+    allreduce = frame[frame["collective"] == "allreduce"]
+    assert (allreduce["bytes"] == allreduce["in_nelems"] * 4).all() and set(allreduce["process_group"]) == {"0:default_pg"}
+
+
+# --- one synthetic run in both formats -----------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def both_formats(tmp_path_factory):
+    d = tmp_path_factory.mktemp("formats")
+    nsys = write_ddp_trace(d / "run.sqlite", n_kernels=6_000, n_ranks=2, n_steps=3, comm_per_step=5, seed=3)
+    kineto = write_kineto_ddp_trace(d / "run", n_kernels=6_000, n_ranks=2, n_steps=3, comm_per_step=5,
+                                    gz=True, seed=3)
+    return nsys, kineto
+
+
+def test_same_run_measures_the_same_in_both_formats(both_formats):
+    nsys, kineto = both_formats
+    a_steps, a_totals = measure_trace(load_trace(nsys))
+    k_trace = load_trace(kineto)
+    b_steps, b_totals = measure_trace(k_trace)
+    assert sorted(k_trace.ranks["rank"]) == [0, 1] and set(k_trace.gpu_ops["part"]) == {0, 1}
+    cols = ["rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",
+            "comm_kernels", "compute_kernels"]
+    pd.testing.assert_frame_equal(a_steps[cols].reset_index(drop=True), b_steps[cols].reset_index(drop=True))
+    assert (b_steps["overlap_ms"] > 0).all()
+
+
+def test_rank_files_of_one_run_group_into_one_trace(both_formats):
+    _, kineto = both_formats
+    groups = group_inputs(kineto)
+    assert len(groups) == 1 and groups[0].name == "run" and len(groups[0].paths) == 2
+
+
+def test_cpu_only_trace_is_measured_from_its_ranges(tmp_path):
+    w = KinetoWriter(tmp_path / "cpu.json")
+    w.meta_mark(5, 5, 0, rank=0, world_size=1)
+    base = w.base
+    w.nvtx(5, 5, [base, base + 100_000], [base + 1_000_000, base + 600_000], ["step 0", "backward"])
+    w.nvtx(5, 6, [base + 200_000], [base + 500_000], ["comm:all_reduce:bucket0"], kind=60)  # async
+    w.close()
+    trace = load_trace(tmp_path / "cpu.json")
+    assert trace.source == "nvtx" and len(trace.gpu_ops) == 0
+    per_step, _ = measure_trace(trace)
+    assert per_step["comm_ms"].iloc[0] == pytest.approx(0.3) and per_step["overlap_pct"].iloc[0] == pytest.approx(100)
+
+
+# --- bad input -------------------------------------------------------------------------------
+
+def _bad_inputs(d: Path) -> dict:
+    good = write_kineto_ddp_trace(d / "ok", n_kernels=400, n_ranks=1, n_steps=1, comm_per_step=2, gz=True)[0]
+    other = write_kineto_ddp_trace(d / "other", n_kernels=800, n_ranks=2, n_steps=1, comm_per_step=2, gz=True)[1]
+    (d / "truncated.json.gz").write_bytes(good.read_bytes()[:2000])
+    (d / "malformed.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1,')
+    (d / "not_a_trace.json").write_text('{"hello": "world"}')
+    (d / "array.json").write_text("[1, 2, 3]")
+    (d / "wrong_types.json").write_text('{"traceEvents": [{"ph": "X", "ts": "soon"}]}')
+    (d / "empty_trace.json").write_text('{"traceEvents": []}')
+    return {"truncated": ([d / "truncated.json.gz"], "truncated or corrupt gzip"),
+            "malformed": ([d / "malformed.json"], "not valid JSON"),
+            "not_a_trace": ([d / "not_a_trace.json"], "not a torch.profiler (Kineto) trace"),
+            "array": ([d / "array.json"], "not a torch.profiler (Kineto) trace"),
+            "wrong_types": ([d / "wrong_types.json"], "not a torch.profiler (Kineto) trace"),
+            "empty": ([d / "empty_trace.json"], "neither GPU kernels nor user_annotation"),
+            "two_jobs": ([good, other], "different jobs"),
+            "same_rank_twice": ([good, good], "both hold rank 0"),
+            "mixed_formats": ([good, write_ddp_trace(d / "n.sqlite", 400, 1, 1, 2)], "cannot merge")}
+
+
+@pytest.fixture(scope="module")
+def bad(tmp_path_factory):
+    return _bad_inputs(tmp_path_factory.mktemp("bad"))
+
+
+@pytest.mark.parametrize("case", ["truncated", "malformed", "not_a_trace", "array", "wrong_types", "empty",
+                                  "two_jobs", "same_rank_twice", "mixed_formats"])
+def test_bad_input_is_one_line_error(bad, case):
+    paths, message = bad[case]
+    with pytest.raises(TraceError, match=re.escape(message)):
+        load_trace(paths)
+    done = run_cli("analysis.overlap", "--merge", *paths)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr

@@ -4,7 +4,8 @@
 end on another thread (async collectives), `mark(text)` an instant. `payload=` (an int) rides in the
 range: the `comm:*` ranges carry their collective's byte count there, which nsys 2022.4 stores in
 NVTX_EVENTS.int64Value. Without the `nvtx` package (e.g. Python 3.13, where nvtx 0.2.10 has no
-wheel) every call is a no-op.
+wheel) every call is a no-op. `record_with(recorder)` sends every call to another recorder instead
+(profiling's torch.profiler one).
 """
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ AVAILABLE: bool = _nvtx is not None
 # entering a cached one is a C push (about 0.2 us in total), which keeps ranges off the step time.
 _CACHE: dict[tuple[str, int | None], ContextManager] = {}
 _NULL = contextlib.nullcontext()
+_recorder = None  # when set, ranges and marks go to it instead of NVTX
+
+
+def record_with(recorder) -> None:
+    """Send every range, start/end and mark to `recorder` (an object with range(name), start(name),
+    end(id) and mark(text) methods) instead of NVTX; None sends them back to NVTX."""
+    global _recorder
+    _recorder = recorder
 
 
 def range(name: str, cache: bool = True, payload: int | None = None) -> ContextManager:
@@ -29,6 +38,8 @@ def range(name: str, cache: bool = True, payload: int | None = None) -> ContextM
 
     `cache=False` for names used once (e.g. `step 17`), so the cache does not grow with the run.
     """
+    if _recorder is not None:
+        return _recorder.range(name)
     if _nvtx is None:
         return _NULL
     if not cache:
@@ -49,16 +60,22 @@ def disable() -> None:
 
 def start(name: str, payload: int | None = None) -> object:
     """Open a start/end range (integer `payload` attached, if given); pass the id to `end`, from any thread."""
+    if _recorder is not None:
+        return _recorder.start(name)
     return _nvtx.start_range(message=name, payload=payload) if _nvtx is not None else None
 
 
 def end(range_id: object) -> None:
     """Close a range opened by `start` (a None id, from the no-op fallback, is ignored)."""
-    if _nvtx is not None and range_id is not None:
+    if _recorder is not None:
+        _recorder.end(range_id)
+    elif _nvtx is not None and range_id is not None:
         _nvtx.end_range(range_id)
 
 
 def mark(text: str) -> None:
     """An instantaneous NVTX event carrying `text`."""
-    if _nvtx is not None:
+    if _recorder is not None:
+        _recorder.mark(text)
+    elif _nvtx is not None:
         _nvtx.mark(message=text)

@@ -15,6 +15,7 @@ from pathlib import Path
 from profiling.session import NsysOptions
 
 BACKENDS = ("gloo", "nccl")
+PROFILERS = ("nsys", "torch")
 DEVICES = ("cpu", "cuda")
 
 
@@ -54,6 +55,7 @@ class ProfilePlan:
     sample: bool = False
     timeout_s: float = 3600
     runner_args: list[str] = field(default_factory=list)
+    profiler: str = "nsys"  # or "torch": torch.profiler in every rank, one <impl>.rank<N>.json.gz each
 
     def __post_init__(self) -> None:
         if not self.impls:
@@ -76,6 +78,8 @@ class ProfilePlan:
             raise ValueError("--torchrun needs --per-rank (one report per rank under torchrun)")
         if self.backend == "nccl" and self.device == "cpu":
             raise ValueError("backend=nccl needs device=cuda")
+        if self.profiler not in PROFILERS:
+            raise ValueError(f"profiler={self.profiler!r}: choose from {', '.join(PROFILERS)}")
 
     def resolved(self) -> "ProfilePlan":
         """A copy with every machine-dependent default filled in (GPUs: NCCL over all of them)."""
@@ -94,7 +98,8 @@ class ProfilePlan:
         return NsysOptions(self.trace or "nvtx,osrt", self.sample)
 
     def stem(self, impl: str) -> Path:
-        """Output path without extension: `<out>/<impl>`, or `<out>/<impl>.rank{rank}` per rank."""
+        """Output path without extension: `<out>/<impl>`, or `<out>/<impl>.rank{rank}` per rank
+        (torch.profiler: always per rank, `<out>/<impl>.rank<N>.json.gz`)."""
         return self.out_dir / (f"{impl}.rank{{rank}}" if self.per_rank else impl)
 
     def runner_command(self, impl: str) -> list[str]:
@@ -108,11 +113,15 @@ class ProfilePlan:
                             ("--bucket-mb", self.bucket_mb)):
             if value is not None:
                 cmd += [flag, str(value)]
+        if self.profiler == "torch":
+            cmd += ["--torch-trace", str(self.out_dir / impl)]
         return cmd + self.runner_args
 
     def torchrun_command(self, impl: str) -> list[str]:
         """torchrun launching one `profiling.session` (one nsys, one report) per rank."""
         targs = self.torchrun_args or ["--standalone", "--nproc-per-node", str(self.world_size)]
+        if self.profiler == "torch":  # each rank profiles itself: no session wrapper
+            return [sys.executable, "-m", "torch.distributed.run", *targs, "--no-python", *self.runner_command(impl)]
         session = [sys.executable, "-m", "profiling.session", "--stem", str(self.stem(impl)),
                    "--trace", self.nsys_options.trace, "--timeout", str(self.timeout_s)]
         if self.sample:
@@ -123,6 +132,7 @@ class ProfilePlan:
     def describe(self) -> str:
         """One line for the progress log."""
         where = shlex.join(self.torchrun_args) if self.torchrun_args else f"{self.world_size} local ranks"
-        return (f"{where}, {self.backend} on {self.device}, model {self.model}, nsys -t {self.trace}"
+        tool = "torch.profiler" if self.profiler == "torch" else f"nsys -t {self.trace}"
+        return (f"{where}, {self.backend} on {self.device}, model {self.model}, {tool}"
                 f"{', one report per rank' if self.per_rank else ''}")
 

@@ -16,6 +16,10 @@ minute); with GPUs, NCCL over all local GPUs and the largest model that fits, tr
 nsys is $NSYS if set, else the first found on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*,
 or Debian's nsight-systems package (bash scripts/install_nsys.sh installs it on Debian 12 as root).
 
+With --profiler torch, nsys is not used at all: every rank records the same measured steps with
+torch.profiler (CPU activities, plus CUDA on GPUs) into <out>/<impl>.rank<N>.json.gz, with
+record_function ranges named as the NVTX ranges are (profiling.torch_record).
+
 Exit codes: 0 all recorded, 1 a profiled run or export failed, 2 bad arguments or nsys missing.
 """
 from __future__ import annotations
@@ -33,7 +37,7 @@ from typing import Sequence
 from ddp import registry
 from ddp.models import MODEL_NAMES
 from profiling.nsys import NsysError, find_nsys
-from profiling.plan import BACKENDS, DEVICES, ProfilePlan
+from profiling.plan import BACKENDS, DEVICES, PROFILERS, ProfilePlan
 from profiling.session import exit_on_sigterm, profiled_env, record, run_forwarding_output
 
 
@@ -78,6 +82,9 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
                       help="torchrun arguments for --per-rank, e.g. multi-node: \"--nnodes 2 --node-rank 0 "
                            "--nproc-per-node 1 --master-addr HOST --master-port 29500\" "
                            "(default: --standalone --nproc-per-node WORLD_SIZE)")
+    prof.add_argument("--profiler", choices=PROFILERS, default="nsys",
+                      help="nsys (default), or torch: torch.profiler in every rank, no nsys needed, "
+                           "<impl>.rank<N>.json.gz")
     prof.add_argument("--trace", help="nsys -t list (default: cuda,nvtx,osrt with GPUs, nvtx,osrt without)")
     prof.add_argument("--sample", action="store_true", help="turn CPU sampling and context switches on")
     prof.add_argument("--timeout", type=float, default=3600, help="seconds per implementation (default: %(default)s)")
@@ -97,7 +104,7 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
         context_length=args.context_length, bucket_mb=args.bucket_mb, backend=args.backend,
         device=args.device, gpus=args.gpus, per_rank=args.per_rank,
         torchrun_args=shlex.split(args.torchrun), trace=args.trace, sample=args.sample,
-        timeout_s=args.timeout, runner_args=runner_args)
+        timeout_s=args.timeout, runner_args=runner_args, profiler=args.profiler)
     return plan, args
 
 
@@ -143,6 +150,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plan, args = parse_args(argv)
         plan = plan.resolved()
+        if plan.profiler == "torch":
+            return _record_with_torch(plan, args)
         nsys = find_nsys() if not args.dry_run else _nsys_or_placeholder()
     except (ValueError, NsysError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -178,6 +187,38 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"({o.report_bytes / 1024:.0f} KB) in {o.wall_s:.1f} s")
         outputs += written
     print_summary(outputs, args.format)
+    return 0
+
+
+def _record_with_torch(plan: ProfilePlan, args: argparse.Namespace) -> int:
+    """--profiler torch: the same runs, each rank writing its own torch.profiler trace."""
+    from profiling import torch_record
+    log(f"{', '.join(plan.impls)}: {plan.describe()}")
+    if args.dry_run:
+        for impl in plan.impls:
+            print(shlex.join(torch_record.command(plan, impl)))
+        return 0
+    try:
+        plan.out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        print(f"error: output folder {plan.out_dir}: {err.strerror or err}", file=sys.stderr)
+        return 2
+    exit_on_sigterm()
+    outputs = []
+    for impl in plan.impls:
+        log(f"{impl}: profiling with torch.profiler ...")
+        try:
+            written = torch_record.record_torch(plan, impl)
+        except NsysError as err:
+            print(f"error: {impl}: {err}", file=sys.stderr)
+            return 1
+        except KeyboardInterrupt:
+            print(f"error: {impl}: interrupted; no partial outputs left behind", file=sys.stderr)
+            return 1
+        for o in written:
+            log(f"{impl}: wrote {o.trace} ({o.trace_bytes / 1024:.0f} KB)")
+        outputs += written
+    torch_record.print_summary(outputs, args.format)
     return 0
 
 

@@ -6,6 +6,8 @@
 `run_nsys.sh` runs this under nsys; it also runs on its own (no nsys needed), printing step times.
 Warm-up steps run before the range opens, so nsys (`--capture-range=nvtx --nvtx-capture=profile`)
 records only the measured steps; each rank marks `ddp.meta {json}` with the run's metadata there.
+With `--torch-trace STEM` each rank records the same steps with torch.profiler instead, into
+STEM.rank<N>.json.gz (profiling.torch_profile).
 
 Exit codes: 0 ok, 1 a rank failed, 2 bad arguments.
 """
@@ -40,14 +42,22 @@ def choose_model(requested: str, batch_size: int, world_size: int, context_lengt
     return largest_model_that_fits(total, max(1, batch_size // world_size), context_length, optimizer)
 
 
-def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool) -> TrainResult:
-    """One rank: train, with the measured steps inside `profile` and the `ddp.meta` mark at its start."""
+def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace: str | None = None) -> TrainResult:
+    """One rank: train, with the measured steps inside `profile` and the `ddp.meta` mark at its start
+    (or, given torch_trace, recorded by torch.profiler into <torch_trace>.rank<N>.json.gz)."""
     if not nvtx_on:
         # Baseline for overhead figures: every NVTX call in ddp becomes a no-op.
         nvtx_ranges.disable()
     meta = run_metadata(ctx, cfg)
     meta["versions"] = {**meta.get("versions", {}), **tool_versions()}
     meta["profiler"] = os.environ.get(PROFILER_ENV, "none")
+    if torch_trace:
+        from pathlib import Path
+        from profiling import torch_profile
+        meta["profiler"] = f"torch.profiler {meta.get('versions', {}).get('torch', '')}".strip()
+        path = Path(f"{torch_trace}.rank{ctx.rank}.json.gz")
+        region = lambda model: torch_profile.measured_region(meta, path, model)  # noqa: E731
+        return run_training(ctx, cfg, measured_region=region)
     return run_training(ctx, cfg, measured_region=lambda model: measured_region(meta, model))
 
 
@@ -71,6 +81,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per rank, else gloo")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument("--nvtx", choices=("on", "off"), default="on", help="off: no NVTX at all (overhead baseline)")
+    p.add_argument("--torch-trace", metavar="STEM",
+                   help="record the measured steps with torch.profiler into STEM.rank<N>.json.gz (no nsys)")
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p.parse_args(argv)
 
@@ -104,7 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         world = None if in_torchrun() else cfg.world_size
-        result = launch(profiled_worker, world, cfg, args.nvtx == "on", backend=cfg.backend)
+        result = launch(profiled_worker, world, cfg, args.nvtx == "on", args.torch_trace, backend=cfg.backend)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

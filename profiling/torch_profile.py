@@ -1,0 +1,114 @@
+"""The measured region under torch.profiler: one Kineto trace per rank, no nsys needed.
+
+`measured_region(meta, path)` is profiling.capture's region with torch.profiler in place of nsys:
+after a barrier (warm-up done) it starts the profiler (CPU activities, plus CUDA when a GPU is in
+use) and routes ddp's NVTX ranges to record_function ranges of the same names (`profile`,
+`step N`, `forward`, `backward`, `grad_sync`, `optimizer`, `comm:*`); at the end it stops the
+profiler and writes `path` (gzipped Chrome-trace JSON) under a temporary name first.
+
+record_function ranges must end on the thread that opened them, but ddp's async `comm:` ranges
+start in a backward hook and end in a collective's completion callback. Those start/end ranges are
+timed here (wall clock, the clock Kineto's timestamps count from `baseTimeNanoseconds`) and
+added to the trace after export as `user_annotation` events with `args["ddp.kind"] = "start_end"`,
+which analysis.kineto reads as start/end ranges. The run's metadata goes to the top-level key
+`ddp.meta` (nsys traces carry it in a `ddp.meta` mark).
+"""
+from __future__ import annotations
+
+import contextlib
+import gzip
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import msgspec
+import torch
+import torch.distributed as dist
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from ddp import nvtx_ranges
+from profiling.capture import CAPTURE_RANGE
+from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds: torch_record collects it
+_TOKEN = "torch-range"
+
+
+class TorchRanges:
+    """nvtx_ranges' recorder under torch.profiler (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[str, int, int, int]] = []  # name, thread, start ns, end ns (list.append is atomic)
+
+    def range(self, name: str) -> contextlib.AbstractContextManager:
+        return record_function(name)
+
+    def start(self, name: str) -> tuple:
+        return (_TOKEN, name, threading.get_native_id(), time.time_ns())
+
+    def end(self, token: object) -> None:
+        if isinstance(token, tuple) and token[:1] == (_TOKEN,):  # ids of NVTX ranges opened before: ignored
+            _, name, tid, started = token
+            self.spans.append((name, tid, started, time.time_ns()))
+
+    def mark(self, text: str) -> None:
+        """Marks carry the run's metadata, which goes to the trace's top level instead."""
+
+
+def _barrier() -> None:
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def activities() -> list[ProfilerActivity]:
+    """CPU always; CUDA when this process uses a GPU."""
+    return [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+
+
+def _span_events(spans: list, base_ns: int, since_ns: int) -> list[dict]:
+    pid = os.getpid()
+    return [{"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid,
+             "ts": round((start - base_ns) / 1000, 3), "dur": round((end - start) / 1000, 3),
+             "args": {"ddp.kind": "start_end"}} for name, tid, start, end in spans if start >= since_ns]
+
+
+def write_trace(prof: profile, path: Path, ranges: TorchRanges, since_ns: int, meta: Mapping[str, Any]) -> None:
+    """Export, add the start/end ranges and metadata, gzip to `path` (temporary name, then rename)."""
+    raw = path.with_name(f".{path.name}.partial.json")
+    packed = path.with_name(f".{path.name}.partial")
+    try:
+        prof.export_chrome_trace(str(raw))
+        doc = msgspec.json.decode(raw.read_bytes())
+        doc["traceEvents"] += _span_events(ranges.spans, int(doc.get("baseTimeNanoseconds", 0)), since_ns)
+        doc["ddp.meta"] = dict(meta)
+        packed.write_bytes(gzip.compress(msgspec.json.encode(doc, enc_hook=str), compresslevel=6))
+        os.replace(packed, path)
+    finally:
+        raw.unlink(missing_ok=True)
+        packed.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def measured_region(meta: Mapping[str, Any], path: Path, model=None) -> Iterator[None]:
+    """Wrap the measured steps: barrier, start torch.profiler, ..., barrier, stop, write `path` (its
+    `ddp.meta` with `model`'s bucket layout, if given, as profiling.capture records it).
+
+    The recorder stays installed afterwards: an async range still open at the end (none is, after
+    the closing barrier) must not reach NVTX with a foreign id."""
+    if model is not None:
+        meta = {**meta, "buckets": model.comm_layout()}
+    _barrier()
+    ranges = TorchRanges()
+    prof = profile(activities=activities())
+    started, since = time.perf_counter(), time.time_ns()
+    prof.start()
+    nvtx_ranges.record_with(ranges)
+    try:
+        with nvtx_ranges.range(CAPTURE_RANGE):
+            yield
+            _barrier()
+    finally:
+        prof.stop()  # on failure too: the profiler's threads must not outlive the rank
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_trace(prof, path, ranges, since, meta)
+    print(f"{RESULT_PREFIX}{path}\t{time.perf_counter() - started:.3f}", flush=True)

@@ -1,0 +1,67 @@
+"""`run_nsys.sh IMPL --profiler torch`: record with torch.profiler instead of nsys (no nsys needed).
+
+Runs `python -m profiling.run ... --torch-trace <out>/<impl>` (spawned local ranks, or torchrun with
+--per-rank/--torchrun); every rank records its measured steps with torch.profiler
+(profiling.torch_profile) and writes `<out>/<impl>.rank<N>.json.gz`, replacing a file of that name
+only once the new one is complete.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from profiling.nsys import NsysError
+from profiling.plan import ProfilePlan
+from profiling.session import profiled_env, run_forwarding_output
+
+
+@dataclass
+class TorchOutput:
+    """One rank's trace written by this call."""
+    impl: str
+    trace: str
+    trace_bytes: int
+    wall_s: float
+
+
+def command(plan: ProfilePlan, impl: str) -> list[str]:
+    return plan.torchrun_command(impl) if plan.per_rank else plan.runner_command(impl)
+
+
+def record_torch(plan: ProfilePlan, impl: str) -> list[TorchOutput]:
+    """Run `impl` with torch.profiler in every rank; one TorchOutput per trace file written."""
+    started = time.monotonic()
+    lines: list[str] = []
+    rc = run_forwarding_output(command(plan, impl), profiled_env(), plan.timeout_s, keep=lines)
+    if rc != 0:
+        raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
+    if not lines:
+        raise NsysError(f"the run finished but no rank reported a trace in {plan.out_dir}")
+    outputs = []
+    for line in sorted(lines):
+        path = Path(line.split("\t")[0])
+        outputs.append(TorchOutput(impl, str(path), path.stat().st_size, time.monotonic() - started))
+    written = {Path(o.trace).name for o in outputs}
+    stale = sorted(p.name for p in plan.out_dir.glob(f"{impl}.rank*.json.gz") if p.name not in written)
+    if stale and not plan.per_rank:  # under torchrun other nodes write their own ranks
+        print(f"[run_nsys] note: {', '.join(stale)} in {plan.out_dir} are from an earlier run (left as they were); "
+              "analysing them with this run's files will fail as files of different jobs", file=sys.stderr)
+    return outputs
+
+
+def print_summary(outputs: list[TorchOutput], fmt: str) -> None:
+    rows = [{**asdict(o), "wall_s": round(o.wall_s, 2)} for o in outputs]
+    if fmt == "json":
+        print(json.dumps(rows, indent=2))
+    elif fmt == "csv":
+        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["impl"])
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        print(f"{'impl':<15} {'trace':<45} {'trace KB':>9} {'wall s':>7}")
+        for r in rows:
+            print(f"{r['impl']:<15} {r['trace']:<45} {r['trace_bytes'] / 1024:>9.0f} {r['wall_s']:>7.1f}")

@@ -4,7 +4,8 @@
 #   usage: bash run.sh [--no-system] [run_nsys.sh options, e.g. --steps 20 --batch-size 32]
 #     --no-system   setup changes nothing outside the repository (no apt); same as DDP_NO_APT=1
 # Installs into the project's .venv (PYTHON=/path/to/python: into that interpreter instead), and every
-# step below runs with that interpreter.
+# step below runs with that interpreter. Without nsys (none found after setup), the runs are recorded
+# with torch.profiler instead: traces/<impl>.rank<N>.json.gz, analysed the same way.
 # The traces go to traces/ and the report to reports/: for other folders or --per-rank, run
 # run_nsys.sh and the analysis commands yourself (README).
 set -euo pipefail
@@ -22,9 +23,21 @@ for arg in "$@"; do
 done
 bash scripts/setup.sh
 export PYTHON="$PY"   # run_nsys.sh and the processes it starts use the interpreter setup installed into
-bash run_nsys.sh all ${args[@]+"${args[@]}"}
-# exactly this run's traces, not whatever else lies in traces/
-mapfile -t traces < <("$PY" -c 'from ddp.registry import IMPLEMENTATIONS; print("\n".join(f"traces/{n}.sqlite" for n in IMPLEMENTATIONS))')
-"$PY" -m analysis.overlap "${traces[@]}"
+mapfile -t impls < <("$PY" -c 'from ddp.registry import IMPLEMENTATIONS; print("\n".join(IMPLEMENTATIONS))')
+if PYTHONPATH=. "$PY" -c 'from profiling.nsys import find_nsys; find_nsys()' 2>/dev/null; then
+    bash run_nsys.sh all ${args[@]+"${args[@]}"}
+    # exactly this run's traces, not whatever else lies in traces/
+    traces=("${impls[@]/#/traces/}"); traces=("${traces[@]/%/.sqlite}")
+    "$PY" -m analysis.overlap "${traces[@]}"
+else
+    echo "run.sh: nsys not found: recording with torch.profiler instead (traces/<impl>.rank<N>.json.gz)" >&2
+    bash run_nsys.sh all --profiler torch ${args[@]+"${args[@]}"}
+    traces=()
+    for impl in "${impls[@]}"; do
+        ranks=(traces/"$impl".rank*.json.gz)
+        "$PY" -m analysis.overlap --merge "${ranks[@]}"
+        traces+=("${ranks[@]}")
+    done
+fi
 "$PY" -m analysis.report "${traces[@]}" -o reports/
 echo "open reports/index.html"

@@ -12,7 +12,12 @@ What goes where (see trace.py for the frames):
 `nvtx`      the CPU ranges: `user_annotation` events (record_function ranges, `ProfilerStep#N`, and
             this project's step / forward / backward / grad_sync / optimizer / comm:* ranges) as
             push_pop ranges, except those our torch.profiler recorder marked `ddp.kind: start_end`
-            (async ranges that end on another thread). When no range matches the backward pattern,
+            (async ranges that end on another thread). PyTorch's own collective annotations
+            (`gloo:all_reduce`, `nccl:broadcast`, ...: recorded by the process group, on its worker
+            threads for gloo) are start/end ranges too: they do not block the calling thread. In
+            traces of this project's runner (`ddp.meta` present) they are left out: its `comm:*`
+            ranges are the ones nsys records, so both profilers measure the same ranges.
+            When no range matches the backward pattern,
             a `backward` range per step spans the autograd engine ops
             (`autograd::engine::evaluate_function: ...`) of that step, on their thread.
 `ranks`     one per file and device; rank and world size from `distributedInfo` (or our `ddp.meta`).
@@ -22,6 +27,7 @@ CPU-only nsys exports are.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +39,9 @@ from analysis.kineto_json import KinetoFile, read_kineto
 from analysis.patterns import Patterns, matches
 from analysis.phases import communication_mask
 from analysis.trace import NVTX_KIND_NAMES, Trace, _number_ranks, _ops_frame, _row_lookup, _shifted
+
+
+TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
 
 def _gpu_names(names: list[str]) -> pd.Categorical:
@@ -87,6 +96,8 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
     r = f.ranges
     frame = pd.DataFrame({"pid": r["pid"], "tid": r["tid"], "start": r["start"], "end": r["end"],
                           "text": pd.Series(r["text"], dtype=object), "kind": np.where(r["async"], 1, 0)})
+    torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
+    frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, 1, frame["kind"]))
     texts = frame["text"].astype("category")
     if not matches(texts, patterns.regex("backward")).any():
         steps = frame[matches(texts, patterns.regex("step"))].sort_values("start")

@@ -1,0 +1,88 @@
+"""`bash run_nsys.sh naive overlap --profiler torch` on CPU (no nsys involved): one torch.profiler trace
+per rank with the NVTX contract's ranges as record_function ranges (async comm ranges marked
+start/end), only the measured steps, and the analysis reads them."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.profiling.test_end_to_end import PHASES, expected_collectives_per_step
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS, WARMUP = 3, 1
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("torch_traces")
+    (out / "keep.txt").write_text("not ours")
+    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "overlap", "--profiler", "torch", "--gpus", "0",
+                          "-o", str(out), "--steps", str(STEPS), "--warmup", str(WARMUP), "--batch-size", "8",
+                          "--context-length", "64", "--format", "json"],
+                         capture_output=True, text=True, timeout=400)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert [row["impl"] for row in json.loads(res.stdout)] == ["naive", "naive", "overlap", "overlap"]
+    return out
+
+
+def load(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def test_one_trace_per_rank_and_nothing_else_is_touched(traces):
+    assert sorted(p.name for p in traces.iterdir()) == [
+        "keep.txt", "naive.rank0.json.gz", "naive.rank1.json.gz", "overlap.rank0.json.gz", "overlap.rank1.json.gz"]
+    assert (traces / "keep.txt").read_text() == "not ours"
+
+
+@pytest.mark.parametrize("impl, asynchronous", [("naive", False), ("overlap", True)])
+def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(traces, impl, asynchronous):
+    per_step = expected_collectives_per_step()
+    for rank in (0, 1):
+        doc = load(traces / f"{impl}.rank{rank}.json.gz")
+        meta = doc["ddp.meta"]
+        assert meta["implementation"] == impl and meta["rank"] == rank and meta["world_size"] == 2
+        assert meta["profiler"].startswith("torch.profiler ") and doc["distributedInfo"]["rank"] == rank
+        ranges = [e for e in doc["traceEvents"] if e.get("cat") == "user_annotation"]
+        names = [e["name"] for e in ranges]
+        # warm-up steps 0..WARMUP-1 ran before the profiler started and are absent
+        assert sorted(n for n in names if n.startswith("step ")) == [f"step {i}" for i in range(WARMUP, WARMUP + STEPS)]
+        for phase in PHASES:
+            assert names.count(phase) == STEPS, (rank, phase)
+        assert names.count("profile") == 1
+        comm = [e for e in ranges if e["name"].startswith("comm:all_reduce:")]
+        assert len(comm) == STEPS * per_step
+        assert {e["args"].get("ddp.kind") == "start_end" for e in comm} == {asynchronous}
+        (profile,) = [e for e in ranges if e["name"] == "profile"]
+        # the async ranges are timed apart from Kineto's clock: they still lie inside the capture
+        assert all(profile["ts"] <= e["ts"] and e["ts"] + e["dur"] <= profile["ts"] + profile["dur"] for e in comm)
+
+
+def test_overlap_hides_far_more_communication_than_naive(traces):
+    summary = {}
+    for impl in ("naive", "overlap"):
+        res = subprocess.run([sys.executable, "-m", "analysis.overlap", "--merge", "--format", "json",
+                              *(str(traces / f"{impl}.rank{r}.json.gz") for r in (0, 1))],
+                             capture_output=True, text=True, cwd=REPO, timeout=120)
+        assert res.returncode == 0, res.stderr
+        (trace,) = json.loads(res.stdout)["traces"]
+        assert trace["source"] == "nvtx" and trace["implementation"] == impl
+        summary[impl] = trace["summary"]
+    assert summary["naive"]["ranks"] == summary["overlap"]["ranks"] == 2
+    assert summary["naive"]["overlap_pct"] < 10, summary["naive"]
+    assert summary["overlap"]["overlap_pct"] > summary["naive"]["overlap_pct"] + 25, summary
+
+
+def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
+    (tmp_path / "naive.rank0.json.gz").write_text("previous")
+    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "--profiler", "torch", "--gpus", "0",
+                          "-o", str(tmp_path), "--", "--optimizer", "bogus"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 1
+    assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["naive.rank0.json.gz"]
+    assert (tmp_path / "naive.rank0.json.gz").read_text() == "previous"

@@ -40,7 +40,8 @@ class TraceInput:
     def label(self) -> str:
         if len(self.paths) == 1:
             return str(self.paths[0])
-        return str(self.paths[0].parent / f"{self.name}.rank*{self.paths[0].suffix}") + f" ({len(self.paths)} files)"
+        suffix = re.sub(r"^.*\.rank\d+", "", self.paths[0].name)  # .sqlite, .json.gz, ...
+        return str(self.paths[0].parent / f"{self.name}.rank*{suffix}") + f" ({len(self.paths)} files)"
 
 
 def group_inputs(paths: list[Path]) -> list[TraceInput]:
@@ -50,7 +51,8 @@ def group_inputs(paths: list[Path]) -> list[TraceInput]:
         found = RANK_FILE.match(path.stem)
         key = (str(path.parent), found["run"]) if found else (str(path),)
         groups.setdefault(key, []).append(path)
-    return [TraceInput(RANK_FILE.match(g[0].stem)["run"] if len(k) == 2 else g[0].stem, tuple(g))
+    return [TraceInput(RANK_FILE.match(g[0].stem)["run"] if len(k) == 2 else g[0].stem.removesuffix(".json"),
+                       tuple(g))
             for k, g in groups.items()]
 
 

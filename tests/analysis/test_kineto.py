@@ -192,3 +192,47 @@ def test_bad_input_is_one_line_error(bad, case):
     done = run_cli("analysis.overlap", "--merge", *paths)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1 and message in done.stderr and "Traceback" not in done.stderr
+
+
+def test_torch_collective_annotations_are_async_comm_in_foreign_traces(tmp_path):
+    """gloo:all_reduce (recorded by PyTorch on gloo's thread) is comm in flight, not a wait of the caller;
+    in our runner's traces (ddp.meta) it is left out, its comm:* ranges being the ones nsys sees too."""
+    def write(path, ours):
+        w = KinetoWriter(path)
+        if ours:
+            w.meta_mark(5, 5, 0, rank=0, world_size=1)
+        b = w.base
+        w.nvtx(5, 5, [b, b + 100_000], [b + 1_000_000, b + 900_000], ["ProfilerStep#3", "backward"])
+        w.nvtx(5, 9, [b + 200_000], [b + 500_000], ["gloo:all_reduce"])
+        return w.close()
+
+    foreign = load_trace(write(tmp_path / "foreign.json", ours=False))
+    (row,) = foreign.nvtx[foreign.nvtx["text"] == "gloo:all_reduce"].itertuples()
+    assert row.kind == "start_end"
+    per_step, _ = measure_trace(foreign)
+    assert per_step["step"].tolist() == [3]
+    assert per_step["comm_ms"].iloc[0] == pytest.approx(0.3) and per_step["overlap_pct"].iloc[0] == pytest.approx(100)
+    ours = load_trace(write(tmp_path / "ours.json", ours=True))
+    assert "gloo:all_reduce" not in set(ours.nvtx["text"])
+
+
+def test_backward_from_autograd_ops_when_no_backward_range(tmp_path):
+    w = KinetoWriter(tmp_path / "t.json")
+    b = w.base
+    w.nvtx(5, 5, [b, b + 2_000_000], [b + 1_000_000, b + 3_000_000], ["ProfilerStep#0", "ProfilerStep#1"])
+    for s, e in [(100_000, 200_000), (300_000, 450_000), (2_100_000, 2_200_000)]:
+        w.cpu_op(5, 6, b + s, b + e, "autograd::engine::evaluate_function: AddmmBackward0")
+    w.close()
+    trace = load_trace(tmp_path / "t.json")
+    back = trace.nvtx[trace.nvtx["text"] == "backward"]
+    # frames count ns from baseTimeNanoseconds (the file's clock)
+    assert list(zip(back["start"], back["end"], back["tid"])) == [(100_000, 450_000, 6), (2_100_000, 2_200_000, 6)]
+
+
+@pytest.mark.parametrize("name", ["ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+                                  "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+                                  "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"])
+def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
+    from analysis.patterns import Patterns
+    assert Patterns().regex("comm_kernel").search(name)
+    assert not Patterns().regex("comm_kernel").search("void at::native::vectorized_elementwise_kernel<4, float>(int)")

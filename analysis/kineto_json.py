@@ -217,7 +217,8 @@ def read_kineto(path: Path) -> KinetoFile:
 
     launches = pick(RUNTIME_CATS)
     runtime = {"pid": _int_field(launches, "pid"), "tid": _int_field(launches, "tid"),
-               "start": _ns(_floats(launches, "ts")), "correlation": _int_field(_field(launches, "args"), "correlation")}
+               "start": _ns(_floats(launches, "ts")),
+               "correlation": _int_field(_field(launches, "args"), "correlation")}
 
     cpu_ops = pick(["cpu_op"])
     by_name = _by_value(_field(cpu_ops, "name"))

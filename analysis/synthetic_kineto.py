@@ -66,7 +66,8 @@ class KinetoWriter:
         self.lines += [
             f'{{\n    "ph": "X", "cat": "{cat}", "name": {nm}, "pid": {d}, "tid": {s},\n    "ts": {t}, "dur": {du},\n'
             f'    "args": {{\n      "External id": {c}, "queued": 0, "device": {d}, "context": 1,\n'
-            f'      "stream": {s}, "correlation": {c},\n      "registers per thread": 32, "grid": [1, 1, 1]\n    }}\n  }}'
+            f'      "stream": {s}, "correlation": {c},\n'
+            f'      "registers per thread": 32, "grid": [1, 1, 1]\n    }}\n  }}'
             for nm, d, s, t, du, c in zip(names, devices, streams, ts, dur, corr.tolist())]
         if launch is not None:
             launch = np.broadcast_to(np.asarray(launch, dtype=np.int64), (n,))

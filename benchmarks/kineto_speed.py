@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000], help="kernel counts (default: 1M)")
     p.add_argument("--ranks", type=int, default=1, help="one file per rank, kernels split evenly (default 1)")
-    p.add_argument("--gz", action="store_true", help="gzipped traces (.json.gz), as tensorboard_trace_handler(use_gzip=True)")
+    p.add_argument("--gz", action="store_true",
+                   help="gzipped traces (.json.gz), as tensorboard_trace_handler(use_gzip=True) writes them")
     p.add_argument("--repeat", type=int, default=1, help="runs per size; the fastest is reported")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep (and reuse) the written traces in DIR")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")

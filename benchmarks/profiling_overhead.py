@@ -1,4 +1,5 @@
-"""Profiling overhead: step time with no NVTX, with NVTX ranges but no profiler, and under nsys.
+"""Profiling overhead: step time with no NVTX, with NVTX ranges but no profiler, under nsys, and under
+torch.profiler (`--torch-trace`: record_function ranges, every op recorded).
 
     python benchmarks/profiling_overhead.py                 # overlap, 2 CPU ranks, tiny model
     python benchmarks/profiling_overhead.py --repeats 5 --format json
@@ -30,7 +31,7 @@ from profiling.nsys import NsysError, export_sqlite, find_nsys  # noqa: E402
 from profiling.session import (START_ATTEMPTS, NsysOptions, nsys_failed_to_start,  # noqa: E402
                                profile_command, profiled_env)
 
-MODES = ("no NVTX", "NVTX, no profiler", "NVTX under nsys")
+MODES = ("no NVTX", "NVTX, no profiler", "NVTX under nsys", "torch.profiler")
 
 
 def run_retrying(cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:
@@ -73,6 +74,8 @@ def run_once(mode: str, nsys: Path, runner: list[str], scratch: Path) -> tuple[f
     report = scratch / "overhead.nsys-rep"
     if mode == "NVTX under nsys":
         cmd = profile_command(nsys, NsysOptions(), report, cmd)
+    if mode == "torch.profiler":
+        cmd += ["--torch-trace", str(scratch / "overhead")]
     out = run_retrying(cmd, 900)
     results = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not results:

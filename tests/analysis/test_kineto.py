@@ -108,10 +108,12 @@ def test_real_trace_collective_message_sizes(real):
     assert len(frame) == len(calls) == 27
     want = sorted((ns(e["ts"]), e["args"]["Collective name"], e["args"]["In msg nelems"] *
                    {"Float": 4, "Long": 8, "Byte": 1}[e["args"]["dtype"]], e["args"]["Group size"]) for e in calls)
-    got = list(zip(frame["start"].tolist(), frame["collective"], frame["in_bytes"].tolist(), frame["group_size"].tolist()))
+    got = list(zip(frame["start"].tolist(), frame["collective"], frame["in_bytes"].tolist(),
+                   frame["group_size"].tolist()))
     assert got == want  # the same calls, bytes and group sizes
     allreduce = frame[frame["collective"] == "allreduce"]
-    assert (allreduce["bytes"] == allreduce["in_nelems"] * 4).all() and set(allreduce["process_group"]) == {"0:default_pg"}
+    assert (allreduce["bytes"] == allreduce["in_nelems"] * 4).all()
+    assert set(allreduce["process_group"]) == {"0:default_pg"}
 
 
 # --- one synthetic run in both formats -----------------------------------------------------------
@@ -229,9 +231,10 @@ def test_backward_from_autograd_ops_when_no_backward_range(tmp_path):
     assert list(zip(back["start"], back["end"], back["tid"])) == [(100_000, 450_000, 6), (2_100_000, 2_200_000, 6)]
 
 
-@pytest.mark.parametrize("name", ["ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
-                                  "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-                                  "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"])
+@pytest.mark.parametrize("name", [
+    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+    "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"])
 def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
     from analysis.patterns import Patterns
     assert Patterns().regex("comm_kernel").search(name)

@@ -81,8 +81,20 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.rank0.json.gz").write_text("previous")
     res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "--profiler", "torch", "--gpus", "0",
-                          "-o", str(tmp_path), "--", "--optimizer", "bogus"], capture_output=True, text=True, timeout=120)
+                          "-o", str(tmp_path), "--", "--optimizer", "bogus"],
+                         capture_output=True, text=True, timeout=120)
     assert res.returncode == 1
     assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["naive.rank0.json.gz"]
     assert (tmp_path / "naive.rank0.json.gz").read_text() == "previous"
+
+
+def test_plan_names_a_bad_profiler_and_builds_torch_commands():
+    from profiling.plan import ProfilePlan
+    with pytest.raises(ValueError, match="profiler='perf'"):
+        ProfilePlan(impls=["overlap"], profiler="perf")
+    plan = ProfilePlan(impls=["overlap"], out_dir=Path("out"), profiler="torch", per_rank=True, gpus=0).resolved()
+    assert plan.runner_command("overlap")[-2:] == ["--torch-trace", str(Path("out") / "overlap")]
+    cmd = plan.torchrun_command("overlap")
+    assert "profiling.session" not in cmd and cmd[cmd.index("--no-python") + 1:] == plan.runner_command("overlap")
+    assert "torch.profiler" in plan.describe()

@@ -3,8 +3,12 @@
 JSON parsing is the whole cost of reading these files, so msgspec decodes straight into small typed
 structs: complete (`ph: "X"`) events keep only the fields the analysis reads, every other phase
 (flows, metadata, instants, counters) decodes to an empty struct, and unknown keys are skipped
-without building Python objects. A trace whose events do not fit the fast types (an unusual phase,
-say) is decoded again leniently. Events are then split by category into numpy columns.
+without building Python objects. To bound memory, the event list is decoded in batches of about
+16 MB of text, each turned into numpy columns and dropped before the next: the top level is decoded
+first with the event array kept as one raw (validated, not built) slice, which is then cut after
+the `}` of an event followed by `,` and `{`. A cut that falls inside a string or a nested object
+leaves that batch unbalanced, so its decode fails, and the batch is extended to the next cut. A
+batch whose events do not fit the fast types (an unusual phase, say) is decoded again leniently.
 
 Times: Kineto writes microseconds (float, 3 decimals) after `baseTimeNanoseconds` (absent in old
 traces, whose timestamps are absolute); columns hold int64 ns on the file's own clock and
@@ -13,12 +17,13 @@ traces, whose timestamps are absolute); columns hold int64 ns on the file's own 
 from __future__ import annotations
 
 import gzip
+import re
 import zlib
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import chain, repeat
 from operator import attrgetter, is_, itemgetter
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Iterator, Union
 
 import msgspec
 import numpy as np
@@ -83,12 +88,14 @@ class _Top(msgspec.Struct, kw_only=True):
     ddp_meta: Any = msgspec.field(name="ddp.meta", default=None)
 
 
-class FastFile(_Top):
-    traceEvents: list[Union[(Complete, *_SKIPPED)]]  # noqa: N815 - required: what makes it a trace
+class RawFile(_Top):
+    traceEvents: msgspec.Raw  # noqa: N815 - required: what makes it a trace
 
 
-class LenientFile(_Top):
-    traceEvents: list[AnyPhase]  # noqa: N815
+BATCH_BYTES = 16 * 2**20  # event text decoded at a time
+_CUT = re.compile(rb"\}\s*,\s*\{")
+_FAST = msgspec.json.Decoder(list[Union[(Complete, *_SKIPPED)]])
+_LENIENT = msgspec.json.Decoder(list[AnyPhase])
 
 
 @dataclass
@@ -130,17 +137,56 @@ def _read_bytes(path: Path) -> bytes:
         raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def _decode(path: Path, data: bytes) -> FastFile:
+def _decode_top(path: Path, data: bytes) -> RawFile:
+    """The top-level keys, the events as one raw slice of `data` (validates the whole JSON)."""
     try:
-        return msgspec.json.decode(data, type=FastFile)
-    except msgspec.ValidationError:
-        pass  # valid JSON that does not fit the fast types: try the lenient ones, for a precise message
-    except msgspec.DecodeError as e:
-        raise TraceError(f"{path}: not valid JSON ({e})") from None
-    try:
-        return msgspec.json.decode(data, type=LenientFile)
+        return msgspec.json.decode(data, type=RawFile)
     except msgspec.ValidationError as e:
         raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace ({e})") from None
+    except msgspec.DecodeError as e:
+        raise TraceError(f"{path}: not valid JSON ({e})") from None
+
+
+def _event_batches(path: Path, data: bytes, events: msgspec.Raw) -> Iterator[list]:
+    """The complete events of the event array (a raw slice of data), decoded batch by batch."""
+    view = np.frombuffer(events, dtype=np.uint8)
+    first = view.ctypes.data - np.frombuffer(data, dtype=np.uint8).ctypes.data  # the slice's place in data
+    if not 0 <= first <= len(data) - view.size:  # a copy, not a view: use it as it is
+        data, first = bytes(events), 0
+    last = first + view.size - 1  # its closing "]"
+    if data[first:first + 1] != b"[" or data[last:last + 1] != b"]":
+        raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (traceEvents is not an array)")
+    start = first + 1
+    while True:
+        cut = _CUT.search(data, min(start + BATCH_BYTES, last), last)
+        while True:
+            end = cut.start() + 1 if cut else last
+            try:
+                complete = _complete_events(path, b"[" + data[start:end] + b"]")
+                break
+            except msgspec.DecodeError:  # the cut fell inside a string or a nested object
+                if cut is None:
+                    raise TraceError(f"{path}: not valid JSON (in traceEvents)") from None
+                cut = _CUT.search(data, cut.end(), last)
+        yield complete
+        if cut is None:
+            return
+        start = cut.end() - 1  # the "{" of the next event
+
+
+def _complete_events(path: Path, batch: bytes) -> list:
+    """The complete events of a batch of events, decoded."""
+    try:
+        events = _FAST.decode(batch)
+        return _take(events, np.flatnonzero(
+            np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))))
+    except msgspec.ValidationError:
+        pass  # events that do not fit the fast types: try the lenient ones, for a precise message
+    try:
+        events = _LENIENT.decode(batch)
+    except msgspec.ValidationError as e:
+        raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (an event: {e})") from None
+    return _take(events, np.flatnonzero(np.array(_field(events, "ph"), dtype=object) == "X"))
 
 
 def _ns(us: np.ndarray) -> np.ndarray:
@@ -189,17 +235,8 @@ def _rows_named(by_name: dict, test) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
 
 
-def read_kineto(path: Path) -> KinetoFile:
-    """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
-    doc = _decode(path, _read_bytes(path))
-    events = doc.traceEvents
-    doc.traceEvents = []
-    if events and type(events[0]) is AnyPhase:  # the lenient decode
-        is_complete = np.array(_field(events, "ph"), dtype=object) == "X"
-    else:
-        is_complete = np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))
-    complete = _take(events, np.flatnonzero(is_complete))
-    del events  # only the complete events are needed
+def _batch_columns(complete: list) -> dict:
+    """Columns of one batch of complete events, by family (see KinetoFile)."""
     by_cat = _by_value(_field(complete, "cat"))
     pick = lambda cats: _take(complete, np.sort(np.concatenate([by_cat.get(c, np.zeros(0, np.int64))
                                                                 for c in cats])))
@@ -236,9 +273,28 @@ def read_kineto(path: Path) -> KinetoFile:
     calls = _take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
     start, end = _times(calls)
     comms = list(zip(_field(calls, "pid"), _field(calls, "tid"), start.tolist(), end.tolist(), _field(calls, "args")))
+    return {"gpu": gpu, "runtime": runtime, "ranges": ranges, "autograd": autograd, "comms": comms,
+            "sampled_pids": _int_field(cpu_ops[:1000], "pid")}
+
+
+def _joined(batches: list[dict], family: str) -> dict:
+    parts = [b[family] for b in batches]
+    return {k: list(chain.from_iterable(p[k] for p in parts)) if isinstance(parts[0][k], list)
+            else np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def read_kineto(path: Path) -> KinetoFile:
+    """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
+    data = _read_bytes(path)
+    doc = _decode_top(path, data)
+    batches = [_batch_columns(complete) for complete in _event_batches(path, data, doc.traceEvents)]
+    del data
+    doc.traceEvents = msgspec.Raw()  # the raw slice kept data alive
+    gpu, runtime, ranges, autograd = (_joined(batches, f) for f in ("gpu", "runtime", "ranges", "autograd"))
+    comms = [c for b in batches for c in b["comms"]]
+    sampled = batches[0]["sampled_pids"]
 
     # the process(es) recorded: what launched GPU work, opened ranges or ran ops (a sample of those)
-    sampled = _int_field(cpu_ops[:1000], "pid")
     host = np.concatenate([runtime["pid"], ranges["pid"], autograd["pid"], sampled])
     host_pids, counts = np.unique(host[host >= 0], return_counts=True)
     return KinetoFile(path=path, clock_offset=int(doc.baseTimeNanoseconds or 0),

@@ -239,3 +239,23 @@ def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
     from analysis.patterns import Patterns
     assert Patterns().regex("comm_kernel").search(name)
     assert not Patterns().regex("comm_kernel").search("void at::native::vectorized_elementwise_kernel<4, float>(int)")
+
+
+def test_batches_cut_between_events_only(tmp_path, monkeypatch):
+    """Decoding in small batches gives the same frames, also when names hold the `}, {` a cut looks for."""
+    from analysis import kineto_json
+    w = KinetoWriter(tmp_path / "t.json")
+    n = 300
+    start = w.base + np.arange(n) * 10_000
+    names = np.array(["void f<{lambda()#1}, {lambda()#2}>(int)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL()",
+                      'k {"a": 1}, {"b": [2]}'], dtype=object)[np.arange(n) % 3]
+    w.kernels(7, 8, 0, 7, start + 1_000, start + 6_000, names, launch=start)
+    w.nvtx(7, 7, [w.base], [w.base + n * 10_000], ["step 0"])
+    w.close()
+    whole = load_trace(tmp_path / "t.json")
+    monkeypatch.setattr(kineto_json, "BATCH_BYTES", 150)
+    batched = load_trace(tmp_path / "t.json")
+    pd.testing.assert_frame_equal(whole.gpu_ops, batched.gpu_ops)
+    pd.testing.assert_frame_equal(whole.nvtx, batched.nvtx)
+    assert len(batched.gpu_ops) == n and set(batched.gpu_ops["name"]) == set(names)
+    assert (batched.gpu_ops["launch_start"] >= 0).all() and batched.gpu_ops["is_comm"].sum() == n // 3

@@ -162,7 +162,7 @@ def _event_batches(path: Path, data: bytes, events: msgspec.Raw) -> Iterator[lis
         while True:
             end = cut.start() + 1 if cut else last
             try:
-                complete = _complete_events(path, b"[" + data[start:end] + b"]")
+                complete = _complete_events(path, b"".join((b"[", memoryview(data)[start:end], b"]")))  # one copy
                 break
             except msgspec.DecodeError:  # the cut fell inside a string or a nested object
                 if cut is None:

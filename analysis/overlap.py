@@ -192,7 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today). Without CUPTI "
                     "tables (CPU runs) the metrics come from NVTX ranges alone (source: nvtx).",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr).")
-    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) (`nsys export --type sqlite`)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="nsys SQLite export(s) (`nsys export --type sqlite`) or torch.profiler JSON trace(s) "
+                        "(.json/.json.gz, one per rank: give one job's ranks with --merge)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",
                    help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
                         "(or per-step rows); json: everything, with each rank's whole-capture total")

@@ -183,4 +183,5 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     meta = {k: v for k, v in meta.items() if v}
     return Trace(path=label, nsys_version=f"kineto schema {files[0].schema}", source="gpu" if len(ops) else "nvtx",
                  gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
-                 meta=meta, implementation=implementation, collectives=collectives_frame(calls))
+                 meta=meta, implementation=implementation, collectives=collectives_frame(calls),
+                 info={part: f.info for part, f in enumerate(files)})

@@ -86,6 +86,8 @@ class _Top(msgspec.Struct, kw_only=True):
     schemaVersion: Any = None  # noqa: N815
     distributedInfo: Any = None  # noqa: N815
     ddp_meta: Any = msgspec.field(name="ddp.meta", default=None)
+    deviceProperties: Any = None  # noqa: N815
+    host_name: Any = None
 
 
 class RawFile(_Top):
@@ -107,6 +109,7 @@ class KinetoFile:
     schema: str
     distributed: dict
     meta: dict
+    info: dict       # as trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
     gpu: dict        # kind, name (list), device, stream, start, end, correlation
     runtime: dict    # pid, tid, start, correlation
     ranges: dict     # pid, tid, start, end, text (list), async (bool)
@@ -283,6 +286,17 @@ def _joined(batches: list[dict], family: str) -> dict:
             else np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
+def _info(doc: RawFile) -> dict:
+    """The machine as the trace describes it: GPUs from deviceProperties, the host name."""
+    gpus = [d for d in doc.deviceProperties or [] if isinstance(d, dict) and isinstance(d.get("id"), int)]
+    info: dict = {}
+    if gpus:
+        info["gpus"] = {d["id"]: {"name": str(d.get("name", "")), "uuid": d.get("uuid")} for d in gpus}
+    if doc.host_name:
+        info["hostname"] = str(doc.host_name)
+    return info
+
+
 def read_kineto(path: Path) -> KinetoFile:
     """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
     data = _read_bytes(path)
@@ -300,6 +314,6 @@ def read_kineto(path: Path) -> KinetoFile:
     return KinetoFile(path=path, clock_offset=int(doc.baseTimeNanoseconds or 0),
                       schema=str(doc.schemaVersion) if doc.schemaVersion is not None else "unknown",
                       distributed=doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {},
-                      meta=doc.ddp_meta if isinstance(doc.ddp_meta, dict) else {},
+                      meta=doc.ddp_meta if isinstance(doc.ddp_meta, dict) else {}, info=_info(doc),
                       gpu=gpu, runtime=runtime, ranges=ranges, autograd=autograd, comms=comms,
                       host_pids=host_pids[np.argsort(-counts, kind="stable")])

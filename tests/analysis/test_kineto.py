@@ -94,11 +94,21 @@ def test_real_trace_totals_equal_plain_python(real):
 
 
 def test_real_trace_steps_come_from_profiler_step(real):
-    steps = {int(e["name"].split("#")[1]): e["dur"] / 1000 for e in real["traceEvents"]
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")}
+    """Steps are the ProfilerStep#N ranges; on a GPU rank step k lasts until step k+1 starts, the last
+    one until the later of its CPU end and the end of the GPU work launched inside it (steps.py)."""
+    events = real["traceEvents"]
+    steps = sorted((int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
+                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in events
+              if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    work = [(launch[e["args"]["correlation"]], ns(e["ts"]) + ns(e["dur"])) for e in events
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["correlation"] in launch]
+    *_, (_, last_start, last_cpu_end) = steps
+    last_end = max([last_cpu_end] + [end for t, end in work if last_start <= t < last_cpu_end])
+    want = [(b[1] - a[1]) / 1e6 for a, b in zip(steps, steps[1:])] + [(last_end - last_start) / 1e6]
     per_step, _ = measure_trace(load_trace(REAL))
-    assert list(per_step["step"]) == sorted(steps) == [4, 5, 6]
-    assert per_step["step_ms"].tolist() == pytest.approx([steps[s] for s in sorted(steps)], abs=1e-5)
+    assert list(per_step["step"]) == [n for n, *_ in steps] == [4, 5, 6]
+    assert per_step["step_ms"].tolist() == pytest.approx(want, abs=1e-5)
     assert (per_step["backward_ms"] > 0).all()  # "## backward ##" is a backward range
 
 

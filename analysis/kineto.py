@@ -40,7 +40,6 @@ from analysis.patterns import Patterns, matches
 from analysis.phases import communication_mask
 from analysis.trace import NVTX_KIND_NAMES, Trace, _number_ranks, _ops_frame, _row_lookup, _shifted
 
-
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
 

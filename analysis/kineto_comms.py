@@ -61,7 +61,7 @@ def collectives_frame(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
     if not calls:
         return empty_collectives()
     part = [p for p, _ in calls]
-    pid, tid, start, end, args = zip(*(c for _, c in calls))
+    pid, tid, start, end, args = zip(*(c for _, c in calls), strict=True)
     dtype = [str(a.dtype) if a.dtype is not None else "" for a in args]
     size = np.array([ELEMENT_BYTES.get(d, 0) for d in dtype], dtype=np.int64)
     n_in = np.array([_int(a.in_nelems) for a in args], dtype=np.int64)

@@ -19,11 +19,12 @@ from __future__ import annotations
 import gzip
 import re
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import chain, repeat
 from operator import attrgetter, is_, itemgetter
 from pathlib import Path
-from typing import Any, Iterator, Union
+from typing import Any, Union
 
 import msgspec
 import numpy as np
@@ -59,8 +60,8 @@ class Args(msgspec.Struct, gc=False):
 class _Fields(msgspec.Struct, gc=False):
     cat: str = ""
     name: str = ""
-    pid: Union[int, str] = -1
-    tid: Union[int, str] = -1
+    pid: int | str = -1
+    tid: int | str = -1
     ts: float = 0.0
     dur: float = 0.0
     args: Args = msgspec.field(default_factory=Args)
@@ -82,16 +83,16 @@ _SKIPPED = tuple(msgspec.defstruct(f"Skip_{ord(c)}", [], tag=c, tag_field="ph", 
 
 
 class _Top(msgspec.Struct, kw_only=True):
-    baseTimeNanoseconds: int = 0  # noqa: N815 - Kineto's keys
-    schemaVersion: Any = None  # noqa: N815
-    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: int = 0
+    schemaVersion: Any = None
+    distributedInfo: Any = None
     ddp_meta: Any = msgspec.field(name="ddp.meta", default=None)
-    deviceProperties: Any = None  # noqa: N815
+    deviceProperties: Any = None
     host_name: Any = None
 
 
 class RawFile(_Top):
-    traceEvents: msgspec.Raw  # noqa: N815 - required: what makes it a trace
+    traceEvents: msgspec.Raw
 
 
 BATCH_BYTES = 16 * 2**20  # event text decoded at a time
@@ -249,7 +250,8 @@ def _batch_columns(complete: list) -> dict:
     args = _field(gpu_events, "args")
     device, stream = _int_field(args, "device"), _int_field(args, "stream")
     start, end = _times(gpu_events)
-    gpu = {"kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in zip(gpu_rows, GPU_CATS.values())]),
+    kinds = zip(gpu_rows, GPU_CATS.values(), strict=True)
+    gpu = {"kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
            "name": _field(gpu_events, "name"),
            "device": np.where(device >= 0, device, _int_field(gpu_events, "pid")),
            "stream": np.where(stream >= 0, stream, _int_field(gpu_events, "tid")),
@@ -275,7 +277,8 @@ def _batch_columns(complete: list) -> dict:
 
     calls = _take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
     start, end = _times(calls)
-    comms = list(zip(_field(calls, "pid"), _field(calls, "tid"), start.tolist(), end.tolist(), _field(calls, "args")))
+    comms = list(zip(_field(calls, "pid"), _field(calls, "tid"), start.tolist(), end.tolist(), _field(calls, "args"),
+                     strict=True))
     return {"gpu": gpu, "runtime": runtime, "ranges": ranges, "autograd": autograd, "comms": comms,
             "sampled_pids": _int_field(cpu_ops[:1000], "pid")}
 

@@ -29,7 +29,7 @@ BASE_TIME_NS = 1_779_782_330_000_000_000
 def _us(ns) -> list[str]:
     """ns integers as Kineto's microsecond numbers with 3 decimals (exact, no float rounding)."""
     ns = np.asarray(ns, dtype=np.int64).reshape(-1)
-    return [f"{q}.{r:03d}" for q, r in zip((ns // 1000).tolist(), (ns % 1000).tolist())]
+    return [f"{q}.{r:03d}" for q, r in zip((ns // 1000).tolist(), (ns % 1000).tolist(), strict=True)]
 
 
 def _broadcast(value, n: int) -> list:
@@ -68,7 +68,7 @@ class KinetoWriter:
             f'    "args": {{\n      "External id": {c}, "queued": 0, "device": {d}, "context": 1,\n'
             f'      "stream": {s}, "correlation": {c},\n'
             f'      "registers per thread": 32, "grid": [1, 1, 1]\n    }}\n  }}'
-            for nm, d, s, t, du, c in zip(names, devices, streams, ts, dur, corr.tolist())]
+            for nm, d, s, t, du, c in zip(names, devices, streams, ts, dur, corr.tolist(), strict=True)]
         if launch is not None:
             launch = np.broadcast_to(np.asarray(launch, dtype=np.int64), (n,))
             has = launch >= 0
@@ -107,7 +107,8 @@ class KinetoWriter:
         self.lines += [
             f'{{\n    "ph": "X", "cat": "user_annotation", "name": {json.dumps(str(x))}, "pid": {pid}, "tid": {t},\n'
             f'    "ts": {ts}, "dur": {du},\n    "args": {{\n      "External id": 0{extra}\n    }}\n  }}'
-            for x, t, ts, du in zip(_broadcast(text, n), _broadcast(tid, n), self._t(start), _us(end - start))]
+            for x, t, ts, du in zip(_broadcast(text, n), _broadcast(tid, n), self._t(start), _us(end - start),
+                                    strict=True)]
 
     def cpu_op(self, pid: int, tid: int, start: int, end: int, name: str, args: dict | None = None) -> None:
         self.lines.append(json.dumps({"ph": "X", "cat": "cpu_op", "name": name, "pid": pid, "tid": tid,

@@ -53,11 +53,12 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
     meta["profiler"] = os.environ.get(PROFILER_ENV, "none")
     if torch_trace:
         from pathlib import Path
+
         from profiling import torch_profile
+
         meta["profiler"] = f"torch.profiler {meta.get('versions', {}).get('torch', '')}".strip()
         path = Path(f"{torch_trace}.rank{ctx.rank}.json.gz")
-        region = lambda model: torch_profile.measured_region(meta, path, model)  # noqa: E731
-        return run_training(ctx, cfg, measured_region=region)
+        return run_training(ctx, cfg, measured_region=lambda model: torch_profile.measured_region(meta, path, model))
     return run_training(ctx, cfg, measured_region=lambda model: measured_region(meta, model))
 
 

@@ -20,8 +20,9 @@ import gzip
 import os
 import threading
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import msgspec
 import torch
@@ -30,7 +31,8 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from ddp import nvtx_ranges
 from profiling.capture import CAPTURE_RANGE
-from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds: torch_record collects it
+from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
+
 _TOKEN = "torch-range"
 
 

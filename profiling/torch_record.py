@@ -12,7 +12,6 @@ import json
 import sys
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from profiling.nsys import NsysError
 from profiling.plan import ProfilePlan
@@ -33,24 +32,24 @@ def command(plan: ProfilePlan, impl: str) -> list[str]:
 
 
 def record_torch(plan: ProfilePlan, impl: str) -> list[TorchOutput]:
-    """Run `impl` with torch.profiler in every rank; one TorchOutput per trace file written."""
-    started = time.monotonic()
-    lines: list[str] = []
-    rc = run_forwarding_output(command(plan, impl), profiled_env(), plan.timeout_s, keep=lines)
+    """Run `impl` with torch.profiler in every rank; one TorchOutput per trace file written.
+
+    The files written are found on disk (this node's `<impl>.rank<N>.json.gz` replaced during the
+    run), not from the ranks' output, where profiler log lines can run into theirs."""
+    started, since = time.monotonic(), time.time()
+    rc = run_forwarding_output(command(plan, impl), profiled_env(), plan.timeout_s)
     if rc != 0:
         raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
-    if not lines:
-        raise NsysError(f"the run finished but no rank reported a trace in {plan.out_dir}")
-    outputs = []
-    for line in sorted(lines):
-        path = Path(line.split("\t")[0])
-        outputs.append(TorchOutput(impl, str(path), path.stat().st_size, time.monotonic() - started))
-    written = {Path(o.trace).name for o in outputs}
-    stale = sorted(p.name for p in plan.out_dir.glob(f"{impl}.rank*.json.gz") if p.name not in written)
+    ranks = sorted(plan.out_dir.glob(f"{impl}.rank*.json.gz"), key=lambda p: p.name)
+    written = [p for p in ranks if p.stat().st_mtime >= since - 1]
+    if not written:
+        raise NsysError(f"the run finished but no rank wrote a trace in {plan.out_dir}")
+    stale = [p.name for p in ranks if p not in written]
     if stale and not plan.per_rank:  # under torchrun other nodes write their own ranks
         print(f"[run_nsys] note: {', '.join(stale)} in {plan.out_dir} are from an earlier run (left as they were); "
               "analysing them with this run's files will fail as files of different jobs", file=sys.stderr)
-    return outputs
+    wall = time.monotonic() - started
+    return [TorchOutput(impl, str(p), p.stat().st_size, wall) for p in written]
 
 
 def print_summary(outputs: list[TorchOutput], fmt: str) -> None:

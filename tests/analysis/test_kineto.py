@@ -1,6 +1,7 @@
 """torch.profiler (Kineto) traces: the real 2-rank NCCL DDP trace against plain Python, the same
 synthetic run written in both formats measured alike, message sizes, and bad input."""
 import gzip
+import itertools
 import json
 import os
 import re
@@ -105,7 +106,7 @@ def test_real_trace_steps_come_from_profiler_step(real):
             if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["correlation"] in launch]
     *_, (_, last_start, last_cpu_end) = steps
     last_end = max([last_cpu_end] + [end for t, end in work if last_start <= t < last_cpu_end])
-    want = [(b[1] - a[1]) / 1e6 for a, b in zip(steps, steps[1:])] + [(last_end - last_start) / 1e6]
+    want = [(b[1] - a[1]) / 1e6 for a, b in itertools.pairwise(steps)] + [(last_end - last_start) / 1e6]
     per_step, _ = measure_trace(load_trace(REAL))
     assert list(per_step["step"]) == [n for n, *_ in steps] == [4, 5, 6]
     assert per_step["step_ms"].tolist() == pytest.approx(want, abs=1e-5)
@@ -119,7 +120,7 @@ def test_real_trace_collective_message_sizes(real):
     want = sorted((ns(e["ts"]), e["args"]["Collective name"], e["args"]["In msg nelems"] *
                    {"Float": 4, "Long": 8, "Byte": 1}[e["args"]["dtype"]], e["args"]["Group size"]) for e in calls)
     got = list(zip(frame["start"].tolist(), frame["collective"], frame["in_bytes"].tolist(),
-                   frame["group_size"].tolist()))
+                   frame["group_size"].tolist(), strict=True))
     assert got == want  # the same calls, bytes and group sizes
     allreduce = frame[frame["collective"] == "allreduce"]
     assert (allreduce["bytes"] == allreduce["in_nelems"] * 4).all()
@@ -139,9 +140,9 @@ def both_formats(tmp_path_factory):
 
 def test_same_run_measures_the_same_in_both_formats(both_formats):
     nsys, kineto = both_formats
-    a_steps, a_totals = measure_trace(load_trace(nsys))
+    a_steps, _a_totals = measure_trace(load_trace(nsys))
     k_trace = load_trace(kineto)
-    b_steps, b_totals = measure_trace(k_trace)
+    b_steps, _b_totals = measure_trace(k_trace)
     assert sorted(k_trace.ranks["rank"]) == [0, 1] and set(k_trace.gpu_ops["part"]) == {0, 1}
     cols = ["rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",
             "comm_kernels", "compute_kernels"]
@@ -238,7 +239,8 @@ def test_backward_from_autograd_ops_when_no_backward_range(tmp_path):
     trace = load_trace(tmp_path / "t.json")
     back = trace.nvtx[trace.nvtx["text"] == "backward"]
     # frames count ns from baseTimeNanoseconds (the file's clock)
-    assert list(zip(back["start"], back["end"], back["tid"])) == [(100_000, 450_000, 6), (2_100_000, 2_200_000, 6)]
+    got = list(zip(back["start"], back["end"], back["tid"], strict=True))
+    assert got == [(100_000, 450_000, 6), (2_100_000, 2_200_000, 6)]
 
 
 @pytest.mark.parametrize("name", [

@@ -109,6 +109,7 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
         "text": frame["text"].astype(object).to_numpy(),
         "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
         "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
+        "payload": np.full(len(frame), -1, dtype=np.int64),  # Kineto ranges carry none (sizes: `collectives`)
     })
 
 

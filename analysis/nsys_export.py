@@ -22,7 +22,8 @@ REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 
 # Where nsys lives when it is not on PATH: CUDA toolkits, NVIDIA's standalone installers, Debian's
 # nsight-systems-target package (which puts only a wrapper on PATH, and only when that package's
-# /usr/bin link exists).
+# /usr/bin link exists), and the nsys CLI that ships inside Nsight Compute (its importer sits apart:
+# profiling/nsys_layout.py makes it record).
 CANDIDATE_GLOBS = (
     "/usr/local/cuda/bin/nsys",
     "/usr/local/cuda-*/bin/nsys",
@@ -30,6 +31,7 @@ CANDIDATE_GLOBS = (
     "/opt/nvidia/nsight-systems-cli/*/bin/nsys",
     "/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nsys",
     "/usr/lib/nsight-systems/bin/nsys",
+    "/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys",
 )
 
 

@@ -1,5 +1,7 @@
 """Find the Nsight Systems CLI and turn its reports into SQLite files that are either complete or absent,
 with profiling's errors and install steps (the mechanics are shared with the analysis: analysis/nsys_export.py).
+An nsys whose importer is not where it looks (Debian's packages, the nsys inside Nsight Compute) runs
+from a private folder that puts it there (profiling/nsys_layout.py).
 
     python -m profiling.nsys find                 # prints the nsys path, or the install steps (exit 2)
     python -m profiling.nsys export REP.nsys-rep OUT.sqlite
@@ -14,9 +16,10 @@ from typing import Mapping, Sequence
 
 from analysis import nsys_export
 from analysis.errors import TraceError
+from profiling import nsys_layout
 
 INSTALL_STEPS = """\
-Nsight Systems (nsys) was not found on PATH, in the usual CUDA locations, or in $NSYS.
+Nsight Systems (nsys) was not found on PATH, in the usual CUDA and Nsight locations, or in $NSYS.
 Install it, then re-run:
   - on Debian 12 as root:  bash scripts/install_nsys.sh
     (enables Debian's contrib+non-free components, runs
@@ -32,14 +35,19 @@ class NsysError(RuntimeError):
 
 
 def find_nsys(env: Mapping[str, str] | None = None) -> Path:
-    """Locate nsys: $NSYS if set (and then only there), else PATH, else the usual install locations."""
+    """Locate nsys ($NSYS if set, and then only there; else PATH; else the usual install locations),
+    as a path that records reports: a private copy beside its importer when the install lacks the link."""
     try:
         found = nsys_export.find_nsys(env)
     except TraceError as err:
         raise NsysError(str(err)) from None
     if found is None:
         raise NsysError(INSTALL_STEPS)
-    return found
+    try:
+        return nsys_layout.runnable_nsys(found)
+    except OSError as err:
+        raise NsysError(f"{found} needs its importer beside it, and a private copy could not be made "
+                        f"in {nsys_layout.farm_root()}: {err}") from None
 
 
 def nsys_version(nsys: Path) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Sequence
 
 from analysis.nsys_export import partial_name
+from profiling import nsys_layout
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
@@ -163,7 +165,11 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
             print(f"[profiling] nsys failed to start (see above); trying again ({attempt + 1}/{START_ATTEMPTS})",
                   file=sys.stderr)
             time.sleep(attempt)
-        if rc != 0:
+        capture = tmp_report.with_suffix(".qdstrm")  # nsys's raw capture, before its importer runs
+        importer_said = [line for line in tail if nsys_layout.IMPORTER_FAILED.search(line)]
+        if not tmp_report.is_file() and capture.is_file() and (rc == 0 or importer_said):
+            import_or_keep(nsys, capture, Path(f"{stem}.qdstrm"), importer_said, timeout_s)
+        elif rc != 0:
             raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
         if not tmp_report.is_file():
             raise NsysError("nsys wrote no report: the run never opened the NVTX range 'profile' "
@@ -172,7 +178,35 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
         os.replace(tmp_report, report)
     finally:
         tmp_report.unlink(missing_ok=True)
+        tmp_report.with_suffix(".qdstrm").unlink(missing_ok=True)
     return Recorded(report, sqlite, time.monotonic() - t0)
+
+
+def import_or_keep(nsys: Path, capture: Path, keep: Path, importer_said: list[str], timeout_s: float) -> None:
+    """nsys recorded `capture` but its importer failed: import it here if an importer runs (the report
+    appears beside `capture`), else move `capture` to `keep` and raise the steps that import it."""
+    why = " ".join(importer_said) or "its importer did not run"
+    importer = nsys_layout.find_importer(nsys)
+    tried = ""
+    if importer is not None:
+        print(f"[profiling] nsys recorded the run but did not import it ({why}); importing with {importer}",
+              file=sys.stderr, flush=True)
+        result = nsys_layout.import_capture(importer, capture, timeout_s)
+        if result.report is not None:
+            if result.report != capture.with_suffix(".nsys-rep"):
+                os.replace(result.report, capture.with_suffix(".nsys-rep"))
+            return
+        missing = nsys_layout.missing_libraries(importer)
+        tried = (f" Running {importer.name} here failed too ({result.message})"
+                 + (f"; it lacks {', '.join(missing)}: install them or put their folder on LD_LIBRARY_PATH"
+                    if missing else "") + ".")
+    os.replace(capture, keep)
+    command = shlex.join([str(importer or nsys_layout.IMPORTER), "-i", str(keep)])
+    where = "" if importer else (f" ({nsys_layout.IMPORTER} ships with nsys: look in host-linux-x64/ "
+                                 f"or linux-desktop-glibc_*-x64/ beside {Path(nsys).resolve().parent})")
+    raise NsysError(f"nsys recorded the run but its importer failed ({why}); the capture is kept in {keep}.{tried} "
+                    f"Import it with: {command}{where}, then: python -m profiling.nsys export "
+                    f"{keep.with_suffix('.nsys-rep')} {keep.with_suffix('.sqlite')}")
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

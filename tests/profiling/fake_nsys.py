@@ -6,6 +6,14 @@ FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first
 the way nsys 2022.4 sometimes does when other sessions run (sem_open); with
 FAKE_NSYS_HANG_PIDFILE=FILE it writes its pid there and hangs. export: writes a minimal nsys-like SQLite file, or, with
 FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1.
+
+The import step, as real nsys does it: the report is written as a raw capture X.qdstrm first, then
+turned into X.nsys-rep by the importer. With FAKE_NSYS_IMPORT_FAIL set the import fails (the .qdstrm
+stays, nsys's message is printed, exit 0, like nsys 2025.3); with FAKE_NSYS_SELF=PATH (the wrapper's
+path, symlinks resolved, as /proc/self/exe gives nsys) the import runs PATH/../../host-linux-x64/QdstrmImporter
+and fails when it is absent.
+`-i X.qdstrm` (called as QdstrmImporter): writes X.nsys-rep; with FAKE_IMPORTER_FAIL, fails like an
+importer missing a shared library.
 """
 import sqlite3
 import subprocess
@@ -14,6 +22,22 @@ import sys
 
 def opt(args, name):
     return args[args.index(name) + 1]
+
+
+def import_capture(capture):
+    """nsys's import step: True when the report was made from `capture`."""
+    import os
+    if os.environ.get("FAKE_NSYS_IMPORT_FAIL"):
+        return False
+    me = os.environ.get("FAKE_NSYS_SELF")
+    if me:  # real nsys runs ../host-linux-x64/QdstrmImporter of its own real folder
+        importer = os.path.join(os.path.dirname(os.path.dirname(me)), "host-linux-x64", "QdstrmImporter")
+        if not os.access(importer, os.X_OK):
+            return False
+        return subprocess.call([importer, "-i", capture]) == 0
+    with open(capture[:-len(".qdstrm")] + ".nsys-rep", "w") as f:
+        f.write("fake report")
+    return True
 
 
 def main(args):
@@ -43,9 +67,23 @@ def main(args):
         rc = subprocess.call(program)
         print("[1/1] [=====100%] x.nsys-rep")
         if rc == 0 and not os.environ.get("FAKE_NSYS_NO_REPORT"):
-            with open(out, "w") as f:
-                f.write("fake report")
+            capture = (out[:-len(".nsys-rep")] if out.endswith(".nsys-rep") else out) + ".qdstrm"
+            with open(capture, "w") as f:
+                f.write("fake capture")
+            if not import_capture(capture):
+                print("Importer error status: An unknown error occurred.")
+                print(f"Generated:\n    {capture}")
+                return 0
+            os.remove(capture)
         return rc
+    if args[0] == "-i":  # QdstrmImporter
+        if os.environ.get("FAKE_IMPORTER_FAIL"):
+            print("QdstrmImporter: error while loading shared libraries: libdw.so.1: cannot open shared "
+                  "object file: No such file or directory", file=sys.stderr)
+            return 127
+        with open(args[1][:-len(".qdstrm")] + ".nsys-rep", "w") as f:
+            f.write("fake report")
+        return 0
     if args[0] == "export":
         out = opt(args, "--output")
         if os.environ.get("FAKE_NSYS_EXPORT_FAIL"):

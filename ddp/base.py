@@ -61,7 +61,7 @@ class PendingAllReduce:
         size = nbytes(tensor)
         self.slot = self.timer.begin(size)
         range_id = nvtx_ranges.start(name, payload=size)
-        self.work = all_reduce(tensor, owner.collective, group=owner.group, async_op=True)
+        self.work = all_reduce(tensor, owner.collective, group=owner.group, async_op=True, name=name)
         self.timer.track_async(self.slot, self.work, range_id)
 
     def wait(self) -> torch.Tensor:
@@ -126,10 +126,10 @@ class DataParallelBase(nn.Module):
 
         No host synchronisation: on NCCL the call only enqueues, as plain `dist.all_reduce` does.
         """
-        size = nbytes(tensor)
-        with nvtx_ranges.range(self._range_name(tag), payload=size):
+        size, name = nbytes(tensor), self._range_name(tag)
+        with nvtx_ranges.range(name, payload=size):
             slot = self.comm.begin(size)
-            all_reduce(tensor, self.collective, group=self.group)
+            all_reduce(tensor, self.collective, group=self.group, name=name)
             self.comm.end_blocking(slot)
         return tensor
 

@@ -176,7 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     cli.progress(f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
                  f"{load_average()} (timings on a shared machine follow its load)")
-    results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend)
+    results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend,
+                     share_gpus=args.share_gpus)
     if results is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
     cli.progress(f"[benchmark] done; load average {load_average()}")

@@ -39,6 +39,9 @@ def add_run_arguments(parser: argparse.ArgumentParser, model_default: str | None
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the synthetic data")
     parser.add_argument("--backend", choices=["gloo", "nccl"], default=None,
                         help="default: nccl when every local rank has a GPU, else gloo")
+    parser.add_argument("--share-gpus", action="store_true",
+                        help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded (sets "
+                             "NCCL_MULTI_RANK_GPU_ENABLE=1; run under CUDA MPS); such timings are not multi-GPU timings")
     parser.add_argument("--format", choices=["table", "csv", "json"], default="table",
                         help="stdout format: a human table, or CSV / JSON records for machines")
 

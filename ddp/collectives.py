@@ -6,6 +6,8 @@ the wrappers' `collective=` argument and the CLIs' `--collective`.
 calls return the tensor; `async_op=True` returns a handle with `.wait()` and `.get_future()`.
 "ring" and "reduce_broadcast" are built from point-to-point messages in their own modules and run
 on one worker thread per process (ddp.p2p_work).
+Every call is recorded in `ddp.inflight` under `name` (the NVTX range's, e.g. `comm:all_reduce:flat`),
+so that a collective that never completes can be named in the error.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
+from ddp import inflight
 from ddp.p2p_work import p2p_all_reduce
 from ddp.reduce_broadcast import reduce_broadcast_all_reduce
 from ddp.ring_allreduce import ring_all_reduce
@@ -41,6 +44,13 @@ def check_collective(collective: str) -> str:
     return collective
 
 
-def all_reduce(tensor: torch.Tensor, collective: str = "torch", group=None, async_op: bool = False):
-    """Sum `tensor` in place across `group` with the named collective."""
-    return COLLECTIVES[check_collective(collective)](tensor, group=group, async_op=async_op)
+def all_reduce(tensor: torch.Tensor, collective: str = "torch", group=None, async_op: bool = False,
+               name: str = "all_reduce"):
+    """Sum `tensor` in place across `group` with the named collective; `name` says which one in errors."""
+    reduce = COLLECTIVES[check_collective(collective)]
+    seq = inflight.begin(name)
+    result = reduce(tensor, group=group, async_op=async_op)  # raising: stays open, for the error report
+    if not async_op:
+        inflight.end(seq)
+        return result
+    return inflight.TrackedWork(result, seq)

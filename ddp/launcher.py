@@ -5,13 +5,19 @@
 
 A rank that raises or dies brings the others down: the parent kills the survivors and raises
 RankFailedError naming the rank and its error, instead of waiting on a collective forever.
+A collective that never completes ends the job too, named with the rank that never reached it: ranks
+mirror their position (`ddp.inflight`) into shared memory, a backend's timeout (the process-group
+timeout, DDP_TIMEOUT_S) is reported with it, and past that timeout the parent stops the job itself.
+More local ranks than GPUs with NCCL is checked against the loaded NCCL first (`ddp.gpu_sharing`).
 """
 from __future__ import annotations
 
 import os
 import pickle
 import queue as queue_module
+import re
 import socket
+import sys
 import time
 import traceback
 from dataclasses import dataclass
@@ -22,8 +28,12 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from ddp import gpu_sharing, inflight
+
 DEFAULT_TIMEOUT_S = 300.0  # a collective waiting longer than this fails instead of hanging
+TIMEOUT_ENV = "DDP_TIMEOUT_S"  # overrides DEFAULT_TIMEOUT_S for every CLI
 GRACE_S = 1.0  # after a first failure, how long to collect the others before picking the root cause
+_TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -63,16 +73,58 @@ def cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def choose_backend(local_world_size: int, requested: str | None = None) -> str:
-    """nccl when each local rank can have its own GPU, else gloo; `requested` wins if usable."""
+def default_timeout_s(env: dict[str, str] | None = None) -> float:
+    """$DDP_TIMEOUT_S if set (seconds > 0), else DEFAULT_TIMEOUT_S."""
+    value = (os.environ if env is None else env).get(TIMEOUT_ENV, "")
+    if not value:
+        return DEFAULT_TIMEOUT_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0:
+        raise ValueError(f"{TIMEOUT_ENV}={value!r}: must be a number of seconds > 0")
+    return seconds
+
+
+def watchdog_slack_s(timeout_s: float) -> float:
+    """How long past the process-group timeout the parent waits for the backend to give up first."""
+    return max(5.0, 0.1 * timeout_s)
+
+
+def choose_backend(local_world_size: int, requested: str | None = None, share_gpus: bool = False) -> str:
+    """nccl when each local rank can have its own GPU (or --share-gpus), else gloo; `requested` wins if usable."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if requested is None:
-        return "nccl" if gpus >= local_world_size and dist.is_nccl_available() else "gloo"
+        enough = gpus >= local_world_size or (share_gpus and gpus > 0)
+        return "nccl" if enough and dist.is_nccl_available() else "gloo"
     if requested not in ("gloo", "nccl"):
         raise ValueError(f"unknown backend {requested!r}: choose gloo or nccl")
     if requested == "nccl" and gpus == 0:
         raise ValueError("backend nccl needs a CUDA GPU, and none is visible: use gloo")
     return requested
+
+
+def sharing_plan(backend: str, local_world_size: int, share_gpus: bool) -> gpu_sharing.SharingPlan:
+    """Check more local ranks than GPUs against the NCCL library this process loaded (ValueError if refused)."""
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    nccl = gpu_sharing.loaded_nccl() if backend == "nccl" and local_world_size > gpus > 0 else None
+    return gpu_sharing.plan_sharing(backend, local_world_size, gpus, nccl, share_gpus,
+                                    os.environ.get(gpu_sharing.ENABLE_VAR) == "1", gpu_sharing.mps_running())
+
+
+def failure_message(exc: BaseException) -> str:
+    """One line for a rank's exception: NCCL's GPU-sharing refusal explained, a timeout with the
+    collective this rank was in."""
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    explained = gpu_sharing.explain_failure(text)
+    if explained:
+        return explained
+    line = text.splitlines()[0]
+    where = inflight.position()
+    if where.open_seq and (_TIMED_OUT.search(text) or isinstance(exc, getattr(dist, "DistError", ()))):
+        line += f" [{where.describe()}]"
+    return line
 
 
 def _setup_rank(rank: int, local_rank: int, world_size: int, local_world_size: int, backend: str,
@@ -90,9 +142,11 @@ def _setup_rank(rank: int, local_rank: int, world_size: int, local_world_size: i
 
 
 def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
-           worker: Callable, args: tuple, results) -> None:
+           worker: Callable, args: tuple, results, slots=None, env: dict[str, str] | None = None) -> None:
     """Body of one spawned rank: report ("ok", result) or ("error", when, message, traceback)."""
     try:
+        os.environ.update(env or {})
+        inflight.attach(slots[rank] if slots is not None else None)
         ctx = _setup_rank(rank, rank, world_size, world_size, backend, init_method, timeout_s)
         result = worker(ctx, *args)
         # Plain pickle copies tensors by value; torch's queue pickler would pass shared-memory handles
@@ -100,37 +154,44 @@ def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s
         results.put((rank, "ok", pickle.dumps(result if rank == 0 else None)))
         dist.destroy_process_group()
     except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
-        message = f"{type(exc).__name__}: {exc}".splitlines()[0] if str(exc) else type(exc).__name__
-        results.put((rank, "error", (time.time(), message, traceback.format_exc())))
+        results.put((rank, "error", (time.time(), failure_message(exc), traceback.format_exc())))
         results.close()
         results.join_thread()
         os._exit(1)  # skip destroy_process_group: peers may be gone, and it could wait on them
 
 
 def launch(worker: Callable[..., Any], world_size: int | None = None, *args, backend: str | None = None,
-           timeout_s: float = DEFAULT_TIMEOUT_S) -> Any:
+           timeout_s: float | None = None, share_gpus: bool = False) -> Any:
     """Run `worker(ctx, *args)` on every rank and return rank 0's result (this rank's under torchrun).
 
-    `worker` must be a module-level function (spawned ranks import it). Raises RankFailedError when
-    a rank fails, ValueError for a bad world size or backend.
+    `worker` must be a module-level function (spawned ranks import it). `timeout_s`: how long a
+    collective may wait (default $DDP_TIMEOUT_S, else 300 s). `share_gpus`: let NCCL (>= 2.30) put
+    several ranks on one GPU. Raises RankFailedError when a rank fails or a collective never completes,
+    ValueError for a bad world size or backend, or more ranks than GPUs that NCCL would refuse.
     """
+    timeout_s = default_timeout_s() if timeout_s is None else timeout_s
     if in_torchrun():
-        return _run_in_torchrun(worker, world_size, args, backend, timeout_s)
+        return _run_in_torchrun(worker, world_size, args, backend, timeout_s, share_gpus)
     world_size = 2 if world_size is None else world_size
     if not isinstance(world_size, int) or world_size < 1:
         raise ValueError(f"world size must be a positive integer, got {world_size!r}")
-    backend = choose_backend(world_size, backend)
+    backend = choose_backend(world_size, backend, share_gpus)
+    sharing = sharing_plan(backend, world_size, share_gpus)
+    if sharing.note:
+        print(f"[ddp] {sharing.note}", file=sys.stderr, flush=True)
     addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else free_port()
     spawn = mp.get_context("spawn")
     results = spawn.Queue()
+    slots = spawn.RawArray(inflight.Slot, world_size)
     procs = [spawn.Process(target=_child, daemon=True,
-                           args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results))
+                           args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results,
+                                 slots, sharing.env))
              for r in range(world_size)]
     for p in procs:
         p.start()
     try:
-        return _collect(procs, results)
+        return _collect(procs, results, slots, timeout_s)
     finally:
         for p in procs:
             if p.is_alive():
@@ -139,8 +200,12 @@ def launch(worker: Callable[..., Any], world_size: int | None = None, *args, bac
             p.join(timeout=10)
 
 
-def _collect(procs: list, results) -> Any:
-    """Wait for every rank's report; on a failure, pick the root cause and raise it."""
+def _collect(procs: list, results, slots=None, timeout_s: float | None = None) -> Any:
+    """Wait for every rank's report; on a failure, pick the root cause and raise it.
+
+    With `slots` (the ranks' shared positions) and `timeout_s`, a collective still open well past the
+    timeout stops the job even though no rank failed (a backend that never times out).
+    """
     ok: dict[int, Any] = {}
     errors: dict[int, tuple[float, str, str]] = {}
     first_failure_at: float | None = None
@@ -161,31 +226,78 @@ def _collect(procs: list, results) -> Any:
             first_failure_at = None
         elif first_failure_at is None:
             first_failure_at = time.monotonic()
+        positions = {r: inflight.read(slots[r]) for r in range(len(procs))} if slots is not None else {}
         if first_failure_at is not None and time.monotonic() - first_failure_at >= GRACE_S:
-            _raise_root_cause(errors, silent)
+            _raise_root_cause(errors, silent, positions, set(ok), timeout_s)
+        if first_failure_at is None and timeout_s is not None:
+            _stop_a_hang(positions, set(ok), timeout_s)
     return ok[0]
 
 
-def _raise_root_cause(errors: dict[int, tuple[float, str, str]], silent: dict[int, int]) -> None:
-    """A rank that died without a word caused the rest; otherwise the earliest error did."""
+def _raise_root_cause(errors: dict[int, tuple[float, str, str]], silent: dict[int, int],
+                      positions: dict[int, inflight.Position] | None = None, finished: set[int] = frozenset(),
+                      timeout_s: float | None = None) -> None:
+    """A rank that died without a word caused the rest; a timeout in a collective that some rank never
+    reached was caused by that rank; otherwise the earliest error did."""
+    positions = positions or {}
     if silent:
         rank, code = min(silent.items())
         how = (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}" if code
                else "exited with code 0")
-        raise RankFailedError(f"rank {rank} {how} without reporting a result; the other ranks were stopped")
+        where = f" ({positions[rank].describe()})" if rank in positions and positions[rank].issued else ""
+        raise RankFailedError(f"rank {rank} {how} without reporting a result{where}; the other ranks were stopped")
     rank, (_, message, details) = min(errors.items(), key=lambda item: item[1][0])
+    if _TIMED_OUT.search(message) and rank in positions:
+        stalled = inflight.describe_stall(positions, rank, finished, timeout_s) if positions[rank].open_seq else None
+        if stalled:
+            raise RankFailedError(f"{stalled} (rank {rank}: {message})", details)
+        # A collective outside ddp.collectives (e.g. DDP's own broadcasts): the ranks that neither failed
+        # nor finished are the ones the others waited for.
+        running = [r for r in sorted(positions) if r not in errors and r not in finished]
+        if running:
+            message += ("; still running when it timed out: "
+                        + "; ".join(f"rank {r} {positions[r].describe()}" for r in running))
     raise RankFailedError(f"rank {rank} failed: {message}", details)
 
 
+def _stop_a_hang(positions: dict[int, inflight.Position], finished: set[int], timeout_s: float) -> None:
+    """Raise when a rank has been in one collective for longer than the timeout plus some slack."""
+    now = time.monotonic()
+    late = [r for r, p in positions.items()
+            if r not in finished and p.open_seq and now - p.open_since > timeout_s + watchdog_slack_s(timeout_s)]
+    if late:
+        rank = min(late, key=lambda r: positions[r].open_since)
+        stalled = inflight.describe_stall(positions, rank, finished, timeout_s, now)
+        p = positions[rank]
+        waiters = [r for r, q in sorted(positions.items()) if (q.open_seq, q.open_name) == (p.open_seq, p.open_name)]
+        raise RankFailedError(stalled or (
+            f"collective #{p.open_seq} {p.open_name} never completed: {inflight.ranks_text(waiters)} waited in it "
+            f"past the process-group timeout ({timeout_s:.0f} s) and no rank failed ("
+            + "; ".join(f"rank {r} {q.describe(now)}" for r, q in sorted(positions.items()))
+            + "); the ranks were stopped"))
+
+
 def _run_in_torchrun(worker: Callable, world_size: int | None, args: tuple, backend: str | None,
-                     timeout_s: float) -> Any:
+                     timeout_s: float, share_gpus: bool = False) -> Any:
+    """This process is one rank of a torchrun job: a failure becomes RankFailedError naming this rank
+    (torchrun then stops the others)."""
     env_world = int(os.environ["WORLD_SIZE"])
     if world_size is not None and world_size != env_world:
         raise ValueError(f"world size {world_size} does not match torchrun's WORLD_SIZE={env_world}")
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", env_world))
-    ctx = _setup_rank(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), env_world, local_world,
-                      choose_backend(local_world, backend), "env://", timeout_s)
+    rank = int(os.environ["RANK"])
+    backend = choose_backend(local_world, backend, share_gpus)
+    sharing = sharing_plan(backend, local_world, share_gpus)
+    os.environ.update(sharing.env)
+    if sharing.note and int(os.environ["LOCAL_RANK"]) == 0:
+        print(f"[ddp] {sharing.note}", file=sys.stderr, flush=True)
+    try:
+        ctx = _setup_rank(rank, int(os.environ["LOCAL_RANK"]), env_world, local_world, backend, "env://", timeout_s)
+    except RuntimeError as exc:  # DistError is a RuntimeError
+        raise RankFailedError(f"rank {rank} failed: {failure_message(exc)}", traceback.format_exc()) from None
     try:
         return worker(ctx, *args)
+    except RuntimeError as exc:
+        raise RankFailedError(f"rank {rank} failed: {failure_message(exc)}", traceback.format_exc()) from None
     finally:
         dist.destroy_process_group()

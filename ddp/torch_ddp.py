@@ -9,6 +9,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ddp import nvtx_ranges
 from ddp.base import DataParallelBase, nbytes
+from ddp.collectives import all_reduce
 
 # bucket_cap_mb_list arrived in recent PyTorch; older DDP gets one cap for every bucket.
 _DDP_TAKES_CAP_LIST = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters
@@ -105,9 +106,10 @@ def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.
     if last:  # backward has no gradient left to compute: DDP waits from here
         state.comm.backward_ended()
     slot = state.comm.begin(size)
-    range_id = nvtx_ranges.start(state._bucket_range_name(bucket.index()), payload=size)
+    name = state._bucket_range_name(bucket.index())
+    range_id = nvtx_ranges.start(name, payload=size)
     ranges = (range_id, nvtx_ranges.start("grad_sync")) if last else (range_id,)
-    work = dist.all_reduce(buffer, group=state.group, async_op=True)
+    work = all_reduce(buffer, "torch", group=state.group, async_op=True, name=name)
     record_completion = state.comm.on_completion(slot, *ranges)
 
     def done(fut: torch.futures.Future) -> torch.Tensor:

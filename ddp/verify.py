@@ -103,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                          backend=args.backend, collective=args.collective)
                for name in registry.resolve(args.impl)
                if not (name == "torch" and args.collective != "torch" and "all" in args.impl)]
-    outcomes = launch(verify_worker, world, configs, backend=args.backend)
+    outcomes = launch(verify_worker, world, configs, backend=args.backend, share_gpus=args.share_gpus)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
     reference = train_single_process(configs[0])

@@ -49,6 +49,7 @@ class ProfilePlan:
     backend: str | None = None
     device: str | None = None
     gpus: int | None = None
+    share_gpus: bool = False
     per_rank: bool = False
     torchrun_args: list[str] = field(default_factory=list)
     trace: str | None = None
@@ -82,14 +83,17 @@ class ProfilePlan:
             raise ValueError(f"profiler={self.profiler!r}: choose from {', '.join(PROFILERS)}")
 
     def resolved(self) -> "ProfilePlan":
-        """A copy with every machine-dependent default filled in (GPUs: NCCL over all of them)."""
+        """A copy with every machine-dependent default filled in (GPUs: NCCL over all of them; more
+        ranks than GPUs: gloo, unless --share-gpus)."""
         gpus = local_gpu_count() if self.gpus is None else self.gpus
         device = self.device or ("cuda" if gpus > 0 else "cpu")
         if device == "cuda" and gpus == 0:
             raise ValueError("device=cuda but no GPU is visible (nvidia-smi lists none)")
+        world_size = self.world_size or (gpus if device == "cuda" else 2)
+        own_gpus = world_size <= gpus or self.share_gpus or bool(self.torchrun_args)
         return replace(self, gpus=gpus, device=device,
-                        backend=self.backend or ("nccl" if device == "cuda" else "gloo"),
-                        world_size=self.world_size or (gpus if device == "cuda" else 2),
+                        backend=self.backend or ("nccl" if device == "cuda" and own_gpus else "gloo"),
+                        world_size=world_size,
                         model=self.model or "auto",
                         trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else "nvtx,osrt"))
 
@@ -108,6 +112,8 @@ class ProfilePlan:
                "--backend", str(self.backend), "--device", str(self.device)]
         if not self.per_rank:
             cmd += ["--world-size", str(self.world_size)]
+        if self.share_gpus:
+            cmd.append("--share-gpus")
         for flag, value in (("--steps", self.steps), ("--warmup", self.warmup),
                             ("--batch-size", self.batch_size), ("--context-length", self.context_length),
                             ("--bucket-mb", self.bucket_mb)):

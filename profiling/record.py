@@ -74,6 +74,9 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
     run.add_argument("--backend", choices=BACKENDS, help="default: nccl with GPUs, gloo without")
     run.add_argument("--device", choices=DEVICES, help="default: cuda with GPUs, cpu without")
     run.add_argument("--gpus", type=int, help="local GPUs to assume (default: counted by nvidia-smi)")
+    run.add_argument("--share-gpus", action="store_true",
+                     help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded, sets "
+                          "NCCL_MULTI_RANK_GPU_ENABLE=1 (run under CUDA MPS); not multi-GPU timings")
     prof = parser.add_argument_group("profiling")
     prof.add_argument("--out-dir", "-o", type=Path, default=Path("traces"), help="default: %(default)s")
     prof.add_argument("--per-rank", action="store_true",
@@ -102,7 +105,7 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
         impls=impls, out_dir=args.out_dir, world_size=args.world_size, model=args.model,
         steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
         context_length=args.context_length, bucket_mb=args.bucket_mb, backend=args.backend,
-        device=args.device, gpus=args.gpus, per_rank=args.per_rank,
+        device=args.device, gpus=args.gpus, share_gpus=args.share_gpus, per_rank=args.per_rank,
         torchrun_args=shlex.split(args.torchrun), trace=args.trace, sample=args.sample,
         timeout_s=args.timeout, runner_args=runner_args, profiler=args.profiler)
     return plan, args

@@ -81,6 +81,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per rank, else gloo")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
+    p.add_argument("--share-gpus", action="store_true",
+                   help="NCCL with more ranks than GPUs (NCCL >= 2.30 loaded; sets NCCL_MULTI_RANK_GPU_ENABLE=1)")
     p.add_argument("--nvtx", choices=("on", "off"), default="on", help="off: no NVTX at all (overhead baseline)")
     p.add_argument("--torch-trace", metavar="STEM",
                    help="record the measured steps with torch.profiler into STEM.rank<N>.json.gz (no nsys)")
@@ -117,7 +119,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         world = None if in_torchrun() else cfg.world_size
-        result = launch(profiled_worker, world, cfg, args.nvtx == "on", args.torch_trace, backend=cfg.backend)
+        result = launch(profiled_worker, world, cfg, args.nvtx == "on", args.torch_trace, backend=cfg.backend,
+                        share_gpus=args.share_gpus)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

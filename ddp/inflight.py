@@ -67,15 +67,20 @@ def begin(name: str) -> int:
         _issued += 1
         _last = name
         _open[_issued] = (name, time.monotonic())
-        _publish()
+        if _slot is not None:
+            _slot.issued = _issued
+            _slot.last_name = name.encode()[:NAME_BYTES - 1]
+            if len(_open) == 1:  # it is the oldest open one
+                _publish_oldest()
         return _issued
 
 
 def end(seq: int) -> None:
     """Record that collective `seq` completed (twice is fine)."""
     with _lock:
-        if _open.pop(seq, None) is not None:
-            _publish()
+        was_oldest = bool(_open) and next(iter(_open)) == seq
+        if _open.pop(seq, None) is not None and was_oldest and _slot is not None:
+            _publish_oldest()
 
 
 def position() -> Position:
@@ -92,12 +97,21 @@ def _position() -> Position:
 
 
 def _publish() -> None:
+    """Write the whole record into the slot (called with the lock held, or before any collective)."""
     if _slot is None:
         return
-    p = _position()
-    _slot.issued, _slot.open_seq, _slot.open_since = p.issued, p.open_seq, p.open_since
-    _slot.open_name = p.open_name.encode()[:NAME_BYTES - 1]
-    _slot.last_name = p.last_name.encode()[:NAME_BYTES - 1]
+    _slot.issued = _issued
+    _slot.last_name = _last.encode()[:NAME_BYTES - 1]
+    _publish_oldest()
+
+
+def _publish_oldest() -> None:
+    """Write the oldest open collective (or none) into the slot; `begin`/`end` call it only when it changed."""
+    if _open:
+        seq, (name, since) = next(iter(_open.items()))
+        _slot.open_seq, _slot.open_since, _slot.open_name = seq, since, name.encode()[:NAME_BYTES - 1]
+    else:
+        _slot.open_seq = 0
 
 
 def read(slot: Slot) -> Position:

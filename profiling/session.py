@@ -198,7 +198,8 @@ def import_or_keep(nsys: Path, capture: Path, keep: Path, importer_said: list[st
             return
         missing = nsys_layout.missing_libraries(importer)
         tried = (f" Running {importer.name} here failed too ({result.message})"
-                 + (f"; it lacks {', '.join(missing)}: install them or put their folder on LD_LIBRARY_PATH"
+                 + (f"; it lacks {', '.join(missing)}: install {'it' if len(missing) == 1 else 'them'} or put "
+                    f"{'its' if len(missing) == 1 else 'their'} folder on LD_LIBRARY_PATH"
                     if missing else "") + ".")
     os.replace(capture, keep)
     command = shlex.join([str(importer or nsys_layout.IMPORTER), "-i", str(keep)])

@@ -33,7 +33,8 @@ bookworm_mirror() {
 }
 
 # Debian's nsys looks for its importer at ../host-linux-x64 beside the CLI; the package puts it
-# elsewhere, and without it `nsys profile` writes only a .qdstrm.
+# elsewhere, and without it `nsys profile` writes only a .qdstrm. (Profiling works without the link
+# too, from a private folder, but the link also makes a bare `nsys profile` work.)
 link_importer() {
     if [ -d "$DEB_HOST" ] && [ ! -e "$DEB_TARGET/../host-linux-x64" ]; then
         if [ "${DDP_NO_APT:-0}" = 1 ]; then
@@ -52,7 +53,10 @@ if [ -x "$DEB_TARGET/nsys" ]; then
     exit 0
 fi
 if command -v nsys >/dev/null 2>&1; then exit 0; fi
-for d in /usr/local/cuda/bin /opt/nvidia/nsight-systems/*/bin /opt/nvidia/nsight-systems-cli/*/bin; do
+# Nsight Compute's nsys (host/target-linux-x64) counts too: profiling runs it beside its importer
+# from a private folder (profiling/nsys_layout.py), so nothing needs linking there.
+for d in /usr/local/cuda/bin /opt/nvidia/nsight-systems/*/bin /opt/nvidia/nsight-systems-cli/*/bin \
+         /opt/nvidia/nsight-compute/*/host/target-linux-x64; do
     [ -x "$d/nsys" ] && exit 0
 done
 

@@ -34,6 +34,16 @@ def test_gpu_defaults_are_nccl_over_every_gpu_with_cuda_tracing():
     assert value_after(p.runner_command("naive"), "--model") == "auto"
 
 
+def test_more_ranks_than_gpus_default_to_gloo_unless_sharing_gpus():
+    p = ProfilePlan(impls=["naive"], gpus=1, world_size=2).resolved()
+    assert (p.device, p.backend) == ("cuda", "gloo")
+    assert "--share-gpus" not in p.runner_command("naive")
+    shared = ProfilePlan(impls=["naive"], gpus=1, world_size=2, share_gpus=True).resolved()
+    assert shared.backend == "nccl"
+    assert shared.runner_command("naive")[-3:] == ["--world-size", "2", "--share-gpus"]
+    assert ProfilePlan(impls=["naive"], gpus=1, world_size=2, backend="nccl").resolved().backend == "nccl"
+
+
 def test_options_override_machine_defaults():
     p = ProfilePlan(impls=["flat"], gpus=1, world_size=2, backend="gloo", trace="cuda,nvtx",
                     steps=3, warmup=0, batch_size=8, context_length=64, bucket_mb=1.5).resolved()

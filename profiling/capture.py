@@ -35,8 +35,11 @@ def meta_text(meta: Mapping[str, Any]) -> str:
 def tool_versions() -> dict[str, str]:
     """GPU stack versions, beside the python/torch/nvtx ones `ddp.train.run_metadata` records."""
     import torch
+    from ddp.gpu_sharing import loaded_nccl
+    loaded = loaded_nccl()  # what the ranks really run (an LD_PRELOAD may replace torch's own)
     return {"cuda": str(torch.version.cuda),
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none"}
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none",
+            "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else "none"}
 
 
 def _barrier() -> None:

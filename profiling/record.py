@@ -14,7 +14,13 @@ minute); with GPUs, NCCL over all local GPUs and the largest model that fits, tr
 -t cuda,nvtx,osrt. CPU sampling is off unless --sample.
 
 nsys is $NSYS if set, else the first found on PATH, /usr/local/cuda*/bin, /opt/nvidia/nsight-systems*,
-or Debian's nsight-systems package (bash scripts/install_nsys.sh installs it on Debian 12 as root).
+Debian's nsight-systems package (bash scripts/install_nsys.sh installs it on Debian 12 as root), or
+Nsight Compute's (/opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys); one whose importer is not
+at ../host-linux-x64 runs from a private folder that has it. When nsys leaves only a .qdstrm (its
+importer failed), the capture is imported here, or kept as <out>/<impl>.qdstrm with the command to run.
+
+More ranks than GPUs: gloo by default; NCCL needs NCCL >= 2.30 loaded and --share-gpus (not
+multi-GPU timings). DDP_TIMEOUT_S sets the ranks' process-group timeout (default 300 s).
 
 With --profiler torch, nsys is not used at all: every rank records the same measured steps with
 torch.profiler (CPU activities, plus CUDA on GPUs) into <out>/<impl>.rank<N>.json.gz, with

@@ -77,6 +77,7 @@ def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(t
         assert meta["implementation"] == impl and meta["world_size"] == 2 and meta["backend"] == "gloo"
         assert meta["model"] == "tiny" and meta["profiler"].startswith("nsys ")
         assert meta["versions"]["nvtx"] == "0.2.10" and meta["versions"]["torch"]
+        assert meta["versions"]["nccl_loaded"] == "none"  # CPU-only torch maps no libnccl
     per_step = expected_collectives_per_step()
     for rank, rows in by_rank.items():
         names = [name for _, kind, name, *_ in rows if kind == 59]

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ddp, not an installed one
-from ddp import inflight  # noqa: E402
+from ddp import inflight
 
 NAME = "comm:all_reduce:layers.0.attn.wq.weight"
 

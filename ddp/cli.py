@@ -41,7 +41,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, model_default: str | None
                         help="default: nccl when every local rank has a GPU, else gloo")
     parser.add_argument("--share-gpus", action="store_true",
                         help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded (sets "
-                             "NCCL_MULTI_RANK_GPU_ENABLE=1; run under CUDA MPS); such timings are not multi-GPU timings")
+                             "NCCL_MULTI_RANK_GPU_ENABLE=1; run under CUDA MPS); such timings are not "
+                             "multi-GPU timings")
     parser.add_argument("--format", choices=["table", "csv", "json"], default="table",
                         help="stdout format: a human table, or CSV / JSON records for machines")
 

@@ -132,7 +132,7 @@ class TrackedWork:
     def _future_done(self, fut) -> None:
         try:
             fut.value()
-        except Exception:  # noqa: BLE001 - a failed collective stays open, for the error report
+        except Exception:  # a failed collective stays open, for the error report
             return
         end(self._seq)
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch.distributed as dist
 
@@ -35,6 +36,7 @@ def meta_text(meta: Mapping[str, Any]) -> str:
 def tool_versions() -> dict[str, str]:
     """GPU stack versions, beside the python/torch/nvtx ones `ddp.train.run_metadata` records."""
     import torch
+
     from ddp.gpu_sharing import loaded_nccl
     loaded = loaded_nccl()  # what the ranks really run (an LD_PRELOAD may replace torch's own)
     return {"cuda": str(torch.version.cuda),

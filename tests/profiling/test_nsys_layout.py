@@ -150,6 +150,7 @@ def test_importer_that_fails_too_is_reported_with_its_message_and_path(tmp_path,
 def test_cli_says_the_import_failed_in_one_line(tmp_path):
     """run_nsys.sh with nsys importing nothing: one error line naming the cause, exit 1, .qdstrm kept."""
     import subprocess
+
     from tests.profiling.test_nsys import REPO
     if shutil.which("QdstrmImporter"):
         pytest.skip("a QdstrmImporter on PATH would be found")

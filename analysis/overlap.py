@@ -1,6 +1,6 @@
 """How much gradient communication overlapped compute and the backward pass, per rank and step.
 
-    python -m analysis.overlap traces/overlap.sqlite [more.sqlite ...] [--format table|csv|json]
+    python -m analysis.overlap traces/overlap.sqlite [more.sqlite ...] [--format table|csv|json] [--jobs N]
 
 Python API (notebooks): `analyze(paths) -> Analysis` with `.steps`, `.totals`, `.summary`
 DataFrames and `.to_json()` (the CLI's JSON). See metrics.py for what each metric means.
@@ -11,10 +11,9 @@ import argparse
 import json
 import math
 import sys
-import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import pandas as pd
 
@@ -24,7 +23,7 @@ from analysis.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.nsys_export import export_report, is_report, report_error
 from analysis.patterns import Patterns
 from analysis.run_info import trace_metadata
-from analysis.trace import Trace, load_trace
+from analysis.trace import Trace
 
 TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
 RANK_KEYS = ["rank", "pid", "device"]
@@ -94,15 +93,24 @@ def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: in
     per_step, totals = measure_trace(trace, patterns)
     per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns)[0])  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
-    keys = {"path": trace.path, "implementation": trace.implementation, "source": trace.source,
-            "nsys_version": trace.nsys_version}
-    about = trace_metadata(trace)
-    about["shared_gpus"] = "; ".join(",".join(map(str, g)) for g in about["shared_gpus"] or []) or None
-    summary = pd.DataFrame([{**keys, **{k: about[k] for k in METADATA}, **summarise(per_step)}])
+    summary = trace_summary(trace, per_step)
     for frame in (per_step, totals):
-        for i, (k, v) in enumerate(keys.items()):
+        for i, (k, v) in enumerate(trace_keys(trace).items()):
             frame.insert(i, k, v)
     return Analysis(per_step, totals, summary)
+
+
+def trace_keys(trace: Trace) -> dict:
+    return {"path": trace.path, "implementation": trace.implementation, "source": trace.source,
+            "nsys_version": trace.nsys_version}
+
+
+def trace_summary(trace: Trace, per_step: pd.DataFrame) -> pd.DataFrame:
+    """One row: the trace keys, the run's metadata (METADATA) and the metrics averaged over per_step.
+    Needs only the trace's ranks, meta and info (rank_merge calls it on a merged run's)."""
+    about = trace_metadata(trace)
+    about["shared_gpus"] = "; ".join(",".join(map(str, g)) for g in about["shared_gpus"] or []) or None
+    return pd.DataFrame([{**trace_keys(trace), **{k: about[k] for k in METADATA}, **summarise(per_step)}])
 
 
 def _resolve(path: Path, export: bool) -> Path:
@@ -114,21 +122,31 @@ def _resolve(path: Path, export: bool) -> Path:
 
 
 def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, skip_steps: int = 0,
-            merge: bool = False, export: bool = False, progress=None) -> Analysis:
-    """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run."""
+            merge: bool = False, export: bool = False, progress: Callable[[str], object] | None = None,
+            jobs: int = 1, dask: str | None = None) -> Analysis:
+    """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run;
+    files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, rank_merge.py).
+    Raises TraceError naming every file that failed."""
+    from analysis.parallel import Progress
+    from analysis.rank_merge import analyse_groups, concat_analyses
+
     if skip_steps < 0:
         raise TraceError(f"skip_steps={skip_steps}: must be >= 0")
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    paths = [_resolve(p, export) for p in paths]
-    groups = [paths] if merge else [[p] for p in paths]
-    results = []
-    for group in groups:
-        started = time.perf_counter()
-        results.append(analyze_trace(load_trace(group, patterns), patterns, skip_steps))
-        if progress:
-            progress(f"analysed {', '.join(map(str, group))} in {time.perf_counter() - started:.1f} s")
-    return Analysis(*(pd.concat([getattr(r, f) for r in results], ignore_index=True)
-                      for f in ("steps", "totals", "summary")))
+    groups = _groups(paths, merge, export)
+    shown = Progress(sum(map(len, groups)), "", after_s=0, write=progress) if progress else None
+    done = analyse_groups(groups, patterns, skip_steps, jobs, dask, shown)
+    errors = [e for g in done for e in g.errors]
+    if errors:
+        raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} files failed: {'; '.join(errors)}")
+    return concat_analyses([g.merged.analysis for g in done if g.merged is not None])
+
+
+def _groups(paths: str | Path | Iterable[str | Path], merge: bool, export: bool) -> list[list[Path]]:
+    given = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not given:
+        raise TraceError("no trace path given")
+    resolved = [_resolve(p, export) for p in given]
+    return [resolved] if merge else [[p] for p in resolved]
 
 
 PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]
@@ -209,34 +227,61 @@ def build_parser() -> argparse.ArgumentParser:
                    help="regex for step NVTX ranges; group 1, if any, is the step number")
     p.add_argument("--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)")
     p.add_argument("--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
+                        "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)")
+    p.add_argument("--dask", metavar="ADDRESS",
+                   help="run the per-file tasks on the Dask cluster at ADDRESS (tcp://host:8786; 'local': a "
+                        "LocalCluster of --jobs workers); paths must be visible to the workers. Needs "
+                        "dask[distributed]")
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from analysis.parallel import Progress, check_jobs, default_jobs
+    from analysis.rank_merge import analyse_groups, concat_analyses, report_failures
+
     args = build_parser().parse_args(argv)
-    say = lambda line: print(f"[overlap] {line}", file=sys.stderr)
     try:
         patterns = Patterns(comm_kernel=args.comm_pattern, comm_range=args.comm_range_pattern,
                             backward=args.backward_pattern, step=args.step_pattern)
-        big = sum(Path(p).stat().st_size for p in args.paths if Path(p).is_file()) > 200 * 2**20
-        result = analyze(args.paths, patterns, args.skip_steps, args.merge, args.export, progress=say if big else None)
+        check_jobs(args.jobs)
+        if args.skip_steps < 0:
+            raise TraceError(f"skip_steps={args.skip_steps}: must be >= 0")
+        groups = _groups(args.paths, args.merge, args.export)
+        files = [p for g in groups for p in g]
+        big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
+        progress = Progress(len(files), "[overlap]", after_s=0 if big else None)
+        done = analyse_groups(groups, patterns, args.skip_steps, args.jobs or default_jobs(files), args.dask, progress)
     except TraceError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except MemoryError:
         print("error: out of memory while analysing the trace(s)", file=sys.stderr)
         return 2
+    bad = report_failures(done)
+    good = [g.merged for g in done if g.merged is not None]
+    if not good:
+        return 2
+    result = concat_analyses([m.analysis for m in good])
     try:
         if args.format == "json":
-            print(json.dumps(result.to_json()))  # compact: the C encoder (indent= falls back to pure Python)
+            doc = result.to_json()
+            if args.merge:  # the per-step view across the run's ranks
+                doc["traces"][0]["steps_across_ranks"] = plain_records(good[0].across_ranks)
+            print(json.dumps(doc))  # compact: the C encoder (indent= falls back to pure Python)
         elif args.format == "csv":
             frame = result.steps if args.per_step else per_rank_table(result)  # the table's rows
             print(frame.to_csv(index=False), end="")
         else:
             print(render_table(result, args.per_step))
+            if args.merge and args.per_step and len(good[0].across_ranks):
+                print("\nper step across ranks (a step is as slow as its slowest rank; skew: last minus first "
+                      "rank to start/end it, clocks aligned):")
+                print(_fmt(good[0].across_ranks.drop(columns="path")))
     except BrokenPipeError:  # `| head`: the reader has all it wanted
         sys.stderr.close()
-    return 0
+    return 2 if bad else 0
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pandas as pd
@@ -29,6 +30,10 @@ from analysis.html_report import write_index
 from analysis.lanes import Selection
 from analysis.overlap import plain_records
 from analysis.timeline import TraceInput, group_inputs
+
+if TYPE_CHECKING:
+    from analysis.rank_merge import FileResult
+    from analysis.trace import Trace
 
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
                    "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
@@ -42,8 +47,9 @@ class Analysed:
     path: str
     name: str
     sha256: str
-    trace: object
+    trace: object  # None: the analysis ran file by file and the timelines load the trace again
     analysis: object
+    paths: tuple = ()
 
 
 def progress(message: str) -> None:
@@ -59,15 +65,40 @@ def content_hash(path: Path) -> str:
     return digest.hexdigest()
 
 
-def analyse(inp: TraceInput) -> Analysed:
-    """Load (merging per-rank files) and analyse one trace; its hash covers every file."""
-    from analysis.overlap import analyze_trace
+def group_sha256(hashes: list[str]) -> str:
+    """A trace's hash: its file's, or for per-rank files the sha256 of their hashes joined."""
+    return hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()
+
+
+def hashed_file(path: Path) -> FileResult:
+    """One file's analysis with its content hash (runs in worker processes: see analysis/parallel.py)."""
+    from dataclasses import replace
+
+    from analysis.rank_merge import analyse_file
+    return replace(analyse_file(path), sha256=content_hash(path))
+
+
+def analyse_all(inputs: list[TraceInput], jobs: int | None, dask: str | None) -> tuple[list[Analysed], list[str]]:
+    """Every file of every input analysed on its own (here, in --jobs processes or on --dask), per-rank
+    files merged from their results; prints each bad file's error and returns (results, bad files)."""
+    from analysis.parallel import Progress, check_jobs, default_jobs
+    from analysis.rank_merge import analyse_groups, report_failures
+
+    check_jobs(jobs)
+    files = [p for inp in inputs for p in inp.paths]
+    done = analyse_groups([list(inp.paths) for inp in inputs], jobs=jobs or default_jobs(files), dask=dask,
+                          progress=Progress(len(files), "[report]"), task=hashed_file)
+    bad = report_failures(done)
+    results = [Analysed(inp.label, inp.name, group_sha256([f.sha256 for f in g.files]), None, g.merged.analysis,
+                        inp.paths) for inp, g in zip(inputs, done, strict=True) if g.merged is not None]
+    return results, bad
+
+
+def loaded_trace(result: Analysed) -> Trace:
+    """The result's trace, loaded again when the analysis did not keep it."""
     from analysis.trace import load_trace
 
-    trace = load_trace(list(inp.paths))
-    hashes = [content_hash(p) for p in inp.paths]
-    sha = hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()
-    return Analysed(inp.label, inp.name, sha, trace, analyze_trace(trace))
+    return cast("Trace", result.trace) if result.trace is not None else load_trace(list(result.paths))
 
 
 def summary_frame(results: list[Analysed]) -> pd.DataFrame:
@@ -205,13 +236,14 @@ def write_timelines(out: Path, results: list[Analysed], side: SidePage | None) -
     by_trace = {r.path: r for r in results}
     for r in results:
         t0 = time.perf_counter()
-        panel, _ = trace_panel(r.path, Selection(), trace=r.trace, steps=r.analysis.steps)
-        write_timeline([panel], out / names[r.path], f"Timeline: {r.trace.implementation}", Selection())
+        trace = loaded_trace(r)
+        panel, _ = trace_panel(r.path, Selection(), trace=trace, steps=r.analysis.steps)
+        write_timeline([panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection())
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if side is not None:
         a, b = by_trace[side.naive], by_trace[side.best]
         selection = Selection(step=common_step(a, b))
-        panels = [trace_panel(r.path, selection, trace=r.trace, steps=r.analysis.steps)[0] for r in (a, b)]
+        panels = [trace_panel(r.path, selection, trace=loaded_trace(r), steps=r.analysis.steps)[0] for r in (a, b)]
         write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection)
     return names
 
@@ -253,6 +285,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
     ap.add_argument("--peak-busbw", type=float, metavar="GBPS",
                     help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot")
+    ap.add_argument("--jobs", type=int, default=None, metavar="N",
+                    help="analyse files in N processes (default: the usable cores, at most one per file, fewer when "
+                         "memory cannot hold that many at once; 1 for inputs under 64 MB in all); results.db is "
+                         "written by this process alone")
+    ap.add_argument("--dask", metavar="ADDRESS",
+                    help="analyse the files on the Dask cluster at ADDRESS (tcp://host:8786, or 'local'); paths must "
+                         "be visible to the workers. Needs dask[distributed]")
     return ap.parse_args(argv)
 
 
@@ -267,11 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         inputs = group_inputs(args.traces)
         pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
         check_out_dir(out, pages)  # fail before the (slow) analysis when we can
-        results = []
-        for inp in inputs:
-            t0 = time.perf_counter()
-            results.append(analyse(inp))
-            progress(f"analysed {inp.label} ({time.perf_counter() - t0:.1f} s)")
+        results, bad = analyse_all(inputs, args.jobs, args.dask)
+        if bad:
+            return 2  # each bad file's error is printed above; nothing is written
         summary = summary_frame(results)
         side = None if args.no_timelines else side_page(summary)
         check_out_dir(out, pages + ([side.name] if side else []))  # every output, before writing any

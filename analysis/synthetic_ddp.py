@@ -100,16 +100,21 @@ def _write_step(w: NsysWriter, rng, pid: int, rank: int, step: int, t0: int, sha
 
 
 def write_ddp_trace(path: str | Path, n_kernels: int = 1_000_000, n_ranks: int = 8, n_steps: int = 0,
-                    comm_per_step: int = 25, flavour: str = "2026", shuffle: bool = False, seed: int = 0) -> Path:
-    """Write a DDP-shaped export (see module docstring); kernels split evenly over ranks and steps."""
+                    comm_per_step: int = 25, flavour: str = "2026", shuffle: bool = False, seed: int = 0,
+                    first_rank: int = 0, world_size: int = 0, session_start_utc_ns: int | None = None) -> Path:
+    """Write a DDP-shaped export (see module docstring); kernels split evenly over ranks and steps.
+    first_rank/world_size: ranks first_rank.. of a run of world_size (default n_ranks) ranks, as one
+    rank's file of `run_nsys.sh --per-rank` holds; session_start_utc_ns: the export's capture start."""
     shape = DdpShape(n_kernels, n_ranks, n_steps, comm_per_step)
-    w = NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed)
+    w = (NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed) if session_start_utc_ns is None
+         else NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed, session_start_utc_ns=session_start_utc_ns))
     rng = np.random.default_rng(seed)
-    for rank in range(n_ranks):
+    for rank in range(first_rank, first_rank + n_ranks):
         pid = 1000 + 10 * rank
         w.process(pid, threads={pid: "python3", pid + 1: "pt_autograd_0"})
         t = 1_000_000_000 + int(rng.integers(0, 100 * US))
-        w.meta_mark(pid, pid, t - 2 * LAUNCH_LEAD, implementation="synthetic", rank=rank, world_size=n_ranks,
+        w.meta_mark(pid, pid, t - 2 * LAUNCH_LEAD, implementation="synthetic", rank=rank,
+                    world_size=world_size or n_ranks,
                     local_rank=rank, backend="nccl", device=f"cuda:{rank}")
         first = t
         for step in range(shape.steps):

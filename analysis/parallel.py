@@ -1,0 +1,264 @@
+"""Run one function over many trace files: in this process, a local process pool, or a Dask cluster.
+
+    outcomes = run_tasks(fn, items, jobs=4)            # or dask="tcp://scheduler:8786" / dask="local"
+
+Each item is analysed independently (`fn(item)` must be a top-level function, or a partial of one,
+so it pickles); outcomes come back in input order whatever the completion order, each holding the
+value or a one-line error, so one bad file never stops the others. Memory stays per task: a worker
+holds one file's frames at a time and only the small result frames travel back.
+"""
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+from analysis.errors import TraceError
+
+# Peak RSS of one analysis is a fixed ~0.2 GB (interpreter, pandas, pyarrow) plus about 2.5x the
+# export's size on disk (0.54 GB for a one-rank export of 1M kernels, 102 MB, in benchmarks/analysis_scale.py).
+BASE_RSS_BYTES = 200 * 2**20
+RSS_PER_FILE_BYTE = 3.5
+MEMORY_SHARE = 0.8  # leave a fifth of the available memory to everything else
+PROGRESS_AFTER_S = 3.0  # stay quiet for runs shorter than this
+PROGRESS_EVERY_S = 2.0
+DASK_CONNECT_TIMEOUT = "20s"
+WORKER_RETRIES = 1  # items in flight when a worker process dies are run once more in a new pool
+# imported once by the fork server and inherited by every worker; not our own modules: a worker
+# re-runs the CLI's main module (`python -m analysis.overlap`), which must not be imported before
+PRELOAD = ["numpy", "pandas", "pyarrow", "connectorx", "sqlite3"]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one task gave: `value`, or `error` (one line naming the file) when it failed."""
+
+    item: Any
+    value: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Progress:
+    """'files done / total, rate, ETA' lines on stderr, at most every PROGRESS_EVERY_S seconds and only
+    once the run has lasted PROGRESS_AFTER_S (or always, with after_s=0). Failures are counted here;
+    their messages are the caller's to print at the end, where they are not lost among these lines."""
+
+    def __init__(self, total: int, prefix: str, after_s: float | None = None,
+                 write: Callable[[str], object] | None = None):
+        self.total, self.prefix, self.done, self.failed = total, prefix, 0, 0
+        self.after_s = PROGRESS_AFTER_S if after_s is None else after_s
+        self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.started = time.perf_counter()
+        self.last: float | None = None
+
+    def tick(self, outcome: Outcome) -> None:
+        self.done += 1
+        self.failed += not outcome.ok
+        now = time.perf_counter()
+        due = self.last is None or now - self.last >= PROGRESS_EVERY_S or self.done == self.total
+        if now - self.started >= self.after_s and due:
+            self.last = now
+            self.write(f"{self.prefix} {self.line(now)}".strip())
+
+    def line(self, now: float) -> str:
+        elapsed = now - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        eta = (self.total - self.done) / rate if rate > 0 else float("nan")
+        failed = f", {self.failed} failed" if self.failed else ""
+        return (f"{self.done}/{self.total} files done{failed}, {rate:.2f} files/s, "
+                f"elapsed {elapsed:.1f} s, ETA {eta:.1f} s")
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the affinity mask: taskset, cgroup cpusets), else os.cpu_count()."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable), capped by a cgroup v2
+    memory limit when one is set; None when neither is known."""
+    values = []
+    try:
+        with open("/proc/meminfo") as f:
+            values += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            values.append(int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return min(values) if values else None
+
+
+def task_memory(paths: Sequence[Path]) -> int:
+    """Estimated peak RSS of one worker: the fixed cost plus the largest export's share."""
+    sizes = [Path(p).stat().st_size for p in paths if Path(p).is_file()]
+    return int(BASE_RSS_BYTES + RSS_PER_FILE_BYTE * max(sizes, default=0))
+
+
+SMALL_INPUT_BYTES = 64 * 2**20  # below this in all, starting worker processes costs more than it saves
+
+
+def default_jobs(paths: Sequence[Path]) -> int:
+    """min(usable cores, files, workers whose estimated peak RSS fits in MEMORY_SHARE of the available
+    memory); 1 for inputs under SMALL_INPUT_BYTES in all."""
+    sizes = [Path(p).stat().st_size for p in paths if Path(p).is_file()]
+    if sum(sizes) < SMALL_INPUT_BYTES:
+        return 1
+    jobs = min(usable_cores(), len(paths))
+    memory = available_memory()
+    if memory is not None:
+        jobs = min(jobs, int(MEMORY_SHARE * memory // task_memory(paths)))
+    return max(1, jobs)
+
+
+def check_jobs(jobs: int | None) -> None:
+    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
+        raise TraceError(f"--jobs {jobs}: must be a whole number >= 1")
+
+
+def _failure(item: Any, error: BaseException) -> str:
+    """One line for a task's exception: a TraceError's message names its file already."""
+    if isinstance(error, TraceError):
+        return str(error)
+    if isinstance(error, MemoryError):
+        return f"{item}: out of memory while analysing it"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{item}: {type(error).__name__}: {first}"
+
+
+def _call(fn: Callable, item: Any) -> Outcome:
+    try:
+        return Outcome(item, fn(item))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # any failure of one file is that file's one-line error
+        return Outcome(item, error=_failure(item, e))
+
+
+def run_tasks(fn: Callable, items: Sequence, jobs: int = 1, dask: str | None = None,
+              progress: Progress | None = None) -> list[Outcome]:
+    """fn(item) for every item, in order of the items; serial in this process when jobs == 1 and no
+    dask address, else in a pool of `jobs` processes or on the Dask cluster at `dask`."""
+    check_jobs(jobs)
+    tick = progress.tick if progress else (lambda outcome: None)
+    if dask:
+        return _run_dask(fn, items, dask, jobs, tick)
+    if jobs == 1 or len(items) <= 1:
+        out = []
+        for item in items:
+            out.append(_call(fn, item))
+            tick(out[-1])
+        return out
+    return _run_pool(fn, items, jobs, tick)
+
+
+def _pool(jobs: int) -> ProcessPoolExecutor:
+    # forkserver: workers fork from a clean server that imported the analysis once, not from this
+    # (possibly threaded) process; fork-after-threads can deadlock in Arrow/connectorx.
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(PRELOAD)
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=context)
+
+
+def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome], None]) -> list[Outcome]:
+    results: list[Outcome | None] = [None] * len(items)
+    attempts = [0] * len(items)
+    todo = list(range(len(items)))
+    while todo:
+        with _pool(min(jobs, len(todo))) as pool:
+            running = {pool.submit(_call, fn, items[i]): i for i in todo}
+            todo = []
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i = running.pop(future)
+                    try:
+                        outcome = future.result()
+                    except BrokenProcessPool:  # a worker was killed (OOM killer, signal): retry once
+                        attempts[i] += 1
+                        if attempts[i] <= WORKER_RETRIES:
+                            todo.append(i)
+                            continue
+                        outcome = Outcome(items[i], error=f"{items[i]}: the worker process analysing it died "
+                                                          "(out of memory? see dmesg)")
+                    results[i] = outcome
+                    tick(outcome)
+        todo.sort()
+    return cast(list[Outcome], results)  # every item has its outcome now
+
+
+def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
+    """A distributed.Client for `address`, or for a new LocalCluster of `jobs` one-thread workers when
+    the address is "local"; a missing extra or an unreachable scheduler is a TraceError."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise TraceError("--dask needs the optional extra: pip install 'dask[distributed]' "
+                         "(or pip install -e '.[dask]')") from None
+    try:
+        if address == "local":
+            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+            return Client(cluster), cluster
+        return Client(address, timeout=DASK_CONNECT_TIMEOUT), None
+    except (OSError, TimeoutError, ValueError) as e:
+        raise TraceError(f"--dask {address}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from None
+
+
+def _check_workers(client: Any, address: str, fn: Callable) -> None:
+    """At least one worker, and the scheduler (it unpickles the tasks) and every worker can import the
+    task's module and this one (else each task would fail alike, or wait for a worker forever)."""
+    try:
+        client.wait_for_workers(1, timeout=DASK_CONNECT_TIMEOUT)
+    except (TimeoutError, OSError):
+        raise TraceError(f"--dask {address}: no Dask worker joined within {DASK_CONNECT_TIMEOUT}") from None
+    for module in (__name__, getattr(fn, "func", fn).__module__):
+        for where, run in (("the scheduler", client.run_on_scheduler), ("a worker", client.run)):
+            try:
+                run(importlib.import_module, module)
+            except Exception as e:
+                raise TraceError(f"--dask {address}: {where} cannot import {module} ({type(e).__name__}: {e}); "
+                                 "install this project where the scheduler and workers run (pip install -e .) or "
+                                 "start them with PYTHONPATH=<this checkout>") from None
+
+
+def _run_dask(fn: Callable, items: Sequence, address: str, jobs: int, tick: Callable[[Outcome], None]) -> list[Outcome]:
+    from distributed import as_completed
+
+    client, cluster = _dask_client(address, jobs)
+    try:
+        _check_workers(client, address, fn)
+        futures = client.map(_call, [fn] * len(items), list(items), pure=False)
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[Outcome | None] = [None] * len(items)
+        for future in as_completed(futures):
+            i = index[future.key]
+            try:
+                outcome = future.result()
+            except Exception as e:  # the worker died (KilledWorker) or the task could not be shipped
+                outcome = Outcome(items[i], error=_failure(items[i], e))
+            results[i] = outcome
+            tick(outcome)
+        return cast(list[Outcome], results)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,323 @@
+"""Many traces at once: process pool and Dask give the serial results in input order, bad files are
+named while the others finish, the per-rank merge equals loading the run in one piece."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import overlap, parallel, report
+from analysis.overlap import analyze, analyze_trace
+from analysis.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
+from analysis.rank_merge import analyse_file, combine, session_offset
+from analysis.synthetic import NsysWriter
+from analysis.synthetic_ddp import write_ddp_trace
+from analysis.trace import load_trace
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = 1_779_782_330_000_000_000
+WORLD = 3
+
+
+@pytest.fixture(autouse=True)
+def time_limit():
+    """Fail a test that hangs (a pool or cluster waiting forever) instead of hanging the suite."""
+    def expire(signum, frame):
+        raise TimeoutError("test ran past its 180 s limit")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(180)
+    yield
+    signal.alarm(0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="module")
+def rank_files(tmp_path_factory):
+    """run.rank<N>.sqlite of a 3-rank run whose captures started 0, 7 and 3 ms apart; rank 0 is the biggest
+    so that it finishes last in a pool."""
+    folder = tmp_path_factory.mktemp("ranks")
+    return [write_ddp_trace(folder / f"run.rank{r}.sqlite", n_kernels=n, n_ranks=1, n_steps=4, first_rank=r,
+                            world_size=WORLD, seed=r, session_start_utc_ns=T0 + shift)
+            for r, (n, shift) in enumerate([(20_000, 0), (2_000, 7_000_000), (2_000, 3_000_000)])]
+
+
+@pytest.fixture(scope="module")
+def noise(tmp_path_factory):
+    path = tmp_path_factory.mktemp("bad") / "noise.sqlite"
+    path.write_bytes(np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8).tobytes())
+    return path
+
+
+def assert_same(a, b):
+    for name in ("steps", "totals", "summary"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    code = overlap.main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- per-rank merge from per-file results -------------------------------------------------------
+
+@pytest.mark.parametrize("skip", [0, 1])
+def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, skip):
+    whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
+    merged = combine(rank_files, [analyse_file(p, skip_steps=skip) for p in rank_files])
+    assert_same(merged.analysis, whole)
+    assert merged.analysis.steps["rank"].unique().tolist() == [0, 1, 2]
+
+
+def _rankless_file(path: Path, device: int, utc: int, durations: list[int]) -> Path:
+    """A one-process export without ddp.meta: ranks come from device order across the merged files."""
+    w = NsysWriter(path, session_start_utc_ns=utc)
+    starts = np.arange(len(durations)) * 1_000_000 + 100_000
+    w.nvtx(500, 500, starts, starts + np.array(durations), np.array([f"step {i}" for i in range(len(durations))]))
+    w.kernels(500, 500, device, 7, starts + 1_000, starts + 50_000, "gemm", launch=starts + 500)
+    w.kernels(500, 500, device, 9, starts + 2_000, starts + 90_000, "ncclDevKernel_AllReduce", launch=starts + 600)
+    return w.close()
+
+
+def test_merge_numbers_rankless_files_by_device_like_the_loader(tmp_path):
+    paths = [_rankless_file(tmp_path / "b.sqlite", 1, T0, [400_000, 300_000]),
+             _rankless_file(tmp_path / "a.sqlite", 0, T0 + 5_000, [200_000, 600_000]),
+             _rankless_file(tmp_path / "c.sqlite", 0, T0 + 1_000, [500_000, 100_000])]
+    merged = combine(paths, [analyse_file(p) for p in paths])
+    assert_same(merged.analysis, analyze_trace(load_trace(paths)))
+    # device 0 before device 1, then file order: a -> 0, c -> 1, b -> 2
+    assert merged.analysis.totals["rank"].tolist() == [0, 1, 2]
+    assert merged.analysis.totals["device"].tolist() == [0, 0, 1]
+
+
+def test_clock_offsets_come_from_session_metadata_and_align_like_the_loader(rank_files):
+    offsets = [session_offset(p) for p in rank_files]
+    assert [o - offsets[0] for o in offsets] == [0, 7_000_000, 3_000_000]
+    whole = load_trace(rank_files)
+    firsts = whole.gpu_ops.groupby("part")["start"].min().tolist()
+    alone = [int(load_trace(p).gpu_ops["start"].min()) for p in rank_files]
+    assert [f - a for f, a in zip(firsts, alone, strict=True)] == [0, 7_000_000, 3_000_000]
+
+
+def _step_ranges(path: Path) -> dict[int, tuple[int, int]]:
+    """{step number: (start, end)} of the file's `step N` ranges, straight from the table."""
+    with sqlite3.connect(path) as db:
+        rows = db.execute("SELECT text, start, \"end\" FROM NVTX_EVENTS WHERE text LIKE 'step %'").fetchall()
+    return {int(text.split()[1]): (start, end) for text, start, end in rows}
+
+
+def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files):
+    merged = combine(rank_files, [analyse_file(p) for p in rank_files])
+    spread, steps = merged.across_ranks, merged.analysis.steps
+    shifts = [0, 7_000_000, 3_000_000]
+    ranges = [_step_ranges(p) for p in rank_files]
+    assert spread["step"].tolist() == [0, 1, 2, 3] and set(spread["ranks"]) == {WORLD}
+    for row in spread.itertuples():
+        mine = steps[steps["step"] == row.step]
+        ms = dict(zip(mine["rank"].tolist(), mine["step_ms"].tolist(), strict=True))
+        assert row.step_ms == max(ms.values()) and row.slowest_rank == max(ms, key=ms.get)
+        assert row.mean_step_ms == pytest.approx(sum(ms.values()) / WORLD)
+        assert row.exposed_comm_ms == mine["exposed_comm_ms"].max()
+        # skews from the raw CPU step ranges, each file put on the first file's clock
+        starts = [r[row.step][0] + s for r, s in zip(ranges, shifts, strict=True)]
+        ends = [r[row.step][1] + s for r, s in zip(ranges, shifts, strict=True)]
+        assert row.start_skew_ms == pytest.approx((max(starts) - min(starts)) / 1e6)
+        assert row.end_skew_ms == pytest.approx((max(ends) - min(ends)) / 1e6)
+
+
+# --- process pool ---------------------------------------------------------------------------------
+
+def test_jobs_2_gives_the_serial_results_in_input_order(rank_files):
+    assert_same(analyze(rank_files, jobs=2), analyze(rank_files, jobs=1))
+    assert_same(analyze(rank_files, merge=True, jobs=2), analyze(rank_files, merge=True))
+
+
+def test_cli_jobs_2_output_is_byte_identical(rank_files, capsys):
+    for extra in ([], ["--merge"]):
+        serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
+        pooled = cli(capsys, *rank_files, "--format", "json", "--jobs", "2", *extra)
+        assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]
+    doc = json.loads(pooled[1])
+    assert [r["rank"] for r in doc["traces"][0]["ranks"]] == [0, 1, 2]
+    assert [s["step"] for s in doc["traces"][0]["steps_across_ranks"]] == [0, 1, 2, 3]
+
+
+def test_one_bad_file_is_named_and_the_others_finish(rank_files, noise, capsys):
+    code, out, err = cli(capsys, rank_files[0], noise, rank_files[1], "--format", "json", "--jobs", "2")
+    assert code == 2 and "Traceback" not in err
+    assert [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[0]), str(rank_files[1])]
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {noise}: not an SQLite file"]
+
+
+def test_several_bad_files_get_a_closing_line_naming_them(rank_files, noise, tmp_path, capsys):
+    missing = tmp_path / "missing.sqlite"
+    code, out, err = cli(capsys, noise, rank_files[2], missing, "--jobs", "2", "--format", "csv")
+    assert code == 2 and "Traceback" not in err and str(rank_files[2]) in out
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: {noise}: not an SQLite file", f"error: {missing}: no such file",
+                      f"error: 2 of 3 files failed: {noise}, {missing}"]
+
+
+def test_a_merged_run_with_a_bad_rank_file_gives_no_result(rank_files, noise, capsys):
+    code, out, err = cli(capsys, rank_files[0], noise, "--merge", "--jobs", "2")
+    assert code == 2 and out == "" and [line for line in err.splitlines() if not line.startswith("[overlap]")] == \
+        [f"error: {noise}: not an SQLite file"]
+
+
+def exit_in_worker(item: int) -> int:
+    """A task that kills its worker process for item 1 (an OOM kill looks the same to the pool)."""
+    if item == 1:
+        os._exit(9)
+    return item * 10
+
+
+def test_a_worker_that_dies_fails_its_file_only():
+    outcomes = run_tasks(exit_in_worker, [0, 1, 2, 3], jobs=2)
+    assert [o.value for o in outcomes] == [0, None, 20, 30]
+    assert outcomes[1].error == "1: the worker process analysing it died (out of memory? see dmesg)"
+
+
+def test_progress_lines_say_done_total_rate_and_eta():
+    lines = []
+    progress = Progress(3, "[x]", after_s=0, write=lines.append)
+    run_tasks(abs, [-1, -2, -3], jobs=1, progress=progress)
+    assert lines[-1].startswith("[x] 3/3 files done, ") and "files/s" in lines[-1] and "ETA 0.0 s" in lines[-1]
+    progress = Progress(2, "[x]", after_s=0, write=lines.append)
+    progress.tick(Outcome("a", error="a: bad"))
+    assert "1/2 files done, 1 failed" in lines[-1] and "ETA" in lines[-1]
+
+
+def test_cli_progress_goes_to_stderr(rank_files, capsys, monkeypatch):
+    monkeypatch.setattr(parallel, "PROGRESS_AFTER_S", 0.0)
+    code, out, err = cli(capsys, *rank_files, "--jobs", "2")
+    assert code == 0 and "[overlap] 3/3 files done" in err and "files done" not in out
+
+
+def test_default_jobs_are_bounded_by_cores_files_and_memory(rank_files, monkeypatch):
+    monkeypatch.setattr(parallel, "SMALL_INPUT_BYTES", 0)
+    monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
+    monkeypatch.setattr(parallel, "available_memory", lambda: 100 * 2**30)
+    assert default_jobs(rank_files) == 3  # one per file
+    per_task = task_memory(rank_files)
+    monkeypatch.setattr(parallel, "available_memory", lambda: int(2.6 * per_task / parallel.MEMORY_SHARE))
+    assert default_jobs(rank_files) == 2
+    monkeypatch.setattr(parallel, "available_memory", lambda: 0)
+    assert default_jobs(rank_files) == 1
+    monkeypatch.setattr(parallel, "SMALL_INPUT_BYTES", 64 * 2**20)
+    monkeypatch.setattr(parallel, "available_memory", lambda: 100 * 2**30)
+    assert default_jobs(rank_files) == 1  # a few MB: a pool would cost more than it saves
+
+
+@pytest.mark.parametrize("jobs", ["0"])
+def test_bad_jobs_is_a_one_line_error(rank_files, jobs):
+    done = subprocess.run([sys.executable, "-m", "analysis.overlap", str(rank_files[1]), "--jobs", jobs], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip() == f"error: --jobs {jobs}: must be a whole number >= 1"
+
+
+# --- report: one writer ---------------------------------------------------------------------------
+
+def _db_rows(path: Path) -> dict:
+    with sqlite3.connect(path) as db:
+        return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("ranks", "steps")}
+
+
+def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files, tmp_path, capsys, monkeypatch):
+    writers = []
+    real = report.record_history
+    monkeypatch.setattr(report, "record_history", lambda *a: writers.append(os.getpid()) or real(*a))
+    inputs = [*rank_files, rank_files[0].parent / "single.sqlite"]
+    write_ddp_trace(inputs[-1], n_kernels=4_000, n_ranks=2, n_steps=2)
+    for jobs in ("1", "2"):
+        assert report.main([*map(str, inputs), "-o", str(tmp_path / jobs), "--no-timelines", "--jobs", jobs]) == 0
+    assert writers == [os.getpid()] * 2
+    assert (tmp_path / "1" / "summary.csv").read_bytes() == (tmp_path / "2" / "summary.csv").read_bytes()
+    assert _db_rows(tmp_path / "1" / "results.db") == _db_rows(tmp_path / "2" / "results.db")
+    # the per-rank group is one trace whose figures are those of loading it at once
+    summary = pd.read_csv(tmp_path / "2" / "summary.csv")
+    whole = analyze_trace(load_trace(rank_files)).summary.iloc[0]
+    row = summary[summary["ranks"] == WORLD].iloc[0]
+    assert row["step_ms"] == pytest.approx(whole["step_ms"]) and row["steps"] == whole["steps"]
+
+
+def test_report_with_jobs_draws_timelines_from_traces_loaded_again(rank_files, tmp_path, capsys):
+    assert report.main([*map(str, rank_files[1:]), "-o", str(tmp_path / "r"), "--jobs", "2"]) == 0
+    page = (tmp_path / "r" / "timelines" / "run.html").read_text()
+    assert "<title>Timeline: synthetic</title>" in page
+
+
+def test_report_with_a_bad_file_names_it_and_writes_nothing(rank_files, noise, tmp_path, capsys):
+    code = report.main([str(rank_files[1]), str(noise), "-o", str(tmp_path / "r"), "--jobs", "2"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert [line for line in err.splitlines() if line.startswith("error")] == [f"error: {noise}: not an SQLite file"]
+    assert not (tmp_path / "r").exists()
+
+
+# --- Dask -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def dask_cluster():
+    distributed = pytest.importorskip("distributed")
+    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    yield cluster.scheduler_address
+    cluster.close()
+
+
+def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_cluster, capsys):
+    for extra in ([], ["--merge"]):
+        serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
+        on_dask = cli(capsys, *rank_files, "--format", "json", "--dask", dask_cluster, *extra)
+        assert serial[0] == on_dask[0] == 0 and serial[1] == on_dask[1]
+    code, out, err = cli(capsys, rank_files[1], noise, "--format", "json", "--dask", dask_cluster)
+    assert code == 2 and [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[1])]
+    errors = [line for line in err.splitlines() if line.startswith("error")]
+    assert errors == [f"error: {noise.resolve()}: not an SQLite file"]
+
+
+def test_report_on_dask_writes_the_serial_summary(rank_files, dask_cluster, tmp_path, capsys):
+    for name, extra in (("serial", ["--jobs", "1"]), ("dask", ["--dask", dask_cluster])):
+        assert report.main([*map(str, rank_files), "-o", str(tmp_path / name), "--no-timelines", *extra]) == 0
+    assert (tmp_path / "serial" / "summary.csv").read_bytes() == (tmp_path / "dask" / "summary.csv").read_bytes()
+
+
+def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(parallel, "DASK_CONNECT_TIMEOUT", "1s")
+    code, out, err = cli(capsys, rank_files[1], "--dask", "tcp://127.0.0.1:9")
+    assert code == 2 and out == "" and err.startswith("error: --dask tcp://127.0.0.1:9: cannot reach")
+    assert len(err.strip().splitlines()) == 1
+
+
+# --- real H100 per-rank traces ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("run", ["naive", "overlap"])
+def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
+    from tests.gpu_traces import RUN_TIMER_MS
+
+    paths = [gpu_trace(f"{run}.rank{r}.sqlite") for r in (0, 1)]
+    merged = combine(paths, [analyse_file(p) for p in paths])
+    assert_same(merged.analysis, analyze_trace(load_trace(paths)))
+    # the two nsys sessions started > 20 ms apart; on the aligned clocks both ranks leave every step
+    # within a few ms of each other (its all-reduces synchronise them)
+    offsets = [session_offset(p) for p in paths]
+    assert abs(offsets[1] - offsets[0]) > 20_000_000
+    spread = merged.across_ranks
+    assert len(spread) == 5 and (spread["end_skew_ms"] < 5).all()
+    # a step is as slow as its slowest rank: the run's own timer agrees within 2 %
+    assert spread["step_ms"].mean() == pytest.approx(RUN_TIMER_MS[f"{run}.rank0.sqlite"], rel=0.02)
+    assert merged.analysis.totals["shared_gpu"].all()  # both ranks ran on the one H100 (MPS)
+    serial = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "1")
+    pooled = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "2")
+    assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]

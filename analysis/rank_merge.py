@@ -185,6 +185,18 @@ def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shif
     return out.sort_values(["step"], kind="stable")[ACROSS_COLUMNS].reset_index(drop=True)
 
 
+def analyse_whole(paths: Sequence[str | Path], patterns: Patterns | None = None, skip_steps: int = 0) -> Merged:
+    """A run's per-rank files loaded together (one process holds them all): the analysis' cross-rank
+    figures (the collectives' wait/transfer split, metrics.SPLIT_METRICS) need every rank's calls,
+    which `combine` does not merge yet."""
+    trace = load_trace([Path(p) for p in paths], patterns)
+    analysis = analyze_trace(trace, patterns, skip_steps)
+    steps = analysis.steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
+    ranges = find_steps(trace.nvtx, patterns or Patterns())
+    parts = {int(p): frame for p, frame in ranges.groupby("part")}
+    return Merged(analysis, across_ranks(steps, parts, dict.fromkeys(parts, 0)))  # one clock already
+
+
 def analyse_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None = None, skip_steps: int = 0,
                    jobs: int = 1, dask: str | None = None, progress: Progress | None = None,
                    task: Callable | None = None) -> list[GroupOutcome]:
@@ -192,6 +204,8 @@ def analyse_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None =
     combined; a group with a failed file gets that file's error and no result. `task(path)` replaces
     `analyse_file` (it must return a FileResult)."""
     task = task or partial(analyse_file, patterns=patterns, skip_steps=skip_steps)
+    if any(len(g) > 1 for g in groups):  # merged runs: see analyse_whole
+        return _analyse_whole_groups(groups, patterns, skip_steps, jobs, dask, progress)
     files = [Path(p) for group in groups for p in group]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
     outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress)
@@ -211,6 +225,28 @@ def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
     """Several analyses as one, rows in the given order."""
     return Analysis(**{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True)
                        for f in fields(Analysis)})
+
+
+def _analyse_whole_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None, skip_steps: int, jobs: int,
+                          dask: str | None, progress: Progress | None) -> list[GroupOutcome]:
+    """One task per group (analyse_whole); a bad file fails its group with the loader's one-line error."""
+    items = [tuple(Path(p).resolve() if dask else Path(p) for p in g) for g in groups]
+    outcomes = run_tasks(partial(analyse_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs,
+                         dask=dask, progress=progress)
+    out = []
+    for group, outcome in zip(groups, outcomes, strict=True):
+        paths = tuple(Path(p) for p in group)
+        if outcome.error is not None:
+            failed = tuple(p for p in paths if str(p) in outcome.error or str(p.resolve()) in outcome.error) or paths
+            out.append(GroupOutcome(paths, None, (outcome.error,), failed))
+            continue
+        merged = outcome.value
+        if dask:  # the workers saw absolute paths: the group's keys use the paths as given
+            label = ", ".join(str(p) for p in group)
+            merged = Merged(Analysis(**{f.name: getattr(merged.analysis, f.name).assign(path=label)
+                                        for f in fields(Analysis)}), merged.across_ranks.assign(path=label))
+        out.append(GroupOutcome(paths, merged, ()))
+    return out
 
 
 def report_failures(groups: Sequence[GroupOutcome]) -> list[str]:

@@ -89,8 +89,10 @@ def analyse_all(inputs: list[TraceInput], jobs: int | None, dask: str | None) ->
     done = analyse_groups([list(inp.paths) for inp in inputs], jobs=jobs or default_jobs(files), dask=dask,
                           progress=Progress(len(files), "[report]"), task=hashed_file)
     bad = report_failures(done)
-    results = [Analysed(inp.label, inp.name, group_sha256([f.sha256 for f in g.files]), None, g.merged.analysis,
-                        inp.paths) for inp, g in zip(inputs, done, strict=True) if g.merged is not None]
+    results = [Analysed(inp.label, inp.name, group_sha256([f.sha256 for f in g.files] or
+                                                          [content_hash(p) for p in inp.paths]),  # merged runs
+                        None, g.merged.analysis, inp.paths) for inp, g in zip(inputs, done, strict=True)
+               if g.merged is not None]
     return results, bad
 
 
@@ -254,7 +256,8 @@ def collectives_blocks(results: list[Analysed], summary: pd.DataFrame, args: arg
     from analysis.report_collectives import collectives_section
 
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    entries = [(labels[str(r.path)], r.trace, collectives_of([r.trace])) for r in results]
+    traces = [loaded_trace(r) for r in results]  # the analysis ran file by file and kept no events
+    entries = [(labels[str(r.path)], t, collectives_of([t])) for r, t in zip(results, traces, strict=True)]
     return collectives_section(entries, args.peak_busbw)
 
 

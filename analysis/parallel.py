@@ -183,10 +183,13 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
     results: list[Outcome | None] = [None] * len(items)
     attempts = [0] * len(items)
     todo = list(range(len(items)))
+    retrying = False
     while todo:
-        with _pool(min(jobs, len(todo))) as pool:
-            running = {pool.submit(_call, fn, items[i]): i for i in todo}
-            todo = []
+        with _pool(1 if retrying else min(jobs, len(todo))) as pool:
+            # a retry runs one item at a time: a file that kills its worker again breaks no other's try
+            batch = todo[:1] if retrying else todo
+            running = {pool.submit(_call, fn, items[i]): i for i in batch}
+            todo = todo[1:] if retrying else []
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -203,6 +206,7 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
                     results[i] = outcome
                     tick(outcome)
         todo.sort()
+        retrying = retrying or bool(todo)
     return cast(list[Outcome], results)  # every item has its outcome now
 
 

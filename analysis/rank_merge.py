@@ -250,13 +250,13 @@ def _analyse_whole_groups(groups: Sequence[Sequence[Path]], patterns: Patterns |
 
 
 def report_failures(groups: Sequence[GroupOutcome]) -> list[str]:
-    """Print each failed file's one-line error, then, when more than one failed, a closing line
-    naming them all; returns the failed files."""
+    """Print each failed file's (or merged run's) one-line error, then, when there were several, a
+    closing line naming every failed file; returns the failed files."""
     for g in groups:
         for error in g.errors:
             print(f"error: {error}", file=sys.stderr, flush=True)
     bad = [str(p) for g in groups for p in g.failed]
-    if len(bad) > 1:
+    if sum(len(g.errors) for g in groups) > 1:  # one error line already names its file(s)
         total = sum(len(g.paths) for g in groups)
         print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
     return bad

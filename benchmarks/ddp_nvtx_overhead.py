@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 
 from ddp import nvtx_ranges
 from ddp.models import build_model
 
 
-def ns_per_pair(fn, pairs: int) -> float:
+def ns_per_pair(fn: Callable[[int], object], pairs: int) -> float:
     t0 = time.perf_counter_ns()
     fn(pairs)
     return (time.perf_counter_ns() - t0) / pairs

@@ -13,6 +13,7 @@ import argparse
 import multiprocessing.sharedctypes
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -27,17 +28,17 @@ class _DoneWork:
     """A Work-like handle whose future is already complete."""
 
     def __init__(self) -> None:
-        self.future = torch.futures.Future()
+        self.future: torch.futures.Future[None] = torch.futures.Future()
         self.future.set_result(None)
 
-    def get_future(self):
+    def get_future(self) -> torch.futures.Future[None]:
         return self.future
 
-    def wait(self):
+    def wait(self) -> bool:
         return True
 
 
-def best_us(fn, calls: int) -> float:
+def best_us(fn: Callable[[], object], calls: int) -> float:
     best = float("inf")
     for _ in range(3):
         t0 = time.perf_counter()

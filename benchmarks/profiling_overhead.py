@@ -28,8 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from profiling.nsys import NsysError, export_sqlite, find_nsys  # noqa: E402
-from profiling.session import (START_ATTEMPTS, NsysOptions, nsys_failed_to_start,  # noqa: E402
-                               profile_command, profiled_env)
+from profiling.session import START_ATTEMPTS, NsysOptions, nsys_failed_to_start, profile_command, profiled_env  # noqa: E402
 
 MODES = ("no NVTX", "NVTX, no profiler", "NVTX under nsys", "torch.profiler")
 
@@ -70,7 +69,7 @@ def timed_range_cost(nsys: Path | None, n: int) -> float:
 
 def run_once(mode: str, nsys: Path, runner: list[str], scratch: Path) -> tuple[float, Path | None]:
     """One training run in `mode`: (slowest-rank mean step time in s, its sqlite export if profiled)."""
-    cmd = runner + ["--nvtx", "off" if mode == "no NVTX" else "on", "--format", "json"]
+    cmd = [*runner, "--nvtx", "off" if mode == "no NVTX" else "on", "--format", "json"]
     report = scratch / "overhead.nsys-rep"
     if mode == "NVTX under nsys":
         cmd = profile_command(nsys, NsysOptions(), report, cmd)
@@ -125,6 +124,8 @@ def main() -> int:
                 seconds, exported = run_once(mode, nsys, runner, Path(tmp))
                 step_s[mode].append(seconds)
                 sqlite = exported or sqlite
+        if sqlite is None:  # cannot happen: every repeat runs each mode, one of them under nsys
+            raise RuntimeError("no nsys export to count the NVTX ranges in")
         per_step = ranges_per_step(sqlite)
     base = statistics.median(step_s["no NVTX"])
     report = {

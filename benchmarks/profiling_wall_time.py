@@ -39,7 +39,8 @@ def main() -> int:
                 return 1
             for out in json.loads(res.stdout):
                 rows.append({"impl": impl, "wall_s": round(wall, 1), "file": Path(out["sqlite"]).name,
-                             "sqlite_kb": round(out["sqlite_bytes"] / 1024), "nsys_rep_kb": round(out["report_bytes"] / 1024)})
+                             "sqlite_kb": round(out["sqlite_bytes"] / 1024),
+                             "nsys_rep_kb": round(out["report_bytes"] / 1024)})
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     else:

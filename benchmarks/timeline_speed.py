@@ -42,7 +42,8 @@ def middle_step(trace: Path) -> int:
 
     with sqlite3.connect(f"file:{trace}?mode=ro", uri=True) as db:
         n = db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'step %'").fetchone()[0]
-        ranks = db.execute("SELECT count(DISTINCT globalTid >> 24) FROM NVTX_EVENTS WHERE text LIKE 'step %'").fetchone()[0]
+        ranks = db.execute("SELECT count(DISTINCT globalTid >> 24) FROM NVTX_EVENTS "
+                           "WHERE text LIKE 'step %'").fetchone()[0]
     return max(n // max(ranks, 1) // 2, 0)
 
 
@@ -75,7 +76,8 @@ def main() -> int:
     }
     sizes = {k: p.stat().st_size / 1e6 for k, p in pages.items()}
     figures["html_mb"] = max(sizes.values())
-    rows = [("one step's timeline (s)", f"{figures['step_s']:.1f}", TARGETS["step_s"]),
+    rows: list[tuple[str, str, float | None]] = [
+            ("one step's timeline (s)", f"{figures['step_s']:.1f}", TARGETS["step_s"]),
             ("whole-trace overview (s)", f"{figures['overview_s']:.1f}", TARGETS["overview_s"]),
             ("HTML, step / overview (MB)", f"{sizes['step']:.1f} / {sizes['overview']:.1f}", TARGETS["html_mb"])]
     if not args.no_browser and find_chromium():

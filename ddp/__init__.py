@@ -10,5 +10,5 @@ from ddp.overlap_per_param import OverlapDDP
 from ddp.registry import IMPLEMENTATIONS
 from ddp.torch_ddp import TorchDDP
 
-__all__ = ["BucketedDDP", "CommStats", "DataParallelBase", "FlatDDP", "IMPLEMENTATIONS", "NaiveDDP",
+__all__ = ["IMPLEMENTATIONS", "BucketedDDP", "CommStats", "DataParallelBase", "FlatDDP", "NaiveDDP",
            "OverlapDDP", "TorchDDP"]

@@ -32,7 +32,7 @@ def nbytes(tensor: torch.Tensor) -> int:
     return tensor.numel() * tensor.element_size()
 
 
-def broadcast_from_rank0(module: nn.Module, group=None) -> None:
+def broadcast_from_rank0(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
     """Copy rank 0's parameters and buffers (trainable or not) into every rank's module."""
     tensors = list(module.parameters()) + list(module.buffers())
     size = sum(nbytes(t) for t in tensors)
@@ -80,7 +80,7 @@ class DataParallelBase(nn.Module):
                                "(see ddp.launcher.launch)")
         self.module = module
         self.collective = check_collective(collective)
-        self.group = None
+        self.group: dist.ProcessGroup | None = None  # the default (world) group
         self.world_size = dist.get_world_size()
         broadcast_from_rank0(module, self.group)
         named = named_trainable_parameters(module)

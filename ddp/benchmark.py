@@ -20,8 +20,9 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 import torch
 
@@ -67,7 +68,7 @@ def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1
     Repeating the list (rather than each config) spreads slow phases of a shared machine over all
     configs; a config's repeats are pooled into one result.
     """
-    results: list[TrainResult | None] = [None] * len(configs)
+    results: dict[int, TrainResult] = {}  # config index -> its repeats pooled (filled in config order)
     total = len(configs) * repeat
     for r in range(repeat):
         for k, cfg in enumerate(configs):
@@ -78,14 +79,14 @@ def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1
                              f"{cfg.batch_size} context {cfg.context_length}: "
                              f"{result.avg_step_time_s * 1e3:.1f} ms/step, communication "
                              f"{_percent(result.comm_overlap)} during backward")
-            results[k] = result if results[k] is None else pool(results[k], result)
-    return results if ctx.is_main else None
+            results[k] = pool(results[k], result) if k in results else result
+    return list(results.values()) if ctx.is_main else None
 
 
 def pool(a: TrainResult, b: TrainResult) -> TrainResult:
     """Both runs' measured steps as one result (per rank, b's steps after a's)."""
-    def join(x, y):
-        return [xs + ys for xs, ys in zip(x, y)]
+    def join(x: list[list[Any]], y: list[list[Any]]) -> list[list[Any]]:
+        return [xs + ys for xs, ys in zip(x, y, strict=True)]
     return TrainResult(a.config, join(a.step_time_s, b.step_time_s), join(a.comm_time_s, b.comm_time_s),
                        join(a.num_ops, b.num_ops), b.final_loss, a.metadata,
                        join(a.comm_in_flight_s, b.comm_in_flight_s), join(a.comm_hidden_s, b.comm_hidden_s),
@@ -94,7 +95,7 @@ def pool(a: TrainResult, b: TrainResult) -> TrainResult:
 
 def to_records(results: list[TrainResult]) -> list[dict]:
     """One row per run, with speedups over the naive run of the same batch/context/collective."""
-    def key(cfg: RunConfig):
+    def key(cfg: RunConfig) -> tuple[int, int, str]:
         return cfg.batch_size, cfg.context_length, cfg.collective
 
     naive = {key(r.config): r for r in results if r.config.impl == "naive"}
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = to_records(results)
     columns = CSV_COLUMNS + (TABLE_EXTRA if args.format == "table" else [])
     if len(args.collective) > 1:
-        columns = columns + ["collective"]
+        columns = [*columns, "collective"]
     print(cli.format_records(records, args.format, columns))  # first: a failing --csv loses nothing
     if args.format == "table":
         print(summary_line(records))
@@ -202,7 +203,8 @@ def summary_line(records: list[dict]) -> str:
     ours = {(r["batch_size"], r["context_length"], r["bucket_mb"]): r for r in records
             if r["implementation"] == "overlap_bucket" and r["collective"] == "torch"}
     pairs = [(k, ours[k]["avg_step_time_ms"] / r["avg_step_time_ms"]) for r in records
-             if r["implementation"] == "torch" and (k := (r["batch_size"], r["context_length"], r["bucket_mb"])) in ours]
+             if r["implementation"] == "torch"
+             and (k := (r["batch_size"], r["context_length"], r["bucket_mb"])) in ours]
     if not pairs:
         return ""
     return "overlap_bucket / torch step time: " + ", ".join(

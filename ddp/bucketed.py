@@ -83,11 +83,11 @@ class BucketedDDP(DataParallelBase):
             bucket.reset()
         self._next_launch = 0
         if self._arrival is not None:
-            self._rebuild_in_arrival_order()
+            self._rebuild_in_arrival_order(self._arrival)
 
-    def _rebuild_in_arrival_order(self) -> None:
+    def _rebuild_in_arrival_order(self, arrival: list[int]) -> None:
         """Once, after the first step: buckets in the order rank 0's gradients arrived."""
-        arrived = list(dict.fromkeys(self._arrival))
+        arrived = list(dict.fromkeys(arrival))
         local = arrived + [i for i in self.order if i not in set(arrived)]
         self._arrival = None
         ref = self.params[0]

@@ -69,6 +69,7 @@ class Bucket:
         """Make parameter `slot`'s .grad the bucket's view, copying a gradient held elsewhere in."""
         p, view = self.params[slot], self.views[slot]
         if p.grad is not view:
+            assert p.grad is not None, "only a parameter that holds a gradient is adopted"
             view.copy_(p.grad)
             p.grad = view
 
@@ -112,6 +113,8 @@ class Bucket:
 
     def wait(self) -> None:
         """Wait for the all-reduce: each .grad view now holds the mean over ranks."""
+        if self.pending is None:
+            raise RuntimeError(f"bucket {self.tag} waited for before it was launched")
         self.pending.wait()
         self.flags.drop_unused()
 

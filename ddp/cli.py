@@ -7,7 +7,8 @@ import io
 import json
 import os
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import NoReturn
 
 from ddp.collectives import COLLECTIVES
 from ddp.launcher import RankFailedError
@@ -21,7 +22,7 @@ EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 class Parser(argparse.ArgumentParser):
     """argparse with a one-line error and exit code 2."""
 
-    def error(self, message: str):  # noqa: D401 - argparse API
+    def error(self, message: str) -> NoReturn:  # argparse's hook: one line, exit code 2
         sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
@@ -96,13 +97,14 @@ def format_records(records: list[dict], fmt: str, columns: list[str], float_digi
         return buf.getvalue().rstrip("\n")
     cells = [[_cell(r.get(c), float_digits) for c in columns] for r in records]
     widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths)),
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
              "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths)) for row in cells]
+    lines += ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths, strict=True))
+              for row in cells]
     return "\n".join(lines)
 
 
-def _cell(value, digits: int) -> str:
+def _cell(value: object, digits: int) -> str:
     if value is None:
         return "-"
     if isinstance(value, float):

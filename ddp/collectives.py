@@ -12,7 +12,7 @@ so that a collective that never completes can be named in the error.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import Literal, Protocol, overload
 
 import torch
 import torch.distributed as dist
@@ -27,7 +27,8 @@ class Handle(Protocol):
     def wait(self) -> object: ...
 
 
-def _torch_all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
+def _torch_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
+                      async_op: bool = False) -> torch.Tensor | Handle:
     work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
     return work if async_op else tensor
 
@@ -44,13 +45,19 @@ def check_collective(collective: str) -> str:
     return collective
 
 
-def all_reduce(tensor: torch.Tensor, collective: str = "torch", group=None, async_op: bool = False,
-               name: str = "all_reduce"):
+@overload
+def all_reduce(tensor: torch.Tensor, collective: str = ..., group: dist.ProcessGroup | None = ...,
+               async_op: Literal[False] = ..., name: str = ...) -> torch.Tensor: ...
+@overload
+def all_reduce(tensor: torch.Tensor, collective: str = ..., group: dist.ProcessGroup | None = ..., *,
+               async_op: Literal[True], name: str = ...) -> inflight.TrackedWork: ...
+def all_reduce(tensor: torch.Tensor, collective: str = "torch", group: dist.ProcessGroup | None = None,
+               async_op: bool = False, name: str = "all_reduce") -> torch.Tensor | inflight.TrackedWork:
     """Sum `tensor` in place across `group` with the named collective; `name` says which one in errors."""
     reduce = COLLECTIVES[check_collective(collective)]
     seq = inflight.begin(name)
     result = reduce(tensor, group=group, async_op=async_op)  # raising: stays open, for the error report
     if not async_op:
         inflight.end(seq)
-        return result
+        return tensor  # what every blocking collective returns: it summed in place
     return inflight.TrackedWork(result, seq)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -35,6 +36,10 @@ from ddp import nvtx_ranges
 
 # Steps whose records are kept without a `collect()`; then they are folded (one event wait).
 MAX_UNCOLLECTED_STEPS = 8
+
+
+# When a step's backward ended: host seconds (CPU), a recorded CUDA event, or None (not yet known).
+BackwardEnd = float | torch.cuda.Event | None
 
 
 @dataclass
@@ -59,19 +64,20 @@ class CommStats:
 
 def union_and_part_before(intervals: list[tuple[float, float]], cut: float) -> tuple[float, float]:
     """(length of the union of [start, end] intervals, length of that union before `cut`)."""
+    if not intervals:
+        return 0.0, 0.0
+    first, *rest = sorted(intervals)
     total = before = 0.0
-    cur_start = cur_end = None
-    for start, end in sorted(intervals):
-        if cur_end is not None and start <= cur_end:
+    cur_start, cur_end = first
+    for start, end in rest:
+        if start <= cur_end:
             cur_end = max(cur_end, end)
             continue
-        if cur_end is not None:
-            total += cur_end - cur_start
-            before += max(0.0, min(cur_end, cut) - cur_start)
-        cur_start, cur_end = start, end
-    if cur_end is not None:
         total += cur_end - cur_start
         before += max(0.0, min(cur_end, cut) - cur_start)
+        cur_start, cur_end = start, end
+    total += cur_end - cur_start
+    before += max(0.0, min(cur_end, cut) - cur_start)
     return total, before
 
 
@@ -86,8 +92,8 @@ class CommTimer:
         self._ends: list = []
         self._bytes: list[int] = []
         self._used = 0  # slots used since the last fold
-        self._backward_end = None  # this step's, once known
-        self._closed: list[tuple[int, object]] = []  # per closed step: (end slot, backward end)
+        self._backward_end: BackwardEnd = None  # this step's, once known
+        self._closed: list[tuple[int, BackwardEnd]] = []  # per closed step: (end slot, backward end)
         self._open_ranges: list = []  # CUDA: async NVTX ranges, ended at collect
         self._generation = 0  # CPU: a late callback of a folded step must not touch reused slots
         if self.cuda:
@@ -123,14 +129,14 @@ class CommTimer:
         else:
             self._ends[slot] = time.perf_counter()
 
-    def track_async(self, slot: int, work, range_id) -> None:
+    def track_async(self, slot: int, work: Any, range_id: object) -> None:
         """An async collective was issued: end its interval and NVTX range at completion."""
         if self.cuda or not hasattr(work, "get_future"):
             self._open_ranges.append(range_id)  # CUDA futures complete at enqueue: end at collect
         else:
             work.get_future().then(self.on_completion(slot, range_id))
 
-    def on_completion(self, slot: int, *range_ids) -> Callable[[object], None]:
+    def on_completion(self, slot: int, *range_ids: object) -> Callable[[object], None]:
         """A callback for the collective's future that records its completion and ends its ranges.
 
         CPU: the callback runs on the communication thread when the data is reduced. CUDA: it runs
@@ -140,20 +146,20 @@ class CommTimer:
         if self.cuda:
             self._open_ranges.extend(range_ids)
 
-            def on_cuda(_fut) -> None:
+            def on_cuda(_fut: object) -> None:
                 self._stream.wait_stream(torch.cuda.current_stream(self.device))
                 self._ends[slot].record(self._stream)
             return on_cuda
         generation = self._generation
 
-        def on_host(_fut) -> None:
+        def on_host(_fut: object) -> None:
             for range_id in range_ids:
                 nvtx_ranges.end(range_id)
             if generation == self._generation:  # not a late callback of an already folded step
                 self._ends[slot] = min(self._ends[slot], time.perf_counter())
         return on_host
 
-    def wait(self, slot: int, work) -> None:
+    def wait(self, slot: int, work: Any) -> None:
         """Wait for an async collective: the host on CPU; on CUDA only the streams (timing, current)."""
         if self.cuda:
             with torch.cuda.stream(self._stream):
@@ -212,7 +218,7 @@ class CommTimer:
                 slots[:] = slots[first:] + slots[:first]
         self._used -= first
 
-    def _fold_step(self, first: int, end: int, backward_end) -> None:
+    def _fold_step(self, first: int, end: int, backward_end: BackwardEnd) -> None:
         if end == first:
             return
         if self.cuda:

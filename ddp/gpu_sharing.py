@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -80,10 +81,10 @@ def loaded_nccl(maps_file: str = "/proc/self/maps") -> NcclLibrary | None:
     return NcclLibrary(path, decode_version(code.value))
 
 
-def mps_running(env: dict[str, str] | None = None) -> bool:
+def mps_running(env: Mapping[str, str] | None = None) -> bool:
     """True when a CUDA MPS control daemon's pipe exists ($CUDA_MPS_PIPE_DIRECTORY or /tmp/nvidia-mps)."""
-    env = os.environ if env is None else env
-    return Path(env.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps", "control").exists()
+    environ = os.environ if env is None else env
+    return Path(environ.get("CUDA_MPS_PIPE_DIRECTORY") or "/tmp/nvidia-mps", "control").exists()
 
 
 @dataclass

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,7 +72,7 @@ def begin(name: str) -> int:
             _slot.issued = _issued
             _slot.last_name = name.encode()[:NAME_BYTES - 1]
             if len(_open) == 1:  # it is the oldest open one
-                _publish_oldest()
+                _publish_oldest(_slot)
         return _issued
 
 
@@ -80,7 +81,7 @@ def end(seq: int) -> None:
     with _lock:
         was_oldest = bool(_open) and next(iter(_open)) == seq
         if _open.pop(seq, None) is not None and was_oldest and _slot is not None:
-            _publish_oldest()
+            _publish_oldest(_slot)
 
 
 def position() -> Position:
@@ -102,16 +103,16 @@ def _publish() -> None:
         return
     _slot.issued = _issued
     _slot.last_name = _last.encode()[:NAME_BYTES - 1]
-    _publish_oldest()
+    _publish_oldest(_slot)
 
 
-def _publish_oldest() -> None:
-    """Write the oldest open collective (or none) into the slot; `begin`/`end` call it only when it changed."""
+def _publish_oldest(slot: Slot) -> None:
+    """Write the oldest open collective (or none) into `slot`; `begin`/`end` call it only when it changed."""
     if _open:
         seq, (name, since) = next(iter(_open.items()))
-        _slot.open_seq, _slot.open_since, _slot.open_name = seq, since, name.encode()[:NAME_BYTES - 1]
+        slot.open_seq, slot.open_since, slot.open_name = seq, since, name.encode()[:NAME_BYTES - 1]
     else:
-        _slot.open_seq = 0
+        slot.open_seq = 0
 
 
 def read(slot: Slot) -> Position:
@@ -129,23 +130,23 @@ class TrackedWork:
         if future is not None:
             future().add_done_callback(self._future_done)
 
-    def _future_done(self, fut) -> None:
+    def _future_done(self, fut: Any) -> None:
         try:
             fut.value()
         except Exception:  # a failed collective stays open, for the error report
             return
         end(self._seq)
 
-    def wait(self, *args, **kwargs):
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
         result = self._work.wait(*args, **kwargs)
         end(self._seq)
         return result
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
 
 
-def describe_stall(positions: dict[int, Position], waiting: int, finished: set[int] = frozenset(),
+def describe_stall(positions: dict[int, Position], waiting: int, finished: Collection[int] = frozenset(),
                    timeout_s: float | None = None, now: float | None = None) -> str | None:
     """'rank 1 stalled: never reached collective #12 comm:all_reduce:flat, ...' when some unfinished
     rank issued fewer collectives than the one `waiting` is in; None when every rank reached it."""

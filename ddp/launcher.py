@@ -12,6 +12,7 @@ More local ranks than GPUs with NCCL is checked against the loaded NCCL first (`
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import pickle
 import queue as queue_module
@@ -20,9 +21,12 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Callable
+from multiprocessing.process import BaseProcess
+from multiprocessing.queues import Queue
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -142,7 +146,8 @@ def _setup_rank(rank: int, local_rank: int, world_size: int, local_world_size: i
 
 
 def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
-           worker: Callable, args: tuple, results, slots=None, env: dict[str, str] | None = None) -> None:
+           worker: Callable[..., Any], args: tuple[Any, ...], results: Queue[Any],
+           slots: ctypes.Array[inflight.Slot] | None = None, env: dict[str, str] | None = None) -> None:
     """Body of one spawned rank: report ("ok", result) or ("error", when, message, traceback)."""
     try:
         os.environ.update(env or {})
@@ -153,14 +158,14 @@ def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s
         # that vanish when this process exits before the parent reads them.
         results.put((rank, "ok", pickle.dumps(result if rank == 0 else None)))
         dist.destroy_process_group()
-    except BaseException as exc:  # noqa: BLE001 - everything must reach the parent
+    except BaseException as exc:  # everything must reach the parent
         results.put((rank, "error", (time.time(), failure_message(exc), traceback.format_exc())))
         results.close()
         results.join_thread()
         os._exit(1)  # skip destroy_process_group: peers may be gone, and it could wait on them
 
 
-def launch(worker: Callable[..., Any], world_size: int | None = None, *args, backend: str | None = None,
+def launch(worker: Callable[..., Any], world_size: int | None = None, *args: Any, backend: str | None = None,
            timeout_s: float | None = None, share_gpus: bool = False) -> Any:
     """Run `worker(ctx, *args)` on every rank and return rank 0's result (this rank's under torchrun).
 
@@ -200,7 +205,8 @@ def launch(worker: Callable[..., Any], world_size: int | None = None, *args, bac
             p.join(timeout=10)
 
 
-def _collect(procs: list, results, slots=None, timeout_s: float | None = None) -> Any:
+def _collect(procs: Sequence[BaseProcess], results: Queue[Any], slots: ctypes.Array[inflight.Slot] | None = None,
+             timeout_s: float | None = None) -> Any:
     """Wait for every rank's report; on a failure, pick the root cause and raise it.
 
     With `slots` (the ranks' shared positions) and `timeout_s`, a collective still open well past the
@@ -235,7 +241,7 @@ def _collect(procs: list, results, slots=None, timeout_s: float | None = None) -
 
 
 def _raise_root_cause(errors: dict[int, tuple[float, str, str]], silent: dict[int, int],
-                      positions: dict[int, inflight.Position] | None = None, finished: set[int] = frozenset(),
+                      positions: dict[int, inflight.Position] | None = None, finished: Collection[int] = frozenset(),
                       timeout_s: float | None = None) -> None:
     """A rank that died without a word caused the rest; a timeout in a collective that some rank never
     reached was caused by that rank; otherwise the earliest error did."""
@@ -277,7 +283,7 @@ def _stop_a_hang(positions: dict[int, inflight.Position], finished: set[int], ti
             + "); the ranks were stopped"))
 
 
-def _run_in_torchrun(worker: Callable, world_size: int | None, args: tuple, backend: str | None,
+def _run_in_torchrun(worker: Callable[..., Any], world_size: int | None, args: tuple[Any, ...], backend: str | None,
                      timeout_s: float, share_gpus: bool = False) -> Any:
     """This process is one rank of a torchrun job: a failure becomes RankFailedError naming this rank
     (torchrun then stops the others)."""

@@ -79,6 +79,9 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class CausalSelfAttention(nn.Module):
+    rope_cos: torch.Tensor  # buffers (registered in __init__), declared for the type checker
+    rope_sin: torch.Tensor
+
     def __init__(self, d_model: int, num_heads: int, max_len: int):
         super().__init__()
         self.num_heads = num_heads

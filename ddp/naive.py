@@ -33,6 +33,6 @@ class NaiveDDP(DataParallelBase):
             self.blocking_all_reduce(flags.grad_or_zeros(i), self.param_names[i])
         self.blocking_all_reduce(carrier.pack(), self.param_names[carrier.index])
         carrier.unpack()
-        for p in self.params:
-            p.grad.div_(self.world_size)
+        for i in range(len(self.params)):
+            flags.grad_or_zeros(i).div_(self.world_size)  # every parameter holds one by now
         flags.drop_unused()

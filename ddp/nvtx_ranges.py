@@ -10,7 +10,7 @@ wheel) every call is a no-op. `record_with(recorder)` sends every call to anothe
 from __future__ import annotations
 
 import contextlib
-from typing import ContextManager
+from typing import Any
 
 try:  # nvtx==0.2.10 on purpose: newer versions are silent under nsys 2022.4 (see README "Profiling")
     import nvtx as _nvtx
@@ -21,19 +21,19 @@ AVAILABLE: bool = _nvtx is not None
 
 # One cached annotate object per (name, payload): building it registers the string (about 1 us);
 # entering a cached one is a C push (about 0.2 us in total), which keeps ranges off the step time.
-_CACHE: dict[tuple[str, int | None], ContextManager] = {}
+_CACHE: dict[tuple[str, int | None], contextlib.AbstractContextManager] = {}
 _NULL = contextlib.nullcontext()
-_recorder = None  # when set, ranges and marks go to it instead of NVTX
+_recorder: Any = None  # when set, ranges and marks go to it instead of NVTX
 
 
-def record_with(recorder) -> None:
+def record_with(recorder: Any) -> None:
     """Send every range, start/end and mark to `recorder` (an object with range(name), start(name),
     end(id) and mark(text) methods) instead of NVTX; None sends them back to NVTX."""
     global _recorder
     _recorder = recorder
 
 
-def range(name: str, cache: bool = True, payload: int | None = None) -> ContextManager:
+def range(name: str, cache: bool = True, payload: int | None = None) -> contextlib.AbstractContextManager:
     """Push/pop range `name` (integer `payload` attached, if given) around a with-block on this thread.
 
     `cache=False` for names used once (e.g. `step 17`), so the cache does not grow with the run.

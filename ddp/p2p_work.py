@@ -13,6 +13,7 @@ import contextlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,7 @@ class P2PWork:
     def __init__(self) -> None:
         self._future: torch.futures.Future = torch.futures.Future()
 
-    def wait(self, timeout=None) -> bool:
+    def wait(self, timeout: Any = None) -> bool:
         """Block until the collective finished (`timeout` is accepted for Work compatibility and ignored)."""
         self._future.wait()
         return True
@@ -84,7 +85,8 @@ def _the_worker() -> _OrderedWorker:
         return _worker
 
 
-def staged_for_backend(sum_in_place: Callable[..., torch.Tensor], tensor: torch.Tensor, group=None) -> torch.Tensor:
+def staged_for_backend(sum_in_place: Callable[..., torch.Tensor], tensor: torch.Tensor,
+                       group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """Run `sum_in_place(tensor, group)`; over gloo, a CUDA tensor goes through a host copy.
 
     gloo's send/recv hand the raw data pointer to a host-memory transport (its collectives stage
@@ -97,7 +99,7 @@ def staged_for_backend(sum_in_place: Callable[..., torch.Tensor], tensor: torch.
     return sum_in_place(tensor, group)
 
 
-def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False):
+def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False) -> torch.Tensor | P2PWork:
     """Run `job` after every collective submitted before it; return its result, or a P2PWork if async_op."""
     work = _the_worker().submit(job)
     if async_op:
@@ -105,15 +107,24 @@ def run_in_order(job: Callable[[], torch.Tensor], async_op: bool = False):
     return work.result()
 
 
-def p2p_all_reduce(sum_in_place: Callable[..., torch.Tensor]) -> Callable[..., object]:
+def p2p_all_reduce(sum_in_place: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor | P2PWork]:
     """The `ddp.collectives` entry for `sum_in_place(tensor, group)`, an all-reduce written in Python:
     it runs on the process's worker thread, in issue order, staged for the backend.
 
     The entry returns the tensor, or with async_op=True a P2PWork handle (`wait()`, `get_future()`).
     """
-    def all_reduce(tensor: torch.Tensor, group=None, async_op: bool = False):
+    def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
+                   async_op: bool = False) -> torch.Tensor | P2PWork:
         return run_in_order(lambda: staged_for_backend(sum_in_place, tensor, group), async_op=async_op)
     return all_reduce
+
+
+def resolved_group(group: dist.ProcessGroup | None) -> dist.ProcessGroup:
+    """`group`, or the default (world) group for None: what `dist.get_global_rank` needs."""
+    resolved = group if group is not None else dist.group.WORLD
+    if resolved is None:
+        raise RuntimeError("torch.distributed is not initialised (no default process group)")
+    return resolved
 
 
 @contextlib.contextmanager

@@ -8,11 +8,13 @@ each way, where a ring moves 2(n-1)/n of one: cheap for small tensors, bandwidth
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.distributed as dist
 
 from ddp.nvtx_ranges import range as nvtx_range
-from ddp.p2p_work import contiguous_flat
+from ddp.p2p_work import contiguous_flat, resolved_group
 
 
 def _lowest_set_bit(vrank: int, world: int) -> int:
@@ -22,7 +24,7 @@ def _lowest_set_bit(vrank: int, world: int) -> int:
     return vrank & -vrank
 
 
-def reduce_to_root(flat: torch.Tensor, vrank: int, world: int, global_rank) -> None:
+def reduce_to_root(flat: torch.Tensor, vrank: int, world: int, global_rank: Callable[[int], int]) -> None:
     """Binomial-tree SUM into vrank 0's `flat`; other ranks' `flat` end up holding partial sums."""
     incoming = torch.empty_like(flat)
     mask = 1
@@ -36,7 +38,7 @@ def reduce_to_root(flat: torch.Tensor, vrank: int, world: int, global_rank) -> N
         mask <<= 1
 
 
-def broadcast_from_root(flat: torch.Tensor, vrank: int, world: int, global_rank) -> None:
+def broadcast_from_root(flat: torch.Tensor, vrank: int, world: int, global_rank: Callable[[int], int]) -> None:
     """Binomial-tree copy of vrank 0's `flat` to every rank: receive from the parent, then feed the children."""
     span = _lowest_set_bit(vrank, world)
     if vrank:
@@ -49,14 +51,15 @@ def broadcast_from_root(flat: torch.Tensor, vrank: int, world: int, global_rank)
 
 
 @torch.no_grad()  # in-place on tensors that may require grad, like dist.all_reduce
-def reduce_broadcast_all_reduce(tensor: torch.Tensor, group=None, root: int = 0) -> torch.Tensor:
+def reduce_broadcast_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
+                                root: int = 0) -> torch.Tensor:
     """In-place SUM of `tensor` over `group` (default: the world) by reduce to `root` then broadcast."""
     world = dist.get_world_size(group)
     if not 0 <= root < world:
         raise ValueError(f"root must be a rank in [0, {world}), got {root}")
     if world == 1 or tensor.numel() == 0:
         return tensor
-    ranks_group = group if group is not None else dist.group.WORLD
+    ranks_group = resolved_group(group)
     vrank = (dist.get_rank(group) - root) % world
 
     def global_rank(v: int) -> int:

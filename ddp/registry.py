@@ -1,13 +1,18 @@
 """Implementation name -> wrapper class: the one list every CLI, test and benchmark chooses from."""
 from __future__ import annotations
 
+from typing import Any
+
+from torch import nn
+
+from ddp.base import DataParallelBase
 from ddp.bucketed import BucketedDDP
 from ddp.flat import FlatDDP
 from ddp.naive import NaiveDDP
 from ddp.overlap_per_param import OverlapDDP
 from ddp.torch_ddp import TorchDDP
 
-IMPLEMENTATIONS: dict[str, type] = {
+IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "naive": NaiveDDP,
     "flat": FlatDDP,
     "overlap": OverlapDDP,
@@ -18,7 +23,7 @@ IMPLEMENTATIONS: dict[str, type] = {
 BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
 
 
-def get(name: str) -> type:
+def get(name: str) -> type[DataParallelBase]:
     """The wrapper class registered as `name`; ValueError naming the valid choices otherwise."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}: choose from {', '.join(IMPLEMENTATIONS)}")
@@ -33,9 +38,10 @@ def resolve(names: list[str]) -> list[str]:
     return [n for n in IMPLEMENTATIONS if "all" in names or n in names]
 
 
-def wrap(name: str, module, bucket_size_mb: float | None = 25, collective: str = "torch", **kwargs):
+def wrap(name: str, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
+         **kwargs: Any) -> DataParallelBase:
     """Construct implementation `name` around `module`, passing the bucket size where it applies."""
     cls = get(name)
     if name in BUCKETED:
-        return cls(module, bucket_size_mb=bucket_size_mb, collective=collective, **kwargs)
+        kwargs["bucket_size_mb"] = bucket_size_mb
     return cls(module, collective=collective, **kwargs)

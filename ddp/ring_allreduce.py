@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from ddp.nvtx_ranges import range as nvtx_range
-from ddp.p2p_work import contiguous_flat
+from ddp.p2p_work import contiguous_flat, resolved_group
 
 
 def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
@@ -27,7 +27,7 @@ def chunk_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group) -> None:
+def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group: dist.ProcessGroup | None) -> None:
     """Send `send` to dst while receiving `recv` from src; empty buffers are skipped on both sides."""
     works = []
     # Both ends know every chunk size, so a zero-sized chunk is skipped symmetrically.
@@ -36,17 +36,18 @@ def _exchange(send: torch.Tensor, dst: int, recv: torch.Tensor, src: int, group)
     if recv.numel():
         works.append(dist.irecv(recv, src, group=group))
     for work in works:
-        work.wait()
+        if work is not None:  # None only on a rank outside `group`
+            work.wait()
 
 
 @torch.no_grad()  # in-place on tensors that may require grad, like dist.all_reduce
-def ring_all_reduce(tensor: torch.Tensor, group=None) -> torch.Tensor:
+def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None) -> torch.Tensor:
     """In-place SUM of `tensor` over `group` (default: the world) with a ring; returns the tensor."""
     world = dist.get_world_size(group)
     if world == 1 or tensor.numel() == 0:
         return tensor
     rank = dist.get_rank(group)
-    ranks_group = group if group is not None else dist.group.WORLD
+    ranks_group = resolved_group(group)
     right = dist.get_global_rank(ranks_group, (rank + 1) % world)
     left = dist.get_global_rank(ranks_group, (rank - 1) % world)
     with contiguous_flat(tensor) as flat:

@@ -1,6 +1,7 @@
 """TorchDDP: PyTorch's DistributedDataParallel behind the same protocol as the hand-written wrappers."""
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as real objects.
 import inspect
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -29,6 +30,8 @@ class TorchDDP(DataParallelBase):
     range `grad_sync` from the last bucket's issue to its completion, so a CPU-only trace can tell
     the waiting from the backward computation around it.
     """
+
+    ddp: DistributedDataParallel  # set in __init__ through __dict__ (see there), declared for the type checker
 
     def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
                  find_unused_parameters: bool = False, first_bucket_mb: float | None = 1.0):
@@ -77,7 +80,7 @@ class TorchDDP(DataParallelBase):
         return name
 
 
-def bucket_caps(bucket_size_mb: float | None, first_bucket_mb: float | None) -> dict:
+def bucket_caps(bucket_size_mb: float | None, first_bucket_mb: float | None) -> dict[str, Any]:
     """DDP arguments for the same bucket caps as BucketedDDP: a smaller first bucket, then the cap.
 
     DDP only shrinks its first bucket (to 1 MiB) when bucket_cap_mb is left at its default, so an

@@ -14,8 +14,8 @@ import platform
 import socket
 import sys
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Callable, ContextManager
 
 import torch
 import torch.distributed as dist
@@ -87,7 +87,7 @@ class TrainResult:
     @staticmethod
     def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
         """Mean over steps of the slowest rank's value: a step is as slow as its slowest rank."""
-        per_step = [max(values) for values in zip(*per_rank)]
+        per_step = [max(values) for values in zip(*per_rank, strict=True)]
         return sum(per_step) / len(per_step)
 
     @property
@@ -117,7 +117,7 @@ class TrainResult:
         return sum(self.num_ops[0]) / len(self.num_ops[0])
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
     """Plain SGD or AdamW (weight decay 0.01)."""
     if name == "sgd":
         return torch.optim.SGD(params, lr=lr)
@@ -153,8 +153,10 @@ def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> 
     return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective)
 
 
-def run_training(ctx: DistContext, cfg: RunConfig,
-                 measured_region: Callable[[DataParallelBase], ContextManager] | None = None) -> TrainResult:
+MeasuredRegion = Callable[[DataParallelBase], contextlib.AbstractContextManager]
+
+
+def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegion | None = None) -> TrainResult:
     """Train `cfg.warmup + cfg.steps` steps on this rank; time the last `cfg.steps`.
 
     `measured_region(model)`, if given, is called once right before the first measured step and the
@@ -166,6 +168,7 @@ def run_training(ctx: DistContext, cfg: RunConfig,
     optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
     model.reset_comm_stats()
     own: dict[str, list] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
+    clock = "host"
     loss = torch.zeros(())
     with contextlib.ExitStack() as region:
         for step in range(cfg.warmup + cfg.steps):
@@ -187,7 +190,7 @@ def run_training(ctx: DistContext, cfg: RunConfig,
                 own["ops"].append(stats.num_ops)
                 own["in_flight"].append(stats.in_flight_s)
                 own["hidden"].append(stats.hidden_s)
-                own["clock"] = stats.clock
+                clock = stats.clock
     # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
     # cyclic collector runs, before a sweep builds the next one.
     del model, optimizer
@@ -197,7 +200,7 @@ def run_training(ctx: DistContext, cfg: RunConfig,
     return TrainResult(cfg, [g["step"] for g in gathered], [g["comm"] for g in gathered],
                        [g["ops"] for g in gathered], float(loss), run_metadata(ctx, cfg),
                        [g["in_flight"] for g in gathered], [g["hidden"] for g in gathered],
-                       own.get("clock", "host"))
+                       clock)
 
 
 def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
@@ -206,7 +209,7 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
     try:
         from importlib.metadata import version
         nvtx_version = version("nvtx")
-    except Exception:  # noqa: BLE001 - not installed: the ranges are no-ops
+    except Exception:  # not installed: the ranges are no-ops
         nvtx_version = None
     return {
         "implementation": cfg.impl, "rank": ctx.rank, "local_rank": ctx.local_rank,

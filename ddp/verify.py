@@ -16,7 +16,7 @@ learning rate: expect a handful of elements out of millions outside the default 
 from __future__ import annotations
 
 import argparse
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return cli.EXIT_OK
     reference = train_single_process(configs[0])
     records = []
-    for cfg, outcome in zip(configs, outcomes):
+    for cfg, outcome in zip(configs, outcomes, strict=True):
         diff, not_close = compare(reference, outcome["params"], args.rtol, args.atol)
         same_ranks = outcome["rank_spread"] <= RANK_TOLERANCE
         records.append({"implementation": cfg.impl, "max_abs_diff_vs_single": diff,

@@ -18,11 +18,14 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
 from ddp import nvtx_ranges
+
+if TYPE_CHECKING:
+    from ddp.base import DataParallelBase
 
 CAPTURE_RANGE = "profile"
 META_PREFIX = "ddp.meta "
@@ -50,7 +53,7 @@ def _barrier() -> None:
 
 
 @contextlib.contextmanager
-def measured_region(meta: Mapping[str, Any], model=None) -> Iterator[None]:
+def measured_region(meta: Mapping[str, Any], model: DataParallelBase | None = None) -> Iterator[None]:
     """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta` (with `model`'s bucket
     layout, if given), ..., barrier, pop."""
     if model is not None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from analysis import nsys_export
 from analysis.errors import TraceError

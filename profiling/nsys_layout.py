@@ -50,7 +50,7 @@ def importer_dirs(nsys: Path, debian_cli_dir: Path = DEBIAN_CLI_DIR,
     return dirs
 
 
-def find_importer(nsys: Path, **dirs) -> Path | None:
+def find_importer(nsys: Path, **dirs: Path) -> Path | None:
     """The QdstrmImporter that belongs to `nsys` (same install), else one on PATH; None if neither."""
     for folder in importer_dirs(nsys, **dirs):
         if _is_executable(folder / IMPORTER):
@@ -69,7 +69,7 @@ def farm_root() -> Path:
     return Path(tempfile.gettempdir()) / f"ddp-overlap-nsys-{os.getuid()}"
 
 
-def runnable_nsys(nsys: Path, root: Path | None = None, **dirs) -> Path:
+def runnable_nsys(nsys: Path, root: Path | None = None, **dirs: Path) -> Path:
     """`nsys` itself when it finds its importer; else the same CLI in a private folder that has it.
 
     With no importer anywhere, `nsys` is returned unchanged (it will write a .qdstrm only, which the

@@ -82,7 +82,7 @@ class ProfilePlan:
         if self.profiler not in PROFILERS:
             raise ValueError(f"profiler={self.profiler!r}: choose from {', '.join(PROFILERS)}")
 
-    def resolved(self) -> "ProfilePlan":
+    def resolved(self) -> ProfilePlan:
         """A copy with every machine-dependent default filled in (GPUs: NCCL over all of them; more
         ranks than GPUs: gloo, unless --share-gpus)."""
         gpus = local_gpu_count() if self.gpus is None else self.gpus

@@ -36,9 +36,10 @@ import json
 import shlex
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any
 
 from ddp import registry
 from ddp.models import MODEL_NAMES
@@ -138,7 +139,7 @@ def _output(impl: str, report: Path, wall_s: float) -> Output:
 
 
 def print_summary(outputs: list[Output], fmt: str) -> None:
-    rows = [{"impl": o.impl, "sqlite": str(o.sqlite), "sqlite_bytes": o.sqlite_bytes,
+    rows: list[dict[str, Any]] = [{"impl": o.impl, "sqlite": str(o.sqlite), "sqlite_bytes": o.sqlite_bytes,
              "report": str(o.report), "report_bytes": o.report_bytes, "wall_s": round(o.wall_s, 2)}
             for o in outputs]
     if fmt == "json":

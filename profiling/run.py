@@ -17,8 +17,8 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict
-from typing import Sequence
 
 from ddp import nvtx_ranges, registry
 from ddp.collectives import COLLECTIVES
@@ -34,6 +34,7 @@ def choose_model(requested: str, batch_size: int, world_size: int, context_lengt
     if requested != "auto":
         return requested
     import torch
+
     from ddp.models import largest_model_that_fits
     if not torch.cuda.is_available():
         return "tiny"

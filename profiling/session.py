@@ -10,6 +10,7 @@ from the RANK variable torchrun sets.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shlex
@@ -18,9 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from analysis.nsys_export import partial_name
 from profiling import nsys_layout
@@ -96,7 +97,12 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
                             text=True, errors="replace", start_new_session=True)
     # A watchdog, because a hung run prints nothing for the read loop to notice.
     expired = threading.Event()
-    watchdog = threading.Timer(timeout_s, lambda: (expired.set(), _stop_group(proc)))
+
+    def on_timeout() -> None:
+        expired.set()
+        _stop_group(proc)
+
+    watchdog = threading.Timer(timeout_s, on_timeout)
     watchdog.daemon = True
     watchdog.start()
     try:
@@ -133,10 +139,8 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 def exit_on_sigterm() -> None:

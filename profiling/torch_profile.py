@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import torch
@@ -32,6 +32,9 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from ddp import nvtx_ranges
 from profiling.capture import CAPTURE_RANGE
 from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
+
+if TYPE_CHECKING:
+    from ddp.base import DataParallelBase
 
 _TOKEN = "torch-range"
 
@@ -91,7 +94,7 @@ def write_trace(prof: profile, path: Path, ranges: TorchRanges, since_ns: int, m
 
 
 @contextlib.contextmanager
-def measured_region(meta: Mapping[str, Any], path: Path, model=None) -> Iterator[None]:
+def measured_region(meta: Mapping[str, Any], path: Path, model: DataParallelBase | None = None) -> Iterator[None]:
     """Wrap the measured steps: barrier, start torch.profiler, ..., barrier, stop, write `path` (its
     `ddp.meta` with `model`'s bucket layout, if given, as profiling.capture records it).
 

@@ -19,7 +19,8 @@ FEATURES, HIDDEN, CLASSES = 16, 32, 4
 class Toy(nn.Module):
     def __init__(self):
         super().__init__()
-        self.fc1, self.fc2, self.fc3 = nn.Linear(FEATURES, HIDDEN), nn.Linear(HIDDEN, HIDDEN), nn.Linear(HIDDEN, CLASSES)
+        self.fc1, self.fc2 = nn.Linear(FEATURES, HIDDEN), nn.Linear(HIDDEN, HIDDEN)
+        self.fc3 = nn.Linear(HIDDEN, CLASSES)
 
     def forward(self, x):
         return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))

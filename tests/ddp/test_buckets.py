@@ -1,6 +1,8 @@
 """Bucket planning: order kept, caps respected, oversized parameters alone."""
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given, strategies as st
 
 from ddp.buckets import plan_buckets
@@ -21,7 +23,7 @@ def test_plan_covers_every_item_in_order_within_cap(sizes, cap):
     assert [i for bucket in plan for i in bucket] == list(range(len(sizes)))
     for bucket in plan:
         assert sum(sizes[i] for i in bucket) <= cap or len(bucket) == 1
-    for left, right in zip(plan, plan[1:]):  # greedy: the next item did not fit
+    for left, right in itertools.pairwise(plan):  # greedy: the next item did not fit
         assert sum(sizes[i] for i in left) + sizes[right[0]] > cap
 
 
@@ -35,7 +37,7 @@ def test_bucketed_first_bucket_is_capped_and_never_above_bucket_size(one_rank_gr
     from ddp.models import build_model
 
     def layout(**kwargs):
-        return [[n for n in b.names] for b in BucketedDDP(build_model("tiny"), **kwargs).buckets]
+        return [list(b.names) for b in BucketedDDP(build_model("tiny"), **kwargs).buckets]
 
     default = layout()  # 25 MiB buckets, 1 MiB first bucket
     assert default[0] == ["lm_head.weight"] and len(default) == 2  # the 5 MiB head starts alone

@@ -56,7 +56,8 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["ddp.benchmark", "--batch-size", "5", "--world-size", "2"], "batch size 5 is not divisible by world size 2: use 2, 4, 6"),
+    (["ddp.benchmark", "--batch-size", "5", "--world-size", "2"],
+     "batch size 5 is not divisible by world size 2: use 2, 4, 6"),
     (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
     (["ddp.benchmark", "--world-size", "0"], "world size must be a positive integer, got 0"),
     (["ddp.verify", "--world-size", "-1"], "world size must be a positive integer, got -1"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import threading
 
 import pytest
@@ -86,7 +87,7 @@ def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
             failures.append(f"{name}: a waited handle is not completed")
         if futures[2].value() is not inputs[3]:
             failures.append(f"{name}: the future's value is not the reduced tensor")
-        for i, (got, want) in enumerate(zip(inputs, wants)):
+        for i, (got, want) in enumerate(zip(inputs, wants, strict=True)):
             if (msg := _mismatch(got, want)) is not None:
                 failures.append(f"{name} async/mixed input {i}: {msg}")
     return failures
@@ -108,7 +109,7 @@ def _check_phase_ranges(rank: int, world: int) -> list[str]:
         for all_reduce in P2P_COLLECTIVES.values():
             all_reduce(torch.ones(10))
     finally:
-        for m, original in zip(modules, originals):
+        for m, original in zip(modules, originals, strict=True):
             m.nvtx_range = original
     phases = ["ring:reduce_scatter", "ring:all_gather", "reduce_broadcast:reduce", "reduce_broadcast:broadcast"]
     want = [(name, "p2p-collectives") for name in phases] if world > 1 else []
@@ -166,6 +167,6 @@ def test_chunk_bounds_tile_the_tensor_evenly(numel: int, parts: int) -> None:
     bounds = chunk_bounds(numel, parts)
     assert len(bounds) == parts
     assert bounds[0][0] == 0 and bounds[-1][1] == numel
-    assert all(end == nxt for (_, end), (nxt, _) in zip(bounds, bounds[1:]))
+    assert all(end == nxt for (_, end), (nxt, _) in itertools.pairwise(bounds))
     sizes = [b - a for a, b in bounds]
     assert max(sizes) - min(sizes) <= 1 and sizes == sorted(sizes, reverse=True)

@@ -33,7 +33,7 @@ def test_training_with_p2p_collectives_equals_single_process(world: int) -> None
     configs = _configs(world)
     outcomes = launch(verify_worker, world, configs, backend="gloo", timeout_s=120)
     reference = train_single_process(configs[0])
-    for cfg, outcome in zip(configs, outcomes):
+    for cfg, outcome in zip(configs, outcomes, strict=True):
         diff, not_close = compare(reference, outcome["params"])
         assert not_close == 0, (f"{cfg.impl} with {cfg.collective} on {world} ranks: {not_close} elements not "
                                 f"close to single-process training (max |diff| {diff:.3g})")

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddp.registry import IMPLEMENTATIONS
 from ddp.launcher import launch
+from ddp.registry import IMPLEMENTATIONS
 from tests.ddp import cases
 
 STEPS = 3
@@ -36,13 +36,15 @@ THREE_RANK_CASES = {(impl, model, "sgd"): _case(impl, model, "sgd", 6)
 @pytest.fixture(scope="module")
 def two_ranks() -> dict:
     keys = list(TWO_RANK_CASES)
-    return dict(zip(keys, launch(cases.cases_worker, 2, [TWO_RANK_CASES[k] for k in keys], timeout_s=120)))
+    return dict(zip(keys, launch(cases.cases_worker, 2, [TWO_RANK_CASES[k] for k in keys], timeout_s=120),
+                    strict=True))
 
 
 @pytest.fixture(scope="module")
 def three_ranks() -> dict:
     keys = list(THREE_RANK_CASES)
-    return dict(zip(keys, launch(cases.cases_worker, 3, [THREE_RANK_CASES[k] for k in keys], timeout_s=120)))
+    return dict(zip(keys, launch(cases.cases_worker, 3, [THREE_RANK_CASES[k] for k in keys], timeout_s=120),
+                    strict=True))
 
 
 def _assert_matches_reference(outcome: dict, case: dict) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 import os
 import pickle
 import queue
-import threading
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 

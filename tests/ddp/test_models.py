@@ -4,8 +4,16 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddp.models import (MODEL_SIZES, VOCAB_SIZE, apply_rotary, build_model, estimated_training_bytes,
-                        largest_model_that_fits, parameter_count, rotary_tables)
+from ddp.models import (
+    MODEL_SIZES,
+    VOCAB_SIZE,
+    apply_rotary,
+    build_model,
+    estimated_training_bytes,
+    largest_model_that_fits,
+    parameter_count,
+    rotary_tables,
+)
 
 
 def test_size_table_matches_the_issue():
@@ -53,7 +61,7 @@ def test_longer_context_than_built_for_is_refused():
 
 
 def test_unknown_model_is_named():
-    with pytest.raises(ValueError, match="unknown model 'huge'.*tiny"):
+    with pytest.raises(ValueError, match=r"unknown model 'huge'.*tiny"):
         build_model("huge")
 
 

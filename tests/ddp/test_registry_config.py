@@ -41,7 +41,7 @@ def test_run_config_rejects_bad_values(field, value, message):
 
 def test_wrappers_need_an_initialised_process_group():
     import torch
-    with pytest.raises(RuntimeError, match="needs torch.distributed initialised"):
+    with pytest.raises(RuntimeError, match=r"needs torch\.distributed initialised"):
         NaiveDDP(torch.nn.Linear(2, 2))
 
 

@@ -31,7 +31,7 @@ def test_two_node_agents_write_one_trace_per_rank(tmp_path):
     finally:
         for node in nodes:
             node.kill()
-    for node, (out, err) in zip(nodes, outputs):
+    for node, (_out, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-3000:]
     # each agent reports only the rank it ran
     reported = [[row["sqlite"] for row in json.loads(out)] for out, _ in outputs]

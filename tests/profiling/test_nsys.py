@@ -89,7 +89,7 @@ def test_failed_export_leaves_previous_output_and_no_partial_file(tmp_path, monk
     out = tmp_path / "run.sqlite"
     out.write_text("the previous export")
     monkeypatch.setenv("FAKE_NSYS_EXPORT_FAIL", "1")
-    with pytest.raises(NsysError, match="export of .* failed \\(exit 1\\): export failed: disk full"):
+    with pytest.raises(NsysError, match=r"export of .* failed \(exit 1\): export failed: disk full"):
         export_sqlite(nsys, report, out)
     assert out.read_text() == "the previous export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bin", "run.nsys-rep", "run.sqlite"]

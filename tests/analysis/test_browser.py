@@ -16,8 +16,9 @@ from analysis.lanes import Selection
 from analysis.render_figure import build_figure
 from tests.analysis.test_timeline_traces import write_trace
 
-pytestmark = pytest.mark.skipif(find_chromium() is None,
-                                reason="no chromium on PATH: run `bash scripts/install_chromium.sh`")
+pytestmark = [pytest.mark.slow,  # starts headless Chromium for every page
+              pytest.mark.skipif(find_chromium() is None,
+                                 reason="no chromium on PATH: run `bash scripts/install_chromium.sh`")]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "screenshots"
 REAL = REPO / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"

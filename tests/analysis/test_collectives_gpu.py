@@ -51,6 +51,7 @@ def all_reduce_rows(view):
     return calls[calls["op"] == "all_reduce"].sort_values(["rank", "start_ns"]).reset_index(drop=True)
 
 
+@pytest.mark.slow  # every kernel of whole real H100 traces
 @pytest.mark.parametrize("name", ["naive.sqlite", "overlap.sqlite", "overlap_bucket.sqlite", "torch.sqlite",
                                   "flat.sqlite"])
 def test_every_all_reduce_kernel_is_one_paired_collective(gpu_trace, name):

@@ -34,6 +34,7 @@ def loaded(gpu_trace):
     return out
 
 
+@pytest.mark.slow  # every step of every real H100 trace
 @pytest.mark.parametrize("name", [*SINGLE, *(f"{p}.merged" for p in PAIRS)])
 def test_every_step_matches_the_independent_computation(loaded, name):
     """Per rank over the whole capture and per step; a merged pair is checked file by file (lengths do
@@ -148,6 +149,7 @@ def test_host_side_collectives_and_which_copies_are_comm(tmp_path):
     assert not rows["shared_gpu"].any()  # GPUs 0 and 1
 
 
+@pytest.mark.slow  # the whole report on real H100 traces
 def test_report_ranks_and_splits_gpu_steps_like_the_analysis(loaded, tmp_path, capsys):
     import pandas as pd
 

@@ -196,6 +196,7 @@ def bad(tmp_path_factory):
     return _bad_inputs(tmp_path_factory.mktemp("bad"))
 
 
+@pytest.mark.slow  # a subprocess per bad input
 @pytest.mark.parametrize("case", ["truncated", "malformed", "not_a_trace", "array", "wrong_types", "empty",
                                   "two_jobs", "same_rank_twice", "mixed_formats"])
 def test_bad_input_is_one_line_error(bad, case):

@@ -37,6 +37,7 @@ def exports(tmp_path_factory):
     return write_two_ranks(d / "overlap.sqlite"), write_cpu_only(d / "cpu.sqlite")
 
 
+@pytest.mark.slow  # a subprocess
 def test_json_has_the_agreed_keys(exports):
     done = run_cli(*exports, "--format", "json")
     assert done.returncode == 0, done.stderr
@@ -115,11 +116,13 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
+@pytest.mark.slow  # a subprocess per bad input
 def test_missing_path_and_directory(tmp_path):
     assert_one_line_error(run_cli(tmp_path / "nope.sqlite"), "no such file")
     assert_one_line_error(run_cli(tmp_path), "directory")
 
 
+@pytest.mark.slow  # a subprocess per bad input
 def test_empty_random_and_foreign_sqlite_files(tmp_path):
     assert_one_line_error(run_cli(_write(tmp_path / "empty.sqlite", b"")), "empty")
     noise = np.random.default_rng(1).integers(0, 256, 8192, dtype=np.uint8).tobytes()
@@ -131,6 +134,7 @@ def test_empty_random_and_foreign_sqlite_files(tmp_path):
     assert_one_line_error(run_cli(tmp_path / "other.sqlite"), "not an nsys export")
 
 
+@pytest.mark.slow  # a subprocess per bad input
 def test_truncated_and_corrupt_exports(exports, tmp_path):
     data = exports[0].read_bytes()
     assert_one_line_error(run_cli(_write(tmp_path / "cut.sqlite", data[: len(data) // 2])), "truncated")
@@ -141,16 +145,19 @@ def test_truncated_and_corrupt_exports(exports, tmp_path):
     assert_one_line_error(run_cli(_write(tmp_path / "bad.sqlite", bytes(damaged))), "corrupt")
 
 
+@pytest.mark.slow  # a subprocess
 def test_export_with_nothing_to_measure(tmp_path):
     path = NsysWriter(tmp_path / "blank.sqlite", cupti=False).close()
     assert_one_line_error(run_cli(path), "neither GPU kernels nor NVTX ranges")
 
 
+@pytest.mark.slow  # a subprocess per bad input
 def test_bad_options(exports):
     assert_one_line_error(run_cli(exports[0], "--comm-pattern", "(unclosed"), "comm_kernel")
     assert_one_line_error(run_cli(exports[0], "--skip-steps", "-1"), "skip_steps")
 
 
+@pytest.mark.slow  # a subprocess
 def test_report_instead_of_export_names_the_command(tmp_path):
     report = _write(tmp_path / "run.nsys-rep", b"not really a report")
     done = run_cli(report, env={"NSYS": "/nonexistent/nsys"})
@@ -158,6 +165,7 @@ def test_report_instead_of_export_names_the_command(tmp_path):
     assert_one_line_error(done, expected)
 
 
+@pytest.mark.slow  # subprocesses
 def test_export_flag_runs_nsys_and_never_overwrites(exports, tmp_path):
     fake = tmp_path / "fake_nsys"
     fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"

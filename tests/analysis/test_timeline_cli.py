@@ -178,6 +178,7 @@ def test_default_output_never_replaces_a_foreign_page(traces, tmp_path, monkeypa
     assert run_cli(capsys, traces["naive"])[0] == 0  # its own page it may replace
 
 
+@pytest.mark.slow  # a subprocess
 def test_module_entry_point_and_help():
     done = subprocess.run([sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True,
                           cwd=REPO, timeout=60)
@@ -187,6 +188,7 @@ def test_module_entry_point_and_help():
     assert done.returncode == 2 and done.stderr.strip() == "error: README.md: not an SQLite file"
 
 
+@pytest.mark.slow  # a whole real H100 trace, end to end
 @pytest.mark.skipif(not REAL.exists(), reason="real trace not present (../shared/data)")
 def test_real_h100_trace(tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, REAL, "-o", tmp_path / "real.html", "--format", "json")
@@ -210,6 +212,7 @@ def _fake_write_image(calls, fail=False):
     return write_image
 
 
+@pytest.mark.slow  # writes three whole pages
 def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
     calls = []

@@ -11,6 +11,8 @@ import pytest
 
 from ddp.benchmark import CSV_COLUMNS
 
+pytestmark = pytest.mark.slow  # each test runs a CLI in a subprocess (torch import; verify/benchmark spawn ranks)
+
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -62,6 +62,7 @@ def _bench(*args: str) -> subprocess.CompletedProcess:
                           timeout=180)
 
 
+@pytest.mark.slow  # runs the CLI in subprocesses
 def test_cli_reports_every_collective_and_size_with_consistent_bandwidths() -> None:
     done = _bench("--world-size", "3", "--sizes", "1K", "12K", "--seconds-per-case", "0.02", "--max-iters", "3",
                   "--format", "json")
@@ -91,6 +92,7 @@ def test_old_flag_name_algorithms_still_selects_collectives() -> None:
     assert build_parser().parse_args(["--algorithms", "ring", "torch"]).collectives == ["ring", "torch"]
 
 
+@pytest.mark.slow  # runs the CLI in subprocesses
 def test_cli_bad_input_has_no_traceback() -> None:
     done = _bench("--sizes", "1Q")
     assert done.returncode == 2

@@ -28,6 +28,7 @@ def _configs(world: int) -> list[RunConfig]:
             for collective in P2P_COLLECTIVES for impl in IMPLS]
 
 
+@pytest.mark.slow  # spawns ranks
 @pytest.mark.parametrize("world", [2, 3])
 def test_training_with_p2p_collectives_equals_single_process(world: int) -> None:
     configs = _configs(world)

@@ -17,7 +17,8 @@ try:
     NSYS = find_nsys()
 except NsysError:
     NSYS = None
-pytestmark = pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)")
+pytestmark = [pytest.mark.slow,  # runs run_nsys.sh under the real nsys
+              pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)")]
 
 IMPLS = ("flat", "overlap_bucket", "torch")
 STEPS, WARMUP = 2, 2  # torch's buckets are final from its second step (DDP rebuilds them once)

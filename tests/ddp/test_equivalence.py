@@ -8,6 +8,8 @@ from ddp.launcher import launch
 from ddp.registry import IMPLEMENTATIONS
 from tests.ddp import cases
 
+pytestmark = pytest.mark.slow  # every test reads the runs of 2 and 3 spawned ranks (module fixtures)
+
 STEPS = 3
 IMPLS = list(IMPLEMENTATIONS)
 NEEDS_UNUSED_SEARCH = {"torch": {"find_unused_parameters": True}}  # plain DDP requires every param used

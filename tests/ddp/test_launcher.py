@@ -18,6 +18,7 @@ from tests.ddp import cases
 REPO = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # spawns ranks
 def test_spawned_ranks_report_their_context():
     info = launch(cases.report_context, 2, timeout_s=60)
     assert info["rank"] == 0 and info["world_size"] == 2 and info["backend"] == "gloo"
@@ -25,6 +26,7 @@ def test_spawned_ranks_report_their_context():
     assert info["threads"] == max(1, cpu_count() // 2)  # ranks share the cores instead of oversubscribing
 
 
+@pytest.mark.slow  # spawns ranks
 def test_rank_that_raises_stops_the_others_with_its_error():
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=r"rank 1 failed: ValueError: boom on purpose"):
@@ -32,11 +34,13 @@ def test_rank_that_raises_stops_the_others_with_its_error():
     assert time.monotonic() - started < 45  # well before the 60 s collective timeout
 
 
+@pytest.mark.slow  # spawns ranks
 def test_rank_that_dies_silently_is_named():
     with pytest.raises(RankFailedError, match=r"rank 1 exited with code 3"):
         launch(cases.exit_on_rank1, 2, timeout_s=60)
 
 
+@pytest.mark.slow  # spawns ranks
 def test_ranks_that_finished_first_do_not_fail_a_slower_rank_0():
     """Ranks 1 and 2 reported and exited (their reports read one per pass, so one looks silent for a
     moment); rank 0 finishes after the grace period. That is a success, not a failure."""
@@ -64,6 +68,7 @@ def test_bad_world_size_and_backend_are_refused():
         choose_backend(2, "mpi")
 
 
+@pytest.mark.slow  # a torchrun job
 def test_joins_an_existing_torchrun_job(tmp_path):
     """With RANK/WORLD_SIZE/LOCAL_RANK set, the CLI runs in-process as that rank (here a 1-rank job)."""
     env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",

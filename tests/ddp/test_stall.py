@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 3.0
 
 
+@pytest.mark.slow  # spawns ranks that stall until a timeout
 @pytest.mark.parametrize("impl, world, stalled", [("flat", 3, 2), ("overlap", 2, 1)])
 def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, world, stalled):
     started = time.monotonic()
@@ -38,6 +39,7 @@ def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, wo
     assert took < 60, took  # the stalled rank sleeps 600 s: the launcher stopped it
 
 
+@pytest.mark.slow  # spawns ranks that stall until a timeout
 @pytest.mark.parametrize("inside, expected", [
     ([0, 1], "collective #1 comm:all_reduce:never never completed: ranks 0, 1 waited in it past the "
              r"process-group timeout \(1 s\) and no rank failed \(rank 0 in comm:all_reduce:never \(collective #1\)"),
@@ -89,6 +91,7 @@ def test_timeout_comes_from_the_environment():
             launcher.default_timeout_s({"DDP_TIMEOUT_S": bad})
 
 
+@pytest.mark.slow  # a torchrun job that stalls until a timeout
 def test_under_torchrun_the_waiting_rank_names_its_collective():
     env = {**os.environ, "DDP_TIMEOUT_S": str(TIMEOUT_S), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
@@ -102,6 +105,7 @@ def test_under_torchrun_the_waiting_rank_names_its_collective():
     assert time.monotonic() - started < 200
 
 
+@pytest.mark.slow  # spawns ranks that stall until a timeout
 def test_stall_outside_our_collectives_still_names_the_rank_left_running():
     """PyTorch DDP's second step starts with its own broadcast (bucket rebuild), which ddp.collectives does not
     see: the timeout is reported with the rank that neither failed nor finished."""

@@ -11,7 +11,8 @@ from ddp.launcher import free_port
 from tests.profiling.test_end_to_end import NSYS, rows_by_rank
 from tests.profiling.test_nsys import REPO
 
-pytestmark = pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)")
+pytestmark = [pytest.mark.slow,  # two torchrun agents under the real nsys
+              pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)")]
 
 
 def node_command(node_rank: int, port: int, out) -> list[str]:

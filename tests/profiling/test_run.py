@@ -5,6 +5,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from profiling.capture import META_PREFIX, meta_text
 from profiling.run import choose_model
 from tests.profiling.test_nsys import REPO
@@ -15,6 +17,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, timeout=180)
 
 
+@pytest.mark.slow  # spawns ranks in a subprocess
 def test_runs_without_nsys_and_reports_every_ranks_steps():
     res = run("--impl", "flat", "--steps", "2", "--warmup", "1", "--batch-size", "2", "--context-length", "8",
               "--format", "json")
@@ -24,6 +27,7 @@ def test_runs_without_nsys_and_reports_every_ranks_steps():
     assert len(out["step_time_s"]) == 2 and all(len(r) == 2 and min(r) > 0 for r in out["step_time_s"])
 
 
+@pytest.mark.slow  # spawns ranks in a subprocess
 def test_bad_config_is_one_line_and_exit_2():
     res = run("--impl", "naive", "--world-size", "3", "--batch-size", "16")
     assert res.returncode == 2

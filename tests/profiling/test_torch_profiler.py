@@ -34,12 +34,14 @@ def load(path: Path) -> dict:
     return json.loads(gzip.decompress(path.read_bytes()))
 
 
+@pytest.mark.slow  # records with torch.profiler in spawned ranks
 def test_one_trace_per_rank_and_nothing_else_is_touched(traces):
     assert sorted(p.name for p in traces.iterdir()) == [
         "keep.txt", "naive.rank0.json.gz", "naive.rank1.json.gz", "overlap.rank0.json.gz", "overlap.rank1.json.gz"]
     assert (traces / "keep.txt").read_text() == "not ours"
 
 
+@pytest.mark.slow  # records with torch.profiler in spawned ranks
 @pytest.mark.parametrize("impl, asynchronous", [("naive", False), ("overlap", True)])
 def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(traces, impl, asynchronous):
     per_step = expected_collectives_per_step()
@@ -63,6 +65,7 @@ def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(t
         assert all(profile["ts"] <= e["ts"] and e["ts"] + e["dur"] <= profile["ts"] + profile["dur"] for e in comm)
 
 
+@pytest.mark.slow  # records with torch.profiler in spawned ranks
 def test_overlap_hides_far_more_communication_than_naive(traces):
     summary = {}
     for impl in ("naive", "overlap"):
@@ -78,6 +81,7 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
     assert summary["overlap"]["overlap_pct"] > summary["naive"]["overlap_pct"] + 25, summary
 
 
+@pytest.mark.slow  # records with torch.profiler in spawned ranks
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.rank0.json.gz").write_text("previous")
     res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "--profiler", "torch", "--gpus", "0",

@@ -52,13 +52,13 @@ def relative_links(page: Path) -> list[str]:
     return found
 
 
-def test_pages_exist():
+def test_pages_exist() -> None:
     assert (ROOT / "README.md").is_file()
     assert len(PAGES) > 1, "docs/ holds no markdown pages"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
-def test_relative_links_resolve(page: Path):
+def test_relative_links_resolve(page: Path) -> None:
     broken = []
     for target in relative_links(page):
         path_part, _, anchor = target.partition("#")
@@ -70,7 +70,7 @@ def test_relative_links_resolve(page: Path):
     assert not broken, f"{page.relative_to(ROOT)}: " + "; ".join(broken)
 
 
-def test_slug_matches_github():
+def test_slug_matches_github() -> None:
     assert slug("Training loop (used by the CLIs and by `profiling/`)") == (
         "training-loop-used-by-the-clis-and-by-profiling"
     )

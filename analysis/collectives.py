@@ -20,12 +20,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis import collective_stats as stats
-from analysis.collective_rows import call_rows
+from analysis.measures import collective_stats as stats
+from analysis.measures.collective_rows import call_rows
 from analysis.errors import TraceError
 from analysis.overlap import plain_records
-from analysis.patterns import Patterns
-from analysis.trace import Trace, load_trace
+from analysis.measures.patterns import Patterns
+from analysis.frames.trace import Trace
+from analysis.readers.load import load_trace
 
 TABLE_ROWS = {"rank": "rank", "step": "step", "phase": "phase", "op": "op", "tag": "tag", "bytes": "bytes",
               "issue_ms": "issue ms", "start_ms": "start ms", "end_ms": "end ms", "duration_ms": "duration ms",

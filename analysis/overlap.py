@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.collective_rows import call_rows, with_comm_split
+from analysis.measures.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
-from analysis.metrics import METRICS, SOURCES, measure_trace, summarise
-from analysis.nsys_export import export_report, is_report, report_error
-from analysis.patterns import Patterns
-from analysis.run_info import trace_metadata
-from analysis.trace import Trace
+from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
+from analysis.readers.nsys_export import export_report, is_report, report_error
+from analysis.measures.patterns import Patterns
+from analysis.frames.run_info import trace_metadata
+from analysis.frames.trace import Trace
 
 TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
 RANK_KEYS = ["rank", "pid", "device"]
@@ -127,8 +127,8 @@ def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None 
     """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run;
     files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, rank_merge.py).
     Raises TraceError naming every file that failed."""
-    from analysis.parallel import Progress
-    from analysis.rank_merge import analyse_groups, concat_analyses
+    from analysis.engine.parallel import Progress
+    from analysis.engine.rank_merge import analyse_groups, concat_analyses
 
     if skip_steps < 0:
         raise TraceError(f"skip_steps={skip_steps}: must be >= 0")
@@ -238,8 +238,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.parallel import Progress, check_jobs, default_jobs
-    from analysis.rank_merge import analyse_groups, concat_analyses, report_failures
+    from analysis.engine.parallel import Progress, check_jobs, default_jobs
+    from analysis.engine.rank_merge import analyse_groups, concat_analyses, report_failures
 
     args = build_parser().parse_args(argv)
     try:

@@ -25,15 +25,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.html_page import written_by_us
-from analysis.html_report import write_index
-from analysis.lanes import Selection
+from analysis.views.html_page import written_by_us
+from analysis.views.html_report import write_index
+from analysis.readers.load import TraceInput, group_inputs
+from analysis.views.lanes import Selection
 from analysis.overlap import plain_records
-from analysis.timeline import TraceInput, group_inputs
 
 if TYPE_CHECKING:
-    from analysis.rank_merge import FileResult
-    from analysis.trace import Trace
+    from analysis.engine.rank_merge import FileResult
+    from analysis.frames.trace import Trace
 
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
                    "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
@@ -74,15 +74,15 @@ def hashed_file(path: Path) -> FileResult:
     """One file's analysis with its content hash (runs in worker processes: see analysis/parallel.py)."""
     from dataclasses import replace
 
-    from analysis.rank_merge import analyse_file
+    from analysis.engine.rank_merge import analyse_file
     return replace(analyse_file(path), sha256=content_hash(path))
 
 
 def analyse_all(inputs: list[TraceInput], jobs: int | None, dask: str | None) -> tuple[list[Analysed], list[str]]:
     """Every file of every input analysed on its own (here, in --jobs processes or on --dask), per-rank
     files merged from their results; prints each bad file's error and returns (results, bad files)."""
-    from analysis.parallel import Progress, check_jobs, default_jobs
-    from analysis.rank_merge import analyse_groups, report_failures
+    from analysis.engine.parallel import Progress, check_jobs, default_jobs
+    from analysis.engine.rank_merge import analyse_groups, report_failures
 
     check_jobs(jobs)
     files = [p for inp in inputs for p in inp.paths]
@@ -98,7 +98,7 @@ def analyse_all(inputs: list[TraceInput], jobs: int | None, dask: str | None) ->
 
 def loaded_trace(result: Analysed) -> Trace:
     """The result's trace, loaded again when the analysis did not keep it."""
-    from analysis.trace import load_trace
+    from analysis.readers.load import load_trace
 
     return cast("Trace", result.trace) if result.trace is not None else load_trace(list(result.paths))
 
@@ -253,7 +253,7 @@ def write_timelines(out: Path, results: list[Analysed], side: SidePage | None) -
 def collectives_blocks(results: list[Analysed], summary: pd.DataFrame, args: argparse.Namespace) -> list:
     """The index page's Collectives section (report_collectives.py), one entry per trace."""
     from analysis.collectives import collectives_of
-    from analysis.report_collectives import collectives_section
+    from analysis.views.report_collectives import collectives_section
 
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
     traces = [loaded_trace(r) for r in results]  # the analysis ran file by file and kept no events

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -19,41 +18,14 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from analysis.errors import TraceError
-from analysis.html_page import write_page, written_by_us
-from analysis.lanes import Selection, build_panel
-from analysis.render_figure import Panel, build_figure, count_drawn_segments
+from analysis.readers.load import group_inputs
+from analysis.views.html_page import write_page, written_by_us
+from analysis.views.lanes import Selection, build_panel
+from analysis.views.render_figure import Panel, build_figure, count_drawn_segments
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_OUTPUT = Path("reports/timeline.html")
-# run_nsys.sh --per-rank: <impl>.rank<N>.sqlite; --profiler torch: <impl>.rank<N>.json.gz
-RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+(?:\.json)?$")
 
-
-@dataclass(frozen=True)
-class TraceInput:
-    """One trace to draw: a single export, or the one-rank exports of a per-rank run (merged on load)."""
-
-    name: str  # file stem, or <impl> of <impl>.rank<N>.sqlite
-    paths: tuple[Path, ...]
-
-    @property
-    def label(self) -> str:
-        if len(self.paths) == 1:
-            return str(self.paths[0])
-        suffix = re.sub(r"^.*\.rank\d+", "", self.paths[0].name)  # .sqlite, .json.gz, ...
-        return str(self.paths[0].parent / f"{self.name}.rank*{suffix}") + f" ({len(self.paths)} files)"
-
-
-def group_inputs(paths: list[Path]) -> list[TraceInput]:
-    """Each path is a trace, except `<run>.rank<N>.*` files of one folder, which form one trace."""
-    groups: dict[tuple, list[Path]] = {}
-    for path in paths:  # a handful of command-line paths
-        found = RANK_FILE.match(path.stem)
-        key = (str(path.parent), found["run"]) if found else (str(path),)
-        groups.setdefault(key, []).append(path)
-    return [TraceInput(RANK_FILE.match(g[0].stem)["run"] if len(k) == 2 else g[0].stem.removesuffix(".json"),
-                       tuple(g))
-            for k, g in groups.items()]
 
 
 @dataclass(frozen=True)
@@ -86,7 +58,7 @@ def analysis_figures(trace, selection: Selection, steps=None) -> dict:
     """The analysis's metrics (metrics.py) for the selected step/rank, averaged over steps and ranks.
 
     `steps`: the trace's per-step frame when the caller already analysed it (else it is computed)."""
-    from analysis.metrics import summarise
+    from analysis.measures.metrics import summarise
     from analysis.overlap import analyze_trace
 
     steps = analyze_trace(trace).steps if steps is None else steps
@@ -112,7 +84,7 @@ def trace_panel(path: str | Path, selection: Selection, trace=None, width_px: in
                 steps=None) -> tuple[Panel, PanelSummary]:
     """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
     existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
-    from analysis.trace import load_trace  # deferred: --help stays instant
+    from analysis.readers.load import load_trace  # deferred: --help stays instant
 
     trace = trace if trace is not None else load_trace(path)
     fig = analysis_figures(trace, selection, steps)
@@ -185,7 +157,7 @@ def png_refusal(output: Path) -> str:
 def export_png(fig: go.Figure, png: Path, width_px: int = 1600) -> str:
     """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped
     (kaleido or Chromium missing, or any error they raise: the PNG is optional, the page is written)."""
-    from analysis.html_check import find_chromium
+    from analysis.views.chromium import find_chromium
 
     try:
         import kaleido  # noqa: F401
@@ -240,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         selection = Selection(step=args.step, rank=args.rank)
         check_output(args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None)
         args.output = args.output or DEFAULT_OUTPUT
-        from analysis.trace import load_trace
+        from analysis.readers.load import load_trace
 
         panels, rows = [], []
         for inp in group_inputs(args.traces):

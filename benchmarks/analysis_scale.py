@@ -1,7 +1,7 @@
 """Many per-rank traces at once: `analysis.overlap` over F one-rank files (each its own trace) with --jobs 1,
 --jobs 2 and a 2-worker Dask LocalCluster (`--dask local --jobs 2`).
 
-Writes F synthetic, schema-true per-rank exports (analysis.synthetic_ddp, K kernels each, captures
+Writes F synthetic, schema-true per-rank exports (tests.support.synthetic_ddp, K kernels each, captures
 started a few ms apart), runs each configuration as a fresh CLI process, and prints its wall time,
 the peak RSS of every process it started (the kernel's high-water mark VmHWM from /proc, read every
 0.1 s for the CLI process and all its descendants), the speedup over --jobs 1, and whether the
@@ -33,7 +33,7 @@ def say(line: str) -> None:
 
 def write_files(folder: Path, files: int, kernels: int) -> list[Path]:
     """run.rank<N>.sqlite for N < files (kept and reused when they exist with the same size)."""
-    from analysis.synthetic_ddp import write_ddp_trace
+    from tests.support.synthetic_ddp import write_ddp_trace
 
     paths = []
     for rank in range(files):

@@ -1,6 +1,6 @@
 """Speed of `python -m analysis.overlap` on DDP-shaped nsys exports of growing size.
 
-Writes synthetic exports (analysis.synthetic_ddp: N kernels, N runtime calls, NVTX ranges over
+Writes synthetic exports (tests.support.synthetic_ddp: N kernels, N runtime calls, NVTX ranges over
 8 ranks), then for each size runs the CLI in a fresh process (wall clock including interpreter
 start and imports, and its peak RSS from wait4) and, separately, times the load and metric phases
 in-process. Prints a table (or --format csv/json); the target for 1M kernels is <= 2.5 s wall and
@@ -24,8 +24,8 @@ REPO = Path(__file__).resolve().parents[1]
 PHASES = """
 import json, resource, sys, time
 t0 = time.perf_counter()
-from analysis.metrics import measure_trace
-from analysis.trace import load_trace
+from analysis.measures.metrics import measure_trace
+from analysis.readers.load import load_trace
 t1 = time.perf_counter()
 trace = load_trace(sys.argv[1])
 t2 = time.perf_counter()
@@ -60,7 +60,7 @@ def phase_run(path: Path) -> dict:
 
 
 def measure(n_kernels: int, ranks: int, folder: Path, repeat: int) -> dict:
-    from analysis.synthetic_ddp import write_ddp_trace
+    from tests.support.synthetic_ddp import write_ddp_trace
 
     path = folder / f"ddp_{n_kernels}k{ranks}r.sqlite"
     write_s = 0.0

@@ -1,6 +1,6 @@
 """Time to build the collectives view (`analysis.collectives`) on a DDP-shaped synthetic export.
 
-Writes the 1M-kernel, 8-rank trace of benchmarks/analysis_speed.py (analysis.synthetic_ddp, whose async
+Writes the 1M-kernel, 8-rank trace of benchmarks/analysis_speed.py (tests.support.synthetic_ddp, whose async
 `comm:all_reduce:bucketN` ranges carry byte payloads), then in a fresh process times loading it
 (`load_trace`) and building the view on top (`collectives_of`: calls, pairing, exposure, bandwidths,
 summaries), best of --repeat runs. Target: view <= 2 s on top of loading for 1M kernels.
@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 TIMED = """
 import json, sys, time
 from analysis.collectives import collectives_of
-from analysis.trace import load_trace
+from analysis.readers.load import load_trace
 t0 = time.perf_counter()
 trace = load_trace(sys.argv[1])
 t1 = time.perf_counter()
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: kernels must be >= 8 per rank, ranks and repeat >= 1", file=sys.stderr)
         return 2
     sys.path.insert(0, str(REPO))
-    from analysis.synthetic_ddp import write_ddp_trace
+    from tests.support.synthetic_ddp import write_ddp_trace
 
     with tempfile.TemporaryDirectory(prefix="collectives_speed_") as tmp:
         folder = args.keep or Path(tmp)

@@ -1,6 +1,6 @@
 """Speed of `python -m analysis.overlap` on torch.profiler (Kineto) traces of growing size.
 
-Writes DDP-shaped Kineto traces (analysis.synthetic_kineto: N kernels, each with its cudaLaunchKernel
+Writes DDP-shaped Kineto traces (tests.support.synthetic_kineto: N kernels, each with its cudaLaunchKernel
 runtime event and the two ac2g flow events Kineto writes, plus the step/phase/comm annotations; one
 file per rank), then for each size runs the CLI in a fresh process (wall clock including interpreter
 start and imports, CPU time, and peak RSS from wait4) and, separately, times load and metrics
@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parents[1]
 PHASES = """
 import json, sys, time
 t0 = time.perf_counter()
-from analysis.metrics import measure_trace
-from analysis.trace import load_trace
+from analysis.measures.metrics import measure_trace
+from analysis.readers.load import load_trace
 t1 = time.perf_counter()
 trace = load_trace(sys.argv[1:])
 t2 = time.perf_counter()
@@ -58,7 +58,7 @@ def phase_run(paths: list[Path]) -> dict:
 
 
 def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> dict:
-    from analysis.synthetic_kineto import write_kineto_ddp_trace
+    from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
     stem = folder / f"kineto_{n_kernels}k{ranks}r"
     paths = [Path(f"{stem}.rank{r}.json{'.gz' if gz else ''}") for r in range(ranks)]

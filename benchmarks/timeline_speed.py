@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from analysis.html_check import check_page, find_chromium  # noqa: E402
+from tests.support.html_check import check_page, find_chromium  # noqa: E402
 
 TARGETS = {"step_s": 10.0, "overview_s": 20.0, "html_mb": 20.0, "render_s": 5.0}
 
@@ -27,7 +27,7 @@ TARGETS = {"step_s": 10.0, "overview_s": 20.0, "html_mb": 20.0, "render_s": 5.0}
 def ensure_trace(path: Path, kernels: int, ranks: int) -> Path:
     if path.exists():
         return path
-    from analysis.synthetic_ddp import write_ddp_trace
+    from tests.support.synthetic_ddp import write_ddp_trace
 
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)

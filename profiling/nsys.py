@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from analysis import nsys_export
+from analysis.readers import nsys_export
 from analysis.errors import TraceError
 from profiling import nsys_layout
 

@@ -10,7 +10,7 @@ record_function ranges must end on the thread that opened them, but ddp's async 
 start in a backward hook and end in a collective's completion callback. Those start/end ranges are
 timed here (wall clock, the clock Kineto's timestamps count from `baseTimeNanoseconds`) and
 added to the trace after export as `user_annotation` events with `args["ddp.kind"] = "start_end"`,
-which analysis.kineto reads as start/end ranges. The run's metadata goes to the top-level key
+which analysis.readers.kineto reads as start/end ranges. The run's metadata goes to the top-level key
 `ddp.meta` (nsys traces carry it in a `ddp.meta` mark).
 """
 from __future__ import annotations

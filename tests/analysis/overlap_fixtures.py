@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.synthetic import MARK, START_END, NsysWriter
+from tests.support.synthetic import MARK, START_END, NsysWriter
 
 A = dict(pid=100, device=0, rank=1)
 B = dict(pid=200, device=1, rank=0)

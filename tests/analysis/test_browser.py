@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from analysis import timeline
-from analysis.html_check import check_page, find_chromium
-from analysis.html_page import write_page
-from analysis.lanes import Selection
-from analysis.render_figure import build_figure
+from tests.support.html_check import check_page, find_chromium
+from analysis.views.html_page import write_page
+from analysis.views.lanes import Selection
+from analysis.views.render_figure import build_figure
 from tests.analysis.test_timeline_traces import write_trace
 
 pytestmark = [pytest.mark.slow,  # starts headless Chromium for every page

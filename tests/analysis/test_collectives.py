@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.collective_calls import op_of_kernel
-from analysis.collective_stats import bus_factor, size_class
+from analysis.measures.collective_calls import op_of_kernel
+from analysis.measures.collective_stats import bus_factor, size_class
 from analysis.collectives import analyze_collectives, main
 from analysis.errors import TraceError
-from analysis.synthetic import START_END, NsysWriter
+from tests.support.synthetic import START_END, NsysWriter
 
 
 def write_two_gpu_ranks(path):
@@ -173,9 +173,9 @@ def test_no_collectives_is_not_an_error(tmp_path):
 
 
 def test_report_section_blocks(tmp_path):
-    from analysis.html_page import write_page
-    from analysis.report_collectives import backward_spans, collectives_section
-    from analysis.trace import load_trace
+    from analysis.views.html_page import write_page
+    from analysis.views.report_collectives import backward_spans, collectives_section
+    from analysis.readers.load import load_trace
 
     trace = load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite"))
     spans = backward_spans(trace)
@@ -194,7 +194,7 @@ def test_report_section_blocks(tmp_path):
 
 
 def test_wait_and_transfer_per_rank_and_step(gpu_view):
-    from analysis.collective_rows import comm_split_by_step
+    from analysis.measures.collective_rows import comm_split_by_step
 
     split = comm_split_by_step(gpu_view.calls).set_index(["rank", "step"])
     cols = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]

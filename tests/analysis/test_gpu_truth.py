@@ -3,10 +3,10 @@ small synthetic exports pin the rules (host not syncing, host-side collectives, 
 import numpy as np
 import pytest
 
-from analysis.lanes import Selection, build_panel
+from analysis.views.lanes import Selection, build_panel
 from analysis.overlap import analyze, analyze_trace
-from analysis.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
-from analysis.trace import load_trace
+from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
+from analysis.readers.load import load_trace
 from tests.analysis.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS
 
@@ -154,7 +154,7 @@ def test_report_ranks_and_splits_gpu_steps_like_the_analysis(loaded, tmp_path, c
     import pandas as pd
 
     from analysis import report
-    from analysis.html_report import breakdown
+    from analysis.views.html_report import breakdown
 
     paths = [loaded[name][0] for name in ("naive", "torch")]
     assert report.main([*map(str, paths), "-o", str(tmp_path / "r"), "--format", "csv"]) == 0

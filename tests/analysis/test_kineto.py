@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 
 from analysis.errors import TraceError
-from analysis.metrics import measure_trace
-from analysis.synthetic_ddp import write_ddp_trace
-from analysis.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
-from analysis.timeline import group_inputs
-from analysis.trace import load_trace
+from analysis.measures.metrics import measure_trace
+from tests.support.synthetic_ddp import write_ddp_trace
+from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
+from analysis.readers.load import group_inputs
+from analysis.readers.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO.parent / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"
@@ -249,14 +249,14 @@ def test_backward_from_autograd_ops_when_no_backward_range(tmp_path):
     "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
     "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"])
 def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
-    from analysis.patterns import Patterns
+    from analysis.measures.patterns import Patterns
     assert Patterns().regex("comm_kernel").search(name)
     assert not Patterns().regex("comm_kernel").search("void at::native::vectorized_elementwise_kernel<4, float>(int)")
 
 
 def test_batches_cut_between_events_only(tmp_path, monkeypatch):
     """Decoding in small batches gives the same frames, also when names hold the `}, {` a cut looks for."""
-    from analysis import kineto_json
+    from analysis.readers import kineto_json
     w = KinetoWriter(tmp_path / "t.json")
     n = 300
     start = w.base + np.arange(n) * 10_000

@@ -1,11 +1,11 @@
-"""analysis.nsys_export: version order of install folders, read-only probe, nsys that cannot run."""
+"""analysis.readers.nsys_export: version order of install folders, read-only probe, nsys that cannot run."""
 import os
 
 import pytest
 
-from analysis import nsys_export
+from analysis.readers import nsys_export
 from analysis.errors import TraceError
-from analysis.synthetic import NsysWriter
+from tests.support.synthetic import NsysWriter
 
 
 def _fake_nsys(path):

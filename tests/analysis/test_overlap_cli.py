@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis.overlap import main
-from analysis.synthetic import NsysWriter
+from tests.support.synthetic import NsysWriter
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 
 REPO = Path(__file__).resolve().parents[2]

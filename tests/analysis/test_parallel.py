@@ -14,14 +14,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import overlap, parallel, report
-from analysis.metrics import SPLIT_METRICS
+from analysis import overlap, report
+from analysis.engine import parallel
+from analysis.measures.metrics import SPLIT_METRICS
 from analysis.overlap import analyze, analyze_trace
-from analysis.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
-from analysis.rank_merge import analyse_file, combine, session_offset
-from analysis.synthetic import NsysWriter
-from analysis.synthetic_ddp import write_ddp_trace
-from analysis.trace import load_trace
+from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
+from analysis.engine.rank_merge import analyse_file, combine, session_offset
+from tests.support.synthetic import NsysWriter
+from tests.support.synthetic_ddp import write_ddp_trace
+from analysis.readers.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_779_782_330_000_000_000

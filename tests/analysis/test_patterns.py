@@ -2,7 +2,7 @@
 import pytest
 
 from analysis.errors import TraceError
-from analysis.patterns import Patterns
+from analysis.measures.patterns import Patterns
 
 P = Patterns()
 

@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 
 from analysis.overlap import analyze
-from analysis.trace import load_trace
+from analysis.readers.load import load_trace
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
 H100 = DATA / "nsys2026_2xH100_torchrun.sqlite"

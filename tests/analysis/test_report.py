@@ -11,7 +11,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import report
-from analysis.html_report import breakdown
+from analysis.views.html_report import breakdown
 from tests.analysis.test_timeline_traces import write_trace
 
 

@@ -5,7 +5,7 @@ from collections import defaultdict
 import pytest
 
 from analysis.overlap import analyze
-from analysis.synthetic_ddp import DdpShape, write_ddp_trace
+from tests.support.synthetic_ddp import DdpShape, write_ddp_trace
 
 
 def union(intervals):

@@ -11,11 +11,11 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import timeline
-from analysis.lanes import Selection, build_panel
-from analysis.patterns import Patterns
-from analysis.synthetic import START_END, NsysWriter
+from analysis.views.lanes import Selection, build_panel
+from analysis.measures.patterns import Patterns
+from tests.support.synthetic import START_END, NsysWriter
 from analysis.overlap import analyze_trace
-from analysis.trace import load_trace
+from analysis.readers.load import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
 
@@ -217,7 +217,7 @@ def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces,
     pytest.importorskip("kaleido")
     calls = []
     monkeypatch.setattr(timeline.go.Figure, "write_image", _fake_write_image(calls))
-    monkeypatch.setattr("analysis.html_check.find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
     out, png = tmp_path / "t.html", tmp_path / "t.png"
     png.write_bytes(b"someone's png")
     code, _, err = run_cli(capsys, traces["naive"], "-o", out, "--png", "--width", 900)
@@ -233,15 +233,14 @@ def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces,
 def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
     monkeypatch.setattr(timeline.go.Figure, "write_image", _fake_write_image([], fail=True))
-    monkeypatch.setattr("analysis.html_check.find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
     code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--png")
     assert code == 0 and (tmp_path / "t.html").exists() and not (tmp_path / "t.png").exists()
     assert "png skipped: RuntimeError: Chromium crashed" in err and "Traceback" not in err and "more detail" not in err
 
 
 def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
-    from analysis import render_figure
-
+    from analysis.views import render_figure
     panel = build_panel(load_trace(traces["overlap"]), Selection(), width_px=800)
     calls = []
     real = render_figure.merge_subpixel

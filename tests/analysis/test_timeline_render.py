@@ -11,11 +11,11 @@ from plotly.offline import get_plotlyjs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.html_page import page_html
-from analysis import intervals
-from analysis.render_binning import merge_subpixel
-from analysis.render_figure import Panel, build_figure, count_drawn_segments
-from analysis.render_style import CATEGORY_COLOURS
+from analysis.views.html_page import page_html
+from analysis.measures import intervals
+from analysis.views.render_binning import merge_subpixel
+from analysis.views.render_figure import Panel, build_figure, count_drawn_segments
+from analysis.views.render_style import CATEGORY_COLOURS
 
 
 def segments(starts, durations, lane=0, category="compute", name="k"):

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import sqlite_read
-from analysis.synthetic import NsysWriter
-from analysis.trace import _row_lookup, load_trace
+from analysis.readers import sqlite_read
+from tests.support.synthetic import NsysWriter
+from analysis.frames.merge import row_lookup as _row_lookup
+from analysis.readers.load import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 
 GPU_COLUMNS = ["part", "pid", "device", "stream", "start", "end", "correlation_id", "name", "kind",

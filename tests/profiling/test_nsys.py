@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import nsys_export as nsys_mod  # where the install locations are looked up
-from analysis.nsys_export import is_complete_sqlite
+from analysis.readers import nsys_export as nsys_mod  # where the install locations are looked up
+from analysis.readers.nsys_export import is_complete_sqlite
 from profiling.nsys import NsysError, export_sqlite, find_nsys
 
 FAKE = Path(__file__).with_name("fake_nsys.py")

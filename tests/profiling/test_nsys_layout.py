@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis import nsys_export
-from analysis.nsys_export import is_complete_sqlite
+from analysis.readers import nsys_export
+from analysis.readers.nsys_export import is_complete_sqlite
 from profiling import nsys_layout
 from profiling.nsys import NsysError, find_nsys
 from profiling.session import NsysOptions, record

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from analysis import nsys_export as nsys_mod  # where the install locations are looked up
+from analysis.readers import nsys_export as nsys_mod  # where the install locations are looked up
 from profiling import plan as plan_mod, record
 from profiling.plan import ProfilePlan
 from tests.profiling.test_nsys import REPO

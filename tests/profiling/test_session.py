@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.nsys_export import is_complete_sqlite
+from analysis.readers.nsys_export import is_complete_sqlite
 from profiling.nsys import NsysError
 from profiling.session import NsysOptions, profile_command, record
 from tests.profiling.test_nsys import REPO, fake_nsys

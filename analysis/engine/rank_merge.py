@@ -22,13 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.nsys_db import NsysExport
+from analysis.readers.nsys_db import NsysExport
 from analysis.overlap import TRACE_KEYS, Analysis, analyze_trace, trace_summary
-from analysis.parallel import Outcome, Progress, run_tasks
-from analysis.patterns import Patterns
-from analysis.phases import find_steps
-from analysis.run_info import shared_gpu_ranks
-from analysis.trace import Trace, load_trace
+from analysis.engine.parallel import Outcome, Progress, run_tasks
+from analysis.measures.patterns import Patterns
+from analysis.measures.phases import find_steps
+from analysis.frames.run_info import shared_gpu_ranks
+from analysis.frames.trace import Trace
+from analysis.readers.load import load_trace
 
 NS_PER_MS = 1e6
 

@@ -6,7 +6,7 @@ CUDA driver, nsys version; see nsys_db.NsysExport.target_info).
 """
 from __future__ import annotations
 
-from analysis.trace import Trace
+from analysis.frames.trace import Trace
 
 META_FIELDS = {"backend": ("backend",), "world_size": ("world_size",), "model": ("model",),
                "torch": ("versions", "torch"), "nccl": ("versions", "nccl"), "cuda": ("versions", "cuda"),

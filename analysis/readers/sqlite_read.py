@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.nsys_export import is_report, report_error
+from analysis.readers.nsys_export import is_report, report_error
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 

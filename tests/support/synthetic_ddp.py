@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.synthetic import START_END, NsysWriter
+from tests.support.synthetic import START_END, NsysWriter
 
 US = 1_000
 LAUNCH_LEAD = 30 * US  # the CPU runs this far ahead of the GPU

@@ -25,9 +25,9 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from analysis import intervals as iv
-from analysis.patterns import Patterns, matches
-from analysis.phases import (
+from analysis.measures import intervals as iv
+from analysis.measures.patterns import Patterns, matches
+from analysis.measures.phases import (
     KERNEL,
     MARK,
     PUSH_POP,
@@ -38,8 +38,8 @@ from analysis.phases import (
     ranges_named,
     thread_key,
 )
-from analysis.steps import step_windows, window_index
-from analysis.trace import Trace
+from analysis.measures.steps import step_windows, window_index
+from analysis.frames.trace import Trace
 
 COMM_CALL = re.compile(r"^comm:([^:]+):?(.*)$")
 # kernel-name fragment (lower case, underscores removed) -> op; ReduceScatter before Reduce

@@ -1,10 +1,10 @@
 """Load torch.profiler (Kineto) traces into the frames nsys exports load into: `load_kineto(paths) -> Trace`.
 
-`analysis.trace.load_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
+`analysis.readers.load.load_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
 here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
 several files are one job's ranks, merged onto the first file's clock (baseTimeNanoseconds).
 
-What goes where (see trace.py for the frames):
+What goes where (see frames/trace.py for the frames):
 `gpu_ops`   kernel / gpu_memcpy / gpu_memset events: device and stream from args, names as Kineto
             writes them (demangled kernel names; "Memcpy DtoD (...)" -> "memcpy DtoD", "Memset (...)"
             -> "memset"); launch_start / launch_tid / pid from the cuda_runtime (or cuda_driver) event
@@ -34,11 +34,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.kineto_comms import collectives_frame
-from analysis.kineto_json import KinetoFile, read_kineto
-from analysis.patterns import Patterns, matches
-from analysis.phases import communication_mask
-from analysis.trace import NVTX_KIND_NAMES, Trace, _number_ranks, _ops_frame, _row_lookup, _shifted
+from analysis.readers.kineto_comms import collectives_frame
+from analysis.readers.kineto_json import KinetoFile, read_kineto
+from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
+from analysis.frames.trace import NVTX_KIND_NAMES, Trace
+from analysis.measures.patterns import Patterns, matches
 
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
@@ -60,7 +60,7 @@ def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
     launch = np.full(n, -1, dtype=np.int64)
     usable = rt["correlation"] > 0
     if n and usable.any():  # correlation ids are unique within a file's process
-        launch = _row_lookup(np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable],
+        launch = row_lookup(np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable],
                              np.zeros(n, np.int64), g["correlation"])
     found, row = launch >= 0, np.maximum(launch, 0)
     pick = lambda col, default: np.where(found, rt[col][usable][row], default) if n and usable.any() \
@@ -160,28 +160,25 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         delta = f.clock_offset - files[0].clock_offset
         ops = _gpu_part(f, part, host_pid)
         for c in ("start", "end", "launch_start"):
-            ops[c] = _shifted(ops[c], delta)
+            ops[c] = shifted(ops[c], delta)
         nvtx = _nvtx_part(f, part, patterns)
         for c in ("start", "end"):
-            nvtx[c] = _shifted(nvtx[c].to_numpy(), delta)
+            nvtx[c] = shifted(nvtx[c].to_numpy(), delta)
         gpu_parts.append(ops)
         nvtx_parts.append(nvtx)
         rank, world = _identity(f)
         meta[(part, host_pid)] = {**f.meta, **({"rank": rank} if rank is not None else {}),
                                   **({"world_size": world} if world is not None else {})}
         calls += [(part, (pid, tid, s + delta, e + delta, a)) for pid, tid, s, e, a in f.comms]
-    ops = _ops_frame(gpu_parts)
-    nvtx = pd.concat(nvtx_parts, ignore_index=True) if len(nvtx_parts) > 1 else nvtx_parts[0]
-    nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
-    nvtx = nvtx.reset_index(drop=True)
+    ops = ops_frame(gpu_parts)
+    nvtx = nvtx_frame(nvtx_parts)
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and len(nvtx) == 0:
         raise TraceError(f"{label}: torch.profiler trace holds neither GPU kernels nor user_annotation "
                          "(record_function) ranges: nothing to measure")
-    ops["is_comm"] = communication_mask(ops, nvtx, patterns)
     implementation = _implementation(files, paths[0])
     meta = {k: v for k, v in meta.items() if v}
     return Trace(path=label, nsys_version=f"kineto schema {files[0].schema}", source="gpu" if len(ops) else "nvtx",
-                 gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
+                 gpu_ops=ops, nvtx=nvtx, ranks=number_ranks(ops, nvtx, meta, implementation),
                  meta=meta, implementation=implementation, collectives=collectives_frame(calls),
                  info={part: f.info for part, f in enumerate(files)})

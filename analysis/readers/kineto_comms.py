@@ -1,40 +1,22 @@
-"""The `collectives` frame: one row per collective call with its message sizes (`Trace.collectives`).
+"""Kineto's collective calls as the `collectives` frame (columns: frames/trace.py COLLECTIVE_COLUMNS).
 
 Kineto traces carry them: PyTorch wraps every c10d collective in a `record_param_comms` CPU op
 whose args hold the collective's name, element counts, dtype and process group. nsys exports do
-not, so their frame is empty (same columns).
-
-Columns (one row per `record_param_comms` op, sorted by part, pid, start):
-    part, pid, tid, start, end   the CPU op (int64 ns on the trace's clock, like the other frames)
-    collective      "allreduce", "broadcast", "allgather", "reduce_scatter", "wait", ... as PyTorch names it
-    dtype           PyTorch's scalar type name ("Float", "BFloat16", ...)
-    element_bytes   bytes per element (0 when the dtype is unknown)
-    in_nelems, out_nelems   elements of the input and output message (-1 when not recorded)
-    in_bytes, out_bytes     the same in bytes (-1 when unknown)
-    bytes           the collective's message size: max(in_bytes, out_bytes) (nccl-tests' "size":
-                    the full buffer, i.e. the gathered output of all_gather, the input of reduce_scatter)
-    group_size      ranks in the process group (-1 when not recorded)
-    process_group   the group's name and, after a colon, its description when recorded ("0:default_pg")
-`wait` rows (PyTorch records its waits the same way) have 0 bytes.
+not, so their frame is empty (same columns). One row per `record_param_comms` op; `bytes` is
+max(in_bytes, out_bytes) (nccl-tests' "size": the full buffer, i.e. the gathered output of all_gather,
+the input of reduce_scatter). `wait` rows (PyTorch records its waits the same way) have 0 bytes.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
 
+from analysis.frames.trace import empty_collectives
+
 ELEMENT_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "ComplexHalf": 4, "ComplexFloat": 8,
                  "ComplexDouble": 16, "Byte": 1, "Char": 1, "Bool": 1, "Short": 2, "Int": 4, "Long": 8,
                  "UInt16": 2, "UInt32": 4, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
                  "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "QInt8": 1, "QUInt8": 1, "QInt32": 4}
-COLUMNS = ["part", "pid", "tid", "start", "end", "collective", "dtype", "element_bytes", "in_nelems",
-           "out_nelems", "in_bytes", "out_bytes", "bytes", "group_size", "process_group"]
-INT_COLUMNS = ["part", "pid", "tid", "start", "end", "element_bytes", "in_nelems", "out_nelems", "in_bytes",
-               "out_bytes", "bytes", "group_size"]
-
-
-def empty_collectives() -> pd.DataFrame:
-    """The frame with its columns and no rows (nsys traces)."""
-    return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in INT_COLUMNS else object) for c in COLUMNS})
 
 
 def _int(value) -> int:

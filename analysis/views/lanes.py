@@ -3,10 +3,10 @@
 Lanes of each rank, top to bottom: CPU `step N` ranges, CPU phases (forward/backward/optimizer/
 grad_sync), CPU communication ranges (`comm:*`, NCCL/gloo ranges; async ones from issue to
 completion, whichever thread ends them), other NVTX ranges, then per GPU stream a compute lane and
-a communication lane. Shaded overlap is the analysis' own (analysis.metrics.rank_work): the rank's
+a communication lane. Shaded overlap is the analysis' own (analysis.measures.metrics.rank_work): the rank's
 communication (GPU kernels and copies; comm ranges where collectives run on the host; CPU-only
 ranks: comm ranges) under its compute (GPU kernels; CPU-only ranks: forward/backward/optimizer minus
-blocking comm and gradient-sync waits). A step view spans the GPU-aware step (analysis.steps) and
+blocking comm and gradient-sync waits). A step view spans the GPU-aware step (analysis.measures.steps) and
 everything launched in it, and shades the communication launched in that step, so its shading
 equals that step's overlap_ms; the all-steps view shades all communication under all compute.
 """
@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis import intervals
+from analysis.measures import intervals
 from analysis.errors import TraceError
-from analysis.metrics import rank_work
-from analysis.patterns import Patterns, matches
-from analysis.render_figure import Panel
-from analysis.render_binning import merge_subpixel
-from analysis.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
+from analysis.measures.metrics import rank_work
+from analysis.measures.patterns import Patterns, matches
+from analysis.views.render_figure import Panel
+from analysis.views.render_binning import merge_subpixel
+from analysis.views.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
 
 # Lane groups in top-to-bottom order within a rank (GPU groups repeat per stream).
 GROUP_LABELS = ("CPU step", "CPU phases", "CPU comm", "CPU other NVTX", "compute", "comm")

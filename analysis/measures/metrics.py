@@ -32,12 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis import intervals as iv
-from analysis.patterns import Patterns
-from analysis.phases import (KERNEL, MARK, MEMCPY, PUSH_POP, codes, counted_comm_ranges, find_steps,
+from analysis.measures import intervals as iv
+from analysis.measures.patterns import Patterns
+from analysis.measures.phases import (KERNEL, MARK, MEMCPY, PUSH_POP, codes, counted_comm_ranges, find_steps,
                              launched_inside, ranges_named)
-from analysis.steps import step_windows, window_index
-from analysis.trace import Trace
+from analysis.measures.steps import step_windows, window_index
+from analysis.frames.trace import Trace
 
 NS_PER_MS = 1e6
 # added by overlap.analyze_trace from the collectives view (collective_rows.with_comm_split)
@@ -283,7 +283,7 @@ def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
 def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-step frame, per-rank total frame), each keyed by rank, pid, device, with the rank's
     comm_source, compute_source and shared_gpu (its GPU also runs another rank's work)."""
-    from analysis.run_info import shared_gpu_ranks
+    from analysis.frames.run_info import shared_gpu_ranks
 
     shared = shared_gpu_ranks(trace)
     step_rows, total_rows = [], []

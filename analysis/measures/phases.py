@@ -20,8 +20,8 @@ import re
 import numpy as np
 import pandas as pd
 
-from analysis import intervals as iv
-from analysis.patterns import Patterns, matches
+from analysis.measures import intervals as iv
+from analysis.measures.patterns import Patterns, matches
 
 PUSH_POP, START_END, MARK = 0, 1, 2  # nvtx kind codes (trace.NVTX_KIND_NAMES)
 KERNEL, MEMCPY, MEMSET = 0, 1, 2  # gpu_ops kind codes (trace.GPU_KINDS)

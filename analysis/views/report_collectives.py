@@ -12,12 +12,12 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.collective_calls import step_at
+from analysis.measures.collective_calls import step_at
 from analysis.collectives import CollectivesView
-from analysis.patterns import Patterns
-from analysis.phases import KERNEL, codes, launched_inside, ranges_named
-from analysis.render_style import CATEGORY_COLOURS
-from analysis.trace import Trace
+from analysis.measures.patterns import Patterns
+from analysis.measures.phases import KERNEL, codes, launched_inside, ranges_named
+from analysis.views.render_style import CATEGORY_COLOURS
+from analysis.frames.trace import Trace
 
 NS_PER_MS = 1e6
 WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = "#f1a340", CATEGORY_COLOURS["comm_kernel"], "#333333"

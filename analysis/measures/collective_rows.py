@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis import collective_stats as stats
-from analysis.collective_calls import find_calls
-from analysis.pairing import exposure, pair, world_size
-from analysis.patterns import Patterns
-from analysis.trace import Trace
+from analysis.measures import collective_stats as stats
+from analysis.measures.collective_calls import find_calls
+from analysis.measures.pairing import exposure, pair, world_size
+from analysis.measures.patterns import Patterns
+from analysis.frames.trace import Trace
 
 NS_PER_MS = 1e6
 ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op", "tag", "bytes", "issue_ms",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.synthetic import START_END, NsysWriter
+from tests.support.synthetic import START_END, NsysWriter
 
 NOT_SYNCING = {  # per step: step_ms, compute_ms, comm_ms, overlap_ms, idle_ms (ns)
     0: (150, 130, 40, 20, 50), 1: (150, 130, 40, 20, 0), 2: (220, 130, 40, 0, 0)}

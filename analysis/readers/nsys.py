@@ -1,75 +1,39 @@
-"""Load nsys SQLite exports into typed frames: `load_trace(paths) -> Trace`.
+"""Read nsys SQLite exports into the frames (frames/trace.py): `load_nsys(paths) -> Trace`.
 
 Schema-tolerant (nsys 2022.4 .. 2026.x): every table and nullable column may be missing; rows may
-come in any order. The file is opened read-only and nothing is written beside it.
+come in any order. The file is opened read-only and nothing is written beside it. Several one-rank
+exports of one run are shifted onto the first file's clock using TARGET_INFO_SESSION_START_TIME.
 
-Frames (all times int64 ns on the trace's clock; merged files are shifted onto the first file's
-clock using TARGET_INFO_SESSION_START_TIME):
-
-`gpu_ops`  one row per kernel / memcpy / memset, sorted by (part, pid, device, start):
-    part (int, index of the source file), pid, device, stream, start, end,
-    name (categorical: kernel short name, "memcpy HtoD", "memset", ...),
-    kind (categorical: kernel | memcpy | memset), correlation_id (-1 if NULL),
-    launch_start, launch_tid (the CUDA runtime call with the same correlationId in the same
-    process: its start and OS thread id; -1 when none matched), is_comm (bool: see phases.py).
-`nvtx`     one row per NVTX range or mark (push/pop, start/end, mark), sorted by (part, pid, start):
-    part, pid, tid (OS thread that opened it), end_tid (thread that closed it), start, end
-    (end == start for marks), text, kind (categorical: push_pop | start_end | mark),
-    domain (domain name, "" for the default domain), payload (the range's integer payload from
-    NVTX_EVENTS' int64Value/uint64Value/int32Value/uint32Value, whichever is set; -1 when none).
-`ranks`    one row per rank, sorted by rank: rank, part, pid, device (-1 for NVTX-only traces),
-    implementation. A rank is a (process, device) pair with GPU work; rank numbers come from the
-    `ddp.meta {json}` mark of our runner when present, else from device order.
-`meta`     {(part, pid): dict parsed from the `ddp.meta` mark}.
-`info`     {part: what the export says about its machine (nsys_db.NsysExport.target_info): GPUs by
-    device id with name and uuid, driver, CUDA driver, hostname, nsys version}.
-`collectives` one row per collective call with its message sizes (kineto_comms.py); empty for nsys.
-
-torch.profiler (Kineto) JSON files are recognised from their content and read by kineto.py into
-the same frames.
+Where the columns come from: gpu_ops from CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET (name: the
+kernel's shortName, "memcpy <copy kind>", "memset"), launch_start / launch_tid from the
+CUPTI_ACTIVITY_KIND_RUNTIME call with the same correlationId in the same process; nvtx from
+NVTX_EVENTS (push/pop, start/end ranges and marks; domain names from domain-create events; payload
+from int64Value/uint64Value/int32Value/uint32Value, whichever is set); meta from `ddp.meta {json}`
+marks; info from the export's target description (nsys_db.NsysExport.target_info).
 """
 from __future__ import annotations
 
 import json
 import sqlite3
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
-from analysis.intervals import factorize
-from analysis.kineto_comms import empty_collectives
-from analysis.kineto_json import is_kineto
-from analysis.patterns import META_PREFIX, Patterns
-from analysis.phases import communication_mask
-from analysis.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
+from analysis.frames.merge import GPU_INT_COLUMNS, number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
+from analysis.frames.trace import NVTX_KIND_NAMES, Trace
+from analysis.measures.intervals import factorize
+from analysis.measures.patterns import META_PREFIX
+from analysis.readers.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
 
 NVTX_KINDS = {34: "mark", 59: "push_pop", 60: "start_end"}
-GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)  # kind codes 0, 1, 2
-NVTX_KIND_NAMES = pd.Index(["push_pop", "start_end", "mark"], dtype=object)  # kind codes 0, 1, 2
 NVTX_DOMAIN_CREATE = 75
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
               9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 
 
-@dataclass(frozen=True)
-class Trace:
-    """One analysed unit: a single export, or several one-rank exports merged (see module docstring)."""
-
-    path: str
-    nsys_version: str
-    source: str  # "gpu" when there is GPU activity, else "nvtx"
-    gpu_ops: pd.DataFrame
-    nvtx: pd.DataFrame
-    ranks: pd.DataFrame
-    meta: dict = field(default_factory=dict)
-    implementation: str = ""
-    info: dict = field(default_factory=dict)
-    collectives: pd.DataFrame = field(default_factory=empty_collectives)
 
 
 def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
@@ -103,26 +67,6 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
 
 
-def _row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
-    """For each (pid, corr): index of the runtime row with the same pair, else -1.
-
-    CUDA correlation ids are dense counters, so a direct-address table over (process, id) is usually
-    small and beats sorting 1M keys; when the ids are too sparse, fall back to sort + binary search.
-    """
-    pids = pd.Index(pd.unique(rt_pid))
-    rt_p, op_p = pids.get_indexer(rt_pid), pids.get_indexer(pid)
-    lo, hi = int(rt_corr.min()), int(rt_corr.max())
-    span = hi - lo + 1
-    valid = (op_p >= 0) & (corr >= lo) & (corr <= hi)
-    if len(pids) * span <= 4 * (len(rt_pid) + len(pid)) + 4096:
-        table = np.full(len(pids) * span, -1, dtype=np.int64)
-        table[rt_p * span + (rt_corr - lo)] = np.arange(len(rt_pid))
-        return np.where(valid, table[np.where(valid, op_p * span + (corr - lo), 0)], -1)
-    rt_key = (rt_p.astype(np.int64) << 32) | (rt_corr & 0xFFFFFFFF)  # pid index, 32-bit id
-    order = np.argsort(rt_key, kind="stable")
-    op_key = (op_p.astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
-    pos = np.minimum(np.searchsorted(rt_key[order], op_key), len(order) - 1)
-    return np.where(valid & (rt_key[order][pos] == op_key), order[pos], -1)
 
 
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,13 +78,10 @@ def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.nda
                  ["start", "tid", "corr"])
     if len(rt["start"]) == 0:
         return none, none.copy()
-    row = _row_lookup(pid_of(rt["tid"]), rt["corr"], pid, corr)
+    row = row_lookup(pid_of(rt["tid"]), rt["corr"], pid, corr)
     found = row >= 0
     row = np.where(found, row, 0)
     return np.where(found, rt["start"][row], -1), np.where(found, rt["tid"][row] & TID_MASK, -1)
-
-
-GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
 
 
 def _read_gpu_ops(ex: NsysExport) -> dict:
@@ -246,67 +187,28 @@ def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dic
         ex.conn.close()
 
 
-def _shifted(values: np.ndarray, delta: int) -> np.ndarray:
-    return np.where(values >= 0, values + delta, values) if delta else values
 
 
-def _ops_frame(parts: list[dict]) -> pd.DataFrame:
-    """The gpu_ops frame: columns of every file joined, sorted by (part, pid, device, start)."""
-    cols = {c: np.concatenate([p[c] for p in parts]) for c in ["part", *GPU_INT_COLUMNS, "kind"]}
-    names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
-    order = np.lexsort((cols["start"], cols["device"], cols["pid"], cols["part"]))
-    frame = pd.DataFrame({c: cols[c][order] for c in ["part", "pid", "device", "stream", "start", "end",
-                                                        "correlation_id", "launch_start", "launch_tid"]},
-                         copy=False)  # the arrays are fresh: consolidating them would copy 1M rows again
-    frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
-    frame.insert(8, "kind", pd.Categorical.from_codes(cols["kind"][order], categories=GPU_KINDS))
-    return frame
 
 
-def _number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementation: str) -> pd.DataFrame:
-    """One row per (part, pid, device); rank from `ddp.meta` when every rank has a distinct one, else device order."""
-    if len(ops):
-        ranks = ops[["part", "pid", "device"]].drop_duplicates()
-    else:
-        ranks = nvtx.loc[nvtx["kind"] != "mark", ["part", "pid"]].drop_duplicates().assign(device=-1)
-    ranks = ranks.sort_values(["device", "part", "pid"]).reset_index(drop=True)
-    from_meta = [meta.get((int(p), int(q)), {}).get("rank") for p, q in zip(ranks["part"], ranks["pid"])]
-    usable = all(isinstance(r, int) for r in from_meta) and len(set(from_meta)) == len(from_meta)
-    ranks.insert(0, "rank", from_meta if usable else range(len(ranks)))
-    ranks["implementation"] = implementation
-    return ranks.sort_values("rank").reset_index(drop=True).astype({"rank": np.int64})
 
-
-def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
-    """Load one export, or several one-rank exports of the same run merged onto one clock."""
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    if not paths:
-        raise TraceError("no trace path given")
-    patterns = patterns or Patterns()
-    kineto = [is_kineto(p) for p in paths]
-    if any(kineto):  # torch.profiler JSON: its own reader, the same frames
-        if not all(kineto):
-            raise TraceError(f"{', '.join(map(str, paths))}: cannot merge torch.profiler JSON with nsys exports")
-        from analysis.kineto import load_kineto  # deferred: kineto.py builds on this module
-        return load_kineto(paths, patterns)
+def load_nsys(paths: list[Path]) -> Trace:
+    """Load one export, or several one-rank exports of the same run merged onto the first file's clock."""
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     offsets = [part[3] for part in loaded]
     for (ops, nvtx, *_), offset in zip(loaded, offsets):
         for c in ("start", "end", "launch_start"):
-            ops[c] = _shifted(ops[c], offset - offsets[0])
+            ops[c] = shifted(ops[c], offset - offsets[0])
         for c in ("start", "end"):
-            nvtx[c] = _shifted(nvtx[c].to_numpy(), offset - offsets[0])
-    ops = _ops_frame([part[0] for part in loaded])
-    nvtx = pd.concat([part[1] for part in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][1]
-    nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
-    nvtx = nvtx.reset_index(drop=True)
+            nvtx[c] = shifted(nvtx[c].to_numpy(), offset - offsets[0])
+    ops = ops_frame([part[0] for part in loaded])
+    nvtx = nvtx_frame([part[1] for part in loaded])
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
         raise TraceError(f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure")
-    ops["is_comm"] = communication_mask(ops, nvtx, patterns)
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")),
                           paths[0].stem)
     return Trace(path=label, nsys_version=loaded[0][2], source="gpu" if len(ops) else "nvtx",
-                 gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
+                 gpu_ops=ops, nvtx=nvtx, ranks=number_ranks(ops, nvtx, meta, implementation),
                  meta=meta, implementation=implementation, info={i: part[4] for i, part in enumerate(loaded)})

@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.html_page import write_page
-from analysis.render_style import CATEGORY_COLOURS, OVERLAP_LINE
+from analysis.views.html_page import write_page
+from analysis.views.render_style import CATEGORY_COLOURS, OVERLAP_LINE
 
 TABLE_COLUMNS = {  # summary column -> heading, format
     "implementation": ("implementation", "{}"), "trace": ("trace", "{}"), "ranks": ("ranks", "{:.0f}"),

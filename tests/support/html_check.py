@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+from analysis.views.chromium import find_chromium
+
 # Headless, offline, no first-run work; SwiftShader gives WebGL without a GPU.
 CHROMIUM_FLAGS = (
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -66,14 +66,6 @@ class PageCheck:
     render_ms: float  # page start to load event (all plots drawn), measured in the page
     wall_s: float  # whole browser run, start-up included
 
-
-def find_chromium() -> str | None:
-    """Path of a Chromium-family executable on PATH, or None."""
-    for name in CHROMIUM_NAMES:
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
 
 
 def _probed_copy(page: Path, folder: Path) -> Path:

@@ -14,9 +14,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis import intervals
-from analysis.render_binning import check_segments, merge_subpixel
-from analysis.render_style import (
+from analysis.measures import intervals
+from analysis.views.render_binning import check_segments, merge_subpixel
+from analysis.views.render_style import (
     CATEGORY_LABELS,
     OVERLAP_COLOUR,
     OVERLAP_LINE,

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.synthetic import CUDA_LAUNCH_KERNEL, MARK, PUSH_POP, START_END
-from analysis.synthetic_ddp import LAUNCH_LEAD, DdpShape, _write_step
+from tests.support.synthetic import CUDA_LAUNCH_KERNEL, MARK, PUSH_POP, START_END
+from tests.support.synthetic_ddp import LAUNCH_LEAD, DdpShape, _write_step
 
 BASE_TIME_NS = 1_779_782_330_000_000_000
 

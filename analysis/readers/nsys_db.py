@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
+from analysis.readers.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
 
 KERNEL, MEMCPY, MEMSET = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"
 RUNTIME, NVTX = "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS"

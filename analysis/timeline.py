@@ -9,172 +9,31 @@ compute. The page embeds plotly.js and opens offline. Exit codes: 0 written, 2 b
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
-import plotly.graph_objects as go
+import pandas as pd
 
-from analysis.errors import TraceError
-from analysis.readers.load import group_inputs
-from analysis.views.html_page import write_page, written_by_us
-from analysis.views.lanes import Selection, build_panel
-from analysis.views.render_figure import Panel, build_figure, count_drawn_segments
+from analysis import cli
+from analysis.views.lanes import Selection
+from analysis.views.render_figure import count_drawn_segments
+from analysis.views.table import print_frame
+from analysis.views.timeline_page import PanelSummary, check_output, export_png, png_refusal, trace_panel, write_timeline
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_OUTPUT = Path("reports/timeline.html")
-
-
-
-@dataclass(frozen=True)
-class PanelSummary:
-    """One row of the CLI's machine-readable output: a panel and the analysis figures in its title."""
-
-    trace: str
-    implementation: str
-    view: str
-    ranks: int
-    steps: int
-    segments: int
-    step_ms: float | None
-    comm_ms: float | None
-    overlap_pct: float | None
-    exposed_comm_ms: float | None
 
 
 def progress(message: str) -> None:
     print(f"[timeline] {message}", file=sys.stderr, flush=True)
 
 
-def view_name(selection: Selection) -> str:
-    step = "all steps" if selection.step is None else f"step {selection.step}"
-    rank = "all ranks" if selection.rank is None else f"rank {selection.rank}"
-    return f"{step}, {rank}"
-
-
-def analysis_figures(trace, selection: Selection, steps=None) -> dict:
-    """The analysis's metrics (metrics.py) for the selected step/rank, averaged over steps and ranks.
-
-    `steps`: the trace's per-step frame when the caller already analysed it (else it is computed)."""
-    from analysis.measures.metrics import summarise
-    from analysis.overlap import analyze_trace
-
-    steps = analyze_trace(trace).steps if steps is None else steps
-    if selection.rank is not None:
-        steps = steps.loc[steps["rank"] == selection.rank]
-    if selection.step is not None:
-        steps = steps.loc[steps["step"] == selection.step]
-    return summarise(steps)
-
-
-def _ms(value) -> str:
-    return "-" if value is None else f"{value:.2f} ms"
-
-
-def panel_title(implementation: str, path: str, selection: Selection, fig: dict) -> str:
-    """Implementation, file, view and the analysis's overlap figures (mean per step and rank)."""
-    pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
-    return (f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — step {_ms(fig.get('step_ms'))},"
-            f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
-
-
-def trace_panel(path: str | Path, selection: Selection, trace=None, width_px: int = 1600,
-                steps=None) -> tuple[Panel, PanelSummary]:
-    """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
-    existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
-    from analysis.readers.load import load_trace  # deferred: --help stays instant
-
-    trace = trace if trace is not None else load_trace(path)
-    fig = analysis_figures(trace, selection, steps)
-    title = panel_title(trace.implementation, str(path), selection, fig)
-    panel = build_panel(trace, selection, title=title, width_px=width_px)
-    summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig["ranks"], fig["steps"],
-                           len(panel.segments), fig["step_ms"], fig["comm_ms"], fig["overlap_pct"],
-                           fig["exposed_comm_ms"])
-    return panel, summary
-
-
-def write_timeline(panels: list[Panel], output: Path, title: str, selection: Selection,
-                   width_px: int = 1600) -> tuple[Path, go.Figure]:
-    """Write the stacked-panel page; returns its path and the figure."""
-    x_title = ("time since the step's start (ms)" if selection.step is not None
-               else "time since the first step's start (ms; trace start when there are no steps)")
-    fig = build_figure(panels, width_px=width_px, x_title=x_title)
-    intro = ("Lanes per rank: CPU NVTX ranges (step, phases, communication), then per GPU stream its compute "
-             "and communication work. Green shading: communication overlapping compute. Work narrower than a "
-             "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse.")
-    write_page(output, title, [fig], intro=intro)
-    return output, fig
-
-
-def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> None:
-    """Refuse outputs that would clobber an input or are not HTML; without an explicit -o, also any
-    existing page this tool did not write."""
-    if output.suffix.lower() not in (".html", ".htm"):
-        raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
-    if output.exists() and output.is_dir():
-        raise TraceError(f"-o {output}: is a directory; give a file path ending in .html")
-    if any(output.resolve() == p.resolve() for p in inputs):
-        raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
-    if not explicit and output.is_file() and not written_by_us(output):
-        raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
-
-
 def print_rows(rows: list[PanelSummary], fmt: str) -> None:
     """The summary on stdout as an aligned table, CSV or JSON."""
-    data = [asdict(r) for r in rows]
-    if fmt == "json":
-        print(json.dumps(data, indent=2))
-        return
-    cols = list(data[0]) if data else []
-    cells = [[f"{v:.3f}" if isinstance(v, float) else ("" if v is None else str(v)) for v in d.values()]
-             for d in data]
-    if fmt == "csv":
-        import csv
-
-        writer = csv.writer(sys.stdout)
-        writer.writerow(cols)
-        writer.writerows(cells)
-        return
-    widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
-    for line in [cols, *cells]:
-        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths))))
-
-
-def png_refusal(output: Path) -> str:
-    """Why `<output>.png` must not be written, or ''. An existing PNG is replaced only when it pairs
-    with an existing page at `output` that this tool wrote (a PNG from an earlier run of ours)."""
-    png = output.with_suffix(".png")
-    if not png.exists():
-        return ""
-    if png.is_file() and output.is_file() and written_by_us(output):
-        return ""
-    return f"{png} exists and does not pair with a page this tool wrote; not overwriting it"
-
-
-def export_png(fig: go.Figure, png: Path, width_px: int = 1600) -> str:
-    """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped
-    (kaleido or Chromium missing, or any error they raise: the PNG is optional, the page is written)."""
-    from analysis.views.chromium import find_chromium
-
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
-        return "kaleido is not installed (pip install kaleido)"
-    chromium = find_chromium()
-    if chromium is None:
-        return "no system chromium (bash scripts/install_chromium.sh)"
-    import os
-
-    os.environ.setdefault("BROWSER_PATH", chromium)  # kaleido drives this Chromium, downloads none
-    try:
-        fig.write_image(str(png), width=width_px, height=int(fig.layout.height))
-    except Exception as e:  # kaleido/Chromium failures come in many types; none is worth a traceback
-        first = (str(e).strip().splitlines() or [""])[0]
-        return f"{type(e).__name__}: {first}"
-    return ""
+    print_frame(pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__)), fmt,
+                headings=False, indent=2)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -200,6 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also write <output>.png, --width pixels wide (needs kaleido and a system Chromium; "
                          "skipped with a message when they are missing or fail, and when a PNG exists that "
                          "does not pair with a page this tool wrote)")
+    cli.add_pattern_options(ap)
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
         ap.error(f"--width {args.width}: expected 100..20000 pixels")
@@ -208,35 +68,36 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    try:
-        selection = Selection(step=args.step, rank=args.rank)
-        check_output(args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None)
-        args.output = args.output or DEFAULT_OUTPUT
-        from analysis.readers.load import load_trace
+    return cli.run(lambda: _run(args))
 
-        panels, rows = [], []
-        for inp in group_inputs(args.traces):
-            t0 = time.perf_counter()
-            trace = load_trace(list(inp.paths))
-            panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width)
-            panels.append(panel)
-            rows.append(row)
-            progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
-        title = "Timeline: " + " vs ".join(r.implementation for r in rows)
-        png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
-        out, fig = write_timeline(panels, args.output, title, selection, args.width)
-        progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, "
-                 f"{count_drawn_segments(fig)} segments drawn after merging)")
-        if args.png:
-            why = png_why or export_png(fig, args.output.with_suffix(".png"), args.width)
-            progress(f"png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
-    except TraceError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"error: {e.filename or ''}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    print_rows(rows, args.format)
+
+def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.analyze import analyze_trace
+    from analysis.readers.load import group_inputs, load_trace
+
+    patterns = cli.patterns_from(args)
+    selection = Selection(step=args.step, rank=args.rank)
+    check_output(args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None)
+    args.output = args.output or DEFAULT_OUTPUT
+    panels, rows = [], []
+    for inp in group_inputs(args.traces):
+        t0 = time.perf_counter()
+        trace = load_trace(list(inp.paths), patterns)
+        steps = analyze_trace(trace, patterns).steps
+        panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width, steps=steps,
+                                 patterns=patterns)
+        panels.append(panel)
+        rows.append(row)
+        progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
+    title = "Timeline: " + " vs ".join(r.implementation for r in rows)
+    png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
+    out, fig = write_timeline(panels, args.output, title, selection, args.width)
+    progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, "
+             f"{count_drawn_segments(fig)} segments drawn after merging)")
+    if args.png:
+        why = png_why or export_png(fig, args.output.with_suffix(".png"), args.width)
+        progress(f"png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
+    cli.emit(lambda: print_rows(rows, args.format))
     return 0
 
 

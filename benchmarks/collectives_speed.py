@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 TIMED = """
 import json, sys, time
-from analysis.collectives import collectives_of
+from analysis.engine.collectives_view import collectives_of
 from analysis.readers.load import load_trace
 t0 = time.perf_counter()
 trace = load_trace(sys.argv[1])

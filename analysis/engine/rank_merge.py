@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.readers.nsys_db import NsysExport
-from analysis.overlap import TRACE_KEYS, Analysis, analyze_trace, trace_summary
+from analysis.engine.analyze import TRACE_KEYS, Analysis, analyze_trace, trace_summary
 from analysis.engine.parallel import Outcome, Progress, run_tasks
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps

@@ -7,17 +7,20 @@ html_page.write_page; each entry is (label, trace, CollectivesView of that trace
 from __future__ import annotations
 
 import html
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.measures.collective_calls import step_at
-from analysis.collectives import CollectivesView
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import KERNEL, codes, launched_inside, ranges_named
 from analysis.views.render_style import CATEGORY_COLOURS
 from analysis.frames.trace import Trace
+
+if TYPE_CHECKING:
+    from analysis.engine.collectives_view import CollectivesView
 
 NS_PER_MS = 1e6
 WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = "#f1a340", CATEGORY_COLOURS["comm_kernel"], "#333333"
@@ -102,7 +105,8 @@ def bucket_timeline_figure(calls: pd.DataFrame, spans: pd.DataFrame, step: int, 
     return fig
 
 
-def collectives_section(entries: list[tuple[str, Trace, CollectivesView]], peak_busbw: float | None = None) -> list:
+def collectives_section(entries: list[tuple[str, Trace, CollectivesView]], peak_busbw: float | None = None,
+                        patterns: Patterns | None = None) -> list:
     """Blocks of the report's Collectives section for the traces given."""
     if not entries:
         return []
@@ -127,5 +131,5 @@ def collectives_section(entries: list[tuple[str, Trace, CollectivesView]], peak_
         if steps:
             step = int(steps[len(steps) // 2])
             rank = int(view.calls["rank"].min())
-            blocks.append(bucket_timeline_figure(view.calls, backward_spans(trace), step, rank, label))
+            blocks.append(bucket_timeline_figure(view.calls, backward_spans(trace, patterns), step, rank, label))
     return blocks

@@ -9,7 +9,8 @@ import pytest
 
 from analysis.measures.collective_calls import op_of_kernel
 from analysis.measures.collective_stats import bus_factor, size_class
-from analysis.collectives import analyze_collectives, main
+from analysis import analyze_collectives
+from analysis.collectives import main
 from analysis.errors import TraceError
 from tests.support.synthetic import START_END, NsysWriter
 

@@ -7,7 +7,7 @@ import sqlite3
 import numpy as np
 import pytest
 
-from analysis.collectives import analyze_collectives
+from analysis import analyze_collectives
 
 ALL_REDUCE = """SELECT k.globalPid, k.start, k."end" FROM CUPTI_ACTIVITY_KIND_KERNEL k
                 JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'ncclDevKernel_AllReduce%'"""
@@ -140,7 +140,7 @@ def test_host_collectives_of_gloo_on_cuda_come_from_the_ranges(gpu_trace):
 
 
 def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
-    from analysis.overlap import analyze
+    from analysis import analyze
 
     path = gpu_trace("overlap.sqlite")
     steps = analyze(path).steps.set_index(["rank", "step"])
@@ -159,7 +159,7 @@ def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
 
 
 def test_overlap_split_is_null_without_a_partner(gpu_trace, tmp_path):
-    from analysis.overlap import analyze
+    from analysis import analyze
     from tests.analysis.test_collectives import write_two_gpu_ranks
 
     alone = analyze(gpu_trace("naive.rank0.sqlite"))

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from analysis.collectives import analyze_collectives
+from analysis import analyze_collectives
 
 NSYS = shutil.which("nsys")
 PROGRAM = """

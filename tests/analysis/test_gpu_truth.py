@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from analysis.views.lanes import Selection, build_panel
-from analysis.overlap import analyze, analyze_trace
+from analysis import analyze, analyze_trace
 from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
 from analysis.readers.load import load_trace
 from tests.analysis.gpu_reference import length, read, reference

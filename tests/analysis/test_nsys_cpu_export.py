@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from analysis.overlap import analyze
+from analysis import analyze
 
 NSYS = shutil.which("nsys")
 PROGRAM = """

@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from analysis.overlap import analyze
+from analysis import analyze
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait, write_cpu_only, write_two_ranks
 
 

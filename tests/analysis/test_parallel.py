@@ -17,7 +17,7 @@ import pytest
 from analysis import overlap, report
 from analysis.engine import parallel
 from analysis.measures.metrics import SPLIT_METRICS
-from analysis.overlap import analyze, analyze_trace
+from analysis import analyze, analyze_trace
 from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
 from analysis.engine.rank_merge import analyse_file, combine, session_offset
 from tests.support.synthetic import NsysWriter

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.overlap import analyze
+from analysis import analyze
 from analysis.readers.load import load_trace
 
 DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"

@@ -4,7 +4,7 @@ from collections import defaultdict
 
 import pytest
 
-from analysis.overlap import analyze
+from analysis import analyze
 from tests.support.synthetic_ddp import DdpShape, write_ddp_trace
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import plotly.graph_objects as go
 import pytest
 from plotly.offline import get_plotlyjs
 
@@ -14,7 +15,7 @@ from analysis import timeline
 from analysis.views.lanes import Selection, build_panel
 from analysis.measures.patterns import Patterns
 from tests.support.synthetic import START_END, NsysWriter
-from analysis.overlap import analyze_trace
+from analysis import analyze_trace
 from analysis.readers.load import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
@@ -216,7 +217,7 @@ def _fake_write_image(calls, fail=False):
 def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
     calls = []
-    monkeypatch.setattr(timeline.go.Figure, "write_image", _fake_write_image(calls))
+    monkeypatch.setattr(go.Figure, "write_image", _fake_write_image(calls))
     monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
     out, png = tmp_path / "t.html", tmp_path / "t.png"
     png.write_bytes(b"someone's png")
@@ -232,7 +233,7 @@ def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces,
 
 def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
-    monkeypatch.setattr(timeline.go.Figure, "write_image", _fake_write_image([], fail=True))
+    monkeypatch.setattr(go.Figure, "write_image", _fake_write_image([], fail=True))
     monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
     code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--png")
     assert code == 0 and (tmp_path / "t.html").exists() and not (tmp_path / "t.png").exists()

@@ -1,0 +1,93 @@
+"""The report folder's own files: refusing files this tool did not write, and the results.db history."""
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import TraceError
+from analysis.views.html_page import written_by_us
+from analysis.views.table import plain_records
+
+
+SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
+                   "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
+
+
+
+def check_out_dir(out: Path, html_names: list[str]) -> None:
+    """Refuse an -o that is a file, and files inside it this tool did not write (pages without our
+    generator mark, a summary.csv with other headers, a results.db that is not SQLite)."""
+    if out.exists() and not out.is_dir():
+        raise TraceError(f"-o {out}: is a file, expected a folder for the report")
+    for name in ["index.html", *html_names]:
+        page = out / name
+        if page.exists() and (page.is_dir() or not written_by_us(page)):
+            raise TraceError(f"{page}: exists and was not written by this tool; refusing to overwrite it "
+                             "(choose another -o folder)")
+    csv = out / "summary.csv"
+    if csv.exists() and not _starts_with(csv, ",".join(SUMMARY_COLUMNS[:3]).encode()):
+        raise TraceError(f"{csv}: exists and is not a report summary; refusing to overwrite it")
+    db = out / "results.db"
+    if db.exists() and not _starts_with(db, b"SQLite format 3"):
+        raise TraceError(f"{db}: exists and is not an SQLite database; refusing to touch it")
+
+
+
+def _starts_with(path: Path, head: bytes) -> bool:
+    """Whether a file's first bytes are `head` (reads only those bytes; a folder never matches)."""
+    if not path.is_file():
+        return False
+    with open(path, "rb") as f:
+        return f.read(len(head)) == head
+
+
+
+HISTORY_KEYS = {"traces": ["path", "sha256"], "ranks": ["path", "sha256", "rank"],
+                "steps": ["path", "sha256", "rank", "step"]}
+
+
+
+def record_history(db_path: Path, results: list, summary: pd.DataFrame) -> None:
+    """Upsert traces, ranks and steps keyed by (path, sha256): re-runs add history, never duplicates.
+
+    Raises TraceError (before writing anything) when a table exists keyed differently, and when
+    SQLite or sqlite-utils fails while writing.
+    """
+    import sqlite_utils
+    import sqlite_utils.db as su
+
+    failures = (sqlite3.Error, su.AlterError, su.BadPrimaryKey, su.InvalidColumns, su.PrimaryKeyRequired,
+                su.TransactionError, su.NotFoundError)
+    try:
+        with sqlite_utils.Database(db_path) as db:  # the with-block closes the connection
+            _check_history_tables(db, db_path)
+            _upsert_history(db, results, summary)
+    except failures as e:
+        raise TraceError(f"{db_path}: cannot record the results ({type(e).__name__}: {e})") from None
+
+
+
+def _check_history_tables(db, db_path: Path) -> None:
+    """Refuse a results.db whose traces/ranks/steps tables are keyed otherwise than ours."""
+    for name, keys in HISTORY_KEYS.items():
+        if db[name].exists() and db[name].pks != keys:
+            raise TraceError(f"{db_path}: table {name} is keyed by {db[name].pks}, not {keys}; not a results "
+                             "database of this tool (choose another -o folder)")
+
+
+
+def _upsert_history(db, results: list, summary: pd.DataFrame) -> None:
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
+    db["traces"].upsert_all(plain_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
+    for r in results:
+        base = {"path": str(r.path), "sha256": r.sha256}
+        ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
+        db["ranks"].upsert_all(plain_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
+        steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
+        steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
+        db["steps"].upsert_all(plain_records(steps), pk=HISTORY_KEYS["steps"], alter=True)

@@ -1,0 +1,146 @@
+"""Timeline pages: one panel per trace with the analysis figures in its title, the page, the optional PNG."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from analysis.errors import TraceError
+from analysis.measures.patterns import Patterns
+from analysis.views.html_page import write_page, written_by_us
+from analysis.views.lanes import Selection, build_panel
+from analysis.views.render_figure import Panel, build_figure
+
+
+@dataclass(frozen=True)
+class PanelSummary:
+    """One row of the CLI's machine-readable output: a panel and the analysis figures in its title."""
+
+    trace: str
+    implementation: str
+    view: str
+    ranks: int
+    steps: int
+    segments: int
+    step_ms: float | None
+    comm_ms: float | None
+    overlap_pct: float | None
+    exposed_comm_ms: float | None
+
+
+
+def view_name(selection: Selection) -> str:
+    step = "all steps" if selection.step is None else f"step {selection.step}"
+    rank = "all ranks" if selection.rank is None else f"rank {selection.rank}"
+    return f"{step}, {rank}"
+
+
+
+def analysis_figures(trace, selection: Selection, steps=None, patterns: Patterns | None = None) -> dict:
+    """The analysis's metrics (measures/metrics.py) for the selected step/rank, averaged over steps and ranks.
+
+    `steps`: the trace's per-step frame when the caller already analysed it (else it is measured)."""
+    from analysis.measures.metrics import measure_trace, summarise
+
+    steps = measure_trace(trace, patterns)[0] if steps is None else steps
+    if selection.rank is not None:
+        steps = steps.loc[steps["rank"] == selection.rank]
+    if selection.step is not None:
+        steps = steps.loc[steps["step"] == selection.step]
+    return summarise(steps)
+
+
+
+def _ms(value) -> str:
+    return "-" if value is None else f"{value:.2f} ms"
+
+
+
+def panel_title(implementation: str, path: str, selection: Selection, fig: dict) -> str:
+    """Implementation, file, view and the analysis's overlap figures (mean per step and rank)."""
+    pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
+    return (f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — step {_ms(fig.get('step_ms'))},"
+            f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
+
+
+
+def trace_panel(path: str | Path, selection: Selection, trace=None, width_px: int = 1600,
+                steps=None, patterns: Patterns | None = None) -> tuple[Panel, PanelSummary]:
+    """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
+    existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
+    from analysis.readers.load import load_trace  # deferred: --help stays instant
+
+    patterns = patterns or Patterns()
+    trace = trace if trace is not None else load_trace(path, patterns)
+    fig = analysis_figures(trace, selection, steps, patterns)
+    title = panel_title(trace.implementation, str(path), selection, fig)
+    panel = build_panel(trace, selection, patterns, title=title, width_px=width_px)
+    summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig["ranks"], fig["steps"],
+                           len(panel.segments), fig["step_ms"], fig["comm_ms"], fig["overlap_pct"],
+                           fig["exposed_comm_ms"])
+    return panel, summary
+
+
+
+def write_timeline(panels: list[Panel], output: Path, title: str, selection: Selection,
+                   width_px: int = 1600) -> tuple[Path, go.Figure]:
+    """Write the stacked-panel page; returns its path and the figure."""
+    x_title = ("time since the step's start (ms)" if selection.step is not None
+               else "time since the first step's start (ms; trace start when there are no steps)")
+    fig = build_figure(panels, width_px=width_px, x_title=x_title)
+    intro = ("Lanes per rank: CPU NVTX ranges (step, phases, communication), then per GPU stream its compute "
+             "and communication work. Green shading: communication overlapping compute. Work narrower than a "
+             "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse.")
+    write_page(output, title, [fig], intro=intro)
+    return output, fig
+
+
+
+def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> None:
+    """Refuse outputs that would clobber an input or are not HTML; without an explicit -o, also any
+    existing page this tool did not write."""
+    if output.suffix.lower() not in (".html", ".htm"):
+        raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
+    if output.exists() and output.is_dir():
+        raise TraceError(f"-o {output}: is a directory; give a file path ending in .html")
+    if any(output.resolve() == p.resolve() for p in inputs):
+        raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
+    if not explicit and output.is_file() and not written_by_us(output):
+        raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
+
+
+
+def png_refusal(output: Path) -> str:
+    """Why `<output>.png` must not be written, or ''. An existing PNG is replaced only when it pairs
+    with an existing page at `output` that this tool wrote (a PNG from an earlier run of ours)."""
+    png = output.with_suffix(".png")
+    if not png.exists():
+        return ""
+    if png.is_file() and output.is_file() and written_by_us(output):
+        return ""
+    return f"{png} exists and does not pair with a page this tool wrote; not overwriting it"
+
+
+
+def export_png(fig: go.Figure, png: Path, width_px: int = 1600) -> str:
+    """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped
+    (kaleido or Chromium missing, or any error they raise: the PNG is optional, the page is written)."""
+    from analysis.views.chromium import find_chromium
+
+    try:
+        import kaleido  # noqa: F401
+    except ImportError:
+        return "kaleido is not installed (pip install kaleido)"
+    chromium = find_chromium()
+    if chromium is None:
+        return "no system chromium (bash scripts/install_chromium.sh)"
+    import os
+
+    os.environ.setdefault("BROWSER_PATH", chromium)  # kaleido drives this Chromium, downloads none
+    try:
+        fig.write_image(str(png), width=width_px, height=int(fig.layout.height))
+    except Exception as e:  # kaleido/Chromium failures come in many types; none is worth a traceback
+        first = (str(e).strip().splitlines() or [""])[0]
+        return f"{type(e).__name__}: {first}"
+    return ""

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from analysis.engine.parallel import Progress, check_jobs, default_jobs
-    from analysis.engine.rank_merge import analyse_groups, concat_analyses, report_failures
+    from analysis.engine.rank_merge import analyze_groups, concat_analyses, report_failures
 
     patterns = cli.patterns_from(args)
     check_jobs(args.jobs)
@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     files = [p for g in groups for p in g]
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), "[overlap]", after_s=0 if big else None)
-    done = analyse_groups(groups, patterns, args.skip_steps, args.jobs or default_jobs(files), args.dask, progress)
+    done = analyze_groups(groups, patterns, args.skip_steps, args.jobs or default_jobs(files), args.dask, progress)
     bad = report_failures(done)
     good = [g.merged for g in done if g.merged is not None]
     if not good:

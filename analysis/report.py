@@ -39,7 +39,7 @@ FORMATS = ("table", "csv", "json")
 
 
 @dataclass(frozen=True)
-class Analysed:
+class AnalyzedTrace:
     """One input trace: its label (the path, or the rank files' pattern), content hash, trace, analysis."""
 
     path: str
@@ -72,37 +72,37 @@ def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
     """One file's analysis with its content hash (runs in worker processes: see engine/parallel.py)."""
     from dataclasses import replace
 
-    from analysis.engine.rank_merge import analyse_file
-    return replace(analyse_file(path, patterns), sha256=content_hash(path))
+    from analysis.engine.rank_merge import analyze_file
+    return replace(analyze_file(path, patterns), sha256=content_hash(path))
 
 
-def analyse_all(inputs: list[TraceInput], jobs: int | None, dask: str | None,
-                patterns: Patterns | None = None) -> tuple[list[Analysed], list[str]]:
+def analyze_all(inputs: list[TraceInput], jobs: int | None, dask: str | None,
+                patterns: Patterns | None = None) -> tuple[list[AnalyzedTrace], list[str]]:
     """Every file of every input analysed on its own (here, in --jobs processes or on --dask), per-rank
     files merged from their results; prints each bad file's error and returns (results, bad files)."""
     from analysis.engine.parallel import Progress, check_jobs, default_jobs
-    from analysis.engine.rank_merge import analyse_groups, report_failures
+    from analysis.engine.rank_merge import analyze_groups, report_failures
 
     check_jobs(jobs)
     files = [p for inp in inputs for p in inp.paths]
-    done = analyse_groups([list(inp.paths) for inp in inputs], patterns, jobs=jobs or default_jobs(files), dask=dask,
+    done = analyze_groups([list(inp.paths) for inp in inputs], patterns, jobs=jobs or default_jobs(files), dask=dask,
                           progress=Progress(len(files), "[report]"), task=partial(hashed_file, patterns=patterns))
     bad = report_failures(done)
-    results = [Analysed(inp.label, inp.name, group_sha256([f.sha256 for f in g.files] or
+    results = [AnalyzedTrace(inp.label, inp.name, group_sha256([f.sha256 for f in g.files] or
                                                           [content_hash(p) for p in inp.paths]),  # merged runs
                         None, g.merged.analysis, inp.paths) for inp, g in zip(inputs, done, strict=True)
                if g.merged is not None]
     return results, bad
 
 
-def loaded_trace(result: Analysed, patterns: Patterns | None = None) -> Trace:
+def loaded_trace(result: AnalyzedTrace, patterns: Patterns | None = None) -> Trace:
     """The result's trace, loaded again when the analysis did not keep it."""
     from analysis.readers.load import load_trace
 
     return cast("Trace", result.trace) if result.trace is not None else load_trace(list(result.paths), patterns)
 
 
-def summary_frame(results: list[Analysed]) -> pd.DataFrame:
+def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
     """One row per trace, fastest first, with labels unique across traces and speedup over naive."""
     rows = [{**r.analysis.summary.iloc[0].to_dict(), "trace": str(r.path), "sha256": r.sha256} for r in results]
     frame = pd.DataFrame(rows)
@@ -114,7 +114,7 @@ def summary_frame(results: list[Analysed]) -> pd.DataFrame:
     return frame.sort_values("step_ms", kind="stable", na_position="last").reset_index(drop=True)
 
 
-def steps_frame(results: list[Analysed], summary: pd.DataFrame) -> pd.DataFrame:
+def steps_frame(results: list[AnalyzedTrace], summary: pd.DataFrame) -> pd.DataFrame:
     """Every (trace, rank, step) row of the analyses with the trace's label."""
     labels = dict(zip(summary["trace"], summary["label"]))
     return pd.concat([r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256)
@@ -131,7 +131,7 @@ def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
     return names
 
 
-def common_step(a: Analysed, b: Analysed) -> int | None:
+def common_step(a: AnalyzedTrace, b: AnalyzedTrace) -> int | None:
     """A step number both traces have (the middle one, past warm-up), or None."""
     have = [set(r.analysis.steps["step"].dropna().astype(int)) for r in (a, b)]
     common = sorted(have[0] & have[1])
@@ -159,7 +159,7 @@ def side_page(summary: pd.DataFrame) -> SidePage | None:
                     naive.iloc[0], best["trace"])
 
 
-def write_timelines(out: Path, results: list[Analysed], side: SidePage | None,
+def write_timelines(out: Path, results: list[AnalyzedTrace], side: SidePage | None,
                     patterns: Patterns | None = None) -> dict:
     """One overview timeline per trace plus the naive-vs-best side by side; returns the per-trace links."""
     from analysis.views.timeline_page import trace_panel, write_timeline
@@ -181,7 +181,7 @@ def write_timelines(out: Path, results: list[Analysed], side: SidePage | None,
     return names
 
 
-def collectives_blocks(results: list[Analysed], summary: pd.DataFrame, peak_busbw: float | None,
+def collectives_blocks(results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None,
                        patterns: Patterns | None = None) -> list:
     """The index page's Collectives section (views/report_collectives.py), one entry per trace."""
     from analysis.engine.collectives_view import collectives_of
@@ -240,7 +240,7 @@ def _run(args: argparse.Namespace) -> int:
     inputs = group_inputs(args.traces)
     pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
     check_out_dir(out, pages)  # fail before the (slow) analysis when we can
-    results, bad = analyse_all(inputs, args.jobs, args.dask, patterns)
+    results, bad = analyze_all(inputs, args.jobs, args.dask, patterns)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)

@@ -20,7 +20,14 @@ from analysis import cli
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
-from analysis.views.timeline_page import PanelSummary, check_output, export_png, png_refusal, trace_panel, write_timeline
+from analysis.views.timeline_page import (
+    PanelSummary,
+    check_output,
+    export_png,
+    png_refusal,
+    trace_panel,
+    write_timeline,
+)
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_OUTPUT = Path("reports/timeline.html")

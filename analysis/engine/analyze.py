@@ -19,7 +19,6 @@ from analysis.measures.patterns import Patterns
 from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 
-
 TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
 
 
@@ -119,13 +118,13 @@ def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None 
     files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, rank_merge.py).
     Raises TraceError naming every file that failed."""
     from analysis.engine.parallel import Progress
-    from analysis.engine.rank_merge import analyse_groups, concat_analyses  # deferred: it builds on this module
+    from analysis.engine.rank_merge import analyze_groups, concat_analyses  # deferred: it builds on this module
 
     if skip_steps < 0:
         raise TraceError(f"skip_steps={skip_steps}: must be >= 0")
     groups = input_groups(paths, merge, export)
     shown = Progress(sum(map(len, groups)), "", after_s=0, write=progress) if progress else None
-    done = analyse_groups(groups, patterns, skip_steps, jobs, dask, shown)
+    done = analyze_groups(groups, patterns, skip_steps, jobs, dask, shown)
     errors = [e for g in done for e in g.errors]
     if errors:
         raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} files failed: {'; '.join(errors)}")

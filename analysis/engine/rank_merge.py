@@ -1,7 +1,7 @@
 """Analyse the one-rank files of a run one file at a time and merge the small results, not the events.
 
 A merged run's ranks are independent once their clocks are aligned: every metric is computed from
-one rank's own work, so `analyse_file` (one export: load, `analyze_trace`, and the export's
+one rank's own work, so `analyze_file` (one export: load, `analyze_trace`, and the export's
 session clock from TARGET_INFO_SESSION_START_TIME) can run in any process, and `combine` turns
 the per-file results into exactly what `analyze_trace(load_trace(group))` gives for the whole
 group: ranks numbered across files the same way, rows in rank order, the run's metadata and
@@ -22,16 +22,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.readers.nsys_db import NsysExport
 from analysis.engine.analyze import TRACE_KEYS, Analysis, analyze_trace, trace_summary
 from analysis.engine.parallel import Outcome, Progress, run_tasks
+from analysis.frames.run_info import shared_gpu_ranks
+from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps
-from analysis.frames.run_info import shared_gpu_ranks
-from analysis.frames.trace import Trace
 from analysis.readers.load import load_trace
-
-NS_PER_MS = 1e6
+from analysis.readers.nsys_db import NsysExport
 
 
 @dataclass(frozen=True)
@@ -83,7 +81,7 @@ def session_offset(path: str | Path) -> int:
         ex.conn.close()
 
 
-def analyse_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
+def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
     """Load and analyse one export; what `combine` needs to merge it with the run's other files."""
     trace = load_trace(path, patterns)
     analysis = analyze_trace(trace, patterns, skip_steps)
@@ -186,7 +184,7 @@ def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shif
     return out.sort_values(["step"], kind="stable")[ACROSS_COLUMNS].reset_index(drop=True)
 
 
-def analyse_whole(paths: Sequence[str | Path], patterns: Patterns | None = None, skip_steps: int = 0) -> Merged:
+def analyze_whole(paths: Sequence[str | Path], patterns: Patterns | None = None, skip_steps: int = 0) -> Merged:
     """A run's per-rank files loaded together (one process holds them all): the analysis' cross-rank
     figures (the collectives' wait/transfer split, metrics.SPLIT_METRICS) need every rank's calls,
     which `combine` does not merge yet."""
@@ -198,15 +196,15 @@ def analyse_whole(paths: Sequence[str | Path], patterns: Patterns | None = None,
     return Merged(analysis, across_ranks(steps, parts, dict.fromkeys(parts, 0)))  # one clock already
 
 
-def analyse_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None = None, skip_steps: int = 0,
+def analyze_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None = None, skip_steps: int = 0,
                    jobs: int = 1, dask: str | None = None, progress: Progress | None = None,
                    task: Callable | None = None) -> list[GroupOutcome]:
     """Every file of every group as its own task (serial, process pool or Dask), then each group
     combined; a group with a failed file gets that file's error and no result. `task(path)` replaces
-    `analyse_file` (it must return a FileResult)."""
-    task = task or partial(analyse_file, patterns=patterns, skip_steps=skip_steps)
-    if any(len(g) > 1 for g in groups):  # merged runs: see analyse_whole
-        return _analyse_whole_groups(groups, patterns, skip_steps, jobs, dask, progress)
+    `analyze_file` (it must return a FileResult)."""
+    task = task or partial(analyze_file, patterns=patterns, skip_steps=skip_steps)
+    if any(len(g) > 1 for g in groups):  # merged runs: see analyze_whole
+        return _analyze_whole_groups(groups, patterns, skip_steps, jobs, dask, progress)
     files = [Path(p) for group in groups for p in group]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
     outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress)
@@ -228,11 +226,11 @@ def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
                        for f in fields(Analysis)})
 
 
-def _analyse_whole_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None, skip_steps: int, jobs: int,
+def _analyze_whole_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None, skip_steps: int, jobs: int,
                           dask: str | None, progress: Progress | None) -> list[GroupOutcome]:
-    """One task per group (analyse_whole); a bad file fails its group with the loader's one-line error."""
+    """One task per group (analyze_whole); a bad file fails its group with the loader's one-line error."""
     items = [tuple(Path(p).resolve() if dask else Path(p) for p in g) for g in groups]
-    outcomes = run_tasks(partial(analyse_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs,
+    outcomes = run_tasks(partial(analyze_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs,
                          dask=dask, progress=progress)
     out = []
     for group, outcome in zip(groups, outcomes, strict=True):

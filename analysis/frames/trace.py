@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
 # gpu_ops.kind categories and their codes
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))

@@ -25,21 +25,19 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from analysis.frames.trace import GPU_KERNEL, NVTX_MARK, NVTX_PUSH_POP, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.patterns import Patterns, matches
 from analysis.measures.phases import (
-    KERNEL,
-    MARK,
-    PUSH_POP,
     codes,
     find_steps,
     keyed_contains,
+    of_process,
     process_key,
     ranges_named,
     thread_key,
 )
 from analysis.measures.steps import step_windows, window_index
-from analysis.frames.trace import Trace
 
 COMM_CALL = re.compile(r"^comm:([^:]+):?(.*)$")
 # kernel-name fragment (lower case, underscores removed) -> op; ReduceScatter before Reduce
@@ -69,7 +67,7 @@ def op_of_kernel(name: str) -> str:
 def _comm_ranges(trace: Trace) -> pd.DataFrame:
     """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out."""
     nvtx = trace.nvtx
-    ranges = nvtx[(codes(nvtx["kind"]) != MARK) & nvtx["text"].str.startswith("comm:").to_numpy()]
+    ranges = nvtx[(codes(nvtx["kind"]) != NVTX_MARK) & nvtx["text"].str.startswith("comm:").to_numpy()]
     parts = ranges["text"].str.extract(COMM_CALL)
     return ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
 
@@ -102,7 +100,7 @@ def _with_ranks(frame: pd.DataFrame, trace: Trace, by_device: bool) -> pd.DataFr
 
 def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     ops = trace.gpu_ops
-    is_coll = (codes(ops["kind"]) == KERNEL) & matches(ops["name"], patterns.regex("comm_kernel"))
+    is_coll = (codes(ops["kind"]) == GPU_KERNEL) & matches(ops["name"], patterns.regex("comm_kernel"))
     k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name"]]
     k = k.assign(kernel=k["name"].astype(str), tkey=thread_key(k["part"], k["pid"], np.maximum(k["launch_tid"], 0)))
     k = k.drop(columns="name").sort_values("launch_start", kind="stable")
@@ -172,7 +170,7 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
 def _kernel_compute(trace: Trace) -> dict:
     """rank -> union of its compute kernels (kernels not counted as communication)."""
     ops = trace.gpu_ops
-    compute = (codes(ops["kind"]) == KERNEL) & ~ops["is_comm"].to_numpy()
+    compute = (codes(ops["kind"]) == GPU_KERNEL) & ~ops["is_comm"].to_numpy()
     groups = ops[compute].groupby(["part", "pid", "device"], sort=False).indices
     starts, ends = ops["start"].to_numpy()[compute], ops["end"].to_numpy()[compute]
     out = {}
@@ -187,16 +185,12 @@ def _range_compute(trace: Trace, patterns: Patterns) -> dict:
     named = lambda field: ranges_named(trace.nvtx, patterns.regex(field))
     work = pd.concat([named("forward"), named("backward"), named("optimizer")])
     comm = _comm_ranges(trace)
-    waits = pd.concat([comm[codes(comm["kind"]) == PUSH_POP], named("sync_wait")])
+    waits = pd.concat([comm[codes(comm["kind"]) == NVTX_PUSH_POP], named("sync_wait")])
     out = {}
     for rank, part, pid in trace.ranks[["rank", "part", "pid"]].itertuples(index=False):  # per rank
-        w, b = _of_process(work, part, pid), _of_process(waits, part, pid)
+        w, b = of_process(work, part, pid), of_process(waits, part, pid)
         out[int(rank)] = iv.subtract(w["start"], w["end"], b["start"], b["end"])
     return out
-
-
-def _of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
-    return frame[(frame["part"].to_numpy() == part) & (frame["pid"].to_numpy() == pid)]
 
 
 def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.pairing import exposure, pair, world_size
 from analysis.measures.patterns import Patterns
-from analysis.frames.trace import Trace
 
-NS_PER_MS = 1e6
 ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op", "tag", "bytes", "issue_ms",
                "start_ms", "end_ms", "duration_ms", "wait_ms", "transfer_ms", "algbw_gbps", "busbw_gbps",
                "exposed_ms", "exposed_wait_ms", "exposed_transfer_ms", "seq", "partners", "paired", "last_rank",

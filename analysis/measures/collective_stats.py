@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-NS_PER_MS = 1e6
+from analysis.frames.trace import NS_PER_MS
+
 SIZE_EDGES = np.array([0, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20], dtype=float)
 SIZE_LABELS = ["<4K", "4K-64K", "64K-1M", "1M-16M", "16M-256M", ">=256M"]
 

@@ -32,14 +32,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NS_PER_MS, NVTX_MARK, NVTX_PUSH_POP, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.patterns import Patterns
-from analysis.measures.phases import (KERNEL, MARK, MEMCPY, PUSH_POP, codes, counted_comm_ranges, find_steps,
-                             launched_inside, ranges_named)
+from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
 from analysis.measures.steps import step_windows, window_index
-from analysis.frames.trace import Trace
 
-NS_PER_MS = 1e6
 # added by overlap.analyze_trace from the collectives view (collective_rows.with_comm_split)
 SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
 METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "comm_kernel_ms", "comm_copy_ms", "overlap_ms",
@@ -57,13 +55,13 @@ class Items:
     start: np.ndarray
     end: np.ndarray
 
-    def where(self, mask: np.ndarray) -> "Items":
+    def where(self, mask: np.ndarray) -> Items:
         return Items(self.window[mask], self.start[mask], self.end[mask])
 
     def as_set(self) -> iv.Set:
         return iv.union(self.start, self.end)
 
-    def of_window(self, w: int) -> "Items":
+    def of_window(self, w: int) -> Items:
         return self.where(self.window == w)
 
 
@@ -156,12 +154,12 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_m
     start, end = ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows]
     kind, is_comm = codes(ops["kind"])[rows], ops["is_comm"].to_numpy()[rows]
     every = Items(window, start, end)
-    compute = (kind == KERNEL) & ~is_comm  # memcpy, memset and synchronisation are never compute
+    compute = (kind == GPU_KERNEL) & ~is_comm  # memcpy, memset and synchronisation are never compute
     on_host = Items(range_window, ranges["start"].to_numpy(), ranges["end"].to_numpy())
     return RankActivity(comm=on_host if host_side else every.where(is_comm), compute=every.where(compute),
                         backward=every.where(compute & backward_mask[rows]),
-                        comm_kernels=every.where(is_comm & (kind == KERNEL)),
-                        comm_copies=every.where(is_comm & (kind == MEMCPY)),
+                        comm_kernels=every.where(is_comm & (kind == GPU_KERNEL)),
+                        comm_copies=every.where(is_comm & (kind == GPU_MEMCPY)),
                         comm_range_windows=range_window[counted],
                         span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
 
@@ -175,7 +173,7 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of, counted: np.ndarr
         return Items(window_of(s), s, e)
 
     comm = items(ranges["comm"])
-    blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == PUSH_POP]
+    blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == NVTX_PUSH_POP]
     waits = pd.concat([blocking, ranges["sync_wait"]])
     blocked = iv.union(waits["start"].to_numpy(), waits["end"].to_numpy())
 
@@ -206,10 +204,6 @@ def _ranges_by_phase(trace: Trace, patterns: Patterns) -> dict[str, pd.DataFrame
              ("sync_wait", "sync_wait"))}
 
 
-def _of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
-    return frame[(frame["part"].to_numpy() == part) & (frame["pid"].to_numpy() == pid)]
-
-
 def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.ndarray:
     """Per window: the later of its end and the last end of the work launched in it."""
     out = windows["end"].to_numpy(np.int64).copy()
@@ -233,14 +227,14 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
     ranges["comm"] = ranges["comm"].assign(counted=counted_comm_ranges(ranges["comm"]))
     ops = trace.gpu_ops
     backward_mask = launched_inside(ops, ranges["backward"]) if len(ops) else np.zeros(0, bool)
-    comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == KERNEL)) if len(ops) else np.zeros(0, bool)
+    comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == GPU_KERNEL)) if len(ops) else np.zeros(0, bool)
     groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
     out = []
     for _, rank in trace.ranks.iterrows():  # one iteration per rank
         part, pid, device = int(rank["part"]), int(rank["pid"]), int(rank["device"])
-        comm = _of_process(ranges["comm"], part, pid)
+        comm = of_process(ranges["comm"], part, pid)
         counted = comm["counted"].to_numpy(dtype=bool)
-        mine = _of_process(steps, part, pid)
+        mine = of_process(steps, part, pid)
         if trace.source == "gpu":
             rows = groups[(part, pid, device)]
             launch = np.r_[ops["launch_start"].to_numpy()[rows], comm["start"].to_numpy()]
@@ -251,9 +245,9 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
                                             comm, w(comm["start"].to_numpy()), counted, host)
             sources = ("ranges" if host else "kernels", "kernels")
         else:
-            phase = {name: _of_process(frame, part, pid) for name, frame in ranges.items()}
-            own = _of_process(trace.nvtx, part, pid)
-            own = own[codes(own["kind"]) != MARK]
+            phase = {name: of_process(frame, part, pid) for name, frame in ranges.items()}
+            own = of_process(trace.nvtx, part, pid)
+            own = own[codes(own["kind"]) != NVTX_MARK]
             span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
             launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
             windows = step_windows(mine, False, launch, work_end)
@@ -302,7 +296,7 @@ def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.Da
 def summarise(per_step: pd.DataFrame) -> dict:
     """Metrics averaged over the given steps of all ranks; overlap_pct from the averaged times."""
     if len(per_step) == 0:
-        return {"ranks": 0, "steps": 0, **{m: None for m in METRICS}}
+        return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
     means = per_step[[m for m in METRICS if m in per_step]].mean(numeric_only=True)
     out = {m: float(means[m]) if m in means else None for m in METRICS if m != "overlap_pct"}
     out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] and out["comm_ms"] > 0 else None

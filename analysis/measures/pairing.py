@@ -18,6 +18,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.measures import intervals as iv
+
+
 def world_size(meta: dict, ranks_in_trace: int) -> int:
     """The run's world size from `ddp.meta` (largest recorded), else the number of ranks in the trace."""
     sizes = [m.get("world_size") for m in meta.values()]

@@ -20,11 +20,9 @@ import re
 import numpy as np
 import pandas as pd
 
+from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP
 from analysis.measures import intervals as iv
 from analysis.measures.patterns import Patterns, matches
-
-PUSH_POP, START_END, MARK = 0, 1, 2  # nvtx kind codes (trace.NVTX_KIND_NAMES)
-KERNEL, MEMCPY, MEMSET = 0, 1, 2  # gpu_ops kind codes (trace.GPU_KINDS)
 
 
 def codes(column: pd.Series) -> np.ndarray:
@@ -37,6 +35,11 @@ def process_key(part, pid) -> np.ndarray:
     return (np.asarray(part, dtype=np.int64) << 24) | np.asarray(pid, dtype=np.int64)
 
 
+def of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
+    """The rows of one process (file part, pid)."""
+    return frame[(frame["part"].to_numpy() == part) & (frame["pid"].to_numpy() == pid)]
+
+
 def thread_key(part, pid, tid) -> np.ndarray:
     """One int64 per (file part, process, thread)."""
     return (process_key(part, pid) << 24) | np.asarray(tid, dtype=np.int64)
@@ -44,7 +47,7 @@ def thread_key(part, pid, tid) -> np.ndarray:
 
 def ranges_named(nvtx: pd.DataFrame, regex: re.Pattern) -> pd.DataFrame:
     """The NVTX ranges (not marks) whose text matches."""
-    is_range = codes(nvtx["kind"]) != MARK
+    is_range = codes(nvtx["kind"]) != NVTX_MARK
     hit = np.zeros(len(nvtx), dtype=bool)
     hit[is_range] = matches(nvtx["text"][is_range], regex)
     return nvtx[hit]
@@ -82,7 +85,7 @@ def comm_streams(ops: pd.DataFrame, named_comm: np.ndarray) -> tuple[np.ndarray,
     (part, pid, device, stream)."""
     inverse = ops.groupby(["part", "pid", "device", "stream"], sort=False).ngroup().to_numpy()
     n = int(inverse.max()) + 1 if inverse.size else 0
-    is_kernel = codes(ops["kind"]) == KERNEL
+    is_kernel = codes(ops["kind"]) == GPU_KERNEL
     compute_on = np.bincount(inverse[is_kernel & ~named_comm], minlength=n) > 0
     comm_on = np.bincount(inverse[named_comm], minlength=n) > 0
     return ~compute_on[inverse], comm_on[inverse]
@@ -91,12 +94,12 @@ def comm_streams(ops: pd.DataFrame, named_comm: np.ndarray) -> tuple[np.ndarray,
 def communication_mask(ops: pd.DataFrame, nvtx: pd.DataFrame, patterns: Patterns) -> np.ndarray:
     """is_comm by the rule in the module docstring."""
     kind = codes(ops["kind"])
-    named = matches(ops["name"], patterns.regex("comm_kernel")) & (kind == KERNEL)
+    named = matches(ops["name"], patterns.regex("comm_kernel")) & (kind == GPU_KERNEL)
     comm_ranges = ranges_named(nvtx, patterns.regex("comm_range"))
-    blocking = comm_ranges[codes(comm_ranges["kind"]) == PUSH_POP]
-    same_thread = launched_inside(ops, blocking, per_thread=True) & np.isin(kind, (KERNEL, MEMCPY))
+    blocking = comm_ranges[codes(comm_ranges["kind"]) == NVTX_PUSH_POP]
+    same_thread = launched_inside(ops, blocking, per_thread=True) & np.isin(kind, (GPU_KERNEL, GPU_MEMCPY))
     no_compute, runs_comm = comm_streams(ops, named)
-    staged = no_compute & (runs_comm | launched_inside(ops, comm_ranges)) & (kind == MEMCPY)
+    staged = no_compute & (runs_comm | launched_inside(ops, comm_ranges)) & (kind == GPU_MEMCPY)
     return named | same_thread | staged
 
 

@@ -34,11 +34,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
+from analysis.frames.trace import NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
+from analysis.measures.patterns import Patterns, matches
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
-from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
-from analysis.frames.trace import NVTX_KIND_NAMES, Trace
-from analysis.measures.patterns import Patterns, matches
 
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
@@ -94,13 +94,14 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
     """The ranges of one file as an nvtx frame (push_pop, or start_end where our recorder said so)."""
     r = f.ranges
     frame = pd.DataFrame({"pid": r["pid"], "tid": r["tid"], "start": r["start"], "end": r["end"],
-                          "text": pd.Series(r["text"], dtype=object), "kind": np.where(r["async"], 1, 0)})
+                          "text": pd.Series(r["text"], dtype=object),
+                          "kind": np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP)})
     torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
-    frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, 1, frame["kind"]))
+    frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, NVTX_START_END, frame["kind"]))
     texts = frame["text"].astype("category")
     if not matches(texts, patterns.regex("backward")).any():
         steps = frame[matches(texts, patterns.regex("step"))].sort_values("start")
-        extra = _backward_ranges(f, steps).assign(text="backward", kind=0)
+        extra = _backward_ranges(f, steps).assign(text="backward", kind=NVTX_PUSH_POP)
         frame = pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
     frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
     return pd.DataFrame({

@@ -31,9 +31,10 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
 
 GZIP_MAGIC = b"\x1f\x8b"
-GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}  # -> gpu_ops kind codes (trace.GPU_KINDS)
+GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
 ANNOTATION_CAT = "user_annotation"
 PROFILER_STEP = "ProfilerStep#"

@@ -23,13 +23,35 @@ from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
 from analysis.frames.merge import GPU_INT_COLUMNS, number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
-from analysis.frames.trace import NVTX_KIND_NAMES, Trace
+from analysis.frames.trace import (
+    GPU_KERNEL,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    NVTX_KIND_NAMES,
+    NVTX_MARK,
+    NVTX_PUSH_POP,
+    NVTX_START_END,
+    Trace,
+)
 from analysis.measures.intervals import factorize
 from analysis.measures.patterns import META_PREFIX
-from analysis.readers.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
+from analysis.readers.nsys_db import (
+    KERNEL_TABLE,
+    MEMCPY_TABLE,
+    MEMSET_TABLE,
+    NVTX_EVENT_DOMAIN_CREATE,
+    NVTX_EVENT_MARK,
+    NVTX_EVENT_PUSH_POP,
+    NVTX_EVENT_START_END,
+    NVTX_TABLE,
+    RUNTIME_TABLE,
+    TID_MASK,
+    NsysExport,
+    pid_of,
+    tid_of,
+)
 
-NVTX_KINDS = {34: "mark", 59: "push_pop", 60: "start_end"}
-NVTX_DOMAIN_CREATE = 75
+NVTX_EVENTS_READ = (NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE)
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
               9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
 
@@ -53,15 +75,15 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     """One CUPTI activity table as columns (numpy arrays, `name` a categorical)."""
     if not ex.has(table, "start", "end"):
         return None
-    name_col = {KERNEL: ex.column(KERNEL, "shortName", ex.column(KERNEL, "demangledName", "0")),
-                MEMCPY: ex.column(MEMCPY, "copyKind", "0"), MEMSET: "0"}[table]
+    name_col = {KERNEL_TABLE: ex.column(KERNEL_TABLE, "shortName", ex.column(KERNEL_TABLE, "demangledName", "0")),
+                MEMCPY_TABLE: ex.column(MEMCPY_TABLE, "copyKind", "0"), MEMSET_TABLE: "0"}[table]
     cols = ["start", "end", "device", "stream", "correlation_id", "global_pid", "name_id"]
     exprs = ["start", '"end"', ex.column(table, "deviceId", "0"), ex.column(table, "streamId", "0"),
              ex.column(table, "correlationId"), ex.column(table, "globalPid"), name_col]
     data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols)
-    strings = {KERNEL: ex.strings, MEMCPY: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
-               MEMSET: lambda: {0: "memset"}}[table]()
-    names = _categorical_names(data.pop("name_id"), strings) if table != MEMSET else \
+    strings = {KERNEL_TABLE: ex.strings, MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
+               MEMSET_TABLE: lambda: {0: "memset"}}[table]()
+    names = _categorical_names(data.pop("name_id"), strings) if table != MEMSET_TABLE else \
         pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object))
     data["pid"] = pid_of(data.pop("global_pid"))
     return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
@@ -72,9 +94,9 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else -1."""
     none = np.full(len(pid), -1, dtype=np.int64)
-    if not ex.has(RUNTIME, "start", "correlationId", "globalTid") or len(pid) == 0:
+    if not ex.has(RUNTIME_TABLE, "start", "correlationId", "globalTid") or len(pid) == 0:
         return none, none.copy()
-    rt = ex.read(f'SELECT start, globalTid, correlationId FROM "{RUNTIME}" WHERE correlationId IS NOT NULL',
+    rt = ex.read(f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL',
                  ["start", "tid", "corr"])
     if len(rt["start"]) == 0:
         return none, none.copy()
@@ -86,8 +108,8 @@ def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.nda
 
 def _read_gpu_ops(ex: NsysExport) -> dict:
     """All GPU activity of one export as columns (see the module docstring for their meaning)."""
-    parts = [f for f in (_read_gpu_table(ex, KERNEL, 0), _read_gpu_table(ex, MEMCPY, 1),
-                         _read_gpu_table(ex, MEMSET, 2)) if f is not None]
+    parts = [f for f in (_read_gpu_table(ex, KERNEL_TABLE, GPU_KERNEL), _read_gpu_table(ex, MEMCPY_TABLE, GPU_MEMCPY),
+                         _read_gpu_table(ex, MEMSET_TABLE, GPU_MEMSET)) if f is not None]
     if not parts:
         cols = {c: np.zeros(0, dtype=np.int64) for c in GPU_INT_COLUMNS}
         return {**cols, "name": pd.Categorical([]), "kind": np.zeros(0, dtype=np.int8)}
@@ -100,17 +122,17 @@ def _read_gpu_ops(ex: NsysExport) -> dict:
 def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
     """Raw NVTX rows (ranges, marks, domain creations); `text` is always a string ('' when NULL)."""
     cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id", "payload"]
-    if not ex.has(NVTX, "start", "eventType"):
+    if not ex.has(NVTX_TABLE, "start", "eventType"):
         return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else np.int64) for c in cols})
-    text = ex.column(NVTX, "text")
-    if ex.has(NVTX, "textId") and ex.has("StringIds", "id", "value"):
+    text = ex.column(NVTX_TABLE, "text")
+    if ex.has(NVTX_TABLE, "textId") and ex.has("StringIds", "id", "value"):
         text = f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId), '')"
     else:
         text = f"COALESCE({text}, '')"
-    exprs = ["start", ex.column(NVTX, "end"), "eventType", text, ex.column(NVTX, "globalTid"),
-             ex.column(NVTX, "endGlobalTid"), ex.column(NVTX, "domainId", "0"), _payload_expr(ex)]
-    kinds = ", ".join(str(k) for k in [*NVTX_KINDS, NVTX_DOMAIN_CREATE])
-    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX}" n WHERE eventType IN ({kinds})', cols)
+    exprs = ["start", ex.column(NVTX_TABLE, "end"), "eventType", text, ex.column(NVTX_TABLE, "globalTid"),
+             ex.column(NVTX_TABLE, "endGlobalTid"), ex.column(NVTX_TABLE, "domainId", "0"), _payload_expr(ex)]
+    kinds = ", ".join(str(k) for k in NVTX_EVENTS_READ)
+    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX_TABLE}" n WHERE eventType IN ({kinds})', cols)
     return pd.DataFrame(data)
 
 
@@ -119,7 +141,7 @@ PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
 
 def _payload_expr(ex: NsysExport) -> str:
     """SQL for a range's integer payload: the first non-NULL integer value column (NULL when none)."""
-    present = [f'"{c}"' for c in PAYLOAD_COLUMNS if ex.has(NVTX, c)]
+    present = [f'"{c}"' for c in PAYLOAD_COLUMNS if ex.has(NVTX_TABLE, c)]
     return f"COALESCE({', '.join(present)}, NULL)" if present else "NULL"
 
 
@@ -133,22 +155,23 @@ def _texts(column: pd.Series) -> pd.Series:
 
 def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     """Typed NVTX frame: domain names resolved, marks end where they start, open ranges dropped."""
-    is_domain = raw["event_type"].to_numpy() == NVTX_DOMAIN_CREATE
+    is_domain = raw["event_type"].to_numpy() == NVTX_EVENT_DOMAIN_CREATE
     # domain ids are handed out per process: key them by (pid, id); id 0 is the default domain
     domain_key = (pid_of(raw["tid"].to_numpy()) << 32) | np.maximum(raw["domain_id"].to_numpy(), 0)
     domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist()))
     ev = raw[~is_domain]
     event_type = ev["event_type"].to_numpy()
     start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
-    end = np.where(event_type == 34, start, end)
+    end = np.where(event_type == NVTX_EVENT_MARK, start, end)
+    kind = np.select([event_type == NVTX_EVENT_PUSH_POP, event_type == NVTX_EVENT_START_END],
+                     [NVTX_PUSH_POP, NVTX_START_END], NVTX_MARK)
     keep = end >= start  # a range never closed (end NULL -> -1) has no extent to measure
     tid = ev["tid"].to_numpy()
     end_tid = np.where(ev["end_tid"].to_numpy() >= 0, ev["end_tid"].to_numpy(), tid)
     frame = pd.DataFrame({
         "pid": pid_of(tid), "tid": tid_of(tid), "end_tid": tid_of(end_tid), "start": start, "end": end,
         "text": _texts(ev["text"]),
-        "kind": pd.Categorical.from_codes(np.select([event_type == 59, event_type == 60], [0, 1], 2),
-                                          categories=NVTX_KIND_NAMES),
+        "kind": pd.Categorical.from_codes(kind, categories=NVTX_KIND_NAMES),
         "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
         "payload": ev["payload"].to_numpy(),
     })

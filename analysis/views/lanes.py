@@ -17,18 +17,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.measures import intervals
 from analysis.errors import TraceError
+from analysis.measures import intervals
 from analysis.measures.metrics import rank_work
 from analysis.measures.patterns import Patterns, matches
-from analysis.views.render_figure import Panel
 from analysis.views.render_binning import merge_subpixel
+from analysis.views.render_figure import Panel
 from analysis.views.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
 
 # Lane groups in top-to-bottom order within a rank (GPU groups repeat per stream).
 GROUP_LABELS = ("CPU step", "CPU phases", "CPU comm", "CPU other NVTX", "compute", "comm")
 STEP, PHASES, COMM, NVTX, GPU_COMPUTE, GPU_COMM = range(len(GROUP_LABELS))
-NVTX_GROUP = {"step": STEP, "comm": COMM, "nvtx": NVTX, **{p: PHASES for p in PHASE_CATEGORIES}}
+NVTX_GROUP = {"step": STEP, "comm": COMM, "nvtx": NVTX, **dict.fromkeys(PHASE_CATEGORIES, PHASES)}
 CATEGORIES = list(CATEGORY_COLOURS)
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
 SKIPPED_RANGES = ("profile",)  # the capture range spans everything and says nothing

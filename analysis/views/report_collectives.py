@@ -13,16 +13,15 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.frames.trace import GPU_KERNEL, NS_PER_MS, Trace
 from analysis.measures.collective_calls import step_at
 from analysis.measures.patterns import Patterns
-from analysis.measures.phases import KERNEL, codes, launched_inside, ranges_named
+from analysis.measures.phases import codes, launched_inside, ranges_named
 from analysis.views.render_style import CATEGORY_COLOURS
-from analysis.frames.trace import Trace
 
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
 
-NS_PER_MS = 1e6
 WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = "#f1a340", CATEGORY_COLOURS["comm_kernel"], "#333333"
 PALETTE = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
 
@@ -34,7 +33,7 @@ def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFra
     backward = ranges_named(trace.nvtx, patterns.regex("backward"))
     ops = trace.gpu_ops
     if len(ops):
-        mine = (codes(ops["kind"]) == KERNEL) & ~ops["is_comm"].to_numpy() & launched_inside(ops, backward)
+        mine = (codes(ops["kind"]) == GPU_KERNEL) & ~ops["is_comm"].to_numpy() & launched_inside(ops, backward)
         work = ops.loc[mine, ["part", "pid", "device", "start", "end", "launch_start"]]
         when, keys = work["launch_start"].to_numpy(), ["part", "pid", "device"]
     else:

@@ -12,7 +12,6 @@ from analysis.errors import TraceError
 from analysis.views.html_page import written_by_us
 from analysis.views.table import plain_records
 
-
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
                    "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
 

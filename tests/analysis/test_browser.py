@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from analysis import timeline
-from analysis.views.timeline_page import trace_panel
-from tests.support.html_check import check_page, find_chromium
 from analysis.views.html_page import write_page
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import build_figure
+from analysis.views.timeline_page import trace_panel
 from tests.analysis.test_timeline_traces import write_trace
+from tests.support.html_check import check_page, find_chromium
 
 pytestmark = [pytest.mark.slow,  # starts headless Chromium for every page
               pytest.mark.skipif(find_chromium() is None,

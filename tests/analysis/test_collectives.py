@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.measures.collective_calls import op_of_kernel
-from analysis.measures.collective_stats import bus_factor, size_class
 from analysis import analyze_collectives
 from analysis.collectives import main
 from analysis.errors import TraceError
+from analysis.measures.collective_calls import op_of_kernel
+from analysis.measures.collective_stats import bus_factor, size_class
 from tests.support.synthetic import START_END, NsysWriter
 
 
@@ -174,9 +174,9 @@ def test_no_collectives_is_not_an_error(tmp_path):
 
 
 def test_report_section_blocks(tmp_path):
+    from analysis.readers.load import load_trace
     from analysis.views.html_page import write_page
     from analysis.views.report_collectives import backward_spans, collectives_section
-    from analysis.readers.load import load_trace
 
     trace = load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite"))
     spans = backward_spans(trace)

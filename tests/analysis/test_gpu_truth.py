@@ -3,12 +3,12 @@ small synthetic exports pin the rules (host not syncing, host-side collectives, 
 import numpy as np
 import pytest
 
-from analysis.views.lanes import Selection, build_panel
 from analysis import analyze, analyze_trace
-from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
 from analysis.readers.load import load_trace
+from analysis.views.lanes import Selection, build_panel
 from tests.analysis.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS
+from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
 
 SINGLE = ["naive", "flat", "overlap", "overlap_bucket", "torch", "gloo_cuda_overlap"]
 PAIRS = ["naive", "overlap"]  # run_nsys.sh --per-rank: <impl>.rank0/1.sqlite, analysed with --merge

@@ -3,6 +3,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from analysis.measures import intervals as iv
+
 HORIZON = 60
 
 interval = st.tuples(st.integers(0, HORIZON), st.integers(0, 12)).map(lambda t: (t[0], t[0] + t[1]))

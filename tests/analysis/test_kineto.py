@@ -15,10 +15,9 @@ import pytest
 
 from analysis.errors import TraceError
 from analysis.measures.metrics import measure_trace
+from analysis.readers.load import group_inputs, load_trace
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
-from analysis.readers.load import group_inputs
-from analysis.readers.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 REAL = REPO.parent / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"

@@ -3,8 +3,8 @@ import os
 
 import pytest
 
-from analysis.readers import nsys_export
 from analysis.errors import TraceError
+from analysis.readers import nsys_export
 from tests.support.synthetic import NsysWriter
 
 

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from analysis.overlap import main
-from tests.support.synthetic import NsysWriter
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
+from tests.support.synthetic import NsysWriter
 
 REPO = Path(__file__).resolve().parents[2]
 METRIC_KEYS = {"step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",

@@ -14,15 +14,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import overlap, report
+from analysis import analyze, analyze_trace, overlap, report
 from analysis.engine import parallel
-from analysis.measures.metrics import SPLIT_METRICS
-from analysis import analyze, analyze_trace
 from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
-from analysis.engine.rank_merge import analyse_file, combine, session_offset
+from analysis.engine.rank_merge import analyze_file, combine, session_offset
+from analysis.measures.metrics import SPLIT_METRICS
+from analysis.readers.load import load_trace
 from tests.support.synthetic import NsysWriter
 from tests.support.synthetic_ddp import write_ddp_trace
-from analysis.readers.load import load_trace
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_779_782_330_000_000_000
@@ -76,7 +75,7 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 @pytest.mark.parametrize("skip", [0, 1])
 def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, skip):
     whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
-    merged = combine(rank_files, [analyse_file(p, skip_steps=skip) for p in rank_files])
+    merged = combine(rank_files, [analyze_file(p, skip_steps=skip) for p in rank_files])
     assert_same(merged.analysis, whole, leave_out=SPLIT_METRICS)  # cross-rank: not merged from files yet
     assert merged.analysis.steps["rank"].unique().tolist() == [0, 1, 2]
 
@@ -95,7 +94,7 @@ def test_merge_numbers_rankless_files_by_device_like_the_loader(tmp_path):
     paths = [_rankless_file(tmp_path / "b.sqlite", 1, T0, [400_000, 300_000]),
              _rankless_file(tmp_path / "a.sqlite", 0, T0 + 5_000, [200_000, 600_000]),
              _rankless_file(tmp_path / "c.sqlite", 0, T0 + 1_000, [500_000, 100_000])]
-    merged = combine(paths, [analyse_file(p) for p in paths])
+    merged = combine(paths, [analyze_file(p) for p in paths])
     assert_same(merged.analysis, analyze_trace(load_trace(paths)), leave_out=SPLIT_METRICS)
     # device 0 before device 1, then file order: a -> 0, c -> 1, b -> 2
     assert merged.analysis.totals["rank"].tolist() == [0, 1, 2]
@@ -119,7 +118,7 @@ def _step_ranges(path: Path) -> dict[int, tuple[int, int]]:
 
 
 def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files):
-    merged = combine(rank_files, [analyse_file(p) for p in rank_files])
+    merged = combine(rank_files, [analyze_file(p) for p in rank_files])
     spread, steps = merged.across_ranks, merged.analysis.steps
     shifts = [0, 7_000_000, 3_000_000]
     ranges = [_step_ranges(p) for p in rank_files]
@@ -310,7 +309,7 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
     from tests.gpu_traces import RUN_TIMER_MS
 
     paths = [gpu_trace(f"{run}.rank{r}.sqlite") for r in (0, 1)]
-    merged = combine(paths, [analyse_file(p) for p in paths])
+    merged = combine(paths, [analyze_file(p) for p in paths])
     assert_same(merged.analysis, analyze_trace(load_trace(paths)), leave_out=SPLIT_METRICS)
     assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(load_trace(paths)))  # what the CLIs run
     # the two nsys sessions started > 20 ms apart; on the aligned clocks both ranks leave every step

@@ -11,14 +11,13 @@ import plotly.graph_objects as go
 import pytest
 from plotly.offline import get_plotlyjs
 
-from analysis import timeline
-from analysis.views.lanes import Selection, build_panel
+from analysis import analyze_trace, timeline
 from analysis.measures.patterns import Patterns
-from tests.support.synthetic import START_END, NsysWriter
-from analysis import analyze_trace
 from analysis.readers.load import load_trace
+from analysis.views.lanes import Selection, build_panel
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
+from tests.support.synthetic import START_END, NsysWriter
 
 REAL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
 REPO = Path(__file__).resolve().parents[2]

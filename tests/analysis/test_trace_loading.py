@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.readers import sqlite_read
-from tests.support.synthetic import NsysWriter
 from analysis.frames.merge import row_lookup as _row_lookup
+from analysis.readers import sqlite_read
 from analysis.readers.load import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
+from tests.support.synthetic import NsysWriter
 
 GPU_COLUMNS = ["part", "pid", "device", "stream", "start", "end", "correlation_id", "name", "kind",
                "launch_start", "launch_tid", "is_comm"]

@@ -13,6 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.readers.nsys_db import (
+    NVTX_EVENT_DOMAIN_CREATE,
+    NVTX_EVENT_MARK,
+    NVTX_EVENT_PUSH_POP,
+    NVTX_EVENT_START_END,
+)
+
 GLOBAL_ID_BASE = 1 << 48  # hardware/VM bits as in real exports
 SHARED = {
     "StringIds": [("id", "INTEGER NOT NULL PRIMARY KEY"), ("value", "TEXT NOT NULL")],
@@ -69,7 +76,9 @@ SCHEMAS = {
 VERSIONS = {"2022": "2022.4.2.1", "2026": "2026.2.1.210"}
 CUPTI = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
          "CUPTI_ACTIVITY_KIND_RUNTIME")
-MARK, PUSH_POP, START_END, DOMAIN_CREATE = 34, 59, 60, 75
+# NVTX_EVENTS.eventType values, as the nsys reader names them
+MARK, PUSH_POP, START_END = NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END
+DOMAIN_CREATE = NVTX_EVENT_DOMAIN_CREATE
 CUDA_LAUNCH_KERNEL, CUDA_MEMCPY_ASYNC = "cudaLaunchKernel", "cudaMemcpyAsync"
 
 

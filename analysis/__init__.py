@@ -29,7 +29,7 @@ _WHERE = {
     "collectives_of": "analysis.engine.collectives_view",
     "CollectivesView": "analysis.engine.collectives_view",
     "measure_trace": "analysis.measures.metrics",
-    "rank_work": "analysis.measures.metrics",
+    "rank_work": "analysis.measures.activity",
 }
 __all__ = ["Analysis", "CollectivesView", "Patterns", "Trace", "TraceError", "analyze", "analyze_collectives",
            "analyze_trace", "collectives_of", "load_trace", "measure_trace", "rank_work"]
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView, analyze_collectives, collectives_of
     from analysis.errors import TraceError
     from analysis.frames.trace import Trace
-    from analysis.measures.metrics import measure_trace, rank_work
+    from analysis.measures.activity import rank_work
+    from analysis.measures.metrics import measure_trace
     from analysis.measures.patterns import Patterns
     from analysis.readers.load import load_trace
 

@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.run_info import trace_metadata
 from analysis.frames.trace import Trace
+from analysis.measures.activity import rank_work
 from analysis.measures.collective_rows import call_rows, with_comm_split
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.measures.patterns import Patterns
@@ -76,8 +77,9 @@ def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
 
 def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0) -> Analysis:
     """Metrics of one loaded trace."""
-    per_step, totals = measure_trace(trace, patterns)
-    per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns)[0])  # collectives view
+    works = rank_work(trace, patterns)  # the interval sets both the metrics and the collectives' split use
+    per_step, totals = measure_trace(trace, patterns, works)
+    per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns, works)[0])  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     summary = trace_summary(trace, per_step)
     for frame in (per_step, totals):

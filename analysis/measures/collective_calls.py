@@ -12,9 +12,9 @@ Two sources, chosen per trace:
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
 
 Bytes come from the range payload, else from `ddp.meta`'s bucket layout (tag = bucket name), else
-stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is its compute kernels
-(also when its collectives run on the host), or on CPU-only traces its forward/backward/optimizer
-ranges minus blocking comm ranges and `grad_sync` waits.
+stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is the analysis' own
+(activity.rank_work): its compute kernels (also when its collectives run on the host), or on
+CPU-only traces its forward/backward/optimizer ranges minus blocking comm ranges and `grad_sync` waits.
 """
 from __future__ import annotations
 
@@ -25,14 +25,13 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from analysis.frames.trace import GPU_KERNEL, NVTX_MARK, NVTX_PUSH_POP, Trace
-from analysis.measures import intervals as iv
+from analysis.frames.trace import GPU_KERNEL, NVTX_MARK, Trace
+from analysis.measures.activity import RankWork, compute_sets, rank_work
 from analysis.measures.patterns import Patterns, matches
 from analysis.measures.phases import (
     codes,
     find_steps,
     keyed_contains,
-    of_process,
     process_key,
     ranges_named,
     thread_key,
@@ -167,34 +166,11 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
     return out
 
 
-def _kernel_compute(trace: Trace) -> dict:
-    """rank -> union of its compute kernels (kernels not counted as communication)."""
-    ops = trace.gpu_ops
-    compute = (codes(ops["kind"]) == GPU_KERNEL) & ~ops["is_comm"].to_numpy()
-    groups = ops[compute].groupby(["part", "pid", "device"], sort=False).indices
-    starts, ends = ops["start"].to_numpy()[compute], ops["end"].to_numpy()[compute]
-    out = {}
-    for rank, part, pid, device in trace.ranks[["rank", "part", "pid", "device"]].itertuples(index=False):  # per rank
-        rows = groups.get((part, pid, device), np.zeros(0, dtype=np.int64))
-        out[int(rank)] = iv.union(starts[rows], ends[rows])
-    return out
 
 
-def _range_compute(trace: Trace, patterns: Patterns) -> dict:
-    """rank -> forward/backward/optimizer ranges minus blocking comm ranges and gradient-sync waits."""
-    named = lambda field: ranges_named(trace.nvtx, patterns.regex(field))
-    work = pd.concat([named("forward"), named("backward"), named("optimizer")])
-    comm = _comm_ranges(trace)
-    waits = pd.concat([comm[codes(comm["kind"]) == NVTX_PUSH_POP], named("sync_wait")])
-    out = {}
-    for rank, part, pid in trace.ranks[["rank", "part", "pid"]].itertuples(index=False):  # per rank
-        w, b = of_process(work, part, pid), of_process(waits, part, pid)
-        out[int(rank)] = iv.subtract(w["start"], w["end"], b["start"], b["end"])
-    return out
-
-
-def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:
-    """Every collective call per rank with op, tag, bytes, issue/arrival/completion, step and phase."""
+def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None) -> Calls:
+    """Every collective call per rank with op, tag, bytes, issue/arrival/completion, step and phase;
+    `works`: rank_work(trace, patterns) when the caller has it already (the ranks' compute comes from it)."""
     patterns = patterns or Patterns()
     kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
     source = "kernel" if len(kernels) else "range"
@@ -204,5 +180,5 @@ def find_calls(trace: Trace, patterns: Patterns | None = None) -> Calls:
     calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    compute = _kernel_compute(trace) if len(trace.gpu_ops) else _range_compute(trace, patterns)
+    compute = compute_sets(works if works is not None else rank_work(trace, patterns))
     return Calls(frame=frame, source=source, compute=compute)

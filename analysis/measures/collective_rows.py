@@ -11,6 +11,7 @@ import pandas as pd
 
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import collective_stats as stats
+from analysis.measures.activity import RankWork
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.pairing import exposure, pair, world_size
 from analysis.measures.patterns import Patterns
@@ -21,9 +22,10 @@ ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op"
                "kernel", "issue_ns", "start_ns", "end_ns", "last_arrival_ns"]
 
 
-def call_rows(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.DataFrame, dict]:
+def call_rows(trace: Trace, patterns: Patterns | None = None,
+              works: list[RankWork] | None = None) -> tuple[pd.DataFrame, dict]:
     """(one row per call per rank with every ROW_COLUMNS figure, trace facts: source, world size, note)."""
-    calls = find_calls(trace, patterns)
+    calls = find_calls(trace, patterns, works)
     world = world_size(trace.meta, len(trace.ranks))
     rows = pair(calls.frame, world)
     rows = pd.concat([rows, exposure(rows, calls.compute)], axis=1)

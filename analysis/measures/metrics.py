@@ -27,16 +27,13 @@ Where each figure comes from (columns comm_source, compute_source):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
 
-from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NS_PER_MS, NVTX_MARK, NVTX_PUSH_POP, Trace
+from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
+from analysis.measures.activity import Items, RankActivity, RankWork, rank_work
 from analysis.measures.patterns import Patterns
-from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
-from analysis.measures.steps import step_windows, window_index
 
 # added by overlap.analyze_trace from the collectives view (collective_rows.with_comm_split)
 SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
@@ -45,54 +42,6 @@ METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "comm_kernel_ms", 
            "comm_copies", "comm_ranges", *SPLIT_METRICS]
 COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
 SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
-
-
-@dataclass(frozen=True)
-class Items:
-    """Intervals with the window (0..n-1, or -1 for none) each belongs to."""
-
-    window: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-
-    def where(self, mask: np.ndarray) -> Items:
-        return Items(self.window[mask], self.start[mask], self.end[mask])
-
-    def as_set(self) -> iv.Set:
-        return iv.union(self.start, self.end)
-
-    def of_window(self, w: int) -> Items:
-        return self.where(self.window == w)
-
-
-@dataclass(frozen=True)
-class RankActivity:
-    """What one rank did, reduced to the intervals the metrics need."""
-
-    comm: Items
-    compute: Items
-    backward: Items  # the compute that belongs to the backward pass
-    comm_kernels: Items  # GPU communication kernels (empty on CPU-only ranks)
-    comm_copies: Items  # GPU copies that are part of a collective
-    comm_range_windows: np.ndarray  # window of each counted comm NVTX range (counted only)
-    span: tuple[int, int]
-    compute_are_kernels: bool = True
-
-
-@dataclass(frozen=True)
-class RankWork:
-    """One rank's activity windowed by step (`steps`, windows from steps.step_windows) and over the
-    whole capture (`whole`, window 0), with the sources of its figures."""
-
-    rank: int
-    part: int
-    pid: int
-    device: int
-    windows: pd.DataFrame  # step, start, launch_end, end, work_end (last end of work launched in it)
-    steps: RankActivity
-    whole: RankActivity
-    comm_source: str
-    compute_source: str
 
 
 def _per_window_length(items: Items, n: int) -> np.ndarray:
@@ -145,121 +94,6 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
     return frame
 
 
-def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_mask: np.ndarray,
-                  ranges: pd.DataFrame, range_window: np.ndarray, counted: np.ndarray,
-                  host_side: bool) -> RankActivity:
-    """A GPU rank: compute = its compute kernels; comm = its communication kernels and copies, or
-    (host_side: collectives run on the CPU) its comm NVTX ranges."""
-    ops = trace.gpu_ops
-    start, end = ops["start"].to_numpy()[rows], ops["end"].to_numpy()[rows]
-    kind, is_comm = codes(ops["kind"])[rows], ops["is_comm"].to_numpy()[rows]
-    every = Items(window, start, end)
-    compute = (kind == GPU_KERNEL) & ~is_comm  # memcpy, memset and synchronisation are never compute
-    on_host = Items(range_window, ranges["start"].to_numpy(), ranges["end"].to_numpy())
-    return RankActivity(comm=on_host if host_side else every.where(is_comm), compute=every.where(compute),
-                        backward=every.where(compute & backward_mask[rows]),
-                        comm_kernels=every.where(is_comm & (kind == GPU_KERNEL)),
-                        comm_copies=every.where(is_comm & (kind == GPU_MEMCPY)),
-                        comm_range_windows=range_window[counted],
-                        span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
-
-
-def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of, counted: np.ndarray,
-                   span: tuple[int, int]) -> RankActivity:
-    """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
-    blocking comm and gradient-sync waits."""
-    def items(frame: pd.DataFrame) -> Items:
-        s, e = frame["start"].to_numpy(), frame["end"].to_numpy()
-        return Items(window_of(s), s, e)
-
-    comm = items(ranges["comm"])
-    blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == NVTX_PUSH_POP]
-    waits = pd.concat([blocking, ranges["sync_wait"]])
-    blocked = iv.union(waits["start"].to_numpy(), waits["end"].to_numpy())
-
-    # a rank waiting in a blocking collective or for its gradients is not computing, even inside a
-    # backward range
-    compute = _cut(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])), blocked)
-    backward = _cut(items(ranges["backward"]), blocked)
-    none = comm.where(np.zeros(len(comm.start), bool))
-    return RankActivity(comm=comm, compute=compute, backward=backward, comm_kernels=none, comm_copies=none,
-                        comm_range_windows=comm.window[counted], span=span, compute_are_kernels=False)
-
-
-def _cut(items: Items, removed: iv.Set) -> Items:
-    """Items with the removed set cut out of each of them (pieces keep their item's window)."""
-    windows, starts, ends = [], [], []
-    for w in np.unique(items.window):  # one iteration per window (step), not per range
-        mine = items.window == w
-        s, e = iv.subtract(items.start[mine], items.end[mine], *removed)
-        windows.append(np.full(s.size, w)), starts.append(s), ends.append(e)
-    if not windows:
-        return items
-    return Items(np.concatenate(windows), np.concatenate(starts), np.concatenate(ends))
-
-
-def _ranges_by_phase(trace: Trace, patterns: Patterns) -> dict[str, pd.DataFrame]:
-    return {phase: ranges_named(trace.nvtx, patterns.regex(field)) for phase, field in
-            (("comm", "comm_range"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"),
-             ("sync_wait", "sync_wait"))}
-
-
-def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.ndarray:
-    """Per window: the later of its end and the last end of the work launched in it."""
-    out = windows["end"].to_numpy(np.int64).copy()
-    w = window_index(windows, launch)
-    np.maximum.at(out, w[w >= 0], end[w >= 0])
-    return out
-
-
-def is_host_side(trace: Trace, part: int, pid: int, comm_kernels: int, comm_ranges: int) -> bool:
-    """Whether a GPU rank's collectives run on the host: `ddp.meta` says gloo, or it has comm ranges
-    but no communication kernels."""
-    backend = str(trace.meta.get((part, pid), {}).get("backend", "")).lower()
-    return backend == "gloo" or (comm_kernels == 0 and comm_ranges > 0)
-
-
-def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
-    """Every rank's activity, windowed by its steps and over the whole capture."""
-    patterns = patterns or Patterns()
-    steps = find_steps(trace.nvtx, patterns)
-    ranges = _ranges_by_phase(trace, patterns)
-    ranges["comm"] = ranges["comm"].assign(counted=counted_comm_ranges(ranges["comm"]))
-    ops = trace.gpu_ops
-    backward_mask = launched_inside(ops, ranges["backward"]) if len(ops) else np.zeros(0, bool)
-    comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == GPU_KERNEL)) if len(ops) else np.zeros(0, bool)
-    groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
-    out = []
-    for _, rank in trace.ranks.iterrows():  # one iteration per rank
-        part, pid, device = int(rank["part"]), int(rank["pid"]), int(rank["device"])
-        comm = of_process(ranges["comm"], part, pid)
-        counted = comm["counted"].to_numpy(dtype=bool)
-        mine = of_process(steps, part, pid)
-        if trace.source == "gpu":
-            rows = groups[(part, pid, device)]
-            launch = np.r_[ops["launch_start"].to_numpy()[rows], comm["start"].to_numpy()]
-            work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
-            windows = step_windows(mine, True, launch, work_end)
-            host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
-            build = lambda w: _gpu_activity(trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
-                                            comm, w(comm["start"].to_numpy()), counted, host)
-            sources = ("ranges" if host else "kernels", "kernels")
-        else:
-            phase = {name: of_process(frame, part, pid) for name, frame in ranges.items()}
-            own = of_process(trace.nvtx, part, pid)
-            own = own[codes(own["kind"]) != NVTX_MARK]
-            span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
-            launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
-            windows = step_windows(mine, False, launch, work_end)
-            build = lambda w: _nvtx_activity(phase, w, counted, span)
-            sources = ("ranges", "ranges")
-        windows["work_end"] = _work_end(windows, launch, work_end)
-        whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
-        per_step = build(lambda t: window_index(windows, t))
-        out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
-    return out
-
-
 def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-step rows, total row) for one rank."""
     span = work.whole.span
@@ -274,14 +108,16 @@ def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
     return per_step, total
 
 
-def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure_trace(trace: Trace, patterns: Patterns | None = None,
+                  works: list[RankWork] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-step frame, per-rank total frame), each keyed by rank, pid, device, with the rank's
-    comm_source, compute_source and shared_gpu (its GPU also runs another rank's work)."""
+    comm_source, compute_source and shared_gpu (its GPU also runs another rank's work); `works`:
+    rank_work(trace, patterns) when the caller has it already."""
     from analysis.frames.run_info import shared_gpu_ranks
 
     shared = shared_gpu_ranks(trace)
     step_rows, total_rows = [], []
-    for work in rank_work(trace, patterns):
+    for work in works if works is not None else rank_work(trace, patterns):
         per_step, total = _rank_frames(work)
         for frame, bucket in ((per_step, step_rows), (total, total_rows)):
             frame.insert(0, "device", work.device)

@@ -21,25 +21,18 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain, repeat
-from operator import attrgetter, is_, itemgetter
+from itertools import repeat
+from operator import is_
 from pathlib import Path
 from typing import Any, Union
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
+from analysis.readers.kineto_columns import batch_columns, field_values, joined, take
 
 GZIP_MAGIC = b"\x1f\x8b"
-GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
-RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-ANNOTATION_CAT = "user_annotation"
-PROFILER_STEP = "ProfilerStep#"
-AUTOGRAD_OP = "autograd::engine::evaluate_function: "
-COMMS_OP = "record_param_comms"
 
 
 class Args(msgspec.Struct, gc=False):
@@ -183,7 +176,7 @@ def _complete_events(path: Path, batch: bytes) -> list:
     """The complete events of a batch of events, decoded."""
     try:
         events = _FAST.decode(batch)
-        return _take(events, np.flatnonzero(
+        return take(events, np.flatnonzero(
             np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))))
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message
@@ -191,103 +184,7 @@ def _complete_events(path: Path, batch: bytes) -> list:
         events = _LENIENT.decode(batch)
     except msgspec.ValidationError as e:
         raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (an event: {e})") from None
-    return _take(events, np.flatnonzero(np.array(_field(events, "ph"), dtype=object) == "X"))
-
-
-def _ns(us: np.ndarray) -> np.ndarray:
-    return np.rint(np.asarray(us, dtype=np.float64) * 1000.0).astype(np.int64)
-
-
-def _field(events, name: str) -> list:
-    return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
-
-
-def _floats(events, name: str) -> np.ndarray:
-    return np.fromiter(map(attrgetter(name), events), dtype=np.float64, count=len(events))
-
-
-def _int_field(events, name: str, default: int = -1) -> np.ndarray:
-    """An integer field; values that are not integers (Chrome's named pids, "Spans") become default."""
-    try:
-        return np.fromiter(map(attrgetter(name), events), dtype=np.int64, count=len(events))
-    except (TypeError, ValueError, OverflowError):
-        return np.array([v if isinstance(v, int) else default for v in _field(events, name)], dtype=np.int64)
-
-
-def _times(events) -> tuple[np.ndarray, np.ndarray]:
-    start = _ns(_floats(events, "ts"))
-    return start, start + np.maximum(_ns(_floats(events, "dur")), 0)
-
-
-def _take(events, rows: np.ndarray) -> list:
-    """events[rows] for an index array, in one C-level call."""
-    if rows.size == 0:
-        return []
-    got = itemgetter(*rows.tolist())(events)
-    return list(got) if rows.size > 1 else [got]
-
-
-def _by_value(values: list) -> dict:
-    """{value: row indices} for a column of a few distinct strings."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
-    return {u: order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniques)}
-
-
-def _rows_named(by_name: dict, test) -> np.ndarray:
-    rows = [r for name, r in by_name.items() if test(name)]
-    return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
-
-
-def _batch_columns(complete: list) -> dict:
-    """Columns of one batch of complete events, by family (see KinetoFile)."""
-    by_cat = _by_value(_field(complete, "cat"))
-    pick = lambda cats: _take(complete, np.sort(np.concatenate([by_cat.get(c, np.zeros(0, np.int64))
-                                                                for c in cats])))
-
-    gpu_rows = [by_cat.get(c, np.zeros(0, np.int64)) for c in GPU_CATS]
-    gpu_events = _take(complete, np.concatenate(gpu_rows))
-    args = _field(gpu_events, "args")
-    device, stream = _int_field(args, "device"), _int_field(args, "stream")
-    start, end = _times(gpu_events)
-    kinds = zip(gpu_rows, GPU_CATS.values(), strict=True)
-    gpu = {"kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
-           "name": _field(gpu_events, "name"),
-           "device": np.where(device >= 0, device, _int_field(gpu_events, "pid")),
-           "stream": np.where(stream >= 0, stream, _int_field(gpu_events, "tid")),
-           "start": start, "end": end, "correlation": _int_field(args, "correlation")}
-
-    launches = pick(RUNTIME_CATS)
-    runtime = {"pid": _int_field(launches, "pid"), "tid": _int_field(launches, "tid"),
-               "start": _ns(_floats(launches, "ts")),
-               "correlation": _int_field(_field(launches, "args"), "correlation")}
-
-    cpu_ops = pick(["cpu_op"])
-    by_name = _by_value(_field(cpu_ops, "name"))
-    steps = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(PROFILER_STEP)))  # older torch: cpu_ops
-    annotations = pick([ANNOTATION_CAT]) + steps
-    start, end = _times(annotations)
-    ranges = {"pid": _int_field(annotations, "pid"), "tid": _int_field(annotations, "tid"),
-              "start": start, "end": end, "text": _field(annotations, "name"),
-              "async": np.array(_field(_field(annotations, "args"), "kind"), dtype=object) == "start_end"}
-
-    ops = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
-    start, end = _times(ops)
-    autograd = {"pid": _int_field(ops, "pid"), "tid": _int_field(ops, "tid"), "start": start, "end": end}
-
-    calls = _take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
-    start, end = _times(calls)
-    comms = list(zip(_field(calls, "pid"), _field(calls, "tid"), start.tolist(), end.tolist(), _field(calls, "args"),
-                     strict=True))
-    return {"gpu": gpu, "runtime": runtime, "ranges": ranges, "autograd": autograd, "comms": comms,
-            "sampled_pids": _int_field(cpu_ops[:1000], "pid")}
-
-
-def _joined(batches: list[dict], family: str) -> dict:
-    parts = [b[family] for b in batches]
-    return {k: list(chain.from_iterable(p[k] for p in parts)) if isinstance(parts[0][k], list)
-            else np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return take(events, np.flatnonzero(np.array(field_values(events, "ph"), dtype=object) == "X"))
 
 
 def _info(doc: RawFile) -> dict:
@@ -305,10 +202,10 @@ def read_kineto(path: Path) -> KinetoFile:
     """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
     data = _read_bytes(path)
     doc = _decode_top(path, data)
-    batches = [_batch_columns(complete) for complete in _event_batches(path, data, doc.traceEvents)]
+    batches = [batch_columns(complete) for complete in _event_batches(path, data, doc.traceEvents)]
     del data
     doc.traceEvents = msgspec.Raw()  # the raw slice kept data alive
-    gpu, runtime, ranges, autograd = (_joined(batches, f) for f in ("gpu", "runtime", "ranges", "autograd"))
+    gpu, runtime, ranges, autograd = (joined(batches, f) for f in ("gpu", "runtime", "ranges", "autograd"))
     comms = [c for b in batches for c in b["comms"]]
     sampled = batches[0]["sampled_pids"]
 

@@ -3,7 +3,7 @@
 Lanes of each rank, top to bottom: CPU `step N` ranges, CPU phases (forward/backward/optimizer/
 grad_sync), CPU communication ranges (`comm:*`, NCCL/gloo ranges; async ones from issue to
 completion, whichever thread ends them), other NVTX ranges, then per GPU stream a compute lane and
-a communication lane. Shaded overlap is the analysis' own (analysis.measures.metrics.rank_work): the rank's
+a communication lane. Shaded overlap is the analysis' own (measures/activity.py: rank_work, overlap_periods): the rank's
 communication (GPU kernels and copies; comm ranges where collectives run on the host; CPU-only
 ranks: comm ranges) under its compute (GPU kernels; CPU-only ranks: forward/backward/optimizer minus
 blocking comm and gradient-sync waits). A step view spans the GPU-aware step (analysis.measures.steps) and
@@ -18,8 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.measures import intervals
-from analysis.measures.metrics import rank_work
+from analysis.measures.activity import overlap_periods, rank_work
 from analysis.measures.patterns import Patterns, matches
 from analysis.views.render_binning import merge_subpixel
 from analysis.views.render_figure import Panel
@@ -201,17 +200,10 @@ def _lanes(seg: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
 
 
 def _overlap(works: list, step: int | None, lo: int, hi: int) -> pd.DataFrame:
-    """Per rank (rank, start, end): the analysis' overlap periods inside [lo, hi): communication
-    launched in `step` (all communication when None) under all of the rank's compute."""
+    """Per rank (rank, start, end): the analysis' overlap periods inside [lo, hi) (activity.overlap_periods)."""
     rows = []
     for w in works:  # one pass per rank
-        act = w.whole if step is None else w.steps
-        comm = act.comm
-        if step is not None:
-            index = np.flatnonzero(w.windows["step"].to_numpy() == step)
-            comm = comm.of_window(int(index[0]) if index.size else -2)
-        cs, ce = intervals.union(*intervals.clip(comm.start, comm.end, lo, hi))
-        os_, oe = intervals.intersect(cs, ce, *act.compute.as_set())
+        os_, oe = overlap_periods(w, step, lo, hi)
         rows.append(pd.DataFrame({"rank": np.full(len(os_), w.rank, dtype=np.int64), "start": os_, "end": oe}))
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
 

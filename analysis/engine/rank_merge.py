@@ -28,6 +28,7 @@ from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps
+from analysis.readers.kineto_json import is_kineto
 from analysis.readers.load import load_trace
 from analysis.readers.nsys_db import NsysExport
 
@@ -90,8 +91,10 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
+    # a torch.profiler file has no nsys session metadata; one file alone needs no clock shift
+    clock_offset = 0 if is_kineto(Path(path)) else session_offset(path)
     return FileResult(str(path), analysis, trace.source, trace.nsys_version, implementation, ranks, steps,
-                      session_offset(path), {pid: m for (_, pid), m in trace.meta.items()}, trace.info.get(0, {}))
+                      clock_offset, {pid: m for (_, pid), m in trace.meta.items()}, trace.info.get(0, {}))
 
 
 def _global_ranks(results: Sequence[FileResult], parts: Sequence[int]) -> pd.DataFrame:

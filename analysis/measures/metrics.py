@@ -13,7 +13,7 @@ For each window (one step, see steps.py for its bounds; or the whole capture):
   comm_kernels, compute_kernels, comm_copies, comm_ranges  counts (comm_ranges: each collective once)
   comm_wait_ms, comm_transfer_ms, exposed_comm_wait_ms, exposed_comm_transfer_ms  the step's collective
                        calls split into waiting for the last rank and transfer, and the parts of each
-                       not under compute (analysis.collectives; added by overlap.analyze_trace)
+                       not under compute (the collectives view; added by engine/analyze.analyze_trace)
 A step owns the work launched inside it (NVTX projection, see phases.py and steps.py); its
 communication is intersected with all of the rank's compute, so comm launched in step k and hidden
 behind step k+1's compute still counts as overlapped.
@@ -35,7 +35,7 @@ from analysis.measures import intervals as iv
 from analysis.measures.activity import Items, RankActivity, RankWork, rank_work
 from analysis.measures.patterns import Patterns
 
-# added by overlap.analyze_trace from the collectives view (collective_rows.with_comm_split)
+# added by engine/analyze.analyze_trace from the collectives view (collective_rows.with_comm_split)
 SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
 METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "comm_kernel_ms", "comm_copy_ms", "overlap_ms",
            "backward_overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "comm_kernels", "compute_kernels",

@@ -104,7 +104,7 @@ class KinetoFile:
     schema: str
     distributed: dict
     meta: dict
-    info: dict       # as trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
+    info: dict       # as frames.trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
     gpu: dict        # kind, name (list), device, stream, start, end, correlation
     runtime: dict    # pid, tid, start, correlation
     ranges: dict     # pid, tid, start, end, text (list), async (bool)

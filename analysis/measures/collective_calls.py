@@ -99,7 +99,10 @@ def _with_ranks(frame: pd.DataFrame, trace: Trace, by_device: bool) -> pd.DataFr
 
 def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     ops = trace.gpu_ops
-    is_coll = (codes(ops["kind"]) == GPU_KERNEL) & matches(ops["name"], patterns.regex("comm_kernel"))
+    # a call is one named communication kernel; is_comm also holds the copies and kernels that are
+    # parts of a collective (phases.communication_mask), which are not calls of their own
+    is_coll = ((codes(ops["kind"]) == GPU_KERNEL) & ops["is_comm"].to_numpy()
+               & matches(ops["name"], patterns.regex("comm_kernel")))
     k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name"]]
     k = k.assign(kernel=k["name"].astype(str), tkey=thread_key(k["part"], k["pid"], np.maximum(k["launch_tid"], 0)))
     k = k.drop(columns="name").sort_values("launch_start", kind="stable")

@@ -11,6 +11,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import report
+from analysis.views import report_files
 from analysis.views.html_report import breakdown
 from tests.analysis.test_timeline_traces import write_trace
 
@@ -147,7 +148,7 @@ def test_a_results_db_that_sqlite_refuses_is_one_error(traces, tmp_path, capsys,
     def failing(*args, **kwargs):
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr(report, "_upsert_history", failing)
+    monkeypatch.setattr(report_files, "_upsert_history", failing)
     code, _, err = run(capsys, *traces, "-o", tmp_path / "r")
     assert code == 2 and "database is locked" in err and len(_error_lines(err)) == 1
     assert not (tmp_path / "r" / "index.html").exists() and not (tmp_path / "r" / "summary.csv").exists()

@@ -13,7 +13,7 @@ from plotly.offline import get_plotlyjs
 
 from analysis import analyze_trace, timeline
 from analysis.measures.patterns import Patterns
-from analysis.readers.load import load_trace
+from analysis.readers.load import group_inputs, load_trace
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
@@ -126,7 +126,7 @@ def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
 def test_per_rank_files_of_one_run_form_one_panel(tmp_path, capsys):
     files = [write_trace(tmp_path / f"naive.rank{r}.sqlite", "naive", ranks=1, first_rank=r) for r in (0, 1)]
     other = write_trace(tmp_path / "overlap.sqlite", "overlap")
-    inputs = timeline.group_inputs([*files, other])
+    inputs = group_inputs([*files, other])
     assert [(i.name, len(i.paths)) for i in inputs] == [("naive", 2), ("overlap", 1)]
     code, stdout, _ = run_cli(capsys, *files, other, "-o", tmp_path / "t.html", "--step", 1, "--format", "json")
     rows = json.loads(stdout)

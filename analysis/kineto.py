@@ -39,6 +39,7 @@ from analysis.kineto_json import KinetoFile, read_kineto
 from analysis.patterns import Patterns, matches
 from analysis.phases import communication_mask
 from analysis.trace import NVTX_KIND_NAMES, Trace, _number_ranks, _ops_frame, _row_lookup, _shifted
+from contract import BACKWARD
 
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
@@ -100,7 +101,7 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
     texts = frame["text"].astype("category")
     if not matches(texts, patterns.regex("backward")).any():
         steps = frame[matches(texts, patterns.regex("step"))].sort_values("start")
-        extra = _backward_ranges(f, steps).assign(text="backward", kind=0)
+        extra = _backward_ranges(f, steps).assign(text=BACKWARD, kind=0)
         frame = pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
     frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
     return pd.DataFrame({

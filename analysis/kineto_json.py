@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY
 
 GZIP_MAGIC = b"\x1f\x8b"
 GPU_CATS = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}  # -> gpu_ops kind codes (trace.GPU_KINDS)
@@ -47,7 +48,7 @@ class Args(msgspec.Struct, gc=False):
     correlation: int = -1
     device: int = -1
     stream: int = -1
-    kind: str = msgspec.field(name="ddp.kind", default="")  # "start_end": an async range of our runner
+    kind: str = msgspec.field(name=ASYNC_KIND_KEY, default="")  # ASYNC_KIND: an async range of our runner
     collective: Any = msgspec.field(name="Collective name", default=None)
     in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
     out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
@@ -86,7 +87,7 @@ class _Top(msgspec.Struct, kw_only=True):
     baseTimeNanoseconds: int = 0
     schemaVersion: Any = None
     distributedInfo: Any = None
-    ddp_meta: Any = msgspec.field(name="ddp.meta", default=None)
+    ddp_meta: Any = msgspec.field(name=META_KEY, default=None)
     deviceProperties: Any = None
     host_name: Any = None
 
@@ -269,7 +270,7 @@ def _batch_columns(complete: list) -> dict:
     start, end = _times(annotations)
     ranges = {"pid": _int_field(annotations, "pid"), "tid": _int_field(annotations, "tid"),
               "start": start, "end": end, "text": _field(annotations, "name"),
-              "async": np.array(_field(_field(annotations, "args"), "kind"), dtype=object) == "start_end"}
+              "async": np.array(_field(_field(annotations, "args"), "kind"), dtype=object) == ASYNC_KIND}
 
     ops = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
     start, end = _times(ops)

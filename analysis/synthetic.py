@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from contract import META_PREFIX
+
 GLOBAL_ID_BASE = 1 << 48  # hardware/VM bits as in real exports
 SHARED = {
     "StringIds": [("id", "INTEGER NOT NULL PRIMARY KEY"), ("value", "TEXT NOT NULL")],
@@ -184,7 +186,7 @@ class NsysWriter:
 
     def meta_mark(self, pid: int, tid: int, t: int, **meta) -> None:
         """Our runner's `ddp.meta {json}` mark."""
-        self.nvtx(pid, tid, t, None, "ddp.meta " + json.dumps(meta), kind=MARK)
+        self.nvtx(pid, tid, t, None, META_PREFIX + json.dumps(meta), kind=MARK)
 
     def close(self) -> Path:
         """Create the tables and write every buffered row (an existing file at path is replaced)."""

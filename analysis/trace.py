@@ -30,7 +30,6 @@ the same frames.
 """
 from __future__ import annotations
 
-import json
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,9 +43,10 @@ from analysis.errors import TraceError
 from analysis.intervals import factorize
 from analysis.kineto_comms import empty_collectives
 from analysis.kineto_json import is_kineto
-from analysis.patterns import META_PREFIX, Patterns
+from analysis.patterns import Patterns
 from analysis.phases import communication_mask
 from analysis.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
+from contract import META_PREFIX, decode_meta
 
 NVTX_KINDS = {34: "mark", 59: "push_pop", 60: "start_end"}
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)  # kind codes 0, 1, 2
@@ -220,11 +220,8 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     marks = nvtx[(nvtx["kind"] == "mark") & nvtx["text"].str.startswith(META_PREFIX)]
     meta = {}
     for part, pid, text in zip(marks["part"], marks["pid"], marks["text"]):
-        try:
-            value = json.loads(text[len(META_PREFIX):])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
+        value = decode_meta(text)
+        if value is not None:
             meta[(int(part), int(pid))] = value
     return meta
 

@@ -352,3 +352,19 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
     serial = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "1")
     pooled = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "2")
     assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]
+
+
+# --- torch.profiler JSON ----------------------------------------------------------------------------
+
+def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
+    """A single Kineto file goes through the per-file task (its clock offset unused); a Kineto merge
+    runs as one task (the loader checks the files are one job's) and equals the one-piece load."""
+    from analysis.synthetic_kineto import write_kineto_ddp_trace
+
+    paths = write_kineto_ddp_trace(tmp_path / "k", n_kernels=2_000, n_ranks=2, n_steps=3)
+    assert_same(analyze(paths[0], jobs=2), analyze_trace(load_trace(paths[0])))
+    merged = analyze(paths, merge=True, jobs=2)
+    assert_same(merged, analyze_trace(load_trace(paths)))
+    assert_split_paired(merged)
+    code, out, err = cli(capsys, paths[0], "--format", "json")
+    assert code == 0 and err == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0

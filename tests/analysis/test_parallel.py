@@ -334,9 +334,14 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
     from tests.gpu_traces import RUN_TIMER_MS
 
+    from analysis.collective_rows import call_rows
+    from analysis.rank_merge import merged_call_rows
+
     paths = [gpu_trace(f"{run}.rank{r}.sqlite") for r in (0, 1)]
-    merged = combine(paths, [analyse_file(p) for p in paths])
+    results = [analyse_file(p) for p in paths]
+    merged = combine(paths, results)
     whole = analyze_trace(load_trace(paths))
+    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(load_trace(paths))[0])
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split included
     assert_split_paired(merged.analysis)
     assert_same(analyze(paths, merge=True, jobs=2), whole)  # what the CLIs run: one task per file

@@ -218,7 +218,7 @@ def _merged_calls(results: Sequence[FileResult], kept: Sequence[int], ranks: pd.
         for local, rank in zip(mine["rank"], mine["global_rank"], strict=True):  # one iteration per rank
             s, e = calls.compute.get(int(local), (iv.EMPTY, iv.EMPTY))
             compute[int(rank)] = (s + shift, e + shift)
-    frame = pd.concat(frames, ignore_index=True).astype(dict.fromkeys(TEXT_CALL_COLUMNS, str))  # as find_calls types them
+    frame = pd.concat(frames, ignore_index=True).astype(dict.fromkeys(TEXT_CALL_COLUMNS, str))  # find_calls' dtype
     frame = frame.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     return Calls(frame, source, compute)
 

@@ -332,10 +332,9 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
-    from tests.gpu_traces import RUN_TIMER_MS
-
     from analysis.collective_rows import call_rows
     from analysis.rank_merge import merged_call_rows
+    from tests.gpu_traces import RUN_TIMER_MS
 
     paths = [gpu_trace(f"{run}.rank{r}.sqlite") for r in (0, 1)]
     results = [analyse_file(p) for p in paths]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.collective_calls import Calls
 from analysis.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
 from analysis.metrics import METRICS, SOURCES, measure_trace, summarise
@@ -88,10 +89,11 @@ def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
     return per_step[(order >= n) | per_step["step"].isna()].reset_index(drop=True)
 
 
-def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0) -> Analysis:
-    """Metrics of one loaded trace."""
+def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0,
+                  calls: Calls | None = None) -> Analysis:
+    """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, when already found)."""
     per_step, totals = measure_trace(trace, patterns)
-    per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns)[0])  # collectives view
+    per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns, calls)[0])  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     summary = trace_summary(trace, per_step)
     for frame in (per_step, totals):

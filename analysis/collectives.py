@@ -20,6 +20,7 @@ from analysis import cli
 from analysis.engine.collectives_view import CollectivesView, analyze_collectives
 from analysis.errors import TraceError
 from analysis.views.table import format_table
+from contract import COMM_FORM
 
 TABLE_ROWS = {"rank": "rank", "step": "step", "phase": "phase", "op": "op", "tag": "tag", "bytes": "bytes",
               "issue_ms": "issue ms", "start_ms": "start ms", "end_ms": "end ms", "duration_ms": "duration ms",
@@ -56,7 +57,7 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
     out += ["stragglers per step (the rank the others waited for; paired collectives only):",
             _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])]
     for head in view.traces.itertuples():
-        source = "kernels" if head.source == "kernel" else "comm:<op>:<tag> ranges (no communication kernels)"
+        source = "kernels" if head.source == "kernel" else f"{COMM_FORM} ranges (no communication kernels)"
         out.append(f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "
                    f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else ""))
     return "\n".join(out)
@@ -71,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "transfer after it, bus bandwidth (nccl-tests factors) and the part with no compute under it. "
                     "Summaries per op and message size, per rank, and the straggler rank of each step. Times are "
                     "ms on the trace's clock. Traces without communication kernels (CPU, gloo) use the "
-                    "comm:<op>:<tag> ranges: arrival = issue, end = completion as seen by the rank.",
+                    f"{COMM_FORM} ranges: arrival = issue, end = completion as seen by the rank.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr).")
     p.add_argument("paths", nargs="+", metavar="TRACE", help="nsys SQLite export(s)")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table",

@@ -1,4 +1,4 @@
-"""Many per-rank traces at once: `analysis.overlap` over F one-rank files (each its own trace) with --jobs 1,
+"""Many per-rank traces at once: `analysis.overlap --merge` over F one-rank files with --jobs 1,
 --jobs 2 and a 2-worker Dask LocalCluster (`--dask local --jobs 2`).
 
 Writes F synthetic, schema-true per-rank exports (tests.support.synthetic_ddp, K kernels each, captures
@@ -75,10 +75,10 @@ def role(proc: Any, main_pid: int) -> str:
 
 
 def run(paths: list[Path], extra: list[str], out: Path) -> dict:
-    """One fresh `python -m analysis.overlap ... --format json` process; wall time and per-process peaks."""
+    """One fresh `python -m analysis.overlap ... --merge --format json` process; wall time and per-process peaks."""
     import psutil
 
-    cmd = [sys.executable, "-m", "analysis.overlap", *map(str, paths), "--format", "json", *extra]
+    cmd = [sys.executable, "-m", "analysis.overlap", *map(str, paths), "--merge", "--format", "json", *extra]
     peaks: dict[int, tuple[str, float]] = {}
     cpu: dict[int, float] = {}  # user + system seconds, as last seen
     started = time.perf_counter()
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"files": args.files, "kernels": args.kernels, "runs": rows, "per_file_cpu_s": per_file,
                           "estimate_1024_files_s": estimate}, indent=1))
     else:
-        print(f"{args.files} per-rank files x {args.kernels:,} kernels, analysis.overlap --format json")
+        print(f"{args.files} per-rank files x {args.kernels:,} kernels, analysis.overlap --merge --format json")
         print(f"{'config':<16} {'wall s':>7} {'CPU s':>6} {'speedup':>7} {'main RSS MB':>11} "
               f"{'max worker RSS MB':>17} {'workers':>7} identical")
         for r in rows:

@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ddp, not an installed one
+from contract import ALL_REDUCE, comm_range
 from ddp import inflight
 
-NAME = "comm:all_reduce:layers.0.attn.wq.weight"
+NAME = comm_range(ALL_REDUCE, "layers.0.attn.wq.weight")
 
 
 class _DoneWork:

@@ -45,9 +45,10 @@ def run_retrying(cmd: list[str], timeout_s: float) -> subprocess.CompletedProces
 
 def range_cost_ns(n: int) -> float:
     """Mean ns for one push/pop range through ddp.nvtx_ranges, inside the `profile` capture range."""
+    from contract import ALL_REDUCE, PROFILE, comm_range
     from ddp import nvtx_ranges
-    names = [f"comm:all_reduce:p{i}" for i in range(16)]
-    with nvtx_ranges.range("profile"):
+    names = [comm_range(ALL_REDUCE, f"p{i}") for i in range(16)]
+    with nvtx_ranges.range(PROFILE):
         t0 = time.perf_counter_ns()
         for i in range(n):
             with nvtx_ranges.range(names[i % 16]):

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from contract import ALL_REDUCE, BROADCAST, GRAD_SYNC, comm_range
 from ddp import nvtx_ranges
 from ddp.collectives import all_reduce, check_collective
 from ddp.comm_timing import CommStats, CommTimer
@@ -36,7 +37,7 @@ def broadcast_from_rank0(module: nn.Module, group: dist.ProcessGroup | None = No
     """Copy rank 0's parameters and buffers (trainable or not) into every rank's module."""
     tensors = list(module.parameters()) + list(module.buffers())
     size = sum(nbytes(t) for t in tensors)
-    with nvtx_ranges.range("comm:broadcast:params", payload=size), torch.no_grad():
+    with nvtx_ranges.range(comm_range(BROADCAST, "params"), payload=size), torch.no_grad():
         for t in tensors:
             dist.broadcast(t.data, src=0, group=group)
 
@@ -88,7 +89,7 @@ class DataParallelBase(nn.Module):
         self.params = [p for _, p in named]
         self.comm = CommTimer(self.params[0].device if self.params else torch.device("cpu"))
         # One NVTX name per tag, built once: collectives are issued every step.
-        self._range_names = {n: f"comm:all_reduce:{n}" for n in self.param_names}
+        self._range_names = {n: comm_range(ALL_REDUCE, n) for n in self.param_names}
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -113,7 +114,7 @@ class DataParallelBase(nn.Module):
     def finish_gradient_synchronization(self) -> None:
         """Leave every trainable parameter's .grad equal to the mean over ranks."""
         self.comm.backward_ended()
-        with nvtx_ranges.range("grad_sync"):
+        with nvtx_ranges.range(GRAD_SYNC):
             self._synchronize()
         self.comm.close_step()
 
@@ -140,7 +141,7 @@ class DataParallelBase(nn.Module):
     def _range_name(self, tag: str) -> str:
         name = self._range_names.get(tag)
         if name is None:
-            name = self._range_names[tag] = f"comm:all_reduce:{tag}"
+            name = self._range_names[tag] = comm_range(ALL_REDUCE, tag)
         return name
 
 

@@ -5,6 +5,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from contract import BROADCAST, comm_range
 from ddp import nvtx_ranges
 from ddp.base import ACCUMULATION_ERROR, DataParallelBase, check_same_dtype_and_device, nbytes
 from ddp.buckets import Bucket, plan_buckets
@@ -92,7 +93,7 @@ class BucketedDDP(DataParallelBase):
         self._arrival = None
         ref = self.params[0]
         agreed = torch.tensor(local, dtype=torch.int64, device=ref.device)
-        with nvtx_ranges.range("comm:broadcast:bucket_order", payload=nbytes(agreed)):
+        with nvtx_ranges.range(comm_range(BROADCAST, "bucket_order"), payload=nbytes(agreed)):
             dist.broadcast(agreed, src=0, group=self.group)
         order = agreed.tolist()  # one device-to-host copy, once
         if order != self.order:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 
+from contract import REDUCE_BROADCAST_BROADCAST, REDUCE_BROADCAST_REDUCE
 from ddp.nvtx_ranges import range as nvtx_range
 from ddp.p2p_work import contiguous_flat, resolved_group
 
@@ -66,8 +67,8 @@ def reduce_broadcast_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup |
         return dist.get_global_rank(ranks_group, (v + root) % world)
 
     with contiguous_flat(tensor) as flat:
-        with nvtx_range("reduce_broadcast:reduce"):
+        with nvtx_range(REDUCE_BROADCAST_REDUCE):
             reduce_to_root(flat, vrank, world, global_rank)
-        with nvtx_range("reduce_broadcast:broadcast"):
+        with nvtx_range(REDUCE_BROADCAST_BROADCAST):
             broadcast_from_root(flat, vrank, world, global_rank)
     return tensor

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from contract import RING_ALL_GATHER, RING_REDUCE_SCATTER
 from ddp.nvtx_ranges import range as nvtx_range
 from ddp.p2p_work import contiguous_flat, resolved_group
 
@@ -52,7 +53,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
     left = dist.get_global_rank(ranks_group, (rank - 1) % world)
     with contiguous_flat(tensor) as flat:
         chunks = [flat[a:b] for a, b in chunk_bounds(flat.numel(), world)]
-        with nvtx_range("ring:reduce_scatter"):
+        with nvtx_range(RING_REDUCE_SCATTER):
             incoming = torch.empty_like(chunks[0])  # chunk 0 is the largest
             for step in range(world - 1):
                 send_idx, recv_idx = (rank - step) % world, (rank - step - 1) % world
@@ -60,7 +61,7 @@ def ring_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None
                 _exchange(chunks[send_idx], right, buf, left, group)
                 chunks[recv_idx].add_(buf)
 
-        with nvtx_range("ring:all_gather"):
+        with nvtx_range(RING_ALL_GATHER):
             for step in range(world - 1):
                 send_idx, recv_idx = (rank + 1 - step) % world, (rank - step) % world
                 # Receive straight into place: the chunk being overwritten is not the one being sent.

@@ -8,6 +8,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from contract import ALL_REDUCE, GRAD_SYNC, comm_range
 from ddp import nvtx_ranges
 from ddp.base import DataParallelBase, nbytes
 from ddp.collectives import all_reduce
@@ -76,7 +77,7 @@ class TorchDDP(DataParallelBase):
     def _bucket_range_name(self, index: int) -> str:
         name = self._bucket_names.get(index)
         if name is None:
-            name = self._bucket_names[index] = f"comm:all_reduce:bucket{index}"
+            name = self._bucket_names[index] = comm_range(ALL_REDUCE, f"bucket{index}")
         return name
 
 
@@ -111,7 +112,7 @@ def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.
     slot = state.comm.begin(size)
     name = state._bucket_range_name(bucket.index())
     range_id = nvtx_ranges.start(name, payload=size)
-    ranges = (range_id, nvtx_ranges.start("grad_sync")) if last else (range_id,)
+    ranges = (range_id, nvtx_ranges.start(GRAD_SYNC)) if last else (range_id,)
     work = all_reduce(buffer, "torch", group=state.group, async_op=True, name=name)
     record_completion = state.comm.on_completion(slot, *ranges)
 

@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
+from contract import BACKWARD, FORWARD, OPTIMIZER, step_range
 from ddp import nvtx_ranges, registry
 from ddp.base import DataParallelBase, synchronize_device
 from ddp.collectives import check_collective
@@ -135,14 +136,14 @@ def train_step(model: DataParallelBase, optimizer: torch.optim.Optimizer,
                batch: tuple[torch.Tensor, torch.Tensor], step: int) -> torch.Tensor:
     """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
     inputs, targets = batch
-    with nvtx_ranges.range(f"step {step}", cache=False):
+    with nvtx_ranges.range(step_range(step), cache=False):
         optimizer.zero_grad(set_to_none=True)
-        with nvtx_ranges.range("forward"):
+        with nvtx_ranges.range(FORWARD):
             loss = loss_fn(model(inputs), targets)
-        with nvtx_ranges.range("backward"):
+        with nvtx_ranges.range(BACKWARD):
             loss.backward()
         model.finish_gradient_synchronization()
-        with nvtx_ranges.range("optimizer"):
+        with nvtx_ranges.range(OPTIMIZER):
             optimizer.step()
     return loss.detach()
 

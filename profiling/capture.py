@@ -16,24 +16,16 @@ its last step at that moment would have that step cut short in the trace.
 from __future__ import annotations
 
 import contextlib
-import json
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
+from contract import PROFILE, encode_meta
 from ddp import nvtx_ranges
 
 if TYPE_CHECKING:
     from ddp.base import DataParallelBase
-
-CAPTURE_RANGE = "profile"
-META_PREFIX = "ddp.meta "
-
-
-def meta_text(meta: Mapping[str, Any]) -> str:
-    """The text of the metadata mark: `ddp.meta ` then one line of JSON."""
-    return META_PREFIX + json.dumps(dict(meta), sort_keys=True, separators=(",", ":"), default=str)
 
 
 def tool_versions() -> dict[str, str]:
@@ -59,7 +51,7 @@ def measured_region(meta: Mapping[str, Any], model: DataParallelBase | None = No
     if model is not None:
         meta = {**meta, "buckets": model.comm_layout()}
     _barrier()
-    with nvtx_ranges.range(CAPTURE_RANGE):
-        nvtx_ranges.mark(meta_text(meta))
+    with nvtx_ranges.range(PROFILE):
+        nvtx_ranges.mark(encode_meta(meta))
         yield
         _barrier()

@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from analysis.readers import nsys_export
 from analysis.errors import TraceError
+from analysis.readers import nsys_export
 from profiling import nsys_layout
 
 INSTALL_STEPS = """\

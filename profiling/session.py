@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.readers.nsys_export import partial_name
+from contract import PROFILE
 from profiling import nsys_layout
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
 
@@ -56,7 +57,7 @@ class NsysOptions:
         """The `nsys profile` arguments before the program, minus the output name."""
         scope = "process-tree" if self.sample else "none"
         args = ["profile", "--trace", self.trace, "--sample", scope, "--cpuctxsw", scope,
-                "--capture-range", "nvtx", "--nvtx-capture", "profile", "--capture-range-end", "stop",
+                "--capture-range", "nvtx", "--nvtx-capture", PROFILE, "--capture-range-end", "stop",
                 "--force-overwrite", "true"]
         if "cuda" in self.trace.split(","):
             args += ["--cuda-memory-usage", "false"]

@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PROFILE
 from ddp import nvtx_ranges
-from profiling.capture import CAPTURE_RANGE
 from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
 
 if TYPE_CHECKING:
@@ -74,7 +74,7 @@ def _span_events(spans: list, base_ns: int, since_ns: int) -> list[dict]:
     pid = os.getpid()
     return [{"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid,
              "ts": round((start - base_ns) / 1000, 3), "dur": round((end - start) / 1000, 3),
-             "args": {"ddp.kind": "start_end"}} for name, tid, start, end in spans if start >= since_ns]
+             "args": {ASYNC_KIND_KEY: ASYNC_KIND}} for name, tid, start, end in spans if start >= since_ns]
 
 
 def write_trace(prof: profile, path: Path, ranges: TorchRanges, since_ns: int, meta: Mapping[str, Any]) -> None:
@@ -85,7 +85,7 @@ def write_trace(prof: profile, path: Path, ranges: TorchRanges, since_ns: int, m
         prof.export_chrome_trace(str(raw))
         doc = msgspec.json.decode(raw.read_bytes())
         doc["traceEvents"] += _span_events(ranges.spans, int(doc.get("baseTimeNanoseconds", 0)), since_ns)
-        doc["ddp.meta"] = dict(meta)
+        doc[META_KEY] = dict(meta)
         packed.write_bytes(gzip.compress(msgspec.json.encode(doc, enc_hook=str), compresslevel=6))
         os.replace(packed, path)
     finally:
@@ -109,7 +109,7 @@ def measured_region(meta: Mapping[str, Any], path: Path, model: DataParallelBase
     prof.start()
     nvtx_ranges.record_with(ranges)
     try:
-        with nvtx_ranges.range(CAPTURE_RANGE):
+        with nvtx_ranges.range(PROFILE):
             yield
             _barrier()
     finally:

@@ -14,6 +14,7 @@ from analysis.errors import TraceError
 from analysis.frames.run_info import trace_metadata
 from analysis.frames.trace import Trace
 from analysis.measures.activity import rank_work
+from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.measures.patterns import Patterns
@@ -75,11 +76,13 @@ def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 
-def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0) -> Analysis:
-    """Metrics of one loaded trace."""
+def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0,
+                  calls: Calls | None = None) -> Analysis:
+    """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, when already found)."""
     works = rank_work(trace, patterns)  # the interval sets both the metrics and the collectives' split use
     per_step, totals = measure_trace(trace, patterns, works)
-    per_step, totals = with_comm_split(per_step, totals, call_rows(trace, patterns, works)[0])  # collectives view
+    rows = call_rows(trace, patterns, works, calls)[0]
+    per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     summary = trace_summary(trace, per_step)
     for frame in (per_step, totals):

@@ -7,6 +7,12 @@ the per-file results into exactly what `analyze_trace(load_trace(group))` gives 
 group: ranks numbered across files the same way, rows in rank order, the run's metadata and
 shared-GPU flags from every file's ddp.meta marks and target info (ranks of two files may share a
 GPU), the summary over every rank-step. No process ever holds more than one file's events.
+The collectives' wait/transfer split (metrics.SPLIT_METRICS) pairs every rank's calls: each file
+also returns its collective calls (one row per call, and each rank's compute only where it lies
+under that rank's calls: all that the exposed parts look at), and `combine` shifts them onto the
+first file's clock and pairs them with the one-piece code (collective_rows.rows_of_calls).
+torch.profiler JSON runs are merged in one task (`analyze_whole`): the loader checks their files
+are one job's, and takes their clocks from the JSON.
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
 its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
 finished it.
@@ -18,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -26,6 +33,11 @@ from analysis.engine.analyze import TRACE_KEYS, Analysis, analyze_trace, trace_s
 from analysis.engine.parallel import Outcome, Progress, run_tasks
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.measures import intervals as iv
+from analysis.measures.collective_calls import Calls, find_calls
+from analysis.measures.collective_rows import rows_of_calls, with_comm_split
+from analysis.measures.metrics import SPLIT_METRICS
+from analysis.measures.pairing import world_size
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps
 from analysis.readers.kineto_json import is_kineto
@@ -39,7 +51,8 @@ class FileResult:
     pid, device, meta_rank from its `ddp.meta` mark or None); `step_ranges`: pid, step, start, end
     on this file's clock; `clock_offset`: UTC ns minus trace-clock ns at its session start; `meta`
     ({pid: ddp.meta dict}) and `info` (the export's target info): what the run's metadata and the
-    shared-GPU flags of the merged run are computed from."""
+    shared-GPU flags of the merged run are computed from; `calls`: the file's collective calls on
+    its own clock, compute cut to the calls (`calls_to_ship`), for the wait/transfer split."""
 
     path: str
     analysis: Analysis
@@ -52,6 +65,7 @@ class FileResult:
     meta: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
     sha256: str = ""
+    calls: Calls | None = None
 
 
 @dataclass(frozen=True)
@@ -83,18 +97,38 @@ def session_offset(path: str | Path) -> int:
 
 
 def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
-    """Load and analyse one export; what `combine` needs to merge it with the run's other files."""
+    """Load and analyse one export; what `combine` needs to merge it with the run's other files. A
+    torch.profiler file's clock offset is 0: it is combined only with itself (see analyze_groups)."""
     trace = load_trace(path, patterns)
-    analysis = analyze_trace(trace, patterns, skip_steps)
+    calls = find_calls(trace, patterns)
+    analysis = analyze_trace(trace, patterns, skip_steps, calls)
     meta_rank = [trace.meta.get((int(part), int(pid)), {}).get("rank")
                  for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)]
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
-    # a torch.profiler file has no nsys session metadata; one file alone needs no clock shift
-    clock_offset = 0 if is_kineto(Path(path)) else session_offset(path)
+    offset = 0 if is_kineto(Path(path)) else session_offset(path)
     return FileResult(str(path), analysis, trace.source, trace.nsys_version, implementation, ranks, steps,
-                      clock_offset, {pid: m for (_, pid), m in trace.meta.items()}, trace.info.get(0, {}))
+                      offset, {pid: m for (_, pid), m in trace.meta.items()}, trace.info.get(0, {}),
+                      calls=calls_to_ship(calls))
+
+
+TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel"]  # few distinct values: shipped as categoricals
+
+
+def calls_to_ship(calls: Calls) -> Calls:
+    """The calls with text columns as categoricals and each rank's compute cut to the union of that
+    rank's calls: `pairing.exposure` only measures compute inside a call, so the cut set gives the
+    same figures and stays small (10,000 calls of a 1M-kernel file: 1.7 MB pickled, 2.6 MB as found)."""
+    frame = calls.frame.astype(dict.fromkeys(TEXT_CALL_COLUMNS, "category"))
+    rows = frame.groupby("rank", sort=False).indices
+    none = np.zeros(0, dtype=np.int64)
+    compute = {}
+    for rank, (s, e) in calls.compute.items():  # one iteration per rank
+        mine = rows.get(rank, none)
+        spans = iv.union(frame["start_ns"].to_numpy()[mine], frame["end_ns"].to_numpy()[mine])
+        compute[rank] = iv.intersect(s, e, *spans)
+    return Calls(frame, calls.source, compute)
 
 
 def _global_ranks(results: Sequence[FileResult], parts: Sequence[int]) -> pd.DataFrame:
@@ -130,7 +164,7 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     run = _run_of(paths, results, source, ranks)
     shared = shared_gpu_ranks(run)  # ranks of different files can share a GPU
     keys = {"path": run.path, "implementation": run.implementation, "source": source, "nsys_version": run.nsys_version}
-    frames = {}
+    frames: dict[str, pd.DataFrame] = {}
     for f in fields(Analysis):
         if f.name == "summary":
             continue
@@ -140,10 +174,52 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
             merged["shared_gpu"] = merged["rank"].isin(shared).to_numpy()
         frames[f.name] = _keyed(merged, keys)
     offsets = [r.clock_offset for r in results]
+    if len(results) > 1:  # one file's own split pairs all its ranks' calls already
+        rows = _call_rows(run, results, kept, ranks)
+        frames["steps"], frames["totals"] = with_comm_split(frames["steps"].drop(columns=SPLIT_METRICS),
+                                                            frames["totals"].drop(columns=SPLIT_METRICS), rows)
     spread = across_ranks(frames["steps"], {i: results[i].step_ranges for i in kept},
                           {i: offsets[i] - offsets[0] for i in kept})
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
     return Merged(Analysis(**frames, summary=trace_summary(run, frames["steps"])), spread)
+
+
+def merged_call_rows(paths: Sequence[str | Path], results: Sequence[FileResult]) -> pd.DataFrame:
+    """The collectives view's rows (collective_rows.ROW_COLUMNS) of a run from its files' results:
+    those of `call_rows(load_trace(paths))`."""
+    source = "gpu" if any(r.source == "gpu" for r in results) else "nvtx"
+    kept = [i for i, r in enumerate(results) if r.source == source]
+    ranks = _global_ranks(results, kept)
+    return _call_rows(_run_of(paths, results, source, ranks), results, kept, ranks)
+
+
+def _call_rows(run: Trace, results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame) -> pd.DataFrame:
+    calls = _merged_calls(results, kept, ranks, [r.clock_offset for r in results])
+    return rows_of_calls(calls, world_size(run.meta, len(run.ranks)), run.path, run.implementation, len(run.ranks))[0]
+
+
+def _merged_calls(results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame,
+                  offsets: Sequence[int]) -> Calls:
+    """Every kept file's calls and compute as `find_calls` finds them in the one-piece load: ranks
+    numbered across files, times shifted onto the first file's clock, kernel calls only when any file
+    has them (a one-piece load takes the kernel source for the whole run when any rank has them)."""
+    if any(results[i].calls is None for i in kept):
+        raise ValueError("combine needs each file's collective calls (FileResult.calls)")
+    source = "kernel" if any(results[i].calls.source == "kernel" for i in kept) else "range"
+    frames, compute = [], {}
+    for i in kept:
+        calls = cast(Calls, results[i].calls)
+        shift = offsets[i] - offsets[0]
+        if calls.source == source:
+            frame = _renumbered(calls.frame, i, ranks)
+            frames.append(frame.assign(**{c: frame[c] + shift for c in ("issue_ns", "start_ns", "end_ns")}))
+        mine = ranks[ranks["part"] == i]
+        for local, rank in zip(mine["rank"], mine["global_rank"], strict=True):  # one iteration per rank
+            s, e = calls.compute.get(int(local), (iv.EMPTY, iv.EMPTY))
+            compute[int(rank)] = (s + shift, e + shift)
+    frame = pd.concat(frames, ignore_index=True).astype(dict.fromkeys(TEXT_CALL_COLUMNS, str))  # find_calls' dtype
+    frame = frame.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+    return Calls(frame, source, compute)
 
 
 def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: str, ranks: pd.DataFrame) -> Trace:
@@ -188,9 +264,8 @@ def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shif
 
 
 def analyze_whole(paths: Sequence[str | Path], patterns: Patterns | None = None, skip_steps: int = 0) -> Merged:
-    """A run's per-rank files loaded together (one process holds them all): the analysis' cross-rank
-    figures (the collectives' wait/transfer split, metrics.SPLIT_METRICS) need every rank's calls,
-    which `combine` does not merge yet."""
+    """A run's per-rank files loaded together in one process (torch.profiler JSON runs: see the module
+    docstring)."""
     trace = load_trace([Path(p) for p in paths], patterns)
     analysis = analyze_trace(trace, patterns, skip_steps)
     steps = analysis.steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
@@ -199,20 +274,31 @@ def analyze_whole(paths: Sequence[str | Path], patterns: Patterns | None = None,
     return Merged(analysis, across_ranks(steps, parts, dict.fromkeys(parts, 0)))  # one clock already
 
 
+def loaded_whole(group: Sequence[str | Path]) -> bool:
+    """Whether a group is analysed in one task (`analyze_whole`): a merge with a torch.profiler file."""
+    return len(group) > 1 and any(is_kineto(Path(p)) for p in group)
+
+
 def analyze_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None = None, skip_steps: int = 0,
                    jobs: int = 1, dask: str | None = None, progress: Progress | None = None,
                    task: Callable | None = None) -> list[GroupOutcome]:
     """Every file of every group as its own task (serial, process pool or Dask), then each group
     combined; a group with a failed file gets that file's error and no result. `task(path)` replaces
-    `analyze_file` (it must return a FileResult)."""
+    `analyze_file` (it must return a FileResult). Groups for which `loaded_whole` holds run as one
+    task each, after the files."""
     task = task or partial(analyze_file, patterns=patterns, skip_steps=skip_steps)
-    if any(len(g) > 1 for g in groups):  # merged runs: see analyze_whole
-        return _analyze_whole_groups(groups, patterns, skip_steps, jobs, dask, progress)
-    files = [Path(p) for group in groups for p in group]
+    whole = [loaded_whole(g) for g in groups]
+    by_file = [g for g, w in zip(groups, whole, strict=True) if not w]
+    files = [Path(p) for group in by_file for p in group]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
-    outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress)
+    outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress) if files else []
+    together = iter(_analyze_whole_groups([g for g, w in zip(groups, whole, strict=True) if w], patterns,
+                                          skip_steps, jobs, dask, progress) if any(whole) else [])
     out, at = [], 0
-    for group in groups:
+    for group, w in zip(groups, whole, strict=True):
+        if w:
+            out.append(next(together))
+            continue
         mine: list[Outcome] = outcomes[at:at + len(group)]
         at += len(group)
         errors = tuple(o.error for o in mine if o.error is not None)

@@ -37,13 +37,14 @@ from analysis.measures.phases import (
     thread_key,
 )
 from analysis.measures.steps import step_windows, window_index
+from contract import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER
 
-COMM_CALL = re.compile(r"^comm:([^:]+):?(.*)$")
+COMM_CALL = re.compile(rf"^{re.escape(COMM_PREFIX)}([^:]+):?(.*)$")
 # kernel-name fragment (lower case, underscores removed) -> op; ReduceScatter before Reduce
 KERNEL_OPS = (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
               ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"),
               ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"))
-PHASES = (("grad_sync", "sync_wait"), ("optimizer", "optimizer"), ("backward", "backward"), ("forward", "forward"))
+PHASES = ((GRAD_SYNC, "sync_wait"), (OPTIMIZER, "optimizer"), (BACKWARD, "backward"), (FORWARD, "forward"))
 CALL_COLUMNS = ["rank", "part", "pid", "device", "op", "tag", "bytes", "issue_ns", "start_ns", "end_ns", "step",
                 "phase", "kernel"]
 
@@ -66,7 +67,7 @@ def op_of_kernel(name: str) -> str:
 def _comm_ranges(trace: Trace) -> pd.DataFrame:
     """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out."""
     nvtx = trace.nvtx
-    ranges = nvtx[(codes(nvtx["kind"]) != NVTX_MARK) & nvtx["text"].str.startswith("comm:").to_numpy()]
+    ranges = nvtx[(codes(nvtx["kind"]) != NVTX_MARK) & nvtx["text"].str.startswith(COMM_PREFIX).to_numpy()]
     parts = ranges["text"].str.extract(COMM_CALL)
     return ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
 

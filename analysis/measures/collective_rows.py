@@ -12,7 +12,7 @@ import pandas as pd
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
-from analysis.measures.collective_calls import find_calls
+from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.pairing import exposure, pair, world_size
 from analysis.measures.patterns import Patterns
 
@@ -22,11 +22,18 @@ ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op"
                "kernel", "issue_ns", "start_ns", "end_ns", "last_arrival_ns"]
 
 
-def call_rows(trace: Trace, patterns: Patterns | None = None,
-              works: list[RankWork] | None = None) -> tuple[pd.DataFrame, dict]:
-    """(one row per call per rank with every ROW_COLUMNS figure, trace facts: source, world size, note)."""
-    calls = find_calls(trace, patterns, works)
+def call_rows(trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None,
+              calls: Calls | None = None) -> tuple[pd.DataFrame, dict]:
+    """(one row per call per rank with every ROW_COLUMNS figure, trace facts: source, world size, note);
+    `calls`: the trace's find_calls result when the caller has it already (else found with `works`)."""
+    calls = calls if calls is not None else find_calls(trace, patterns, works)
     world = world_size(trace.meta, len(trace.ranks))
+    return rows_of_calls(calls, world, trace.path, trace.implementation, len(trace.ranks))
+
+
+def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, ranks: int) -> tuple[pd.DataFrame, dict]:
+    """call_rows from the calls of a run's `ranks` ranks (all on one clock), however they were found:
+    one loaded trace, or every rank file's calls put together (rank_merge.py)."""
     rows = pair(calls.frame, world)
     rows = pd.concat([rows, exposure(rows, calls.compute)], axis=1)
     for ns in ("issue", "start", "end"):
@@ -35,10 +42,10 @@ def call_rows(trace: Trace, patterns: Patterns | None = None,
     for part in ("wait", "transfer", "exposed", "exposed_wait", "exposed_transfer"):
         rows[f"{part}_ms"] = rows.pop(f"{part}_ns") / NS_PER_MS
     rows = pd.concat([rows, stats.bandwidths(rows)], axis=1)
-    rows = rows.assign(path=trace.path, implementation=trace.implementation, source=calls.source)
-    facts = {"path": trace.path, "implementation": trace.implementation, "source": calls.source,
-             "world_size": world, "ranks": len(trace.ranks), "calls": len(rows),
-             "unpaired_calls": int((~rows["paired"]).sum()), "note": _note(rows, world, len(trace.ranks))}
+    rows = rows.assign(path=path, implementation=implementation, source=calls.source)
+    facts = {"path": path, "implementation": implementation, "source": calls.source,
+             "world_size": world, "ranks": ranks, "calls": len(rows),
+             "unpaired_calls": int((~rows["paired"]).sum()), "note": _note(rows, world, ranks)}
     return rows[ROW_COLUMNS], facts
 
 

@@ -1,9 +1,7 @@
 """Which names mean communication, steps and phases: regular expressions, all overridable.
 
-Defaults match this project's NVTX contract (README) and common names in other people's traces:
-NCCL kernels of every era (`ncclKernel_*`, `ncclDevKernel_*`, `ncclDevKernel_Generic`), RCCL/MSCCL,
-custom all-reduce kernels; `step N` and PyTorch's `ProfilerStep#N`; `backward`, `backward pass`,
-`## backward ##`.
+The defaults are `contract.patterns`: this project's NVTX contract and common names in other people's traces
+(NCCL/RCCL/MSCCL kernels of every era, PyTorch's `ProfilerStep#N`, `backward pass`, ...).
 """
 from __future__ import annotations
 
@@ -14,17 +12,15 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-
-COMM_KERNEL = r"(?i)^(nccl|rccl|msccl)|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
-COMM_RANGE = r"^comm:|^nccl[A-Z]|^gloo|^c10d::|^ProcessGroup"
-STEP = r"(?i)^(?:step|profilerstep|iteration|iter|train_step)[ _#:]*(\d+)$"
-BACKWARD = r"(?i)^\W*backward(?:[ _]pass)?\W*$"
-FORWARD = r"(?i)^\W*forward(?:[ _]pass)?\W*$"
-OPTIMIZER = r"(?i)^\W*optim(?:izer)?(?:[ _.]step)?\W*$"
-# Where a rank waits for gradient synchronisation; on CPU-only traces this is never compute, even
-# when it lies inside backward (PyTorch DDP waits for its buckets at the end of backward).
-SYNC_WAIT = r"^grad_sync$"
-META_PREFIX = "ddp.meta "
+from contract.patterns import (
+    BACKWARD_PHASE as BACKWARD,
+    COMM_KERNEL,
+    COMM_RANGE,
+    FORWARD_PHASE as FORWARD,
+    OPTIMIZER_PHASE as OPTIMIZER,
+    STEP,
+    SYNC_WAIT,
+)
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from analysis.frames.trace import NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END
 from analysis.measures.patterns import Patterns, matches
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
+from contract import BACKWARD
 
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
@@ -101,7 +102,7 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
     texts = frame["text"].astype("category")
     if not matches(texts, patterns.regex("backward")).any():
         steps = frame[matches(texts, patterns.regex("step"))].sort_values("start")
-        extra = _backward_ranges(f, steps).assign(text="backward", kind=NVTX_PUSH_POP)
+        extra = _backward_ranges(f, steps).assign(text=BACKWARD, kind=NVTX_PUSH_POP)
         frame = pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
     frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
     return pd.DataFrame({

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
+from contract import ASYNC_KIND
 
 GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
 
@@ -120,7 +121,7 @@ def batch_columns(complete: list) -> dict:
     start, end = _times(annotations)
     ranges = {"pid": _int_field(annotations, "pid"), "tid": _int_field(annotations, "tid"),
               "start": start, "end": end, "text": field_values(annotations, "name"),
-              "async": np.array(field_values(field_values(annotations, "args"), "kind"), dtype=object) == "start_end"}
+              "async": np.array(field_values(field_values(annotations, "args"), "kind"), dtype=object) == ASYNC_KIND}
 
     ops = take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
     start, end = _times(ops)

@@ -31,6 +31,7 @@ import numpy as np
 
 from analysis.errors import TraceError
 from analysis.readers.kineto_columns import batch_columns, field_values, joined, take
+from contract import ASYNC_KIND_KEY, META_KEY
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -41,7 +42,7 @@ class Args(msgspec.Struct, gc=False):
     correlation: int = -1
     device: int = -1
     stream: int = -1
-    kind: str = msgspec.field(name="ddp.kind", default="")  # "start_end": an async range of our runner
+    kind: str = msgspec.field(name=ASYNC_KIND_KEY, default="")  # ASYNC_KIND: an async range of our runner
     collective: Any = msgspec.field(name="Collective name", default=None)
     in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
     out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
@@ -80,7 +81,7 @@ class _Top(msgspec.Struct, kw_only=True):
     baseTimeNanoseconds: int = 0
     schemaVersion: Any = None
     distributedInfo: Any = None
-    ddp_meta: Any = msgspec.field(name="ddp.meta", default=None)
+    ddp_meta: Any = msgspec.field(name=META_KEY, default=None)
     deviceProperties: Any = None
     host_name: Any = None
 

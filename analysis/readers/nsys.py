@@ -13,7 +13,6 @@ marks; info from the export's target description (nsys_db.NsysExport.target_info
 """
 from __future__ import annotations
 
-import json
 import sqlite3
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from analysis.frames.trace import (
     Trace,
 )
 from analysis.measures.intervals import factorize
-from analysis.measures.patterns import META_PREFIX
 from analysis.readers.nsys_db import (
     KERNEL_TABLE,
     MEMCPY_TABLE,
@@ -50,6 +48,7 @@ from analysis.readers.nsys_db import (
     pid_of,
     tid_of,
 )
+from contract import META_PREFIX, decode_meta
 
 NVTX_EVENTS_READ = (NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE)
 COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
@@ -184,11 +183,8 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     marks = nvtx[(nvtx["kind"] == "mark") & nvtx["text"].str.startswith(META_PREFIX)]
     meta = {}
     for part, pid, text in zip(marks["part"], marks["pid"], marks["text"]):
-        try:
-            value = json.loads(text[len(META_PREFIX):])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
+        value = decode_meta(text)
+        if value is not None:
             meta[(int(part), int(pid))] = value
     return meta
 

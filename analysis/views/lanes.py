@@ -23,14 +23,15 @@ from analysis.measures.patterns import Patterns, matches
 from analysis.views.render_binning import merge_subpixel
 from analysis.views.render_figure import Panel
 from analysis.views.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
+from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE
 
 # Lane groups in top-to-bottom order within a rank (GPU groups repeat per stream).
 GROUP_LABELS = ("CPU step", "CPU phases", "CPU comm", "CPU other NVTX", "compute", "comm")
 STEP, PHASES, COMM, NVTX, GPU_COMPUTE, GPU_COMM = range(len(GROUP_LABELS))
 NVTX_GROUP = {"step": STEP, "comm": COMM, "nvtx": NVTX, **dict.fromkeys(PHASE_CATEGORIES, PHASES)}
 CATEGORIES = list(CATEGORY_COLOURS)
-COMPUTE_PHASES = ("forward", "backward", "optimizer")
-SKIPPED_RANGES = ("profile",)  # the capture range spans everything and says nothing
+COMPUTE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+SKIPPED_RANGES = (PROFILE,)  # the capture range spans everything and says nothing
 FROM_NVTX, FROM_GPU = 0, 1
 
 
@@ -53,10 +54,10 @@ def classify_nvtx(text: pd.Series, patterns: Patterns) -> tuple[np.ndarray, np.n
     uniq, inverse = np.unique(text.astype(str).to_numpy(), return_inverse=True)
     names = pd.Series(uniq, dtype=object)
     category = np.full(uniq.size, "nvtx", dtype=object)
-    for cat, field in (("comm", "comm_range"), ("optimizer", "optimizer"), ("forward", "forward"),
-                       ("backward", "backward"), ("step", "step")):
+    for cat, field in (("comm", "comm_range"), (OPTIMIZER, "optimizer"), (FORWARD, "forward"),
+                       (BACKWARD, "backward"), ("step", "step")):
         category[matches(names, patterns.regex(field))] = cat
-    category[matches(names, patterns.regex("sync_wait"))] = "grad_sync"  # waits for gradient sync
+    category[matches(names, patterns.regex("sync_wait"))] = GRAD_SYNC  # waits for gradient sync
     number = names.str.extract(patterns.regex("step"), expand=True)
     steps = np.full(uniq.size, -1, dtype=np.int64)
     if number.shape[1] and category.size:

@@ -5,13 +5,15 @@ every timeline and every report this project writes.
 """
 from __future__ import annotations
 
+from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER
+
 # Draw order is list order: later categories are drawn on top.
 CATEGORY_COLOURS: dict[str, str] = {
     "step": "#9e9e9e",  # CPU: the step range
-    "forward": "#4e79a7",  # CPU: forward phase
-    "backward": "#f28e2b",  # CPU: backward phase
-    "optimizer": "#59a14f",  # CPU: optimizer phase
-    "grad_sync": "#b07aa1",  # CPU: finish_gradient_synchronization()
+    FORWARD: "#4e79a7",  # CPU: forward phase (categories named after the contract's ranges)
+    BACKWARD: "#f28e2b",  # CPU: backward phase
+    OPTIMIZER: "#59a14f",  # CPU: optimizer phase
+    GRAD_SYNC: "#b07aa1",  # CPU: finish_gradient_synchronization()
     "comm": "#e15759",  # CPU: comm:<op>:<tag> ranges (blocking or in-flight async)
     "nvtx": "#c9c9c9",  # CPU: any other NVTX range (framework ops, library ranges)
     "compute": "#1f77b4",  # GPU: compute kernels
@@ -23,10 +25,10 @@ OVERLAP_LINE = "rgba(44, 160, 44, 0.9)"
 
 CATEGORY_LABELS: dict[str, str] = {
     "step": "step (CPU)",
-    "forward": "forward (CPU)",
-    "backward": "backward (CPU)",
-    "optimizer": "optimizer (CPU)",
-    "grad_sync": "grad_sync (CPU)",
+    FORWARD: f"{FORWARD} (CPU)",
+    BACKWARD: f"{BACKWARD} (CPU)",
+    OPTIMIZER: f"{OPTIMIZER} (CPU)",
+    GRAD_SYNC: f"{GRAD_SYNC} (CPU)",
     "comm": "comm range (CPU)",
     "nvtx": "other NVTX (CPU)",
     "compute": "compute kernel (GPU)",
@@ -34,7 +36,7 @@ CATEGORY_LABELS: dict[str, str] = {
     "memory": "memcpy/memset (GPU)",
 }
 
-PHASE_CATEGORIES = ("forward", "backward", "optimizer", "grad_sync")
+PHASE_CATEGORIES = (FORWARD, BACKWARD, OPTIMIZER, GRAD_SYNC)
 
 
 def category_colour(category: str) -> str:

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from analysis import analyze
+from tests import nsys_cli
 
 NSYS = shutil.which("nsys")
 PROGRAM = """
@@ -33,7 +34,7 @@ def test_real_cpu_export_is_measured_from_nvtx(tmp_path):
     (tmp_path / "prog.py").write_text(PROGRAM)
     profile = [NSYS, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-o", "run", "-f", "true",
                sys.executable, "prog.py"]
-    subprocess.run(profile, cwd=tmp_path, capture_output=True, timeout=120, check=True)
+    nsys_cli.profile(profile, cwd=tmp_path)
     subprocess.run([NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"], cwd=tmp_path,
                    capture_output=True, timeout=120, check=True)
     result = analyze(tmp_path / "run.sqlite")

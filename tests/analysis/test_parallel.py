@@ -58,10 +58,17 @@ def noise(tmp_path_factory):
     return path
 
 
-def assert_same(a, b, leave_out=()):
+def assert_same(a, b):
     for name in ("steps", "totals", "summary"):
-        drop = lambda frame: frame.drop(columns=[c for c in leave_out if c in frame])
-        pd.testing.assert_frame_equal(drop(getattr(a, name)), drop(getattr(b, name)))
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))
+
+
+def assert_split_paired(analysis):
+    """Every rank-step with collectives has its wait/transfer split, which needs every rank's calls:
+    one file alone leaves it NaN."""
+    steps = analysis.steps[analysis.steps["comm_kernels"] > 0]
+    assert len(steps) and steps[SPLIT_METRICS].notna().all().all()
+    assert (steps["comm_wait_ms"] > 0).any() and (steps["comm_transfer_ms"] > 0).any()
 
 
 def cli(capsys, *args) -> tuple[int, str, str]:
@@ -76,8 +83,27 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, skip):
     whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
     merged = combine(rank_files, [analyze_file(p, skip_steps=skip) for p in rank_files])
-    assert_same(merged.analysis, whole, leave_out=SPLIT_METRICS)  # cross-rank: not merged from files yet
+    assert_same(merged.analysis, whole)  # every column, the wait/transfer split of paired calls included
     assert merged.analysis.steps["rank"].unique().tolist() == [0, 1, 2]
+    assert_split_paired(merged.analysis)
+    alone = analyze_file(rank_files[1]).analysis.steps  # one of three ranks: no call is paired
+    assert alone.loc[alone["comm_kernels"] > 0, "comm_wait_ms"].isna().all()
+
+
+def test_merged_calls_are_the_one_piece_calls(rank_files):
+    """The calls combine pairs (renumbered, shifted by each file's session offset, compute cut to the
+    calls) give the collectives view's every row of the one-piece load."""
+    from analysis.engine.rank_merge import merged_call_rows
+    from analysis.measures.collective_calls import find_calls
+    from analysis.measures.collective_rows import call_rows
+
+    results = [analyze_file(p) for p in rank_files]
+    rows = merged_call_rows(rank_files, results)
+    pd.testing.assert_frame_equal(rows, call_rows(load_trace(rank_files))[0])
+    assert rows["paired"].all() and (rows["wait_ms"] > 0).any()
+    # each file ships its rank's compute only where it lies under the rank's calls
+    full, shipped = find_calls(load_trace(rank_files[0])).compute[0], results[0].calls.compute[0]
+    assert 0 < len(shipped[0]) < len(full[0])
 
 
 def _rankless_file(path: Path, device: int, utc: int, durations: list[int]) -> Path:
@@ -95,7 +121,7 @@ def test_merge_numbers_rankless_files_by_device_like_the_loader(tmp_path):
              _rankless_file(tmp_path / "a.sqlite", 0, T0 + 5_000, [200_000, 600_000]),
              _rankless_file(tmp_path / "c.sqlite", 0, T0 + 1_000, [500_000, 100_000])]
     merged = combine(paths, [analyze_file(p) for p in paths])
-    assert_same(merged.analysis, analyze_trace(load_trace(paths)), leave_out=SPLIT_METRICS)
+    assert_same(merged.analysis, analyze_trace(load_trace(paths)))
     # device 0 before device 1, then file order: a -> 0, c -> 1, b -> 2
     assert merged.analysis.totals["rank"].tolist() == [0, 1, 2]
     assert merged.analysis.totals["device"].tolist() == [0, 0, 1]
@@ -306,12 +332,18 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
+    from analysis.engine.rank_merge import merged_call_rows
+    from analysis.measures.collective_rows import call_rows
     from tests.gpu_traces import RUN_TIMER_MS
 
     paths = [gpu_trace(f"{run}.rank{r}.sqlite") for r in (0, 1)]
-    merged = combine(paths, [analyze_file(p) for p in paths])
-    assert_same(merged.analysis, analyze_trace(load_trace(paths)), leave_out=SPLIT_METRICS)
-    assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(load_trace(paths)))  # what the CLIs run
+    results = [analyze_file(p) for p in paths]
+    merged = combine(paths, results)
+    whole = analyze_trace(load_trace(paths))
+    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(load_trace(paths))[0])
+    assert_same(merged.analysis, whole)  # every column, the wait/transfer split included
+    assert_split_paired(merged.analysis)
+    assert_same(analyze(paths, merge=True, jobs=2), whole)  # what the CLIs run: one task per file
     # the two nsys sessions started > 20 ms apart; on the aligned clocks both ranks leave every step
     # within a few ms of each other (its all-reduces synchronise them)
     offsets = [session_offset(p) for p in paths]
@@ -324,3 +356,19 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
     serial = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "1")
     pooled = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "2")
     assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]
+
+
+# --- torch.profiler JSON ----------------------------------------------------------------------------
+
+def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
+    """A single Kineto file goes through the per-file task (its clock offset unused); a Kineto merge
+    runs as one task (the loader checks the files are one job's) and equals the one-piece load."""
+    from tests.support.synthetic_kineto import write_kineto_ddp_trace
+
+    paths = write_kineto_ddp_trace(tmp_path / "k", n_kernels=2_000, n_ranks=2, n_steps=3)
+    assert_same(analyze(paths[0], jobs=2), analyze_trace(load_trace(paths[0])))
+    merged = analyze(paths, merge=True, jobs=2)
+    assert_same(merged, analyze_trace(load_trace(paths)))
+    assert_split_paired(merged)
+    code, out, err = cli(capsys, paths[0], "--format", "json")
+    assert code == 0 and err == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0

@@ -33,7 +33,8 @@ def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, wo
     who = f"rank {waiting[0]}" if len(waiting) == 1 else "ranks " + ", ".join(map(str, waiting))
     assert f"in which {who} waited until the process-group timeout (3 s)" in msg
     assert f"rank {stalled} was not in a collective (last: comm:all_reduce:" in msg
-    assert "Timed out" in msg  # the backend's own words come along
+    # the backend's own words come along; gloo words its timeout either way, depending on which side noticed
+    assert "Timed out" in msg or "timeout caused pair closure" in msg, msg
     if impl == "flat":
         assert "never reached collective #2 comm:all_reduce:flat" in msg  # step 0 made #1
     assert took < 60, took  # the stalled rank sleeps 600 s: the launcher stopped it

@@ -1,4 +1,4 @@
-"""The profiled program on its own (no nsys): arguments, model choice, the metadata mark's text."""
+"""The profiled program on its own (no nsys): arguments, model choice (the metadata mark's text: tests/contract)."""
 from __future__ import annotations
 
 import json
@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-from profiling.capture import META_PREFIX, meta_text
 from profiling.run import choose_model
 from tests.profiling.test_nsys import REPO
 
@@ -42,8 +41,3 @@ def test_auto_model_is_tiny_without_gpu_and_explicit_models_are_kept():
     assert choose_model("small", 16, 2, 128, "sgd") == "small"
 
 
-def test_meta_mark_is_prefix_and_one_line_of_json():
-    text = meta_text({"rank": 1, "implementation": "overlap", "versions": {"nvtx": "0.2.10"}})
-    assert text.startswith(META_PREFIX) and "\n" not in text
-    assert json.loads(text[len(META_PREFIX):]) == {"rank": 1, "implementation": "overlap",
-                                                   "versions": {"nvtx": "0.2.10"}}

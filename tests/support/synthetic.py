@@ -19,6 +19,7 @@ from analysis.readers.nsys_db import (
     NVTX_EVENT_PUSH_POP,
     NVTX_EVENT_START_END,
 )
+from contract import META_PREFIX
 
 GLOBAL_ID_BASE = 1 << 48  # hardware/VM bits as in real exports
 SHARED = {
@@ -193,7 +194,7 @@ class NsysWriter:
 
     def meta_mark(self, pid: int, tid: int, t: int, **meta) -> None:
         """Our runner's `ddp.meta {json}` mark."""
-        self.nvtx(pid, tid, t, None, "ddp.meta " + json.dumps(meta), kind=MARK)
+        self.nvtx(pid, tid, t, None, META_PREFIX + json.dumps(meta), kind=MARK)
 
     def close(self) -> Path:
         """Create the tables and write every buffered row (an existing file at path is replaced)."""

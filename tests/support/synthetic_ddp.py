@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, comm_range, step_range
 from tests.support.synthetic import START_END, NsysWriter
 
 US = 1_000
@@ -88,13 +89,13 @@ def _write_step(w: NsysWriter, rng, pid: int, rank: int, step: int, t0: int, sha
     w.kernels(pid, autograd, rank, COMPUTE_STREAM, b_s, b_e, name(bwd_n), launch=b_l)
     w.kernels(pid, autograd, rank, COMM_STREAM, c_s, c_e, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch=c_l)
     w.kernels(pid, main, rank, COMPUTE_STREAM, o_s, o_e, name(opt_n), launch=o_l)
-    ranges = [("forward", f_l[0] - 500, f_l[-1] + 500), ("backward", b_l[0] - 500, b_l[-1] + 1_000),
-              ("grad_sync", b_l[-1] + 1_500, o_l[0] - 1_000), ("optimizer", o_l[0] - 500, o_l[-1] + 500),
-              (f"step {step}", f_l[0] - 1_000, o_l[-1] + 1_000)]
+    ranges = [(FORWARD, f_l[0] - 500, f_l[-1] + 500), (BACKWARD, b_l[0] - 500, b_l[-1] + 1_000),
+              (GRAD_SYNC, b_l[-1] + 1_500, o_l[0] - 1_000), (OPTIMIZER, o_l[0] - 500, o_l[-1] + 500),
+              (step_range(step), f_l[0] - 1_000, o_l[-1] + 1_000)]
     w.nvtx(pid, main, np.array([r[1] for r in ranges]), np.array([r[2] for r in ranges]),
            np.array([r[0] for r in ranges], dtype=object))
     w.nvtx(pid, autograd, c_l - 200, c_e - LAUNCH_LEAD + 1_000,
-           np.array([f"comm:all_reduce:bucket{i}" for i in range(comm_n)], dtype=object),
+           np.array([comm_range(ALL_REDUCE, f"bucket{i}") for i in range(comm_n)], dtype=object),
            kind=START_END, end_tid=main, payload=bucket_bytes(comm_n))
     return int(o_e[-1]) + 50 * US
 
@@ -119,5 +120,5 @@ def write_ddp_trace(path: str | Path, n_kernels: int = 1_000_000, n_ranks: int =
         first = t
         for step in range(shape.steps):
             t = _write_step(w, rng, pid, rank, step, t, shape)
-        w.nvtx(pid, pid, [first - 2 * LAUNCH_LEAD + 100], [t], "profile")
+        w.nvtx(pid, pid, [first - 2 * LAUNCH_LEAD + 100], [t], PROFILE)
     return w.close()

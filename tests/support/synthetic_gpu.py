@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
+from contract import ALL_REDUCE, comm_range, step_range
 from tests.support.synthetic import START_END, NsysWriter
 
 NOT_SYNCING = {  # per step: step_ms, compute_ms, comm_ms, overlap_ms, idle_ms (ns)
@@ -28,7 +29,7 @@ def write_host_not_syncing(path: str | Path) -> Path:
     w.process(500)
     w.meta_mark(500, 500, 0, implementation="not_syncing", rank=0, world_size=1, backend="nccl")
     s = np.array([0, 150, 300])
-    w.nvtx(500, 500, s, s + 100, np.array([f"step {k}" for k in range(3)], dtype=object))
+    w.nvtx(500, 500, s, s + 100, np.array([step_range(k) for k in range(3)], dtype=object))
     w.kernels(500, 500, 0, 7, s + 50, s + 180, "gemm", launch=s + 10)
     w.kernels(500, 500, 0, 20, s + 180, s + 220, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch=s + 20)
     return w.close()
@@ -49,15 +50,15 @@ def write_host_side_and_copies(path: str | Path) -> Path:
     w = NsysWriter(path, flavour="2026", shuffle=True, seed=13)
     w.process(600, threads={600: "python3", 601: "pt_autograd_0"})
     w.meta_mark(600, 600, 0, implementation="fixture", rank=0, world_size=2, backend="gloo")
-    w.nvtx(600, 600, np.array([0]), np.array([1000]), "step 0")
+    w.nvtx(600, 600, np.array([0]), np.array([1000]), step_range(0))
     w.kernels(600, 600, 0, 7, np.array([100]), np.array([600]), "gemm", launch=np.array([50]))
     w.nvtx(600, 601, np.array([300, 550]), np.array([500, 800]),
-           np.array(["comm:all_reduce:a", "comm:all_reduce:b"], dtype=object), kind=START_END, end_tid=600)
+           np.array([comm_range(ALL_REDUCE, t) for t in "ab"], dtype=object), kind=START_END, end_tid=600)
     w.memcpy(600, 601, 0, 30, np.array([320, 570]), np.array([340, 590]), copy_kind=2, launch=np.array([310, 560]))
     w.process(700)
     w.meta_mark(700, 700, 0, implementation="fixture", rank=1, world_size=2, backend="nccl")
-    w.nvtx(700, 700, np.array([0]), np.array([1000]), "step 0")
-    w.nvtx(700, 700, np.array([200]), np.array([700]), "comm:all_reduce:bucket0", kind=START_END)
+    w.nvtx(700, 700, np.array([0]), np.array([1000]), step_range(0))
+    w.nvtx(700, 700, np.array([200]), np.array([700]), comm_range(ALL_REDUCE, "bucket0"), kind=START_END)
     w.kernels(700, 700, 1, 7, np.array([100]), np.array([600]), "gemm", launch=np.array([50]))
     w.memcpy(700, 700, 1, 7, np.array([600]), np.array([650]), copy_kind=8, launch=np.array([250]))
     w.kernels(700, 700, 1, 20, np.array([650]), np.array([750]), "ncclDevKernel_AllReduce_Sum_f32_RING_LL",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PROFILE
 from tests.support.synthetic import CUDA_LAUNCH_KERNEL, MARK, PUSH_POP, START_END
 from tests.support.synthetic_ddp import LAUNCH_LEAD, DdpShape, _write_step
 
@@ -103,7 +104,7 @@ class KinetoWriter:
         n = int(np.size(start))
         start = np.broadcast_to(np.asarray(start, dtype=np.int64), (n,))
         end = np.broadcast_to(np.asarray(end, dtype=np.int64), (n,))
-        extra = ', "ddp.kind": "start_end"' if kind == START_END else ""
+        extra = f', "{ASYNC_KIND_KEY}": "{ASYNC_KIND}"' if kind == START_END else ""
         self.lines += [
             f'{{\n    "ph": "X", "cat": "user_annotation", "name": {json.dumps(str(x))}, "pid": {pid}, "tid": {t},\n'
             f'    "ts": {ts}, "dur": {du},\n    "args": {{\n      "External id": 0{extra}\n    }}\n  }}'
@@ -117,7 +118,7 @@ class KinetoWriter:
 
     def meta_mark(self, pid: int, tid: int, t: int, **meta) -> None:
         """Our runner's metadata (top-level `ddp.meta`) and torch's `distributedInfo`."""
-        self.top["ddp.meta"] = meta
+        self.top[META_KEY] = meta
         if "rank" in meta:
             self.top["distributedInfo"] = {"backend": meta.get("backend", "nccl"), "rank": meta["rank"],
                                            "world_size": meta.get("world_size", 1)}
@@ -149,6 +150,6 @@ def write_kineto_ddp_trace(stem: str | Path, n_kernels: int = 1_000_000, n_ranks
         first = t
         for step in range(shape.steps):
             t = _write_step(w, rng, pid, rank, step, t, shape)
-        w.nvtx(pid, pid, [first - 2 * LAUNCH_LEAD + 100], [t], "profile")
+        w.nvtx(pid, pid, [first - 2 * LAUNCH_LEAD + 100], [t], PROFILE)
         paths.append(w.close())
     return paths

@@ -1,0 +1,61 @@
+"""The NVTX contract between `ddp/`, `profiling/` and `analysis/`: range names, the `ddp.meta` mark and the
+default patterns that recognise them. Torch-free and dependency-free, so every package can import it.
+
+`names`    the range names (`step N`, `forward`, `backward`, `optimizer`, `grad_sync`, `profile`,
+           `comm:<op>:<tag>` with the collective's byte count as payload, the point-to-point phases).
+`meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode.
+`patterns` the analysis' default regular expressions, built from the names.
+"""
+
+from contract.meta import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, META_PREFIX, decode_meta, encode_meta
+from contract.names import (
+    ALL_REDUCE,
+    BACKWARD,
+    BROADCAST,
+    COMM_FORM,
+    COMM_PAYLOAD,
+    COMM_PREFIX,
+    COMPUTE_PHASES,
+    FORWARD,
+    GRAD_SYNC,
+    OPTIMIZER,
+    P2P_PHASES,
+    PROFILE,
+    REDUCE_BROADCAST_BROADCAST,
+    REDUCE_BROADCAST_REDUCE,
+    RING_ALL_GATHER,
+    RING_REDUCE_SCATTER,
+    STEP_PREFIX,
+    comm_range,
+    is_comm_range,
+    step_range,
+)
+
+__all__ = [
+    "ALL_REDUCE",
+    "ASYNC_KIND",
+    "ASYNC_KIND_KEY",
+    "BACKWARD",
+    "BROADCAST",
+    "COMM_FORM",
+    "COMM_PAYLOAD",
+    "COMM_PREFIX",
+    "COMPUTE_PHASES",
+    "FORWARD",
+    "GRAD_SYNC",
+    "META_KEY",
+    "META_PREFIX",
+    "OPTIMIZER",
+    "P2P_PHASES",
+    "PROFILE",
+    "REDUCE_BROADCAST_BROADCAST",
+    "REDUCE_BROADCAST_REDUCE",
+    "RING_ALL_GATHER",
+    "RING_REDUCE_SCATTER",
+    "STEP_PREFIX",
+    "comm_range",
+    "decode_meta",
+    "encode_meta",
+    "is_comm_range",
+    "step_range",
+]

@@ -1,0 +1,46 @@
+"""The NVTX range names every rank records (README, "NVTX ranges"); all in NVTX's default domain."""
+
+from __future__ import annotations
+
+PROFILE = "profile"  # push/pop around the measured steps; nsys's capture range (--nvtx-capture=profile)
+STEP_PREFIX = "step "  # push/pop `step N`, one per training step, N from 0 at the run's first step
+FORWARD = "forward"  # push/pop phases inside a step
+BACKWARD = "backward"
+OPTIMIZER = "optimizer"
+# finish_gradient_synchronization(): blocking collectives and the final wait for async ones (push/pop;
+# TorchDDP also marks DDP's wait inside backward() as a start/end range of this name).
+GRAD_SYNC = "grad_sync"
+COMPUTE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+
+# One range per collective call, `comm:<op>:<tag>`: push/pop when blocking, start/end when async (it may end on
+# another thread). Its integer payload (NVTX_EVENTS.int64Value in nsys exports) is the collective's byte count.
+COMM_PREFIX = "comm:"
+COMM_FORM = "comm:<op>:<tag>"  # how messages name the family
+COMM_PAYLOAD = "bytes"  # what a comm range's payload counts
+ALL_REDUCE = "all_reduce"
+BROADCAST = "broadcast"
+
+# Phases of the point-to-point all-reduces (ddp/ring_allreduce.py, ddp/reduce_broadcast.py), push/pop on the
+# `p2p-collectives` thread, inside the caller's `comm:all_reduce:<tag>` range in time.
+RING_REDUCE_SCATTER = "ring:reduce_scatter"
+RING_ALL_GATHER = "ring:all_gather"
+REDUCE_BROADCAST_REDUCE = "reduce_broadcast:reduce"
+REDUCE_BROADCAST_BROADCAST = "reduce_broadcast:broadcast"
+P2P_PHASES = (RING_REDUCE_SCATTER, RING_ALL_GATHER, REDUCE_BROADCAST_REDUCE, REDUCE_BROADCAST_BROADCAST)
+
+
+def step_range(n: int) -> str:
+    """The name of training step `n`'s range: `step 17`."""
+    return f"{STEP_PREFIX}{n}"
+
+
+def comm_range(op: str, tag: str) -> str:
+    """The name of one collective call's range: `comm:all_reduce:bucket3`."""
+    if not op or ":" in op:
+        raise ValueError(f"collective op {op!r}: expected a non-empty name without ':'")
+    return f"{COMM_PREFIX}{op}:{tag}"
+
+
+def is_comm_range(name: str) -> bool:
+    """Whether `name` is one of the contract's collective ranges."""
+    return name.startswith(COMM_PREFIX)

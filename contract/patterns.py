@@ -1,0 +1,22 @@
+"""The analysis' default patterns (regular expressions for re.search), built from the contract's names and
+widened to common names in other people's traces: NCCL kernels of every era (`ncclKernel_*`, `ncclDevKernel_*`,
+`ncclDevKernel_Generic`), RCCL/MSCCL and custom all-reduce kernels; PyTorch's `ProfilerStep#N`; `backward pass`,
+`## backward ##`. `analysis.measures.patterns.Patterns` takes them as its defaults; every one is overridable there.
+"""
+
+from __future__ import annotations
+
+import re
+
+from contract.names import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER, STEP_PREFIX
+
+COMM_KERNEL = r"(?i)^(nccl|rccl|msccl)|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
+COMM_RANGE = rf"^{re.escape(COMM_PREFIX)}|^nccl[A-Z]|^gloo|^c10d::|^ProcessGroup"
+# the first group is the step number
+STEP = rf"(?i)^(?:{re.escape(STEP_PREFIX.strip())}|profilerstep|iteration|iter|train_step)[ _#:]*(\d+)$"
+FORWARD_PHASE = rf"(?i)^\W*{FORWARD}(?:[ _]pass)?\W*$"
+BACKWARD_PHASE = rf"(?i)^\W*{BACKWARD}(?:[ _]pass)?\W*$"
+OPTIMIZER_PHASE = rf"(?i)^\W*(?:{OPTIMIZER}|optim)(?:[ _.]step)?\W*$"
+# Where a rank waits for gradient synchronisation; on CPU-only traces this is never compute, even
+# when it lies inside backward (PyTorch DDP waits for its buckets at the end of backward).
+SYNC_WAIT = rf"^{re.escape(GRAD_SYNC)}$"

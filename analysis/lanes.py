@@ -21,15 +21,15 @@ from analysis import intervals
 from analysis.errors import TraceError
 from analysis.metrics import rank_work
 from analysis.patterns import Patterns, matches
-from analysis.render_figure import Panel
 from analysis.render_binning import merge_subpixel
+from analysis.render_figure import Panel
 from analysis.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
 from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE
 
 # Lane groups in top-to-bottom order within a rank (GPU groups repeat per stream).
 GROUP_LABELS = ("CPU step", "CPU phases", "CPU comm", "CPU other NVTX", "compute", "comm")
 STEP, PHASES, COMM, NVTX, GPU_COMPUTE, GPU_COMM = range(len(GROUP_LABELS))
-NVTX_GROUP = {"step": STEP, "comm": COMM, "nvtx": NVTX, **{p: PHASES for p in PHASE_CATEGORIES}}
+NVTX_GROUP = {"step": STEP, "comm": COMM, "nvtx": NVTX, **dict.fromkeys(PHASE_CATEGORIES, PHASES)}
 CATEGORIES = list(CATEGORY_COLOURS)
 COMPUTE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
 SKIPPED_RANGES = (PROFILE,)  # the capture range spans everything and says nothing

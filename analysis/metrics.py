@@ -34,8 +34,17 @@ import pandas as pd
 
 from analysis import intervals as iv
 from analysis.patterns import Patterns
-from analysis.phases import (KERNEL, MARK, MEMCPY, PUSH_POP, codes, counted_comm_ranges, find_steps,
-                             launched_inside, ranges_named)
+from analysis.phases import (
+    KERNEL,
+    MARK,
+    MEMCPY,
+    PUSH_POP,
+    codes,
+    counted_comm_ranges,
+    find_steps,
+    launched_inside,
+    ranges_named,
+)
 from analysis.steps import step_windows, window_index
 from analysis.trace import Trace
 
@@ -57,13 +66,13 @@ class Items:
     start: np.ndarray
     end: np.ndarray
 
-    def where(self, mask: np.ndarray) -> "Items":
+    def where(self, mask: np.ndarray) -> Items:
         return Items(self.window[mask], self.start[mask], self.end[mask])
 
     def as_set(self) -> iv.Set:
         return iv.union(self.start, self.end)
 
-    def of_window(self, w: int) -> "Items":
+    def of_window(self, w: int) -> Items:
         return self.where(self.window == w)
 
 
@@ -247,8 +256,10 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
             windows = step_windows(mine, True, launch, work_end)
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
-            build = lambda w: _gpu_activity(trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
-                                            comm, w(comm["start"].to_numpy()), counted, host)
+            # defaults bind this rank's arrays: the closure is called below, within the iteration
+            build = lambda w, rows=rows, comm=comm, counted=counted, host=host: _gpu_activity(
+                trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
+                comm, w(comm["start"].to_numpy()), counted, host)
             sources = ("ranges" if host else "kernels", "kernels")
         else:
             phase = {name: _of_process(frame, part, pid) for name, frame in ranges.items()}
@@ -257,11 +268,11 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
             launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
             windows = step_windows(mine, False, launch, work_end)
-            build = lambda w: _nvtx_activity(phase, w, counted, span)
+            build = lambda w, phase=phase, counted=counted, span=span: _nvtx_activity(phase, w, counted, span)
             sources = ("ranges", "ranges")
         windows["work_end"] = _work_end(windows, launch, work_end)
         whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
-        per_step = build(lambda t: window_index(windows, t))
+        per_step = build(lambda t, windows=windows: window_index(windows, t))
         out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
     return out
 
@@ -302,7 +313,7 @@ def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.Da
 def summarise(per_step: pd.DataFrame) -> dict:
     """Metrics averaged over the given steps of all ranks; overlap_pct from the averaged times."""
     if len(per_step) == 0:
-        return {"ranks": 0, "steps": 0, **{m: None for m in METRICS}}
+        return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
     means = per_step[[m for m in METRICS if m in per_step]].mean(numeric_only=True)
     out = {m: float(means[m]) if m in means else None for m in METRICS if m != "overlap_pct"}
     out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] and out["comm_ms"] > 0 else None

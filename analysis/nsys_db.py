@@ -59,7 +59,7 @@ class NsysExport:
             self._strings = {}
             if self.has("StringIds", "id", "value"):
                 cols = self.read('SELECT id, value FROM StringIds', ["id", "value"])
-                self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist()))
+                self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist(), strict=True))
         return self._strings
 
     def version(self) -> str:

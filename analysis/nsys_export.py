@@ -13,8 +13,8 @@ import shlex
 import shutil
 import sqlite3
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from analysis.errors import TraceError
 

@@ -56,7 +56,7 @@ def keyed_contains(set_keys, set_starts, set_ends, keys, t) -> np.ndarray:
     out = np.zeros(t.shape, dtype=bool)
     uk, s, e = iv.keyed_union(set_keys, set_starts, set_ends)
     bounds = np.searchsorted(uk, np.unique(uk)), np.searchsorted(uk, np.unique(uk), side="right")
-    for key, lo, hi in zip(np.unique(uk), *bounds):  # one iteration per process/thread, not per event
+    for key, lo, hi in zip(np.unique(uk), *bounds, strict=True):  # one iteration per process/thread, not per event
         rows = np.flatnonzero(keys == key)
         out[rows] = iv.contains(s[lo:hi], e[lo:hi], t[rows])
     return out

@@ -117,7 +117,7 @@ def summary_frame(results: list[Analysed]) -> pd.DataFrame:
 
 def steps_frame(results: list[Analysed], summary: pd.DataFrame) -> pd.DataFrame:
     """Every (trace, rank, step) row of the analyses with the trace's label."""
-    labels = dict(zip(summary["trace"], summary["label"]))
+    labels = dict(zip(summary["trace"], summary["label"], strict=True))
     return pd.concat([r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256)
                       for r in results], ignore_index=True)
 

@@ -30,7 +30,7 @@ def _meta_value(meta: dict, path: tuple[str, ...]):
 def _used_gpus(trace: Trace) -> list[str]:
     """Names of the GPUs the ranks ran on (every GPU of the export when ranks have no device)."""
     names = []
-    for part, device in zip(trace.ranks["part"], trace.ranks["device"]):
+    for part, device in zip(trace.ranks["part"], trace.ranks["device"], strict=True):
         gpus = trace.info.get(int(part), {}).get("gpus", {})
         if int(device) in gpus:
             names.append(gpus[int(device)]["name"])

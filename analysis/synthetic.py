@@ -213,7 +213,7 @@ class NsysWriter:
                       else [0] * n if decl.startswith("INTEGER NOT NULL")
                       else [""] * n if "NOT NULL" in decl else [None] * n
                       for name, decl in cols]
-            rows.extend(zip(*values))
+            rows.extend(zip(*values, strict=True))
         if self.shuffle:
             rows = [rows[i] for i in self._rng.permutation(len(rows))]
         conn.executemany(f'INSERT INTO "{table}" VALUES ({", ".join("?" * len(cols))})', rows)

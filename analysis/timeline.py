@@ -168,7 +168,7 @@ def print_rows(rows: list[PanelSummary], fmt: str) -> None:
         return
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(cols)]
     for line in [cols, *cells]:
-        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths))))
+        print("  ".join(v.rjust(w) if i else v.ljust(w) for i, (v, w) in enumerate(zip(line, widths, strict=True))))
 
 
 def png_refusal(output: Path) -> str:

@@ -31,9 +31,9 @@ the same frames.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -43,9 +43,9 @@ from analysis.errors import TraceError
 from analysis.intervals import factorize
 from analysis.kineto_comms import empty_collectives
 from analysis.kineto_json import is_kineto
+from analysis.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
 from analysis.patterns import Patterns
 from analysis.phases import communication_mask
-from analysis.nsys_db import KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, TID_MASK, NsysExport, pid_of, tid_of
 from contract import META_PREFIX, decode_meta
 
 NVTX_KINDS = {34: "mark", 59: "push_pop", 60: "start_end"}
@@ -195,7 +195,7 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     is_domain = raw["event_type"].to_numpy() == NVTX_DOMAIN_CREATE
     # domain ids are handed out per process: key them by (pid, id); id 0 is the default domain
     domain_key = (pid_of(raw["tid"].to_numpy()) << 32) | np.maximum(raw["domain_id"].to_numpy(), 0)
-    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist()))
+    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist(), strict=True))
     ev = raw[~is_domain]
     event_type = ev["event_type"].to_numpy()
     start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
@@ -219,7 +219,7 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     are ignored (they only cost the rank numbering from metadata)."""
     marks = nvtx[(nvtx["kind"] == "mark") & nvtx["text"].str.startswith(META_PREFIX)]
     meta = {}
-    for part, pid, text in zip(marks["part"], marks["pid"], marks["text"]):
+    for part, pid, text in zip(marks["part"], marks["pid"], marks["text"], strict=True):
         value = decode_meta(text)
         if value is not None:
             meta[(int(part), int(pid))] = value
@@ -267,7 +267,7 @@ def _number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementat
     else:
         ranks = nvtx.loc[nvtx["kind"] != "mark", ["part", "pid"]].drop_duplicates().assign(device=-1)
     ranks = ranks.sort_values(["device", "part", "pid"]).reset_index(drop=True)
-    from_meta = [meta.get((int(p), int(q)), {}).get("rank") for p, q in zip(ranks["part"], ranks["pid"])]
+    from_meta = [meta.get((int(p), int(q)), {}).get("rank") for p, q in zip(ranks["part"], ranks["pid"], strict=True)]
     usable = all(isinstance(r, int) for r in from_meta) and len(set(from_meta)) == len(from_meta)
     ranks.insert(0, "rank", from_meta if usable else range(len(ranks)))
     ranks["implementation"] = implementation
@@ -288,7 +288,7 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
         return load_kineto(paths, patterns)
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     offsets = [part[3] for part in loaded]
-    for (ops, nvtx, *_), offset in zip(loaded, offsets):
+    for (ops, nvtx, *_), offset in zip(loaded, offsets, strict=True):
         for c in ("start", "end", "launch_start"):
             ops[c] = _shifted(ops[c], offset - offsets[0])
         for c in ("start", "end"):

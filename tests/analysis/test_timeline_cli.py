@@ -12,9 +12,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis import timeline
 from analysis.lanes import Selection, build_panel
+from analysis.overlap import analyze_trace
 from analysis.patterns import Patterns
 from analysis.synthetic import START_END, NsysWriter
-from analysis.overlap import analyze_trace
 from analysis.trace import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace

@@ -7,12 +7,11 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
+from hypothesis import given, settings, strategies as st
 from plotly.offline import get_plotlyjs
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from analysis.html_page import page_html
 from analysis import intervals
+from analysis.html_page import page_html
 from analysis.render_binning import merge_subpixel
 from analysis.render_figure import Panel, build_figure, count_drawn_segments
 from analysis.render_style import CATEGORY_COLOURS

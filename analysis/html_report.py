@@ -90,7 +90,8 @@ def spread_figure(steps: pd.DataFrame) -> go.Figure:
 
 RUN_COLUMNS = {"label": "implementation", "gpus": "GPU", "driver": "driver", "cuda_driver": "CUDA (driver)",
                "cuda": "CUDA (torch)", "nccl": "NCCL (torch)", "torch": "torch", "backend": "backend",
-               "world_size": "world size", "model": "model", "nsys_version": "nsys", "shared_gpus": "ranks sharing a GPU"}
+               "world_size": "world size", "model": "model", "nsys_version": "nsys",
+               "shared_gpus": "ranks sharing a GPU"}
 
 
 def runs_html(summary: pd.DataFrame) -> str:
@@ -102,7 +103,8 @@ def runs_html(summary: pd.DataFrame) -> str:
             for rec in summary.to_dict("records")]  # one row per trace
     note = ("<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
             "slow the other's.</p>" if "shared_gpus" in summary and summary["shared_gpus"].notna().any() else "")
-    return f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{note}'
+    return (f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{note}')
 
 
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> str:

@@ -24,6 +24,7 @@ from analysis.patterns import Patterns, matches
 from analysis.render_binning import merge_subpixel
 from analysis.render_figure import Panel
 from analysis.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES
+from analysis.trace import Trace
 from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE
 
 # Lane groups in top-to-bottom order within a rank (GPU groups repeat per stream).
@@ -217,13 +218,14 @@ def _overlap(works: list, step: int | None, lo: int, hi: int) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
 
 
-def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = Patterns(),
+def build_panel(trace: Trace, selection: Selection = Selection(), patterns: Patterns | None = None,
                 title: str = "", width_px: int = 1600) -> Panel:
     """The panel for one trace under a selection (title: the trace's path unless given).
 
     Work narrower than a pixel (window / width_px) is merged before any label string is built, so
     the cost of labels follows what is drawn, not the size of the trace.
     """
+    patterns = patterns or Patterns()
     cpu = nvtx_segments(trace, patterns)
     seg = pd.concat([cpu, gpu_segments(trace)], ignore_index=True)
     seg = seg.loc[seg["rank"].to_numpy() >= 0]

@@ -42,7 +42,8 @@ class NsysExport:
         if not self.tables:
             raise TraceError(f"{path}: empty SQLite database, not an nsys export")
         if not NSYS_TABLES & set(self.tables):
-            raise TraceError(f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)")
+            raise TraceError(f"{path}: an SQLite file but not an nsys export "
+                             "(no NVTX_EVENTS, CUPTI_* or StringIds tables)")
         self._strings: dict[int, str] | None = None
 
     def has(self, table: str, *columns: str) -> bool:

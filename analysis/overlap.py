@@ -72,7 +72,8 @@ def plain_records(frame: pd.DataFrame, columns: list[str] | None = None) -> list
     """Result rows as dicts of plain Python values (JSON- and sqlite3-safe: numpy scalars -> Python,
     NaN/NA -> None), for `columns` (default all) in that order; one pass over the (few) result rows."""
     columns = list(frame.columns) if columns is None else columns
-    return [{c: _plain(v) for c, v in zip(columns, row, strict=True)} for row in frame[columns].itertuples(index=False, name=None)]
+    return [{c: _plain(v) for c, v in zip(columns, row, strict=True)}
+            for row in frame[columns].itertuples(index=False, name=None)]
 
 
 def _plain(value):
@@ -219,7 +220,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
                         "(or per-step rows); json: everything, with each rank's whole-capture total")
     p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
-    p.add_argument("--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)")
+    p.add_argument("--skip-steps", type=int, default=0, metavar="N",
+                   help="leave each rank's first N steps out (warm-up)")
     p.add_argument("--comm-pattern", default=Patterns.comm_kernel, metavar="RE",
                    help="regex for communication kernel names (default: NCCL/RCCL kernels of every era)")
     p.add_argument("--comm-range-pattern", default=Patterns.comm_range, metavar="RE",
@@ -227,8 +229,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backward-pattern", default=Patterns.backward, metavar="RE", help="regex for backward NVTX ranges")
     p.add_argument("--step-pattern", default=Patterns.step, metavar="RE",
                    help="regex for step NVTX ranges; group 1, if any, is the step number")
-    p.add_argument("--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)")
-    p.add_argument("--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found")
+    p.add_argument("--merge", action="store_true",
+                   help="treat all PATHs as one run (one rank per file, clocks aligned)")
+    p.add_argument("--export", action="store_true",
+                   help="given a .nsys-rep, run `nsys export` first when nsys is found")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
                         "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)")

@@ -302,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     out = args.output
     try:
-        if len(set(p.resolve() for p in args.traces)) != len(args.traces):
+        if len({p.resolve() for p in args.traces}) != len(args.traces):
             raise TraceError("the same trace is given twice")
         if args.peak_busbw is not None and not args.peak_busbw > 0:
             raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")

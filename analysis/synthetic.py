@@ -42,7 +42,8 @@ _COPY = [("bytes", "INTEGER NOT NULL"), ("copyKind", "INTEGER NOT NULL"), ("depr
          ("srcKind", "INTEGER"), ("dstKind", "INTEGER"), ("srcDeviceId", "INTEGER"), ("srcContextId", "INTEGER"),
          ("dstDeviceId", "INTEGER"), ("dstContextId", "INTEGER"), ("migrationCause", "INTEGER"),
          ("graphNodeId", "INTEGER"), ("virtualAddress", "INTEGER")]
-_SET = [("value", "INTEGER NOT NULL"), ("bytes", "INTEGER NOT NULL"), ("graphNodeId", "INTEGER"), ("memKind", "INTEGER")]
+_SET = [("value", "INTEGER NOT NULL"), ("bytes", "INTEGER NOT NULL"), ("graphNodeId", "INTEGER"),
+        ("memKind", "INTEGER")]
 _META = [("name", "TEXT NOT NULL"), ("value", "TEXT")]
 SCHEMAS = {
     "2022": {**SHARED, "NVTX_EVENTS": _NVTX,

@@ -98,7 +98,8 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     strings = {KERNEL: ex.strings, MEMCPY: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
                MEMSET: lambda: {0: "memset"}}[table]()
     names = _categorical_names(data.pop("name_id"), strings) if table != MEMSET else \
-        pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object))
+        pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8),
+                                  categories=pd.Index(["memset"], dtype=object))
     data["pid"] = pid_of(data.pop("global_pid"))
     return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
 

@@ -79,7 +79,8 @@ def read(path):
             meta = json.loads(text[len("ddp.meta "):])
             rank[pid(gtid)], backend[pid(gtid)] = meta["rank"], meta["backend"]
         elif kind != 34 and end is not None:
-            ranges.append(dict(pid=pid(gtid), tid=gtid & 0xFFFFFF, start=start, end=end, text=text, blocking=kind == 59))
+            ranges.append(dict(pid=pid(gtid), tid=gtid & 0xFFFFFF, start=start, end=end, text=text,
+                               blocking=kind == 59))
     db.close()
     return ops, ranges, rank, backend
 

@@ -6,6 +6,7 @@ the per-step frame of the analysis; output is one self-contained HTML page.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
                          "idle_ms": idle})
 
 
-def _cell(value, fmt: str) -> str:
+def _cell(value: object, fmt: str) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "-"
     return html.escape(fmt.format(value))
@@ -119,7 +120,7 @@ def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> st
 
 
 def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: dict[str, str],
-                side_by_side: tuple[str, str] | None, sections: list = ()) -> Path:
+                side_by_side: tuple[str, str] | None, sections: Sequence[str | go.Figure] = ()) -> Path:
     """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links."""
     intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
              "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "

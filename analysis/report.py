@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,9 @@ from analysis.overlap import plain_records
 from analysis.timeline import TraceInput, group_inputs
 
 if TYPE_CHECKING:
+    from sqlite_utils import Database
+
+    from analysis.overlap import Analysis
     from analysis.rank_merge import FileResult
     from analysis.trace import Trace
 
@@ -47,8 +50,8 @@ class Analysed:
     path: str
     name: str
     sha256: str
-    trace: object  # None: the analysis ran file by file and the timelines load the trace again
-    analysis: object
+    trace: Trace | None  # None: the analysis ran file by file and the timelines load the trace again
+    analysis: Analysis
     paths: tuple = ()
 
 
@@ -100,7 +103,7 @@ def loaded_trace(result: Analysed) -> Trace:
     """The result's trace, loaded again when the analysis did not keep it."""
     from analysis.trace import load_trace
 
-    return cast("Trace", result.trace) if result.trace is not None else load_trace(list(result.paths))
+    return result.trace if result.trace is not None else load_trace(list(result.paths))
 
 
 def summary_frame(results: list[Analysed]) -> pd.DataFrame:
@@ -124,7 +127,8 @@ def steps_frame(results: list[Analysed], summary: pd.DataFrame) -> pd.DataFrame:
 
 def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
     """timelines/<name>.html per (label, name) of a trace, numbered when two traces share a name."""
-    names, seen = {}, {}
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
     for label, name in traces:
         n = seen.get(name, 0)
         seen[name] = n + 1
@@ -188,25 +192,26 @@ def record_history(db_path: Path, results: list[Analysed], summary: pd.DataFrame
         raise TraceError(f"{db_path}: cannot record the results ({type(e).__name__}: {e})") from None
 
 
-def _check_history_tables(db, db_path: Path) -> None:
+def _check_history_tables(db: Database, db_path: Path) -> None:
     """Refuse a results.db whose traces/ranks/steps tables are keyed otherwise than ours."""
     for name, keys in HISTORY_KEYS.items():
-        if db[name].exists() and db[name].pks != keys:
-            raise TraceError(f"{db_path}: table {name} is keyed by {db[name].pks}, not {keys}; not a results "
+        table = db.table(name)  # db[name] would be a View for a view of that name: no keys, no upsert
+        if table.exists() and table.pks != keys:
+            raise TraceError(f"{db_path}: table {name} is keyed by {table.pks}, not {keys}; not a results "
                              "database of this tool (choose another -o folder)")
 
 
-def _upsert_history(db, results: list[Analysed], summary: pd.DataFrame) -> None:
+def _upsert_history(db: Database, results: list[Analysed], summary: pd.DataFrame) -> None:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
-    db["traces"].upsert_all(plain_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
+    db.table("traces").upsert_all(plain_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
     for r in results:
         base = {"path": str(r.path), "sha256": r.sha256}
         ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
-        db["ranks"].upsert_all(plain_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
+        db.table("ranks").upsert_all(plain_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
         steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
         steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
-        db["steps"].upsert_all(plain_records(steps), pk=HISTORY_KEYS["steps"], alter=True)
+        db.table("steps").upsert_all(plain_records(steps), pk=HISTORY_KEYS["steps"], alter=True)
 
 
 @dataclass(frozen=True)

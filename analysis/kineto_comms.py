@@ -37,7 +37,7 @@ def empty_collectives() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in INT_COLUMNS else object) for c in COLUMNS})
 
 
-def _int(value) -> int:
+def _int(value: object) -> int:
     """An element count or group size as recorded (an int, or a numeric string in some versions), else -1."""
     if isinstance(value, bool):
         return -1
@@ -49,7 +49,7 @@ def _int(value) -> int:
         return -1
 
 
-def _group(name, desc) -> str:
+def _group(name: object, desc: object) -> str:
     name = "" if name is None else str(name)
     return f"{name}:{desc}" if desc not in (None, "") else name
 

@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis import intervals as iv
 from analysis.patterns import Patterns, matches
@@ -32,12 +33,12 @@ def codes(column: pd.Series) -> np.ndarray:
     return column.cat.codes.to_numpy()
 
 
-def process_key(part, pid) -> np.ndarray:
+def process_key(part: ArrayLike, pid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process)."""
     return (np.asarray(part, dtype=np.int64) << 24) | np.asarray(pid, dtype=np.int64)
 
 
-def thread_key(part, pid, tid) -> np.ndarray:
+def thread_key(part: ArrayLike, pid: ArrayLike, tid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process, thread)."""
     return (process_key(part, pid) << 24) | np.asarray(tid, dtype=np.int64)
 
@@ -50,7 +51,8 @@ def ranges_named(nvtx: pd.DataFrame, regex: re.Pattern) -> pd.DataFrame:
     return nvtx[hit]
 
 
-def keyed_contains(set_keys, set_starts, set_ends, keys, t) -> np.ndarray:
+def keyed_contains(set_keys: ArrayLike, set_starts: ArrayLike, set_ends: ArrayLike, keys: ArrayLike,
+                   t: ArrayLike) -> np.ndarray:
     """For each (key, t): whether t lies inside the union of that key's intervals."""
     set_keys, keys, t = np.asarray(set_keys), np.asarray(keys), np.asarray(t)
     out = np.zeros(t.shape, dtype=bool)

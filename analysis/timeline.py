@@ -15,6 +15,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
@@ -22,6 +23,11 @@ from analysis.errors import TraceError
 from analysis.html_page import write_page, written_by_us
 from analysis.lanes import Selection, build_panel
 from analysis.render_figure import Panel, build_figure, count_drawn_segments
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.trace import Trace
 
 FORMATS = ("table", "csv", "json")
 DEFAULT_OUTPUT = Path("reports/timeline.html")
@@ -51,7 +57,7 @@ def group_inputs(paths: list[Path]) -> list[TraceInput]:
         found = RANK_FILE.match(path.stem)
         key = (str(path.parent), found["run"]) if found else (str(path),)
         groups.setdefault(key, []).append(path)
-    return [TraceInput(RANK_FILE.match(g[0].stem)["run"] if len(k) == 2 else g[0].stem.removesuffix(".json"),
+    return [TraceInput(k[1] if len(k) == 2 else g[0].stem.removesuffix(".json"),  # k[1]: the run of rank files
                        tuple(g))
             for k, g in groups.items()]
 
@@ -82,7 +88,7 @@ def view_name(selection: Selection) -> str:
     return f"{step}, {rank}"
 
 
-def analysis_figures(trace, selection: Selection, steps=None) -> dict:
+def analysis_figures(trace: Trace, selection: Selection, steps: pd.DataFrame | None = None) -> dict:
     """The analysis's metrics (metrics.py) for the selected step/rank, averaged over steps and ranks.
 
     `steps`: the trace's per-step frame when the caller already analysed it (else it is computed)."""
@@ -97,7 +103,7 @@ def analysis_figures(trace, selection: Selection, steps=None) -> dict:
     return summarise(steps)
 
 
-def _ms(value) -> str:
+def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
@@ -108,8 +114,8 @@ def panel_title(implementation: str, path: str, selection: Selection, fig: dict)
             f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
 
 
-def trace_panel(path: str | Path, selection: Selection, trace=None, width_px: int = 1600,
-                steps=None) -> tuple[Panel, PanelSummary]:
+def trace_panel(path: str | Path, selection: Selection, trace: Trace | None = None, width_px: int = 1600,
+                steps: pd.DataFrame | None = None) -> tuple[Panel, PanelSummary]:
     """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
     existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
     from analysis.trace import load_trace  # deferred: --help stays instant

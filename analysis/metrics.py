@@ -27,7 +27,9 @@ Where each figure comes from (columns comm_source, compute_source):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -51,6 +53,7 @@ from analysis.trace import Trace
 NS_PER_MS = 1e6
 # added by overlap.analyze_trace from the collectives view (collective_rows.with_comm_split)
 SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
+Windowing = Callable[[np.ndarray], np.ndarray]  # times -> index of their window (-1: in none)
 METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "comm_kernel_ms", "comm_copy_ms", "overlap_ms",
            "backward_overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "comm_kernels", "compute_kernels",
            "comm_copies", "comm_ranges", *SPLIT_METRICS]
@@ -175,8 +178,16 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_m
                         span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
 
 
-def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of, counted: np.ndarray,
-                   span: tuple[int, int]) -> RankActivity:
+def _gpu_builder(trace: Trace, rows: np.ndarray, backward_mask: np.ndarray, comm: pd.DataFrame, counted: np.ndarray,
+                 host_side: bool) -> Callable[[Windowing], RankActivity]:
+    """_gpu_activity of one rank, its kernels' launches and comm ranges windowed by the function given."""
+    launch = trace.gpu_ops["launch_start"].to_numpy()[rows]
+    return lambda w: _gpu_activity(trace, rows, w(launch), backward_mask, comm, w(comm["start"].to_numpy()),
+                                   counted, host_side)
+
+
+def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of: Windowing,
+                   counted: np.ndarray, span: tuple[int, int]) -> RankActivity:
     """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
     blocking comm and gradient-sync waits."""
     def items(frame: pd.DataFrame) -> Items:
@@ -199,11 +210,15 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of, counted: np.ndarr
 
 def _cut(items: Items, removed: iv.Set) -> Items:
     """Items with the removed set cut out of each of them (pieces keep their item's window)."""
-    windows, starts, ends = [], [], []
+    windows: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
     for w in np.unique(items.window):  # one iteration per window (step), not per range
         mine = items.window == w
         s, e = iv.subtract(items.start[mine], items.end[mine], *removed)
-        windows.append(np.full(s.size, w)), starts.append(s), ends.append(e)
+        windows.append(np.full(s.size, w))
+        starts.append(s)
+        ends.append(e)
     if not windows:
         return items
     return Items(np.concatenate(windows), np.concatenate(starts), np.concatenate(ends))
@@ -245,6 +260,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
     comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == KERNEL)) if len(ops) else np.zeros(0, bool)
     groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
     out = []
+    build: Callable[[Windowing], RankActivity]  # the rank's activity with its times windowed by a Windowing
     for _, rank in trace.ranks.iterrows():  # one iteration per rank
         part, pid, device = int(rank["part"]), int(rank["pid"]), int(rank["device"])
         comm = _of_process(ranges["comm"], part, pid)
@@ -256,10 +272,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
             windows = step_windows(mine, True, launch, work_end)
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
-            # defaults bind this rank's arrays: the closure is called below, within the iteration
-            build = lambda w, rows=rows, comm=comm, counted=counted, host=host: _gpu_activity(
-                trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
-                comm, w(comm["start"].to_numpy()), counted, host)
+            build = _gpu_builder(trace, rows, backward_mask, comm, counted, host)
             sources = ("ranges" if host else "kernels", "kernels")
         else:
             phase = {name: _of_process(frame, part, pid) for name, frame in ranges.items()}
@@ -268,11 +281,11 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
             launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
             windows = step_windows(mine, False, launch, work_end)
-            build = lambda w, phase=phase, counted=counted, span=span: _nvtx_activity(phase, w, counted, span)
+            build = partial(_nvtx_activity, phase, counted=counted, span=span)
             sources = ("ranges", "ranges")
         windows["work_end"] = _work_end(windows, launch, work_end)
         whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
-        per_step = build(lambda t, windows=windows: window_index(windows, t))
+        per_step = build(partial(window_index, windows))
         out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
     return out
 
@@ -297,7 +310,8 @@ def measure_trace(trace: Trace, patterns: Patterns | None = None) -> tuple[pd.Da
     from analysis.run_info import shared_gpu_ranks
 
     shared = shared_gpu_ranks(trace)
-    step_rows, total_rows = [], []
+    step_rows: list[pd.DataFrame] = []
+    total_rows: list[pd.DataFrame] = []
     for work in rank_work(trace, patterns):
         per_step, total = _rank_frames(work)
         for frame, bucket in ((per_step, step_rows), (total, total_rows)):
@@ -316,6 +330,7 @@ def summarise(per_step: pd.DataFrame) -> dict:
         return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
     means = per_step[[m for m in METRICS if m in per_step]].mean(numeric_only=True)
     out = {m: float(means[m]) if m in means else None for m in METRICS if m != "overlap_pct"}
-    out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] and out["comm_ms"] > 0 else None
+    overlap, comm = out["overlap_ms"], out["comm_ms"]
+    out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None and comm and comm > 0 else None
     steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)
     return {"ranks": int(per_step["rank"].nunique()), "steps": steps, **out}

@@ -277,17 +277,17 @@ def _number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementat
 
 def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
     """Load one export, or several one-rank exports of the same run merged onto one clock."""
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    if not paths:
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not files:
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
-    kineto = [is_kineto(p) for p in paths]
+    kineto = [is_kineto(p) for p in files]
     if any(kineto):  # torch.profiler JSON: its own reader, the same frames
         if not all(kineto):
-            raise TraceError(f"{', '.join(map(str, paths))}: cannot merge torch.profiler JSON with nsys exports")
+            raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")
         from analysis.kineto import load_kineto  # deferred: kineto.py builds on this module
-        return load_kineto(paths, patterns)
-    loaded = [_load_part(p, i) for i, p in enumerate(paths)]
+        return load_kineto(files, patterns)
+    loaded = [_load_part(p, i) for i, p in enumerate(files)]
     offsets = [part[3] for part in loaded]
     for (ops, nvtx, *_), offset in zip(loaded, offsets, strict=True):
         for c in ("start", "end", "launch_start"):
@@ -298,13 +298,13 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     nvtx = pd.concat([part[1] for part in loaded], ignore_index=True) if len(loaded) > 1 else loaded[0][1]
     nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
     nvtx = nvtx.reset_index(drop=True)
-    label = ", ".join(str(p) for p in paths)
+    label = ", ".join(str(p) for p in files)
     if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
         raise TraceError(f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure")
     ops["is_comm"] = communication_mask(ops, nvtx, patterns)
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")),
-                          paths[0].stem)
+                          files[0].stem)
     return Trace(path=label, nsys_version=loaded[0][2], source="gpu" if len(ops) else "nvtx",
                  gpu_ops=ops, nvtx=nvtx, ranks=_number_ranks(ops, nvtx, meta, implementation),
                  meta=meta, implementation=implementation, info={i: part[4] for i, part in enumerate(loaded)})

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_h
 from analysis.views.table import print_frame
 
 if TYPE_CHECKING:
+    from analysis.engine.analyze import Analysis
     from analysis.engine.rank_merge import FileResult
     from analysis.frames.trace import Trace
 
@@ -45,8 +46,8 @@ class AnalyzedTrace:
     path: str
     name: str
     sha256: str
-    trace: object  # None: the analysis ran file by file and the timelines load the trace again
-    analysis: object
+    trace: Trace | None  # None: the analysis ran file by file and the timelines load the trace again
+    analysis: Analysis
     paths: tuple = ()
 
 
@@ -99,7 +100,7 @@ def loaded_trace(result: AnalyzedTrace, patterns: Patterns | None = None) -> Tra
     """The result's trace, loaded again when the analysis did not keep it."""
     from analysis.readers.load import load_trace
 
-    return cast("Trace", result.trace) if result.trace is not None else load_trace(list(result.paths), patterns)
+    return result.trace if result.trace is not None else load_trace(list(result.paths), patterns)
 
 
 def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
@@ -116,14 +117,15 @@ def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
 
 def steps_frame(results: list[AnalyzedTrace], summary: pd.DataFrame) -> pd.DataFrame:
     """Every (trace, rank, step) row of the analyses with the trace's label."""
-    labels = dict(zip(summary["trace"], summary["label"]))
+    labels = dict(zip(summary["trace"], summary["label"], strict=True))
     return pd.concat([r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256)
                       for r in results], ignore_index=True)
 
 
 def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
     """timelines/<name>.html per (label, name) of a trace, numbered when two traces share a name."""
-    names, seen = {}, {}
+    names: dict[str, str] = {}
+    seen: dict[str, int] = {}
     for label, name in traces:
         n = seen.get(name, 0)
         seen[name] = n + 1
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     out, patterns = args.output, cli.patterns_from(args)
-    if len(set(p.resolve() for p in args.traces)) != len(args.traces):
+    if len({p.resolve() for p in args.traces}) != len(args.traces):
         raise TraceError("the same trace is given twice")
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")

@@ -24,7 +24,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import partial
 from pathlib import Path
-from typing import cast
 
 import numpy as np
 import pandas as pd
@@ -203,12 +202,13 @@ def _merged_calls(results: Sequence[FileResult], kept: Sequence[int], ranks: pd.
     """Every kept file's calls and compute as `find_calls` finds them in the one-piece load: ranks
     numbered across files, times shifted onto the first file's clock, kernel calls only when any file
     has them (a one-piece load takes the kernel source for the whole run when any rank has them)."""
-    if any(results[i].calls is None for i in kept):
+    kept_calls = {i: c for i in kept if (c := results[i].calls) is not None}
+    if len(kept_calls) < len(kept):
         raise ValueError("combine needs each file's collective calls (FileResult.calls)")
-    source = "kernel" if any(results[i].calls.source == "kernel" for i in kept) else "range"
+    source = "kernel" if any(c.source == "kernel" for c in kept_calls.values()) else "range"
     frames, compute = [], {}
     for i in kept:
-        calls = cast(Calls, results[i].calls)
+        calls = kept_calls[i]
         shift = offsets[i] - offsets[0]
         if calls.source == source:
             frame = _renumbered(calls.frame, i, ranks)

@@ -6,6 +6,9 @@ CUDA driver, nsys version; see nsys_db.NsysExport.target_info).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from analysis.frames.trace import Trace
 
 META_FIELDS = {"backend": ("backend",), "world_size": ("world_size",), "model": ("model",),
@@ -13,7 +16,7 @@ META_FIELDS = {"backend": ("backend",), "world_size": ("world_size",), "model": 
                "profiler": ("profiler",)}
 
 
-def _distinct(values) -> str | int | None:
+def _distinct(values: Iterable[Any]) -> str | int | None:
     """One value when all agree, else the distinct ones joined by ', ' (None when there are none)."""
     seen = list(dict.fromkeys(v for v in values if v not in (None, "")))
     if not seen:
@@ -21,16 +24,17 @@ def _distinct(values) -> str | int | None:
     return seen[0] if len(seen) == 1 else ", ".join(map(str, seen))
 
 
-def _meta_value(meta: dict, path: tuple[str, ...]):
+def _meta_value(meta: dict, path: tuple[str, ...]) -> Any:
+    value: Any = meta  # JSON: a dict down the path, then the value
     for key in path:
-        meta = meta.get(key) if isinstance(meta, dict) else None
-    return meta
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def _used_gpus(trace: Trace) -> list[str]:
     """Names of the GPUs the ranks ran on (every GPU of the export when ranks have no device)."""
     names = []
-    for part, device in zip(trace.ranks["part"], trace.ranks["device"]):
+    for part, device in zip(trace.ranks["part"], trace.ranks["device"], strict=True):
         gpus = trace.info.get(int(part), {}).get("gpus", {})
         if int(device) in gpus:
             names.append(gpus[int(device)]["name"])
@@ -45,7 +49,7 @@ def trace_metadata(trace: Trace) -> dict:
     nccl is the version torch reports (its build's); a preloaded NCCL library may differ."""
     metas = list(trace.meta.values())
     infos = list(trace.info.values())
-    out = {"gpus": _distinct(_used_gpus(trace)),
+    out: dict[str, Any] = {"gpus": _distinct(_used_gpus(trace)),
            "driver": _distinct(i.get("driver") for i in infos),
            "cuda_driver": _distinct(i.get("cuda_driver") for i in infos)}
     out.update({name: _distinct(_meta_value(m, path) for m in metas) for name, path in META_FIELDS.items()})

@@ -9,7 +9,9 @@ GPU does not see the collectives: CPU-only ranks, and GPU ranks whose collective
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -19,6 +21,8 @@ from analysis.measures import intervals as iv
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
 from analysis.measures.steps import step_windows, window_index
+
+Windowing = Callable[[np.ndarray], np.ndarray]  # times -> index of their window (-1: in none)
 
 
 @dataclass(frozen=True)
@@ -92,8 +96,16 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_m
 
 
 
-def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of, counted: np.ndarray,
-                   span: tuple[int, int]) -> RankActivity:
+def _gpu_builder(trace: Trace, rows: np.ndarray, backward_mask: np.ndarray, comm: pd.DataFrame, counted: np.ndarray,
+                 host_side: bool) -> Callable[[Windowing], RankActivity]:
+    """_gpu_activity of one rank, its kernels' launches and comm ranges windowed by the function given."""
+    launch = trace.gpu_ops["launch_start"].to_numpy()[rows]
+    return lambda w: _gpu_activity(trace, rows, w(launch), backward_mask, comm, w(comm["start"].to_numpy()),
+                                   counted, host_side)
+
+
+def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of: Windowing,
+                   counted: np.ndarray, span: tuple[int, int]) -> RankActivity:
     """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
     blocking comm and gradient-sync waits."""
     def items(frame: pd.DataFrame) -> Items:
@@ -163,6 +175,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
     comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == GPU_KERNEL)) if len(ops) else np.zeros(0, bool)
     groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
     out = []
+    build: Callable[[Windowing], RankActivity]  # the rank's activity with its times windowed by a Windowing
     for _, rank in trace.ranks.iterrows():  # one iteration per rank
         part, pid, device = int(rank["part"]), int(rank["pid"]), int(rank["device"])
         comm = of_process(ranges["comm"], part, pid)
@@ -174,8 +187,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
             windows = step_windows(mine, True, launch, work_end)
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
-            build = lambda w: _gpu_activity(trace, rows, w(ops["launch_start"].to_numpy()[rows]), backward_mask,
-                                            comm, w(comm["start"].to_numpy()), counted, host)
+            build = _gpu_builder(trace, rows, backward_mask, comm, counted, host)
             sources = ("ranges" if host else "kernels", "kernels")
         else:
             phase = {name: of_process(frame, part, pid) for name, frame in ranges.items()}
@@ -184,11 +196,11 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             span = (int(own["start"].min()), int(own["end"].max())) if len(own) else (0, 0)
             launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
             windows = step_windows(mine, False, launch, work_end)
-            build = lambda w: _nvtx_activity(phase, w, counted, span)
+            build = partial(_nvtx_activity, phase, counted=counted, span=span)
             sources = ("ranges", "ranges")
         windows["work_end"] = _work_end(windows, launch, work_end)
         whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
-        per_step = build(lambda t: window_index(windows, t))
+        per_step = build(partial(window_index, windows))
         out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
     return out
 

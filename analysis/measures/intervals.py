@@ -8,16 +8,17 @@ Lengths are exact integers: the measure of a union, never a sum of overlapping d
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 Set = tuple[np.ndarray, np.ndarray]
 EMPTY = np.zeros(0, dtype=np.int64)
 
 
-def _as_int64(a) -> np.ndarray:
+def _as_int64(a: ArrayLike) -> np.ndarray:
     return np.asarray(a, dtype=np.int64)
 
 
-def union(starts, ends, gap: float = 0) -> Set:
+def union(starts: ArrayLike, ends: ArrayLike, gap: float = 0) -> Set:
     """Canonical form of a set: the disjoint, sorted pieces covering the same points.
 
     With gap > 0, pieces separated by less than `gap` are joined too (e.g. less than a pixel when
@@ -39,17 +40,17 @@ def union(starts, ends, gap: float = 0) -> Set:
     return s[first], reach[last]
 
 
-def total_length(starts, ends) -> int:
+def total_length(starts: ArrayLike, ends: ArrayLike) -> int:
     """Measure of a canonical set (sum of piece lengths)."""
     return int(np.sum(_as_int64(ends) - _as_int64(starts)))
 
 
-def union_length(starts, ends) -> int:
+def union_length(starts: ArrayLike, ends: ArrayLike) -> int:
     """Measure of any set: |union|."""
     return total_length(*union(starts, ends))
 
 
-def _sweep(a: Set, b: Set, keep_a: bool, keep_b: bool) -> Set:
+def _sweep(a: tuple[ArrayLike, ArrayLike], b: tuple[ArrayLike, ArrayLike], keep_a: bool, keep_b: bool) -> Set:
     """Pieces where (a covers) == keep_a and (b covers) == keep_b, with at least one of them covering."""
     a_s, a_e = union(*a)
     b_s, b_e = union(*b)
@@ -71,17 +72,17 @@ def _sweep(a: Set, b: Set, keep_a: bool, keep_b: bool) -> Set:
     return t[rises], t[falls + 1]
 
 
-def intersect(a_starts, a_ends, b_starts, b_ends) -> Set:
+def intersect(a_starts: ArrayLike, a_ends: ArrayLike, b_starts: ArrayLike, b_ends: ArrayLike) -> Set:
     """Points covered by both sets."""
     return _sweep((a_starts, a_ends), (b_starts, b_ends), True, True)
 
 
-def subtract(a_starts, a_ends, b_starts, b_ends) -> Set:
+def subtract(a_starts: ArrayLike, a_ends: ArrayLike, b_starts: ArrayLike, b_ends: ArrayLike) -> Set:
     """Points covered by the first set and not the second."""
     return _sweep((a_starts, a_ends), (b_starts, b_ends), True, False)
 
 
-def clip(starts, ends, lo: int, hi: int) -> Set:
+def clip(starts: ArrayLike, ends: ArrayLike, lo: int, hi: int) -> Set:
     """The set restricted to [lo, hi), empty pieces dropped (input order kept)."""
     s = np.maximum(_as_int64(starts), lo)
     e = np.minimum(_as_int64(ends), hi)
@@ -89,7 +90,7 @@ def clip(starts, ends, lo: int, hi: int) -> Set:
     return s[keep], e[keep]
 
 
-def covered_before(set_starts, set_ends, t) -> np.ndarray:
+def covered_before(set_starts: ArrayLike, set_ends: ArrayLike, t: ArrayLike) -> np.ndarray:
     """For each time in t: length of the canonical set lying before it, |set ∩ (-inf, t)|."""
     s, e, t = _as_int64(set_starts), _as_int64(set_ends), _as_int64(t)
     cumulative = np.r_[0, np.cumsum(e - s)]
@@ -99,13 +100,13 @@ def covered_before(set_starts, set_ends, t) -> np.ndarray:
     return cumulative[i] - tail
 
 
-def overlap_lengths(starts, ends, set_starts, set_ends) -> np.ndarray:
+def overlap_lengths(starts: ArrayLike, ends: ArrayLike, set_starts: ArrayLike, set_ends: ArrayLike) -> np.ndarray:
     """For each interval [starts[i], ends[i]): its overlap with a canonical set."""
     s, e = _as_int64(starts), _as_int64(ends)
     return covered_before(set_starts, set_ends, np.maximum(e, s)) - covered_before(set_starts, set_ends, s)
 
 
-def contains(set_starts, set_ends, t) -> np.ndarray:
+def contains(set_starts: ArrayLike, set_ends: ArrayLike, t: ArrayLike) -> np.ndarray:
     """For each time in t: whether it lies in the canonical set (start <= t < end)."""
     s, e, t = _as_int64(set_starts), _as_int64(set_ends), _as_int64(t)
     if s.size == 0:
@@ -114,7 +115,7 @@ def contains(set_starts, set_ends, t) -> np.ndarray:
     return (i >= 0) & (t < e[np.maximum(i, 0)])
 
 
-def factorize(keys) -> tuple[np.ndarray, np.ndarray]:
+def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
     but O(n) when the keys span a small range (step numbers, string ids), the common case here."""
     k = _as_int64(keys).reshape(-1)
@@ -129,7 +130,7 @@ def factorize(keys) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present) + lo, position[k - lo]
 
 
-def keyed_union(keys, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def keyed_union(keys: ArrayLike, starts: ArrayLike, ends: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One union per key, computed at once: returns (key, start, end) pieces sorted by key then start.
 
     Each key's intervals are shifted onto their own stretch of a common axis (stretches separated by a
@@ -152,7 +153,7 @@ def keyed_union(keys, starts, ends) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     return uniq[piece_group], us - shift[piece_group], ue - shift[piece_group]
 
 
-def sum_by_key(keys, values, n_keys: int) -> np.ndarray:
+def sum_by_key(keys: ArrayLike, values: ArrayLike, n_keys: int) -> np.ndarray:
     """Sum values into bins 0..n_keys-1 (exact int64)."""
     out = np.zeros(n_keys, dtype=np.int64)
     np.add.at(out, _as_int64(keys), _as_int64(values))

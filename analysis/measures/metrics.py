@@ -135,6 +135,7 @@ def summarise(per_step: pd.DataFrame) -> dict:
         return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
     means = per_step[[m for m in METRICS if m in per_step]].mean(numeric_only=True)
     out = {m: float(means[m]) if m in means else None for m in METRICS if m != "overlap_pct"}
-    out["overlap_pct"] = 100.0 * out["overlap_ms"] / out["comm_ms"] if out["comm_ms"] and out["comm_ms"] > 0 else None
+    overlap, comm = out["overlap_ms"], out["comm_ms"]
+    out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None and comm and comm > 0 else None
     steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)
     return {"ranks": int(per_step["rank"].nunique()), "steps": steps, **out}

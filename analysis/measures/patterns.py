@@ -25,7 +25,9 @@ from contract.patterns import (
 
 @dataclass(frozen=True)
 class Patterns:
-    """Regexes (re.search) for kernel and NVTX range names. The step pattern's first group, if any, is the step number."""
+    """Regexes (re.search) for kernel and NVTX range names.
+
+    The step pattern's first group, if any, is the step number."""
 
     comm_kernel: str = COMM_KERNEL
     comm_range: str = COMM_RANGE

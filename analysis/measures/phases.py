@@ -19,6 +19,7 @@ import re
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP
 from analysis.measures import intervals as iv
@@ -30,7 +31,7 @@ def codes(column: pd.Series) -> np.ndarray:
     return column.cat.codes.to_numpy()
 
 
-def process_key(part, pid) -> np.ndarray:
+def process_key(part: ArrayLike, pid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process)."""
     return (np.asarray(part, dtype=np.int64) << 24) | np.asarray(pid, dtype=np.int64)
 
@@ -40,7 +41,7 @@ def of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
     return frame[(frame["part"].to_numpy() == part) & (frame["pid"].to_numpy() == pid)]
 
 
-def thread_key(part, pid, tid) -> np.ndarray:
+def thread_key(part: ArrayLike, pid: ArrayLike, tid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process, thread)."""
     return (process_key(part, pid) << 24) | np.asarray(tid, dtype=np.int64)
 
@@ -53,13 +54,14 @@ def ranges_named(nvtx: pd.DataFrame, regex: re.Pattern) -> pd.DataFrame:
     return nvtx[hit]
 
 
-def keyed_contains(set_keys, set_starts, set_ends, keys, t) -> np.ndarray:
+def keyed_contains(set_keys: ArrayLike, set_starts: ArrayLike, set_ends: ArrayLike, keys: ArrayLike,
+                   t: ArrayLike) -> np.ndarray:
     """For each (key, t): whether t lies inside the union of that key's intervals."""
     set_keys, keys, t = np.asarray(set_keys), np.asarray(keys), np.asarray(t)
     out = np.zeros(t.shape, dtype=bool)
     uk, s, e = iv.keyed_union(set_keys, set_starts, set_ends)
     bounds = np.searchsorted(uk, np.unique(uk)), np.searchsorted(uk, np.unique(uk), side="right")
-    for key, lo, hi in zip(np.unique(uk), *bounds):  # one iteration per process/thread, not per event
+    for key, lo, hi in zip(np.unique(uk), *bounds, strict=True):  # one iteration per process/thread, not per event
         rows = np.flatnonzero(keys == key)
         out[rows] = iv.contains(s[lo:hi], e[lo:hi], t[rows])
     return out

@@ -19,7 +19,7 @@ ELEMENT_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "ComplexHalf
                  "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "QInt8": 1, "QUInt8": 1, "QInt32": 4}
 
 
-def _int(value) -> int:
+def _int(value: object) -> int:
     """An element count or group size as recorded (an int, or a numeric string in some versions), else -1."""
     if isinstance(value, bool):
         return -1
@@ -31,7 +31,7 @@ def _int(value) -> int:
         return -1
 
 
-def _group(name, desc) -> str:
+def _group(name: object, desc: object) -> str:
     name = "" if name is None else str(name)
     return f"{name}:{desc}" if desc not in (None, "") else name
 

@@ -24,21 +24,21 @@ RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+(?:\.json)?$")
 
 def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
     """Load one file, or several one-rank files of the same job merged onto the first file's clock."""
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    if not paths:
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not files:
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
-    kineto = [is_kineto(p) for p in paths]
+    kineto = [is_kineto(p) for p in files]
     if any(kineto):  # torch.profiler JSON: its own reader, the same frames
         if not all(kineto):
-            raise TraceError(f"{', '.join(map(str, paths))}: cannot merge torch.profiler JSON with nsys exports")
+            raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")
         from analysis.readers.kineto import load_kineto
 
-        trace = load_kineto(paths, patterns)
+        trace = load_kineto(files, patterns)
     else:
         from analysis.readers.nsys import load_nsys
 
-        trace = load_nsys(paths)
+        trace = load_nsys(files)
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return trace
 
@@ -65,6 +65,6 @@ def group_inputs(paths: list[Path]) -> list[TraceInput]:
         found = RANK_FILE.match(path.stem)
         key = (str(path.parent), found["run"]) if found else (str(path),)
         groups.setdefault(key, []).append(path)
-    return [TraceInput(RANK_FILE.match(g[0].stem)["run"] if len(k) == 2 else g[0].stem.removesuffix(".json"),
+    return [TraceInput(k[1] if len(k) == 2 else g[0].stem.removesuffix(".json"),  # k[1]: the run of rank files
                        tuple(g))
             for k, g in groups.items()]

@@ -45,7 +45,8 @@ class NsysExport:
         if not self.tables:
             raise TraceError(f"{path}: empty SQLite database, not an nsys export")
         if not NSYS_TABLES & set(self.tables):
-            raise TraceError(f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)")
+            raise TraceError(f"{path}: an SQLite file but not an nsys export "
+                             "(no NVTX_EVENTS, CUPTI_* or StringIds tables)")
         self._strings: dict[int, str] | None = None
 
     def has(self, table: str, *columns: str) -> bool:
@@ -62,7 +63,7 @@ class NsysExport:
             self._strings = {}
             if self.has("StringIds", "id", "value"):
                 cols = self.read('SELECT id, value FROM StringIds', ["id", "value"])
-                self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist()))
+                self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist(), strict=True))
         return self._strings
 
     def version(self) -> str:

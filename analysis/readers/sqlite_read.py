@@ -10,11 +10,15 @@ from __future__ import annotations
 import os
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from analysis.errors import TraceError
 from analysis.readers.nsys_export import is_report, report_error
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -65,7 +69,7 @@ def table_columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
         raise TraceError(f"corrupt SQLite file ({e})") from None
 
 
-def _arrow_to_numpy(column, null_int: int) -> np.ndarray:
+def _arrow_to_numpy(column: pa.ChunkedArray, null_int: int) -> np.ndarray:
     import pyarrow as pa
     import pyarrow.compute as pc
 

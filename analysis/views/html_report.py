@@ -6,6 +6,7 @@ the per-step frame of the analysis; output is one self-contained HTML page.
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
                          "idle_ms": idle})
 
 
-def _cell(value, fmt: str) -> str:
+def _cell(value: object, fmt: str) -> str:
     if value is None or (isinstance(value, float) and np.isnan(value)):
         return "-"
     return html.escape(fmt.format(value))
@@ -90,7 +91,8 @@ def spread_figure(steps: pd.DataFrame) -> go.Figure:
 
 RUN_COLUMNS = {"label": "implementation", "gpus": "GPU", "driver": "driver", "cuda_driver": "CUDA (driver)",
                "cuda": "CUDA (torch)", "nccl": "NCCL (torch)", "torch": "torch", "backend": "backend",
-               "world_size": "world size", "model": "model", "nsys_version": "nsys", "shared_gpus": "ranks sharing a GPU"}
+               "world_size": "world size", "model": "model", "nsys_version": "nsys",
+               "shared_gpus": "ranks sharing a GPU"}
 
 
 def runs_html(summary: pd.DataFrame) -> str:
@@ -102,7 +104,8 @@ def runs_html(summary: pd.DataFrame) -> str:
             for rec in summary.to_dict("records")]  # one row per trace
     note = ("<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
             "slow the other's.</p>" if "shared_gpus" in summary and summary["shared_gpus"].notna().any() else "")
-    return f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{note}'
+    return (f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{note}')
 
 
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> str:
@@ -117,7 +120,7 @@ def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> st
 
 
 def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: dict[str, str],
-                side_by_side: tuple[str, str] | None, sections: list = ()) -> Path:
+                side_by_side: tuple[str, str] | None, sections: Sequence[str | go.Figure] = ()) -> Path:
     """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links."""
     intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
              "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis.errors import TraceError
+from analysis.frames.trace import Trace
 from analysis.measures.activity import overlap_periods, rank_work
 from analysis.measures.patterns import Patterns, matches
 from analysis.views.render_binning import merge_subpixel
@@ -66,7 +68,7 @@ def classify_nvtx(text: pd.Series, patterns: Patterns) -> tuple[np.ndarray, np.n
     return category[inverse], steps[inverse]
 
 
-def _process_key(part, pid, device=None) -> np.ndarray:
+def _process_key(part: ArrayLike, pid: ArrayLike, device: ArrayLike | None = None) -> np.ndarray:
     """One int64 per (file part, process[, device]) for vectorised rank lookup."""
     key = (np.asarray(part, dtype=np.int64) << 40) | (np.asarray(pid, dtype=np.int64) << 16)
     return key if device is None else key | ((np.asarray(device, dtype=np.int64) + 1) & 0xFFFF)
@@ -82,7 +84,7 @@ def _rank_of(keys: np.ndarray, table_keys: np.ndarray, table_ranks: np.ndarray) 
     return np.where(sorted_keys[i] == keys, ranks[i], -1)
 
 
-def nvtx_segments(trace, patterns: Patterns) -> pd.DataFrame:
+def nvtx_segments(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     """CPU segments (numbers only): NVTX ranges, marks and the capture range dropped."""
     nv = trace.nvtx
     keep = ((nv["kind"] != "mark") & ~nv["text"].isin(SKIPPED_RANGES)).to_numpy()
@@ -101,7 +103,7 @@ def nvtx_segments(trace, patterns: Patterns) -> pd.DataFrame:
     })
 
 
-def gpu_segments(trace) -> pd.DataFrame:
+def gpu_segments(trace: Trace) -> pd.DataFrame:
     """GPU segments (numbers only): kernels, copies and sets with a launch time for phase lookup."""
     ops, ranks = trace.gpu_ops, trace.ranks
     is_comm = ops["is_comm"].to_numpy(dtype=bool)
@@ -120,7 +122,7 @@ def gpu_segments(trace) -> pd.DataFrame:
     })
 
 
-def _names(trace, seg: pd.DataFrame) -> np.ndarray:
+def _names(trace: Trace, seg: pd.DataFrame) -> np.ndarray:
     """Name of each (merged) segment's first member: NVTX text or kernel/copy name."""
     src, row = seg["src"].to_numpy(), seg["row"].to_numpy()
     out = np.empty(len(seg), dtype=object)
@@ -134,7 +136,7 @@ def _names(trace, seg: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def _streams(trace, seg: pd.DataFrame) -> np.ndarray:
+def _streams(trace: Trace, seg: pd.DataFrame) -> np.ndarray:
     """'stream S' for GPU work; 'tid T' (or 'tid T → U' for ranges ended on another thread) for NVTX."""
     nvtx = seg["src"].to_numpy() == FROM_NVTX
     rows = seg["row"].to_numpy()[nvtx]
@@ -209,13 +211,14 @@ def _overlap(works: list, step: int | None, lo: int, hi: int) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
 
 
-def build_panel(trace, selection: Selection = Selection(), patterns: Patterns = Patterns(),
+def build_panel(trace: Trace, selection: Selection = Selection(), patterns: Patterns | None = None,
                 title: str = "", width_px: int = 1600) -> Panel:
     """The panel for one trace under a selection (title: the trace's path unless given).
 
     Work narrower than a pixel (window / width_px) is merged before any label string is built, so
     the cost of labels follows what is drawn, not the size of the trace.
     """
+    patterns = patterns or Patterns()
     cpu = nvtx_segments(trace, patterns)
     seg = pd.concat([cpu, gpu_segments(trace)], ignore_index=True)
     seg = seg.loc[seg["rank"].to_numpy() >= 0]

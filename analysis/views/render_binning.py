@@ -17,7 +17,7 @@ SEGMENT_COLUMNS = ("lane", "start", "end", "category", "name", "phase", "stream"
 REQUIRED_FOR_MERGE = ("lane", "start", "end", "category")
 
 
-def check_segments(segments: pd.DataFrame, required=SEGMENT_COLUMNS) -> None:
+def check_segments(segments: pd.DataFrame, required: tuple[str, ...] = SEGMENT_COLUMNS) -> None:
     """Raise ValueError naming the missing columns of a segments frame."""
     missing = [c for c in required if c not in segments.columns]
     if missing:

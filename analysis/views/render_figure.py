@@ -135,7 +135,7 @@ def _overlap_trace(panel: Panel, pixel_ns: float, shown: bool) -> go.Scatter | N
 def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
     """A faint band behind every other rank's lanes, so the eye keeps ranks apart (one shape per rank)."""
     span = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
-    for i, (top, bottom) in enumerate(zip(span["min"], span["max"])):
+    for i, (top, bottom) in enumerate(zip(span["min"], span["max"], strict=True)):
         if i % 2:
             fig.add_hrect(y0=top - 0.5, y1=bottom + 0.5, row=row, col=1, fillcolor="#f3f3f3", line_width=0,
                           layer="below")

@@ -5,6 +5,8 @@ every timeline and every report this project writes.
 """
 from __future__ import annotations
 
+from collections.abc import Collection
+
 from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER
 
 # Draw order is list order: later categories are drawn on top.
@@ -44,7 +46,7 @@ def category_colour(category: str) -> str:
     return CATEGORY_COLOURS.get(category, CATEGORY_COLOURS["nvtx"])
 
 
-def category_order(categories) -> list[str]:
+def category_order(categories: Collection[str]) -> list[str]:
     """Categories sorted into draw order (known ones first, in the table's order)."""
     known = [c for c in CATEGORY_COLOURS if c in set(categories)]
     return known + sorted(set(categories) - set(known))

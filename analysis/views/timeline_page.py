@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
@@ -11,6 +12,11 @@ from analysis.measures.patterns import Patterns
 from analysis.views.html_page import write_page, written_by_us
 from analysis.views.lanes import Selection, build_panel
 from analysis.views.render_figure import Panel, build_figure
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from analysis.frames.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,8 @@ def view_name(selection: Selection) -> str:
 
 
 
-def analysis_figures(trace, selection: Selection, steps=None, patterns: Patterns | None = None) -> dict:
+def analysis_figures(trace: Trace, selection: Selection, steps: pd.DataFrame | None = None,
+                     patterns: Patterns | None = None) -> dict:
     """The analysis's metrics (measures/metrics.py) for the selected step/rank, averaged over steps and ranks.
 
     `steps`: the trace's per-step frame when the caller already analysed it (else it is measured)."""
@@ -52,7 +59,7 @@ def analysis_figures(trace, selection: Selection, steps=None, patterns: Patterns
 
 
 
-def _ms(value) -> str:
+def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
@@ -65,8 +72,8 @@ def panel_title(implementation: str, path: str, selection: Selection, fig: dict)
 
 
 
-def trace_panel(path: str | Path, selection: Selection, trace=None, width_px: int = 1600,
-                steps=None, patterns: Patterns | None = None) -> tuple[Panel, PanelSummary]:
+def trace_panel(path: str | Path, selection: Selection, trace: Trace | None = None, width_px: int = 1600,
+                steps: pd.DataFrame | None = None, patterns: Patterns | None = None) -> tuple[Panel, PanelSummary]:
     """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
     existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
     from analysis.readers.load import load_trace  # deferred: --help stays instant

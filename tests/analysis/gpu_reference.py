@@ -79,7 +79,8 @@ def read(path):
             meta = json.loads(text[len("ddp.meta "):])
             rank[pid(gtid)], backend[pid(gtid)] = meta["rank"], meta["backend"]
         elif kind != 34 and end is not None:
-            ranges.append(dict(pid=pid(gtid), tid=gtid & 0xFFFFFF, start=start, end=end, text=text, blocking=kind == 59))
+            ranges.append(dict(pid=pid(gtid), tid=gtid & 0xFFFFFF, start=start, end=end, text=text,
+                               blocking=kind == 59))
     db.close()
     return ops, ranges, rank, backend
 
@@ -100,7 +101,7 @@ def reference(path):
         blocking = {tid: pieces(v) for tid, v in blocking.items()}
         any_comm = pieces([(x["start"], x["end"]) for x in comm_ranges])
         backward = pieces([(x["start"], x["end"]) for x in nv if x["text"] == "backward"])
-        in_blocking = lambda o: inside(blocking.get(o["launch"][1], ([], [])), o["launch"][0])
+        in_blocking = lambda o, blocking=blocking: inside(blocking.get(o["launch"][1], ([], [])), o["launch"][0])
         for o in mine:
             o["comm"] = not o["copy"] and (o["name"].startswith("nccl") or in_blocking(o))
         compute_streams = {o["stream"] for o in mine if not o["copy"] and not o["comm"]}
@@ -123,7 +124,7 @@ def reference(path):
         for k, (s, cpu_end) in enumerate(steps):
             last = k == len(steps) - 1
             launch_end = cpu_end if last else steps[k + 1][0]
-            launched = lambda t: s <= t < launch_end
+            launched = lambda t, s=s, launch_end=launch_end: s <= t < launch_end
             end = launch_end
             if last:
                 end = max([cpu_end] + [e for t, e in work if launched(t)])

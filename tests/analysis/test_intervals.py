@@ -20,7 +20,7 @@ def points(items) -> set[int]:
 
 
 def pieces_points(s, e) -> set[int]:
-    return points(zip(s.tolist(), e.tolist()))
+    return points(zip(s.tolist(), e.tolist(), strict=True))
 
 
 def is_canonical(s, e) -> bool:
@@ -43,7 +43,8 @@ def test_union_with_a_gap_joins_exactly_the_pieces_closer_than_it(items, gap):
     assert np.all(s[1:] - e[:-1] >= max(gap, 1))  # what stays apart is at least `gap` apart
     joined = pieces_points(s, e) - points(items)
     holes = pieces_points(exact_e[:-1], exact_s[1:])  # the gaps between the exact pieces
-    small = {t for a, b in zip(exact_e[:-1].tolist(), exact_s[1:].tolist()) if b - a < gap for t in range(a, b)}
+    small = {t for a, b in zip(exact_e[:-1].tolist(), exact_s[1:].tolist(), strict=True) if b - a < gap
+             for t in range(a, b)}
     assert joined == small and joined <= holes
 
 

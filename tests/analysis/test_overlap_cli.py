@@ -49,7 +49,7 @@ def test_json_has_the_agreed_keys(exports):
     assert {"rank", "pid", "device", "steps", "total"} <= set(rank)
     assert set(rank["total"]) == METRIC_KEYS and set(rank["steps"][0]) == METRIC_KEYS | {"step"}
     assert METRIC_KEYS <= set(gpu["summary"])
-    step1 = [s for s in rank["steps"] if s["step"] == 1][0]
+    step1 = next(s for s in rank["steps"] if s["step"] == 1)
     assert rank["rank"] == 0 and step1["overlap_pct"] is None  # no comm in that step -> null
     assert gpu["ranks"][1]["total"]["comm_ms"] == pytest.approx(600e-6)
 

@@ -34,12 +34,13 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     before = sorted(p.name for p in tmp_path.iterdir())
     code, stdout, err = run(capsys, *traces, "-o", out, "--format", "json")
     assert code == 0, err
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(before + ["reports"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "reports"])
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert written == ["index.html", "results.db", "summary.csv", "timelines/naive.html",
                        "timelines/naive_vs_overlap.html", "timelines/overlap.html"]
     rows = json.loads(stdout)
-    assert {r["implementation"]: r["overlap_pct"] for r in rows} == {"naive": 0.0, "overlap": pytest.approx(43.936, abs=1e-3)}
+    assert {r["implementation"]: r["overlap_pct"] for r in rows} == {
+        "naive": 0.0, "overlap": pytest.approx(43.936, abs=1e-3)}
     assert all(r["speedup_vs_naive"] == pytest.approx(1.0) for r in rows)
     index = (out / "index.html").read_text()
     assert index.count(get_plotlyjs()) == 1
@@ -63,7 +64,8 @@ def test_breakdown_parts_add_up_to_the_step():
     summary = pd.DataFrame({"label": ["a"], "step_ms": [100.0], "compute_ms": [60.0], "overlap_ms": [15.0],
                             "exposed_comm_ms": [10.0]})
     parts = breakdown(summary).iloc[0]
-    assert (parts["compute_only_ms"], parts["overlap_ms"], parts["exposed_comm_ms"], parts["idle_ms"]) == (45, 15, 10, 30)
+    parts_ms = (parts["compute_only_ms"], parts["overlap_ms"], parts["exposed_comm_ms"], parts["idle_ms"])
+    assert parts_ms == (45, 15, 10, 30)
 
 
 @pytest.mark.slow  # writes whole reports (pages and timelines), some twice

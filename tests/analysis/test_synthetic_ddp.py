@@ -44,7 +44,8 @@ def reference(path):
                 db.execute("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
     text = "COALESCE(text, (SELECT value FROM StringIds WHERE id = textId))"
     steps = defaultdict(list)
-    for start, end, tid, name in db.execute(f"SELECT start, end, globalTid, {text} FROM NVTX_EVENTS WHERE eventType = 59"):
+    push_pop = f"SELECT start, end, globalTid, {text} FROM NVTX_EVENTS WHERE eventType = 59"
+    for start, end, tid, name in db.execute(push_pop):
         if name.startswith("step "):
             steps[(tid >> 24) & 0xFFFFFF].append((start, end, int(name.split()[1])))
     per = defaultdict(lambda: {"comm": [], "compute": []})

@@ -114,13 +114,13 @@ def test_figure_shares_colours_and_legend_across_panels():
 
 def test_hover_carries_name_phase_stream_and_numbers():
     fig = build_figure([panel("overlap", 50_000_000, True)])
-    hover = [t for t in fig.data if t.name == "hover" and t.legendgroup == "comm_kernel"][0]
-    comm = [i for i, text in enumerate(hover.text) if "ncclAllReduce" in text][0]
+    hover = next(t for t in fig.data if t.name == "hover" and t.legendgroup == "comm_kernel")
+    comm = next(i for i, text in enumerate(hover.text) if "ncclAllReduce" in text)
     assert hover.hovertext[comm] == "phase: backward, 7"
     assert hover.hovertemplate.startswith("<b>%{text}</b><br>%{hovertext}")
     assert hover.customdata[comm][:3].tolist() == [50.0, 20.0, 1]
     assert "duration" in hover.hovertemplate
-    compute = [t for t in fig.data if t.name == "hover" and t.legendgroup == "compute"][0]
+    compute = next(t for t in fig.data if t.name == "hover" and t.legendgroup == "compute")
     # 60 us kernels with 140 us gaps: narrower than a pixel (62.5 us) but apart by visible gaps.
     assert len(compute.text) == 400 and set(compute.customdata[:, 2]) == {1}
 
@@ -136,7 +136,7 @@ def test_hover_names_merged_blocks_with_their_count():
     lanes = pd.DataFrame({"lane": [0], "label": ["r0 gpu"], "rank": 0})
     seg = segments(np.arange(0, 1_000_000, 1000), np.full(1000, 500))  # 1000 kernels in one ms
     fig = build_figure([Panel("p", seg, lanes, origin_ns=0, window_ns=(0, 1_600_000_000))], width_px=1600)
-    hover = [t for t in fig.data if t.name == "hover"][0]
+    hover = next(t for t in fig.data if t.name == "hover")
     assert list(hover.text) == ["1000 merged, first: k"]
     assert hover.customdata[0][2] == 1000 and hover.customdata[0][3] == pytest.approx(0.5)
 

@@ -40,7 +40,7 @@ def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool
         nvtx.append((0, 0, 34, f'ddp.meta {{"implementation": "{kind}", "rank": {r}}}', main, None))
         for k in range(steps):
             t0 = (k * 100 + 5) * MS + r * 200_000  # ranks slightly skewed
-            for name, a, b in (("step %d" % k, 0, 90), ("forward", 0, 30), ("backward", 30, 70),
+            for name, a, b in ((f"step {k}", 0, 90), ("forward", 0, 30), ("backward", 30, 70),
                                ("grad_sync", 70, 80), ("optimizer", 80, 90)):
                 nvtx.append((t0 + a * MS, t0 + b * MS, 59, name, main, None))
             for i, (a, b) in enumerate(_comm_windows(kind)):

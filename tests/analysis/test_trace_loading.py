@@ -116,7 +116,8 @@ def test_row_lookup_matches_brute_force(spread):
     rt_corr = rng.choice(np.arange(1, 400 * spread, spread), 300, replace=False)
     pid = np.r_[rt_pid[:200], [9, 1]]
     corr = np.r_[rt_corr[:200], [rt_corr[0], -1]]
-    expected = [next((i for i in range(300) if rt_pid[i] == p and rt_corr[i] == c), -1) for p, c in zip(pid, corr)]
+    expected = [next((i for i in range(300) if rt_pid[i] == p and rt_corr[i] == c), -1)
+                for p, c in zip(pid, corr, strict=True)]
     assert _row_lookup(rt_pid, rt_corr, pid, corr).tolist() == expected
 
 

@@ -96,8 +96,8 @@ def check_page(page: Path, screenshot: Path | None = None, width: int = 1600, he
                timeout_s: float = 120.0) -> PageCheck:
     """Render `page` headless; optionally also save a screenshot of the first `height` pixels."""
     page = Path(page).resolve()
-    with tempfile.TemporaryDirectory(prefix="html_check_") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="html_check_") as tmp_name:
+        tmp = Path(tmp_name)
         probed = _probed_copy(page, tmp)
         t0 = time.perf_counter()
         run = _run_chromium(["--dump-dom", probed.as_uri()], tmp / "profile", timeout_s)

@@ -12,6 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from analysis.readers.nsys_db import (
     NVTX_EVENT_DOMAIN_CREATE,
@@ -48,7 +49,8 @@ _COPY = [("bytes", "INTEGER NOT NULL"), ("copyKind", "INTEGER NOT NULL"), ("depr
          ("srcKind", "INTEGER"), ("dstKind", "INTEGER"), ("srcDeviceId", "INTEGER"), ("srcContextId", "INTEGER"),
          ("dstDeviceId", "INTEGER"), ("dstContextId", "INTEGER"), ("migrationCause", "INTEGER"),
          ("graphNodeId", "INTEGER"), ("virtualAddress", "INTEGER")]
-_SET = [("value", "INTEGER NOT NULL"), ("bytes", "INTEGER NOT NULL"), ("graphNodeId", "INTEGER"), ("memKind", "INTEGER")]
+_SET = [("value", "INTEGER NOT NULL"), ("bytes", "INTEGER NOT NULL"), ("graphNodeId", "INTEGER"),
+        ("memKind", "INTEGER")]
 _META = [("name", "TEXT NOT NULL"), ("value", "TEXT")]
 SCHEMAS = {
     "2022": {**SHARED, "NVTX_EVENTS": _NVTX,
@@ -83,7 +85,7 @@ DOMAIN_CREATE = NVTX_EVENT_DOMAIN_CREATE
 CUDA_LAUNCH_KERNEL, CUDA_MEMCPY_ASYNC = "cudaLaunchKernel", "cudaMemcpyAsync"
 
 
-def global_tid(pid, tid=None):
+def global_tid(pid: ArrayLike, tid: ArrayLike | None = None) -> np.ndarray:
     """nsys serialized id: <HW:8><VM:8><PID:24><TID:24> (globalPid when tid is None)."""
     pid = np.asarray(pid, dtype=np.int64)
     return GLOBAL_ID_BASE + (pid << 24) + (0 if tid is None else np.asarray(tid, dtype=np.int64))
@@ -117,12 +119,12 @@ class NsysWriter:
             self._strings[text] = len(self._strings) + 1
         return self._strings[text]
 
-    def add(self, table: str, **columns) -> None:
+    def add(self, table: str, **columns: ArrayLike | None) -> None:
         """Append rows: each column a scalar or an array (all arrays the same length)."""
-        columns = {k: v for k, v in columns.items() if v is not None}  # None: leave the column NULL
-        n = max([np.size(v) for v in columns.values() if np.ndim(v) > 0] or [1])
+        given = {k: v for k, v in columns.items() if v is not None}  # None: leave the column NULL
+        n = max([np.size(v) for v in given.values() if np.ndim(v) > 0] or [1])
         self._rows[table].append({k: np.broadcast_to(np.asarray(v, dtype=object if isinstance(v, str) else None), (n,))
-                                  for k, v in columns.items()})
+                                  for k, v in given.items()})
 
     def correlation_ids(self, pid: int, n: int) -> np.ndarray:
         first = self._next_corr.get(pid, 1)
@@ -134,7 +136,9 @@ class NsysWriter:
         for tid, thread in (threads or {pid: name}).items():
             self.add("ThreadNames", nameId=self.string_id(thread), priority=0, globalTid=int(global_tid(pid, tid)))
 
-    def kernels(self, pid: int, tid, device, stream, start, end, name, launch=None, launch_api=CUDA_LAUNCH_KERNEL):
+    def kernels(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+                end: ArrayLike, name: ArrayLike, launch: ArrayLike | None = None,
+                launch_api: str = CUDA_LAUNCH_KERNEL) -> np.ndarray:
         """Kernels and, where launch (CPU start time of the launch call) is given (>= 0), their runtime rows."""
         names = np.broadcast_to(np.asarray(name, dtype=object), np.shape(start))
         uniq, inverse = np.unique(names, return_inverse=True)
@@ -147,20 +151,22 @@ class NsysWriter:
         self._runtime(pid, tid, corr, launch, launch_api)
         return corr
 
-    def memcpy(self, pid: int, tid, device, stream, start, end, copy_kind=8, launch=None):
+    def memcpy(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+               end: ArrayLike, copy_kind: int = 8, launch: ArrayLike | None = None) -> np.ndarray:
         corr = self.correlation_ids(pid, np.size(start))
         self.add("CUPTI_ACTIVITY_KIND_MEMCPY", start=start, end=end, deviceId=device, contextId=1, streamId=stream,
                  correlationId=corr, globalPid=int(global_tid(pid)), bytes=1024, copyKind=copy_kind)
         self._runtime(pid, tid, corr, launch, CUDA_MEMCPY_ASYNC)
         return corr
 
-    def memset(self, pid: int, tid, device, stream, start, end, launch=None):
+    def memset(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+               end: ArrayLike, launch: ArrayLike | None = None) -> None:
         corr = self.correlation_ids(pid, np.size(start))
         self.add("CUPTI_ACTIVITY_KIND_MEMSET", start=start, end=end, deviceId=device, contextId=1, streamId=stream,
                  correlationId=corr, globalPid=int(global_tid(pid)), value=0, bytes=1024)
         self._runtime(pid, tid, corr, launch, "cudaMemsetAsync")
 
-    def _runtime(self, pid, tid, corr, launch, api) -> None:
+    def _runtime(self, pid: int, tid: ArrayLike, corr: np.ndarray, launch: ArrayLike | None, api: str) -> None:
         if launch is None:
             return
         launch = np.broadcast_to(np.asarray(launch, dtype=np.int64), corr.shape)
@@ -169,8 +175,9 @@ class NsysWriter:
         self.add("CUPTI_ACTIVITY_KIND_RUNTIME", start=launch[has], end=launch[has] + 2_000, eventClass=0,
                  globalTid=global_tid(pid, tids), correlationId=corr[has], nameId=self.string_id(api), returnValue=0)
 
-    def nvtx(self, pid: int, tid, start, end, text, kind: int = PUSH_POP, end_tid=None, registered: bool = False,
-             domain_id: int = 0, payload=None, payload_column: str = "int64Value") -> None:
+    def nvtx(self, pid: int, tid: ArrayLike, start: ArrayLike, end: ArrayLike | None, text: ArrayLike,
+             kind: int = PUSH_POP, end_tid: ArrayLike | None = None, registered: bool = False, domain_id: int = 0,
+             payload: ArrayLike | None = None, payload_column: str = "int64Value") -> None:
         """NVTX ranges/marks; registered=True stores text in StringIds (textId) like nsys 2022.4 does.
 
         payload (scalar or array, None: no payload) goes into `payload_column` (int64Value or uint64Value),
@@ -192,7 +199,7 @@ class NsysWriter:
         self.add("NVTX_EVENTS", start=t, end=None, eventType=DOMAIN_CREATE, globalTid=int(global_tid(pid, tid)),
                  text=name, domainId=domain_id)
 
-    def meta_mark(self, pid: int, tid: int, t: int, **meta) -> None:
+    def meta_mark(self, pid: int, tid: int, t: int, **meta: object) -> None:
         """Our runner's `ddp.meta {json}` mark."""
         self.nvtx(pid, tid, t, None, META_PREFIX + json.dumps(meta), kind=MARK)
 
@@ -213,15 +220,15 @@ class NsysWriter:
             conn.close()
         return self.path
 
-    def _write_table(self, conn: sqlite3.Connection, table: str, cols) -> None:
-        rows = []
+    def _write_table(self, conn: sqlite3.Connection, table: str, cols: list[tuple[str, str]]) -> None:
+        rows: list[tuple] = []
         for chunk in self._rows[table]:
             n = len(next(iter(chunk.values())))
             values = [chunk[name].tolist() if name in chunk
                       else [0] * n if decl.startswith("INTEGER NOT NULL")
                       else [""] * n if "NOT NULL" in decl else [None] * n
                       for name, decl in cols]
-            rows.extend(zip(*values))
+            rows.extend(zip(*values, strict=True))
         if self.shuffle:
             rows = [rows[i] for i in self._rng.permutation(len(rows))]
         conn.executemany(f'INSERT INTO "{table}" VALUES ({", ".join("?" * len(cols))})', rows)

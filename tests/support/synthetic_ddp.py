@@ -12,11 +12,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, comm_range, step_range
 from tests.support.synthetic import START_END, NsysWriter
+
+if TYPE_CHECKING:  # synthetic_kineto imports this module
+    from analysis.synthetic_kineto import KinetoWriter
 
 US = 1_000
 LAUNCH_LEAD = 30 * US  # the CPU runs this far ahead of the GPU
@@ -57,7 +61,7 @@ def bucket_bytes(n: int) -> np.ndarray:
     return (np.arange(n, dtype=np.int64) + 1) << 20
 
 
-def _sequential(rng, t0: int, n: int, lo_us: float, hi_us: float) -> tuple[np.ndarray, np.ndarray]:
+def _sequential(rng: np.random.Generator, t0: int, n: int, lo_us: float, hi_us: float) -> tuple[np.ndarray, np.ndarray]:
     """n back-to-back kernels on one stream from t0 with 1-3 us gaps."""
     dur = rng.integers(int(lo_us * US), int(hi_us * US), n)
     gap = rng.integers(1 * US, 3 * US, n)
@@ -65,7 +69,8 @@ def _sequential(rng, t0: int, n: int, lo_us: float, hi_us: float) -> tuple[np.nd
     return start, start + dur
 
 
-def _write_step(w: NsysWriter, rng, pid: int, rank: int, step: int, t0: int, shape: DdpShape) -> int:
+def _write_step(w: NsysWriter | KinetoWriter, rng: np.random.Generator, pid: int, rank: int, step: int, t0: int,
+                shape: DdpShape) -> int:
     """One training step from GPU time t0; returns the GPU time the next step may start."""
     main, autograd = pid, pid + 1
     comm_n = min(shape.comm_per_step, shape.per_step // 4)

@@ -19,6 +19,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PROFILE
 from tests.support.synthetic import CUDA_LAUNCH_KERNEL, MARK, PUSH_POP, START_END
@@ -27,13 +28,13 @@ from tests.support.synthetic_ddp import LAUNCH_LEAD, DdpShape, _write_step
 BASE_TIME_NS = 1_779_782_330_000_000_000
 
 
-def _us(ns) -> list[str]:
+def _us(ns: ArrayLike) -> list[str]:
     """ns integers as Kineto's microsecond numbers with 3 decimals (exact, no float rounding)."""
     ns = np.asarray(ns, dtype=np.int64).reshape(-1)
     return [f"{q}.{r:03d}" for q, r in zip((ns // 1000).tolist(), (ns % 1000).tolist(), strict=True)]
 
 
-def _broadcast(value, n: int) -> list:
+def _broadcast(value: object, n: int) -> list:
     return np.broadcast_to(np.asarray(value, dtype=object), (n,)).tolist()
 
 
@@ -46,7 +47,7 @@ class KinetoWriter:
         self.top: dict = {"schemaVersion": 1, "deviceProperties": []}
         self._next_corr = 1
 
-    def _t(self, ns) -> list[str]:
+    def _t(self, ns: ArrayLike) -> list[str]:
         return _us(np.asarray(ns, dtype=np.int64) - self.base)
 
     def process(self, pid: int, name: str = "python3", threads: dict[int, str] | None = None) -> None:
@@ -56,7 +57,8 @@ class KinetoWriter:
             self.lines.append(f'{{"name": "thread_name", "ph": "M", "ts": 0, "pid": {pid}, "tid": {tid}, '
                               f'"args": {{"name": {json.dumps(f"thread {tid} ({thread})")}}}}}')
 
-    def _gpu(self, cat: str, pid: int, tid, device, stream, start, end, name, launch, api: str) -> np.ndarray:
+    def _gpu(self, cat: str, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+             end: ArrayLike, name: object, launch: ArrayLike | None, api: str) -> np.ndarray:
         n = int(np.size(start))
         corr = np.arange(self._next_corr, self._next_corr + n)
         self._next_corr += n
@@ -86,18 +88,23 @@ class KinetoWriter:
                                f'"ts": {ts[i]}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}' for i in rows]
         return corr
 
-    def kernels(self, pid: int, tid, device, stream, start, end, name, launch=None, launch_api=CUDA_LAUNCH_KERNEL):
+    def kernels(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+                end: ArrayLike, name: object, launch: ArrayLike | None = None,
+                launch_api: str = CUDA_LAUNCH_KERNEL) -> np.ndarray:
         return self._gpu("kernel", pid, tid, device, stream, start, end, name, launch, launch_api)
 
-    def memcpy(self, pid: int, tid, device, stream, start, end, copy_kind: str = "DtoD", launch=None):
+    def memcpy(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+               end: ArrayLike, copy_kind: str = "DtoD", launch: ArrayLike | None = None) -> np.ndarray:
         name = f"Memcpy {copy_kind} (Device -> Device)"
         return self._gpu("gpu_memcpy", pid, tid, device, stream, start, end, name, launch, "cudaMemcpyAsync")
 
-    def memset(self, pid: int, tid, device, stream, start, end, launch=None):
+    def memset(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
+               end: ArrayLike, launch: ArrayLike | None = None) -> np.ndarray:
         return self._gpu("gpu_memset", pid, tid, device, stream, start, end, "Memset (Device)", launch,
                          "cudaMemsetAsync")
 
-    def nvtx(self, pid: int, tid, start, end, text, kind: int = PUSH_POP, end_tid=None, **_) -> None:
+    def nvtx(self, pid: int, tid: ArrayLike, start: ArrayLike, end: ArrayLike, text: object, kind: int = PUSH_POP,
+             end_tid: ArrayLike | None = None, **_: object) -> None:
         """Ranges as user_annotation events (what record_function writes); marks are not recorded."""
         if kind == MARK:
             return
@@ -116,7 +123,7 @@ class KinetoWriter:
                                       "ts": float(self._t(start)[0]), "dur": (end - start) / 1000,
                                       "args": args or {}}))
 
-    def meta_mark(self, pid: int, tid: int, t: int, **meta) -> None:
+    def meta_mark(self, pid: int, tid: int, t: int, **meta: object) -> None:
         """Our runner's metadata (top-level `ddp.meta`) and torch's `distributedInfo`."""
         self.top[META_KEY] = meta
         if "rank" in meta:

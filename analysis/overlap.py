@@ -76,10 +76,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
                         "(or per-step rows); json: everything, with each rank's whole-capture total")
     p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
-    p.add_argument("--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)")
+    p.add_argument("--skip-steps", type=int, default=0, metavar="N",
+                   help="leave each rank's first N steps out (warm-up)")
     cli.add_pattern_options(p)
-    p.add_argument("--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)")
-    p.add_argument("--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found")
+    p.add_argument("--merge", action="store_true",
+                   help="treat all PATHs as one run (one rank per file, clocks aligned)")
+    p.add_argument("--export", action="store_true",
+                   help="given a .nsys-rep, run `nsys export` first when nsys is found")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
                         "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)")

@@ -65,7 +65,7 @@ def number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementati
     else:
         ranks = nvtx.loc[nvtx["kind"] != "mark", ["part", "pid"]].drop_duplicates().assign(device=-1)
     ranks = ranks.sort_values(["device", "part", "pid"]).reset_index(drop=True)
-    from_meta = [meta.get((int(p), int(q)), {}).get("rank") for p, q in zip(ranks["part"], ranks["pid"])]
+    from_meta = [meta.get((int(p), int(q)), {}).get("rank") for p, q in zip(ranks["part"], ranks["pid"], strict=True)]
     usable = all(isinstance(r, int) for r in from_meta) and len(set(from_meta)) == len(from_meta)
     ranks.insert(0, "rank", from_meta if usable else range(len(ranks)))
     ranks["implementation"] = implementation

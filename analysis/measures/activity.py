@@ -129,11 +129,15 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of: Windowing,
 
 def _cut(items: Items, removed: iv.Set) -> Items:
     """Items with the removed set cut out of each of them (pieces keep their item's window)."""
-    windows, starts, ends = [], [], []
+    windows: list[np.ndarray] = []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
     for w in np.unique(items.window):  # one iteration per window (step), not per range
         mine = items.window == w
         s, e = iv.subtract(items.start[mine], items.end[mine], *removed)
-        windows.append(np.full(s.size, w)), starts.append(s), ends.append(e)
+        windows.append(np.full(s.size, w))
+        starts.append(s)
+        ends.append(e)
     if not windows:
         return items
     return Items(np.concatenate(windows), np.concatenate(starts), np.concatenate(ends))

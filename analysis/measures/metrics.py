@@ -116,7 +116,8 @@ def measure_trace(trace: Trace, patterns: Patterns | None = None,
     from analysis.frames.run_info import shared_gpu_ranks
 
     shared = shared_gpu_ranks(trace)
-    step_rows, total_rows = [], []
+    step_rows: list[pd.DataFrame] = []
+    total_rows: list[pd.DataFrame] = []
     for work in works if works is not None else rank_work(trace, patterns):
         per_step, total = _rank_frames(work)
         for frame, bucket in ((per_step, step_rows), (total, total_rows)):

@@ -4,14 +4,19 @@ Python code per event.
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from itertools import chain
 from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
 from contract import ASYNC_KIND
+
+if TYPE_CHECKING:  # kineto_json imports this module
+    from analysis.readers.kineto_json import _Fields
 
 GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
 
@@ -42,17 +47,17 @@ def _ns(us: np.ndarray) -> np.ndarray:
 
 
 
-def field_values(events, name: str) -> list:
+def field_values(events: Sequence[_Fields], name: str) -> list:
     return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
 
 
 
-def _floats(events, name: str) -> np.ndarray:
+def _floats(events: Sequence[_Fields], name: str) -> np.ndarray:
     return np.fromiter(map(attrgetter(name), events), dtype=np.float64, count=len(events))
 
 
 
-def _int_field(events, name: str, default: int = -1) -> np.ndarray:
+def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.ndarray:
     """An integer field; values that are not integers (Chrome's named pids, "Spans") become default."""
     try:
         return np.fromiter(map(attrgetter(name), events), dtype=np.int64, count=len(events))
@@ -61,13 +66,13 @@ def _int_field(events, name: str, default: int = -1) -> np.ndarray:
 
 
 
-def _times(events) -> tuple[np.ndarray, np.ndarray]:
+def _times(events: Sequence[_Fields]) -> tuple[np.ndarray, np.ndarray]:
     start = _ns(_floats(events, "ts"))
     return start, start + np.maximum(_ns(_floats(events, "dur")), 0)
 
 
 
-def take(events, rows: np.ndarray) -> list:
+def take(events: Sequence[_Fields], rows: np.ndarray) -> list:
     """events[rows] for an index array, in one C-level call."""
     if rows.size == 0:
         return []
@@ -85,7 +90,7 @@ def _by_value(values: list) -> dict:
 
 
 
-def _rows_named(by_name: dict, test) -> np.ndarray:
+def _rows_named(by_name: dict, test: Callable[[str], bool]) -> np.ndarray:
     rows = [r for name, r in by_name.items() if test(name)]
     return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
 
@@ -129,8 +134,8 @@ def batch_columns(complete: list) -> dict:
 
     calls = take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
     start, end = _times(calls)
-    comms = list(zip(field_values(calls, "pid"), field_values(calls, "tid"), start.tolist(), end.tolist(), field_values(calls, "args"),
-                     strict=True))
+    comms = list(zip(field_values(calls, "pid"), field_values(calls, "tid"), start.tolist(), end.tolist(),
+                     field_values(calls, "args"), strict=True))
     return {"gpu": gpu, "runtime": runtime, "ranges": ranges, "autograd": autograd, "comms": comms,
             "sampled_pids": _int_field(cpu_ops[:1000], "pid")}
 

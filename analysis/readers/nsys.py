@@ -83,7 +83,8 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     strings = {KERNEL_TABLE: ex.strings, MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
                MEMSET_TABLE: lambda: {0: "memset"}}[table]()
     names = _categorical_names(data.pop("name_id"), strings) if table != MEMSET_TABLE else \
-        pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object))
+        pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8),
+                                  categories=pd.Index(["memset"], dtype=object))
     data["pid"] = pid_of(data.pop("global_pid"))
     return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
 
@@ -157,7 +158,7 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     is_domain = raw["event_type"].to_numpy() == NVTX_EVENT_DOMAIN_CREATE
     # domain ids are handed out per process: key them by (pid, id); id 0 is the default domain
     domain_key = (pid_of(raw["tid"].to_numpy()) << 32) | np.maximum(raw["domain_id"].to_numpy(), 0)
-    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist()))
+    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist(), strict=True))
     ev = raw[~is_domain]
     event_type = ev["event_type"].to_numpy()
     start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
@@ -182,7 +183,7 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     are ignored (they only cost the rank numbering from metadata)."""
     marks = nvtx[(nvtx["kind"] == "mark") & nvtx["text"].str.startswith(META_PREFIX)]
     meta = {}
-    for part, pid, text in zip(marks["part"], marks["pid"], marks["text"]):
+    for part, pid, text in zip(marks["part"], marks["pid"], marks["text"], strict=True):
         value = decode_meta(text)
         if value is not None:
             meta[(int(part), int(pid))] = value
@@ -215,7 +216,7 @@ def load_nsys(paths: list[Path]) -> Trace:
     """Load one export, or several one-rank exports of the same run merged onto the first file's clock."""
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     offsets = [part[3] for part in loaded]
-    for (ops, nvtx, *_), offset in zip(loaded, offsets):
+    for (ops, nvtx, *_), offset in zip(loaded, offsets, strict=True):
         for c in ("start", "end", "launch_start"):
             ops[c] = shifted(ops[c], offset - offsets[0])
         for c in ("start", "end"):

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,9 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.views.html_page import written_by_us
 from analysis.views.table import plain_records
+
+if TYPE_CHECKING:
+    from sqlite_utils import Database
 
 SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
                    "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
@@ -70,23 +75,24 @@ def record_history(db_path: Path, results: list, summary: pd.DataFrame) -> None:
 
 
 
-def _check_history_tables(db, db_path: Path) -> None:
+def _check_history_tables(db: Database, db_path: Path) -> None:
     """Refuse a results.db whose traces/ranks/steps tables are keyed otherwise than ours."""
     for name, keys in HISTORY_KEYS.items():
-        if db[name].exists() and db[name].pks != keys:
-            raise TraceError(f"{db_path}: table {name} is keyed by {db[name].pks}, not {keys}; not a results "
+        table = db.table(name)  # db[name] would be a View for a view of that name: no keys, no upsert
+        if table.exists() and table.pks != keys:
+            raise TraceError(f"{db_path}: table {name} is keyed by {table.pks}, not {keys}; not a results "
                              "database of this tool (choose another -o folder)")
 
 
 
-def _upsert_history(db, results: list, summary: pd.DataFrame) -> None:
+def _upsert_history(db: Database, results: Sequence, summary: pd.DataFrame) -> None:
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     traces = summary.drop(columns=["trace", "label"]).assign(path=summary["trace"], analysed_at=now)
-    db["traces"].upsert_all(plain_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
+    db.table("traces").upsert_all(plain_records(traces), pk=HISTORY_KEYS["traces"], alter=True)
     for r in results:
         base = {"path": str(r.path), "sha256": r.sha256}
         ranks = r.analysis.totals.drop(columns=["path"]).assign(**base)
-        db["ranks"].upsert_all(plain_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
+        db.table("ranks").upsert_all(plain_records(ranks), pk=HISTORY_KEYS["ranks"], alter=True)
         steps = r.analysis.steps.drop(columns=["path"]).assign(**base)
         steps["step"] = steps["step"].fillna(-1).astype(np.int64)  # -1: the whole capture
-        db["steps"].upsert_all(plain_records(steps), pk=HISTORY_KEYS["steps"], alter=True)
+        db.table("steps").upsert_all(plain_records(steps), pk=HISTORY_KEYS["steps"], alter=True)

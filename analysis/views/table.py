@@ -11,7 +11,8 @@ def plain_records(frame: pd.DataFrame, columns: list[str] | None = None) -> list
     """Result rows as dicts of plain Python values (JSON- and sqlite3-safe: numpy scalars -> Python,
     NaN/NA -> None), for `columns` (default all) in that order; one pass over the (few) result rows."""
     columns = list(frame.columns) if columns is None else columns
-    return [{c: _plain(v) for c, v in zip(columns, row)} for row in frame[columns].itertuples(index=False, name=None)]
+    return [{c: _plain(v) for c, v in zip(columns, row, strict=True)}
+            for row in frame[columns].itertuples(index=False, name=None)]
 
 
 

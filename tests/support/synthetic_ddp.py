@@ -20,7 +20,7 @@ from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFIL
 from tests.support.synthetic import START_END, NsysWriter
 
 if TYPE_CHECKING:  # synthetic_kineto imports this module
-    from analysis.synthetic_kineto import KinetoWriter
+    from tests.support.synthetic_kineto import KinetoWriter
 
 US = 1_000
 LAUNCH_LEAD = 30 * US  # the CPU runs this far ahead of the GPU

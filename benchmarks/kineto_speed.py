@@ -57,16 +57,24 @@ def phase_run(paths: list[Path]) -> dict:
     return json.loads(out.stdout)
 
 
-def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> dict:
-    from tests.support.synthetic_kineto import write_kineto_ddp_trace
+def write_in_child(stem: Path, n_kernels: int, ranks: int, gz: bool) -> None:
+    """Write the trace in a child process: a CLI forked later from a process that had held the whole trace
+    would inherit its RSS high-water mark, and wait4 would report the writer's peak as the analysis'."""
+    code = ("import sys; from pathlib import Path; from tests.support.synthetic_kineto import write_kineto_ddp_trace; "
+            "write_kineto_ddp_trace(Path(sys.argv[1]), n_kernels=int(sys.argv[2]), n_ranks=int(sys.argv[3]), "
+            "gz=sys.argv[4] == '1')")
+    subprocess.run([sys.executable, "-c", code, str(stem), str(n_kernels), str(ranks), "1" if gz else "0"],
+                   cwd=REPO, check=True, timeout=1800)
 
+
+def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> dict:
     stem = folder / f"kineto_{n_kernels}k{ranks}r"
     paths = [Path(f"{stem}.rank{r}.json{'.gz' if gz else ''}") for r in range(ranks)]
     write_s = 0.0
     if not all(p.exists() for p in paths):
         say(f"writing {n_kernels:,} kernels over {ranks} rank file(s) to {stem}.rank*")
         started = time.perf_counter()
-        paths = write_kineto_ddp_trace(stem, n_kernels=n_kernels, n_ranks=ranks, gz=gz)
+        write_in_child(stem, n_kernels, ranks, gz)
         write_s = time.perf_counter() - started
     runs = []
     for i in range(repeat):

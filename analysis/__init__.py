@@ -12,6 +12,7 @@ runs analyses over many files; the CLIs on top are `overlap`, `timeline`, `repor
 
 Names are imported on first use, so `python -m analysis.overlap --help` loads no more than it needs.
 """
+
 from __future__ import annotations
 
 from importlib import import_module
@@ -31,8 +32,20 @@ _WHERE = {
     "measure_trace": "analysis.measures.metrics",
     "rank_work": "analysis.measures.activity",
 }
-__all__ = ["Analysis", "CollectivesView", "Patterns", "Trace", "TraceError", "analyze", "analyze_collectives",
-           "analyze_trace", "collectives_of", "load_trace", "measure_trace", "rank_work"]
+__all__ = [
+    "Analysis",
+    "CollectivesView",
+    "Patterns",
+    "Trace",
+    "TraceError",
+    "analyze",
+    "analyze_collectives",
+    "analyze_trace",
+    "collectives_of",
+    "load_trace",
+    "measure_trace",
+    "rank_work",
+]
 
 if TYPE_CHECKING:
     from analysis.engine.analyze import Analysis, analyze, analyze_trace

@@ -7,6 +7,7 @@ ranks into wait and transfer, collective_stats.py adds bandwidths and summaries)
 `analyze_collectives(paths) -> CollectivesView` with `.calls`, `.by_size`, `.by_rank`, `.stragglers`
 and `.traces` DataFrames; `collectives_of(trace)` does one loaded trace (engine/collectives_view.py).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,12 +23,33 @@ from analysis.errors import TraceError
 from analysis.views.table import format_table
 from contract import COMM_FORM
 
-TABLE_ROWS = {"rank": "rank", "step": "step", "phase": "phase", "op": "op", "tag": "tag", "bytes": "bytes",
-              "issue_ms": "issue ms", "start_ms": "start ms", "end_ms": "end ms", "duration_ms": "duration ms",
-              "wait_ms": "wait ms", "transfer_ms": "transfer ms", "busbw_gbps": "busbw GB/s",
-              "exposed_ms": "exposed ms"}
-SUMMARY_TABLE = ["calls", "bytes", "duration_ms", "wait_ms", "transfer_ms", "median_busbw_gbps", "p90_busbw_gbps",
-                 "wait_share", "exposed_share"]
+TABLE_ROWS = {
+    "rank": "rank",
+    "step": "step",
+    "phase": "phase",
+    "op": "op",
+    "tag": "tag",
+    "bytes": "bytes",
+    "issue_ms": "issue ms",
+    "start_ms": "start ms",
+    "end_ms": "end ms",
+    "duration_ms": "duration ms",
+    "wait_ms": "wait ms",
+    "transfer_ms": "transfer ms",
+    "busbw_gbps": "busbw GB/s",
+    "exposed_ms": "exposed ms",
+}
+SUMMARY_TABLE = [
+    "calls",
+    "bytes",
+    "duration_ms",
+    "wait_ms",
+    "transfer_ms",
+    "median_busbw_gbps",
+    "p90_busbw_gbps",
+    "wait_share",
+    "exposed_share",
+]
 
 
 def _fmt(frame: pd.DataFrame, names: dict | None = None) -> str:
@@ -48,18 +70,24 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
         calls = _with_bytes_text(view.calls[lead + list(TABLE_ROWS)])
         out += ["calls (one row per collective call per rank):", _fmt(calls, TABLE_ROWS), ""]
     impl = dict(zip(view.traces["path"], view.traces["implementation"], strict=True))
-    for title, frame, keys in (("by op and message size (all calls of all ranks):", view.by_size, ["op", "size_class"]),
-                               ("by rank:", view.by_rank, ["rank"])):
+    for title, frame, keys in (
+        ("by op and message size (all calls of all ranks):", view.by_size, ["op", "size_class"]),
+        ("by rank:", view.by_rank, ["rank"]),
+    ):
         extra = [c for c in ("median_busbw_pct_peak",) if c in frame]
         shown = frame.assign(implementation=frame["path"].map(impl))[[*lead, *keys, *SUMMARY_TABLE, *extra]]
         out += [title, _fmt(_with_bytes_text(shown)), ""]
     strag = view.stragglers.assign(implementation=view.stragglers["path"].map(impl))
-    out += ["stragglers per step (the rank the others waited for; paired collectives only):",
-            _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])]
+    out += [
+        "stragglers per step (the rank the others waited for; paired collectives only):",
+        _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]]),
+    ]
     for head in view.traces.itertuples():
         source = "kernels" if head.source == "kernel" else f"{COMM_FORM} ranges (no communication kernels)"
-        out.append(f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "
-                   f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else ""))
+        out.append(
+            f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "
+            f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
+        )
     return "\n".join(out)
 
 
@@ -67,24 +95,34 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis.collectives",
         description="Every collective call of every rank in Nsight Systems SQLite exports: op, tag (parameter or "
-                    "bucket), bytes, issue time, kernel start/end, and, paired across ranks (the k-th call of an "
-                    "op in a step on each rank is one collective), the wait for the last rank to arrive, the "
-                    "transfer after it, bus bandwidth (nccl-tests factors) and the part with no compute under it. "
-                    "Summaries per op and message size, per rank, and the straggler rank of each step. Times are "
-                    "ms on the trace's clock. Traces without communication kernels (CPU, gloo) use the "
-                    f"{COMM_FORM} ranges: arrival = issue, end = completion as seen by the rank.",
-        epilog="Exit status: 0 ok, 2 bad input (message on stderr).")
+        "bucket), bytes, issue time, kernel start/end, and, paired across ranks (the k-th call of an "
+        "op in a step on each rank is one collective), the wait for the last rank to arrive, the "
+        "transfer after it, bus bandwidth (nccl-tests factors) and the part with no compute under it. "
+        "Summaries per op and message size, per rank, and the straggler rank of each step. Times are "
+        "ms on the trace's clock. Traces without communication kernels (CPU, gloo) use the "
+        f"{COMM_FORM} ranges: arrival = issue, end = completion as seen by the rank.",
+        epilog="Exit status: 0 ok, 2 bad input (message on stderr).",
+    )
     p.add_argument("paths", nargs="+", metavar="TRACE", help="nsys SQLite export(s)")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                   help="table: calls then summaries; csv: the per-call rows, every column; json: calls, summaries "
-                        "and stragglers per trace")
+    p.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="table: calls then summaries; csv: the per-call rows, every column; json: calls, summaries "
+        "and stragglers per trace",
+    )
     p.add_argument("--rank", type=int, metavar="R", help="only rank R's calls (pairing still uses every rank)")
     p.add_argument("--step", type=int, metavar="N", help="only the calls issued in step N")
-    p.add_argument("--peak-busbw", type=float, metavar="GBPS",
-                   help="the interconnect's peak bus bandwidth in GB/s: adds busbw as %% of it")
+    p.add_argument(
+        "--peak-busbw",
+        type=float,
+        metavar="GBPS",
+        help="the interconnect's peak bus bandwidth in GB/s: adds busbw as %% of it",
+    )
     p.add_argument("--summary", action="store_true", help="table: summaries only, no per-call rows")
-    p.add_argument("--merge", action="store_true",
-                   help="treat all TRACEs as one run (one rank per file, clocks aligned)")
+    p.add_argument(
+        "--merge", action="store_true", help="treat all TRACEs as one run (one rank per file, clocks aligned)"
+    )
     cli.add_pattern_options(p)
     return p
 
@@ -97,8 +135,14 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    view = analyze_collectives(args.paths, cli.patterns_from(args), merge=args.merge, rank=args.rank,
-                               step=args.step, peak_busbw=args.peak_busbw)
+    view = analyze_collectives(
+        args.paths,
+        cli.patterns_from(args),
+        merge=args.merge,
+        rank=args.rank,
+        step=args.step,
+        peak_busbw=args.peak_busbw,
+    )
     cli.emit(lambda: _print(args, view))
     return 0
 

@@ -6,6 +6,7 @@ Python API (notebooks): `analyze(paths) -> Analysis` with `.steps`, `.totals`, `
 DataFrames and `.to_json()` (the CLI's JSON), in engine/analyze.py. See measures/metrics.py for
 what each metric means.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,9 +21,16 @@ from analysis.engine.analyze import METADATA, Analysis, input_groups, per_rank_t
 from analysis.errors import TraceError
 from analysis.views.table import format_table, plain_records
 
-TABLE_COLUMNS = {"implementation": "implementation", "rank": "rank", "steps": "steps", "step_ms": "step ms",
-                 "comm_ms": "comm ms", "overlap_pct": "overlap %", "exposed_comm_ms": "exposed comm ms",
-                 "backward_overlap_ms": "backward overlap ms"}
+TABLE_COLUMNS = {
+    "implementation": "implementation",
+    "rank": "rank",
+    "steps": "steps",
+    "step_ms": "step ms",
+    "comm_ms": "comm ms",
+    "overlap_pct": "overlap %",
+    "exposed_comm_ms": "exposed comm ms",
+    "backward_overlap_ms": "backward overlap ms",
+}
 
 
 def _fmt(frame: pd.DataFrame) -> str:
@@ -32,18 +40,59 @@ def _fmt(frame: pd.DataFrame) -> str:
 def render_table(result: Analysis, per_step: bool) -> str:
     out = []
     table = per_rank_table(result)
-    out.append(_fmt(table[["implementation", "rank", "steps", "step_ms", "comm_ms", "overlap_pct", "exposed_comm_ms",
-                           "idle_ms", "comm_source"]]))
+    out.append(
+        _fmt(
+            table[
+                [
+                    "implementation",
+                    "rank",
+                    "steps",
+                    "step_ms",
+                    "comm_ms",
+                    "overlap_pct",
+                    "exposed_comm_ms",
+                    "idle_ms",
+                    "comm_source",
+                ]
+            ]
+        )
+    )
     if per_step:
-        cols = ["implementation", "rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms",
-                "overlap_ms", "backward_overlap_ms", "exposed_comm_ms", "overlap_pct"]
+        cols = [
+            "implementation",
+            "rank",
+            "step",
+            "step_ms",
+            "backward_ms",
+            "compute_ms",
+            "comm_ms",
+            "overlap_ms",
+            "backward_overlap_ms",
+            "exposed_comm_ms",
+            "overlap_pct",
+        ]
         steps = result.steps[cols].astype({"step": object})
         steps["step"] = steps["step"].where(result.steps["step"].notna(), "all")  # no step ranges: whole capture
         out += ["", "per step:", _fmt(steps)]
     out += ["", "summary (mean per step over ranks):"]
     summary = result.summary.assign(rank="all")
-    out.append(_fmt(summary[["implementation", "source", "rank", "steps", "step_ms", "comm_ms", "overlap_pct",
-                             "exposed_comm_ms", "backward_overlap_ms"]]))
+    out.append(
+        _fmt(
+            summary[
+                [
+                    "implementation",
+                    "source",
+                    "rank",
+                    "steps",
+                    "step_ms",
+                    "comm_ms",
+                    "overlap_pct",
+                    "exposed_comm_ms",
+                    "backward_overlap_ms",
+                ]
+            ]
+        )
+    )
     out += ["", *notes(result)]
     return "\n".join(out).rstrip()
 
@@ -57,8 +106,10 @@ def notes(result: Analysis) -> list[str]:
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; exported by nsys {row['nsys_version']}")
         if isinstance(row.get("shared_gpus"), str):
-            lines.append(f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
-                         "exclusive GPU time, and one rank's kernels slow the other's")
+            lines.append(
+                f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
+                "exclusive GPU time, and one rank's kernels slow the other's"
+            )
     return lines
 
 
@@ -66,30 +117,50 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis.overlap",
         description="Measure, per rank and per step, how much gradient communication overlapped compute and "
-                    "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today). Without CUPTI "
-                    "tables (CPU runs) the metrics come from NVTX ranges alone (source: nvtx).",
-        epilog="Exit status: 0 ok, 2 bad input (message on stderr).")
-    p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="nsys SQLite export(s) (`nsys export --type sqlite`) or torch.profiler JSON trace(s) "
-                        "(.json/.json.gz, one per rank: give one job's ranks with --merge)")
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                   help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
-                        "(or per-step rows); json: everything, with each rank's whole-capture total")
+        "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today). Without CUPTI "
+        "tables (CPU runs) the metrics come from NVTX ranges alone (source: nvtx).",
+        epilog="Exit status: 0 ok, 2 bad input (message on stderr).",
+    )
+    p.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="nsys SQLite export(s) (`nsys export --type sqlite`) or torch.profiler JSON trace(s) "
+        "(.json/.json.gz, one per rank: give one job's ranks with --merge)",
+    )
+    p.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
+        "(or per-step rows); json: everything, with each rank's whole-capture total",
+    )
     p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
-    p.add_argument("--skip-steps", type=int, default=0, metavar="N",
-                   help="leave each rank's first N steps out (warm-up)")
+    p.add_argument(
+        "--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)"
+    )
     cli.add_pattern_options(p)
-    p.add_argument("--merge", action="store_true",
-                   help="treat all PATHs as one run (one rank per file, clocks aligned)")
-    p.add_argument("--export", action="store_true",
-                   help="given a .nsys-rep, run `nsys export` first when nsys is found")
-    p.add_argument("--jobs", type=int, default=None, metavar="N",
-                   help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
-                        "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)")
-    p.add_argument("--dask", metavar="ADDRESS",
-                   help="run the per-file tasks on the Dask cluster at ADDRESS (tcp://host:8786; 'local': a "
-                        "LocalCluster of --jobs workers); paths must be visible to the workers. Needs "
-                        "dask[distributed]")
+    p.add_argument(
+        "--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)"
+    )
+    p.add_argument(
+        "--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found"
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
+        "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)",
+    )
+    p.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="run the per-file tasks on the Dask cluster at ADDRESS (tcp://host:8786; 'local': a "
+        "LocalCluster of --jobs workers); paths must be visible to the workers. Needs "
+        "dask[distributed]",
+    )
     return p
 
 
@@ -132,8 +203,10 @@ def _print(args: argparse.Namespace, result: Analysis, across_ranks: pd.DataFram
     else:
         print(render_table(result, args.per_step))
         if args.merge and args.per_step and len(across_ranks):
-            print("\nper step across ranks (a step is as slow as its slowest rank; skew: last minus first "
-                  "rank to start/end it, clocks aligned):")
+            print(
+                "\nper step across ranks (a step is as slow as its slowest rank; skew: last minus first "
+                "rank to start/end it, clocks aligned):"
+            )
             print(_fmt(across_ranks.drop(columns="path")))
 
 

@@ -8,6 +8,7 @@ each, stacked), summary.csv (one row per trace) and results.db (SQLite: tables t
 steps keyed by trace path + content hash, so re-runs add history without duplicating rows).
 Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,11 +75,13 @@ def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
     from dataclasses import replace
 
     from analysis.engine.rank_merge import analyze_file
+
     return replace(analyze_file(path, patterns), sha256=content_hash(path))
 
 
-def analyze_all(inputs: list[TraceInput], jobs: int | None, dask: str | None,
-                patterns: Patterns | None = None) -> tuple[list[AnalyzedTrace], list[str]]:
+def analyze_all(
+    inputs: list[TraceInput], jobs: int | None, dask: str | None, patterns: Patterns | None = None
+) -> tuple[list[AnalyzedTrace], list[str]]:
     """Every file of every input analysed on its own (here, in --jobs processes or on --dask), per-rank
     files merged from their results; prints each bad file's error and returns (results, bad files)."""
     from analysis.engine.parallel import Progress, check_jobs, default_jobs
@@ -86,13 +89,27 @@ def analyze_all(inputs: list[TraceInput], jobs: int | None, dask: str | None,
 
     check_jobs(jobs)
     files = [p for inp in inputs for p in inp.paths]
-    done = analyze_groups([list(inp.paths) for inp in inputs], patterns, jobs=jobs or default_jobs(files), dask=dask,
-                          progress=Progress(len(files), "[report]"), task=partial(hashed_file, patterns=patterns))
+    done = analyze_groups(
+        [list(inp.paths) for inp in inputs],
+        patterns,
+        jobs=jobs or default_jobs(files),
+        dask=dask,
+        progress=Progress(len(files), "[report]"),
+        task=partial(hashed_file, patterns=patterns),
+    )
     bad = report_failures(done)
-    results = [AnalyzedTrace(inp.label, inp.name, group_sha256([f.sha256 for f in g.files] or
-                                                          [content_hash(p) for p in inp.paths]),  # merged runs
-                        None, g.merged.analysis, inp.paths) for inp, g in zip(inputs, done, strict=True)
-               if g.merged is not None]
+    results = [
+        AnalyzedTrace(
+            inp.label,
+            inp.name,
+            group_sha256([f.sha256 for f in g.files] or [content_hash(p) for p in inp.paths]),  # merged runs
+            None,
+            g.merged.analysis,
+            inp.paths,
+        )
+        for inp, g in zip(inputs, done, strict=True)
+        if g.merged is not None
+    ]
     return results, bad
 
 
@@ -108,8 +125,9 @@ def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
     rows = [{**r.analysis.summary.iloc[0].to_dict(), "trace": str(r.path), "sha256": r.sha256} for r in results]
     frame = pd.DataFrame(rows)
     dup = frame["implementation"].duplicated(keep=False)
-    frame["label"] = np.where(dup, frame["implementation"] + " (" + frame["trace"].map(lambda p: Path(p).stem) + ")",
-                              frame["implementation"])
+    frame["label"] = np.where(
+        dup, frame["implementation"] + " (" + frame["trace"].map(lambda p: Path(p).stem) + ")", frame["implementation"]
+    )
     naive = frame.loc[frame["implementation"] == "naive", "step_ms"]
     frame["speedup_vs_naive"] = naive.iloc[0] / frame["step_ms"] if len(naive) else np.nan
     return frame.sort_values("step_ms", kind="stable", na_position="last").reset_index(drop=True)
@@ -118,8 +136,10 @@ def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
 def steps_frame(results: list[AnalyzedTrace], summary: pd.DataFrame) -> pd.DataFrame:
     """Every (trace, rank, step) row of the analyses with the trace's label."""
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    return pd.concat([r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256)
-                      for r in results], ignore_index=True)
+    return pd.concat(
+        [r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256) for r in results],
+        ignore_index=True,
+    )
 
 
 def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
@@ -157,12 +177,17 @@ def side_page(summary: pd.DataFrame) -> SidePage | None:
     if naive.empty or others.empty:
         return None
     best = others.iloc[0]
-    return SidePage(f"timelines/naive_vs_{best['label'].split(' ')[0]}.html", f"naive vs {best['label']}",
-                    naive.iloc[0], best["trace"])
+    return SidePage(
+        f"timelines/naive_vs_{best['label'].split(' ')[0]}.html",
+        f"naive vs {best['label']}",
+        naive.iloc[0],
+        best["trace"],
+    )
 
 
-def write_timelines(out: Path, results: list[AnalyzedTrace], side: SidePage | None,
-                    patterns: Patterns | None = None) -> dict:
+def write_timelines(
+    out: Path, results: list[AnalyzedTrace], side: SidePage | None, patterns: Patterns | None = None
+) -> dict:
     """One overview timeline per trace plus the naive-vs-best side by side; returns the per-trace links."""
     from analysis.views.timeline_page import trace_panel, write_timeline
 
@@ -177,14 +202,19 @@ def write_timelines(out: Path, results: list[AnalyzedTrace], side: SidePage | No
     if side is not None:
         a, b = by_trace[side.naive], by_trace[side.best]
         selection = Selection(step=common_step(a, b))
-        panels = [trace_panel(r.path, selection, trace=loaded_trace(r, patterns), steps=r.analysis.steps,
-                              patterns=patterns)[0] for r in (a, b)]
+        panels = [
+            trace_panel(r.path, selection, trace=loaded_trace(r, patterns), steps=r.analysis.steps, patterns=patterns)[
+                0
+            ]
+            for r in (a, b)
+        ]
         write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection)
     return names
 
 
-def collectives_blocks(results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None,
-                       patterns: Patterns | None = None) -> list:
+def collectives_blocks(
+    results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None, patterns: Patterns | None = None
+) -> list:
     """The index page's Collectives section (views/report_collectives.py), one entry per trace."""
     from analysis.engine.collectives_view import collectives_of
     from analysis.views.report_collectives import collectives_section
@@ -205,25 +235,41 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m analysis.report",
         epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
         description="Compare implementations from nsys SQLite exports: writes index.html (ranking table, "
-                    "per-step time breakdown, step spread, timeline links), one timeline per trace, a "
-                    "naive-vs-best timeline, summary.csv and results.db into the -o folder, and nothing "
-                    "outside it. Prints the summary table.",
+        "per-step time breakdown, step spread, timeline links), one timeline per trace, a "
+        "naive-vs-best timeline, summary.csv and results.db into the -o folder, and nothing "
+        "outside it. Prints the summary table.",
     )
-    ap.add_argument("traces", nargs="+", type=Path,
-                    help="nsys SQLite exports, one per implementation; <impl>.rank<N>.sqlite files of one folder "
-                         "(run_nsys.sh --per-rank) are merged into one trace")
+    ap.add_argument(
+        "traces",
+        nargs="+",
+        type=Path,
+        help="nsys SQLite exports, one per implementation; <impl>.rank<N>.sqlite files of one folder "
+        "(run_nsys.sh --per-rank) are merged into one trace",
+    )
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
-    ap.add_argument("--peak-busbw", type=float, metavar="GBPS",
-                    help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot")
-    ap.add_argument("--jobs", type=int, default=None, metavar="N",
-                    help="analyse files in N processes (default: the usable cores, at most one per file, fewer when "
-                         "memory cannot hold that many at once; 1 for inputs under 64 MB in all); results.db is "
-                         "written by this process alone")
-    ap.add_argument("--dask", metavar="ADDRESS",
-                    help="analyse the files on the Dask cluster at ADDRESS (tcp://host:8786, or 'local'); paths must "
-                         "be visible to the workers. Needs dask[distributed]")
+    ap.add_argument(
+        "--peak-busbw",
+        type=float,
+        metavar="GBPS",
+        help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot",
+    )
+    ap.add_argument(
+        "--jobs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="analyse files in N processes (default: the usable cores, at most one per file, fewer when "
+        "memory cannot hold that many at once; 1 for inputs under 64 MB in all); results.db is "
+        "written by this process alone",
+    )
+    ap.add_argument(
+        "--dask",
+        metavar="ADDRESS",
+        help="analyse the files on the Dask cluster at ADDRESS (tcp://host:8786, or 'local'); paths must "
+        "be visible to the workers. Needs dask[distributed]",
+    )
     cli.add_pattern_options(ap)
     return ap.parse_args(argv)
 
@@ -251,9 +297,14 @@ def _run(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
     links = {} if args.no_timelines else write_timelines(out, results, side, patterns)
-    index = write_index(out / "index.html", summary, steps_frame(results, summary), links,
-                        (side.name, side.title) if side else None,
-                        collectives_blocks(results, summary, args.peak_busbw, patterns))
+    index = write_index(
+        out / "index.html",
+        summary,
+        steps_frame(results, summary),
+        links,
+        (side.name, side.title) if side else None,
+        collectives_blocks(results, summary, args.peak_busbw, patterns),
+    )
     summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
     progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")
     cli.emit(lambda: print_summary(summary, args.format))

@@ -6,6 +6,7 @@ One panel per trace, time zero at each trace's chosen step (or its first step); 
 CPU NVTX phases, communication ranges and GPU streams; shading where communication overlaps
 compute. The page embeds plotly.js and opens offline. Exit codes: 0 written, 2 bad input.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,8 +40,12 @@ def progress(message: str) -> None:
 
 def print_rows(rows: list[PanelSummary], fmt: str) -> None:
     """The summary on stdout as an aligned table, CSV or JSON."""
-    print_frame(pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__)), fmt,
-                headings=False, indent=2)
+    print_frame(
+        pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__)),
+        fmt,
+        headings=False,
+        indent=2,
+    )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,24 +53,34 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         prog="python -m analysis.timeline",
         epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
         description="Write an interactive, self-contained HTML timeline of nsys SQLite exports: one panel "
-                    "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
-                    "communication ranges and GPU streams, and shading where communication overlaps compute. "
-                    "Prints one summary row per panel.",
+        "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
+        "communication ranges and GPU streams, and shading where communication overlaps compute. "
+        "Prints one summary row per panel.",
     )
-    ap.add_argument("traces", nargs="+", type=Path,
-                    help="nsys SQLite exports, one panel each in this order; <impl>.rank<N>.sqlite files of "
-                         "one folder (run_nsys.sh --per-rank) are merged into one panel")
-    ap.add_argument("-o", "--output", type=Path,
-                    help="HTML file to write (default: reports/timeline.html)")
+    ap.add_argument(
+        "traces",
+        nargs="+",
+        type=Path,
+        help="nsys SQLite exports, one panel each in this order; <impl>.rank<N>.sqlite files of "
+        "one folder (run_nsys.sh --per-rank) are merged into one panel",
+    )
+    ap.add_argument("-o", "--output", type=Path, help="HTML file to write (default: reports/timeline.html)")
     ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")
     ap.add_argument("--rank", type=int, help="draw only rank R (default: all ranks)")
-    ap.add_argument("--width", type=int, default=1600,
-                    help="pixels across the full view; work narrower than one pixel is merged (default 1600)")
+    ap.add_argument(
+        "--width",
+        type=int,
+        default=1600,
+        help="pixels across the full view; work narrower than one pixel is merged (default 1600)",
+    )
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
-    ap.add_argument("--png", action="store_true",
-                    help="also write <output>.png, --width pixels wide (needs kaleido and a system Chromium; "
-                         "skipped with a message when they are missing or fail, and when a PNG exists that "
-                         "does not pair with a page this tool wrote)")
+    ap.add_argument(
+        "--png",
+        action="store_true",
+        help="also write <output>.png, --width pixels wide (needs kaleido and a system Chromium; "
+        "skipped with a message when they are missing or fail, and when a PNG exists that "
+        "does not pair with a page this tool wrote)",
+    )
     cli.add_pattern_options(ap)
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
@@ -91,16 +106,16 @@ def _run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         trace = load_trace(list(inp.paths), patterns)
         steps = analyze_trace(trace, patterns).steps
-        panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width, steps=steps,
-                                 patterns=patterns)
+        panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width, steps=steps, patterns=patterns)
         panels.append(panel)
         rows.append(row)
         progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
     title = "Timeline: " + " vs ".join(r.implementation for r in rows)
     png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
     out, fig = write_timeline(panels, args.output, title, selection, args.width)
-    progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, "
-             f"{count_drawn_segments(fig)} segments drawn after merging)")
+    progress(
+        f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {count_drawn_segments(fig)} segments drawn after merging)"
+    )
     if args.png:
         why = png_why or export_png(fig, args.output.with_suffix(".png"), args.width)
         progress(f"png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")

@@ -11,6 +11,7 @@ JSON output is byte-identical to --jobs 1's. Exits 1 when outputs differ. Target
     python benchmarks/analysis_scale.py                          # 16 files x 1M kernels (the acceptance run)
     python benchmarks/analysis_scale.py --files 4 --kernels 200000 --keep /tmp/scale_bench
 """
+
 from __future__ import annotations
 
 import argparse
@@ -40,8 +41,15 @@ def write_files(folder: Path, files: int, kernels: int) -> list[Path]:
         path = folder / f"run{kernels}.rank{rank}.sqlite"
         if not path.exists():
             started = time.perf_counter()
-            write_ddp_trace(path, n_kernels=kernels, n_ranks=1, first_rank=rank, world_size=files, seed=rank,
-                            session_start_utc_ns=SESSION_START + 1_000_000 * (rank % 7))
+            write_ddp_trace(
+                path,
+                n_kernels=kernels,
+                n_ranks=1,
+                first_rank=rank,
+                world_size=files,
+                seed=rank,
+                session_start_utc_ns=SESSION_START + 1_000_000 * (rank % 7),
+            )
             mb, took = path.stat().st_size / 2**20, time.perf_counter() - started
             say(f"wrote {path.name} ({mb:.0f} MB) in {took:.1f} s")
         paths.append(path)
@@ -109,9 +117,14 @@ def run(paths: list[Path], extra: list[str], out: Path) -> dict:
         raise SystemExit(f"{' '.join(cmd)} failed (exit {proc.returncode}): {err.strip()[-500:]}")
     workers = [mb for r, mb in peaks.values() if r == "worker"]
     main_rss = max((mb for r, mb in peaks.values() if r == "main"), default=0.0)
-    return {"wall_s": wall, "cpu_s": sum(cpu.values()), "main_rss_mb": main_rss,
-            "worker_rss_mb": max(workers, default=None), "workers": len(workers),
-            "processes": {str(pid): {"role": r, "peak_rss_mb": round(mb, 1)} for pid, (r, mb) in peaks.items()}}
+    return {
+        "wall_s": wall,
+        "cpu_s": sum(cpu.values()),
+        "main_rss_mb": main_rss,
+        "worker_rss_mb": max(workers, default=None),
+        "workers": len(workers),
+        "processes": {str(pid): {"role": r, "peak_rss_mb": round(mb, 1)} for pid, (r, mb) in peaks.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,20 +161,36 @@ def main(argv: list[str] | None = None) -> int:
     per_file = rows[0]["cpu_s"] / args.files  # CPU time: what the file costs whatever else runs beside it
     estimate = {f"{cores} cores": -(-1024 // cores) * per_file for cores in (1, 16, 128)}
     if args.format == "json":
-        print(json.dumps({"files": args.files, "kernels": args.kernels, "runs": rows, "per_file_cpu_s": per_file,
-                          "estimate_1024_files_s": estimate}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "files": args.files,
+                    "kernels": args.kernels,
+                    "runs": rows,
+                    "per_file_cpu_s": per_file,
+                    "estimate_1024_files_s": estimate,
+                },
+                indent=1,
+            )
+        )
     else:
         print(f"{args.files} per-rank files x {args.kernels:,} kernels, analysis.overlap --merge --format json")
-        print(f"{'config':<16} {'wall s':>7} {'CPU s':>6} {'speedup':>7} {'main RSS MB':>11} "
-              f"{'max worker RSS MB':>17} {'workers':>7} identical")
+        print(
+            f"{'config':<16} {'wall s':>7} {'CPU s':>6} {'speedup':>7} {'main RSS MB':>11} "
+            f"{'max worker RSS MB':>17} {'workers':>7} identical"
+        )
         for r in rows:
             worker = "-" if r["worker_rss_mb"] is None else f"{r['worker_rss_mb']:.0f}"
-            print(f"{r['config']:<16} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {r['speedup']:>7.2f} "
-                  f"{r['main_rss_mb']:>11.0f} {worker:>17} {r['workers']:>7} {r['identical']}")
-        print(f"per file (--jobs 1): {base / args.files:.2f} s wall, {per_file:.2f} s CPU; 1,024 such files at that "
-              "CPU cost, files shared evenly by the cores: "
-              + ", ".join(f"{k} {v / 60:.1f} min" for k, v in estimate.items())
-              + " (reading the files not limited by I/O)")
+            print(
+                f"{r['config']:<16} {r['wall_s']:>7.2f} {r['cpu_s']:>6.1f} {r['speedup']:>7.2f} "
+                f"{r['main_rss_mb']:>11.0f} {worker:>17} {r['workers']:>7} {r['identical']}"
+            )
+        print(
+            f"per file (--jobs 1): {base / args.files:.2f} s wall, {per_file:.2f} s CPU; 1,024 such files at that "
+            "CPU cost, files shared evenly by the cores: "
+            + ", ".join(f"{k} {v / 60:.1f} min" for k, v in estimate.items())
+            + " (reading the files not limited by I/O)"
+        )
     return 0 if all(r["identical"] for r in rows) else 1
 
 

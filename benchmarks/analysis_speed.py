@@ -9,6 +9,7 @@ in-process. Prints a table (or --format csv/json); the target for 1M kernels is 
     python benchmarks/analysis_speed.py                       # 250k, 500k, 1M kernels, 8 ranks
     python benchmarks/analysis_speed.py --sizes 1000000 --repeat 3 --keep /tmp/bench
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,8 +46,12 @@ def cli_run(path: Path) -> tuple[float, float, float, int]:
 
     CPU time (user + system) is what the run costs without other processes competing for the cores."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "analysis.overlap", str(path), "--format", "json"], cwd=REPO,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analysis.overlap", str(path), "--format", "json"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -54,8 +59,9 @@ def cli_run(path: Path) -> tuple[float, float, float, int]:
 
 
 def phase_run(path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", PHASES, str(path)], cwd=REPO, capture_output=True, text=True,
-                         check=True, timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", PHASES, str(path)], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
+    )
     return json.loads(out.stdout)
 
 
@@ -77,13 +83,25 @@ def measure(n_kernels: int, ranks: int, folder: Path, repeat: int) -> dict:
             raise SystemExit(f"analysis.overlap failed on {path} (exit {code})")
         runs.append({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, **phase_run(path)})
     best = min(runs, key=lambda r: r["wall_s"])  # the machine is shared: the fastest run is the least disturbed
-    say(f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s (runs {[round(r['wall_s'], 2) for r in runs]}), "
-        f"load average {os.getloadavg()[0]:.1f}")
-    return {"kernels": n_kernels, "ranks": ranks, "file_mb": path.stat().st_size / 2**20, "write_s": write_s,
-            "wall_s": best["wall_s"], "cpu_s": best["cpu_s"], "walls_s": [round(r["wall_s"], 3) for r in runs],
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "import_s": best["import_s"],
-            "load_s": best["load_s"], "metrics_s": best["metrics_s"], **best["rows"],
-            "analysis_ns_per_kernel": (best["load_s"] + best["metrics_s"]) / n_kernels * 1e9}
+    say(
+        f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s (runs {[round(r['wall_s'], 2) for r in runs]}), "
+        f"load average {os.getloadavg()[0]:.1f}"
+    )
+    return {
+        "kernels": n_kernels,
+        "ranks": ranks,
+        "file_mb": path.stat().st_size / 2**20,
+        "write_s": write_s,
+        "wall_s": best["wall_s"],
+        "cpu_s": best["cpu_s"],
+        "walls_s": [round(r["wall_s"], 3) for r in runs],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "import_s": best["import_s"],
+        "load_s": best["load_s"],
+        "metrics_s": best["metrics_s"],
+        **best["rows"],
+        "analysis_ns_per_kernel": (best["load_s"] + best["metrics_s"]) / n_kernels * 1e9,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +125,22 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import pandas as pd
 
-    frame = pd.DataFrame(rows)[["kernels", "ranks", "gpu_ops", "nvtx", "file_mb", "wall_s", "cpu_s", "peak_rss_mb",
-                                "import_s", "load_s", "metrics_s", "analysis_ns_per_kernel"]]
+    frame = pd.DataFrame(rows)[
+        [
+            "kernels",
+            "ranks",
+            "gpu_ops",
+            "nvtx",
+            "file_mb",
+            "wall_s",
+            "cpu_s",
+            "peak_rss_mb",
+            "import_s",
+            "load_s",
+            "metrics_s",
+            "analysis_ns_per_kernel",
+        ]
+    ]
     print(frame.to_csv(index=False) if args.format == "csv" else frame.to_string(index=False, float_format="%.3f"))
     return 0
 

@@ -8,6 +8,7 @@ summaries), best of --repeat runs. Target: view <= 2 s on top of loading for 1M 
     python benchmarks/collectives_speed.py                          # 1M kernels, 8 ranks
     python benchmarks/collectives_speed.py --kernels 100000 --repeat 1 --keep /tmp/bench
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,18 +62,31 @@ def main(argv: list[str] | None = None) -> int:
         runs = []
         for i in range(args.repeat):
             say(f"run {i + 1}/{args.repeat}")
-            out = subprocess.run([sys.executable, "-c", TIMED, str(path)], cwd=REPO, capture_output=True,
-                                 text=True, check=True, timeout=600)
+            out = subprocess.run(
+                [sys.executable, "-c", TIMED, str(path)],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                check=True,
+                timeout=600,
+            )
             runs.append(json.loads(out.stdout))
     best = min(runs, key=lambda r: r["view_s"])
-    result = {"kernels": args.kernels, "ranks": args.ranks, **best, "views_s": [round(r["view_s"], 3) for r in runs],
-              "load_average": round(os.getloadavg()[0], 1)}
+    result = {
+        "kernels": args.kernels,
+        "ranks": args.ranks,
+        **best,
+        "views_s": [round(r["view_s"], 3) for r in runs],
+        "load_average": round(os.getloadavg()[0], 1),
+    }
     if args.format == "json":
         print(json.dumps(result))
     else:
-        print(f"{best['gpu_ops']:,} GPU ops, {best['calls']:,} collective calls ({best['paired']:,} paired), "
-              f"{args.ranks} ranks: load {best['load_s']:.2f} s, view {best['view_s']:.2f} s on top "
-              f"(runs: {result['views_s']}; target <= 2 s); load average {result['load_average']}")
+        print(
+            f"{best['gpu_ops']:,} GPU ops, {best['calls']:,} collective calls ({best['paired']:,} paired), "
+            f"{args.ranks} ranks: load {best['load_s']:.2f} s, view {best['view_s']:.2f} s on top "
+            f"(runs: {result['views_s']}; target <= 2 s); load average {result['load_average']}"
+        )
     return 0
 
 

@@ -6,6 +6,7 @@ Prints nanoseconds per push/pop pair and per start/end pair, then the ranges one
 implementation emits on the tiny model and what they add to a step of --step-ms milliseconds
 (about the tiny model's step in `python -m ddp.benchmark` on the 2-core development machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -53,8 +54,10 @@ def main() -> None:
     # per step: step, forward, backward, grad_sync, optimizer + one comm range per collective
     for impl, comm, kind in [("naive", params, push), ("flat", 1, push), ("overlap", params, start)]:
         cost_us = (5 * push + comm * kind) / 1e3
-        print(f"{impl:8s} tiny model: {5 + comm:3d} ranges/step = {cost_us:6.1f} us/step "
-              f"= {cost_us / 1e3 / args.step_ms * 100:.3f}% of a {args.step_ms:g} ms step")
+        print(
+            f"{impl:8s} tiny model: {5 + comm:3d} ranges/step = {cost_us:6.1f} us/step "
+            f"= {cost_us / 1e3 / args.step_ms * 100:.3f}% of a {args.step_ms:g} ms step"
+        )
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ spawned rank mirrors into, and an async handle (TrackedWork on an already-comple
 done-callback and wait run too). Compare with a collective's own time (tens of microseconds for a small
 gloo all-reduce on CPU, more on GPUs); run it on an idle machine for figures to quote.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,8 +59,10 @@ def main() -> None:
     shared = best_us(lambda: inflight.end(inflight.begin(NAME)), calls)
     work = _DoneWork()
     tracked = best_us(lambda: inflight.TrackedWork(work, inflight.begin(NAME)).wait(), calls)
-    print(f"us per collective: begin+end {plain:.2f}, with shared slot {shared:.2f}, "
-          f"async handle (TrackedWork) {tracked:.2f}")
+    print(
+        f"us per collective: begin+end {plain:.2f}, with shared slot {shared:.2f}, "
+        f"async handle (TrackedWork) {tracked:.2f}"
+    )
 
 
 if __name__ == "__main__":

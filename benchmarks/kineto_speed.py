@@ -10,6 +10,7 @@ most of the cost; CPU time is the figure that other processes on the machine do 
     python benchmarks/kineto_speed.py                          # 1M kernels, one rank, .json
     python benchmarks/kineto_speed.py --sizes 250000 1000000 --gz --keep /tmp/kineto_bench
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,27 +45,43 @@ def say(line: str) -> None:
 def cli_run(paths: list[Path]) -> tuple[float, float, float, int]:
     """(wall s, CPU s, peak RSS MB, exit code) of one `python -m analysis.overlap --merge PATHS` process."""
     started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "analysis.overlap", "--merge", *map(str, paths), "--format", "json"],
-                            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "analysis.overlap", "--merge", *map(str, paths), "--format", "json"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - started
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
 
 
 def phase_run(paths: list[Path]) -> dict:
-    out = subprocess.run([sys.executable, "-c", PHASES, *map(str, paths)], cwd=REPO, capture_output=True, text=True,
-                         check=True, timeout=900)
+    out = subprocess.run(
+        [sys.executable, "-c", PHASES, *map(str, paths)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=900,
+    )
     return json.loads(out.stdout)
 
 
 def write_in_child(stem: Path, n_kernels: int, ranks: int, gz: bool) -> None:
     """Write the trace in a child process: a CLI forked later from a process that had held the whole trace
     would inherit its RSS high-water mark, and wait4 would report the writer's peak as the analysis'."""
-    code = ("import sys; from pathlib import Path; from tests.support.synthetic_kineto import write_kineto_ddp_trace; "
-            "write_kineto_ddp_trace(Path(sys.argv[1]), n_kernels=int(sys.argv[2]), n_ranks=int(sys.argv[3]), "
-            "gz=sys.argv[4] == '1')")
-    subprocess.run([sys.executable, "-c", code, str(stem), str(n_kernels), str(ranks), "1" if gz else "0"],
-                   cwd=REPO, check=True, timeout=1800)
+    code = (
+        "import sys; from pathlib import Path; from tests.support.synthetic_kineto import write_kineto_ddp_trace; "
+        "write_kineto_ddp_trace(Path(sys.argv[1]), n_kernels=int(sys.argv[2]), n_ranks=int(sys.argv[3]), "
+        "gz=sys.argv[4] == '1')"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code, str(stem), str(n_kernels), str(ranks), "1" if gz else "0"],
+        cwd=REPO,
+        check=True,
+        timeout=1800,
+    )
 
 
 def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> dict:
@@ -84,21 +101,36 @@ def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> 
             raise SystemExit(f"analysis.overlap failed on {stem}.rank* (exit {code})")
         runs.append({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, **phase_run(paths)})
     best = min(runs, key=lambda r: r["wall_s"])  # the machine is shared: the fastest run is the least disturbed
-    say(f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s, CPU {best['cpu_s']:.2f} s, "
-        f"peak RSS {best['peak_rss_mb']:.0f} MB, load average {os.getloadavg()[0]:.1f}")
-    return {"kernels": n_kernels, "ranks": ranks, "gz": gz, "file_mb": sum(p.stat().st_size for p in paths) / 2**20,
-            "write_s": write_s, "wall_s": best["wall_s"], "cpu_s": best["cpu_s"],
-            "peak_rss_mb": max(r["peak_rss_mb"] for r in runs), "import_s": best["import_s"],
-            "load_s": best["load_s"], "metrics_s": best["metrics_s"], **best["rows"],
-            "load_avg": os.getloadavg()[0]}
+    say(
+        f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s, CPU {best['cpu_s']:.2f} s, "
+        f"peak RSS {best['peak_rss_mb']:.0f} MB, load average {os.getloadavg()[0]:.1f}"
+    )
+    return {
+        "kernels": n_kernels,
+        "ranks": ranks,
+        "gz": gz,
+        "file_mb": sum(p.stat().st_size for p in paths) / 2**20,
+        "write_s": write_s,
+        "wall_s": best["wall_s"],
+        "cpu_s": best["cpu_s"],
+        "peak_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "import_s": best["import_s"],
+        "load_s": best["load_s"],
+        "metrics_s": best["metrics_s"],
+        **best["rows"],
+        "load_avg": os.getloadavg()[0],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", type=int, nargs="+", default=[1_000_000], help="kernel counts (default: 1M)")
     p.add_argument("--ranks", type=int, default=1, help="one file per rank, kernels split evenly (default 1)")
-    p.add_argument("--gz", action="store_true",
-                   help="gzipped traces (.json.gz), as tensorboard_trace_handler(use_gzip=True) writes them")
+    p.add_argument(
+        "--gz",
+        action="store_true",
+        help="gzipped traces (.json.gz), as tensorboard_trace_handler(use_gzip=True) writes them",
+    )
     p.add_argument("--repeat", type=int, default=1, help="runs per size; the fastest is reported")
     p.add_argument("--keep", type=Path, metavar="DIR", help="keep (and reuse) the written traces in DIR")
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
@@ -116,8 +148,23 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import pandas as pd
 
-    frame = pd.DataFrame(rows)[["kernels", "ranks", "gz", "gpu_ops", "nvtx", "file_mb", "wall_s", "cpu_s",
-                                "peak_rss_mb", "import_s", "load_s", "metrics_s", "load_avg"]]
+    frame = pd.DataFrame(rows)[
+        [
+            "kernels",
+            "ranks",
+            "gz",
+            "gpu_ops",
+            "nvtx",
+            "file_mb",
+            "wall_s",
+            "cpu_s",
+            "peak_rss_mb",
+            "import_s",
+            "load_s",
+            "metrics_s",
+            "load_avg",
+        ]
+    ]
     print(frame.to_csv(index=False) if args.format == "csv" else frame.to_string(index=False, float_format="%.3f"))
     return 0
 

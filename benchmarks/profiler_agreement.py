@@ -10,6 +10,7 @@ repeats of one profiler) can exceed the difference between profilers: compare th
     python benchmarks/profiler_agreement.py                         # overlap, 2 CPU ranks, 3 repeats
     python benchmarks/profiler_agreement.py --impl overlap --repeats 5 -- --steps 20
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,18 +45,23 @@ def analyse(paths: list[Path]) -> dict[int, dict]:
     (trace,) = json.loads(done.stdout)["traces"]
     # as the table's per-rank row: overlap % of the per-step means
     total = lambda r, key: sum(s[key] for s in r["steps"])
-    return {r["rank"]: {"overlap_pct": 100 * total(r, "overlap_ms") / total(r, "comm_ms"),
-                        "step_ms": statistics.mean(s["step_ms"] for s in r["steps"])} for r in trace["ranks"]}
+    return {
+        r["rank"]: {
+            "overlap_pct": 100 * total(r, "overlap_ms") / total(r, "comm_ms"),
+            "step_ms": statistics.mean(s["step_ms"] for s in r["steps"]),
+        }
+        for r in trace["ranks"]
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--impl", default="overlap")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--format", choices=["table", "json"], default="table")
-    args = p.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args = p.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="profiler_agreement_") as tmp:
         for i in range(args.repeats):
@@ -71,19 +77,27 @@ def main(argv: list[str] | None = None) -> int:
         for rank in sorted({r["rank"] for r in rows}):
             mine = [r for r in rows if r["profiler"] == profiler and r["rank"] == rank]
             means[(profiler, rank)] = {k: statistics.mean(r[k] for r in mine) for k in ("overlap_pct", "step_ms")}
-    diffs = {rank: {"overlap_pp": means[("torch", rank)]["overlap_pct"] - means[("nsys", rank)]["overlap_pct"],
-                    "step_pct": 100 * (means[("torch", rank)]["step_ms"] / means[("nsys", rank)]["step_ms"] - 1)}
-             for _, rank in means}
+    diffs = {
+        rank: {
+            "overlap_pp": means[("torch", rank)]["overlap_pct"] - means[("nsys", rank)]["overlap_pct"],
+            "step_pct": 100 * (means[("torch", rank)]["step_ms"] / means[("nsys", rank)]["step_ms"] - 1),
+        }
+        for _, rank in means
+    }
     if args.format == "json":
         print(json.dumps({"runs": rows, "differences": diffs}, indent=1))
         return 0
     print(f"{'repeat':>6} {'profiler':>8} {'rank':>4} {'overlap %':>9} {'step ms':>9} {'run timer ms':>12}")
     for r in rows:
-        print(f"{r['repeat']:>6} {r['profiler']:>8} {r['rank']:>4} {r['overlap_pct']:>9.1f} {r['step_ms']:>9.1f} "
-              f"{r['run_timer_ms']:>12.1f}")
+        print(
+            f"{r['repeat']:>6} {r['profiler']:>8} {r['rank']:>4} {r['overlap_pct']:>9.1f} {r['step_ms']:>9.1f} "
+            f"{r['run_timer_ms']:>12.1f}"
+        )
     for rank, d in diffs.items():
-        print(f"rank {rank}: torch - nsys overlap {d['overlap_pp']:+.1f} pp (target within 10), "
-              f"step time {d['step_pct']:+.1f} % (target within 10)")
+        print(
+            f"rank {rank}: torch - nsys overlap {d['overlap_pp']:+.1f} pp (target within 10), "
+            f"step time {d['step_pct']:+.1f} % (target within 10)"
+        )
     return 0
 
 

@@ -11,6 +11,7 @@ Two estimates, because on a shared CPU machine step times wander by more than th
             with and without nsys recording it), as a share of the step time.
 Targets: NVTX without a profiler < 1 % of step time; under nsys < 5 %.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,6 +48,7 @@ def range_cost_ns(n: int) -> float:
     """Mean ns for one push/pop range through ddp.nvtx_ranges, inside the `profile` capture range."""
     from contract import ALL_REDUCE, PROFILE, comm_range
     from ddp import nvtx_ranges
+
     names = [comm_range(ALL_REDUCE, f"p{i}") for i in range(16)]
     with nvtx_ranges.range(PROFILE):
         t0 = time.perf_counter_ns()
@@ -112,8 +114,18 @@ def main() -> int:
         print(f"ns_per_range {range_cost_ns(args.range_cost):.1f}")
         return 0
     nsys = find_nsys()
-    runner = [sys.executable, "-m", "profiling.run", "--impl", args.impl, "--steps", str(args.steps),
-              "--warmup", str(args.warmup), *runner_extra]
+    runner = [
+        sys.executable,
+        "-m",
+        "profiling.run",
+        "--impl",
+        args.impl,
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        *runner_extra,
+    ]
     print("[overhead] timing one NVTX range with and without nsys ...", file=sys.stderr, flush=True)
     cost_plain, cost_nsys = timed_range_cost(None, args.range_calls), timed_range_cost(nsys, args.range_calls)
     step_s: dict[str, list[float]] = {m: [] for m in MODES}
@@ -130,28 +142,40 @@ def main() -> int:
         per_step = ranges_per_step(sqlite)
     base = statistics.median(step_s["no NVTX"])
     report = {
-        "impl": args.impl, "steps": args.steps, "repeats": args.repeats, "runner": runner[1:],
+        "impl": args.impl,
+        "steps": args.steps,
+        "repeats": args.repeats,
+        "runner": runner[1:],
         "median_step_ms": {m: 1e3 * statistics.median(v) for m, v in step_s.items()},
         "all_step_ms": {m: [round(1e3 * x, 2) for x in v] for m, v in step_s.items()},
         "measured_overhead_pct": {m: 100 * (statistics.median(v) / base - 1) for m, v in step_s.items()},
         "min_step_ms": {m: 1e3 * min(v) for m, v in step_s.items()},
         "measured_min_overhead_pct": {m: 100 * (min(v) / min(step_s["no NVTX"]) - 1) for m, v in step_s.items()},
-        "nvtx_events_per_step": per_step, "ns_per_range": {"no profiler": cost_plain, "nsys": cost_nsys},
-        "modelled_overhead_pct": {"NVTX, no profiler": 100 * per_step * cost_plain * 1e-9 / base,
-                                  "NVTX under nsys": 100 * per_step * cost_nsys * 1e-9 / base},
+        "nvtx_events_per_step": per_step,
+        "ns_per_range": {"no profiler": cost_plain, "nsys": cost_nsys},
+        "modelled_overhead_pct": {
+            "NVTX, no profiler": 100 * per_step * cost_plain * 1e-9 / base,
+            "NVTX under nsys": 100 * per_step * cost_nsys * 1e-9 / base,
+        },
     }
     if args.format == "json":
         print(json.dumps(report, indent=2))
         return 0
-    print(f"{args.impl}: {args.steps} steps x {args.repeats} interleaved repeats; "
-          f"{per_step:.1f} NVTX events per rank per step")
-    print(f"{'mode':<20} {'median step ms':>15} {'median %':>9} {'min step ms':>12} {'min %':>7} "
-          f"{'modelled %':>11}   all runs (ms)")
+    print(
+        f"{args.impl}: {args.steps} steps x {args.repeats} interleaved repeats; "
+        f"{per_step:.1f} NVTX events per rank per step"
+    )
+    print(
+        f"{'mode':<20} {'median step ms':>15} {'median %':>9} {'min step ms':>12} {'min %':>7} "
+        f"{'modelled %':>11}   all runs (ms)"
+    )
     for m in MODES:
         modelled = report["modelled_overhead_pct"].get(m)
-        print(f"{m:<20} {report['median_step_ms'][m]:>15.1f} {report['measured_overhead_pct'][m]:>+9.2f} "
-              f"{report['min_step_ms'][m]:>12.1f} {report['measured_min_overhead_pct'][m]:>+7.2f} "
-              f"{'' if modelled is None else f'{modelled:.4f}':>11}   {report['all_step_ms'][m]}")
+        print(
+            f"{m:<20} {report['median_step_ms'][m]:>15.1f} {report['measured_overhead_pct'][m]:>+9.2f} "
+            f"{report['min_step_ms'][m]:>12.1f} {report['measured_min_overhead_pct'][m]:>+7.2f} "
+            f"{'' if modelled is None else f'{modelled:.4f}':>11}   {report['all_step_ms'][m]}"
+        )
     print(f"one NVTX range: {cost_plain:.0f} ns without a profiler, {cost_nsys:.0f} ns under nsys")
     return 0
 

@@ -8,6 +8,7 @@ loading included) for one step and for the whole trace, and opens both pages in 
 Targets: one step <= 10 s, whole trace <= 20 s, HTML <= 20 MB, render <= 5 s. Prints a table;
 exit code 1 when a target is missed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,9 @@ def ensure_trace(path: Path, kernels: int, ranks: int) -> Path:
     t0 = time.perf_counter()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_ddp_trace(path, n_kernels=kernels, n_ranks=ranks)
-    print(f"[bench] wrote {path} ({kernels} kernels, {ranks} ranks) in {time.perf_counter() - t0:.1f} s",
-          file=sys.stderr)
+    print(
+        f"[bench] wrote {path} ({kernels} kernels, {ranks} ranks) in {time.perf_counter() - t0:.1f} s", file=sys.stderr
+    )
     return path
 
 
@@ -42,15 +44,21 @@ def middle_step(trace: Path) -> int:
 
     with sqlite3.connect(f"file:{trace}?mode=ro", uri=True) as db:
         n = db.execute("SELECT count(*) FROM NVTX_EVENTS WHERE text LIKE 'step %'").fetchone()[0]
-        ranks = db.execute("SELECT count(DISTINCT globalTid >> 24) FROM NVTX_EVENTS "
-                           "WHERE text LIKE 'step %'").fetchone()[0]
+        ranks = db.execute(
+            "SELECT count(DISTINCT globalTid >> 24) FROM NVTX_EVENTS WHERE text LIKE 'step %'"
+        ).fetchone()[0]
     return max(n // max(ranks, 1) // 2, 0)
 
 
 def time_cli(args: list[str]) -> float:
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "analysis.timeline", *args, "--format", "csv"], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.timeline", *args, "--format", "csv"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"timeline failed: {done.stderr.strip()}")
@@ -77,17 +85,24 @@ def main() -> int:
     sizes = {k: p.stat().st_size / 1e6 for k, p in pages.items()}
     figures["html_mb"] = max(sizes.values())
     rows: list[tuple[str, str, float | None]] = [
-            ("one step's timeline (s)", f"{figures['step_s']:.1f}", TARGETS["step_s"]),
-            ("whole-trace overview (s)", f"{figures['overview_s']:.1f}", TARGETS["overview_s"]),
-            ("HTML, step / overview (MB)", f"{sizes['step']:.1f} / {sizes['overview']:.1f}", TARGETS["html_mb"])]
+        ("one step's timeline (s)", f"{figures['step_s']:.1f}", TARGETS["step_s"]),
+        ("whole-trace overview (s)", f"{figures['overview_s']:.1f}", TARGETS["overview_s"]),
+        ("HTML, step / overview (MB)", f"{sizes['step']:.1f} / {sizes['overview']:.1f}", TARGETS["html_mb"]),
+    ]
     if not args.no_browser and find_chromium():
         checks = {k: check_page(p, timeout_s=300) for k, p in pages.items()}
         figures["render_s"] = max(c.render_ms for c in checks.values()) / 1e3
         errors = [e for c in checks.values() for e in c.errors]
-        rows.append(("headless render, step / overview (s)",
-                     " / ".join(f"{c.render_ms / 1e3:.2f}" for c in checks.values()), TARGETS["render_s"]))
-        rows.append(("browser start-to-exit, step / overview (s)",
-                     " / ".join(f"{c.wall_s:.1f}" for c in checks.values()), None))
+        rows.append(
+            (
+                "headless render, step / overview (s)",
+                " / ".join(f"{c.render_ms / 1e3:.2f}" for c in checks.values()),
+                TARGETS["render_s"],
+            )
+        )
+        rows.append(
+            ("browser start-to-exit, step / overview (s)", " / ".join(f"{c.wall_s:.1f}" for c in checks.values()), None)
+        )
         if errors:
             rows.append(("console errors", str(len(errors)), None))
     print(f"trace: {trace} ({trace.stat().st_size / 1e6:.0f} MB), step {step}")

@@ -5,6 +5,7 @@ Subclasses implement `_synchronize()`; callers use `finish_gradient_synchronizat
 `loss.backward()` and `optimizer.step()`, after which each `.grad` is the mean over ranks.
 Parameters that got no gradient follow the "had a gradient" protocol of ddp.grad_flags.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -20,8 +21,10 @@ from ddp.comm_timing import CommStats, CommTimer
 
 # Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
 # into a tensor that is already on the wire.
-ACCUMULATION_ERROR = ("a parameter's gradient arrived twice before finish_gradient_synchronization(): "
-                      "call it after every backward (gradient accumulation is not supported)")
+ACCUMULATION_ERROR = (
+    "a parameter's gradient arrived twice before finish_gradient_synchronization(): "
+    "call it after every backward (gradient accumulation is not supported)"
+)
 
 
 def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -77,8 +80,9 @@ class DataParallelBase(nn.Module):
     def __init__(self, module: nn.Module, collective: str = "torch"):
         super().__init__()
         if not dist.is_initialized():
-            raise RuntimeError(f"{type(self).__name__} needs torch.distributed initialised first "
-                               "(see ddp.launcher.launch)")
+            raise RuntimeError(
+                f"{type(self).__name__} needs torch.distributed initialised first (see ddp.launcher.launch)"
+            )
         self.module = module
         self.collective = check_collective(collective)
         self.group: dist.ProcessGroup | None = None  # the default (world) group
@@ -149,5 +153,7 @@ def check_same_dtype_and_device(params: Sequence[torch.Tensor], who: str) -> Non
     """Flat buffers hold one dtype on one device; say so clearly when parameters disagree."""
     kinds = {(p.dtype, p.device) for p in params}
     if len(kinds) > 1:
-        raise ValueError(f"{who} needs all trainable parameters on one dtype and device, got "
-                         + ", ".join(f"{d}@{dev}" for d, dev in sorted(kinds, key=str)))
+        raise ValueError(
+            f"{who} needs all trainable parameters on one dtype and device, got "
+            + ", ".join(f"{d}@{dev}" for d, dev in sorted(kinds, key=str))
+        )

@@ -15,6 +15,7 @@ backward: the communication the step waited for. comm_clock says which clock mea
 speedup_vs_naive compares step times with naive at the same batch, context length and collective;
 the table adds the same ratio for communication time.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,9 +32,24 @@ from ddp.launcher import DistContext, launch
 from ddp.models import MODEL_SIZES, largest_model_that_fits
 from ddp.train import RunConfig, TrainResult, run_training
 
-CSV_COLUMNS = ["implementation", "model_size", "d_model", "num_layers", "world_size", "batch_size",
-               "context_length", "bucket_mb", "avg_step_time_ms", "avg_comm_time_ms", "comm_fraction",
-               "num_comm_ops", "speedup_vs_naive", "avg_comm_in_flight_ms", "comm_overlap", "comm_clock"]
+CSV_COLUMNS = [
+    "implementation",
+    "model_size",
+    "d_model",
+    "num_layers",
+    "world_size",
+    "batch_size",
+    "context_length",
+    "bucket_mb",
+    "avg_step_time_ms",
+    "avg_comm_time_ms",
+    "comm_fraction",
+    "num_comm_ops",
+    "speedup_vs_naive",
+    "avg_comm_in_flight_ms",
+    "comm_overlap",
+    "comm_clock",
+]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
 # The same defaults as profiling (RunConfig): backward long enough to hide communication behind.
 DEFAULT_BATCH, DEFAULT_CONTEXT = RunConfig.batch_size, RunConfig.context_length
@@ -55,10 +71,23 @@ def sweep(args: argparse.Namespace, world: int) -> list[RunConfig]:
             if impl == "torch" and collective != "torch":
                 continue  # PyTorch DDP only runs its own all-reduce
             for bucket in args.bucket_mb if impl in registry.BUCKETED else [None]:
-                configs.append(RunConfig(impl=impl, model=args.model, world_size=world, batch_size=batch,
-                                         context_length=context, steps=args.steps, warmup=args.warmup,
-                                         bucket_mb=bucket, optimizer=args.optimizer, lr=args.lr,
-                                         seed=args.seed, collective=collective, backend=args.backend))
+                configs.append(
+                    RunConfig(
+                        impl=impl,
+                        model=args.model,
+                        world_size=world,
+                        batch_size=batch,
+                        context_length=context,
+                        steps=args.steps,
+                        warmup=args.warmup,
+                        bucket_mb=bucket,
+                        optimizer=args.optimizer,
+                        lr=args.lr,
+                        seed=args.seed,
+                        collective=collective,
+                        backend=args.backend,
+                    )
+                )
     return configs
 
 
@@ -75,26 +104,38 @@ def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1
             result = run_training(ctx, cfg)
             if ctx.is_main:
                 bucket = f" bucket {cfg.bucket_mb:g} MiB" if cfg.bucket_mb and cfg.impl in registry.BUCKETED else ""
-                cli.progress(f"[benchmark {r * len(configs) + k + 1}/{total}] {cfg.impl}{bucket} batch "
-                             f"{cfg.batch_size} context {cfg.context_length}: "
-                             f"{result.avg_step_time_s * 1e3:.1f} ms/step, communication "
-                             f"{_percent(result.comm_overlap)} during backward")
+                cli.progress(
+                    f"[benchmark {r * len(configs) + k + 1}/{total}] {cfg.impl}{bucket} batch "
+                    f"{cfg.batch_size} context {cfg.context_length}: "
+                    f"{result.avg_step_time_s * 1e3:.1f} ms/step, communication "
+                    f"{_percent(result.comm_overlap)} during backward"
+                )
             results[k] = pool(results[k], result) if k in results else result
     return list(results.values()) if ctx.is_main else None
 
 
 def pool(a: TrainResult, b: TrainResult) -> TrainResult:
     """Both runs' measured steps as one result (per rank, b's steps after a's)."""
+
     def join(x: list[list[Any]], y: list[list[Any]]) -> list[list[Any]]:
         return [xs + ys for xs, ys in zip(x, y, strict=True)]
-    return TrainResult(a.config, join(a.step_time_s, b.step_time_s), join(a.comm_time_s, b.comm_time_s),
-                       join(a.num_ops, b.num_ops), b.final_loss, a.metadata,
-                       join(a.comm_in_flight_s, b.comm_in_flight_s), join(a.comm_hidden_s, b.comm_hidden_s),
-                       a.comm_clock)
+
+    return TrainResult(
+        a.config,
+        join(a.step_time_s, b.step_time_s),
+        join(a.comm_time_s, b.comm_time_s),
+        join(a.num_ops, b.num_ops),
+        b.final_loss,
+        a.metadata,
+        join(a.comm_in_flight_s, b.comm_in_flight_s),
+        join(a.comm_hidden_s, b.comm_hidden_s),
+        a.comm_clock,
+    )
 
 
 def to_records(results: list[TrainResult]) -> list[dict]:
     """One row per run, with speedups over the naive run of the same batch/context/collective."""
+
     def key(cfg: RunConfig) -> tuple[int, int, str]:
         return cfg.batch_size, cfg.context_length, cfg.collective
 
@@ -102,22 +143,30 @@ def to_records(results: list[TrainResult]) -> list[dict]:
     records = []
     for r in results:
         cfg, size, base = r.config, MODEL_SIZES.get(r.config.model), naive.get(key(r.config))
-        records.append({
-            "implementation": cfg.impl, "model_size": cfg.model,
-            "d_model": size.d_model if size else None, "num_layers": size.num_layers if size else None,
-            "world_size": cfg.world_size, "batch_size": cfg.batch_size, "context_length": cfg.context_length,
-            "bucket_mb": cfg.bucket_mb if cfg.impl in registry.BUCKETED else None,
-            "avg_step_time_ms": round(r.avg_step_time_s * 1e3, 3),
-            "avg_comm_time_ms": round(r.avg_comm_time_s * 1e3, 3),
-            "comm_fraction": round(r.comm_fraction, 4), "num_comm_ops": _int_if_whole(r.avg_num_ops),
-            "speedup_vs_naive": round(base.avg_step_time_s / r.avg_step_time_s, 3) if base else None,
-            "comm_speedup_vs_naive": (round(base.avg_comm_time_s / r.avg_comm_time_s, 3)
-                                      if base and r.avg_comm_time_s > 0 else None),
-            "avg_comm_in_flight_ms": round(r.avg_comm_in_flight_s * 1e3, 3),
-            "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
-            "comm_clock": r.comm_clock,
-            "collective": cfg.collective,
-        })
+        records.append(
+            {
+                "implementation": cfg.impl,
+                "model_size": cfg.model,
+                "d_model": size.d_model if size else None,
+                "num_layers": size.num_layers if size else None,
+                "world_size": cfg.world_size,
+                "batch_size": cfg.batch_size,
+                "context_length": cfg.context_length,
+                "bucket_mb": cfg.bucket_mb if cfg.impl in registry.BUCKETED else None,
+                "avg_step_time_ms": round(r.avg_step_time_s * 1e3, 3),
+                "avg_comm_time_ms": round(r.avg_comm_time_s * 1e3, 3),
+                "comm_fraction": round(r.comm_fraction, 4),
+                "num_comm_ops": _int_if_whole(r.avg_num_ops),
+                "speedup_vs_naive": round(base.avg_step_time_s / r.avg_step_time_s, 3) if base else None,
+                "comm_speedup_vs_naive": (
+                    round(base.avg_comm_time_s / r.avg_comm_time_s, 3) if base and r.avg_comm_time_s > 0 else None
+                ),
+                "avg_comm_in_flight_ms": round(r.avg_comm_in_flight_s * 1e3, 3),
+                "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
+                "comm_clock": r.comm_clock,
+                "collective": cfg.collective,
+            }
+        )
     return records
 
 
@@ -143,21 +192,46 @@ def write_csv(path: Path, records: list[dict]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cli.Parser(prog="python -m ddp.benchmark", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(
+        prog="python -m ddp.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     cli.add_run_arguments(parser, model_default=None)
     parser.add_argument("--steps", type=int, default=10, help="timed steps per run (default 10)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps before them (default 3)")
-    parser.add_argument("--batch-size", type=int, nargs="+", default=[DEFAULT_BATCH],
-                        help=f"global batch sizes, split across ranks (default {DEFAULT_BATCH})")
-    parser.add_argument("--context-length", type=int, nargs="+", default=[DEFAULT_CONTEXT],
-                        help=f"tokens per sample (default {DEFAULT_CONTEXT})")
-    parser.add_argument("--bucket-mb", type=float, nargs="+", default=[25.0],
-                        help="bucket sizes in MiB for overlap_bucket and torch (default 25)")
-    parser.add_argument("--collective", nargs="+", default=["torch"], choices=cli.collective_choices(),
-                        help="all-reduce collectives for the hand-written wrappers (default torch)")
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="run the whole sweep this many times, pooling each config's steps (default 1)")
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        nargs="+",
+        default=[DEFAULT_BATCH],
+        help=f"global batch sizes, split across ranks (default {DEFAULT_BATCH})",
+    )
+    parser.add_argument(
+        "--context-length",
+        type=int,
+        nargs="+",
+        default=[DEFAULT_CONTEXT],
+        help=f"tokens per sample (default {DEFAULT_CONTEXT})",
+    )
+    parser.add_argument(
+        "--bucket-mb",
+        type=float,
+        nargs="+",
+        default=[25.0],
+        help="bucket sizes in MiB for overlap_bucket and torch (default 25)",
+    )
+    parser.add_argument(
+        "--collective",
+        nargs="+",
+        default=["torch"],
+        choices=cli.collective_choices(),
+        help="all-reduce collectives for the hand-written wrappers (default torch)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run the whole sweep this many times, pooling each config's steps (default 1)",
+    )
     parser.add_argument("--csv", type=Path, default=None, help="also write the rows to this CSV file")
     parser.add_argument("--overwrite", action="store_true", help="let --csv replace an existing file")
     return parser
@@ -175,10 +249,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise ValueError("nothing to run: implementation 'torch' only runs collective 'torch'")
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
-    cli.progress(f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
-                 f"{load_average()} (timings on a shared machine follow its load)")
-    results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend,
-                     share_gpus=args.share_gpus)
+    cli.progress(
+        f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
+        f"{load_average()} (timings on a shared machine follow its load)"
+    )
+    results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend, share_gpus=args.share_gpus)
     if results is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
     cli.progress(f"[benchmark] done; load average {load_average()}")
@@ -200,15 +275,21 @@ def load_average() -> str:
 
 def summary_line(records: list[dict]) -> str:
     """overlap_bucket vs torch step-time ratio for each matching row pair (the tuning target)."""
-    ours = {(r["batch_size"], r["context_length"], r["bucket_mb"]): r for r in records
-            if r["implementation"] == "overlap_bucket" and r["collective"] == "torch"}
-    pairs = [(k, ours[k]["avg_step_time_ms"] / r["avg_step_time_ms"]) for r in records
-             if r["implementation"] == "torch"
-             and (k := (r["batch_size"], r["context_length"], r["bucket_mb"])) in ours]
+    ours = {
+        (r["batch_size"], r["context_length"], r["bucket_mb"]): r
+        for r in records
+        if r["implementation"] == "overlap_bucket" and r["collective"] == "torch"
+    }
+    pairs = [
+        (k, ours[k]["avg_step_time_ms"] / r["avg_step_time_ms"])
+        for r in records
+        if r["implementation"] == "torch" and (k := (r["batch_size"], r["context_length"], r["bucket_mb"])) in ours
+    ]
     if not pairs:
         return ""
     return "overlap_bucket / torch step time: " + ", ".join(
-        f"{ratio:.2f} (batch {b}, context {c}, bucket {m:g} MiB)" for (b, c, m), ratio in pairs)
+        f"{ratio:.2f} (batch {b}, context {c}, bucket {m:g} MiB)" for (b, c, m), ratio in pairs
+    )
 
 
 if __name__ == "__main__":

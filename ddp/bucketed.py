@@ -1,4 +1,5 @@
 """BucketedDDP: gradients gathered into size-capped buckets, each all-reduced asynchronously when full."""
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,13 @@ class BucketedDDP(DataParallelBase):
     fills as early as backward allows. Gradients are views into the bucket buffers (see Bucket).
     """
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
-                 first_bucket_mb: float | None = 1.0):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_size_mb: float | None = 25,
+        collective: str = "torch",
+        first_bucket_mb: float | None = 1.0,
+    ):
         if bucket_size_mb is not None and not bucket_size_mb > 0:
             raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
         if first_bucket_mb is not None and not first_bucket_mb > 0:
@@ -37,8 +43,9 @@ class BucketedDDP(DataParallelBase):
         check_same_dtype_and_device(self.params, type(self).__name__)
         self.bucket_size_mb = bucket_size_mb
         self._cap = None if bucket_size_mb is None else bucket_size_mb * 2**20
-        self._first_cap = (None if first_bucket_mb is None or self._cap is None
-                           else min(first_bucket_mb * 2**20, self._cap))
+        self._first_cap = (
+            None if first_bucket_mb is None or self._cap is None else min(first_bucket_mb * 2**20, self._cap)
+        )
         self._build(list(range(len(self.params)))[::-1])
         self._arrival: list[int] | None = []  # first step only: parameter indices as their hooks fire
         self._next_launch = 0
@@ -48,8 +55,10 @@ class BucketedDDP(DataParallelBase):
     def _build(self, order: list[int]) -> None:
         """Buckets over the parameters taken in `order`, and each parameter's (bucket, slot)."""
         sizes = [nbytes(self.params[i]) for i in order]
-        self.buckets = [Bucket(b, [self.params[order[k]] for k in run], [self.param_names[order[k]] for k in run])
-                        for b, run in enumerate(plan_buckets(sizes, self._cap, self._first_cap))]
+        self.buckets = [
+            Bucket(b, [self.params[order[k]] for k in run], [self.param_names[order[k]] for k in run])
+            for b, run in enumerate(plan_buckets(sizes, self._cap, self._first_cap))
+        ]
         self.order = order
         index_of = {id(p): i for i, p in enumerate(self.params)}
         self._slot_of: list[tuple[Bucket, int]] = [None] * len(self.params)  # type: ignore[list-item]
@@ -76,7 +85,7 @@ class BucketedDDP(DataParallelBase):
 
     @torch.no_grad()
     def _synchronize(self) -> None:
-        for bucket in self.buckets[self._next_launch:]:  # buckets with a gradient that never came
+        for bucket in self.buckets[self._next_launch :]:  # buckets with a gradient that never came
             bucket.fill_missing()
             bucket.launch(self)
         for bucket in self.buckets:

@@ -1,4 +1,5 @@
 """Gradient buckets: which parameters share a flat buffer, and the life of one bucket per step."""
+
 from __future__ import annotations
 
 import torch
@@ -7,8 +8,9 @@ from ddp.base import DataParallelBase, PendingAllReduce, nbytes
 from ddp.grad_flags import GradFlags
 
 
-def plan_buckets(sizes_bytes: list[int], cap_bytes: float | None,
-                 first_cap_bytes: float | None = None) -> list[list[int]]:
+def plan_buckets(
+    sizes_bytes: list[int], cap_bytes: float | None, first_cap_bytes: float | None = None
+) -> list[list[int]]:
     """Group item indices, in the given order, into runs of at most `cap_bytes` (None: one run).
 
     An item larger than the cap gets a bucket of its own. `first_cap_bytes`, if given, caps the
@@ -49,9 +51,11 @@ class Bucket:
         self.num_grad = sum(self.sizes)
         offsets = [sum(self.sizes[:k]) for k in range(len(self.sizes))]
         self.buffer, self.flags = GradFlags.appended(self.num_grad, params, like=params[0])
-        self.grads = self.buffer[:self.num_grad]
-        self.views = [self.buffer[start:start + size].view_as(p)
-                      for start, size, p in zip(offsets, self.sizes, params, strict=True)]
+        self.grads = self.buffer[: self.num_grad]
+        self.views = [
+            self.buffer[start : start + size].view_as(p)
+            for start, size, p in zip(offsets, self.sizes, params, strict=True)
+        ]
         self.tag = f"bucket{index}"
         self.ready = [False] * len(params)
         self.num_ready = 0

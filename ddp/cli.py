@@ -1,4 +1,5 @@
 """Plumbing shared by `python -m ddp.verify` and `python -m ddp.benchmark`: arguments, errors, output."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,23 +30,45 @@ class Parser(argparse.ArgumentParser):
 
 def add_run_arguments(parser: argparse.ArgumentParser, model_default: str | None) -> None:
     """Arguments every training CLI shares; choices come from the registries."""
-    parser.add_argument("--impl", nargs="+", default=["all"], choices=["all", *IMPLEMENTATIONS],
-                        metavar="IMPL", help=f"implementations to run: all or any of {', '.join(IMPLEMENTATIONS)}")
-    parser.add_argument("--world-size", type=int, default=None,
-                        help="ranks to spawn on this machine (default 2; under torchrun its WORLD_SIZE)")
-    parser.add_argument("--model", choices=MODEL_NAMES, default=model_default, metavar="MODEL",
-                        help=f"one of {', '.join(MODEL_NAMES)}")
+    parser.add_argument(
+        "--impl",
+        nargs="+",
+        default=["all"],
+        choices=["all", *IMPLEMENTATIONS],
+        metavar="IMPL",
+        help=f"implementations to run: all or any of {', '.join(IMPLEMENTATIONS)}",
+    )
+    parser.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="ranks to spawn on this machine (default 2; under torchrun its WORLD_SIZE)",
+    )
+    parser.add_argument(
+        "--model", choices=MODEL_NAMES, default=model_default, metavar="MODEL", help=f"one of {', '.join(MODEL_NAMES)}"
+    )
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
     parser.add_argument("--lr", type=float, default=1e-2, help="learning rate (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the model and the synthetic data")
-    parser.add_argument("--backend", choices=["gloo", "nccl"], default=None,
-                        help="default: nccl when every local rank has a GPU, else gloo")
-    parser.add_argument("--share-gpus", action="store_true",
-                        help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded (sets "
-                             "NCCL_MULTI_RANK_GPU_ENABLE=1; run under CUDA MPS); such timings are not "
-                             "multi-GPU timings")
-    parser.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                        help="stdout format: a human table, or CSV / JSON records for machines")
+    parser.add_argument(
+        "--backend",
+        choices=["gloo", "nccl"],
+        default=None,
+        help="default: nccl when every local rank has a GPU, else gloo",
+    )
+    parser.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded (sets "
+        "NCCL_MULTI_RANK_GPU_ENABLE=1; run under CUDA MPS); such timings are not "
+        "multi-GPU timings",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="stdout format: a human table, or CSV / JSON records for machines",
+    )
 
 
 def resolve_world_size(requested: int | None) -> int:
@@ -97,10 +120,10 @@ def format_records(records: list[dict], fmt: str, columns: list[str], float_digi
         return buf.getvalue().rstrip("\n")
     cells = [[_cell(r.get(c), float_digits) for c in columns] for r in records]
     widths = [max(len(c), *(len(row[i]) for row in cells)) if cells else len(c) for i, c in enumerate(columns)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)),
-             "  ".join("-" * w for w in widths)]
-    lines += ["  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths, strict=True))
-              for row in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)), "  ".join("-" * w for w in widths)]
+    lines += [
+        "  ".join(v.rjust(w) if _numeric(v) else v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells
+    ]
     return "\n".join(lines)
 
 

@@ -9,6 +9,7 @@ on one worker thread per process (ddp.p2p_work).
 Every call is recorded in `ddp.inflight` under `name` (the NVTX range's, e.g. `comm:all_reduce:flat`),
 so that a collective that never completes can be named in the error.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -27,15 +28,19 @@ class Handle(Protocol):
     def wait(self) -> object: ...
 
 
-def _torch_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
-                      async_op: bool = False) -> torch.Tensor | Handle:
+def _torch_all_reduce(
+    tensor: torch.Tensor, group: dist.ProcessGroup | None = None, async_op: bool = False
+) -> torch.Tensor | Handle:
     work = dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group, async_op=async_op)
     return work if async_op else tensor
 
 
 AllReduce = Callable[..., "torch.Tensor | Handle"]
-COLLECTIVES: dict[str, AllReduce] = {"torch": _torch_all_reduce, "ring": p2p_all_reduce(ring_all_reduce),
-                                      "reduce_broadcast": p2p_all_reduce(reduce_broadcast_all_reduce)}
+COLLECTIVES: dict[str, AllReduce] = {
+    "torch": _torch_all_reduce,
+    "ring": p2p_all_reduce(ring_all_reduce),
+    "reduce_broadcast": p2p_all_reduce(reduce_broadcast_all_reduce),
+}
 
 
 def check_collective(collective: str) -> str:
@@ -46,13 +51,29 @@ def check_collective(collective: str) -> str:
 
 
 @overload
-def all_reduce(tensor: torch.Tensor, collective: str = ..., group: dist.ProcessGroup | None = ...,
-               async_op: Literal[False] = ..., name: str = ...) -> torch.Tensor: ...
+def all_reduce(
+    tensor: torch.Tensor,
+    collective: str = ...,
+    group: dist.ProcessGroup | None = ...,
+    async_op: Literal[False] = ...,
+    name: str = ...,
+) -> torch.Tensor: ...
 @overload
-def all_reduce(tensor: torch.Tensor, collective: str = ..., group: dist.ProcessGroup | None = ..., *,
-               async_op: Literal[True], name: str = ...) -> inflight.TrackedWork: ...
-def all_reduce(tensor: torch.Tensor, collective: str = "torch", group: dist.ProcessGroup | None = None,
-               async_op: bool = False, name: str = "all_reduce") -> torch.Tensor | inflight.TrackedWork:
+def all_reduce(
+    tensor: torch.Tensor,
+    collective: str = ...,
+    group: dist.ProcessGroup | None = ...,
+    *,
+    async_op: Literal[True],
+    name: str = ...,
+) -> inflight.TrackedWork: ...
+def all_reduce(
+    tensor: torch.Tensor,
+    collective: str = "torch",
+    group: dist.ProcessGroup | None = None,
+    async_op: bool = False,
+    name: str = "all_reduce",
+) -> torch.Tensor | inflight.TrackedWork:
     """Sum `tensor` in place across `group` with the named collective; `name` says which one in errors."""
     reduce = COLLECTIVES[check_collective(collective)]
     seq = inflight.begin(name)

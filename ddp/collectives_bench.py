@@ -8,6 +8,7 @@ busbw = algbw * 2(n-1)/n, the nccl-tests definition: the traffic a ring puts on 
 figures are comparable across world sizes. Before timing, each case checks its result against
 the exact closed-form sum; exit status 1 if any case is wrong.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -49,6 +50,7 @@ def format_size(nbytes: int) -> str:
 @dataclass(frozen=True)
 class BenchConfig:
     """What to measure; validates itself and names the bad value."""
+
     world_size: int
     sizes: tuple[int, ...]
     collectives: tuple[str, ...] = field(default_factory=lambda: tuple(COLLECTIVES))
@@ -76,6 +78,7 @@ class BenchConfig:
 @dataclass
 class BenchRow:
     """One collective at one size, as rank 0 reports it."""
+
     collective: str
     ranks: int
     size: str
@@ -110,8 +113,9 @@ def check_result(collective: str, count: int, dtype: torch.dtype, device: torch.
     return _slowest(0.0 if ok else 1.0, device) == 0.0
 
 
-def time_one(collective: str, count: int, dtype: torch.dtype, device: torch.device,
-             cfg: BenchConfig) -> tuple[int, float]:
+def time_one(
+    collective: str, count: int, dtype: torch.dtype, device: torch.device, cfg: BenchConfig
+) -> tuple[int, float]:
     """(iterations, seconds per all-reduce of the slowest rank), with iterations sized to the budget."""
     # Zeros keep the repeatedly reduced buffer finite (no inf/denormal slow paths) at the same cost.
     x = torch.zeros(count, dtype=dtype, device=device)
@@ -144,11 +148,25 @@ def run_rank(ctx: DistContext, cfg: BenchConfig) -> list[dict]:
             correct = check_result(collective, count, dtype, ctx.device)
             iters, seconds = time_one(collective, count, dtype, ctx.device, cfg)
             algbw = size / seconds / 1e9
-            rows.append(BenchRow(collective, world, format_size(size), size, count, iters, seconds * 1e6, algbw,
-                                 bus_bandwidth(algbw, world), correct))
+            rows.append(
+                BenchRow(
+                    collective,
+                    world,
+                    format_size(size),
+                    size,
+                    count,
+                    iters,
+                    seconds * 1e6,
+                    algbw,
+                    bus_bandwidth(algbw, world),
+                    correct,
+                )
+            )
             if ctx.is_main:
-                cli.progress(f"[collectives_bench] {collective:>16} {format_size(size):>5}: {iters} iters, "
-                             f"{seconds * 1e3:.3f} ms, {'ok' if correct else 'WRONG'}")
+                cli.progress(
+                    f"[collectives_bench] {collective:>16} {format_size(size):>5}: {iters} iters, "
+                    f"{seconds * 1e3:.3f} ms, {'ok' if correct else 'WRONG'}"
+                )
     return to_records(rows)
 
 
@@ -163,23 +181,49 @@ def to_records(rows: list[BenchRow]) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = cli.Parser(prog="python -m ddp.collectives_bench", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(
+        prog="python -m ddp.collectives_bench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--world-size", type=int, default=4, help="ranks to spawn on this machine (default 4)")
-    parser.add_argument("--sizes", nargs="+", default=["1K", "64K", "1M", "16M"], metavar="SIZE",
-                        help="message sizes in bytes; K, M, G are powers of 1024 (default: 1K 64K 1M 16M)")
-    parser.add_argument("--collectives", "--algorithms", dest="collectives", nargs="+", default=list(COLLECTIVES),
-                        choices=list(COLLECTIVES), metavar="COLLECTIVE",
-                        help=f"collectives to time (default: all of {', '.join(COLLECTIVES)}); "
-                             "--algorithms is its old name")
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=["1K", "64K", "1M", "16M"],
+        metavar="SIZE",
+        help="message sizes in bytes; K, M, G are powers of 1024 (default: 1K 64K 1M 16M)",
+    )
+    parser.add_argument(
+        "--collectives",
+        "--algorithms",
+        dest="collectives",
+        nargs="+",
+        default=list(COLLECTIVES),
+        choices=list(COLLECTIVES),
+        metavar="COLLECTIVE",
+        help=f"collectives to time (default: all of {', '.join(COLLECTIVES)}); --algorithms is its old name",
+    )
     parser.add_argument("--dtype", default="float32", choices=list(DTYPES), help="element type (default float32)")
-    parser.add_argument("--seconds-per-case", type=float, default=0.5,
-                        help="timing budget per collective and size, which sets the iteration count (default 0.5)")
+    parser.add_argument(
+        "--seconds-per-case",
+        type=float,
+        default=0.5,
+        help="timing budget per collective and size, which sets the iteration count (default 0.5)",
+    )
     parser.add_argument("--max-iters", type=int, default=100, help="cap on timed iterations per case (default 100)")
-    parser.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
-                        help="process-group backend (default gloo; tensors go on each rank's GPU when one is visible)")
-    parser.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                        help="stdout format: a human table, or CSV / JSON records for machines")
+    parser.add_argument(
+        "--backend",
+        choices=["gloo", "nccl"],
+        default="gloo",
+        help="process-group backend (default gloo; tensors go on each rank's GPU when one is visible)",
+    )
+    parser.add_argument(
+        "--format",
+        choices=["table", "csv", "json"],
+        default="table",
+        help="stdout format: a human table, or CSV / JSON records for machines",
+    )
     return parser
 
 
@@ -187,14 +231,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        cfg = BenchConfig(world_size=args.world_size, sizes=tuple(parse_size(s) for s in args.sizes),
-                          collectives=tuple(args.collectives), dtype=args.dtype,
-                          seconds_per_case=args.seconds_per_case, max_iters=args.max_iters)
+        cfg = BenchConfig(
+            world_size=args.world_size,
+            sizes=tuple(parse_size(s) for s in args.sizes),
+            collectives=tuple(args.collectives),
+            dtype=args.dtype,
+            seconds_per_case=args.seconds_per_case,
+            max_iters=args.max_iters,
+        )
     except ValueError as error:
         parser.error(str(error))
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    cli.progress(f"[collectives_bench] {cfg.world_size} ranks ({args.backend}), {cfg.dtype}, "
-                 f"1-min load average {load:.1f} on {cpu_count()} CPUs")
+    cli.progress(
+        f"[collectives_bench] {cfg.world_size} ranks ({args.backend}), {cfg.dtype}, "
+        f"1-min load average {load:.1f} on {cpu_count()} CPUs"
+    )
     records = launch(run_rank, cfg.world_size, cfg, backend=args.backend)
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun every rank has the records: rank 0 reports
         return cli.EXIT_OK

@@ -23,6 +23,7 @@ On CUDA an async collective's NVTX range cannot end at completion without a host
 in `collect()`, where the host first observes completion: it spans issue to (at the latest) the
 end of the step. On CPU it ends at completion.
 """
+
 from __future__ import annotations
 
 import time
@@ -45,6 +46,7 @@ BackwardEnd = float | torch.cuda.Event | None
 @dataclass
 class CommStats:
     """Communication of the steps collected since the last reset (sums over those steps)."""
+
     num_ops: int = 0
     bytes: int = 0
     in_flight_s: float = 0.0  # per step: length of the union of issue->completion intervals
@@ -149,6 +151,7 @@ class CommTimer:
             def on_cuda(_fut: object) -> None:
                 self._stream.wait_stream(torch.cuda.current_stream(self.device))
                 self._ends[slot].record(self._stream)
+
             return on_cuda
         generation = self._generation
 
@@ -157,6 +160,7 @@ class CommTimer:
                 nvtx_ranges.end(range_id)
             if generation == self._generation:  # not a late callback of an already folded step
                 self._ends[slot] = min(self._ends[slot], time.perf_counter())
+
         return on_host
 
     def wait(self, slot: int, work: Any) -> None:
@@ -223,13 +227,17 @@ class CommTimer:
             return
         if self.cuda:
             ref = self._starts[first]
-            intervals = [(ref.elapsed_time(self._starts[i]) / 1e3, ref.elapsed_time(self._ends[i]) / 1e3)
-                         for i in range(first, end)]
+            intervals = [
+                (ref.elapsed_time(self._starts[i]) / 1e3, ref.elapsed_time(self._ends[i]) / 1e3)
+                for i in range(first, end)
+            ]
             cut = -float("inf") if backward_end is None else ref.elapsed_time(backward_end) / 1e3
         else:
             # An end never observed (no callback, no wait) counts as an instant collective.
-            intervals = [(self._starts[i], self._ends[i] if self._ends[i] != float("inf") else self._starts[i])
-                         for i in range(first, end)]
+            intervals = [
+                (self._starts[i], self._ends[i] if self._ends[i] != float("inf") else self._starts[i])
+                for i in range(first, end)
+            ]
             for i in range(first, end):
                 self._ends[i] = float("inf")
             cut = -float("inf") if backward_end is None else backward_end

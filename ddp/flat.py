@@ -1,4 +1,5 @@
 """FlatDDP: after backward, every gradient copied into one flat buffer and one blocking all-reduce."""
+
 from __future__ import annotations
 
 import torch
@@ -21,8 +22,10 @@ class FlatDDP(DataParallelBase):
             n_grad = sum(p.numel() for p in self.params)
             self._flat, self.flags = GradFlags.appended(n_grad, self.params, like=self.params[0])
             self._grads = self._flat[:n_grad]
-            self._chunks = [c.view_as(p) for c, p in
-                            zip(self._grads.split([p.numel() for p in self.params]), self.params, strict=True)]
+            self._chunks = [
+                c.view_as(p)
+                for c, p in zip(self._grads.split([p.numel() for p in self.params]), self.params, strict=True)
+            ]
 
     def comm_layout(self) -> list[dict]:
         return [{"name": "flat", "params": list(self.param_names), "bytes": nbytes(self._flat)}] if self.params else []

@@ -6,6 +6,7 @@ ranks' kernels run at once, which NCCL needs. The version that counts is the lib
 this process (an LD_PRELOAD can replace torch's), read with its own `ncclGetVersion`:
 `torch.cuda.nccl.version()` reports the version torch was built with.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -19,9 +20,11 @@ MIN_SHARING = (2, 30, 0)
 ENABLE_VAR = "NCCL_MULTI_RANK_GPU_ENABLE"
 CAVEAT = "timings of ranks sharing a GPU are not multi-GPU timings"
 NO_SHARING = "use --backend gloo, or at most {gpus} rank(s) on this machine"
-WAYS_OUT = NO_SHARING + (", or NCCL >= 2.30 (e.g. LD_PRELOAD a newer libnccl.so.2) with --share-gpus, which sets "
-                         "NCCL_MULTI_RANK_GPU_ENABLE=1; run it under CUDA MPS (nvidia-cuda-mps-control -d) so the "
-                         "ranks' kernels run at once")
+WAYS_OUT = NO_SHARING + (
+    ", or NCCL >= 2.30 (e.g. LD_PRELOAD a newer libnccl.so.2) with --share-gpus, which sets "
+    "NCCL_MULTI_RANK_GPU_ENABLE=1; run it under CUDA MPS (nvidia-cuda-mps-control -d) so the "
+    "ranks' kernels run at once"
+)
 
 
 @dataclass(frozen=True)
@@ -90,12 +93,20 @@ def mps_running(env: Mapping[str, str] | None = None) -> bool:
 @dataclass
 class SharingPlan:
     """What to do before the ranks start: variables to set in each rank, and a line to print (or none)."""
+
     env: dict[str, str] = field(default_factory=dict)
     note: str = ""
 
 
-def plan_sharing(backend: str, local_ranks: int, gpus: int, nccl: NcclLibrary | None, share_gpus: bool,
-                 enabled_by_env: bool = False, mps: bool = True) -> SharingPlan:
+def plan_sharing(
+    backend: str,
+    local_ranks: int,
+    gpus: int,
+    nccl: NcclLibrary | None,
+    share_gpus: bool,
+    enabled_by_env: bool = False,
+    mps: bool = True,
+) -> SharingPlan:
     """Decide for `local_ranks` ranks on `gpus` GPUs; ValueError (one line, the ways out) when NCCL would refuse.
 
     `enabled_by_env`: NCCL_MULTI_RANK_GPU_ENABLE=1 is already set by the user.
@@ -109,19 +120,29 @@ def plan_sharing(backend: str, local_ranks: int, gpus: int, nccl: NcclLibrary | 
     ways_out = WAYS_OUT.format(gpus=gpus)
     if nccl is None:
         if share_gpus:
-            raise ValueError(f"--share-gpus needs NCCL >= 2.30, and this process has no NCCL library loaded "
-                             f"to check; {ways_out}")
+            raise ValueError(
+                f"--share-gpus needs NCCL >= 2.30, and this process has no NCCL library loaded to check; {ways_out}"
+            )
         return SharingPlan()  # cannot tell: NCCL's own error, if any, is explained when it comes
     if nccl.version < MIN_SHARING:
         flag = "--share-gpus needs NCCL >= 2.30" if share_gpus else "NCCL before 2.30 refuses two ranks on one GPU"
-        raise ValueError(f"{sharing} with {nccl.label}: {flag} (\"Duplicate GPU detected\"); {ways_out}")
+        raise ValueError(f'{sharing} with {nccl.label}: {flag} ("Duplicate GPU detected"); {ways_out}')
     if not (share_gpus or enabled_by_env):
-        raise ValueError(f"{sharing} with {nccl.label}: NCCL refuses two ranks on one GPU unless "
-                         f"{ENABLE_VAR}=1; add --share-gpus to set it, or {NO_SHARING.format(gpus=gpus)}")
-    mps_hint = "" if mps else ("; CUDA MPS is not running: start it (nvidia-cuda-mps-control -d) so the ranks' "
-                               "kernels run at once, or NCCL may hang")
-    return SharingPlan(env={ENABLE_VAR: "1"},
-                       note=f"{sharing} with {nccl.label} and {ENABLE_VAR}=1: {CAVEAT}{mps_hint}")
+        raise ValueError(
+            f"{sharing} with {nccl.label}: NCCL refuses two ranks on one GPU unless "
+            f"{ENABLE_VAR}=1; add --share-gpus to set it, or {NO_SHARING.format(gpus=gpus)}"
+        )
+    mps_hint = (
+        ""
+        if mps
+        else (
+            "; CUDA MPS is not running: start it (nvidia-cuda-mps-control -d) so the ranks' "
+            "kernels run at once, or NCCL may hang"
+        )
+    )
+    return SharingPlan(
+        env={ENABLE_VAR: "1"}, note=f"{sharing} with {nccl.label} and {ENABLE_VAR}=1: {CAVEAT}{mps_hint}"
+    )
 
 
 def explain_failure(text: str) -> str | None:
@@ -131,6 +152,8 @@ def explain_failure(text: str) -> str | None:
         return None
     version = re.search(r"NCCL version (\d+\.\d+\.\d+)", text)
     detail = f": {found.group(1).strip()}" if found.group(1).strip() else ""
-    return (f"NCCL{' ' + version.group(1) if version else ''} refused two ranks on one GPU "
-            f"(Duplicate GPU detected{detail}); use --backend gloo, or one rank per GPU, or NCCL >= 2.30 with "
-            f"--share-gpus (sets {ENABLE_VAR}=1; run under CUDA MPS: nvidia-cuda-mps-control -d)")
+    return (
+        f"NCCL{' ' + version.group(1) if version else ''} refused two ranks on one GPU "
+        f"(Duplicate GPU detected{detail}); use --backend gloo, or one rank per GPU, or NCCL >= 2.30 with "
+        f"--share-gpus (sets {ENABLE_VAR}=1; run under CUDA MPS: nvidia-cuda-mps-control -d)"
+    )

@@ -10,6 +10,7 @@ Nothing of this costs anything in a step where every parameter has its gradient:
 view into a buffer allocated once, written by a scalar fill (per-element writes only when a
 gradient is missing), and read back to the host only when some parameter had no local gradient.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -22,14 +23,14 @@ class GradFlags:
 
     def __init__(self, params: Sequence[torch.Tensor], flags: torch.Tensor):
         if flags.numel() != len(params):
-            raise ValueError(f"GradFlags needs one flag per parameter: {flags.numel()} flags "
-                             f"for {len(params)} parameters")
+            raise ValueError(
+                f"GradFlags needs one flag per parameter: {flags.numel()} flags for {len(params)} parameters"
+            )
         self.params, self.flags = params, flags
         self.had = [False] * len(params)  # per parameter: a local gradient this step
 
     @classmethod
-    def appended(cls, numel: int, params: Sequence[torch.Tensor],
-                 like: torch.Tensor) -> tuple[torch.Tensor, GradFlags]:
+    def appended(cls, numel: int, params: Sequence[torch.Tensor], like: torch.Tensor) -> tuple[torch.Tensor, GradFlags]:
         """A zeroed buffer of `numel` elements followed by the flags of `params` (dtype and device
         of `like`), and those flags."""
         buffer = torch.zeros(numel + len(params), dtype=like.dtype, device=like.device)
@@ -106,17 +107,19 @@ class FlagCarrier:
     def pack(self) -> torch.Tensor:
         """The carrier's gradient (zeros if it has none) copied in front of the flags: the buffer to sum."""
         grad = self.flags.grad_or_zeros(self.index)
-        self.buffer[:self.numel].copy_(grad.reshape(-1))
+        self.buffer[: self.numel].copy_(grad.reshape(-1))
         return self.buffer
 
     def unpack(self) -> torch.Tensor:
         """After the sum: the carrier's summed gradient copied back into its .grad, which is returned."""
         grad = self.flags.grad_or_zeros(self.index)  # the one `pack` sent
-        return grad.copy_(self.buffer[:self.numel].view_as(grad))
+        return grad.copy_(self.buffer[: self.numel].view_as(grad))
 
     def layout(self, names: list[str]) -> list[dict]:
         """One entry per collective, in issue order: {name: its tag, params: [name], bytes: its payload}."""
+
         def payload(i: int) -> int:
             tensor = self.buffer if i == self.index else self.params[i]
             return tensor.numel() * tensor.element_size()
+
         return [{"name": names[i], "params": [names[i]], "bytes": payload(i)} for i in self.order]

@@ -10,6 +10,7 @@ Each process keeps its own record; a rank spawned by `ddp.launcher` also mirrors
 shared memory (`attach`), so that the parent can read every rank's position while one hangs or
 after one died (`read`).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -24,13 +25,20 @@ NAME_BYTES = 120
 
 class Slot(ctypes.Structure):
     """One rank's position in shared memory (written by the rank, read by the launcher)."""
-    _fields_ = [("issued", ctypes.c_long), ("open_seq", ctypes.c_long), ("open_since", ctypes.c_double),
-                ("open_name", ctypes.c_char * NAME_BYTES), ("last_name", ctypes.c_char * NAME_BYTES)]
+
+    _fields_ = [
+        ("issued", ctypes.c_long),
+        ("open_seq", ctypes.c_long),
+        ("open_since", ctypes.c_double),
+        ("open_name", ctypes.c_char * NAME_BYTES),
+        ("last_name", ctypes.c_char * NAME_BYTES),
+    ]
 
 
 @dataclass(frozen=True)
 class Position:
     """Collectives a rank issued, the oldest one not complete (seq 0: none) and since when (monotonic s)."""
+
     issued: int = 0
     open_seq: int = 0
     open_name: str = ""
@@ -70,7 +78,7 @@ def begin(name: str) -> int:
         _open[_issued] = (name, time.monotonic())
         if _slot is not None:
             _slot.issued = _issued
-            _slot.last_name = name.encode()[:NAME_BYTES - 1]
+            _slot.last_name = name.encode()[: NAME_BYTES - 1]
             if len(_open) == 1:  # it is the oldest open one
                 _publish_oldest(_slot)
         return _issued
@@ -102,7 +110,7 @@ def _publish() -> None:
     if _slot is None:
         return
     _slot.issued = _issued
-    _slot.last_name = _last.encode()[:NAME_BYTES - 1]
+    _slot.last_name = _last.encode()[: NAME_BYTES - 1]
     _publish_oldest(_slot)
 
 
@@ -110,15 +118,20 @@ def _publish_oldest(slot: Slot) -> None:
     """Write the oldest open collective (or none) into `slot`; `begin`/`end` call it only when it changed."""
     if _open:
         seq, (name, since) = next(iter(_open.items()))
-        slot.open_seq, slot.open_since, slot.open_name = seq, since, name.encode()[:NAME_BYTES - 1]
+        slot.open_seq, slot.open_since, slot.open_name = seq, since, name.encode()[: NAME_BYTES - 1]
     else:
         slot.open_seq = 0
 
 
 def read(slot: Slot) -> Position:
     """A rank's position from its shared slot (a diagnostic: a read during a write may mix two states)."""
-    return Position(slot.issued, slot.open_seq, slot.open_name.decode(errors="replace"), slot.open_since,
-                    slot.last_name.decode(errors="replace"))
+    return Position(
+        slot.issued,
+        slot.open_seq,
+        slot.open_name.decode(errors="replace"),
+        slot.open_since,
+        slot.last_name.decode(errors="replace"),
+    )
 
 
 class TrackedWork:
@@ -146,8 +159,13 @@ class TrackedWork:
         return getattr(self._work, name)
 
 
-def describe_stall(positions: dict[int, Position], waiting: int, finished: Collection[int] = frozenset(),
-                   timeout_s: float | None = None, now: float | None = None) -> str | None:
+def describe_stall(
+    positions: dict[int, Position],
+    waiting: int,
+    finished: Collection[int] = frozenset(),
+    timeout_s: float | None = None,
+    now: float | None = None,
+) -> str | None:
     """'rank 1 stalled: never reached collective #12 comm:all_reduce:flat, ...' when some unfinished
     rank issued fewer collectives than the one `waiting` is in; None when every rank reached it."""
     p = positions[waiting]
@@ -156,9 +174,12 @@ def describe_stall(positions: dict[int, Position], waiting: int, finished: Colle
         return None
     waiters = sorted(r for r, q in positions.items() if q.open_seq == p.open_seq and q.open_name == p.open_name)
     limit = f" ({timeout_s:.0f} s)" if timeout_s is not None else ""
-    return (f"{ranks_text(behind)} stalled: never reached collective #{p.open_seq} {p.open_name}, in which "
-            f"{ranks_text(waiters)} waited until the process-group timeout{limit}; "
-            + "; ".join(f"rank {r} was {positions[r].describe(now)}" for r in behind) + "; the ranks were stopped")
+    return (
+        f"{ranks_text(behind)} stalled: never reached collective #{p.open_seq} {p.open_name}, in which "
+        f"{ranks_text(waiters)} waited until the process-group timeout{limit}; "
+        + "; ".join(f"rank {r} was {positions[r].describe(now)}" for r in behind)
+        + "; the ranks were stopped"
+    )
 
 
 def ranks_text(ranks: list[int]) -> str:

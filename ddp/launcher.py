@@ -10,6 +10,7 @@ mirror their position (`ddp.inflight`) into shared memory, a backend's timeout (
 timeout, DDP_TIMEOUT_S) is reported with it, and past that timeout the parent stops the job itself.
 More local ranks than GPUs with NCCL is checked against the loaded NCCL first (`ddp.gpu_sharing`).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -43,6 +44,7 @@ _TIMED_OUT = re.compile(r"timed? ?out|timeout", re.IGNORECASE)
 @dataclass(frozen=True)
 class DistContext:
     """Where this rank runs."""
+
     rank: int
     local_rank: int
     world_size: int
@@ -113,8 +115,15 @@ def sharing_plan(backend: str, local_world_size: int, share_gpus: bool) -> gpu_s
     """Check more local ranks than GPUs against the NCCL library this process loaded (ValueError if refused)."""
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     nccl = gpu_sharing.loaded_nccl() if backend == "nccl" and local_world_size > gpus > 0 else None
-    return gpu_sharing.plan_sharing(backend, local_world_size, gpus, nccl, share_gpus,
-                                    os.environ.get(gpu_sharing.ENABLE_VAR) == "1", gpu_sharing.mps_running())
+    return gpu_sharing.plan_sharing(
+        backend,
+        local_world_size,
+        gpus,
+        nccl,
+        share_gpus,
+        os.environ.get(gpu_sharing.ENABLE_VAR) == "1",
+        gpu_sharing.mps_running(),
+    )
 
 
 def failure_message(exc: BaseException) -> str:
@@ -131,8 +140,9 @@ def failure_message(exc: BaseException) -> str:
     return line
 
 
-def _setup_rank(rank: int, local_rank: int, world_size: int, local_world_size: int, backend: str,
-                init_method: str, timeout_s: float) -> DistContext:
+def _setup_rank(
+    rank: int, local_rank: int, world_size: int, local_world_size: int, backend: str, init_method: str, timeout_s: float
+) -> DistContext:
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -140,14 +150,24 @@ def _setup_rank(rank: int, local_rank: int, world_size: int, local_world_size: i
         device = torch.device("cpu")
         # Ranks on one machine share its cores: more threads than cores makes every rank slower.
         torch.set_num_threads(max(1, cpu_count() // local_world_size))
-    dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                            timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(
+        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
+    )
     return DistContext(rank, local_rank, world_size, local_world_size, backend, device)
 
 
-def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
-           worker: Callable[..., Any], args: tuple[Any, ...], results: Queue[Any],
-           slots: ctypes.Array[inflight.Slot] | None = None, env: dict[str, str] | None = None) -> None:
+def _child(
+    rank: int,
+    world_size: int,
+    backend: str,
+    init_method: str,
+    timeout_s: float,
+    worker: Callable[..., Any],
+    args: tuple[Any, ...],
+    results: Queue[Any],
+    slots: ctypes.Array[inflight.Slot] | None = None,
+    env: dict[str, str] | None = None,
+) -> None:
     """Body of one spawned rank: report ("ok", result) or ("error", when, message, traceback)."""
     try:
         os.environ.update(env or {})
@@ -165,8 +185,14 @@ def _child(rank: int, world_size: int, backend: str, init_method: str, timeout_s
         os._exit(1)  # skip destroy_process_group: peers may be gone, and it could wait on them
 
 
-def launch(worker: Callable[..., Any], world_size: int | None = None, *args: Any, backend: str | None = None,
-           timeout_s: float | None = None, share_gpus: bool = False) -> Any:
+def launch(
+    worker: Callable[..., Any],
+    world_size: int | None = None,
+    *args: Any,
+    backend: str | None = None,
+    timeout_s: float | None = None,
+    share_gpus: bool = False,
+) -> Any:
     """Run `worker(ctx, *args)` on every rank and return rank 0's result (this rank's under torchrun).
 
     `worker` must be a module-level function (spawned ranks import it). `timeout_s`: how long a
@@ -189,10 +215,14 @@ def launch(worker: Callable[..., Any], world_size: int | None = None, *args: Any
     spawn = mp.get_context("spawn")
     results = spawn.Queue()
     slots = spawn.RawArray(inflight.Slot, world_size)
-    procs = [spawn.Process(target=_child, daemon=True,
-                           args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results,
-                                 slots, sharing.env))
-             for r in range(world_size)]
+    procs = [
+        spawn.Process(
+            target=_child,
+            daemon=True,
+            args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results, slots, sharing.env),
+        )
+        for r in range(world_size)
+    ]
     for p in procs:
         p.start()
     try:
@@ -205,8 +235,12 @@ def launch(worker: Callable[..., Any], world_size: int | None = None, *args: Any
             p.join(timeout=10)
 
 
-def _collect(procs: Sequence[BaseProcess], results: Queue[Any], slots: ctypes.Array[inflight.Slot] | None = None,
-             timeout_s: float | None = None) -> Any:
+def _collect(
+    procs: Sequence[BaseProcess],
+    results: Queue[Any],
+    slots: ctypes.Array[inflight.Slot] | None = None,
+    timeout_s: float | None = None,
+) -> Any:
     """Wait for every rank's report; on a failure, pick the root cause and raise it.
 
     With `slots` (the ranks' shared positions) and `timeout_s`, a collective still open well past the
@@ -224,8 +258,9 @@ def _collect(procs: Sequence[BaseProcess], results: Queue[Any], slots: ctypes.Ar
                 errors[rank] = payload
         except queue_module.Empty:
             pass
-        silent = {r: p.exitcode for r, p in enumerate(procs)
-                  if p.exitcode is not None and r not in errors and r not in ok}
+        silent = {
+            r: p.exitcode for r, p in enumerate(procs) if p.exitcode is not None and r not in errors and r not in ok
+        }
         # A rank that exited cleanly may still have its report in the queue: it only counts as silent
         # while that lasts, so the grace period restarts whenever nothing is wrong any more.
         if not (errors or silent):
@@ -240,16 +275,25 @@ def _collect(procs: Sequence[BaseProcess], results: Queue[Any], slots: ctypes.Ar
     return ok[0]
 
 
-def _raise_root_cause(errors: dict[int, tuple[float, str, str]], silent: dict[int, int],
-                      positions: dict[int, inflight.Position] | None = None, finished: Collection[int] = frozenset(),
-                      timeout_s: float | None = None) -> None:
+def _raise_root_cause(
+    errors: dict[int, tuple[float, str, str]],
+    silent: dict[int, int],
+    positions: dict[int, inflight.Position] | None = None,
+    finished: Collection[int] = frozenset(),
+    timeout_s: float | None = None,
+) -> None:
     """A rank that died without a word caused the rest; a timeout in a collective that some rank never
     reached was caused by that rank; otherwise the earliest error did."""
     positions = positions or {}
     if silent:
         rank, code = min(silent.items())
-        how = (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}" if code
-               else "exited with code 0")
+        how = (
+            f"was killed by signal {-code}"
+            if code < 0
+            else f"exited with code {code}"
+            if code
+            else "exited with code 0"
+        )
         where = f" ({positions[rank].describe()})" if rank in positions and positions[rank].issued else ""
         raise RankFailedError(f"rank {rank} {how} without reporting a result{where}; the other ranks were stopped")
     rank, (_, message, details) = min(errors.items(), key=lambda item: item[1][0])
@@ -261,30 +305,44 @@ def _raise_root_cause(errors: dict[int, tuple[float, str, str]], silent: dict[in
         # nor finished are the ones the others waited for.
         running = [r for r in sorted(positions) if r not in errors and r not in finished]
         if running:
-            message += ("; still running when it timed out: "
-                        + "; ".join(f"rank {r} {positions[r].describe()}" for r in running))
+            message += "; still running when it timed out: " + "; ".join(
+                f"rank {r} {positions[r].describe()}" for r in running
+            )
     raise RankFailedError(f"rank {rank} failed: {message}", details)
 
 
 def _stop_a_hang(positions: dict[int, inflight.Position], finished: set[int], timeout_s: float) -> None:
     """Raise when a rank has been in one collective for longer than the timeout plus some slack."""
     now = time.monotonic()
-    late = [r for r, p in positions.items()
-            if r not in finished and p.open_seq and now - p.open_since > timeout_s + watchdog_slack_s(timeout_s)]
+    late = [
+        r
+        for r, p in positions.items()
+        if r not in finished and p.open_seq and now - p.open_since > timeout_s + watchdog_slack_s(timeout_s)
+    ]
     if late:
         rank = min(late, key=lambda r: positions[r].open_since)
         stalled = inflight.describe_stall(positions, rank, finished, timeout_s, now)
         p = positions[rank]
         waiters = [r for r, q in sorted(positions.items()) if (q.open_seq, q.open_name) == (p.open_seq, p.open_name)]
-        raise RankFailedError(stalled or (
-            f"collective #{p.open_seq} {p.open_name} never completed: {inflight.ranks_text(waiters)} waited in it "
-            f"past the process-group timeout ({timeout_s:.0f} s) and no rank failed ("
-            + "; ".join(f"rank {r} {q.describe(now)}" for r, q in sorted(positions.items()))
-            + "); the ranks were stopped"))
+        raise RankFailedError(
+            stalled
+            or (
+                f"collective #{p.open_seq} {p.open_name} never completed: {inflight.ranks_text(waiters)} waited in it "
+                f"past the process-group timeout ({timeout_s:.0f} s) and no rank failed ("
+                + "; ".join(f"rank {r} {q.describe(now)}" for r, q in sorted(positions.items()))
+                + "); the ranks were stopped"
+            )
+        )
 
 
-def _run_in_torchrun(worker: Callable[..., Any], world_size: int | None, args: tuple[Any, ...], backend: str | None,
-                     timeout_s: float, share_gpus: bool = False) -> Any:
+def _run_in_torchrun(
+    worker: Callable[..., Any],
+    world_size: int | None,
+    args: tuple[Any, ...],
+    backend: str | None,
+    timeout_s: float,
+    share_gpus: bool = False,
+) -> Any:
     """This process is one rank of a torchrun job: a failure becomes RankFailedError naming this rank
     (torchrun then stops the others)."""
     env_world = int(os.environ["WORLD_SIZE"])

@@ -4,6 +4,7 @@ The LM uses RMSNorm, SwiGLU, rotary position embeddings, causal attention and an
 Submodules are registered in the order backward reaches them reversed, so reverse registration
 order (the wrappers' all-reduce order) follows the order gradients become ready.
 """
+
 from __future__ import annotations
 
 import math
@@ -172,8 +173,7 @@ def parameter_count(name: str) -> int:
     return 2 * VOCAB_SIZE * s.d_model + s.num_layers * per_layer + s.d_model
 
 
-def estimated_training_bytes(name: str, batch_per_rank: int, context_length: int,
-                             optimizer: str = "adamw") -> int:
+def estimated_training_bytes(name: str, batch_per_rank: int, context_length: int, optimizer: str = "adamw") -> int:
     """Rough peak memory of one rank in float32: weights, grads, comm buffers, optimizer state, activations."""
     params = parameter_count(name)
     state_copies = 2 if optimizer == "adamw" else 0
@@ -188,9 +188,13 @@ def estimated_training_bytes(name: str, batch_per_rank: int, context_length: int
     return weights + activations
 
 
-def largest_model_that_fits(free_bytes: int, batch_per_rank: int, context_length: int,
-                            optimizer: str = "adamw", headroom: float = 0.8) -> str:
+def largest_model_that_fits(
+    free_bytes: int, batch_per_rank: int, context_length: int, optimizer: str = "adamw", headroom: float = 0.8
+) -> str:
     """The largest Transformer size whose estimate fits in `headroom` of `free_bytes` ("tiny" if none)."""
-    fitting = [n for n in MODEL_SIZES
-               if estimated_training_bytes(n, batch_per_rank, context_length, optimizer) <= headroom * free_bytes]
+    fitting = [
+        n
+        for n in MODEL_SIZES
+        if estimated_training_bytes(n, batch_per_rank, context_length, optimizer) <= headroom * free_bytes
+    ]
     return max(fitting, key=parameter_count) if fitting else "tiny"

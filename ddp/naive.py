@@ -1,4 +1,5 @@
 """NaiveDDP: after backward, one blocking all-reduce per parameter."""
+
 from __future__ import annotations
 
 import torch

@@ -7,6 +7,7 @@ NVTX_EVENTS.int64Value. Without the `nvtx` package (e.g. Python 3.13, where nvtx
 wheel) every call is a no-op. `record_with(recorder)` sends every call to another recorder instead
 (profiling's torch.profiler one).
 """
+
 from __future__ import annotations
 
 import contextlib

@@ -1,5 +1,6 @@
 """OverlapDDP (registry name `overlap`): each parameter's all-reduce issued asynchronously from
 its gradient hook, during backward."""
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,7 @@ class OverlapDDP(DataParallelBase):
         self._pending: list[PendingAllReduce] = []
         self._next = 0  # position in `order` of the next collective to issue
         for pos, i in enumerate(self.order):
-            self.params[i].register_post_accumulate_grad_hook(
-                lambda _p, pos=pos: self._on_gradient_ready(pos))
+            self.params[i].register_post_accumulate_grad_hook(lambda _p, pos=pos: self._on_gradient_ready(pos))
 
     def comm_layout(self) -> list[dict]:
         return self.carrier.layout(self.param_names) if self.carrier else []

@@ -7,6 +7,7 @@ issues its collectives in the same order (the DDP contract), running them in tha
 ranks' messages matched; blocking calls go through the same queue, so they stay ordered with
 respect to async ones already in flight.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -85,8 +86,9 @@ def _the_worker() -> _OrderedWorker:
         return _worker
 
 
-def staged_for_backend(sum_in_place: Callable[..., torch.Tensor], tensor: torch.Tensor,
-                       group: dist.ProcessGroup | None = None) -> torch.Tensor:
+def staged_for_backend(
+    sum_in_place: Callable[..., torch.Tensor], tensor: torch.Tensor, group: dist.ProcessGroup | None = None
+) -> torch.Tensor:
     """Run `sum_in_place(tensor, group)`; over gloo, a CUDA tensor goes through a host copy.
 
     gloo's send/recv hand the raw data pointer to a host-memory transport (its collectives stage
@@ -113,9 +115,12 @@ def p2p_all_reduce(sum_in_place: Callable[..., torch.Tensor]) -> Callable[..., t
 
     The entry returns the tensor, or with async_op=True a P2PWork handle (`wait()`, `get_future()`).
     """
-    def all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
-                   async_op: bool = False) -> torch.Tensor | P2PWork:
+
+    def all_reduce(
+        tensor: torch.Tensor, group: dist.ProcessGroup | None = None, async_op: bool = False
+    ) -> torch.Tensor | P2PWork:
         return run_in_order(lambda: staged_for_backend(sum_in_place, tensor, group), async_op=async_op)
+
     return all_reduce
 
 

@@ -6,6 +6,7 @@ partial sum to the rank 2^k below it and drops out; in the broadcast the same tr
 backwards. Every message carries the whole tensor, so the root moves log2(n) full tensors
 each way, where a ring moves 2(n-1)/n of one: cheap for small tensors, bandwidth-bound for large.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -52,8 +53,9 @@ def broadcast_from_root(flat: torch.Tensor, vrank: int, world: int, global_rank:
 
 
 @torch.no_grad()  # in-place on tensors that may require grad, like dist.all_reduce
-def reduce_broadcast_all_reduce(tensor: torch.Tensor, group: dist.ProcessGroup | None = None,
-                                root: int = 0) -> torch.Tensor:
+def reduce_broadcast_all_reduce(
+    tensor: torch.Tensor, group: dist.ProcessGroup | None = None, root: int = 0
+) -> torch.Tensor:
     """In-place SUM of `tensor` over `group` (default: the world) by reduce to `root` then broadcast."""
     world = dist.get_world_size(group)
     if not 0 <= root < world:

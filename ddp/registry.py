@@ -1,4 +1,5 @@
 """Implementation name -> wrapper class: the one list every CLI, test and benchmark chooses from."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -38,8 +39,9 @@ def resolve(names: list[str]) -> list[str]:
     return [n for n in IMPLEMENTATIONS if "all" in names or n in names]
 
 
-def wrap(name: str, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
-         **kwargs: Any) -> DataParallelBase:
+def wrap(
+    name: str, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch", **kwargs: Any
+) -> DataParallelBase:
     """Construct implementation `name` around `module`, passing the bucket size where it applies."""
     cls = get(name)
     if name in BUCKETED:

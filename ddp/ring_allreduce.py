@@ -7,6 +7,7 @@ then circulates those finished chunks n-1 more times, overwriting instead of add
 sends and receives 2(n-1)/n of the tensor in total, independent of n: the bandwidth-optimal
 schedule NCCL's ring uses, and the reason bus bandwidth is defined as algbw * 2(n-1)/n.
 """
+
 from __future__ import annotations
 
 import torch

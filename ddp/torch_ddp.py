@@ -1,4 +1,5 @@
 """TorchDDP: PyTorch's DistributedDataParallel behind the same protocol as the hand-written wrappers."""
+
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as real objects.
 import inspect
 from typing import Any
@@ -34,20 +35,28 @@ class TorchDDP(DataParallelBase):
 
     ddp: DistributedDataParallel  # set in __init__ through __dict__ (see there), declared for the type checker
 
-    def __init__(self, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch",
-                 find_unused_parameters: bool = False, first_bucket_mb: float | None = 1.0):
+    def __init__(
+        self,
+        module: nn.Module,
+        bucket_size_mb: float | None = 25,
+        collective: str = "torch",
+        find_unused_parameters: bool = False,
+        first_bucket_mb: float | None = 1.0,
+    ):
         if collective != "torch":
-            raise ValueError(f"TorchDDP runs PyTorch's own all-reduce: collective must be 'torch', "
-                             f"got {collective!r}")
+            raise ValueError(f"TorchDDP runs PyTorch's own all-reduce: collective must be 'torch', got {collective!r}")
         if bucket_size_mb is not None and not bucket_size_mb > 0:
             raise ValueError(f"bucket_size_mb must be positive or None, got {bucket_size_mb!r}")
         super().__init__(module, collective)  # broadcasts rank 0's state; DDP does it again, cheaply
         self.bucket_size_mb = bucket_size_mb
         device_ids = [module_device(module).index] if module_device(module).type == "cuda" else None
         # Kept out of the submodule registry so `.module` stays the only owner of the parameters.
-        self.__dict__["ddp"] = DistributedDataParallel(module, device_ids=device_ids,
-                                                       find_unused_parameters=find_unused_parameters,
-                                                       **bucket_caps(bucket_size_mb, first_bucket_mb))
+        self.__dict__["ddp"] = DistributedDataParallel(
+            module,
+            device_ids=device_ids,
+            find_unused_parameters=find_unused_parameters,
+            **bucket_caps(bucket_size_mb, first_bucket_mb),
+        )
         self.ddp.register_comm_hook(self, _timed_all_reduce_hook)
         self._bucket_names: dict[int, str] = {}
         # DDP rebuilds its buckets once, in the second step's forward, from the first step's
@@ -71,8 +80,11 @@ class TorchDDP(DataParallelBase):
             self._layout, self._layout_next = self._layout_next, {}
 
     def _record_bucket(self, bucket: dist.GradBucket, size: int) -> None:
-        self._layout_next[bucket.index()] = {"name": f"bucket{bucket.index()}", "bytes": size,
-                                        "params": [self._name_by_ptr[p.data_ptr()] for p in bucket.parameters()]}
+        self._layout_next[bucket.index()] = {
+            "name": f"bucket{bucket.index()}",
+            "bytes": size,
+            "params": [self._name_by_ptr[p.data_ptr()] for p in bucket.parameters()],
+        }
 
     def _bucket_range_name(self, index: int) -> str:
         name = self._bucket_names.get(index)

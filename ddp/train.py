@@ -5,6 +5,7 @@ wrapper) and `optimizer`. Timings cover measured steps only (warm-up excluded); 
 is synchronised once at the end of each step (never per collective), then the wrapper's
 communication timing is read (ddp.comm_timing). Rank 0 gets every rank's figures.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -35,6 +36,7 @@ OPTIMIZERS = ("sgd", "adamw")
 @dataclass
 class RunConfig:
     """One training run; validates itself and names the bad value."""
+
     impl: str = "overlap_bucket"
     model: str = "tiny"
     world_size: int = 2
@@ -75,6 +77,7 @@ class RunConfig:
 @dataclass
 class TrainResult:
     """Measured steps of one run, every rank's: lists indexed [rank][step]."""
+
     config: RunConfig
     step_time_s: list[list[float]]
     comm_time_s: list[list[float]]  # communication after backward ended (exposed)
@@ -132,8 +135,9 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def train_step(model: DataParallelBase, optimizer: torch.optim.Optimizer,
-               batch: tuple[torch.Tensor, torch.Tensor], step: int) -> torch.Tensor:
+def train_step(
+    model: DataParallelBase, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor], step: int
+) -> torch.Tensor:
     """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
     inputs, targets = batch
     with nvtx_ranges.range(step_range(step), cache=False):
@@ -177,8 +181,9 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 dist.barrier()  # measured steps start together on every rank
                 if measured_region is not None:
                     region.enter_context(measured_region(model))
-            batch = rank_batch(cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank,
-                               ctx.world_size, cfg.seed, ctx.device)
+            batch = rank_batch(
+                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
+            )
             synchronize_device(batch[0])
             t0 = time.perf_counter()
             loss = train_step(model, optimizer, batch, step)
@@ -198,10 +203,17 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     gc.collect()
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, own)
-    return TrainResult(cfg, [g["step"] for g in gathered], [g["comm"] for g in gathered],
-                       [g["ops"] for g in gathered], float(loss), run_metadata(ctx, cfg),
-                       [g["in_flight"] for g in gathered], [g["hidden"] for g in gathered],
-                       clock)
+    return TrainResult(
+        cfg,
+        [g["step"] for g in gathered],
+        [g["comm"] for g in gathered],
+        [g["ops"] for g in gathered],
+        float(loss),
+        run_metadata(ctx, cfg),
+        [g["in_flight"] for g in gathered],
+        [g["hidden"] for g in gathered],
+        clock,
+    )
 
 
 def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
@@ -209,19 +221,29 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
     size = MODEL_SIZES.get(cfg.model)
     try:
         from importlib.metadata import version
+
         nvtx_version = version("nvtx")
     except Exception:  # not installed: the ranges are no-ops
         nvtx_version = None
     return {
-        "implementation": cfg.impl, "rank": ctx.rank, "local_rank": ctx.local_rank,
-        "world_size": ctx.world_size, "hostname": socket.gethostname(), "pid": os.getpid(),
-        "model": cfg.model, "d_model": size.d_model if size else None,
-        "num_layers": size.num_layers if size else None, "batch_size": cfg.batch_size,
+        "implementation": cfg.impl,
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "world_size": ctx.world_size,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "model": cfg.model,
+        "d_model": size.d_model if size else None,
+        "num_layers": size.num_layers if size else None,
+        "batch_size": cfg.batch_size,
         "context_length": cfg.context_length,
         "bucket_mb": cfg.bucket_mb if cfg.impl in registry.BUCKETED else None,
-        "backend": ctx.backend, "collective": cfg.collective, "device": str(ctx.device),
-        "steps": cfg.steps, "warmup": cfg.warmup, "optimizer": cfg.optimizer,
+        "backend": ctx.backend,
+        "collective": cfg.collective,
+        "device": str(ctx.device),
+        "steps": cfg.steps,
+        "warmup": cfg.warmup,
+        "optimizer": cfg.optimizer,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
         "argv": sys.argv[1:],
     }
-

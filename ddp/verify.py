@@ -13,6 +13,7 @@ AdamW divides by sqrt(v) + 1e-8, so on the Transformer a few gradients near 1e-8
 rounding (ranks sum half-batches, one process sums the whole) into update differences up to the
 learning rate: expect a handful of elements out of millions outside the default tolerances there.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,7 @@ from ddp.models import build_model
 from ddp.train import RunConfig, build_wrapped, loss_fn, make_optimizer, train_step
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
-COLUMNS = ["implementation", "max_abs_diff_vs_single", "elements_not_close", "max_abs_diff_between_ranks",
-           "result"]
+COLUMNS = ["implementation", "max_abs_diff_vs_single", "elements_not_close", "max_abs_diff_between_ranks", "result"]
 
 
 def train_single_process(cfg: RunConfig) -> dict[str, torch.Tensor]:
@@ -49,8 +49,9 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
     model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
     optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
     for step in range(cfg.steps):
-        batch = rank_batch(cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank,
-                           ctx.world_size, cfg.seed, ctx.device)
+        batch = rank_batch(
+            cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
+        )
         train_step(model, optimizer, batch, step)
     params = {k: v.detach().cpu().clone() for k, v in model.module.named_parameters()}
     flat = torch.cat([v.reshape(-1) for v in params.values()])
@@ -72,18 +73,19 @@ def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | No
     return results if ctx.is_main else None
 
 
-def compare(reference: dict[str, torch.Tensor], params: dict[str, torch.Tensor], rtol: float = 1e-5,
-            atol: float = 1e-8) -> tuple[float, int]:
+def compare(
+    reference: dict[str, torch.Tensor], params: dict[str, torch.Tensor], rtol: float = 1e-5, atol: float = 1e-8
+) -> tuple[float, int]:
     """Largest |difference| over all parameters, and how many elements are not allclose."""
     diffs = [float((params[k] - ref).abs().max()) for k, ref in reference.items()]
-    not_close = sum(int((~torch.isclose(params[k], ref, rtol=rtol, atol=atol)).sum())
-                    for k, ref in reference.items())
+    not_close = sum(int((~torch.isclose(params[k], ref, rtol=rtol, atol=atol)).sum()) for k, ref in reference.items())
     return max(diffs, default=0.0), not_close
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = cli.Parser(prog="python -m ddp.verify", description=__doc__,
-                        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = cli.Parser(
+        prog="python -m ddp.verify", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     cli.add_run_arguments(parser, model_default="toy")
     parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
     parser.add_argument("--batch-size", type=int, default=None, help="global batch (default 4 per rank)")
@@ -91,18 +93,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for overlap_bucket and torch")
     parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (torch.allclose default)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (torch.allclose default)")
-    parser.add_argument("--collective", choices=cli.collective_choices(), default="torch",
-                        help="the wrappers' all-reduce collective (default torch); with --impl all, "
-                             "the torch implementation is left out of any other, as it only runs its own")
+    parser.add_argument(
+        "--collective",
+        choices=cli.collective_choices(),
+        default="torch",
+        help="the wrappers' all-reduce collective (default torch); with --impl all, "
+        "the torch implementation is left out of any other, as it only runs its own",
+    )
     args = parser.parse_args(argv)
     world = cli.resolve_world_size(args.world_size)
     batch = args.batch_size if args.batch_size is not None else 4 * world
-    configs = [RunConfig(impl=name, model=args.model, world_size=world, batch_size=batch,
-                         context_length=args.context_length, steps=args.steps, warmup=0,
-                         bucket_mb=args.bucket_mb, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                         backend=args.backend, collective=args.collective)
-               for name in registry.resolve(args.impl)
-               if not (name == "torch" and args.collective != "torch" and "all" in args.impl)]
+    configs = [
+        RunConfig(
+            impl=name,
+            model=args.model,
+            world_size=world,
+            batch_size=batch,
+            context_length=args.context_length,
+            steps=args.steps,
+            warmup=0,
+            bucket_mb=args.bucket_mb,
+            optimizer=args.optimizer,
+            lr=args.lr,
+            seed=args.seed,
+            backend=args.backend,
+            collective=args.collective,
+        )
+        for name in registry.resolve(args.impl)
+        if not (name == "torch" and args.collective != "torch" and "all" in args.impl)
+    ]
     outcomes = launch(verify_worker, world, configs, backend=args.backend, share_gpus=args.share_gpus)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
@@ -111,9 +130,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     for cfg, outcome in zip(configs, outcomes, strict=True):
         diff, not_close = compare(reference, outcome["params"], args.rtol, args.atol)
         same_ranks = outcome["rank_spread"] <= RANK_TOLERANCE
-        records.append({"implementation": cfg.impl, "max_abs_diff_vs_single": diff,
-                        "elements_not_close": not_close, "max_abs_diff_between_ranks": outcome["rank_spread"],
-                        "result": "PASS" if not_close == 0 and same_ranks else "FAIL"})
+        records.append(
+            {
+                "implementation": cfg.impl,
+                "max_abs_diff_vs_single": diff,
+                "elements_not_close": not_close,
+                "max_abs_diff_between_ranks": outcome["rank_spread"],
+                "result": "PASS" if not_close == 0 and same_ranks else "FAIL",
+            }
+        )
     print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
     return cli.EXIT_OK if all(r["result"] == "PASS" for r in records) else cli.EXIT_CHECK_FAILED
 

@@ -13,6 +13,7 @@ Barriers line the ranks up at both ends: nsys starts capturing at the first
 push and stops at the first pop of `profile` (`--capture-range-end=stop`), and a rank still inside
 its last step at that moment would have that step cut short in the trace.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -33,10 +34,13 @@ def tool_versions() -> dict[str, str]:
     import torch
 
     from ddp.gpu_sharing import loaded_nccl
+
     loaded = loaded_nccl()  # what the ranks really run (an LD_PRELOAD may replace torch's own)
-    return {"cuda": str(torch.version.cuda),
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none",
-            "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else "none"}
+    return {
+        "cuda": str(torch.version.cuda),
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none",
+        "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else "none",
+    }
 
 
 def _barrier() -> None:

@@ -6,6 +6,7 @@ from a private folder that puts it there (profiling/nsys_layout.py).
     python -m profiling.nsys find                 # prints the nsys path, or the install steps (exit 2)
     python -m profiling.nsys export REP.nsys-rep OUT.sqlite
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,10 @@ def find_nsys(env: Mapping[str, str] | None = None) -> Path:
     try:
         return nsys_layout.runnable_nsys(found)
     except OSError as err:
-        raise NsysError(f"{found} needs its importer beside it, and a private copy could not be made "
-                        f"in {nsys_layout.farm_root()}: {err}") from None
+        raise NsysError(
+            f"{found} needs its importer beside it, and a private copy could not be made "
+            f"in {nsys_layout.farm_root()}: {err}"
+        ) from None
 
 
 def nsys_version(nsys: Path) -> str:
@@ -68,8 +71,9 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m profiling.nsys", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m profiling.nsys", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("find", help="print the path of nsys and its version; exit 2 with install steps if missing")
     exp = sub.add_parser("export", help="export a .nsys-rep to SQLite via a temporary name (replaces OUT)")

@@ -11,6 +11,7 @@ symlinks resolved). Two installs put the importer elsewhere, and nsys then write
 executables, symlinks to everything else, and a `host-linux-x64` symlink to the importer's folder.
 Copies, because nsys finds `..` from its real path; built once per install and reused.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,8 +40,9 @@ def _version_key(path: Path) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", str(path)))
 
 
-def importer_dirs(nsys: Path, debian_cli_dir: Path = DEBIAN_CLI_DIR,
-                  debian_importer_dir: Path = DEBIAN_IMPORTER_DIR) -> list[Path]:
+def importer_dirs(
+    nsys: Path, debian_cli_dir: Path = DEBIAN_CLI_DIR, debian_importer_dir: Path = DEBIAN_IMPORTER_DIR
+) -> list[Path]:
     """Folders that may hold this nsys's importer, the one nsys itself uses (../host-linux-x64) first."""
     cli_dir = Path(nsys).resolve().parent
     dirs = [cli_dir.parent / "host-linux-x64"]
@@ -88,8 +90,12 @@ def runnable_nsys(nsys: Path, root: Path | None = None, **dirs: Path) -> Path:
     cli = farm / real.parent.name / real.name
     if _is_executable(cli) and (farm / "host-linux-x64").exists():
         return cli
-    print(f"[profiling] {nsys} looks for its importer in ../host-linux-x64, which is missing: "
-          f"running a private copy in {farm} with host-linux-x64 -> {importer}", file=sys.stderr, flush=True)
+    print(
+        f"[profiling] {nsys} looks for its importer in ../host-linux-x64, which is missing: "
+        f"running a private copy in {farm} with host-linux-x64 -> {importer}",
+        file=sys.stderr,
+        flush=True,
+    )
     root.mkdir(parents=True, exist_ok=True)
     building = Path(tempfile.mkdtemp(prefix=".building-", dir=root))
     try:
@@ -123,6 +129,7 @@ def _link_farm(source: Path, target: Path) -> None:
 @dataclass
 class ImportResult:
     """What running the importer on a capture gave: the report, or why not."""
+
     report: Path | None
     message: str
 
@@ -130,8 +137,9 @@ class ImportResult:
 def import_capture(importer: Path, qdstrm: Path, timeout_s: float = 3600) -> ImportResult:
     """`QdstrmImporter -i X.qdstrm` (writes X.nsys-rep beside it); the report, or the importer's message."""
     try:
-        res = subprocess.run([str(importer), "-i", str(qdstrm)], capture_output=True, text=True,
-                             errors="replace", timeout=timeout_s)
+        res = subprocess.run(
+            [str(importer), "-i", str(qdstrm)], capture_output=True, text=True, errors="replace", timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         return ImportResult(None, str(err))
     for suffix in (".nsys-rep", ".qdrep"):  # .qdrep: importers before 2021.4

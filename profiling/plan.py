@@ -2,6 +2,7 @@
 
 No torch here: GPUs are counted with nvidia-smi so that planning, `--help` and `--dry-run` stay quick.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,6 +38,7 @@ def local_gpu_count() -> int:
 @dataclass
 class ProfilePlan:
     """Settings of one profiling call; None means "the machine's default" (filled by `resolved`)."""
+
     impls: list[str]
     out_dir: Path = Path("traces")
     world_size: int | None = None
@@ -91,11 +93,15 @@ class ProfilePlan:
             raise ValueError("device=cuda but no GPU is visible (nvidia-smi lists none)")
         world_size = self.world_size or (gpus if device == "cuda" else 2)
         own_gpus = world_size <= gpus or self.share_gpus or bool(self.torchrun_args)
-        return replace(self, gpus=gpus, device=device,
-                        backend=self.backend or ("nccl" if device == "cuda" and own_gpus else "gloo"),
-                        world_size=world_size,
-                        model=self.model or "auto",
-                        trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else "nvtx,osrt"))
+        return replace(
+            self,
+            gpus=gpus,
+            device=device,
+            backend=self.backend or ("nccl" if device == "cuda" and own_gpus else "gloo"),
+            world_size=world_size,
+            model=self.model or "auto",
+            trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else "nvtx,osrt"),
+        )
 
     @property
     def nsys_options(self) -> NsysOptions:
@@ -108,15 +114,30 @@ class ProfilePlan:
 
     def runner_command(self, impl: str) -> list[str]:
         """`python -m profiling.run ...` for `impl`; under torchrun the world comes from torchrun."""
-        cmd = [sys.executable, "-m", "profiling.run", "--impl", impl, "--model", str(self.model),
-               "--backend", str(self.backend), "--device", str(self.device)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "profiling.run",
+            "--impl",
+            impl,
+            "--model",
+            str(self.model),
+            "--backend",
+            str(self.backend),
+            "--device",
+            str(self.device),
+        ]
         if not self.per_rank:
             cmd += ["--world-size", str(self.world_size)]
         if self.share_gpus:
             cmd.append("--share-gpus")
-        for flag, value in (("--steps", self.steps), ("--warmup", self.warmup),
-                            ("--batch-size", self.batch_size), ("--context-length", self.context_length),
-                            ("--bucket-mb", self.bucket_mb)):
+        for flag, value in (
+            ("--steps", self.steps),
+            ("--warmup", self.warmup),
+            ("--batch-size", self.batch_size),
+            ("--context-length", self.context_length),
+            ("--bucket-mb", self.bucket_mb),
+        ):
             if value is not None:
                 cmd += [flag, str(value)]
         if self.profiler == "torch":
@@ -128,17 +149,35 @@ class ProfilePlan:
         targs = self.torchrun_args or ["--standalone", "--nproc-per-node", str(self.world_size)]
         if self.profiler == "torch":  # each rank profiles itself: no session wrapper
             return [sys.executable, "-m", "torch.distributed.run", *targs, "--no-python", *self.runner_command(impl)]
-        session = [sys.executable, "-m", "profiling.session", "--stem", str(self.stem(impl)),
-                   "--trace", self.nsys_options.trace, "--timeout", str(self.timeout_s)]
+        session = [
+            sys.executable,
+            "-m",
+            "profiling.session",
+            "--stem",
+            str(self.stem(impl)),
+            "--trace",
+            self.nsys_options.trace,
+            "--timeout",
+            str(self.timeout_s),
+        ]
         if self.sample:
             session.append("--sample")
-        return [sys.executable, "-m", "torch.distributed.run", *targs, "--no-python", *session,
-                "--", *self.runner_command(impl)]
+        return [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *targs,
+            "--no-python",
+            *session,
+            "--",
+            *self.runner_command(impl),
+        ]
 
     def describe(self) -> str:
         """One line for the progress log."""
         where = shlex.join(self.torchrun_args) if self.torchrun_args else f"{self.world_size} local ranks"
         tool = "torch.profiler" if self.profiler == "torch" else f"nsys -t {self.trace}"
-        return (f"{where}, {self.backend} on {self.device}, model {self.model}, {tool}"
-                f"{', one report per rank' if self.per_rank else ''}")
-
+        return (
+            f"{where}, {self.backend} on {self.device}, model {self.model}, {tool}"
+            f"{', one report per rank' if self.per_rank else ''}"
+        )

@@ -28,6 +28,7 @@ record_function ranges named as the NVTX ranges are (profiling.torch_record).
 
 Exit codes: 0 all recorded, 1 a profiled run or export failed, 2 bad arguments or nsys missing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -51,6 +52,7 @@ from profiling.session import exit_on_sigterm, profiled_env, record, run_forward
 @dataclass
 class Output:
     """One trace file written by this call."""
+
     impl: str
     report: Path
     sqlite: Path
@@ -65,14 +67,19 @@ def log(msg: str) -> None:
 
 def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
     parser = argparse.ArgumentParser(
-        prog="run_nsys.sh", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-        usage="bash run_nsys.sh IMPL|all [IMPL...] [options] [-- args for python -m profiling.run]")
-    parser.add_argument("impls", nargs="+", metavar="IMPL",
-                        help=f"one or more of: {', '.join(registry.IMPLEMENTATIONS)}, or all")
+        prog="run_nsys.sh",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        usage="bash run_nsys.sh IMPL|all [IMPL...] [options] [-- args for python -m profiling.run]",
+    )
+    parser.add_argument(
+        "impls", nargs="+", metavar="IMPL", help=f"one or more of: {', '.join(registry.IMPLEMENTATIONS)}, or all"
+    )
     run = parser.add_argument_group("the profiled run (default: the machine's, see above)")
     run.add_argument("--world-size", "-n", type=int, help="ranks (default: local GPUs, or 2 without GPU)")
-    run.add_argument("--model", choices=["auto", *MODEL_NAMES],
-                     help="model size, or auto: largest that fits the GPU, tiny on CPU")
+    run.add_argument(
+        "--model", choices=["auto", *MODEL_NAMES], help="model size, or auto: largest that fits the GPU, tiny on CPU"
+    )
     run.add_argument("--steps", type=int, help="measured (captured) steps")
     run.add_argument("--warmup", type=int, help="warm-up steps, run before the capture starts")
     run.add_argument("--batch-size", type=int, help="global batch (sequences per step, split across ranks)")
@@ -81,40 +88,72 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
     run.add_argument("--backend", choices=BACKENDS, help="default: nccl with GPUs, gloo without")
     run.add_argument("--device", choices=DEVICES, help="default: cuda with GPUs, cpu without")
     run.add_argument("--gpus", type=int, help="local GPUs to assume (default: counted by nvidia-smi)")
-    run.add_argument("--share-gpus", action="store_true",
-                     help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded, sets "
-                          "NCCL_MULTI_RANK_GPU_ENABLE=1 (run under CUDA MPS); not multi-GPU timings")
+    run.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="NCCL with more ranks than GPUs: needs NCCL >= 2.30 loaded, sets "
+        "NCCL_MULTI_RANK_GPU_ENABLE=1 (run under CUDA MPS); not multi-GPU timings",
+    )
     prof = parser.add_argument_group("profiling")
     prof.add_argument("--out-dir", "-o", type=Path, default=Path("traces"), help="default: %(default)s")
-    prof.add_argument("--per-rank", action="store_true",
-                      help="run under torchrun with one nsys per rank: <impl>.rank<N>.{nsys-rep,sqlite}")
-    prof.add_argument("--torchrun", default="", metavar="ARGS",
-                      help="torchrun arguments for --per-rank, e.g. multi-node: \"--nnodes 2 --node-rank 0 "
-                           "--nproc-per-node 1 --master-addr HOST --master-port 29500\" "
-                           "(default: --standalone --nproc-per-node WORLD_SIZE)")
-    prof.add_argument("--profiler", choices=PROFILERS, default="nsys",
-                      help="nsys (default), or torch: torch.profiler in every rank, no nsys needed, "
-                           "<impl>.rank<N>.json.gz")
+    prof.add_argument(
+        "--per-rank",
+        action="store_true",
+        help="run under torchrun with one nsys per rank: <impl>.rank<N>.{nsys-rep,sqlite}",
+    )
+    prof.add_argument(
+        "--torchrun",
+        default="",
+        metavar="ARGS",
+        help='torchrun arguments for --per-rank, e.g. multi-node: "--nnodes 2 --node-rank 0 '
+        '--nproc-per-node 1 --master-addr HOST --master-port 29500" '
+        "(default: --standalone --nproc-per-node WORLD_SIZE)",
+    )
+    prof.add_argument(
+        "--profiler",
+        choices=PROFILERS,
+        default="nsys",
+        help="nsys (default), or torch: torch.profiler in every rank, no nsys needed, <impl>.rank<N>.json.gz",
+    )
     prof.add_argument("--trace", help="nsys -t list (default: cuda,nvtx,osrt with GPUs, nvtx,osrt without)")
     prof.add_argument("--sample", action="store_true", help="turn CPU sampling and context switches on")
     prof.add_argument("--timeout", type=float, default=3600, help="seconds per implementation (default: %(default)s)")
     prof.add_argument("--dry-run", action="store_true", help="print the commands instead of running them")
-    prof.add_argument("--format", choices=("table", "csv", "json"), default="table",
-                      help="the summary on stdout (progress goes to stderr)")
+    prof.add_argument(
+        "--format",
+        choices=("table", "csv", "json"),
+        default="table",
+        help="the summary on stdout (progress goes to stderr)",
+    )
     argv = list(argv)
-    runner_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    args = parser.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    runner_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     try:
         impls = registry.resolve(args.impls)
     except ValueError as err:
         parser.error(str(err))
     plan = ProfilePlan(
-        impls=impls, out_dir=args.out_dir, world_size=args.world_size, model=args.model,
-        steps=args.steps, warmup=args.warmup, batch_size=args.batch_size,
-        context_length=args.context_length, bucket_mb=args.bucket_mb, backend=args.backend,
-        device=args.device, gpus=args.gpus, share_gpus=args.share_gpus, per_rank=args.per_rank,
-        torchrun_args=shlex.split(args.torchrun), trace=args.trace, sample=args.sample,
-        timeout_s=args.timeout, runner_args=runner_args, profiler=args.profiler)
+        impls=impls,
+        out_dir=args.out_dir,
+        world_size=args.world_size,
+        model=args.model,
+        steps=args.steps,
+        warmup=args.warmup,
+        batch_size=args.batch_size,
+        context_length=args.context_length,
+        bucket_mb=args.bucket_mb,
+        backend=args.backend,
+        device=args.device,
+        gpus=args.gpus,
+        share_gpus=args.share_gpus,
+        per_rank=args.per_rank,
+        torchrun_args=shlex.split(args.torchrun),
+        trace=args.trace,
+        sample=args.sample,
+        timeout_s=args.timeout,
+        runner_args=runner_args,
+        profiler=args.profiler,
+    )
     return plan, args
 
 
@@ -139,9 +178,17 @@ def _output(impl: str, report: Path, wall_s: float) -> Output:
 
 
 def print_summary(outputs: list[Output], fmt: str) -> None:
-    rows: list[dict[str, Any]] = [{"impl": o.impl, "sqlite": str(o.sqlite), "sqlite_bytes": o.sqlite_bytes,
-             "report": str(o.report), "report_bytes": o.report_bytes, "wall_s": round(o.wall_s, 2)}
-            for o in outputs]
+    rows: list[dict[str, Any]] = [
+        {
+            "impl": o.impl,
+            "sqlite": str(o.sqlite),
+            "sqlite_bytes": o.sqlite_bytes,
+            "report": str(o.report),
+            "report_bytes": o.report_bytes,
+            "wall_s": round(o.wall_s, 2),
+        }
+        for o in outputs
+    ]
     if fmt == "json":
         print(json.dumps(rows, indent=2))
     elif fmt == "csv":
@@ -151,8 +198,10 @@ def print_summary(outputs: list[Output], fmt: str) -> None:
     else:
         print(f"{'impl':<15} {'sqlite':<40} {'sqlite KB':>10} {'nsys-rep KB':>12} {'wall s':>7}")
         for r in rows:
-            print(f"{r['impl']:<15} {r['sqlite']:<40} {r['sqlite_bytes'] / 1024:>10.0f} "
-                  f"{r['report_bytes'] / 1024:>12.0f} {r['wall_s']:>7.1f}")
+            print(
+                f"{r['impl']:<15} {r['sqlite']:<40} {r['sqlite_bytes'] / 1024:>10.0f} "
+                f"{r['report_bytes'] / 1024:>12.0f} {r['wall_s']:>7.1f}"
+            )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,9 +218,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     log(f"{', '.join(plan.impls)}: {plan.describe()}")
     if args.dry_run:
         for impl in plan.impls:
-            cmd = (plan.torchrun_command(impl) if plan.per_rank else
-                   [*plan.nsys_options.profile_args(), "--output", f"{plan.stem(impl)}.nsys-rep",
-                    *plan.runner_command(impl)])
+            cmd = (
+                plan.torchrun_command(impl)
+                if plan.per_rank
+                else [
+                    *plan.nsys_options.profile_args(),
+                    "--output",
+                    f"{plan.stem(impl)}.nsys-rep",
+                    *plan.runner_command(impl),
+                ]
+            )
             prefix = "" if plan.per_rank else f"NSYS_NVTX_PROFILER_REGISTER_ONLY=0 {shlex.quote(str(nsys))} "
             print(prefix + shlex.join(cmd))
         return 0
@@ -193,8 +249,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {impl}: interrupted; no partial outputs left behind", file=sys.stderr)
             return 1
         for o in written:
-            log(f"{impl}: wrote {o.sqlite} ({o.sqlite_bytes / 1024:.0f} KB) and {o.report.name} "
-                f"({o.report_bytes / 1024:.0f} KB) in {o.wall_s:.1f} s")
+            log(
+                f"{impl}: wrote {o.sqlite} ({o.sqlite_bytes / 1024:.0f} KB) and {o.report.name} "
+                f"({o.report_bytes / 1024:.0f} KB) in {o.wall_s:.1f} s"
+            )
         outputs += written
     print_summary(outputs, args.format)
     return 0
@@ -203,6 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _record_with_torch(plan: ProfilePlan, args: argparse.Namespace) -> int:
     """--profiler torch: the same runs, each rank writing its own torch.profiler trace."""
     from profiling import torch_record
+
     log(f"{', '.join(plan.impls)}: {plan.describe()}")
     if args.dry_run:
         for impl in plan.impls:

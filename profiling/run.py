@@ -11,6 +11,7 @@ STEM.rank<N>.json.gz (profiling.torch_profile).
 
 Exit codes: 0 ok, 1 a rank failed, 2 bad arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,6 +37,7 @@ def choose_model(requested: str, batch_size: int, world_size: int, context_lengt
     import torch
 
     from ddp.models import largest_model_that_fits
+
     if not torch.cuda.is_available():
         return "tiny"
     # Total (not free) memory: every rank computes the same answer, before any of them allocates.
@@ -65,12 +67,17 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     defaults = RunConfig()
-    p = argparse.ArgumentParser(prog="python -m profiling.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m profiling.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--impl", required=True, choices=list(registry.IMPLEMENTATIONS))
     p.add_argument("--world-size", type=int, help="local ranks to spawn (default 2; torchrun sets its own)")
-    p.add_argument("--model", default="auto", choices=["auto", *MODEL_NAMES],
-                   help="auto: largest that fits the GPU, tiny on CPU (default: auto)")
+    p.add_argument(
+        "--model",
+        default="auto",
+        choices=["auto", *MODEL_NAMES],
+        help="auto: largest that fits the GPU, tiny on CPU (default: auto)",
+    )
     p.add_argument("--steps", type=int, default=defaults.steps, help="measured steps (default: %(default)s)")
     p.add_argument("--warmup", type=int, default=defaults.warmup, help="uncaptured steps first (default: %(default)s)")
     p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="global batch (default: %(default)s)")
@@ -82,11 +89,17 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=defaults.seed)
     p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per rank, else gloo")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
-    p.add_argument("--share-gpus", action="store_true",
-                   help="NCCL with more ranks than GPUs (NCCL >= 2.30 loaded; sets NCCL_MULTI_RANK_GPU_ENABLE=1)")
+    p.add_argument(
+        "--share-gpus",
+        action="store_true",
+        help="NCCL with more ranks than GPUs (NCCL >= 2.30 loaded; sets NCCL_MULTI_RANK_GPU_ENABLE=1)",
+    )
     p.add_argument("--nvtx", choices=("on", "off"), default="on", help="off: no NVTX at all (overhead baseline)")
-    p.add_argument("--torch-trace", metavar="STEM",
-                   help="record the measured steps with torch.profiler into STEM.rank<N>.json.gz (no nsys)")
+    p.add_argument(
+        "--torch-trace",
+        metavar="STEM",
+        help="record the measured steps with torch.profiler into STEM.rank<N>.json.gz (no nsys)",
+    )
     p.add_argument("--format", choices=("table", "json"), default="table")
     return p.parse_args(argv)
 
@@ -100,17 +113,32 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
     else:
         world = 2 if args.world_size is None else args.world_size
     model = choose_model(args.model, args.batch_size, world, args.context_length, args.optimizer)
-    return RunConfig(impl=args.impl, model=model, world_size=world, batch_size=args.batch_size,
-                     context_length=args.context_length, steps=args.steps, warmup=args.warmup,
-                     bucket_mb=args.bucket_mb, optimizer=args.optimizer, lr=args.lr, seed=args.seed,
-                     collective=args.collective, backend=args.backend)
+    return RunConfig(
+        impl=args.impl,
+        model=model,
+        world_size=world,
+        batch_size=args.batch_size,
+        context_length=args.context_length,
+        steps=args.steps,
+        warmup=args.warmup,
+        bucket_mb=args.bucket_mb,
+        optimizer=args.optimizer,
+        lr=args.lr,
+        seed=args.seed,
+        collective=args.collective,
+        backend=args.backend,
+    )
 
 
 def summary(result: TrainResult) -> dict:
     """The figures printed at the end (every rank's step times, slowest-rank means)."""
-    return {"config": asdict(result.config), "avg_step_time_s": result.avg_step_time_s,
-            "avg_comm_time_s": result.avg_comm_time_s, "step_time_s": result.step_time_s,
-            "final_loss": result.final_loss}
+    return {
+        "config": asdict(result.config),
+        "avg_step_time_s": result.avg_step_time_s,
+        "avg_comm_time_s": result.avg_comm_time_s,
+        "step_time_s": result.step_time_s,
+        "final_loss": result.final_loss,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -120,8 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         world = None if in_torchrun() else cfg.world_size
-        result = launch(profiled_worker, world, cfg, args.nvtx == "on", args.torch_trace, backend=cfg.backend,
-                        share_gpus=args.share_gpus)
+        result = launch(
+            profiled_worker,
+            world,
+            cfg,
+            args.nvtx == "on",
+            args.torch_trace,
+            backend=cfg.backend,
+            share_gpus=args.share_gpus,
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -135,9 +170,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(json.dumps(s))
     else:
         c = result.config
-        print(f"{c.impl}: {c.world_size} ranks, model {c.model}, {c.steps} measured steps after {c.warmup} "
-              f"warm-up: {1e3 * s['avg_step_time_s']:.1f} ms/step, "
-              f"{1e3 * s['avg_comm_time_s']:.1f} ms of communication after backward")
+        print(
+            f"{c.impl}: {c.world_size} ranks, model {c.model}, {c.steps} measured steps after {c.warmup} "
+            f"warm-up: {1e3 * s['avg_step_time_s']:.1f} ms/step, "
+            f"{1e3 * s['avg_comm_time_s']:.1f} ms of communication after backward"
+        )
     return 0
 
 

@@ -7,6 +7,7 @@ Under torchrun, `python -m profiling.session --stem traces/overlap.rank{rank} ..
 is each rank's entry point (`--per-rank` of profiling.record): one report per rank, `{rank}` taken
 from the RANK variable torchrun sets.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,32 +34,63 @@ PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it i
 _NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function")
 START_ATTEMPTS = 3
 RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB wall seconds
-KNOWN_TRACES = {"cuda", "nvtx", "osrt", "cublas", "cudnn", "nvvideo", "opengl", "mpi", "ucx", "oshmem",
-                "vulkan", "none"}
+KNOWN_TRACES = {
+    "cuda",
+    "nvtx",
+    "osrt",
+    "cublas",
+    "cudnn",
+    "nvvideo",
+    "opengl",
+    "mpi",
+    "ucx",
+    "oshmem",
+    "vulkan",
+    "none",
+}
 
 # nsys's own chatter (progress bars, file names); everything else the run prints is passed on.
-_NSYS_CHATTER = re.compile(r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
-                           r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)")
+_NSYS_CHATTER = re.compile(
+    r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
+    r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)"
+)
 
 
 @dataclass(frozen=True)
 class NsysOptions:
     """What nsys records: `trace` is nsys's -t list; `sample` turns CPU IP sampling and context switches on."""
+
     trace: str = "nvtx,osrt"
     sample: bool = False
 
     def __post_init__(self) -> None:
         unknown = [t for t in self.trace.split(",") if t not in KNOWN_TRACES]
         if unknown:
-            raise ValueError(f"trace={self.trace!r}: unknown nsys trace {', '.join(map(repr, unknown))} "
-                             f"(an empty list is not allowed); known: {','.join(sorted(KNOWN_TRACES))}")
+            raise ValueError(
+                f"trace={self.trace!r}: unknown nsys trace {', '.join(map(repr, unknown))} "
+                f"(an empty list is not allowed); known: {','.join(sorted(KNOWN_TRACES))}"
+            )
 
     def profile_args(self) -> list[str]:
         """The `nsys profile` arguments before the program, minus the output name."""
         scope = "process-tree" if self.sample else "none"
-        args = ["profile", "--trace", self.trace, "--sample", scope, "--cpuctxsw", scope,
-                "--capture-range", "nvtx", "--nvtx-capture", PROFILE, "--capture-range-end", "stop",
-                "--force-overwrite", "true"]
+        args = [
+            "profile",
+            "--trace",
+            self.trace,
+            "--sample",
+            scope,
+            "--cpuctxsw",
+            scope,
+            "--capture-range",
+            "nvtx",
+            "--nvtx-capture",
+            PROFILE,
+            "--capture-range-end",
+            "stop",
+            "--force-overwrite",
+            "true",
+        ]
         if "cuda" in self.trace.split(","):
             args += ["--cuda-memory-usage", "false"]
         return args
@@ -67,6 +99,7 @@ class NsysOptions:
 @dataclass
 class Recorded:
     """The files one session produced and how long it took."""
+
     report: Path
     sqlite: Path
     wall_s: float
@@ -86,16 +119,28 @@ def profiled_env(base: dict[str, str] | None = None, profiler: str | None = None
     return env
 
 
-def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: float,
-                          keep: list[str] | None = None, tail: list[str] | None = None) -> int:
+def run_forwarding_output(
+    cmd: Sequence[str],
+    env: dict[str, str],
+    timeout_s: float,
+    keep: list[str] | None = None,
+    tail: list[str] | None = None,
+) -> int:
     """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
 
     Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given;
     `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C the whole group
     (nsys and every rank under it) is killed.
     """
-    proc = subprocess.Popen(list(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        list(cmd),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
     # A watchdog, because a hung run prints nothing for the read loop to notice.
     expired = threading.Event()
 
@@ -111,7 +156,7 @@ def run_forwarding_output(cmd: Sequence[str], env: dict[str, str], timeout_s: fl
         for line in proc.stdout:
             for part in line.rstrip("\n").split("\r"):
                 if keep is not None and part.startswith(RESULT_PREFIX):
-                    keep.append(part[len(RESULT_PREFIX):])
+                    keep.append(part[len(RESULT_PREFIX) :])
                 elif part.strip() and not _NSYS_CHATTER.match(part):
                     print(part, file=sys.stderr, flush=True)
                     if tail is not None:
@@ -149,8 +194,14 @@ def exit_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
-def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
-           timeout_s: float = 3600, env: dict[str, str] | None = None) -> Recorded:
+def record(
+    nsys: Path,
+    opts: NsysOptions,
+    program: Sequence[str],
+    stem: Path,
+    timeout_s: float = 3600,
+    env: dict[str, str] | None = None,
+) -> Recorded:
     """Profile `program` into `<stem>.nsys-rep` and `<stem>.sqlite`, replacing those two files only.
 
     Both are written under temporary names first: a failed or interrupted run leaves the previous
@@ -167,8 +218,10 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
             rc = run_forwarding_output(cmd, run_env, timeout_s, tail=tail)
             if rc == 0 or attempt == START_ATTEMPTS or not nsys_failed_to_start("\n".join(tail)):
                 break
-            print(f"[profiling] nsys failed to start (see above); trying again ({attempt + 1}/{START_ATTEMPTS})",
-                  file=sys.stderr)
+            print(
+                f"[profiling] nsys failed to start (see above); trying again ({attempt + 1}/{START_ATTEMPTS})",
+                file=sys.stderr,
+            )
             time.sleep(attempt)
         capture = tmp_report.with_suffix(".qdstrm")  # nsys's raw capture, before its importer runs
         importer_said = [line for line in tail if nsys_layout.IMPORTER_FAILED.search(line)]
@@ -177,8 +230,9 @@ def record(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path,
         elif rc != 0:
             raise NsysError(f"the profiled run failed (exit {rc}); see its output above")
         if not tmp_report.is_file():
-            raise NsysError("nsys wrote no report: the run never opened the NVTX range 'profile' "
-                            "(did it reach the measured steps?)")
+            raise NsysError(
+                "nsys wrote no report: the run never opened the NVTX range 'profile' (did it reach the measured steps?)"
+            )
         export_sqlite(nsys, tmp_report, sqlite)
         os.replace(tmp_report, report)
     finally:
@@ -194,32 +248,49 @@ def import_or_keep(nsys: Path, capture: Path, keep: Path, importer_said: list[st
     importer = nsys_layout.find_importer(nsys)
     tried = ""
     if importer is not None:
-        print(f"[profiling] nsys recorded the run but did not import it ({why}); importing with {importer}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[profiling] nsys recorded the run but did not import it ({why}); importing with {importer}",
+            file=sys.stderr,
+            flush=True,
+        )
         result = nsys_layout.import_capture(importer, capture, timeout_s)
         if result.report is not None:
             if result.report != capture.with_suffix(".nsys-rep"):
                 os.replace(result.report, capture.with_suffix(".nsys-rep"))
             return
         missing = nsys_layout.missing_libraries(importer)
-        tried = (f" Running {importer.name} here failed too ({result.message})"
-                 + (f"; it lacks {', '.join(missing)}: install {'it' if len(missing) == 1 else 'them'} or put "
-                    f"{'its' if len(missing) == 1 else 'their'} folder on LD_LIBRARY_PATH"
-                    if missing else "") + ".")
+        tried = (
+            f" Running {importer.name} here failed too ({result.message})"
+            + (
+                f"; it lacks {', '.join(missing)}: install {'it' if len(missing) == 1 else 'them'} or put "
+                f"{'its' if len(missing) == 1 else 'their'} folder on LD_LIBRARY_PATH"
+                if missing
+                else ""
+            )
+            + "."
+        )
     os.replace(capture, keep)
     command = shlex.join([str(importer or nsys_layout.IMPORTER), "-i", str(keep)])
-    where = "" if importer else (f" ({nsys_layout.IMPORTER} ships with nsys: look in host-linux-x64/ "
-                                 f"or linux-desktop-glibc_*-x64/ beside {Path(nsys).resolve().parent})")
-    raise NsysError(f"nsys recorded the run but its importer failed ({why}); the capture is kept in {keep}.{tried} "
-                    f"Import it with: {command}{where}, then: python -m profiling.nsys export "
-                    f"{keep.with_suffix('.nsys-rep')} {keep.with_suffix('.sqlite')}")
+    where = (
+        ""
+        if importer
+        else (
+            f" ({nsys_layout.IMPORTER} ships with nsys: look in host-linux-x64/ "
+            f"or linux-desktop-glibc_*-x64/ beside {Path(nsys).resolve().parent})"
+        )
+    )
+    raise NsysError(
+        f"nsys recorded the run but its importer failed ({why}); the capture is kept in {keep}.{tried} "
+        f"Import it with: {command}{where}, then: python -m profiling.nsys export "
+        f"{keep.with_suffix('.nsys-rep')} {keep.with_suffix('.sqlite')}"
+    )
 
 
 def _main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m profiling.session", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--stem", required=True,
-                        help="output path without extension; {rank} is replaced by $RANK")
+    parser = argparse.ArgumentParser(
+        prog="python -m profiling.session", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--stem", required=True, help="output path without extension; {rank} is replaced by $RANK")
     parser.add_argument("--trace", default=NsysOptions.trace, help="nsys -t list (default: %(default)s)")
     parser.add_argument("--sample", action="store_true", help="CPU sampling and context switches on")
     parser.add_argument("--timeout", type=float, default=3600, help="seconds before the run is stopped")

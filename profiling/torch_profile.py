@@ -13,6 +13,7 @@ added to the trace after export as `user_annotation` events with `args["ddp.kind
 which analysis.readers.kineto reads as start/end ranges. The run's metadata goes to the top-level key
 `ddp.meta` (nsys traces carry it in a `ddp.meta` mark).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -72,9 +73,20 @@ def activities() -> list[ProfilerActivity]:
 
 def _span_events(spans: list, base_ns: int, since_ns: int) -> list[dict]:
     pid = os.getpid()
-    return [{"ph": "X", "cat": "user_annotation", "name": name, "pid": pid, "tid": tid,
-             "ts": round((start - base_ns) / 1000, 3), "dur": round((end - start) / 1000, 3),
-             "args": {ASYNC_KIND_KEY: ASYNC_KIND}} for name, tid, start, end in spans if start >= since_ns]
+    return [
+        {
+            "ph": "X",
+            "cat": "user_annotation",
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": round((start - base_ns) / 1000, 3),
+            "dur": round((end - start) / 1000, 3),
+            "args": {ASYNC_KIND_KEY: ASYNC_KIND},
+        }
+        for name, tid, start, end in spans
+        if start >= since_ns
+    ]
 
 
 def write_trace(prof: profile, path: Path, ranges: TorchRanges, since_ns: int, meta: Mapping[str, Any]) -> None:

@@ -5,6 +5,7 @@ Runs `python -m profiling.run ... --torch-trace <out>/<impl>` (spawned local ran
 (profiling.torch_profile) and writes `<out>/<impl>.rank<N>.json.gz`, replacing a file of that name
 only once the new one is complete.
 """
+
 from __future__ import annotations
 
 import csv
@@ -21,6 +22,7 @@ from profiling.session import profiled_env, run_forwarding_output
 @dataclass
 class TorchOutput:
     """One rank's trace written by this call."""
+
     impl: str
     trace: str
     trace_bytes: int
@@ -46,8 +48,11 @@ def record_torch(plan: ProfilePlan, impl: str) -> list[TorchOutput]:
         raise NsysError(f"the run finished but no rank wrote a trace in {plan.out_dir}")
     stale = [p.name for p in ranks if p not in written]
     if stale and not plan.per_rank:  # under torchrun other nodes write their own ranks
-        print(f"[run_nsys] note: {', '.join(stale)} in {plan.out_dir} are from an earlier run (left as they were); "
-              "analysing them with this run's files will fail as files of different jobs", file=sys.stderr)
+        print(
+            f"[run_nsys] note: {', '.join(stale)} in {plan.out_dir} are from an earlier run (left as they were); "
+            "analysing them with this run's files will fail as files of different jobs",
+            file=sys.stderr,
+        )
     wall = time.monotonic() - started
     return [TorchOutput(impl, str(p), p.stat().st_size, wall) for p in written]
 

@@ -1,4 +1,5 @@
 """Fixtures for the whole suite."""
+
 from __future__ import annotations
 
 import os

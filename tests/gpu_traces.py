@@ -3,6 +3,7 @@
 Tests take the `gpu_trace` fixture (tests/conftest.py) and call it with a file name such as
 "naive.sqlite"; the test is skipped when ../shared/data/gpu_h100 is absent (a clone without it).
 """
+
 from __future__ import annotations
 
 import lzma

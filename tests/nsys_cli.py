@@ -1,5 +1,6 @@
 """Running the real nsys CLI from tests: nsys 2022.4 now and then fails to start while another nsys
 session runs on the machine (sem_open); such a start is retried, as profiling.session does."""
+
 from __future__ import annotations
 
 import subprocess

@@ -2,6 +2,7 @@
 
 See measures/metrics.py for what each metric means.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
@@ -24,14 +25,22 @@ from analysis.views.table import plain_records
 TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
 
 
-
 RANK_KEYS = ["rank", "pid", "device"]
 
 
-
-METADATA = ["gpus", "driver", "cuda_driver", "cuda", "nccl", "torch", "backend", "world_size", "model",
-            "profiler", "shared_gpus"]  # summary columns from run_info.trace_metadata
-
+METADATA = [
+    "gpus",
+    "driver",
+    "cuda_driver",
+    "cuda",
+    "nccl",
+    "torch",
+    "backend",
+    "world_size",
+    "model",
+    "profiler",
+    "shared_gpus",
+]  # summary columns from run_info.trace_metadata
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,6 @@ class Analysis:
         return {"traces": traces}
 
 
-
 def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
     if n <= 0:
         return per_step
@@ -75,9 +83,9 @@ def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
     return per_step[(order >= n) | per_step["step"].isna()].reset_index(drop=True)
 
 
-
-def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0,
-                  calls: Calls | None = None) -> Analysis:
+def analyze_trace(
+    trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0, calls: Calls | None = None
+) -> Analysis:
     """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, when already found)."""
     works = rank_work(trace, patterns)  # the interval sets both the metrics and the collectives' split use
     per_step, totals = measure_trace(trace, patterns, works)
@@ -91,11 +99,13 @@ def analyze_trace(trace: Trace, patterns: Patterns | None = None, skip_steps: in
     return Analysis(per_step, totals, summary)
 
 
-
 def trace_keys(trace: Trace) -> dict:
-    return {"path": trace.path, "implementation": trace.implementation, "source": trace.source,
-            "nsys_version": trace.nsys_version}
-
+    return {
+        "path": trace.path,
+        "implementation": trace.implementation,
+        "source": trace.source,
+        "nsys_version": trace.nsys_version,
+    }
 
 
 def trace_summary(trace: Trace, per_step: pd.DataFrame) -> pd.DataFrame:
@@ -106,7 +116,6 @@ def trace_summary(trace: Trace, per_step: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([{**trace_keys(trace), **{k: about[k] for k in METADATA}, **summarise(per_step)}])
 
 
-
 def _resolve(path: Path, export: bool) -> Path:
     if is_report(path) and path.exists():
         if not export:
@@ -115,10 +124,16 @@ def _resolve(path: Path, export: bool) -> Path:
     return path
 
 
-
-def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, skip_steps: int = 0,
-            merge: bool = False, export: bool = False, progress: Callable[[str], object] | None = None,
-            jobs: int = 1, dask: str | None = None) -> Analysis:
+def analyze(
+    paths: str | Path | Iterable[str | Path],
+    patterns: Patterns | None = None,
+    skip_steps: int = 0,
+    merge: bool = False,
+    export: bool = False,
+    progress: Callable[[str], object] | None = None,
+    jobs: int = 1,
+    dask: str | None = None,
+) -> Analysis:
     """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run;
     files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, rank_merge.py).
     Raises TraceError naming every file that failed."""
@@ -136,7 +151,6 @@ def analyze(paths: str | Path | Iterable[str | Path], patterns: Patterns | None 
     return concat_analyses([g.merged.analysis for g in done if g.merged is not None])
 
 
-
 def input_groups(paths: str | Path | Iterable[str | Path], merge: bool, export: bool) -> list[list[Path]]:
     given = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not given:
@@ -145,9 +159,7 @@ def input_groups(paths: str | Path | Iterable[str | Path], merge: bool, export: 
     return [resolved] if merge else [[p] for p in resolved]
 
 
-
 PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]
-
 
 
 def per_rank_table(result: Analysis) -> pd.DataFrame:
@@ -160,4 +172,4 @@ def per_rank_table(result: Analysis) -> pd.DataFrame:
         s = summarise(steps)
         first = steps[keys].iloc[0].to_dict()
         rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS):]])
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :]])

@@ -1,4 +1,5 @@
 """The Python API behind `python -m analysis.collectives`: `analyze_collectives(paths) -> CollectivesView`."""
+
 from __future__ import annotations
 
 import json
@@ -40,11 +41,9 @@ class CollectivesView:
         return {"traces": out}
 
 
-
 def _records(frame: pd.DataFrame) -> list[dict]:
     """Rows as JSON-safe dicts (NaN -> None), encoded by pandas in C rather than row by row."""
     return json.loads(frame.to_json(orient="records", double_precision=15))
-
 
 
 def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -53,17 +52,22 @@ def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, p
         by_size.append(stats.by_size(mine).assign(path=path))
         by_rank.append(stats.by_rank(mine).assign(path=path))
         strag.append(stats.stragglers(mine).assign(path=path))
-    frames = [pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=["path"])
-              for f in (by_size, by_rank, strag)]
+    frames = [
+        pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=["path"]) for f in (by_size, by_rank, strag)
+    ]
     if peak:
         for f in frames[:2]:
             f["median_busbw_pct_peak"] = 100.0 * f["median_busbw_gbps"] / peak
     return frames[0], frames[1], frames[2]
 
 
-
-def collectives_of(traces: Iterable[Trace], patterns: Patterns | None = None, rank: int | None = None,
-                   step: int | None = None, peak_busbw: float | None = None) -> CollectivesView:
+def collectives_of(
+    traces: Iterable[Trace],
+    patterns: Patterns | None = None,
+    rank: int | None = None,
+    step: int | None = None,
+    peak_busbw: float | None = None,
+) -> CollectivesView:
     """The view of loaded traces; rank/step keep only that rank's/step's calls (stragglers use every
     rank of the kept steps); peak_busbw (GB/s) adds busbw as % of that peak."""
     rows, facts = zip(*(call_rows(t, patterns) for t in traces), strict=True)
@@ -84,9 +88,9 @@ def collectives_of(traces: Iterable[Trace], patterns: Patterns | None = None, ra
     return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, pd.DataFrame(list(facts)))
 
 
-
-def analyze_collectives(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None,
-                        merge: bool = False, **options: Any) -> CollectivesView:
+def analyze_collectives(
+    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, merge: bool = False, **options: Any
+) -> CollectivesView:
     """Each path its own trace, or (merge=True) all paths one run (one rank per file); options as collectives_of."""
     paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     groups = [paths] if merge else [[p] for p in paths]

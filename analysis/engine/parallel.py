@@ -7,6 +7,7 @@ so it pickles); outcomes come back in input order whatever the completion order,
 value or a one-line error, so one bad file never stops the others. Memory stays per task: a worker
 holds one file's frames at a time and only the small result frames travel back.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -55,8 +56,9 @@ class Progress:
     once the run has lasted PROGRESS_AFTER_S (or always, with after_s=0). Failures are counted here;
     their messages are the caller's to print at the end, where they are not lost among these lines."""
 
-    def __init__(self, total: int, prefix: str, after_s: float | None = None,
-                 write: Callable[[str], object] | None = None):
+    def __init__(
+        self, total: int, prefix: str, after_s: float | None = None, write: Callable[[str], object] | None = None
+    ):
         self.total, self.prefix, self.done, self.failed = total, prefix, 0, 0
         self.after_s = PROGRESS_AFTER_S if after_s is None else after_s
         self.write = write or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -77,8 +79,9 @@ class Progress:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         eta = (self.total - self.done) / rate if rate > 0 else float("nan")
         failed = f", {self.failed} failed" if self.failed else ""
-        return (f"{self.done}/{self.total} files done{failed}, {rate:.2f} files/s, "
-                f"elapsed {elapsed:.1f} s, ETA {eta:.1f} s")
+        return (
+            f"{self.done}/{self.total} files done{failed}, {rate:.2f} files/s, elapsed {elapsed:.1f} s, ETA {eta:.1f} s"
+        )
 
 
 def usable_cores() -> int:
@@ -154,8 +157,9 @@ def _call(fn: Callable, item: Any) -> Outcome:
         return Outcome(item, error=_failure(item, e))
 
 
-def run_tasks(fn: Callable, items: Sequence, jobs: int = 1, dask: str | None = None,
-              progress: Progress | None = None) -> list[Outcome]:
+def run_tasks(
+    fn: Callable, items: Sequence, jobs: int = 1, dask: str | None = None, progress: Progress | None = None
+) -> list[Outcome]:
     """fn(item) for every item, in order of the items; serial in this process when jobs == 1 and no
     dask address, else in a pool of `jobs` processes or on the Dask cluster at `dask`."""
     check_jobs(jobs)
@@ -201,8 +205,10 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
                         if attempts[i] <= WORKER_RETRIES:
                             todo.append(i)
                             continue
-                        outcome = Outcome(items[i], error=f"{items[i]}: the worker process analysing it died "
-                                                          "(out of memory? see dmesg)")
+                        outcome = Outcome(
+                            items[i],
+                            error=f"{items[i]}: the worker process analysing it died (out of memory? see dmesg)",
+                        )
                     results[i] = outcome
                     tick(outcome)
         todo.sort()
@@ -216,8 +222,9 @@ def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
     try:
         from distributed import Client, LocalCluster
     except ImportError:
-        raise TraceError("--dask needs the optional extra: pip install 'dask[distributed]' "
-                         "(or pip install -e '.[dask]')") from None
+        raise TraceError(
+            "--dask needs the optional extra: pip install 'dask[distributed]' (or pip install -e '.[dask]')"
+        ) from None
     try:
         if address == "local":
             cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
@@ -239,9 +246,11 @@ def _check_workers(client: Any, address: str, fn: Callable) -> None:
             try:
                 run(importlib.import_module, module)
             except Exception as e:
-                raise TraceError(f"--dask {address}: {where} cannot import {module} ({type(e).__name__}: {e}); "
-                                 "install this project where the scheduler and workers run (pip install -e .) or "
-                                 "start them with PYTHONPATH=<this checkout>") from None
+                raise TraceError(
+                    f"--dask {address}: {where} cannot import {module} ({type(e).__name__}: {e}); "
+                    "install this project where the scheduler and workers run (pip install -e .) or "
+                    "start them with PYTHONPATH=<this checkout>"
+                ) from None
 
 
 def _run_dask(fn: Callable, items: Sequence, address: str, jobs: int, tick: Callable[[Outcome], None]) -> list[Outcome]:

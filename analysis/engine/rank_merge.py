@@ -17,6 +17,7 @@ are one job's, and takes their clocks from the JSON.
 its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
 finished it.
 """
+
 from __future__ import annotations
 
 import sys
@@ -101,15 +102,27 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     trace = load_trace(path, patterns)
     calls = find_calls(trace, patterns)
     analysis = analyze_trace(trace, patterns, skip_steps, calls)
-    meta_rank = [trace.meta.get((int(part), int(pid)), {}).get("rank")
-                 for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)]
+    meta_rank = [
+        trace.meta.get((int(part), int(pid)), {}).get("rank")
+        for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)
+    ]
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
     offset = 0 if is_kineto(Path(path)) else session_offset(path)
-    return FileResult(str(path), analysis, trace.source, trace.nsys_version, implementation, ranks, steps,
-                      offset, {pid: m for (_, pid), m in trace.meta.items()}, trace.info.get(0, {}),
-                      calls=calls_to_ship(calls))
+    return FileResult(
+        str(path),
+        analysis,
+        trace.source,
+        trace.nsys_version,
+        implementation,
+        ranks,
+        steps,
+        offset,
+        {pid: m for (_, pid), m in trace.meta.items()},
+        trace.info.get(0, {}),
+        calls=calls_to_ship(calls),
+    )
 
 
 TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel"]  # few distinct values: shipped as categoricals
@@ -175,10 +188,12 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     offsets = [r.clock_offset for r in results]
     if len(results) > 1:  # one file's own split pairs all its ranks' calls already
         rows = _call_rows(run, results, kept, ranks)
-        frames["steps"], frames["totals"] = with_comm_split(frames["steps"].drop(columns=SPLIT_METRICS),
-                                                            frames["totals"].drop(columns=SPLIT_METRICS), rows)
-    spread = across_ranks(frames["steps"], {i: results[i].step_ranges for i in kept},
-                          {i: offsets[i] - offsets[0] for i in kept})
+        frames["steps"], frames["totals"] = with_comm_split(
+            frames["steps"].drop(columns=SPLIT_METRICS), frames["totals"].drop(columns=SPLIT_METRICS), rows
+        )
+    spread = across_ranks(
+        frames["steps"], {i: results[i].step_ranges for i in kept}, {i: offsets[i] - offsets[0] for i in kept}
+    )
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
     return Merged(Analysis(**frames, summary=trace_summary(run, frames["steps"])), spread)
 
@@ -197,8 +212,9 @@ def _call_rows(run: Trace, results: Sequence[FileResult], kept: Sequence[int], r
     return rows_of_calls(calls, world_size(run.meta, len(run.ranks)), run.path, run.implementation, len(run.ranks))[0]
 
 
-def _merged_calls(results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame,
-                  offsets: Sequence[int]) -> Calls:
+def _merged_calls(
+    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, offsets: Sequence[int]
+) -> Calls:
     """Every kept file's calls and compute as `find_calls` finds them in the one-piece load: ranks
     numbered across files, times shifted onto the first file's clock, kernel calls only when any file
     has them (a one-piece load takes the kernel source for the whole run when any rank has them)."""
@@ -226,16 +242,37 @@ def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: 
     """The merged run as a Trace without events: its keys, ranks (numbered across files), every file's
     ddp.meta marks and target info, as `load_trace` would give them; enough for run_info."""
     implementation = next((r.implementation for r in results if r.implementation), Path(paths[0]).stem)
-    ranks = ranks.assign(rank=ranks["global_rank"], implementation=implementation)[
-        ["rank", "part", "pid", "device", "implementation"]].sort_values("rank").reset_index(drop=True)
-    return Trace(path=", ".join(str(p) for p in paths), nsys_version=results[0].nsys_version, source=source,
-                 gpu_ops=pd.DataFrame(), nvtx=pd.DataFrame(), ranks=ranks,
-                 meta={(i, pid): m for i, r in enumerate(results) for pid, m in r.meta.items()},
-                 implementation=implementation, info={i: r.info for i, r in enumerate(results)})
+    ranks = (
+        ranks.assign(rank=ranks["global_rank"], implementation=implementation)[
+            ["rank", "part", "pid", "device", "implementation"]
+        ]
+        .sort_values("rank")
+        .reset_index(drop=True)
+    )
+    return Trace(
+        path=", ".join(str(p) for p in paths),
+        nsys_version=results[0].nsys_version,
+        source=source,
+        gpu_ops=pd.DataFrame(),
+        nvtx=pd.DataFrame(),
+        ranks=ranks,
+        meta={(i, pid): m for i, r in enumerate(results) for pid, m in r.meta.items()},
+        implementation=implementation,
+        info={i: r.info for i, r in enumerate(results)},
+    )
 
 
-ACROSS_COLUMNS = ["path", "step", "ranks", "step_ms", "slowest_rank", "mean_step_ms", "start_skew_ms",
-                  "end_skew_ms", "exposed_comm_ms"]
+ACROSS_COLUMNS = [
+    "path",
+    "step",
+    "ranks",
+    "step_ms",
+    "slowest_rank",
+    "mean_step_ms",
+    "start_skew_ms",
+    "end_skew_ms",
+    "exposed_comm_ms",
+]
 
 
 def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shifts: dict[int, int]) -> pd.DataFrame:
@@ -246,17 +283,35 @@ def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shif
     rows = steps[steps["step"].notna()]
     if rows.empty:
         return pd.DataFrame(columns=ACROSS_COLUMNS)
-    at = pd.concat([pd.DataFrame({"part": i, "pid": r["pid"], "step": r["step"], "range_start": r["start"] + shifts[i],
-                                  "range_end": r["end"] + shifts[i]}) for i, r in step_ranges.items()],
-                   ignore_index=True)
+    at = pd.concat(
+        [
+            pd.DataFrame(
+                {
+                    "part": i,
+                    "pid": r["pid"],
+                    "step": r["step"],
+                    "range_start": r["start"] + shifts[i],
+                    "range_end": r["end"] + shifts[i],
+                }
+            )
+            for i, r in step_ranges.items()
+        ],
+        ignore_index=True,
+    )
     at = at.drop_duplicates(["part", "pid", "step"])  # a step number used twice: its first range
     rows = rows.assign(step=rows["step"].astype(np.int64)).merge(at, on=["part", "pid", "step"], how="left")
     by = rows.groupby(["path", "step"], sort=False)
     slowest = rows.loc[by["step_ms"].idxmax(), ["path", "step", "rank"]]
-    out = by.agg(ranks=("rank", "nunique"), step_ms=("step_ms", "max"), mean_step_ms=("step_ms", "mean"),
-                 first_start=("range_start", "min"), last_start=("range_start", "max"),
-                 first_end=("range_end", "min"), last_end=("range_end", "max"),
-                 exposed_comm_ms=("exposed_comm_ms", "max")).reset_index()
+    out = by.agg(
+        ranks=("rank", "nunique"),
+        step_ms=("step_ms", "max"),
+        mean_step_ms=("step_ms", "mean"),
+        first_start=("range_start", "min"),
+        last_start=("range_start", "max"),
+        first_end=("range_end", "min"),
+        last_end=("range_end", "max"),
+        exposed_comm_ms=("exposed_comm_ms", "max"),
+    ).reset_index()
     out = out.merge(slowest.rename(columns={"rank": "slowest_rank"}), on=["path", "step"])
     out["start_skew_ms"] = (out["last_start"] - out["first_start"]) / NS_PER_MS
     out["end_skew_ms"] = (out["last_end"] - out["first_end"]) / NS_PER_MS
@@ -279,9 +334,15 @@ def loaded_whole(group: Sequence[str | Path]) -> bool:
     return len(group) > 1 and any(is_kineto(Path(p)) for p in group)
 
 
-def analyze_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None = None, skip_steps: int = 0,
-                   jobs: int = 1, dask: str | None = None, progress: Progress | None = None,
-                   task: Callable | None = None) -> list[GroupOutcome]:
+def analyze_groups(
+    groups: Sequence[Sequence[Path]],
+    patterns: Patterns | None = None,
+    skip_steps: int = 0,
+    jobs: int = 1,
+    dask: str | None = None,
+    progress: Progress | None = None,
+    task: Callable | None = None,
+) -> list[GroupOutcome]:
     """Every file of every group as its own task (serial, process pool or Dask), then each group
     combined; a group with a failed file gets that file's error and no result. `task(path)` replaces
     `analyze_file` (it must return a FileResult). Groups for which `loaded_whole` holds run as one
@@ -292,14 +353,19 @@ def analyze_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None =
     files = [Path(p) for group in by_file for p in group]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
     outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress) if files else []
-    together = iter(_analyze_whole_groups([g for g, w in zip(groups, whole, strict=True) if w], patterns,
-                                          skip_steps, jobs, dask, progress) if any(whole) else [])
+    together = iter(
+        _analyze_whole_groups(
+            [g for g, w in zip(groups, whole, strict=True) if w], patterns, skip_steps, jobs, dask, progress
+        )
+        if any(whole)
+        else []
+    )
     out, at = [], 0
     for group, w in zip(groups, whole, strict=True):
         if w:
             out.append(next(together))
             continue
-        mine: list[Outcome] = outcomes[at:at + len(group)]
+        mine: list[Outcome] = outcomes[at : at + len(group)]
         at += len(group)
         errors = tuple(o.error for o in mine if o.error is not None)
         failed = tuple(Path(p) for p, o in zip(group, mine, strict=True) if not o.ok)
@@ -311,16 +377,24 @@ def analyze_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None =
 
 def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
     """Several analyses as one, rows in the given order."""
-    return Analysis(**{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True)
-                       for f in fields(Analysis)})
+    return Analysis(
+        **{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True) for f in fields(Analysis)}
+    )
 
 
-def _analyze_whole_groups(groups: Sequence[Sequence[Path]], patterns: Patterns | None, skip_steps: int, jobs: int,
-                          dask: str | None, progress: Progress | None) -> list[GroupOutcome]:
+def _analyze_whole_groups(
+    groups: Sequence[Sequence[Path]],
+    patterns: Patterns | None,
+    skip_steps: int,
+    jobs: int,
+    dask: str | None,
+    progress: Progress | None,
+) -> list[GroupOutcome]:
     """One task per group (analyze_whole); a bad file fails its group with the loader's one-line error."""
     items = [tuple(Path(p).resolve() if dask else Path(p) for p in g) for g in groups]
-    outcomes = run_tasks(partial(analyze_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs,
-                         dask=dask, progress=progress)
+    outcomes = run_tasks(
+        partial(analyze_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs, dask=dask, progress=progress
+    )
     out = []
     for group, outcome in zip(groups, outcomes, strict=True):
         paths = tuple(Path(p) for p in group)
@@ -331,8 +405,10 @@ def _analyze_whole_groups(groups: Sequence[Sequence[Path]], patterns: Patterns |
         merged = outcome.value
         if dask:  # the workers saw absolute paths: the group's keys use the paths as given
             label = ", ".join(str(p) for p in group)
-            merged = Merged(Analysis(**{f.name: getattr(merged.analysis, f.name).assign(path=label)
-                                        for f in fields(Analysis)}), merged.across_ranks.assign(path=label))
+            merged = Merged(
+                Analysis(**{f.name: getattr(merged.analysis, f.name).assign(path=label) for f in fields(Analysis)}),
+                merged.across_ranks.assign(path=label),
+            )
         out.append(GroupOutcome(paths, merged, ()))
     return out
 

@@ -1,5 +1,6 @@
 """Helpers both readers use to build the frames: joining per-file columns onto one clock, sorting,
 numbering ranks, matching GPU work to its launch call."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,9 +44,13 @@ def ops_frame(parts: list[dict]) -> pd.DataFrame:
     cols = {c: np.concatenate([p[c] for p in parts]) for c in ["part", *GPU_INT_COLUMNS, "kind"]}
     names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
     order = np.lexsort((cols["start"], cols["device"], cols["pid"], cols["part"]))
-    frame = pd.DataFrame({c: cols[c][order] for c in ["part", "pid", "device", "stream", "start", "end",
-                                                        "correlation_id", "launch_start", "launch_tid"]},
-                         copy=False)  # the arrays are fresh: consolidating them would copy 1M rows again
+    frame = pd.DataFrame(
+        {
+            c: cols[c][order]
+            for c in ["part", "pid", "device", "stream", "start", "end", "correlation_id", "launch_start", "launch_tid"]
+        },
+        copy=False,
+    )  # the arrays are fresh: consolidating them would copy 1M rows again
     frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
     frame.insert(8, "kind", pd.Categorical.from_codes(cols["kind"][order], categories=GPU_KINDS))
     return frame

@@ -4,6 +4,7 @@ Sources, both optional: the `ddp.meta {json}` mark our runner writes per rank (b
 model, torch/NCCL/CUDA versions) and the export's target description (GPU models and uuids, driver,
 CUDA driver, nsys version; see nsys_db.NsysExport.target_info).
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -11,9 +12,15 @@ from typing import Any
 
 from analysis.frames.trace import Trace
 
-META_FIELDS = {"backend": ("backend",), "world_size": ("world_size",), "model": ("model",),
-               "torch": ("versions", "torch"), "nccl": ("versions", "nccl"), "cuda": ("versions", "cuda"),
-               "profiler": ("profiler",)}
+META_FIELDS = {
+    "backend": ("backend",),
+    "world_size": ("world_size",),
+    "model": ("model",),
+    "torch": ("versions", "torch"),
+    "nccl": ("versions", "nccl"),
+    "cuda": ("versions", "cuda"),
+    "profiler": ("profiler",),
+}
 
 
 def _distinct(values: Iterable[Any]) -> str | int | None:
@@ -49,9 +56,11 @@ def trace_metadata(trace: Trace) -> dict:
     nccl is the version torch reports (its build's); a preloaded NCCL library may differ."""
     metas = list(trace.meta.values())
     infos = list(trace.info.values())
-    out: dict[str, Any] = {"gpus": _distinct(_used_gpus(trace)),
-           "driver": _distinct(i.get("driver") for i in infos),
-           "cuda_driver": _distinct(i.get("cuda_driver") for i in infos)}
+    out: dict[str, Any] = {
+        "gpus": _distinct(_used_gpus(trace)),
+        "driver": _distinct(i.get("driver") for i in infos),
+        "cuda_driver": _distinct(i.get("cuda_driver") for i in infos),
+    }
     out.update({name: _distinct(_meta_value(m, path) for m in metas) for name, path in META_FIELDS.items()})
     out["nsys_version"] = _distinct(i.get("nsys_version") for i in infos) or trace.nsys_version
     groups = shared_gpu_groups(trace)

@@ -23,6 +23,7 @@ clock: nsys by TARGET_INFO_SESSION_START_TIME, Kineto by baseTimeNanoseconds):
 `collectives` one row per collective call with its message sizes (COLLECTIVE_COLUMNS below; Kineto
     traces fill it, nsys exports leave it empty).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,16 +49,44 @@ NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK = range(len(NVTX_KIND_NAMES))
 #   bytes           the collective's message size: max(in_bytes, out_bytes) (nccl-tests' "size")
 #   group_size      ranks in the process group (-1 when not recorded)
 #   process_group   the group's name and, after a colon, its description when recorded ("0:default_pg")
-COLLECTIVE_COLUMNS = ["part", "pid", "tid", "start", "end", "collective", "dtype", "element_bytes", "in_nelems",
-                      "out_nelems", "in_bytes", "out_bytes", "bytes", "group_size", "process_group"]
-COLLECTIVE_INT_COLUMNS = ["part", "pid", "tid", "start", "end", "element_bytes", "in_nelems", "out_nelems",
-                          "in_bytes", "out_bytes", "bytes", "group_size"]
+COLLECTIVE_COLUMNS = [
+    "part",
+    "pid",
+    "tid",
+    "start",
+    "end",
+    "collective",
+    "dtype",
+    "element_bytes",
+    "in_nelems",
+    "out_nelems",
+    "in_bytes",
+    "out_bytes",
+    "bytes",
+    "group_size",
+    "process_group",
+]
+COLLECTIVE_INT_COLUMNS = [
+    "part",
+    "pid",
+    "tid",
+    "start",
+    "end",
+    "element_bytes",
+    "in_nelems",
+    "out_nelems",
+    "in_bytes",
+    "out_bytes",
+    "bytes",
+    "group_size",
+]
 
 
 def empty_collectives() -> pd.DataFrame:
     """The collectives frame with its columns and no rows (nsys traces)."""
-    return pd.DataFrame({c: pd.Series(dtype=np.int64 if c in COLLECTIVE_INT_COLUMNS else object)
-                         for c in COLLECTIVE_COLUMNS})
+    return pd.DataFrame(
+        {c: pd.Series(dtype=np.int64 if c in COLLECTIVE_INT_COLUMNS else object) for c in COLLECTIVE_COLUMNS}
+    )
 
 
 @dataclass(frozen=True)

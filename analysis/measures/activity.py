@@ -7,6 +7,7 @@ Which work is communication is decided once, when the trace is loaded (gpu_ops.i
 phases.communication_mask); here the comm *ranges* (comm-range pattern) stand in for it where the
 GPU does not see the collectives: CPU-only ranks, and GPU ranks whose collectives run on the host.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -43,7 +44,6 @@ class Items:
         return self.where(self.window == w)
 
 
-
 @dataclass(frozen=True)
 class RankActivity:
     """What one rank did, reduced to the intervals the metrics need."""
@@ -56,7 +56,6 @@ class RankActivity:
     comm_range_windows: np.ndarray  # window of each counted comm NVTX range (counted only)
     span: tuple[int, int]
     compute_are_kernels: bool = True
-
 
 
 @dataclass(frozen=True)
@@ -75,10 +74,16 @@ class RankWork:
     compute_source: str
 
 
-
-def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_mask: np.ndarray,
-                  ranges: pd.DataFrame, range_window: np.ndarray, counted: np.ndarray,
-                  host_side: bool) -> RankActivity:
+def _gpu_activity(
+    trace: Trace,
+    rows: np.ndarray,
+    window: np.ndarray,
+    backward_mask: np.ndarray,
+    ranges: pd.DataFrame,
+    range_window: np.ndarray,
+    counted: np.ndarray,
+    host_side: bool,
+) -> RankActivity:
     """A GPU rank: compute = its compute kernels; comm = its communication kernels and copies, or
     (host_side: collectives run on the CPU) its comm NVTX ranges."""
     ops = trace.gpu_ops
@@ -87,27 +92,33 @@ def _gpu_activity(trace: Trace, rows: np.ndarray, window: np.ndarray, backward_m
     every = Items(window, start, end)
     compute = (kind == GPU_KERNEL) & ~is_comm  # memcpy, memset and synchronisation are never compute
     on_host = Items(range_window, ranges["start"].to_numpy(), ranges["end"].to_numpy())
-    return RankActivity(comm=on_host if host_side else every.where(is_comm), compute=every.where(compute),
-                        backward=every.where(compute & backward_mask[rows]),
-                        comm_kernels=every.where(is_comm & (kind == GPU_KERNEL)),
-                        comm_copies=every.where(is_comm & (kind == GPU_MEMCPY)),
-                        comm_range_windows=range_window[counted],
-                        span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0))
+    return RankActivity(
+        comm=on_host if host_side else every.where(is_comm),
+        compute=every.where(compute),
+        backward=every.where(compute & backward_mask[rows]),
+        comm_kernels=every.where(is_comm & (kind == GPU_KERNEL)),
+        comm_copies=every.where(is_comm & (kind == GPU_MEMCPY)),
+        comm_range_windows=range_window[counted],
+        span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0),
+    )
 
 
-
-def _gpu_builder(trace: Trace, rows: np.ndarray, backward_mask: np.ndarray, comm: pd.DataFrame, counted: np.ndarray,
-                 host_side: bool) -> Callable[[Windowing], RankActivity]:
+def _gpu_builder(
+    trace: Trace, rows: np.ndarray, backward_mask: np.ndarray, comm: pd.DataFrame, counted: np.ndarray, host_side: bool
+) -> Callable[[Windowing], RankActivity]:
     """_gpu_activity of one rank, its kernels' launches and comm ranges windowed by the function given."""
     launch = trace.gpu_ops["launch_start"].to_numpy()[rows]
-    return lambda w: _gpu_activity(trace, rows, w(launch), backward_mask, comm, w(comm["start"].to_numpy()),
-                                   counted, host_side)
+    return lambda w: _gpu_activity(
+        trace, rows, w(launch), backward_mask, comm, w(comm["start"].to_numpy()), counted, host_side
+    )
 
 
-def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of: Windowing,
-                   counted: np.ndarray, span: tuple[int, int]) -> RankActivity:
+def _nvtx_activity(
+    ranges: dict[str, pd.DataFrame], window_of: Windowing, counted: np.ndarray, span: tuple[int, int]
+) -> RankActivity:
     """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
     blocking comm and gradient-sync waits."""
+
     def items(frame: pd.DataFrame) -> Items:
         s, e = frame["start"].to_numpy(), frame["end"].to_numpy()
         return Items(window_of(s), s, e)
@@ -122,9 +133,16 @@ def _nvtx_activity(ranges: dict[str, pd.DataFrame], window_of: Windowing,
     compute = _cut(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])), blocked)
     backward = _cut(items(ranges["backward"]), blocked)
     none = comm.where(np.zeros(len(comm.start), bool))
-    return RankActivity(comm=comm, compute=compute, backward=backward, comm_kernels=none, comm_copies=none,
-                        comm_range_windows=comm.window[counted], span=span, compute_are_kernels=False)
-
+    return RankActivity(
+        comm=comm,
+        compute=compute,
+        backward=backward,
+        comm_kernels=none,
+        comm_copies=none,
+        comm_range_windows=comm.window[counted],
+        span=span,
+        compute_are_kernels=False,
+    )
 
 
 def _cut(items: Items, removed: iv.Set) -> Items:
@@ -143,12 +161,17 @@ def _cut(items: Items, removed: iv.Set) -> Items:
     return Items(np.concatenate(windows), np.concatenate(starts), np.concatenate(ends))
 
 
-
 def _ranges_by_phase(trace: Trace, patterns: Patterns) -> dict[str, pd.DataFrame]:
-    return {phase: ranges_named(trace.nvtx, patterns.regex(field)) for phase, field in
-            (("comm", "comm_range"), ("forward", "forward"), ("backward", "backward"), ("optimizer", "optimizer"),
-             ("sync_wait", "sync_wait"))}
-
+    return {
+        phase: ranges_named(trace.nvtx, patterns.regex(field))
+        for phase, field in (
+            ("comm", "comm_range"),
+            ("forward", "forward"),
+            ("backward", "backward"),
+            ("optimizer", "optimizer"),
+            ("sync_wait", "sync_wait"),
+        )
+    }
 
 
 def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.ndarray:
@@ -159,13 +182,11 @@ def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.
     return out
 
 
-
 def is_host_side(trace: Trace, part: int, pid: int, comm_kernels: int, comm_ranges: int) -> bool:
     """Whether a GPU rank's collectives run on the host: `ddp.meta` says gloo, or it has comm ranges
     but no communication kernels."""
     backend = str(trace.meta.get((part, pid), {}).get("backend", "")).lower()
     return backend == "gloo" or (comm_kernels == 0 and comm_ranges > 0)
-
 
 
 def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:

@@ -16,6 +16,7 @@ stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is th
 (activity.rank_work): its compute kernels (also when its collectives run on the host), or on
 CPU-only traces its forward/backward/optimizer ranges minus blocking comm ranges and `grad_sync` waits.
 """
+
 from __future__ import annotations
 
 import re
@@ -41,12 +42,33 @@ from contract import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER
 
 COMM_CALL = re.compile(rf"^{re.escape(COMM_PREFIX)}([^:]+):?(.*)$")
 # kernel-name fragment (lower case, underscores removed) -> op; ReduceScatter before Reduce
-KERNEL_OPS = (("reducescatter", "reduce_scatter"), ("allreduce", "all_reduce"), ("allgather", "all_gather"),
-              ("alltoall", "all_to_all"), ("broadcast", "broadcast"), ("sendrecv", "send_recv"),
-              ("send", "send_recv"), ("recv", "send_recv"), ("reduce", "reduce"))
+KERNEL_OPS = (
+    ("reducescatter", "reduce_scatter"),
+    ("allreduce", "all_reduce"),
+    ("allgather", "all_gather"),
+    ("alltoall", "all_to_all"),
+    ("broadcast", "broadcast"),
+    ("sendrecv", "send_recv"),
+    ("send", "send_recv"),
+    ("recv", "send_recv"),
+    ("reduce", "reduce"),
+)
 PHASES = ((GRAD_SYNC, "sync_wait"), (OPTIMIZER, "optimizer"), (BACKWARD, "backward"), (FORWARD, "forward"))
-CALL_COLUMNS = ["rank", "part", "pid", "device", "op", "tag", "bytes", "issue_ns", "start_ns", "end_ns", "step",
-                "phase", "kernel"]
+CALL_COLUMNS = [
+    "rank",
+    "part",
+    "pid",
+    "device",
+    "op",
+    "tag",
+    "bytes",
+    "issue_ns",
+    "start_ns",
+    "end_ns",
+    "step",
+    "phase",
+    "kernel",
+]
 
 
 @dataclass(frozen=True)
@@ -74,9 +96,12 @@ def _comm_ranges(trace: Trace) -> pd.DataFrame:
 
 def _bucket_layout(trace: Trace) -> pd.DataFrame:
     """part, pid, tag, layout_bytes: each bucket of the `ddp.meta` bucket layouts (name -> bytes)."""
-    rows = [(part, pid, str(b["name"]), int(b["bytes"])) for (part, pid), meta in trace.meta.items()
-            for b in (meta.get("buckets") if isinstance(meta.get("buckets"), list) else [])
-            if isinstance(b, dict) and "name" in b and isinstance(b.get("bytes"), int)]
+    rows = [
+        (part, pid, str(b["name"]), int(b["bytes"]))
+        for (part, pid), meta in trace.meta.items()
+        for b in (meta.get("buckets") if isinstance(meta.get("buckets"), list) else [])
+        if isinstance(b, dict) and "name" in b and isinstance(b.get("bytes"), int)
+    ]
     return pd.DataFrame(rows, columns=["part", "pid", "tag", "layout_bytes"]).drop_duplicates(["part", "pid", "tag"])
 
 
@@ -102,41 +127,66 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     ops = trace.gpu_ops
     # a call is one named communication kernel; is_comm also holds the copies and kernels that are
     # parts of a collective (phases.communication_mask), which are not calls of their own
-    is_coll = ((codes(ops["kind"]) == GPU_KERNEL) & ops["is_comm"].to_numpy()
-               & matches(ops["name"], patterns.regex("comm_kernel")))
+    is_coll = (
+        (codes(ops["kind"]) == GPU_KERNEL)
+        & ops["is_comm"].to_numpy()
+        & matches(ops["name"], patterns.regex("comm_kernel"))
+    )
     k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name"]]
     k = k.assign(kernel=k["name"].astype(str), tkey=thread_key(k["part"], k["pid"], np.maximum(k["launch_tid"], 0)))
     k = k.drop(columns="name").sort_values("launch_start", kind="stable")
     ranges = _comm_ranges(trace)
     ranges = ranges.assign(tkey=thread_key(ranges["part"], ranges["pid"], ranges["tid"]))
-    ranges = ranges[["tkey", "start", "end", "op", "tag", "payload"]].rename(
-        columns={"start": "r_start", "end": "r_end", "op": "r_op"}).sort_values("r_start", kind="stable")
+    ranges = (
+        ranges[["tkey", "start", "end", "op", "tag", "payload"]]
+        .rename(columns={"start": "r_start", "end": "r_end", "op": "r_op"})
+        .sort_values("r_start", kind="stable")
+    )
     # the latest comm range opened on the launching thread at or before the launch
     m = pd.merge_asof(k, ranges, left_on="launch_start", right_on="r_start", by="tkey", direction="backward")
-    hit = m["r_end"].notna().to_numpy() & (m["r_end"].to_numpy(dtype=float) > m["launch_start"].to_numpy()) \
+    hit = (
+        m["r_end"].notna().to_numpy()
+        & (m["r_end"].to_numpy(dtype=float) > m["launch_start"].to_numpy())
         & (m["launch_start"].to_numpy() >= 0)
+    )
     launch = m["launch_start"].to_numpy()
     names = pd.Categorical(m["kernel"])  # one name test per distinct kernel name, not per kernel
     kernel_op = np.array([op_of_kernel(n) for n in names.categories] or [""], dtype=object)[names.codes]
     range_op = m["r_op"].fillna("").to_numpy(dtype=object)
-    out = pd.DataFrame({
-        "part": m["part"].to_numpy(), "pid": m["pid"].to_numpy(), "device": m["device"].to_numpy(),
-        "op": np.where(kernel_op != "", kernel_op, np.where(hit, range_op, "unknown")),
-        "tag": np.where(hit, m["tag"].fillna("").to_numpy(dtype=object), ""),
-        "payload": np.where(hit, m["payload"].fillna(-1).to_numpy(), -1).astype(np.int64),
-        "issue_ns": np.where(hit, m["r_start"].fillna(0).to_numpy(), np.where(launch >= 0, launch, m["start"]))
-        .astype(np.int64),
-        "start_ns": m["start"].to_numpy(), "end_ns": m["end"].to_numpy(), "kernel": m["kernel"].to_numpy(dtype=object),
-    })
+    out = pd.DataFrame(
+        {
+            "part": m["part"].to_numpy(),
+            "pid": m["pid"].to_numpy(),
+            "device": m["device"].to_numpy(),
+            "op": np.where(kernel_op != "", kernel_op, np.where(hit, range_op, "unknown")),
+            "tag": np.where(hit, m["tag"].fillna("").to_numpy(dtype=object), ""),
+            "payload": np.where(hit, m["payload"].fillna(-1).to_numpy(), -1).astype(np.int64),
+            "issue_ns": np.where(
+                hit, m["r_start"].fillna(0).to_numpy(), np.where(launch >= 0, launch, m["start"])
+            ).astype(np.int64),
+            "start_ns": m["start"].to_numpy(),
+            "end_ns": m["end"].to_numpy(),
+            "kernel": m["kernel"].to_numpy(dtype=object),
+        }
+    )
     return _with_ranks(out, trace, by_device=True)
 
 
 def _range_calls(trace: Trace) -> pd.DataFrame:
     r = _comm_ranges(trace)
-    out = pd.DataFrame({"part": r["part"].to_numpy(), "pid": r["pid"].to_numpy(), "op": r["op"].to_numpy(dtype=object),
-                        "tag": r["tag"].to_numpy(dtype=object), "payload": r["payload"].to_numpy(),
-                        "issue_ns": r["start"].to_numpy(), "start_ns": r["start"].to_numpy(),
-                        "end_ns": r["end"].to_numpy(), "kernel": ""})
+    out = pd.DataFrame(
+        {
+            "part": r["part"].to_numpy(),
+            "pid": r["pid"].to_numpy(),
+            "op": r["op"].to_numpy(dtype=object),
+            "tag": r["tag"].to_numpy(dtype=object),
+            "payload": r["payload"].to_numpy(),
+            "issue_ns": r["start"].to_numpy(),
+            "start_ns": r["start"].to_numpy(),
+            "end_ns": r["end"].to_numpy(),
+            "kernel": "",
+        }
+    )
     return _with_ranks(out, trace, by_device=False)
 
 
@@ -168,8 +218,6 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
             inside = keyed_contains(process_key(ranges["part"], ranges["pid"]), ranges["start"], ranges["end"], keys, t)
             out[inside] = name
     return out
-
-
 
 
 def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None) -> Calls:

@@ -4,6 +4,7 @@ Composes collective_calls (calls per rank), pairing (wait/transfer across ranks,
 collective_stats (bandwidths); `comm_split_by_step` sums the rows per rank and step for the
 overlap table. Columns: ROW_COLUMNS (ms figures, and exact ns times on the trace's clock).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,14 +17,42 @@ from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.pairing import exposure, pair, world_size
 from analysis.measures.patterns import Patterns
 
-ROW_COLUMNS = ["path", "implementation", "source", "rank", "step", "phase", "op", "tag", "bytes", "issue_ms",
-               "start_ms", "end_ms", "duration_ms", "wait_ms", "transfer_ms", "algbw_gbps", "busbw_gbps",
-               "exposed_ms", "exposed_wait_ms", "exposed_transfer_ms", "seq", "partners", "paired", "last_rank",
-               "kernel", "issue_ns", "start_ns", "end_ns", "last_arrival_ns"]
+ROW_COLUMNS = [
+    "path",
+    "implementation",
+    "source",
+    "rank",
+    "step",
+    "phase",
+    "op",
+    "tag",
+    "bytes",
+    "issue_ms",
+    "start_ms",
+    "end_ms",
+    "duration_ms",
+    "wait_ms",
+    "transfer_ms",
+    "algbw_gbps",
+    "busbw_gbps",
+    "exposed_ms",
+    "exposed_wait_ms",
+    "exposed_transfer_ms",
+    "seq",
+    "partners",
+    "paired",
+    "last_rank",
+    "kernel",
+    "issue_ns",
+    "start_ns",
+    "end_ns",
+    "last_arrival_ns",
+]
 
 
-def call_rows(trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None,
-              calls: Calls | None = None) -> tuple[pd.DataFrame, dict]:
+def call_rows(
+    trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None, calls: Calls | None = None
+) -> tuple[pd.DataFrame, dict]:
     """(one row per call per rank with every ROW_COLUMNS figure, trace facts: source, world size, note);
     `calls`: the trace's find_calls result when the caller has it already (else found with `works`)."""
     calls = calls if calls is not None else find_calls(trace, patterns, works)
@@ -43,9 +72,16 @@ def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, rank
         rows[f"{part}_ms"] = rows.pop(f"{part}_ns") / NS_PER_MS
     rows = pd.concat([rows, stats.bandwidths(rows)], axis=1)
     rows = rows.assign(path=path, implementation=implementation, source=calls.source)
-    facts = {"path": path, "implementation": implementation, "source": calls.source,
-             "world_size": world, "ranks": ranks, "calls": len(rows),
-             "unpaired_calls": int((~rows["paired"]).sum()), "note": _note(rows, world, ranks)}
+    facts = {
+        "path": path,
+        "implementation": implementation,
+        "source": calls.source,
+        "world_size": world,
+        "ranks": ranks,
+        "calls": len(rows),
+        "unpaired_calls": int((~rows["paired"]).sum()),
+        "note": _note(rows, world, ranks),
+    }
     return rows[ROW_COLUMNS], facts
 
 
@@ -56,14 +92,20 @@ def _note(rows: pd.DataFrame, world: int, ranks: int) -> str:
     if rows["paired"].all():
         return ""
     if ranks < 2 or ranks < world:
-        return (f"{ranks} of {world} ranks in this trace: wait and transfer need every rank's calls; give all "
-                "ranks' files together with --merge")
+        return (
+            f"{ranks} of {world} ranks in this trace: wait and transfer need every rank's calls; give all "
+            "ranks' files together with --merge"
+        )
     lonely = sorted(set(rows.loc[~rows["paired"], "rank"].tolist()))
     return f"{int((~rows['paired']).sum())} calls of ranks {lonely} have no matching call on every rank"
 
 
-SPLIT_COLUMNS = {"wait_ms": "comm_wait_ms", "transfer_ms": "comm_transfer_ms",
-                 "exposed_wait_ms": "exposed_comm_wait_ms", "exposed_transfer_ms": "exposed_comm_transfer_ms"}
+SPLIT_COLUMNS = {
+    "wait_ms": "comm_wait_ms",
+    "transfer_ms": "comm_transfer_ms",
+    "exposed_wait_ms": "exposed_comm_wait_ms",
+    "exposed_transfer_ms": "exposed_comm_transfer_ms",
+}
 
 
 def comm_split_by_step(rows: pd.DataFrame) -> pd.DataFrame:
@@ -75,8 +117,9 @@ def comm_split_by_step(rows: pd.DataFrame) -> pd.DataFrame:
     return keys.join(sums).rename(columns=SPLIT_COLUMNS).reset_index()
 
 
-def with_comm_split(per_step: pd.DataFrame, totals: pd.DataFrame,
-                    rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+def with_comm_split(
+    per_step: pd.DataFrame, totals: pd.DataFrame, rows: pd.DataFrame
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The overlap frames (per rank and step; per rank) with SPLIT_COLUMNS added: sums over the calls
     issued in the step (whole capture: all the rank's calls). 0 where a rank (or rank-step) issued no
     call, NaN where its calls have no partner; a trace without step ranges (step NA) takes the totals."""

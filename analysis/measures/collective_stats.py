@@ -4,6 +4,7 @@ algbw = bytes / transfer time (GB/s: bytes per ns); busbw = algbw x the nccl-tes
 and the n ranks of the collective: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
 (n-1)/n; broadcast, reduce, send/recv 1. It is NaN when bytes or transfer are unknown or zero.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -21,9 +22,15 @@ def bus_factor(op: np.ndarray, n: np.ndarray) -> np.ndarray:
     """nccl-tests bus-bandwidth factor per (op, ranks); NaN for ops it does not define."""
     n = np.asarray(n, dtype=float)
     op = np.asarray(op, dtype=object)
-    return np.select([op == "all_reduce", np.isin(op, ["all_gather", "reduce_scatter", "all_to_all"]),
-                      np.isin(op, ["broadcast", "reduce", "send_recv"])],
-                     [2 * (n - 1) / n, (n - 1) / n, np.ones_like(n)], np.nan)
+    return np.select(
+        [
+            op == "all_reduce",
+            np.isin(op, ["all_gather", "reduce_scatter", "all_to_all"]),
+            np.isin(op, ["broadcast", "reduce", "send_recv"]),
+        ],
+        [2 * (n - 1) / n, (n - 1) / n, np.ones_like(n)],
+        np.nan,
+    )
 
 
 def size_class(nbytes: np.ndarray) -> np.ndarray:
@@ -45,11 +52,16 @@ def bandwidths(calls: pd.DataFrame) -> pd.DataFrame:
 
 def _summarise(groups: Any) -> pd.DataFrame:
     """count, bytes, time, median/p90 busbw, wait and exposed shares of each group of calls."""
-    frame = groups.agg(calls=("op", "size"), bytes=("bytes", lambda b: b.sum(min_count=1)),
-                       duration_ms=("duration_ms", "sum"), wait_ms=("wait_ms", "sum"),
-                       transfer_ms=("transfer_ms", "sum"), exposed_ms=("exposed_ms", "sum"),
-                       median_busbw_gbps=("busbw_gbps", "median"),
-                       p90_busbw_gbps=("busbw_gbps", lambda b: b.quantile(0.9)))
+    frame = groups.agg(
+        calls=("op", "size"),
+        bytes=("bytes", lambda b: b.sum(min_count=1)),
+        duration_ms=("duration_ms", "sum"),
+        wait_ms=("wait_ms", "sum"),
+        transfer_ms=("transfer_ms", "sum"),
+        exposed_ms=("exposed_ms", "sum"),
+        median_busbw_gbps=("busbw_gbps", "median"),
+        p90_busbw_gbps=("busbw_gbps", lambda b: b.quantile(0.9)),
+    )
     time = frame["duration_ms"].where(frame["duration_ms"] > 0)
     frame["wait_share"] = frame["wait_ms"] / time
     frame["exposed_share"] = frame["exposed_ms"] / time
@@ -58,8 +70,9 @@ def _summarise(groups: Any) -> pd.DataFrame:
 
 def by_size(calls: pd.DataFrame) -> pd.DataFrame:
     """One row per (op, size class): see _summarise."""
-    return _summarise(calls.assign(size_class=size_class(calls["bytes"].to_numpy()))
-                      .groupby(["op", "size_class"], sort=True))
+    return _summarise(
+        calls.assign(size_class=size_class(calls["bytes"].to_numpy())).groupby(["op", "size_class"], sort=True)
+    )
 
 
 def by_rank(calls: pd.DataFrame) -> pd.DataFrame:
@@ -85,8 +98,9 @@ def stragglers(calls: pd.DataFrame) -> pd.DataFrame:
     caused = caused.merge(times_last, on=["step", "last_rank"], how="left")
     top = caused.sort_values(["step", "wait_caused_ms", "times_last"], ascending=[True, False, False])
     top = top.drop_duplicates("step").set_index("step")
-    per_step = pd.DataFrame({"collectives": logical.groupby("step").size(),
-                             "wait_ms": paired.groupby("step")["wait_ms"].sum()})
+    per_step = pd.DataFrame(
+        {"collectives": logical.groupby("step").size(), "wait_ms": paired.groupby("step")["wait_ms"].sum()}
+    )
     out = per_step.join(top).reset_index()
     nobody = ~(out["wait_caused_ms"] > 0)
     out["straggler"] = out["last_rank"].astype("Int64").mask(nobody)

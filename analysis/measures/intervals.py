@@ -5,6 +5,7 @@ disjoint, sorted, no empty pieces, touching pieces merged. `intersect` and `subt
 sets and return canonical ones. `keyed_union` does many unions at once (one per key, e.g. per step).
 Lengths are exact integers: the measure of a union, never a sum of overlapping durations.
 """
+
 from __future__ import annotations
 
 import numpy as np

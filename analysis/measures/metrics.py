@@ -25,6 +25,7 @@ Where each figure comes from (columns comm_source, compute_source):
   ranges/ranges    CPU-only ranks: comm ranges, and forward/backward/optimizer ranges minus blocking
                    comm and gradient-sync waits.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -37,9 +38,24 @@ from analysis.measures.patterns import Patterns
 
 # added by engine/analyze.analyze_trace from the collectives view (collective_rows.with_comm_split)
 SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
-METRICS = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "comm_kernel_ms", "comm_copy_ms", "overlap_ms",
-           "backward_overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "comm_kernels", "compute_kernels",
-           "comm_copies", "comm_ranges", *SPLIT_METRICS]
+METRICS = [
+    "step_ms",
+    "backward_ms",
+    "compute_ms",
+    "comm_ms",
+    "comm_kernel_ms",
+    "comm_copy_ms",
+    "overlap_ms",
+    "backward_overlap_ms",
+    "exposed_comm_ms",
+    "idle_ms",
+    "overlap_pct",
+    "comm_kernels",
+    "compute_kernels",
+    "comm_copies",
+    "comm_ranges",
+    *SPLIT_METRICS,
+]
 COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
 SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
 
@@ -73,19 +89,21 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
     busy = iv.union(np.r_[act.compute.start, act.comm.start], np.r_[act.compute.end, act.comm.end])
     busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
     gpu = np.nan if not act.compute_are_kernels else 1.0  # CPU-only ranks have no kernels or copies
-    frame = pd.DataFrame({
-        "step_ms": (hi - lo) / NS_PER_MS,
-        "backward_ms": _per_window_span(backward, n) / NS_PER_MS,
-        "compute_ms": _per_window_length(compute, n) / NS_PER_MS,
-        "comm_ms": comm_ns / NS_PER_MS,
-        "comm_kernel_ms": gpu * _per_window_length(inside(act.comm_kernels), n) / NS_PER_MS,
-        "comm_copy_ms": gpu * _per_window_length(inside(act.comm_copies), n) / NS_PER_MS,
-        "overlap_ms": overlap_ns / NS_PER_MS,
-        "backward_overlap_ms": _per_window_overlap(comm, act.backward.as_set(), n) / NS_PER_MS,
-        "exposed_comm_ms": (comm_ns - overlap_ns) / NS_PER_MS,
-        "idle_ms": (hi - lo - busy_ns) / NS_PER_MS,
-        "overlap_pct": np.where(comm_ns > 0, 100.0 * overlap_ns / np.maximum(comm_ns, 1), np.nan),
-    })
+    frame = pd.DataFrame(
+        {
+            "step_ms": (hi - lo) / NS_PER_MS,
+            "backward_ms": _per_window_span(backward, n) / NS_PER_MS,
+            "compute_ms": _per_window_length(compute, n) / NS_PER_MS,
+            "comm_ms": comm_ns / NS_PER_MS,
+            "comm_kernel_ms": gpu * _per_window_length(inside(act.comm_kernels), n) / NS_PER_MS,
+            "comm_copy_ms": gpu * _per_window_length(inside(act.comm_copies), n) / NS_PER_MS,
+            "overlap_ms": overlap_ns / NS_PER_MS,
+            "backward_overlap_ms": _per_window_overlap(comm, act.backward.as_set(), n) / NS_PER_MS,
+            "exposed_comm_ms": (comm_ns - overlap_ns) / NS_PER_MS,
+            "idle_ms": (hi - lo - busy_ns) / NS_PER_MS,
+            "overlap_pct": np.where(comm_ns > 0, 100.0 * overlap_ns / np.maximum(comm_ns, 1), np.nan),
+        }
+    )
     count = lambda windows: np.bincount(windows[windows >= 0], minlength=n)[:n]
     frame["comm_kernels"] = count(act.comm_kernels.window)
     frame["compute_kernels"] = count(act.compute.window) if act.compute_are_kernels else 0
@@ -108,8 +126,9 @@ def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
     return per_step, total
 
 
-def measure_trace(trace: Trace, patterns: Patterns | None = None,
-                  works: list[RankWork] | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+def measure_trace(
+    trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-step frame, per-rank total frame), each keyed by rank, pid, device, with the rank's
     comm_source, compute_source and shared_gpu (its GPU also runs another rank's work); `works`:
     rank_work(trace, patterns) when the caller has it already."""

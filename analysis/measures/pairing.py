@@ -12,6 +12,7 @@ so wait + transfer = the call's duration exactly. A collective is paired when ev
 (world size from `ddp.meta`, else the ranks in the trace) has its call, and at least two do; otherwise
 wait and transfer stay NaN and `partners` says how many ranks had it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -63,5 +64,7 @@ def exposure(paired: pd.DataFrame, compute: dict) -> pd.DataFrame:
         exposed[rows] = (end[rows] - start[rows]) - iv.overlap_lengths(start[rows], end[rows], s, e)
         w = (wait_end[rows] - start[rows]) - iv.overlap_lengths(start[rows], wait_end[rows], s, e)
         exposed_wait[rows] = np.where(has_wait[rows], w, np.nan)
-    return pd.DataFrame({"exposed_ns": exposed, "exposed_wait_ns": exposed_wait,
-                         "exposed_transfer_ns": exposed - exposed_wait}, index=paired.index)
+    return pd.DataFrame(
+        {"exposed_ns": exposed, "exposed_wait_ns": exposed_wait, "exposed_transfer_ns": exposed - exposed_wait},
+        index=paired.index,
+    )

@@ -3,6 +3,7 @@
 The defaults are `contract.patterns`: this project's NVTX contract and common names in other people's traces
 (NCCL/RCCL/MSCCL kernels of every era, PyTorch's `ProfilerStep#N`, `backward pass`, ...).
 """
+
 from __future__ import annotations
 
 import re

@@ -13,6 +13,7 @@ An async (start/end) comm range stays open while the same thread goes on launchi
 so it claims nothing on the compute stream: the bucket-packing copies backward launches there
 while another bucket is in flight are not communication. Memcpy is never compute either way.
 """
+
 from __future__ import annotations
 
 import re
@@ -54,8 +55,9 @@ def ranges_named(nvtx: pd.DataFrame, regex: re.Pattern) -> pd.DataFrame:
     return nvtx[hit]
 
 
-def keyed_contains(set_keys: ArrayLike, set_starts: ArrayLike, set_ends: ArrayLike, keys: ArrayLike,
-                   t: ArrayLike) -> np.ndarray:
+def keyed_contains(
+    set_keys: ArrayLike, set_starts: ArrayLike, set_ends: ArrayLike, keys: ArrayLike, t: ArrayLike
+) -> np.ndarray:
     """For each (key, t): whether t lies inside the union of that key's intervals."""
     set_keys, keys, t = np.asarray(set_keys), np.asarray(keys), np.asarray(t)
     out = np.zeros(t.shape, dtype=bool)
@@ -116,8 +118,9 @@ def counted_comm_ranges(ranges: pd.DataFrame) -> np.ndarray:
     keys = process_key(ranges["part"], ranges["pid"])
     outer_keys = process_key(outer["part"], outer["pid"])
     start, end = ranges["start"].to_numpy(), ranges["end"].to_numpy()
-    inside = (keyed_contains(outer_keys, outer["start"], outer["end"], keys, start)
-              & keyed_contains(outer_keys, outer["start"], outer["end"], keys, np.maximum(end - 1, start)))
+    inside = keyed_contains(outer_keys, outer["start"], outer["end"], keys, start) & keyed_contains(
+        outer_keys, outer["start"], outer["end"], keys, np.maximum(end - 1, start)
+    )
     return ~(nccl & inside)
 
 
@@ -128,8 +131,15 @@ def find_steps(nvtx: pd.DataFrame, patterns: Patterns) -> pd.DataFrame:
     numbers = ranges["text"].map(lambda text: _step_number(regex, text))
     ordinal = ranges.groupby(["part", "pid"]).cumcount()
     step = np.where(numbers.notna(), numbers.fillna(-1), ordinal).astype(np.int64)
-    return pd.DataFrame({"part": ranges["part"].to_numpy(), "pid": ranges["pid"].to_numpy(), "step": step,
-                         "start": ranges["start"].to_numpy(), "end": ranges["end"].to_numpy()})
+    return pd.DataFrame(
+        {
+            "part": ranges["part"].to_numpy(),
+            "pid": ranges["pid"].to_numpy(),
+            "step": step,
+            "start": ranges["start"].to_numpy(),
+            "end": ranges["end"].to_numpy(),
+        }
+    )
 
 
 def _step_number(regex: re.Pattern, text: str) -> float:

@@ -12,6 +12,7 @@ range. So on ranks with GPU work:
 
 On ranks without GPU work (CPU-only traces) a step is its CPU range and owns what starts inside it.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -25,6 +25,7 @@ What goes where (see frames/trace.py for the frames):
 Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "nvtx"), as
 CPU-only nsys exports are.
 """
+
 from __future__ import annotations
 
 import re
@@ -47,11 +48,18 @@ TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 def _gpu_names(names: list[str]) -> pd.Categorical:
     """Kineto's names as a categorical, copies and sets named as the nsys loader names them."""
     codes, uniques = pd.factorize(np.array(names, dtype=object))
-    renamed = ["memcpy " + u.split()[1] if u.startswith("Memcpy ") and len(u.split()) > 1
-               else "memset" if u.startswith("Memset") else u for u in uniques.tolist()]
+    renamed = [
+        "memcpy " + u.split()[1]
+        if u.startswith("Memcpy ") and len(u.split()) > 1
+        else "memset"
+        if u.startswith("Memset")
+        else u
+        for u in uniques.tolist()
+    ]
     new_codes, categories = pd.factorize(np.array(renamed, dtype=object))
-    return pd.Categorical.from_codes(new_codes[codes] if codes.size else codes,
-                                     categories=pd.Index(categories, dtype=object))
+    return pd.Categorical.from_codes(
+        new_codes[codes] if codes.size else codes, categories=pd.Index(categories, dtype=object)
+    )
 
 
 def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
@@ -61,15 +69,26 @@ def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
     launch = np.full(n, -1, dtype=np.int64)
     usable = rt["correlation"] > 0
     if n and usable.any():  # correlation ids are unique within a file's process
-        launch = row_lookup(np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable],
-                             np.zeros(n, np.int64), g["correlation"])
+        launch = row_lookup(
+            np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable], np.zeros(n, np.int64), g["correlation"]
+        )
     found, row = launch >= 0, np.maximum(launch, 0)
-    pick = lambda col, default: np.where(found, rt[col][usable][row], default) if n and usable.any() \
-        else np.full(n, default, dtype=np.int64)
-    return {"part": np.full(n, part, dtype=np.int64), "pid": pick("pid", host_pid), "device": g["device"],
-            "stream": g["stream"], "start": g["start"], "end": g["end"], "correlation_id": g["correlation"],
-            "launch_start": pick("start", -1), "launch_tid": pick("tid", -1), "kind": g["kind"],
-            "name": _gpu_names(g["name"])}
+    pick = lambda col, default: (
+        np.where(found, rt[col][usable][row], default) if n and usable.any() else np.full(n, default, dtype=np.int64)
+    )
+    return {
+        "part": np.full(n, part, dtype=np.int64),
+        "pid": pick("pid", host_pid),
+        "device": g["device"],
+        "stream": g["stream"],
+        "start": g["start"],
+        "end": g["end"],
+        "correlation_id": g["correlation"],
+        "launch_start": pick("start", -1),
+        "launch_tid": pick("tid", -1),
+        "kind": g["kind"],
+        "name": _gpu_names(g["name"]),
+    }
 
 
 def _backward_ranges(f: KinetoFile, steps: pd.DataFrame) -> pd.DataFrame:
@@ -94,9 +113,16 @@ def _backward_ranges(f: KinetoFile, steps: pd.DataFrame) -> pd.DataFrame:
 def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
     """The ranges of one file as an nvtx frame (push_pop, or start_end where our recorder said so)."""
     r = f.ranges
-    frame = pd.DataFrame({"pid": r["pid"], "tid": r["tid"], "start": r["start"], "end": r["end"],
-                          "text": pd.Series(r["text"], dtype=object),
-                          "kind": np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP)})
+    frame = pd.DataFrame(
+        {
+            "pid": r["pid"],
+            "tid": r["tid"],
+            "start": r["start"],
+            "end": r["end"],
+            "text": pd.Series(r["text"], dtype=object),
+            "kind": np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP),
+        }
+    )
     torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
     frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, NVTX_START_END, frame["kind"]))
     texts = frame["text"].astype("category")
@@ -105,14 +131,20 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
         extra = _backward_ranges(f, steps).assign(text=BACKWARD, kind=NVTX_PUSH_POP)
         frame = pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
     frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
-    return pd.DataFrame({
-        "part": np.int64(part), "pid": frame["pid"].to_numpy(), "tid": frame["tid"].to_numpy(),
-        "end_tid": frame["tid"].to_numpy(), "start": frame["start"].to_numpy(), "end": frame["end"].to_numpy(),
-        "text": frame["text"].astype(object).to_numpy(),
-        "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
-        "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
-        "payload": np.full(len(frame), -1, dtype=np.int64),  # Kineto ranges carry none (sizes: `collectives`)
-    })
+    return pd.DataFrame(
+        {
+            "part": np.int64(part),
+            "pid": frame["pid"].to_numpy(),
+            "tid": frame["tid"].to_numpy(),
+            "end_tid": frame["tid"].to_numpy(),
+            "start": frame["start"].to_numpy(),
+            "end": frame["end"].to_numpy(),
+            "text": frame["text"].astype(object).to_numpy(),
+            "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
+            "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
+            "payload": np.full(len(frame), -1, dtype=np.int64),  # Kineto ranges carry none (sizes: `collectives`)
+        }
+    )
 
 
 def _identity(f: KinetoFile) -> tuple[object, object]:
@@ -127,17 +159,22 @@ def _check_one_job(files: list[KinetoFile]) -> None:
         return
     first = files[0]
     for f in files[1:]:
-        for what, a, b in (("world size", _identity(first)[1], _identity(f)[1]),
-                           ("implementation", first.meta.get("implementation"), f.meta.get("implementation"))):
+        for what, a, b in (
+            ("world size", _identity(first)[1], _identity(f)[1]),
+            ("implementation", first.meta.get("implementation"), f.meta.get("implementation")),
+        ):
             if a is not None and b is not None and a != b:
-                raise TraceError(f"{first.path} ({what} {a}) and {f.path} ({what} {b}) are from different jobs: "
-                                 "give one job's files together")
+                raise TraceError(
+                    f"{first.path} ({what} {a}) and {f.path} ({what} {b}) are from different jobs: "
+                    "give one job's files together"
+                )
     seen: dict = {}
     for f in files:
         rank = _identity(f)[0]
         if rank is not None and rank in seen:
-            raise TraceError(f"{seen[rank]} and {f.path} both hold rank {rank}: files of different jobs "
-                             "(or one file twice)")
+            raise TraceError(
+                f"{seen[rank]} and {f.path} both hold rank {rank}: files of different jobs (or one file twice)"
+            )
         seen[rank] = f.path
 
 
@@ -147,7 +184,7 @@ def _implementation(files: list[KinetoFile], first: Path) -> str:
         return str(named[0])
     name = first.name
     for suffix in (".gz", ".json"):
-        name = name[:-len(suffix)] if name.endswith(suffix) else name
+        name = name[: -len(suffix)] if name.endswith(suffix) else name
     return name
 
 
@@ -169,18 +206,31 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         gpu_parts.append(ops)
         nvtx_parts.append(nvtx)
         rank, world = _identity(f)
-        meta[(part, host_pid)] = {**f.meta, **({"rank": rank} if rank is not None else {}),
-                                  **({"world_size": world} if world is not None else {})}
+        meta[(part, host_pid)] = {
+            **f.meta,
+            **({"rank": rank} if rank is not None else {}),
+            **({"world_size": world} if world is not None else {}),
+        }
         calls += [(part, (pid, tid, s + delta, e + delta, a)) for pid, tid, s, e, a in f.comms]
     ops = ops_frame(gpu_parts)
     nvtx = nvtx_frame(nvtx_parts)
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and len(nvtx) == 0:
-        raise TraceError(f"{label}: torch.profiler trace holds neither GPU kernels nor user_annotation "
-                         "(record_function) ranges: nothing to measure")
+        raise TraceError(
+            f"{label}: torch.profiler trace holds neither GPU kernels nor user_annotation "
+            "(record_function) ranges: nothing to measure"
+        )
     implementation = _implementation(files, paths[0])
     meta = {k: v for k, v in meta.items() if v}
-    return Trace(path=label, nsys_version=f"kineto schema {files[0].schema}", source="gpu" if len(ops) else "nvtx",
-                 gpu_ops=ops, nvtx=nvtx, ranks=number_ranks(ops, nvtx, meta, implementation),
-                 meta=meta, implementation=implementation, collectives=collectives_frame(calls),
-                 info={part: f.info for part, f in enumerate(files)})
+    return Trace(
+        path=label,
+        nsys_version=f"kineto schema {files[0].schema}",
+        source="gpu" if len(ops) else "nvtx",
+        gpu_ops=ops,
+        nvtx=nvtx,
+        ranks=number_ranks(ops, nvtx, meta, implementation),
+        meta=meta,
+        implementation=implementation,
+        collectives=collectives_frame(calls),
+        info={part: f.info for part, f in enumerate(files)},
+    )

@@ -2,6 +2,7 @@
 ranges, autograd ops, collective calls. C-level passes over the events (attrgetter, itemgetter), no
 Python code per event.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -21,40 +22,31 @@ if TYPE_CHECKING:  # kineto_json imports this module
 GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
 
 
-
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-
 
 
 ANNOTATION_CAT = "user_annotation"
 
 
-
 PROFILER_STEP = "ProfilerStep#"
-
 
 
 AUTOGRAD_OP = "autograd::engine::evaluate_function: "
 
 
-
 COMMS_OP = "record_param_comms"
-
 
 
 def _ns(us: np.ndarray) -> np.ndarray:
     return np.rint(np.asarray(us, dtype=np.float64) * 1000.0).astype(np.int64)
 
 
-
 def field_values(events: Sequence[_Fields], name: str) -> list:
     return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
 
 
-
 def _floats(events: Sequence[_Fields], name: str) -> np.ndarray:
     return np.fromiter(map(attrgetter(name), events), dtype=np.float64, count=len(events))
-
 
 
 def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.ndarray:
@@ -65,11 +57,9 @@ def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.nd
         return np.array([v if isinstance(v, int) else default for v in field_values(events, name)], dtype=np.int64)
 
 
-
 def _times(events: Sequence[_Fields]) -> tuple[np.ndarray, np.ndarray]:
     start = _ns(_floats(events, "ts"))
     return start, start + np.maximum(_ns(_floats(events, "dur")), 0)
-
 
 
 def take(events: Sequence[_Fields], rows: np.ndarray) -> list:
@@ -80,14 +70,12 @@ def take(events: Sequence[_Fields], rows: np.ndarray) -> list:
     return list(got) if rows.size > 1 else [got]
 
 
-
 def _by_value(values: list) -> dict:
     """{value: row indices} for a column of a few distinct strings."""
     codes, uniques = pd.factorize(np.array(values, dtype=object))
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
-    return {u: order[bounds[i]:bounds[i + 1]] for i, u in enumerate(uniques)}
-
+    return {u: order[bounds[i] : bounds[i + 1]] for i, u in enumerate(uniques)}
 
 
 def _rows_named(by_name: dict, test: Callable[[str], bool]) -> np.ndarray:
@@ -95,12 +83,10 @@ def _rows_named(by_name: dict, test: Callable[[str], bool]) -> np.ndarray:
     return np.sort(np.concatenate(rows)) if rows else np.zeros(0, dtype=np.int64)
 
 
-
 def batch_columns(complete: list) -> dict:
     """Columns of one batch of complete events, by family (see KinetoFile)."""
     by_cat = _by_value(field_values(complete, "cat"))
-    pick = lambda cats: take(complete, np.sort(np.concatenate([by_cat.get(c, np.zeros(0, np.int64))
-                                                                for c in cats])))
+    pick = lambda cats: take(complete, np.sort(np.concatenate([by_cat.get(c, np.zeros(0, np.int64)) for c in cats])))
 
     gpu_rows = [by_cat.get(c, np.zeros(0, np.int64)) for c in GPU_CATS]
     gpu_events = take(complete, np.concatenate(gpu_rows))
@@ -108,25 +94,37 @@ def batch_columns(complete: list) -> dict:
     device, stream = _int_field(args, "device"), _int_field(args, "stream")
     start, end = _times(gpu_events)
     kinds = zip(gpu_rows, GPU_CATS.values(), strict=True)
-    gpu = {"kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
-           "name": field_values(gpu_events, "name"),
-           "device": np.where(device >= 0, device, _int_field(gpu_events, "pid")),
-           "stream": np.where(stream >= 0, stream, _int_field(gpu_events, "tid")),
-           "start": start, "end": end, "correlation": _int_field(args, "correlation")}
+    gpu = {
+        "kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
+        "name": field_values(gpu_events, "name"),
+        "device": np.where(device >= 0, device, _int_field(gpu_events, "pid")),
+        "stream": np.where(stream >= 0, stream, _int_field(gpu_events, "tid")),
+        "start": start,
+        "end": end,
+        "correlation": _int_field(args, "correlation"),
+    }
 
     launches = pick(RUNTIME_CATS)
-    runtime = {"pid": _int_field(launches, "pid"), "tid": _int_field(launches, "tid"),
-               "start": _ns(_floats(launches, "ts")),
-               "correlation": _int_field(field_values(launches, "args"), "correlation")}
+    runtime = {
+        "pid": _int_field(launches, "pid"),
+        "tid": _int_field(launches, "tid"),
+        "start": _ns(_floats(launches, "ts")),
+        "correlation": _int_field(field_values(launches, "args"), "correlation"),
+    }
 
     cpu_ops = pick(["cpu_op"])
     by_name = _by_value(field_values(cpu_ops, "name"))
     steps = take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(PROFILER_STEP)))  # older torch: cpu_ops
     annotations = pick([ANNOTATION_CAT]) + steps
     start, end = _times(annotations)
-    ranges = {"pid": _int_field(annotations, "pid"), "tid": _int_field(annotations, "tid"),
-              "start": start, "end": end, "text": field_values(annotations, "name"),
-              "async": np.array(field_values(field_values(annotations, "args"), "kind"), dtype=object) == ASYNC_KIND}
+    ranges = {
+        "pid": _int_field(annotations, "pid"),
+        "tid": _int_field(annotations, "tid"),
+        "start": start,
+        "end": end,
+        "text": field_values(annotations, "name"),
+        "async": np.array(field_values(field_values(annotations, "args"), "kind"), dtype=object) == ASYNC_KIND,
+    }
 
     ops = take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
     start, end = _times(ops)
@@ -134,14 +132,31 @@ def batch_columns(complete: list) -> dict:
 
     calls = take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
     start, end = _times(calls)
-    comms = list(zip(field_values(calls, "pid"), field_values(calls, "tid"), start.tolist(), end.tolist(),
-                     field_values(calls, "args"), strict=True))
-    return {"gpu": gpu, "runtime": runtime, "ranges": ranges, "autograd": autograd, "comms": comms,
-            "sampled_pids": _int_field(cpu_ops[:1000], "pid")}
-
+    comms = list(
+        zip(
+            field_values(calls, "pid"),
+            field_values(calls, "tid"),
+            start.tolist(),
+            end.tolist(),
+            field_values(calls, "args"),
+            strict=True,
+        )
+    )
+    return {
+        "gpu": gpu,
+        "runtime": runtime,
+        "ranges": ranges,
+        "autograd": autograd,
+        "comms": comms,
+        "sampled_pids": _int_field(cpu_ops[:1000], "pid"),
+    }
 
 
 def joined(batches: list[dict], family: str) -> dict:
     parts = [b[family] for b in batches]
-    return {k: list(chain.from_iterable(p[k] for p in parts)) if isinstance(parts[0][k], list)
-            else np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    return {
+        k: list(chain.from_iterable(p[k] for p in parts))
+        if isinstance(parts[0][k], list)
+        else np.concatenate([p[k] for p in parts])
+        for k in parts[0]
+    }

@@ -6,6 +6,7 @@ not, so their frame is empty (same columns). One row per `record_param_comms` op
 max(in_bytes, out_bytes) (nccl-tests' "size": the full buffer, i.e. the gathered output of all_gather,
 the input of reduce_scatter). `wait` rows (PyTorch records its waits the same way) have 0 bytes.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,10 +14,31 @@ import pandas as pd
 
 from analysis.frames.trace import empty_collectives
 
-ELEMENT_BYTES = {"Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "ComplexHalf": 4, "ComplexFloat": 8,
-                 "ComplexDouble": 16, "Byte": 1, "Char": 1, "Bool": 1, "Short": 2, "Int": 4, "Long": 8,
-                 "UInt16": 2, "UInt32": 4, "UInt64": 8, "Float8_e4m3fn": 1, "Float8_e5m2": 1,
-                 "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "QInt8": 1, "QUInt8": 1, "QInt32": 4}
+ELEMENT_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "ComplexHalf": 4,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Byte": 1,
+    "Char": 1,
+    "Bool": 1,
+    "Short": 2,
+    "Int": 4,
+    "Long": 8,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QInt32": 4,
+}
 
 
 def _int(value: object) -> int:
@@ -50,14 +72,25 @@ def collectives_frame(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
     n_out = np.array([_int(a.out_nelems) for a in args], dtype=np.int64)
     b_in = np.where((n_in >= 0) & (size > 0), n_in * size, -1)
     b_out = np.where((n_out >= 0) & (size > 0), n_out * size, -1)
-    frame = pd.DataFrame({
-        "part": np.array(part, dtype=np.int64), "pid": np.array(pid, dtype=np.int64),
-        "tid": np.array(tid, dtype=np.int64), "start": np.array(start, dtype=np.int64),
-        "end": np.array(end, dtype=np.int64),
-        "collective": pd.Series([str(a.collective) if a.collective is not None else "" for a in args], dtype=object),
-        "dtype": pd.Series(dtype, dtype=object), "element_bytes": size, "in_nelems": n_in, "out_nelems": n_out,
-        "in_bytes": b_in, "out_bytes": b_out, "bytes": np.maximum(b_in, b_out),
-        "group_size": np.array([_int(a.group_size) for a in args], dtype=np.int64),
-        "process_group": pd.Series([_group(a.pg_name, a.pg_desc) for a in args], dtype=object),
-    })
+    frame = pd.DataFrame(
+        {
+            "part": np.array(part, dtype=np.int64),
+            "pid": np.array(pid, dtype=np.int64),
+            "tid": np.array(tid, dtype=np.int64),
+            "start": np.array(start, dtype=np.int64),
+            "end": np.array(end, dtype=np.int64),
+            "collective": pd.Series(
+                [str(a.collective) if a.collective is not None else "" for a in args], dtype=object
+            ),
+            "dtype": pd.Series(dtype, dtype=object),
+            "element_bytes": size,
+            "in_nelems": n_in,
+            "out_nelems": n_out,
+            "in_bytes": b_in,
+            "out_bytes": b_out,
+            "bytes": np.maximum(b_in, b_out),
+            "group_size": np.array([_int(a.group_size) for a in args], dtype=np.int64),
+            "process_group": pd.Series([_group(a.pg_name, a.pg_desc) for a in args], dtype=object),
+        }
+    )
     return frame.sort_values(["part", "pid", "start"], kind="stable").reset_index(drop=True)

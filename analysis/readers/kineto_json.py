@@ -14,6 +14,7 @@ Times: Kineto writes microseconds (float, 3 decimals) after `baseTimeNanoseconds
 traces, whose timestamps are absolute); columns hold int64 ns on the file's own clock and
 `clock_offset` is baseTimeNanoseconds, so files of one job line up like nsys exports do.
 """
+
 from __future__ import annotations
 
 import functools
@@ -75,8 +76,9 @@ class AnyPhase(_Fields, gc=False):
 
 
 # Every other phase of the Chrome trace event format: nothing of them is kept.
-_SKIPPED = tuple(msgspec.defstruct(f"Skip_{ord(c)}", [], tag=c, tag_field="ph", gc=False)
-                 for c in "BEiICbnestfPONDMRcpvV()")
+_SKIPPED = tuple(
+    msgspec.defstruct(f"Skip_{ord(c)}", [], tag=c, tag_field="ph", gc=False) for c in "BEiICbnestfPONDMRcpvV()"
+)
 
 
 class _Top(msgspec.Struct, kw_only=True):
@@ -109,12 +111,12 @@ class KinetoFile:
     schema: str
     distributed: dict
     meta: dict
-    info: dict       # as frames.trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
-    gpu: dict        # kind, name (list), device, stream, start, end, correlation
-    runtime: dict    # pid, tid, start, correlation
-    ranges: dict     # pid, tid, start, end, text (list), async (bool)
-    autograd: dict   # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)
-    comms: list      # (pid, tid, start, end, Args) of record_param_comms ops
+    info: dict  # as frames.trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
+    gpu: dict  # kind, name (list), device, stream, start, end, correlation
+    runtime: dict  # pid, tid, start, correlation
+    ranges: dict  # pid, tid, start, end, text (list), async (bool)
+    autograd: dict  # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)
+    comms: list  # (pid, tid, start, end, Args) of record_param_comms ops
     host_pids: np.ndarray
 
 
@@ -157,7 +159,7 @@ def _event_batches(path: Path, data: bytes, events: msgspec.Raw) -> Iterator[lis
     if not 0 <= first <= len(data) - view.size:  # a copy, not a view: use it as it is
         data, first = bytes(events), 0
     last = first + view.size - 1  # its closing "]"
-    if data[first:first + 1] != b"[" or data[last:last + 1] != b"]":
+    if data[first : first + 1] != b"[" or data[last : last + 1] != b"]":
         raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (traceEvents is not an array)")
     start = first + 1
     while True:
@@ -181,8 +183,10 @@ def _complete_events(path: Path, batch: bytes) -> list:
     """The complete events of a batch of events, decoded."""
     try:
         events = _FAST.decode(batch)
-        return take(events, np.flatnonzero(
-            np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))))
+        return take(
+            events,
+            np.flatnonzero(np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))),
+        )
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message
     try:
@@ -217,9 +221,17 @@ def read_kineto(path: Path) -> KinetoFile:
     # the process(es) recorded: what launched GPU work, opened ranges or ran ops (a sample of those)
     host = np.concatenate([runtime["pid"], ranges["pid"], autograd["pid"], sampled])
     host_pids, counts = np.unique(host[host >= 0], return_counts=True)
-    return KinetoFile(path=path, clock_offset=int(doc.baseTimeNanoseconds or 0),
-                      schema=str(doc.schemaVersion) if doc.schemaVersion is not None else "unknown",
-                      distributed=doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {},
-                      meta=doc.ddp_meta if isinstance(doc.ddp_meta, dict) else {}, info=_info(doc),
-                      gpu=gpu, runtime=runtime, ranges=ranges, autograd=autograd, comms=comms,
-                      host_pids=host_pids[np.argsort(-counts, kind="stable")])
+    return KinetoFile(
+        path=path,
+        clock_offset=int(doc.baseTimeNanoseconds or 0),
+        schema=str(doc.schemaVersion) if doc.schemaVersion is not None else "unknown",
+        distributed=doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {},
+        meta=doc.ddp_meta if isinstance(doc.ddp_meta, dict) else {},
+        info=_info(doc),
+        gpu=gpu,
+        runtime=runtime,
+        ranges=ranges,
+        autograd=autograd,
+        comms=comms,
+        host_pids=host_pids[np.argsort(-counts, kind="stable")],
+    )

@@ -5,6 +5,7 @@ export), the file(s) go to their reader (nsys.py, kineto.py), and several files 
 one-rank files of one job. Communication is then classified once, here, by the rule in
 measures/phases.py (`communication_mask`): gpu_ops.is_comm is what every measure and view reads.
 """
+
 from __future__ import annotations
 
 import re
@@ -65,6 +66,10 @@ def group_inputs(paths: list[Path]) -> list[TraceInput]:
         found = RANK_FILE.match(path.stem)
         key = (str(path.parent), found["run"]) if found else (str(path),)
         groups.setdefault(key, []).append(path)
-    return [TraceInput(k[1] if len(k) == 2 else g[0].stem.removesuffix(".json"),  # k[1]: the run of rank files
-                       tuple(g))
-            for k, g in groups.items()]
+    return [
+        TraceInput(
+            k[1] if len(k) == 2 else g[0].stem.removesuffix(".json"),  # k[1]: the run of rank files
+            tuple(g),
+        )
+        for k, g in groups.items()
+    ]

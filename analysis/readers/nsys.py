@@ -11,6 +11,7 @@ NVTX_EVENTS (push/pop, start/end ranges and marks; domain names from domain-crea
 from int64Value/uint64Value/int32Value/uint32Value, whichever is set); meta from `ddp.meta {json}`
 marks; info from the export's target description (nsys_db.NsysExport.target_info).
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -51,10 +52,21 @@ from analysis.readers.nsys_db import (
 from contract import META_PREFIX, decode_meta
 
 NVTX_EVENTS_READ = (NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE)
-COPY_KINDS = {1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD", 7: "DtoA", 8: "DtoD",
-              9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
-
-
+COPY_KINDS = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
 
 
 def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
@@ -63,32 +75,48 @@ def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | 
         uniq, inverse = np.unique(ids.astype(str), return_inverse=True)
     else:
         uniq, inverse = factorize(ids)
-    texts = [strings.get(int(u), f"<string {u}>" if missing is None else missing) if not isinstance(u, str) else u
-             for u in uniq]
+    texts = [
+        strings.get(int(u), f"<string {u}>" if missing is None else missing) if not isinstance(u, str) else u
+        for u in uniq
+    ]
     codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
-    return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)],
-                                     categories=pd.Index(categories, dtype=object))
+    return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)], categories=pd.Index(categories, dtype=object))
 
 
 def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     """One CUPTI activity table as columns (numpy arrays, `name` a categorical)."""
     if not ex.has(table, "start", "end"):
         return None
-    name_col = {KERNEL_TABLE: ex.column(KERNEL_TABLE, "shortName", ex.column(KERNEL_TABLE, "demangledName", "0")),
-                MEMCPY_TABLE: ex.column(MEMCPY_TABLE, "copyKind", "0"), MEMSET_TABLE: "0"}[table]
+    name_col = {
+        KERNEL_TABLE: ex.column(KERNEL_TABLE, "shortName", ex.column(KERNEL_TABLE, "demangledName", "0")),
+        MEMCPY_TABLE: ex.column(MEMCPY_TABLE, "copyKind", "0"),
+        MEMSET_TABLE: "0",
+    }[table]
     cols = ["start", "end", "device", "stream", "correlation_id", "global_pid", "name_id"]
-    exprs = ["start", '"end"', ex.column(table, "deviceId", "0"), ex.column(table, "streamId", "0"),
-             ex.column(table, "correlationId"), ex.column(table, "globalPid"), name_col]
+    exprs = [
+        "start",
+        '"end"',
+        ex.column(table, "deviceId", "0"),
+        ex.column(table, "streamId", "0"),
+        ex.column(table, "correlationId"),
+        ex.column(table, "globalPid"),
+        name_col,
+    ]
     data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols)
-    strings = {KERNEL_TABLE: ex.strings, MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
-               MEMSET_TABLE: lambda: {0: "memset"}}[table]()
-    names = _categorical_names(data.pop("name_id"), strings) if table != MEMSET_TABLE else \
-        pd.Categorical.from_codes(np.zeros(len(data["start"]), dtype=np.int8),
-                                  categories=pd.Index(["memset"], dtype=object))
+    strings = {
+        KERNEL_TABLE: ex.strings,
+        MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
+        MEMSET_TABLE: lambda: {0: "memset"},
+    }[table]()
+    names = (
+        _categorical_names(data.pop("name_id"), strings)
+        if table != MEMSET_TABLE
+        else pd.Categorical.from_codes(
+            np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object)
+        )
+    )
     data["pid"] = pid_of(data.pop("global_pid"))
     return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
-
-
 
 
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,8 +124,10 @@ def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.nda
     none = np.full(len(pid), -1, dtype=np.int64)
     if not ex.has(RUNTIME_TABLE, "start", "correlationId", "globalTid") or len(pid) == 0:
         return none, none.copy()
-    rt = ex.read(f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL',
-                 ["start", "tid", "corr"])
+    rt = ex.read(
+        f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL',
+        ["start", "tid", "corr"],
+    )
     if len(rt["start"]) == 0:
         return none, none.copy()
     row = row_lookup(pid_of(rt["tid"]), rt["corr"], pid, corr)
@@ -108,8 +138,15 @@ def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.nda
 
 def _read_gpu_ops(ex: NsysExport) -> dict:
     """All GPU activity of one export as columns (see the module docstring for their meaning)."""
-    parts = [f for f in (_read_gpu_table(ex, KERNEL_TABLE, GPU_KERNEL), _read_gpu_table(ex, MEMCPY_TABLE, GPU_MEMCPY),
-                         _read_gpu_table(ex, MEMSET_TABLE, GPU_MEMSET)) if f is not None]
+    parts = [
+        f
+        for f in (
+            _read_gpu_table(ex, KERNEL_TABLE, GPU_KERNEL),
+            _read_gpu_table(ex, MEMCPY_TABLE, GPU_MEMCPY),
+            _read_gpu_table(ex, MEMSET_TABLE, GPU_MEMSET),
+        )
+        if f is not None
+    ]
     if not parts:
         cols = {c: np.zeros(0, dtype=np.int64) for c in GPU_INT_COLUMNS}
         return {**cols, "name": pd.Categorical([]), "kind": np.zeros(0, dtype=np.int8)}
@@ -129,8 +166,16 @@ def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
         text = f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId), '')"
     else:
         text = f"COALESCE({text}, '')"
-    exprs = ["start", ex.column(NVTX_TABLE, "end"), "eventType", text, ex.column(NVTX_TABLE, "globalTid"),
-             ex.column(NVTX_TABLE, "endGlobalTid"), ex.column(NVTX_TABLE, "domainId", "0"), _payload_expr(ex)]
+    exprs = [
+        "start",
+        ex.column(NVTX_TABLE, "end"),
+        "eventType",
+        text,
+        ex.column(NVTX_TABLE, "globalTid"),
+        ex.column(NVTX_TABLE, "endGlobalTid"),
+        ex.column(NVTX_TABLE, "domainId", "0"),
+        _payload_expr(ex),
+    ]
     kinds = ", ".join(str(k) for k in NVTX_EVENTS_READ)
     data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX_TABLE}" n WHERE eventType IN ({kinds})', cols)
     return pd.DataFrame(data)
@@ -163,18 +208,27 @@ def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
     event_type = ev["event_type"].to_numpy()
     start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
     end = np.where(event_type == NVTX_EVENT_MARK, start, end)
-    kind = np.select([event_type == NVTX_EVENT_PUSH_POP, event_type == NVTX_EVENT_START_END],
-                     [NVTX_PUSH_POP, NVTX_START_END], NVTX_MARK)
+    kind = np.select(
+        [event_type == NVTX_EVENT_PUSH_POP, event_type == NVTX_EVENT_START_END],
+        [NVTX_PUSH_POP, NVTX_START_END],
+        NVTX_MARK,
+    )
     keep = end >= start  # a range never closed (end NULL -> -1) has no extent to measure
     tid = ev["tid"].to_numpy()
     end_tid = np.where(ev["end_tid"].to_numpy() >= 0, ev["end_tid"].to_numpy(), tid)
-    frame = pd.DataFrame({
-        "pid": pid_of(tid), "tid": tid_of(tid), "end_tid": tid_of(end_tid), "start": start, "end": end,
-        "text": _texts(ev["text"]),
-        "kind": pd.Categorical.from_codes(kind, categories=NVTX_KIND_NAMES),
-        "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
-        "payload": ev["payload"].to_numpy(),
-    })
+    frame = pd.DataFrame(
+        {
+            "pid": pid_of(tid),
+            "tid": tid_of(tid),
+            "end_tid": tid_of(end_tid),
+            "start": start,
+            "end": end,
+            "text": _texts(ev["text"]),
+            "kind": pd.Categorical.from_codes(kind, categories=NVTX_KIND_NAMES),
+            "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
+            "payload": ev["payload"].to_numpy(),
+        }
+    )
     return frame[keep].reset_index(drop=True)
 
 
@@ -207,11 +261,6 @@ def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dic
         ex.conn.close()
 
 
-
-
-
-
-
 def load_nsys(paths: list[Path]) -> Trace:
     """Load one export, or several one-rank exports of the same run merged onto the first file's clock."""
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
@@ -227,8 +276,15 @@ def load_nsys(paths: list[Path]) -> Trace:
     if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
         raise TraceError(f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure")
     meta = _run_metadata(nvtx)
-    implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")),
-                          paths[0].stem)
-    return Trace(path=label, nsys_version=loaded[0][2], source="gpu" if len(ops) else "nvtx",
-                 gpu_ops=ops, nvtx=nvtx, ranks=number_ranks(ops, nvtx, meta, implementation),
-                 meta=meta, implementation=implementation, info={i: part[4] for i, part in enumerate(loaded)})
+    implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")), paths[0].stem)
+    return Trace(
+        path=label,
+        nsys_version=loaded[0][2],
+        source="gpu" if len(ops) else "nvtx",
+        gpu_ops=ops,
+        nvtx=nvtx,
+        ranks=number_ranks(ops, nvtx, meta, implementation),
+        meta=meta,
+        implementation=implementation,
+        info={i: part[4] for i, part in enumerate(loaded)},
+    )

@@ -5,6 +5,7 @@ serialized globalTid/globalPid (<HW:8><VM:8><PID:24><TID:24>), StringIds, the ex
 (META_DATA_EXPORT, or EXPORT_META_DATA in 2022.4), TARGET_INFO_SESSION_START_TIME and the
 target description (TARGET_INFO_GPU, TARGET_INFO_SYSTEM_ENV) where the export has them.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -19,8 +20,19 @@ MEMSET_TABLE, RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND
 NVTX_TABLE = "NVTX_EVENTS"
 # NVTX_EVENTS.eventType values read (NvtxEventType in the nsys export schema)
 NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE = 34, 59, 60, 75
-NSYS_TABLES = {KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, RUNTIME_TABLE, NVTX_TABLE, "StringIds", "ThreadNames",
-               "PROCESSES", "META_DATA_EXPORT", "EXPORT_META_DATA", "TARGET_INFO_SESSION_START_TIME"}
+NSYS_TABLES = {
+    KERNEL_TABLE,
+    MEMCPY_TABLE,
+    MEMSET_TABLE,
+    RUNTIME_TABLE,
+    NVTX_TABLE,
+    "StringIds",
+    "ThreadNames",
+    "PROCESSES",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "TARGET_INFO_SESSION_START_TIME",
+}
 PID_MASK, TID_MASK = 0xFFFFFF, 0xFFFFFF
 
 
@@ -45,8 +57,9 @@ class NsysExport:
         if not self.tables:
             raise TraceError(f"{path}: empty SQLite database, not an nsys export")
         if not NSYS_TABLES & set(self.tables):
-            raise TraceError(f"{path}: an SQLite file but not an nsys export "
-                             "(no NVTX_EVENTS, CUPTI_* or StringIds tables)")
+            raise TraceError(
+                f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)"
+            )
         self._strings: dict[int, str] | None = None
 
     def has(self, table: str, *columns: str) -> bool:
@@ -62,7 +75,7 @@ class NsysExport:
         if self._strings is None:
             self._strings = {}
             if self.has("StringIds", "id", "value"):
-                cols = self.read('SELECT id, value FROM StringIds', ["id", "value"])
+                cols = self.read("SELECT id, value FROM StringIds", ["id", "value"])
                 self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist(), strict=True))
         return self._strings
 
@@ -93,11 +106,15 @@ class NsysExport:
         info: dict = {"nsys_version": self.version()}
         if self.has("TARGET_INFO_GPU", "id", "name"):
             uuid = self.column("TARGET_INFO_GPU", "uuid")
-            rows = self.conn.execute(f'SELECT id, name, {uuid} FROM TARGET_INFO_GPU').fetchall()
+            rows = self.conn.execute(f"SELECT id, name, {uuid} FROM TARGET_INFO_GPU").fetchall()
             info["gpus"] = {int(i): {"name": str(n), "uuid": u} for i, n, u in rows if i is not None}
         if self.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
-            env = dict(self.conn.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
-                                         "('NvDriverVersion', 'CudaDriverVersion', 'Hostname')").fetchall())
+            env = dict(
+                self.conn.execute(
+                    "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN "
+                    "('NvDriverVersion', 'CudaDriverVersion', 'Hostname')"
+                ).fetchall()
+            )
             if env.get("NvDriverVersion"):
                 info["driver"] = str(env["NvDriverVersion"])
             cuda = str(env.get("CudaDriverVersion") or "")

@@ -4,6 +4,7 @@ that is either complete or absent (written under a temporary name, renamed once 
 `profiling/` records with the same functions; the analysis uses them for `.nsys-rep` inputs: the exact
 `nsys export` command to run, or running it when asked.
 """
+
 from __future__ import annotations
 
 import glob
@@ -92,14 +93,26 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
     if not report.is_file():
         raise TraceError(f"no report to export: {report}")
     tmp = partial_name(out, ".sqlite")
-    cmd = [str(nsys), "export", "--type", "sqlite", "--quiet", "true", "--force-overwrite", "true",
-           "--output", str(tmp), str(report)]
+    cmd = [
+        str(nsys),
+        "export",
+        "--type",
+        "sqlite",
+        "--quiet",
+        "true",
+        "--force-overwrite",
+        "true",
+        "--output",
+        str(tmp),
+        str(report),
+    ]
     try:
         res = _run(nsys, cmd, timeout_s)
         if res.returncode != 0 or not tmp.is_file() or not is_complete_sqlite(tmp):
             detail = (res.stderr or res.stdout).strip().splitlines()
-            raise TraceError(f"nsys export of {report} failed (exit {res.returncode})"
-                             + (f": {detail[-1]}" if detail else ""))
+            raise TraceError(
+                f"nsys export of {report} failed (exit {res.returncode})" + (f": {detail[-1]}" if detail else "")
+            )
         os.replace(tmp, out)
     except subprocess.TimeoutExpired:
         raise TraceError(f"nsys export of {report} took longer than {timeout_s:.0f} s") from None
@@ -149,8 +162,10 @@ def export_report(report: Path, timeout_s: float = 600) -> Path:
         raise TraceError(f"{target} already exists; analyse it directly (not overwriting it)")
     nsys = find_nsys()
     if nsys is None:
-        raise TraceError(f"{report}: nsys not found (PATH, $NSYS, /usr/local/cuda/bin, /opt/nvidia/nsight-systems); "
-                         f"run elsewhere: {shlex.join(export_command(report))}")
+        raise TraceError(
+            f"{report}: nsys not found (PATH, $NSYS, /usr/local/cuda/bin, /opt/nvidia/nsight-systems); "
+            f"run elsewhere: {shlex.join(export_command(report))}"
+        )
     try:
         return export_sqlite(nsys, report, target, timeout_s)
     except TraceError as err:

@@ -5,6 +5,7 @@ in about 0.65 s on the project machine against 2.2 s for sqlite3 `fetchall` + nu
 when installed; the standard-library path is the fallback and gives identical arrays.
 SQLite NULLs in integer columns become `null_int` (a sentinel, default -1) so arrays stay int64.
 """
+
 from __future__ import annotations
 
 import os
@@ -103,8 +104,9 @@ def _read_sqlite3(conn: sqlite3.Connection, sql: str, names: list[str], null_int
     return out
 
 
-def read_columns(path: Path, conn: sqlite3.Connection, sql: str, names: list[str],
-                 null_int: int = -1) -> dict[str, np.ndarray]:
+def read_columns(
+    path: Path, conn: sqlite3.Connection, sql: str, names: list[str], null_int: int = -1
+) -> dict[str, np.ndarray]:
     """Run a SELECT and return its columns as numpy arrays keyed by `names` (in SELECT order).
 
     Integer columns are int64 with NULL -> `null_int`; text columns are object arrays.

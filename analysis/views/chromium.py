@@ -1,5 +1,6 @@
 """Finding a Chromium-family browser: kaleido draws the timeline's PNG with it (and the page checks
 under tests/support open pages in it)."""
+
 from __future__ import annotations
 
 import shutil

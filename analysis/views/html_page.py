@@ -3,6 +3,7 @@
 A page is a title plus a list of blocks: plotly figures or ready HTML fragments (tables, links).
 The files open from a cluster's filesystem without internet.
 """
+
 from __future__ import annotations
 
 import html
@@ -31,7 +32,11 @@ table.data th { background: #f4f4f4; }
 def figure_block(fig: go.Figure, div_id: str) -> str:
     """A figure as a div plus its newPlot call, relying on the page's single plotly.js copy."""
     return pio.to_html(
-        fig, include_plotlyjs=False, full_html=False, div_id=div_id, config=PLOT_CONFIG,
+        fig,
+        include_plotlyjs=False,
+        full_html=False,
+        div_id=div_id,
+        config=PLOT_CONFIG,
         include_mathjax=False,
     )
 
@@ -43,8 +48,9 @@ def page_html(title: str, blocks: list[str | go.Figure], intro: str = "") -> str
         parts.append(figure_block(block, f"plot{i}") if isinstance(block, go.Figure) else block)
     intro_html = f'<p class="note">{html.escape(intro)}</p>' if intro else ""
     return (
-        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">" + GENERATOR +
-        f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        + GENERATOR
+        + f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
         f'<script type="text/javascript">{get_plotlyjs()}</script></head>'
         f"<body><h1>{html.escape(title)}</h1>{intro_html}\n" + "\n".join(parts) + "\n</body></html>\n"
     )

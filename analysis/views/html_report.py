@@ -3,6 +3,7 @@
 Input is the report's summary frame (one row per trace, analysis metrics averaged per step) and
 the per-step frame of the analysis; output is one self-contained HTML page.
 """
+
 from __future__ import annotations
 
 import html
@@ -17,9 +18,14 @@ from analysis.views.html_page import write_page
 from analysis.views.render_style import CATEGORY_COLOURS, OVERLAP_LINE
 
 TABLE_COLUMNS = {  # summary column -> heading, format
-    "implementation": ("implementation", "{}"), "trace": ("trace", "{}"), "ranks": ("ranks", "{:.0f}"),
-    "steps": ("steps", "{:.0f}"), "step_ms": ("step ms", "{:.2f}"), "comm_ms": ("comm ms", "{:.2f}"),
-    "exposed_comm_ms": ("exposed comm ms", "{:.2f}"), "overlap_pct": ("overlap %", "{:.1f}"),
+    "implementation": ("implementation", "{}"),
+    "trace": ("trace", "{}"),
+    "ranks": ("ranks", "{:.0f}"),
+    "steps": ("steps", "{:.0f}"),
+    "step_ms": ("step ms", "{:.2f}"),
+    "comm_ms": ("comm ms", "{:.2f}"),
+    "exposed_comm_ms": ("exposed comm ms", "{:.2f}"),
+    "overlap_pct": ("overlap %", "{:.1f}"),
     "speedup_vs_naive": ("speedup over naive", "{:.2f}x"),
 }
 BREAKDOWN = (  # stacked bar parts per step: column, label, colour
@@ -42,9 +48,15 @@ def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
     compute_only = (summary["compute_ms"] - summary["overlap_ms"]).clip(lower=0)
     busy = compute_only + summary["overlap_ms"] + summary["exposed_comm_ms"]
     idle = summary["idle_ms"] if "idle_ms" in summary else (summary["step_ms"] - busy).clip(lower=0)
-    return pd.DataFrame({"label": summary["label"], "compute_only_ms": compute_only,
-                         "overlap_ms": summary["overlap_ms"], "exposed_comm_ms": summary["exposed_comm_ms"],
-                         "idle_ms": idle})
+    return pd.DataFrame(
+        {
+            "label": summary["label"],
+            "compute_only_ms": compute_only,
+            "overlap_ms": summary["overlap_ms"],
+            "exposed_comm_ms": summary["exposed_comm_ms"],
+            "idle_ms": idle,
+        }
+    )
 
 
 def _cell(value: object, fmt: str) -> str:
@@ -71,28 +83,70 @@ def table_html(summary: pd.DataFrame, links: dict[str, str]) -> str:
 def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
     """Stacked bars: where a mean step's time goes, per implementation."""
     parts = breakdown(summary)
-    fig = go.Figure([go.Bar(name=label, x=parts["label"], y=parts[col], marker_color=colour,
-                            hovertemplate="%{x}<br>" + label + ": %{y:.2f} ms<extra></extra>")
-                     for col, label, colour in BREAKDOWN])
-    fig.update_layout(barmode="stack", template="plotly_white", height=420, yaxis_title="ms per step (mean)",
-                      title="Where a step's time goes", margin=dict(t=60, b=60))
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=label,
+                x=parts["label"],
+                y=parts[col],
+                marker_color=colour,
+                hovertemplate="%{x}<br>" + label + ": %{y:.2f} ms<extra></extra>",
+            )
+            for col, label, colour in BREAKDOWN
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        template="plotly_white",
+        height=420,
+        yaxis_title="ms per step (mean)",
+        title="Where a step's time goes",
+        margin=dict(t=60, b=60),
+    )
     return fig
 
 
 def spread_figure(steps: pd.DataFrame) -> go.Figure:
     """Step time of every (rank, step) per implementation: the spread behind the means."""
-    fig = go.Figure([go.Box(y=group["step_ms"], name=label, boxpoints="all", jitter=0.4, pointpos=0,
-                            marker_size=4, hovertemplate="%{y:.2f} ms<extra>" + html.escape(label) + "</extra>")
-                     for label, group in steps.groupby("label", sort=False)])
-    fig.update_layout(template="plotly_white", height=380, yaxis_title="step ms (each rank and step)",
-                      title="Per-step spread", showlegend=False, margin=dict(t=60, b=60))
+    fig = go.Figure(
+        [
+            go.Box(
+                y=group["step_ms"],
+                name=label,
+                boxpoints="all",
+                jitter=0.4,
+                pointpos=0,
+                marker_size=4,
+                hovertemplate="%{y:.2f} ms<extra>" + html.escape(label) + "</extra>",
+            )
+            for label, group in steps.groupby("label", sort=False)
+        ]
+    )
+    fig.update_layout(
+        template="plotly_white",
+        height=380,
+        yaxis_title="step ms (each rank and step)",
+        title="Per-step spread",
+        showlegend=False,
+        margin=dict(t=60, b=60),
+    )
     return fig
 
 
-RUN_COLUMNS = {"label": "implementation", "gpus": "GPU", "driver": "driver", "cuda_driver": "CUDA (driver)",
-               "cuda": "CUDA (torch)", "nccl": "NCCL (torch)", "torch": "torch", "backend": "backend",
-               "world_size": "world size", "model": "model", "nsys_version": "nsys",
-               "shared_gpus": "ranks sharing a GPU"}
+RUN_COLUMNS = {
+    "label": "implementation",
+    "gpus": "GPU",
+    "driver": "driver",
+    "cuda_driver": "CUDA (driver)",
+    "cuda": "CUDA (torch)",
+    "nccl": "NCCL (torch)",
+    "torch": "torch",
+    "backend": "backend",
+    "world_size": "world size",
+    "model": "model",
+    "nsys_version": "nsys",
+    "shared_gpus": "ranks sharing a GPU",
+}
 
 
 def runs_html(summary: pd.DataFrame) -> str:
@@ -100,18 +154,26 @@ def runs_html(summary: pd.DataFrame) -> str:
     columns = [c for c in RUN_COLUMNS if c in summary]
     head = "".join(f"<th>{html.escape(RUN_COLUMNS[c])}</th>" for c in columns)
     whole = lambda v: int(v) if isinstance(v, float) and v.is_integer() else v  # world size 2, not 2.0
-    rows = ["<tr>" + "".join(f"<td>{_cell(whole(rec.get(c)), '{}')}</td>" for c in columns) + "</tr>"
-            for rec in summary.to_dict("records")]  # one row per trace
-    note = ("<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
-            "slow the other's.</p>" if "shared_gpus" in summary and summary["shared_gpus"].notna().any() else "")
-    return (f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table>{note}')
+    rows = [
+        "<tr>" + "".join(f"<td>{_cell(whole(rec.get(c)), '{}')}</td>" for c in columns) + "</tr>"
+        for rec in summary.to_dict("records")
+    ]  # one row per trace
+    note = (
+        "<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
+        "slow the other's.</p>"
+        if "shared_gpus" in summary and summary["shared_gpus"].notna().any()
+        else ""
+    )
+    return (
+        f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{note}'
+    )
 
 
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> str:
     """Links to the timeline pages (paths relative to index.html)."""
-    items = [f'<li><a href="{html.escape(href)}">{html.escape(Path(trace).name)}</a></li>'
-             for trace, href in links.items()]
+    items = [
+        f'<li><a href="{html.escape(href)}">{html.escape(Path(trace).name)}</a></li>' for trace, href in links.items()
+    ]
     compare = ""
     if side_by_side:
         href, title = side_by_side
@@ -119,12 +181,20 @@ def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> st
     return f"<h2>Timelines</h2>{compare}<ul>{''.join(items)}</ul>"
 
 
-def write_index(path: Path, summary: pd.DataFrame, steps: pd.DataFrame, links: dict[str, str],
-                side_by_side: tuple[str, str] | None, sections: Sequence[str | go.Figure] = ()) -> Path:
+def write_index(
+    path: Path,
+    summary: pd.DataFrame,
+    steps: pd.DataFrame,
+    links: dict[str, str],
+    side_by_side: tuple[str, str] | None,
+    sections: Sequence[str | go.Figure] = (),
+) -> Path:
     """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links."""
-    intro = ("Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
-             "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "
-             "communication with no compute under it; idle is neither; speedup over naive compares mean step times.")
+    intro = (
+        "Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
+        "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "
+        "communication with no compute under it; idle is neither; speedup over naive compares mean step times."
+    )
     blocks = [
         "<h2>Implementations, fastest first</h2>" + table_html(summary, links),
         breakdown_figure(summary),

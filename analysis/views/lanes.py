@@ -10,6 +10,7 @@ blocking comm and gradient-sync waits). A step view spans the GPU-aware step (an
 everything launched in it, and shades the communication launched in that step, so its shading
 equals that step's overlap_ms; the all-steps view shades all communication under all compute.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,8 +57,13 @@ def classify_nvtx(text: pd.Series, patterns: Patterns) -> tuple[np.ndarray, np.n
     uniq, inverse = np.unique(text.astype(str).to_numpy(), return_inverse=True)
     names = pd.Series(uniq, dtype=object)
     category = np.full(uniq.size, "nvtx", dtype=object)
-    for cat, field in (("comm", "comm_range"), (OPTIMIZER, "optimizer"), (FORWARD, "forward"),
-                       (BACKWARD, "backward"), ("step", "step")):
+    for cat, field in (
+        ("comm", "comm_range"),
+        (OPTIMIZER, "optimizer"),
+        (FORWARD, "forward"),
+        (BACKWARD, "backward"),
+        ("step", "step"),
+    ):
         category[matches(names, patterns.regex(field))] = cat
     category[matches(names, patterns.regex("sync_wait"))] = GRAD_SYNC  # waits for gradient sync
     number = names.str.extract(patterns.regex("step"), expand=True)
@@ -92,15 +98,24 @@ def nvtx_segments(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     nv = nv.iloc[rows]
     category, step = classify_nvtx(nv["text"], patterns)
     first = trace.ranks.drop_duplicates(["part", "pid"])
-    rank = _rank_of(_process_key(nv["part"], nv["pid"]), _process_key(first["part"], first["pid"]),
-                    first["rank"].to_numpy())
-    return pd.DataFrame({
-        "rank": rank, "start": nv["start"].to_numpy(), "end": nv["end"].to_numpy(),
-        "category": pd.Categorical(category, categories=CATEGORIES), "step": step,
-        "group": pd.Series(category).map(NVTX_GROUP).to_numpy(dtype=np.int64), "stream_id": -1,
-        "when": nv["start"].to_numpy(), "src": FROM_NVTX, "row": rows,
-        "blocking": (nv["kind"] == "push_pop").to_numpy(),  # a blocking (push/pop) range, not async
-    })
+    rank = _rank_of(
+        _process_key(nv["part"], nv["pid"]), _process_key(first["part"], first["pid"]), first["rank"].to_numpy()
+    )
+    return pd.DataFrame(
+        {
+            "rank": rank,
+            "start": nv["start"].to_numpy(),
+            "end": nv["end"].to_numpy(),
+            "category": pd.Categorical(category, categories=CATEGORIES),
+            "step": step,
+            "group": pd.Series(category).map(NVTX_GROUP).to_numpy(dtype=np.int64),
+            "stream_id": -1,
+            "when": nv["start"].to_numpy(),
+            "src": FROM_NVTX,
+            "row": rows,
+            "blocking": (nv["kind"] == "push_pop").to_numpy(),  # a blocking (push/pop) range, not async
+        }
+    )
 
 
 def gpu_segments(trace: Trace) -> pd.DataFrame:
@@ -109,17 +124,28 @@ def gpu_segments(trace: Trace) -> pd.DataFrame:
     is_comm = ops["is_comm"].to_numpy(dtype=bool)
     memory = (ops["kind"] != "kernel").to_numpy()
     launch, start = ops["launch_start"].to_numpy(), ops["start"].to_numpy()
-    codes = np.select([is_comm, memory], [CATEGORIES.index("comm_kernel"), CATEGORIES.index("memory")],
-                      CATEGORIES.index("compute"))
-    return pd.DataFrame({
-        "rank": _rank_of(_process_key(ops["part"], ops["pid"], ops["device"]),
-                         _process_key(ranks["part"], ranks["pid"], ranks["device"]), ranks["rank"].to_numpy()),
-        "start": start, "end": ops["end"].to_numpy(),
-        "category": pd.Categorical.from_codes(codes, categories=CATEGORIES), "step": -1,
-        "group": np.where(is_comm, GPU_COMM, GPU_COMPUTE), "stream_id": ops["stream"].to_numpy(),
-        "when": np.where(launch >= 0, launch, start), "src": FROM_GPU, "row": np.arange(len(ops)),
-        "blocking": False,
-    })
+    codes = np.select(
+        [is_comm, memory], [CATEGORIES.index("comm_kernel"), CATEGORIES.index("memory")], CATEGORIES.index("compute")
+    )
+    return pd.DataFrame(
+        {
+            "rank": _rank_of(
+                _process_key(ops["part"], ops["pid"], ops["device"]),
+                _process_key(ranks["part"], ranks["pid"], ranks["device"]),
+                ranks["rank"].to_numpy(),
+            ),
+            "start": start,
+            "end": ops["end"].to_numpy(),
+            "category": pd.Categorical.from_codes(codes, categories=CATEGORIES),
+            "step": -1,
+            "group": np.where(is_comm, GPU_COMM, GPU_COMPUTE),
+            "stream_id": ops["stream"].to_numpy(),
+            "when": np.where(launch >= 0, launch, start),
+            "src": FROM_GPU,
+            "row": np.arange(len(ops)),
+            "blocking": False,
+        }
+    )
 
 
 def _names(trace: Trace, seg: pd.DataFrame) -> np.ndarray:
@@ -154,8 +180,10 @@ def _phase_labels(cpu: pd.DataFrame, seg: pd.DataFrame, names: np.ndarray) -> np
     phase_label = np.full(len(seg), "", dtype=object)
     for rank in np.unique(seg["rank"].to_numpy()):  # one pass per rank, vectorised inside
         mine = seg["rank"].to_numpy() == rank
-        for kinds, out, label in ((["step"], step_label, lambda r: "step " + r["step"].astype(str)),
-                                  (list(PHASE_CATEGORIES), phase_label, lambda r: r["category"].astype(str))):
+        for kinds, out, label in (
+            (["step"], step_label, lambda r: "step " + r["step"].astype(str)),
+            (list(PHASE_CATEGORIES), phase_label, lambda r: r["category"].astype(str)),
+        ):
             ranges = cpu.loc[(cpu["rank"] == rank) & cpu["category"].isin(kinds)].sort_values("start")
             if ranges.empty:
                 continue
@@ -211,8 +239,13 @@ def _overlap(works: list, step: int | None, lo: int, hi: int) -> pd.DataFrame:
     return pd.concat(rows, ignore_index=True) if rows else pd.DataFrame(columns=["rank", "start", "end"])
 
 
-def build_panel(trace: Trace, selection: Selection = Selection(), patterns: Patterns | None = None,
-                title: str = "", width_px: int = 1600) -> Panel:
+def build_panel(
+    trace: Trace,
+    selection: Selection = Selection(),
+    patterns: Patterns | None = None,
+    title: str = "",
+    width_px: int = 1600,
+) -> Panel:
     """The panel for one trace under a selection (title: the trace's path unless given).
 
     Work narrower than a pixel (window / width_px) is merged before any label string is built, so
@@ -240,6 +273,13 @@ def build_panel(trace: Trace, selection: Selection = Selection(), patterns: Patt
     seg = merge_subpixel(seg, pixel_ns)
     names = _names(trace, seg)
     seg = seg.assign(name=names, stream=_streams(trace, seg), phase=_phase_labels(cpu, seg, names))
-    panel = Panel(title=title or where, segments=seg, lanes=lanes, origin_ns=origin, window_ns=(lo, hi),
-                  overlap=shaded, merged_pixel_ns=pixel_ns)
+    panel = Panel(
+        title=title or where,
+        segments=seg,
+        lanes=lanes,
+        origin_ns=origin,
+        window_ns=(lo, hi),
+        overlap=shaded,
+        merged_pixel_ns=pixel_ns,
+    )
     return panel

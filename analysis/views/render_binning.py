@@ -7,6 +7,7 @@ block that carries the member count and the busy time. A gap the eye could see (
 always separates blocks, so a lane holds at most about one block per pixel column however large
 the trace, and usually far fewer: a busy stream becomes one bar per busy stretch.
 """
+
 from __future__ import annotations
 
 import numpy as np

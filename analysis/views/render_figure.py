@@ -5,6 +5,7 @@ and legend entries are shared by all panels; an invisible marker at each segment
 the hover text. Periods where communication overlaps compute are shaded per rank, behind the
 rank's lanes. All panels share the x axis: milliseconds since each panel's own origin.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -126,9 +127,16 @@ def _overlap_trace(panel: Panel, pixel_ns: float, shown: bool) -> go.Scatter | N
     if not xs:
         return None
     return go.Scatter(
-        x=np.concatenate(xs), y=np.concatenate(ys), mode="lines", fill="toself",
-        fillcolor=OVERLAP_COLOUR, line=dict(width=0.5, color=OVERLAP_LINE), hoverinfo="skip",
-        name=OVERLAP_NAME, legendgroup="overlap", showlegend=shown,
+        x=np.concatenate(xs),
+        y=np.concatenate(ys),
+        mode="lines",
+        fill="toself",
+        fillcolor=OVERLAP_COLOUR,
+        line=dict(width=0.5, color=OVERLAP_LINE),
+        hoverinfo="skip",
+        name=OVERLAP_NAME,
+        legendgroup="overlap",
+        showlegend=shown,
     )
 
 
@@ -137,19 +145,24 @@ def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
     span = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
     for i, (top, bottom) in enumerate(zip(span["min"], span["max"], strict=True)):
         if i % 2:
-            fig.add_hrect(y0=top - 0.5, y1=bottom + 0.5, row=row, col=1, fillcolor="#f3f3f3", line_width=0,
-                          layer="below")
+            fig.add_hrect(
+                y0=top - 0.5, y1=bottom + 0.5, row=row, col=1, fillcolor="#f3f3f3", line_width=0, layer="below"
+            )
 
 
-def build_figure(panels: list[Panel], width_px: int = 1600,
-                 x_title: str = "time since the chosen step's start (ms)") -> go.Figure:
+def build_figure(
+    panels: list[Panel], width_px: int = 1600, x_title: str = "time since the chosen step's start (ms)"
+) -> go.Figure:
     """Stacked panels sharing one time axis; sub-pixel work merged at full-view resolution."""
     if not panels:
         raise ValueError("build_figure needs at least one panel")
     heights = [max(len(p.lanes), 1) * LANE_PX + PANEL_GAP_PX for p in panels]
     total = sum(heights) + 60
     fig = make_subplots(
-        rows=len(panels), cols=1, shared_xaxes=True, row_heights=heights,
+        rows=len(panels),
+        cols=1,
+        shared_xaxes=True,
+        row_heights=heights,
         vertical_spacing=PANEL_GAP_PX / total * 0.8 if len(panels) > 1 else 0.0,
         subplot_titles=[p.title for p in panels],
     )
@@ -167,20 +180,33 @@ def build_figure(panels: list[Panel], width_px: int = 1600,
             x, y = _line_xy(part, panel.origin_ns)
             fig.add_trace(
                 go.Scattergl(
-                    x=x, y=y, mode="lines", line=dict(width=line_width, color=category_colour(category)),
-                    hoverinfo="skip", name=CATEGORY_LABELS.get(category, category),
-                    legendgroup=category, showlegend=category not in in_legend,
+                    x=x,
+                    y=y,
+                    mode="lines",
+                    line=dict(width=line_width, color=category_colour(category)),
+                    hoverinfo="skip",
+                    name=CATEGORY_LABELS.get(category, category),
+                    legendgroup=category,
+                    showlegend=category not in in_legend,
                 ),
-                row=row, col=1,
+                row=row,
+                col=1,
             )
             in_legend.add(category)
             fig.add_trace(_hover_trace(part, panel.origin_ns, category), row=row, col=1)
         _rank_bands(fig, panel, row)
         n_lanes = max(len(panel.lanes), 1)
         fig.update_yaxes(
-            row=row, col=1, tickmode="array", tickvals=panel.lanes["lane"].tolist(),
-            ticktext=panel.lanes["label"].tolist(), range=[n_lanes - 0.5, -0.5], fixedrange=True,
-            showgrid=False, zeroline=False, tickfont=dict(size=10),
+            row=row,
+            col=1,
+            tickmode="array",
+            tickvals=panel.lanes["lane"].tolist(),
+            ticktext=panel.lanes["label"].tolist(),
+            range=[n_lanes - 0.5, -0.5],
+            fixedrange=True,
+            showgrid=False,
+            zeroline=False,
+            tickfont=dict(size=10),
         )
     # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
     lo = min((p.window_ns[0] - p.origin_ns) / 1e6 for p in panels)
@@ -188,7 +214,9 @@ def build_figure(panels: list[Panel], width_px: int = 1600,
     fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=[lo, hi])
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
     fig.update_layout(
-        height=total, template="plotly_white", hovermode="closest",
+        height=total,
+        template="plotly_white",
+        hovermode="closest",
         margin=dict(l=170, r=30, t=90, b=60),
         legend=dict(orientation="h", yanchor="bottom", y=1.0 + 40 / total, x=0, font=dict(size=11)),
     )

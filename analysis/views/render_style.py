@@ -3,6 +3,7 @@
 A colour belongs to a category, never to a trace or a panel, so "red" means communication in
 every timeline and every report this project writes.
 """
+
 from __future__ import annotations
 
 from collections.abc import Collection

@@ -4,6 +4,7 @@ one step's backward pass with each bucket's issue, kernel span and the exposed t
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
 html_page.write_page; each entry is (label, trace, CollectivesView of that trace).
 """
+
 from __future__ import annotations
 
 import html
@@ -50,14 +51,27 @@ def busbw_figure(calls: pd.DataFrame, peak_busbw: float | None = None) -> go.Fig
     known = calls[calls["busbw_gbps"].notna()]
     fig = go.Figure()
     for i, (label, group) in enumerate(known.groupby("label", sort=False)):
-        fig.add_trace(go.Scatter(x=group["bytes"], y=group["busbw_gbps"], mode="markers", name=str(label),
-                                 marker=dict(size=5, color=PALETTE[i % len(PALETTE)], opacity=0.6),
-                                 text=group["tag"], hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.1f} GB/s"))
+        fig.add_trace(
+            go.Scatter(
+                x=group["bytes"],
+                y=group["busbw_gbps"],
+                mode="markers",
+                name=str(label),
+                marker=dict(size=5, color=PALETTE[i % len(PALETTE)], opacity=0.6),
+                text=group["tag"],
+                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.1f} GB/s",
+            )
+        )
     if peak_busbw:
         fig.add_hline(y=peak_busbw, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
-    fig.update_layout(template="plotly_white", height=420, title="Bus bandwidth vs message size (each call, each rank)",
-                      xaxis=dict(type="log", title="bytes"), yaxis=dict(type="log", title="busbw GB/s"),
-                      margin=dict(t=60, b=60))
+    fig.update_layout(
+        template="plotly_white",
+        height=420,
+        title="Bus bandwidth vs message size (each call, each rank)",
+        xaxis=dict(type="log", title="bytes"),
+        yaxis=dict(type="log", title="busbw GB/s"),
+        margin=dict(t=60, b=60),
+    )
     return fig
 
 
@@ -66,10 +80,20 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str) -> go.Figure:
     paired = calls[calls["paired"] & (calls["step"] >= 0)]
     per = paired.groupby(["step", "rank"])[["wait_ms", "transfer_ms"]].sum().reset_index()
     x = [f"step {s} · rank {r}" for s, r in zip(per["step"], per["rank"], strict=True)]
-    fig = go.Figure([go.Bar(name="waiting for the last rank", x=x, y=per["wait_ms"], marker_color=WAIT_COLOUR),
-                     go.Bar(name="transfer (every rank in)", x=x, y=per["transfer_ms"], marker_color=TRANSFER_COLOUR)])
-    fig.update_layout(barmode="stack", template="plotly_white", height=360, yaxis_title="ms of collectives",
-                      title=f"{label}: wait vs transfer per step", margin=dict(t=60, b=80))
+    fig = go.Figure(
+        [
+            go.Bar(name="waiting for the last rank", x=x, y=per["wait_ms"], marker_color=WAIT_COLOUR),
+            go.Bar(name="transfer (every rank in)", x=x, y=per["transfer_ms"], marker_color=TRANSFER_COLOUR),
+        ]
+    )
+    fig.update_layout(
+        barmode="stack",
+        template="plotly_white",
+        height=360,
+        yaxis_title="ms of collectives",
+        title=f"{label}: wait vs transfer per step",
+        margin=dict(t=60, b=80),
+    )
     return fig
 
 
@@ -82,44 +106,82 @@ def bucket_timeline_figure(calls: pd.DataFrame, spans: pd.DataFrame, step: int, 
     ms = lambda ns: (np.asarray(ns, dtype=float) - t0) / NS_PER_MS
     names = [t or o for t, o in zip(mine["tag"], mine["op"], strict=True)]
     wait = mine["wait_ms"].fillna(0).to_numpy()
-    fig = go.Figure([
-        go.Bar(y=names, x=wait, base=ms(mine["start_ns"]), orientation="h", marker_color=WAIT_COLOUR,
-               name="kernel: waiting"),
-        go.Bar(y=names, x=mine["duration_ms"].to_numpy() - wait, base=ms(mine["start_ns"]) + wait, orientation="h",
-               marker_color=TRANSFER_COLOUR, name="kernel: transfer (or unpaired)"),
-        go.Scatter(y=names, x=ms(mine["issue_ns"]), mode="markers", marker=dict(color=ISSUE_COLOUR, size=5),
-                   name="issue (CPU)")])
+    fig = go.Figure(
+        [
+            go.Bar(
+                y=names,
+                x=wait,
+                base=ms(mine["start_ns"]),
+                orientation="h",
+                marker_color=WAIT_COLOUR,
+                name="kernel: waiting",
+            ),
+            go.Bar(
+                y=names,
+                x=mine["duration_ms"].to_numpy() - wait,
+                base=ms(mine["start_ns"]) + wait,
+                orientation="h",
+                marker_color=TRANSFER_COLOUR,
+                name="kernel: transfer (or unpaired)",
+            ),
+            go.Scatter(
+                y=names,
+                x=ms(mine["issue_ns"]),
+                mode="markers",
+                marker=dict(color=ISSUE_COLOUR, size=5),
+                name="issue (CPU)",
+            ),
+        ]
+    )
     title = f"{label}: step {step}, rank {rank}"
     if len(span):
         bwd_end = float(ms(span["end_ns"].iloc[0]))
-        fig.add_vrect(x0=0, x1=bwd_end, fillcolor=CATEGORY_COLOURS["backward"], opacity=0.12, line_width=0,
-                      annotation_text="backward", annotation_position="top left")
+        fig.add_vrect(
+            x0=0,
+            x1=bwd_end,
+            fillcolor=CATEGORY_COLOURS["backward"],
+            opacity=0.12,
+            line_width=0,
+            annotation_text="backward",
+            annotation_position="top left",
+        )
         tail = max(0.0, float(ms(mine["end_ns"].max())) - bwd_end) if len(mine) else 0.0
         if tail > 0:
             fig.add_vrect(x0=bwd_end, x1=bwd_end + tail, fillcolor=TRANSFER_COLOUR, opacity=0.08, line_width=0)
         title += f": communication runs {tail:.2f} ms past the end of backward"
-    fig.update_layout(template="plotly_white", barmode="overlay", height=min(1600, 160 + 14 * len(mine)),
-                      title=title, xaxis_title="ms from the start of backward", margin=dict(t=60, b=60),
-                      yaxis=dict(autorange="reversed", tickfont=dict(size=9)))
+    fig.update_layout(
+        template="plotly_white",
+        barmode="overlay",
+        height=min(1600, 160 + 14 * len(mine)),
+        title=title,
+        xaxis_title="ms from the start of backward",
+        margin=dict(t=60, b=60),
+        yaxis=dict(autorange="reversed", tickfont=dict(size=9)),
+    )
     return fig
 
 
-def collectives_section(entries: list[tuple[str, Trace, CollectivesView]], peak_busbw: float | None = None,
-                        patterns: Patterns | None = None) -> list:
+def collectives_section(
+    entries: list[tuple[str, Trace, CollectivesView]], peak_busbw: float | None = None, patterns: Patterns | None = None
+) -> list:
     """Blocks of the report's Collectives section for the traces given."""
     if not entries:
         return []
     calls = pd.concat([view.calls.assign(label=label) for label, _, view in entries], ignore_index=True)
-    blocks: list = ["<h2>Collectives</h2><p class=\"note\">Each collective call per rank, paired across ranks "
-                    "(python -m analysis.collectives): <b>waiting</b> is the part of a call before the last rank "
-                    "arrived, <b>transfer</b> the rest. When ranks share one GPU, waiting includes time the "
-                    "partner's kernel could not start because the GPU was busy; on separate GPUs it is rank "
-                    "imbalance.</p>"]
+    blocks: list = [
+        '<h2>Collectives</h2><p class="note">Each collective call per rank, paired across ranks '
+        "(python -m analysis.collectives): <b>waiting</b> is the part of a call before the last rank "
+        "arrived, <b>transfer</b> the rest. When ranks share one GPU, waiting includes time the "
+        "partner's kernel could not start because the GPU was busy; on separate GPUs it is rank "
+        "imbalance.</p>"
+    ]
     if calls["busbw_gbps"].notna().any():
         blocks.append(busbw_figure(calls, peak_busbw))
     else:
-        blocks.append('<p class="note">No bus bandwidth: these traces carry no byte counts (the ddp wrappers '
-                      "record them as the comm:&lt;op&gt;:&lt;tag&gt; ranges' payloads; older traces lack them).</p>")
+        blocks.append(
+            '<p class="note">No bus bandwidth: these traces carry no byte counts (the ddp wrappers '
+            "record them as the comm:&lt;op&gt;:&lt;tag&gt; ranges' payloads; older traces lack them).</p>"
+        )
     for label, trace, view in entries:
         for _, head in view.traces.iterrows():
             if head["note"]:

@@ -1,4 +1,5 @@
 """The report folder's own files: refusing files this tool did not write, and the results.db history."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -17,9 +18,21 @@ from analysis.views.table import plain_records
 if TYPE_CHECKING:
     from sqlite_utils import Database
 
-SUMMARY_COLUMNS = ["implementation", "trace", "ranks", "steps", "step_ms", "compute_ms", "comm_ms",
-                   "overlap_ms", "exposed_comm_ms", "idle_ms", "overlap_pct", "speedup_vs_naive", "sha256"]
-
+SUMMARY_COLUMNS = [
+    "implementation",
+    "trace",
+    "ranks",
+    "steps",
+    "step_ms",
+    "compute_ms",
+    "comm_ms",
+    "overlap_ms",
+    "exposed_comm_ms",
+    "idle_ms",
+    "overlap_pct",
+    "speedup_vs_naive",
+    "sha256",
+]
 
 
 def check_out_dir(out: Path, html_names: list[str]) -> None:
@@ -30,15 +43,15 @@ def check_out_dir(out: Path, html_names: list[str]) -> None:
     for name in ["index.html", *html_names]:
         page = out / name
         if page.exists() and (page.is_dir() or not written_by_us(page)):
-            raise TraceError(f"{page}: exists and was not written by this tool; refusing to overwrite it "
-                             "(choose another -o folder)")
+            raise TraceError(
+                f"{page}: exists and was not written by this tool; refusing to overwrite it (choose another -o folder)"
+            )
     csv = out / "summary.csv"
     if csv.exists() and not _starts_with(csv, ",".join(SUMMARY_COLUMNS[:3]).encode()):
         raise TraceError(f"{csv}: exists and is not a report summary; refusing to overwrite it")
     db = out / "results.db"
     if db.exists() and not _starts_with(db, b"SQLite format 3"):
         raise TraceError(f"{db}: exists and is not an SQLite database; refusing to touch it")
-
 
 
 def _starts_with(path: Path, head: bytes) -> bool:
@@ -49,10 +62,11 @@ def _starts_with(path: Path, head: bytes) -> bool:
         return f.read(len(head)) == head
 
 
-
-HISTORY_KEYS = {"traces": ["path", "sha256"], "ranks": ["path", "sha256", "rank"],
-                "steps": ["path", "sha256", "rank", "step"]}
-
+HISTORY_KEYS = {
+    "traces": ["path", "sha256"],
+    "ranks": ["path", "sha256", "rank"],
+    "steps": ["path", "sha256", "rank", "step"],
+}
 
 
 def record_history(db_path: Path, results: list, summary: pd.DataFrame) -> None:
@@ -64,8 +78,15 @@ def record_history(db_path: Path, results: list, summary: pd.DataFrame) -> None:
     import sqlite_utils
     import sqlite_utils.db as su
 
-    failures = (sqlite3.Error, su.AlterError, su.BadPrimaryKey, su.InvalidColumns, su.PrimaryKeyRequired,
-                su.TransactionError, su.NotFoundError)
+    failures = (
+        sqlite3.Error,
+        su.AlterError,
+        su.BadPrimaryKey,
+        su.InvalidColumns,
+        su.PrimaryKeyRequired,
+        su.TransactionError,
+        su.NotFoundError,
+    )
     try:
         with sqlite_utils.Database(db_path) as db:  # the with-block closes the connection
             _check_history_tables(db, db_path)
@@ -74,15 +95,15 @@ def record_history(db_path: Path, results: list, summary: pd.DataFrame) -> None:
         raise TraceError(f"{db_path}: cannot record the results ({type(e).__name__}: {e})") from None
 
 
-
 def _check_history_tables(db: Database, db_path: Path) -> None:
     """Refuse a results.db whose traces/ranks/steps tables are keyed otherwise than ours."""
     for name, keys in HISTORY_KEYS.items():
         table = db.table(name)  # db[name] would be a View for a view of that name: no keys, no upsert
         if table.exists() and table.pks != keys:
-            raise TraceError(f"{db_path}: table {name} is keyed by {table.pks}, not {keys}; not a results "
-                             "database of this tool (choose another -o folder)")
-
+            raise TraceError(
+                f"{db_path}: table {name} is keyed by {table.pks}, not {keys}; not a results "
+                "database of this tool (choose another -o folder)"
+            )
 
 
 def _upsert_history(db: Database, results: Sequence, summary: pd.DataFrame) -> None:

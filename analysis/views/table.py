@@ -1,4 +1,5 @@
 """One printer for every CLI: result frames as an aligned table, CSV or JSON (plain Python values)."""
+
 from __future__ import annotations
 
 import json
@@ -11,9 +12,10 @@ def plain_records(frame: pd.DataFrame, columns: list[str] | None = None) -> list
     """Result rows as dicts of plain Python values (JSON- and sqlite3-safe: numpy scalars -> Python,
     NaN/NA -> None), for `columns` (default all) in that order; one pass over the (few) result rows."""
     columns = list(frame.columns) if columns is None else columns
-    return [{c: _plain(v) for c, v in zip(columns, row, strict=True)}
-            for row in frame[columns].itertuples(index=False, name=None)]
-
+    return [
+        {c: _plain(v) for c, v in zip(columns, row, strict=True)}
+        for row in frame[columns].itertuples(index=False, name=None)
+    ]
 
 
 def _plain(value):
@@ -39,8 +41,9 @@ def format_table(frame: pd.DataFrame, names: dict[str, str] | None = None, headi
     return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
 
 
-def print_frame(frame: pd.DataFrame, fmt: str, names: dict[str, str] | None = None, headings: bool = True,
-                indent: int | None = None) -> None:
+def print_frame(
+    frame: pd.DataFrame, fmt: str, names: dict[str, str] | None = None, headings: bool = True, indent: int | None = None
+) -> None:
     """The frame on stdout as `fmt`: table (format_table), csv (every column), json (a list of records)."""
     if fmt == "json":
         print(json.dumps(plain_records(frame), indent=indent))

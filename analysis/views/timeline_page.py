@@ -1,4 +1,5 @@
 """Timeline pages: one panel per trace with the analysis figures in its title, the page, the optional PNG."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,16 +36,15 @@ class PanelSummary:
     exposed_comm_ms: float | None
 
 
-
 def view_name(selection: Selection) -> str:
     step = "all steps" if selection.step is None else f"step {selection.step}"
     rank = "all ranks" if selection.rank is None else f"rank {selection.rank}"
     return f"{step}, {rank}"
 
 
-
-def analysis_figures(trace: Trace, selection: Selection, steps: pd.DataFrame | None = None,
-                     patterns: Patterns | None = None) -> dict:
+def analysis_figures(
+    trace: Trace, selection: Selection, steps: pd.DataFrame | None = None, patterns: Patterns | None = None
+) -> dict:
     """The analysis's metrics (measures/metrics.py) for the selected step/rank, averaged over steps and ranks.
 
     `steps`: the trace's per-step frame when the caller already analysed it (else it is measured)."""
@@ -58,22 +58,27 @@ def analysis_figures(trace: Trace, selection: Selection, steps: pd.DataFrame | N
     return summarise(steps)
 
 
-
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
-
 
 
 def panel_title(implementation: str, path: str, selection: Selection, fig: dict) -> str:
     """Implementation, file, view and the analysis's overlap figures (mean per step and rank)."""
     pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
-    return (f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — step {_ms(fig.get('step_ms'))},"
-            f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}")
+    return (
+        f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — step {_ms(fig.get('step_ms'))},"
+        f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}"
+    )
 
 
-
-def trace_panel(path: str | Path, selection: Selection, trace: Trace | None = None, width_px: int = 1600,
-                steps: pd.DataFrame | None = None, patterns: Patterns | None = None) -> tuple[Panel, PanelSummary]:
+def trace_panel(
+    path: str | Path,
+    selection: Selection,
+    trace: Trace | None = None,
+    width_px: int = 1600,
+    steps: pd.DataFrame | None = None,
+    patterns: Patterns | None = None,
+) -> tuple[Panel, PanelSummary]:
     """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
     existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
     from analysis.readers.load import load_trace  # deferred: --help stays instant
@@ -83,25 +88,38 @@ def trace_panel(path: str | Path, selection: Selection, trace: Trace | None = No
     fig = analysis_figures(trace, selection, steps, patterns)
     title = panel_title(trace.implementation, str(path), selection, fig)
     panel = build_panel(trace, selection, patterns, title=title, width_px=width_px)
-    summary = PanelSummary(str(path), trace.implementation, view_name(selection), fig["ranks"], fig["steps"],
-                           len(panel.segments), fig["step_ms"], fig["comm_ms"], fig["overlap_pct"],
-                           fig["exposed_comm_ms"])
+    summary = PanelSummary(
+        str(path),
+        trace.implementation,
+        view_name(selection),
+        fig["ranks"],
+        fig["steps"],
+        len(panel.segments),
+        fig["step_ms"],
+        fig["comm_ms"],
+        fig["overlap_pct"],
+        fig["exposed_comm_ms"],
+    )
     return panel, summary
 
 
-
-def write_timeline(panels: list[Panel], output: Path, title: str, selection: Selection,
-                   width_px: int = 1600) -> tuple[Path, go.Figure]:
+def write_timeline(
+    panels: list[Panel], output: Path, title: str, selection: Selection, width_px: int = 1600
+) -> tuple[Path, go.Figure]:
     """Write the stacked-panel page; returns its path and the figure."""
-    x_title = ("time since the step's start (ms)" if selection.step is not None
-               else "time since the first step's start (ms; trace start when there are no steps)")
+    x_title = (
+        "time since the step's start (ms)"
+        if selection.step is not None
+        else "time since the first step's start (ms; trace start when there are no steps)"
+    )
     fig = build_figure(panels, width_px=width_px, x_title=x_title)
-    intro = ("Lanes per rank: CPU NVTX ranges (step, phases, communication), then per GPU stream its compute "
-             "and communication work. Green shading: communication overlapping compute. Work narrower than a "
-             "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse.")
+    intro = (
+        "Lanes per rank: CPU NVTX ranges (step, phases, communication), then per GPU stream its compute "
+        "and communication work. Green shading: communication overlapping compute. Work narrower than a "
+        "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse."
+    )
     write_page(output, title, [fig], intro=intro)
     return output, fig
-
 
 
 def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> None:
@@ -117,7 +135,6 @@ def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> Non
         raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
 
 
-
 def png_refusal(output: Path) -> str:
     """Why `<output>.png` must not be written, or ''. An existing PNG is replaced only when it pairs
     with an existing page at `output` that this tool wrote (a PNG from an earlier run of ours)."""
@@ -127,7 +144,6 @@ def png_refusal(output: Path) -> str:
     if png.is_file() and output.is_file() and written_by_us(output):
         return ""
     return f"{png} exists and does not pair with a page this tool wrote; not overwriting it"
-
 
 
 def export_png(fig: go.Figure, png: Path, width_px: int = 1600) -> str:

@@ -3,6 +3,7 @@
 Written for the tests from the rules stated in the README ("On GPUs"), sharing no code with
 `analysis`: sqlite3, re, json and lists only. Times are integer ns.
 """
+
 from __future__ import annotations
 
 import json
@@ -59,28 +60,51 @@ def read(path):
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
     pid = lambda g: (g >> 24) & 0xFFFFFF
     launch = {}
-    for start, gtid, corr in db.execute("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-                                        "WHERE correlationId IS NOT NULL"):
+    for start, gtid, corr in db.execute(
+        "SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME WHERE correlationId IS NOT NULL"
+    ):
         launch[(pid(gtid), corr)] = (start, gtid & 0xFFFFFF)
     ops = []
     for start, end, stream, corr, gpid, name in db.execute(
-            "SELECT start, end, streamId, correlationId, globalPid, shortName FROM CUPTI_ACTIVITY_KIND_KERNEL"):
-        ops.append(dict(pid=pid(gpid), start=start, end=end, stream=stream, name=strings[name], copy=False,
-                        launch=launch.get((pid(gpid), corr), (-1, -1))))
+        "SELECT start, end, streamId, correlationId, globalPid, shortName FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    ):
+        ops.append(
+            dict(
+                pid=pid(gpid),
+                start=start,
+                end=end,
+                stream=stream,
+                name=strings[name],
+                copy=False,
+                launch=launch.get((pid(gpid), corr), (-1, -1)),
+            )
+        )
     for start, end, stream, corr, gpid in db.execute(
-            "SELECT start, end, streamId, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY"):
-        ops.append(dict(pid=pid(gpid), start=start, end=end, stream=stream, name="memcpy", copy=True,
-                        launch=launch.get((pid(gpid), corr), (-1, -1))))
+        "SELECT start, end, streamId, correlationId, globalPid FROM CUPTI_ACTIVITY_KIND_MEMCPY"
+    ):
+        ops.append(
+            dict(
+                pid=pid(gpid),
+                start=start,
+                end=end,
+                stream=stream,
+                name="memcpy",
+                copy=True,
+                launch=launch.get((pid(gpid), corr), (-1, -1)),
+            )
+        )
     ranges, rank, backend = [], {}, {}
     for start, end, kind, text, text_id, gtid in db.execute(
-            "SELECT start, end, eventType, text, textId, globalTid FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)"):
+        "SELECT start, end, eventType, text, textId, globalTid FROM NVTX_EVENTS WHERE eventType IN (34, 59, 60)"
+    ):
         text = text if text is not None else strings.get(text_id, "")
         if kind == 34 and text.startswith("ddp.meta "):
-            meta = json.loads(text[len("ddp.meta "):])
+            meta = json.loads(text[len("ddp.meta ") :])
             rank[pid(gtid)], backend[pid(gtid)] = meta["rank"], meta["backend"]
         elif kind != 34 and end is not None:
-            ranges.append(dict(pid=pid(gtid), tid=gtid & 0xFFFFFF, start=start, end=end, text=text,
-                               blocking=kind == 59))
+            ranges.append(
+                dict(pid=pid(gtid), tid=gtid & 0xFFFFFF, start=start, end=end, text=text, blocking=kind == 59)
+            )
     db.close()
     return ops, ranges, rank, backend
 
@@ -108,19 +132,29 @@ def reference(path):
         nccl_streams = {o["stream"] for o in mine if not o["copy"] and o["comm"]}
         for o in mine:
             if o["copy"]:
-                o["comm"] = in_blocking(o) or (o["stream"] not in compute_streams and (
-                    o["stream"] in nccl_streams or inside(any_comm, o["launch"][0])))
+                o["comm"] = in_blocking(o) or (
+                    o["stream"] not in compute_streams
+                    and (o["stream"] in nccl_streams or inside(any_comm, o["launch"][0]))
+                )
         host = backend[pid] == "gloo"
         compute = [o for o in mine if not o["copy"] and not o["comm"]]
         compute_all = [(o["start"], o["end"]) for o in compute]
         backward_all = [(o["start"], o["end"]) for o in compute if inside(backward, o["launch"][0])]
         steps = sorted((x["start"], x["end"]) for x in nv if STEP.match(x["text"]))
         work = [(o["launch"][0], o["end"]) for o in mine] + [(x["start"], x["end"]) for x in comm_ranges]
-        comm_all = ([(x["start"], x["end"]) for x in comm_ranges] if host
-                    else [(o["start"], o["end"]) for o in mine if o["comm"]])
-        rows = [{"compute_ms": length(compute_all), "comm_ms": length(comm_all),  # whole capture first
-                 "overlap_ms": length(intersect(comm_all, compute_all)),
-                 "backward_overlap_ms": length(intersect(comm_all, backward_all))}]
+        comm_all = (
+            [(x["start"], x["end"]) for x in comm_ranges]
+            if host
+            else [(o["start"], o["end"]) for o in mine if o["comm"]]
+        )
+        rows = [
+            {
+                "compute_ms": length(compute_all),
+                "comm_ms": length(comm_all),  # whole capture first
+                "overlap_ms": length(intersect(comm_all, compute_all)),
+                "backward_overlap_ms": length(intersect(comm_all, backward_all)),
+            }
+        ]
         for k, (s, cpu_end) in enumerate(steps):
             last = k == len(steps) - 1
             launch_end = cpu_end if last else steps[k + 1][0]
@@ -133,11 +167,16 @@ def reference(path):
             else:
                 comm = [(o["start"], o["end"]) for o in mine if o["comm"] and launched(o["launch"][0])]
             mine_comm = [o for o in mine if o["comm"] and launched(o["launch"][0])]
-            rows.append({"step_ms": end - s,
-                         "comm_kernel_ms": length([(o["start"], o["end"]) for o in mine_comm if not o["copy"]]),
-                         "comm_copy_ms": length([(o["start"], o["end"]) for o in mine_comm if o["copy"]]),
-                         "compute_ms": length([(o["start"], o["end"]) for o in compute if launched(o["launch"][0])]),
-                         "comm_ms": length(comm), "overlap_ms": length(intersect(comm, compute_all)),
-                         "backward_overlap_ms": length(intersect(comm, backward_all))})
+            rows.append(
+                {
+                    "step_ms": end - s,
+                    "comm_kernel_ms": length([(o["start"], o["end"]) for o in mine_comm if not o["copy"]]),
+                    "comm_copy_ms": length([(o["start"], o["end"]) for o in mine_comm if o["copy"]]),
+                    "compute_ms": length([(o["start"], o["end"]) for o in compute if launched(o["launch"][0])]),
+                    "comm_ms": length(comm),
+                    "overlap_ms": length(intersect(comm, compute_all)),
+                    "backward_overlap_ms": length(intersect(comm, backward_all)),
+                }
+            )
         out[r] = rows
     return out

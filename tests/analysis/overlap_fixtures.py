@@ -21,6 +21,7 @@ Rank "B" (pid 200, GPU 1, ddp.meta rank 0), steps [0, 500) and [500, 1000), back
     n1 ncclDevKernel_AllReduce_Sum_f32_RING_LL launched 300 -> [350, 750): comm of step 0
   step 0: compute 200, comm 400, overlap 100 (also with step 1's b2); step 1: compute 200, comm 0.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -43,24 +44,54 @@ def write_two_ranks(path, flavour: str = "2026", shuffle: bool = True, registere
     # rank A
     w.process(100, threads={100: "python3", 101: "pt_autograd_0", 102: "gloo"})
     w.meta_mark(100, 100, 5, implementation="fixture", rank=1, world_size=2)
-    w.nvtx(100, 100, np.array([0, 10, 200, 700]), np.array([1000, 200, 600, 900]),
-           np.array(["step 0", "forward", "backward", "optimizer"], dtype=object), **text)
+    w.nvtx(
+        100,
+        100,
+        np.array([0, 10, 200, 700]),
+        np.array([1000, 200, 600, 900]),
+        np.array(["step 0", "forward", "backward", "optimizer"], dtype=object),
+        **text,
+    )
     w.nvtx(100, 101, np.array([640]), np.array([690]), "comm:all_reduce:b0", kind=START_END, end_tid=100, **text)
     w.nvtx(100, 100, np.array([920]), np.array([990]), "comm:broadcast:params", domain_id=1, **text)
-    _kernels(w, 100, 0, [("gemm", 50, 100, 100, 300, 7), ("gemm", 250, 101, 300, 500, 7),
-                         ("relu", 300, 101, 450, 650, 8), ("adam", 750, 100, 900, 1000, 7),
-                         ("ncclKernel_AllReduce_RING_LL_Sum_float", 400, 101, 400, 700, 20),
-                         ("ncclDevKernel_Generic", 650, 100, 950, 1100, 20),
-                         ("relu", 670, 101, 1150, 1200, 7), ("copy_kernel", 950, 100, 1200, 1300, 7)])
+    _kernels(
+        w,
+        100,
+        0,
+        [
+            ("gemm", 50, 100, 100, 300, 7),
+            ("gemm", 250, 101, 300, 500, 7),
+            ("relu", 300, 101, 450, 650, 8),
+            ("adam", 750, 100, 900, 1000, 7),
+            ("ncclKernel_AllReduce_RING_LL_Sum_float", 400, 101, 400, 700, 20),
+            ("ncclDevKernel_Generic", 650, 100, 950, 1100, 20),
+            ("relu", 670, 101, 1150, 1200, 7),
+            ("copy_kernel", 950, 100, 1200, 1300, 7),
+        ],
+    )
     w.memcpy(100, 102, 0, 21, np.array([1100]), np.array([1150]), copy_kind=2, launch=np.array([660]))
     w.memset(100, 100, 0, 7, np.array([20]), np.array([40]), launch=np.array([20]))
     # rank B
     w.process(200)
     w.meta_mark(200, 200, 5, implementation="fixture", rank=0, world_size=2)
-    w.nvtx(200, 200, np.array([0, 500, 100, 600]), np.array([500, 1000, 400, 900]),
-           np.array(["step 0", "step 1", "backward", "backward"], dtype=object), **text)
-    _kernels(w, 200, 1, [("gemm", 150, 200, 200, 400, 7), ("gemm", 650, 200, 700, 900, 7),
-                         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 200, 350, 750, 20)])
+    w.nvtx(
+        200,
+        200,
+        np.array([0, 500, 100, 600]),
+        np.array([500, 1000, 400, 900]),
+        np.array(["step 0", "step 1", "backward", "backward"], dtype=object),
+        **text,
+    )
+    _kernels(
+        w,
+        200,
+        1,
+        [
+            ("gemm", 150, 200, 200, 400, 7),
+            ("gemm", 650, 200, 700, 900, 7),
+            ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", 300, 200, 350, 750, 20),
+        ],
+    )
     # a range that never ended and a domain: the loader must cope
     w.nvtx(200, 200, np.array([950]), np.array([-1]), "never closed")
     w.domain(200, 200, 1, "NCCL", 1)
@@ -78,11 +109,24 @@ def write_cpu_only(path, flavour: str = "2022"):
     w = NsysWriter(path, flavour=flavour, cupti=False, shuffle=True, seed=5)
     w.process(300)
     w.meta_mark(300, 300, 1, implementation="cpu_fixture", rank=0, world_size=1)
-    w.nvtx(300, 300, np.array([0, 0, 300, 800, 850]), np.array([1000, 300, 800, 850, 950]),
-           np.array(["step 0", "forward", "backward", "grad_sync", "optimizer"], dtype=object), registered=True)
-    w.nvtx(300, 301, np.array([400, 750]), np.array([700, 900]),
-           np.array(["comm:all_reduce:bucket0", "comm:all_reduce:bucket1"], dtype=object),
-           kind=START_END, end_tid=300, registered=True)
+    w.nvtx(
+        300,
+        300,
+        np.array([0, 0, 300, 800, 850]),
+        np.array([1000, 300, 800, 850, 950]),
+        np.array(["step 0", "forward", "backward", "grad_sync", "optimizer"], dtype=object),
+        registered=True,
+    )
+    w.nvtx(
+        300,
+        301,
+        np.array([400, 750]),
+        np.array([700, 900]),
+        np.array(["comm:all_reduce:bucket0", "comm:all_reduce:bucket1"], dtype=object),
+        kind=START_END,
+        end_tid=300,
+        registered=True,
+    )
     w.nvtx(300, 300, np.array([800]), np.array([850]), "comm:all_reduce:final", registered=True)
     w.nvtx(300, 300, np.array([1]), None, "a mark", kind=MARK)
     return w.close()
@@ -98,8 +142,20 @@ def write_cpu_ddp_wait(path):
     w = NsysWriter(path, flavour="2022", cupti=False, shuffle=True, seed=7)
     w.process(400)
     w.meta_mark(400, 400, 1, implementation="torch", rank=0, world_size=1)
-    w.nvtx(400, 400, np.array([0, 0, 300, 900]), np.array([1000, 300, 900, 1000]),
-           np.array(["step 0", "forward", "backward", "optimizer"], dtype=object))
-    w.nvtx(400, 400, np.array([500, 700]), np.array([850, 850]),
-           np.array(["comm:all_reduce:bucket0", "grad_sync"], dtype=object), kind=START_END, end_tid=401)
+    w.nvtx(
+        400,
+        400,
+        np.array([0, 0, 300, 900]),
+        np.array([1000, 300, 900, 1000]),
+        np.array(["step 0", "forward", "backward", "optimizer"], dtype=object),
+    )
+    w.nvtx(
+        400,
+        400,
+        np.array([500, 700]),
+        np.array([850, 850]),
+        np.array(["comm:all_reduce:bucket0", "grad_sync"], dtype=object),
+        kind=START_END,
+        end_tid=401,
+    )
     return w.close()

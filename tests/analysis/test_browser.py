@@ -2,6 +2,7 @@
 
 Screenshots go to the git-ignored `screenshots/` folder at the repository root, for a human to look at.
 """
+
 from __future__ import annotations
 
 import shutil
@@ -17,9 +18,10 @@ from analysis.views.timeline_page import trace_panel
 from tests.analysis.test_timeline_traces import write_trace
 from tests.support.html_check import check_page, find_chromium
 
-pytestmark = [pytest.mark.slow,  # starts headless Chromium for every page
-              pytest.mark.skipif(find_chromium() is None,
-                                 reason="no chromium on PATH: run `bash scripts/install_chromium.sh`")]
+pytestmark = [
+    pytest.mark.slow,  # starts headless Chromium for every page
+    pytest.mark.skipif(find_chromium() is None, reason="no chromium on PATH: run `bash scripts/install_chromium.sh`"),
+]
 REPO = Path(__file__).resolve().parents[2]
 SHOTS = REPO / "screenshots"
 REAL = REPO / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
@@ -44,8 +46,10 @@ def assert_rendered(page: Path, traces: int, shot: str, height: int = 1000) -> d
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     folder = tmp_path_factory.mktemp("browser")
-    return {name: write_trace(folder / f"{name}.sqlite", name.split("_")[0], gpu=not name.endswith("cpu"))
-            for name in ("naive", "overlap", "naive_cpu", "overlap_cpu")}
+    return {
+        name: write_trace(folder / f"{name}.sqlite", name.split("_")[0], gpu=not name.endswith("cpu"))
+        for name in ("naive", "overlap", "naive_cpu", "overlap_cpu")
+    }
 
 
 def test_naive_vs_overlap_timeline_renders(traces, tmp_path):
@@ -76,8 +80,7 @@ def test_gpu_step_timeline_renders_with_its_shading(gpu_trace, tmp_path):
     path = gpu_trace("torch.sqlite")
     page = tmp_path / "torch_step4.html"
     assert timeline.main([str(path), "-o", str(page), "--step", "4"]) == 0
-    plot = assert_rendered(page, expected_traces([path], Selection(step=4)), "timeline_gpu_torch_step4.png",
-                           height=800)
+    plot = assert_rendered(page, expected_traces([path], Selection(step=4)), "timeline_gpu_torch_step4.png", height=800)
     assert plot["fill_paths"] == 1  # the overlap shading
 
 
@@ -100,15 +103,17 @@ def test_report_pages_render(traces, tmp_path):
     assert [(p["traces"], p["types"][0]) for p in check.plots] == [(4, "bar"), (2, "box"), *collectives]
     assert all(p["svg_layers"] >= 1 for p in check.plots)
     paths = [traces["naive"], traces["overlap"]]
-    assert_rendered(out / "timelines" / "naive_vs_overlap.html", expected_traces(paths, Selection(step=1)),
-                    "report_naive_vs_overlap.png")
+    assert_rendered(
+        out / "timelines" / "naive_vs_overlap.html",
+        expected_traces(paths, Selection(step=1)),
+        "report_naive_vs_overlap.png",
+    )
 
 
 def test_png_export_through_kaleido(traces, tmp_path):
     pytest.importorskip("kaleido", reason="kaleido not installed (pip install kaleido)")
     page = tmp_path / "nvo.html"
-    assert timeline.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(page), "--step", "1",
-                          "--png"]) == 0
+    assert timeline.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(page), "--step", "1", "--png"]) == 0
     png = page.with_suffix(".png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
     shutil.copy(png, SHOTS / "timeline_naive_vs_overlap_kaleido.png")

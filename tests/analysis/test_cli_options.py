@@ -1,4 +1,5 @@
 """Every CLI takes the same pattern options and turns bad input into one line and exit code 2."""
+
 from __future__ import annotations
 
 import json
@@ -8,8 +9,12 @@ import pytest
 from analysis import collectives, overlap, report, timeline
 from tests.support.synthetic_ddp import write_ddp_trace
 
-CLIS = {"overlap": (overlap.main, []), "timeline": (timeline.main, ["-o", "{tmp}/t.html"]),
-        "report": (report.main, ["-o", "{tmp}/r"]), "collectives": (collectives.main, [])}
+CLIS = {
+    "overlap": (overlap.main, []),
+    "timeline": (timeline.main, ["-o", "{tmp}/t.html"]),
+    "report": (report.main, ["-o", "{tmp}/r"]),
+    "collectives": (collectives.main, []),
+}
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +36,12 @@ def test_timeline_and_overlap_agree_under_the_same_comm_pattern(ddp_trace, tmp_p
     for pattern in ("(?i)^nccl", "^no_such_kernel$"):
         assert overlap.main([str(ddp_trace), "--format", "json", "--comm-pattern", pattern]) == 0
         summary = json.loads(capsys.readouterr().out)["traces"][0]["summary"]
-        assert timeline.main([str(ddp_trace), "-o", str(tmp_path / "t.html"), "--format", "json",
-                              "--comm-pattern", pattern]) == 0
+        assert (
+            timeline.main(
+                [str(ddp_trace), "-o", str(tmp_path / "t.html"), "--format", "json", "--comm-pattern", pattern]
+            )
+            == 0
+        )
         row = json.loads(capsys.readouterr().out)[0]
         assert row["comm_ms"] == pytest.approx(summary["comm_ms"])
         assert row["step_ms"] == pytest.approx(summary["step_ms"])

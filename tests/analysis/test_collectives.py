@@ -1,4 +1,5 @@
 """The collectives view on synthetic exports whose every figure is worked out by hand below."""
+
 from __future__ import annotations
 
 import json
@@ -26,21 +27,45 @@ def write_two_gpu_ranks(path):
     (launched at 8500 in grad_sync) that rank 1 never runs: no partner.
     """
     w = NsysWriter(path, shuffle=True, seed=11)
-    for rank, pid, device, column, c in ((0, 100, 0, "int64Value", (3000, 5000, 5000, 6000, 5000)),
-                                         (1, 200, 1, "uint64Value", (4000, 5000, 5500, 6000, 4500))):
+    for rank, pid, device, column, c in (
+        (0, 100, 0, "int64Value", (3000, 5000, 5000, 6000, 5000)),
+        (1, 200, 1, "uint64Value", (4000, 5000, 5500, 6000, 4500)),
+    ):
         w.process(pid, threads={pid: "python3", pid + 1: "pt_autograd_0"})
         w.meta_mark(pid, pid, 5, implementation="fixture", rank=rank, world_size=2)
-        w.nvtx(pid, pid, np.array([0, 1000, 6000]), np.array([10000, 6000, 9000]),
-               np.array(["step 0", "backward", "grad_sync"], dtype=object))
+        w.nvtx(
+            pid,
+            pid,
+            np.array([0, 1000, 6000]),
+            np.array([10000, 6000, 9000]),
+            np.array(["step 0", "backward", "grad_sync"], dtype=object),
+        )
         opened = np.array([2000, 2500]) if rank == 0 else np.array([3500, 3700])
-        w.nvtx(pid, pid + 1, opened, np.array([7000, 8000]),
-               np.array(["comm:all_reduce:bucket0", "comm:all_reduce:bucket1"], dtype=object),
-               kind=START_END, end_tid=pid, payload=np.array([4_000_000, 1_000]), payload_column=column)
-        w.kernels(pid, pid + 1, device, 20, np.array([c[0], c[2]]), np.array([c[1], c[3]]),
-                  "ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch=opened + 100)
+        w.nvtx(
+            pid,
+            pid + 1,
+            opened,
+            np.array([7000, 8000]),
+            np.array(["comm:all_reduce:bucket0", "comm:all_reduce:bucket1"], dtype=object),
+            kind=START_END,
+            end_tid=pid,
+            payload=np.array([4_000_000, 1_000]),
+            payload_column=column,
+        )
+        w.kernels(
+            pid,
+            pid + 1,
+            device,
+            20,
+            np.array([c[0], c[2]]),
+            np.array([c[1], c[3]]),
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            launch=opened + 100,
+        )
         w.kernels(pid, pid + 1, device, 7, np.array([1000]), np.array([c[4]]), "ampere_sgemm", launch=np.array([1100]))
-    w.kernels(100, 100, 0, 20, np.array([8600]), np.array([8700]), "ncclDevKernel_Broadcast_RING",
-              launch=np.array([8500]))
+    w.kernels(
+        100, 100, 0, 20, np.array([8600]), np.array([8700]), "ncclDevKernel_Broadcast_RING", launch=np.array([8500])
+    )
     return w.close()
 
 
@@ -53,10 +78,21 @@ def write_two_cpu_ranks(path):
         w.process(pid)
         buckets = [{"name": "x", "params": ["w"], "bytes": 600}] if rank == 0 else None
         w.meta_mark(pid, pid, 1, implementation="cpu", rank=rank, world_size=2, buckets=buckets)
-        w.nvtx(pid, pid, np.array([0, 0, 100]), np.array([500, 100, 450]),
-               np.array(["step 0", "forward", "grad_sync"], dtype=object))
-        w.nvtx(pid, pid, np.array([start]), np.array([400]), "comm:all_reduce:x",
-               payload=None if rank == 0 else np.array([600]))
+        w.nvtx(
+            pid,
+            pid,
+            np.array([0, 0, 100]),
+            np.array([500, 100, 450]),
+            np.array(["step 0", "forward", "grad_sync"], dtype=object),
+        )
+        w.nvtx(
+            pid,
+            pid,
+            np.array([start]),
+            np.array([400]),
+            "comm:all_reduce:x",
+            payload=None if rank == 0 else np.array([600]),
+        )
     return w.close()
 
 
@@ -72,9 +108,15 @@ def row(view, rank, tag, op="all_reduce"):
     return hit.iloc[0]
 
 
-@pytest.mark.parametrize("rank, tag, wait, transfer, exposed, exposed_wait", [
-    (0, "bucket0", 1000, 1000, 0, 0), (1, "bucket0", 0, 1000, 500, 0),
-    (0, "bucket1", 500, 500, 1000, 500), (1, "bucket1", 0, 500, 500, 0)])
+@pytest.mark.parametrize(
+    "rank, tag, wait, transfer, exposed, exposed_wait",
+    [
+        (0, "bucket0", 1000, 1000, 0, 0),
+        (1, "bucket0", 0, 1000, 500, 0),
+        (0, "bucket1", 500, 500, 1000, 500),
+        (1, "bucket1", 0, 500, 500, 0),
+    ],
+)
 def test_wait_transfer_and_exposed_parts(gpu_view, rank, tag, wait, transfer, exposed, exposed_wait):
     r = row(gpu_view, rank, tag)
     assert (r["wait_ms"] * 1e6, r["transfer_ms"] * 1e6) == pytest.approx((wait, transfer))
@@ -116,8 +158,9 @@ def test_cpu_ranges_pair_on_issue_and_completion(tmp_path):
     view = analyze_collectives(write_two_cpu_ranks(tmp_path / "cpu.sqlite"))
     assert view.traces["source"].iloc[0] == "range"
     r0, r1 = row(view, 0, "x"), row(view, 1, "x")
-    assert (r0["wait_ms"] * 1e6, r0["transfer_ms"] * 1e6, r1["wait_ms"], r1["transfer_ms"] * 1e6) == \
-        pytest.approx((150, 150, 0, 150))
+    assert (r0["wait_ms"] * 1e6, r0["transfer_ms"] * 1e6, r1["wait_ms"], r1["transfer_ms"] * 1e6) == pytest.approx(
+        (150, 150, 0, 150)
+    )
     assert r0["bytes"] == 600 and r1["bytes"] == 600  # rank 0 from ddp.meta's buckets, rank 1 from its payload
     assert r0["busbw_gbps"] == pytest.approx(600 / 150)
     assert r0["exposed_ms"] * 1e6 == 300 and r0["phase"] == "grad_sync"  # a blocking call is never compute
@@ -153,11 +196,18 @@ def test_cli_formats_and_bad_input(tmp_path, capsys):
 
 
 def test_kernel_names_and_nccl_tests_factors():
-    assert [op_of_kernel(n) for n in ["ncclDevKernel_AllReduce_Sum_f32_RING_LL", "ncclKernel_ReduceScatter_RING_LL",
-                                      "ncclDevKernel_AllGather_RING_LL", "ncclDevKernel_SendRecv",
-                                      "ncclDevKernel_Broadcast_RING", "ncclDevKernel_Reduce_Sum_f16",
-                                      "ncclDevKernel_Generic"]] == \
-        ["all_reduce", "reduce_scatter", "all_gather", "send_recv", "broadcast", "reduce", ""]
+    assert [
+        op_of_kernel(n)
+        for n in [
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+            "ncclKernel_ReduceScatter_RING_LL",
+            "ncclDevKernel_AllGather_RING_LL",
+            "ncclDevKernel_SendRecv",
+            "ncclDevKernel_Broadcast_RING",
+            "ncclDevKernel_Reduce_Sum_f16",
+            "ncclDevKernel_Generic",
+        ]
+    ] == ["all_reduce", "reduce_scatter", "all_gather", "send_recv", "broadcast", "reduce", ""]
     ops = np.array(["all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "unknown"], dtype=object)
     got = bus_factor(ops, np.full(6, 8))
     assert np.allclose(got[:5], [14 / 8, 7 / 8, 7 / 8, 1, 1]) and np.isnan(got[5])
@@ -181,13 +231,15 @@ def test_report_section_blocks(tmp_path):
     trace = load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite"))
     spans = backward_spans(trace)
     # backward = the compute kernels launched in backward: the one gemm of each rank
-    assert spans.to_dict("list") == {"rank": [0, 1], "step": [0, 0], "start_ns": [1000, 1000],
-                                     "end_ns": [5000, 4500]}
+    assert spans.to_dict("list") == {"rank": [0, 1], "step": [0, 0], "start_ns": [1000, 1000], "end_ns": [5000, 4500]}
     view = analyze_collectives(trace.path)
     blocks = collectives_section([("fixture", trace, view)], peak_busbw=100)
     figures = [b for b in blocks if not isinstance(b, str)]
-    assert [f.layout.title.text.split(":")[0] for f in figures] == \
-        ["Bus bandwidth vs message size (each call, each rank)", "fixture", "fixture"]
+    assert [f.layout.title.text.split(":")[0] for f in figures] == [
+        "Bus bandwidth vs message size (each call, each rank)",
+        "fixture",
+        "fixture",
+    ]
     assert "peak 100" in str(figures[0].layout.annotations)
     notes = "".join(b for b in blocks if isinstance(b, str))
     assert "<h2>Collectives</h2>" in blocks[0] and "1 calls of ranks [0]" in notes

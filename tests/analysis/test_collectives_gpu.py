@@ -1,5 +1,6 @@
 """The collectives view on the real H100 traces, checked against a pairing written here in plain Python
 from the raw tables (sqlite3): the i-th all-reduce kernel of each process is one collective."""
+
 from __future__ import annotations
 
 import sqlite3
@@ -52,8 +53,9 @@ def all_reduce_rows(view):
 
 
 @pytest.mark.slow  # every kernel of whole real H100 traces
-@pytest.mark.parametrize("name", ["naive.sqlite", "overlap.sqlite", "overlap_bucket.sqlite", "torch.sqlite",
-                                  "flat.sqlite"])
+@pytest.mark.parametrize(
+    "name", ["naive.sqlite", "overlap.sqlite", "overlap_bucket.sqlite", "torch.sqlite", "flat.sqlite"]
+)
 def test_every_all_reduce_kernel_is_one_paired_collective(gpu_trace, name):
     path = gpu_trace(name)
     view = analyze_collectives(path)
@@ -61,8 +63,15 @@ def test_every_all_reduce_kernel_is_one_paired_collective(gpu_trace, name):
     truth = independent_pairing([path])
     assert len(mine) == len(truth)  # each kernel exactly once
     assert mine["paired"].all() and (mine["partners"] == 2).all()
-    got = sorted(zip(mine["start_ns"], mine["end_ns"], np.round(mine["wait_ms"] * 1e6).astype(np.int64),
-                     np.round(mine["transfer_ms"] * 1e6).astype(np.int64), strict=True))
+    got = sorted(
+        zip(
+            mine["start_ns"],
+            mine["end_ns"],
+            np.round(mine["wait_ms"] * 1e6).astype(np.int64),
+            np.round(mine["transfer_ms"] * 1e6).astype(np.int64),
+            strict=True,
+        )
+    )
     want = sorted((r["start"], r["end"], r["wait"], r["transfer"]) for r in truth)
     assert got == want
     duration_ns = mine["end_ns"] - mine["start_ns"]
@@ -71,9 +80,14 @@ def test_every_all_reduce_kernel_is_one_paired_collective(gpu_trace, name):
         assert (mine.groupby("rank").size() == 1096).all()
 
 
-@pytest.mark.parametrize("name, total, wait, transfer", [("overlap.sqlite", 89.6, 73.4, 16.2),
-                                                         ("overlap_bucket.sqlite", 75.0, 66.5, 8.5),
-                                                         ("torch.sqlite", 14.6, 8.2, 6.4)])
+@pytest.mark.parametrize(
+    "name, total, wait, transfer",
+    [
+        ("overlap.sqlite", 89.6, 73.4, 16.2),
+        ("overlap_bucket.sqlite", 75.0, 66.5, 8.5),
+        ("torch.sqlite", 14.6, 8.2, 6.4),
+    ],
+)
 def test_nccl_time_per_rank_step_splits_as_measured_in_the_issue(gpu_trace, name, total, wait, transfer):
     mine = all_reduce_rows(analyze_collectives(gpu_trace(name)))
     rank_steps = 2 * 5  # every all-reduce kernel over 2 ranks x 5 profiled steps; the issue gives 0.1 ms
@@ -153,8 +167,10 @@ def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
         row = steps.loc[(rank, 4)]
         assert round(row["comm_wait_ms"] * 1e6) == sum(r["wait"] for r in mine)
         assert round(row["comm_transfer_ms"] * 1e6) == sum(r["transfer"] for r in mine)
-        assert row["exposed_comm_wait_ms"] + row["exposed_comm_transfer_ms"] <= row["comm_wait_ms"] + \
-            row["comm_transfer_ms"] + 1e-9
+        assert (
+            row["exposed_comm_wait_ms"] + row["exposed_comm_transfer_ms"]
+            <= row["comm_wait_ms"] + row["comm_transfer_ms"] + 1e-9
+        )
     assert steps.loc[(0, 4), "comm_wait_ms"] > 150 > steps.loc[(1, 4), "comm_wait_ms"]  # rank 0 waited for rank 1
 
 

@@ -1,6 +1,7 @@
 """A real nsys export (whatever nsys is installed, 2022.4 here) of two CPU processes issuing collectives
 like gloo ranks: the byte counts come from the ranges' payloads as nsys stores them, and wait/transfer
 equal a pairing written here from the raw NVTX_EVENTS rows."""
+
 import shutil
 import sqlite3
 import subprocess
@@ -54,11 +55,29 @@ def comm_ranges(path):
 def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
     pytest.importorskip("nvtx")
     (tmp_path / "prog.py").write_text(PROGRAM)
-    profile = [NSYS, "profile", "-t", "nvtx", "-s", "none", "--cpuctxsw=none", "-o", "run", "-f", "true",
-               sys.executable, "prog.py"]
+    profile = [
+        NSYS,
+        "profile",
+        "-t",
+        "nvtx",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "-o",
+        "run",
+        "-f",
+        "true",
+        sys.executable,
+        "prog.py",
+    ]
     nsys_cli.profile(profile, cwd=tmp_path)
-    subprocess.run([NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"], cwd=tmp_path,
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     path = tmp_path / "run.sqlite"
     view = analyze_collectives(path)
     calls = view.calls.sort_values(["rank", "start_ns"])
@@ -73,8 +92,16 @@ def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
             wait = min(max(last - start, 0), end - start)
             want.append((start, text.split(":")[2], payload, wait, end - start - wait))
     ns = lambda ms: (ms * 1e6).round().astype(int)
-    got = list(zip(calls["start_ns"], calls["tag"], calls["bytes"].astype(int), ns(calls["wait_ms"]),
-                   ns(calls["transfer_ms"]), strict=True))
+    got = list(
+        zip(
+            calls["start_ns"],
+            calls["tag"],
+            calls["bytes"].astype(int),
+            ns(calls["wait_ms"]),
+            ns(calls["transfer_ms"]),
+            strict=True,
+        )
+    )
     assert sorted(got) == sorted(want)
     assert set(calls["bytes"]) == {1 << 20, 4096}
     late = calls[(calls["rank"] == 0) & (calls["tag"] == "bucket0")]

@@ -1,5 +1,6 @@
 """GPU figures: real H100 traces against an independent computation and the runs' own timers;
 small synthetic exports pin the rules (host not syncing, host-side collectives, copies)."""
+
 import numpy as np
 import pytest
 
@@ -76,8 +77,9 @@ def test_merged_ranks_run_each_all_reduce_at_the_same_time(loaded, pair):
     nccl = ops[ops["name"].astype(str).str.startswith("ncclDevKernel_AllReduce")]
     a, b = (nccl[nccl["part"] == p].sort_values("start") for p in (0, 1))
     assert len(a) == len(b) > 1000
-    assert (np.minimum(a["end"].to_numpy(), b["end"].to_numpy())
-            > np.maximum(a["start"].to_numpy(), b["start"].to_numpy())).all()
+    assert (
+        np.minimum(a["end"].to_numpy(), b["end"].to_numpy()) > np.maximum(a["start"].to_numpy(), b["start"].to_numpy())
+    ).all()
 
 
 def test_gloo_on_cuda_takes_comm_from_the_comm_ranges(loaded):
@@ -87,8 +89,17 @@ def test_gloo_on_cuda_takes_comm_from_the_comm_ranges(loaded):
     assert (steps["comm_kernel_ms"] == 0).all() and (steps["comm_copy_ms"] > 0).all()
     _, ranges, rank, _ = read(path)
     for pid, r in rank.items():  # comm within 10% of the union of the rank's comm ranges, per step
-        union_ms = length([(x["start"], x["end"]) for x in ranges if x["pid"] == pid and x["text"].startswith("comm:")
-                           and x["start"] >= 0]) / 1e6 / len(steps[steps["rank"] == r])
+        union_ms = (
+            length(
+                [
+                    (x["start"], x["end"])
+                    for x in ranges
+                    if x["pid"] == pid and x["text"].startswith("comm:") and x["start"] >= 0
+                ]
+            )
+            / 1e6
+            / len(steps[steps["rank"] == r])
+        )
         assert steps.loc[steps["rank"] == r, "comm_ms"].mean() == pytest.approx(union_ms, rel=0.10)
 
 

@@ -1,4 +1,5 @@
 """Interval algebra against a brute-force reference over integer points (hypothesis)."""
+
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
@@ -43,8 +44,9 @@ def test_union_with_a_gap_joins_exactly_the_pieces_closer_than_it(items, gap):
     assert np.all(s[1:] - e[:-1] >= max(gap, 1))  # what stays apart is at least `gap` apart
     joined = pieces_points(s, e) - points(items)
     holes = pieces_points(exact_e[:-1], exact_s[1:])  # the gaps between the exact pieces
-    small = {t for a, b in zip(exact_e[:-1].tolist(), exact_s[1:].tolist(), strict=True) if b - a < gap
-             for t in range(a, b)}
+    small = {
+        t for a, b in zip(exact_e[:-1].tolist(), exact_s[1:].tolist(), strict=True) if b - a < gap for t in range(a, b)
+    }
     assert joined == small and joined <= holes
 
 
@@ -109,7 +111,7 @@ def test_touching_intervals_merge_and_empty_ones_vanish():
     assert iv.union([], [])[0].size == 0
 
 
-@given(st.lists(st.integers(-2**40, 2**40), max_size=30) | st.lists(st.integers(-3, 50), max_size=30))
+@given(st.lists(st.integers(-(2**40), 2**40), max_size=30) | st.lists(st.integers(-3, 50), max_size=30))
 def test_factorize_equals_numpy_unique(keys):
     uniq, inverse = iv.factorize(np.array(keys, dtype=np.int64))
     expected_uniq, expected_inverse = np.unique(np.array(keys, dtype=np.int64), return_inverse=True)

@@ -1,5 +1,6 @@
 """torch.profiler (Kineto) traces: the real 2-rank NCCL DDP trace against plain Python, the same
 synthetic run written in both formats measured alike, message sizes, and bad input."""
+
 import gzip
 import itertools
 import json
@@ -25,11 +26,18 @@ NCCL = re.compile(r"^nccl(Dev)?Kernel_")
 
 
 def run_cli(module, *args):
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=REPO, text=True,
-                          capture_output=True, timeout=120, env={**os.environ})
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ},
+    )
 
 
 # --- plain Python over the raw JSON (no analysis code) -------------------------------------------
+
 
 def union(intervals):
     merged = []
@@ -97,12 +105,17 @@ def test_real_trace_steps_come_from_profiler_step(real):
     """Steps are the ProfilerStep#N ranges; on a GPU rank step k lasts until step k+1 starts, the last
     one until the later of its CPU end and the end of the GPU work launched inside it (steps.py)."""
     events = real["traceEvents"]
-    steps = sorted((int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"])) for e in events
-                   if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
-    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in events
-              if e.get("cat") in ("cuda_runtime", "cuda_driver")}
-    work = [(launch[e["args"]["correlation"]], ns(e["ts"]) + ns(e["dur"])) for e in events
-            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["correlation"] in launch]
+    steps = sorted(
+        (int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    )
+    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    work = [
+        (launch[e["args"]["correlation"]], ns(e["ts"]) + ns(e["dur"]))
+        for e in events
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and e["args"]["correlation"] in launch
+    ]
     *_, (_, last_start, last_cpu_end) = steps
     last_end = max([last_cpu_end] + [end for t, end in work if last_start <= t < last_cpu_end])
     want = [(b[1] - a[1]) / 1e6 for a, b in itertools.pairwise(steps)] + [(last_end - last_start) / 1e6]
@@ -116,10 +129,24 @@ def test_real_trace_collective_message_sizes(real):
     calls = [e for e in real["traceEvents"] if e.get("name") == "record_param_comms"]
     frame = load_trace(REAL).collectives
     assert len(frame) == len(calls) == 27
-    want = sorted((ns(e["ts"]), e["args"]["Collective name"], e["args"]["In msg nelems"] *
-                   {"Float": 4, "Long": 8, "Byte": 1}[e["args"]["dtype"]], e["args"]["Group size"]) for e in calls)
-    got = list(zip(frame["start"].tolist(), frame["collective"], frame["in_bytes"].tolist(),
-                   frame["group_size"].tolist(), strict=True))
+    want = sorted(
+        (
+            ns(e["ts"]),
+            e["args"]["Collective name"],
+            e["args"]["In msg nelems"] * {"Float": 4, "Long": 8, "Byte": 1}[e["args"]["dtype"]],
+            e["args"]["Group size"],
+        )
+        for e in calls
+    )
+    got = list(
+        zip(
+            frame["start"].tolist(),
+            frame["collective"],
+            frame["in_bytes"].tolist(),
+            frame["group_size"].tolist(),
+            strict=True,
+        )
+    )
     assert got == want  # the same calls, bytes and group sizes
     allreduce = frame[frame["collective"] == "allreduce"]
     assert (allreduce["bytes"] == allreduce["in_nelems"] * 4).all()
@@ -128,12 +155,12 @@ def test_real_trace_collective_message_sizes(real):
 
 # --- one synthetic run in both formats -----------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def both_formats(tmp_path_factory):
     d = tmp_path_factory.mktemp("formats")
     nsys = write_ddp_trace(d / "run.sqlite", n_kernels=6_000, n_ranks=2, n_steps=3, comm_per_step=5, seed=3)
-    kineto = write_kineto_ddp_trace(d / "run", n_kernels=6_000, n_ranks=2, n_steps=3, comm_per_step=5,
-                                    gz=True, seed=3)
+    kineto = write_kineto_ddp_trace(d / "run", n_kernels=6_000, n_ranks=2, n_steps=3, comm_per_step=5, gz=True, seed=3)
     return nsys, kineto
 
 
@@ -143,8 +170,18 @@ def test_same_run_measures_the_same_in_both_formats(both_formats):
     k_trace = load_trace(kineto)
     b_steps, _b_totals = measure_trace(k_trace)
     assert sorted(k_trace.ranks["rank"]) == [0, 1] and set(k_trace.gpu_ops["part"]) == {0, 1}
-    cols = ["rank", "step", "step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",
-            "comm_kernels", "compute_kernels"]
+    cols = [
+        "rank",
+        "step",
+        "step_ms",
+        "backward_ms",
+        "compute_ms",
+        "comm_ms",
+        "overlap_ms",
+        "backward_overlap_ms",
+        "comm_kernels",
+        "compute_kernels",
+    ]
     pd.testing.assert_frame_equal(a_steps[cols].reset_index(drop=True), b_steps[cols].reset_index(drop=True))
     assert (b_steps["overlap_ms"] > 0).all()
 
@@ -170,6 +207,7 @@ def test_cpu_only_trace_is_measured_from_its_ranges(tmp_path):
 
 # --- bad input -------------------------------------------------------------------------------
 
+
 def _bad_inputs(d: Path) -> dict:
     good = write_kineto_ddp_trace(d / "ok", n_kernels=400, n_ranks=1, n_steps=1, comm_per_step=2, gz=True)[0]
     other = write_kineto_ddp_trace(d / "other", n_kernels=800, n_ranks=2, n_steps=1, comm_per_step=2, gz=True)[1]
@@ -179,15 +217,17 @@ def _bad_inputs(d: Path) -> dict:
     (d / "array.json").write_text("[1, 2, 3]")
     (d / "wrong_types.json").write_text('{"traceEvents": [{"ph": "X", "ts": "soon"}]}')
     (d / "empty_trace.json").write_text('{"traceEvents": []}')
-    return {"truncated": ([d / "truncated.json.gz"], "truncated or corrupt gzip"),
-            "malformed": ([d / "malformed.json"], "not valid JSON"),
-            "not_a_trace": ([d / "not_a_trace.json"], "not a torch.profiler (Kineto) trace"),
-            "array": ([d / "array.json"], "not a torch.profiler (Kineto) trace"),
-            "wrong_types": ([d / "wrong_types.json"], "not a torch.profiler (Kineto) trace"),
-            "empty": ([d / "empty_trace.json"], "neither GPU kernels nor user_annotation"),
-            "two_jobs": ([good, other], "different jobs"),
-            "same_rank_twice": ([good, good], "both hold rank 0"),
-            "mixed_formats": ([good, write_ddp_trace(d / "n.sqlite", 400, 1, 1, 2)], "cannot merge")}
+    return {
+        "truncated": ([d / "truncated.json.gz"], "truncated or corrupt gzip"),
+        "malformed": ([d / "malformed.json"], "not valid JSON"),
+        "not_a_trace": ([d / "not_a_trace.json"], "not a torch.profiler (Kineto) trace"),
+        "array": ([d / "array.json"], "not a torch.profiler (Kineto) trace"),
+        "wrong_types": ([d / "wrong_types.json"], "not a torch.profiler (Kineto) trace"),
+        "empty": ([d / "empty_trace.json"], "neither GPU kernels nor user_annotation"),
+        "two_jobs": ([good, other], "different jobs"),
+        "same_rank_twice": ([good, good], "both hold rank 0"),
+        "mixed_formats": ([good, write_ddp_trace(d / "n.sqlite", 400, 1, 1, 2)], "cannot merge"),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -196,8 +236,20 @@ def bad(tmp_path_factory):
 
 
 @pytest.mark.slow  # a subprocess per bad input
-@pytest.mark.parametrize("case", ["truncated", "malformed", "not_a_trace", "array", "wrong_types", "empty",
-                                  "two_jobs", "same_rank_twice", "mixed_formats"])
+@pytest.mark.parametrize(
+    "case",
+    [
+        "truncated",
+        "malformed",
+        "not_a_trace",
+        "array",
+        "wrong_types",
+        "empty",
+        "two_jobs",
+        "same_rank_twice",
+        "mixed_formats",
+    ],
+)
 def test_bad_input_is_one_line_error(bad, case):
     paths, message = bad[case]
     with pytest.raises(TraceError, match=re.escape(message)):
@@ -210,6 +262,7 @@ def test_bad_input_is_one_line_error(bad, case):
 def test_torch_collective_annotations_are_async_comm_in_foreign_traces(tmp_path):
     """gloo:all_reduce (recorded by PyTorch on gloo's thread) is comm in flight, not a wait of the caller;
     in our runner's traces (ddp.meta) it is left out, its comm:* ranges being the ones nsys sees too."""
+
     def write(path, ours):
         w = KinetoWriter(path)
         if ours:
@@ -243,12 +296,17 @@ def test_backward_from_autograd_ops_when_no_backward_range(tmp_path):
     assert got == [(100_000, 450_000, 6), (2_100_000, 2_200_000, 6)]
 
 
-@pytest.mark.parametrize("name", [
-    "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
-    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
-    "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)",
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)",
+        "ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)",
+    ],
+)
 def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
     from analysis.measures.patterns import Patterns
+
     assert Patterns().regex("comm_kernel").search(name)
     assert not Patterns().regex("comm_kernel").search("void at::native::vectorized_elementwise_kernel<4, float>(int)")
 
@@ -256,11 +314,18 @@ def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
 def test_batches_cut_between_events_only(tmp_path, monkeypatch):
     """Decoding in small batches gives the same frames, also when names hold the `}, {` a cut looks for."""
     from analysis.readers import kineto_json
+
     w = KinetoWriter(tmp_path / "t.json")
     n = 300
     start = w.base + np.arange(n) * 10_000
-    names = np.array(["void f<{lambda()#1}, {lambda()#2}>(int)", "ncclDevKernel_AllReduce_Sum_f32_RING_LL()",
-                      'k {"a": 1}, {"b": [2]}'], dtype=object)[np.arange(n) % 3]
+    names = np.array(
+        [
+            "void f<{lambda()#1}, {lambda()#2}>(int)",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL()",
+            'k {"a": 1}, {"b": [2]}',
+        ],
+        dtype=object,
+    )[np.arange(n) % 3]
     w.kernels(7, 8, 0, 7, start + 1_000, start + 6_000, names, launch=start)
     w.nvtx(7, 7, [w.base], [w.base + n * 10_000], ["step 0"])
     w.close()

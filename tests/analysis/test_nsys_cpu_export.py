@@ -1,4 +1,5 @@
 """A real nsys export of a CPU run (whatever nsys is installed, 2022.4 here): no CUPTI tables, NVTX only."""
+
 import json
 import shutil
 import subprocess
@@ -32,11 +33,29 @@ for i in range(2):
 def test_real_cpu_export_is_measured_from_nvtx(tmp_path):
     pytest.importorskip("nvtx")
     (tmp_path / "prog.py").write_text(PROGRAM)
-    profile = [NSYS, "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-o", "run", "-f", "true",
-               sys.executable, "prog.py"]
+    profile = [
+        NSYS,
+        "profile",
+        "-t",
+        "nvtx,osrt",
+        "-s",
+        "none",
+        "--cpuctxsw=none",
+        "-o",
+        "run",
+        "-f",
+        "true",
+        sys.executable,
+        "prog.py",
+    ]
     nsys_cli.profile(profile, cwd=tmp_path)
-    subprocess.run([NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"], cwd=tmp_path,
-                   capture_output=True, timeout=120, check=True)
+    subprocess.run(
+        [NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     result = analyze(tmp_path / "run.sqlite")
     summary = result.summary.iloc[0]
     assert (summary["source"], summary["implementation"], summary["steps"]) == ("nvtx", "nsys_cpu", 2)

@@ -1,4 +1,5 @@
 """analysis.readers.nsys_export: version order of install folders, read-only probe, nsys that cannot run."""
+
 import os
 
 import pytest

@@ -1,4 +1,5 @@
 """`python -m analysis.overlap` end to end: formats, JSON keys, and every kind of bad input."""
+
 import json
 import os
 import subprocess
@@ -13,10 +14,27 @@ from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 from tests.support.synthetic import NsysWriter
 
 REPO = Path(__file__).resolve().parents[2]
-METRIC_KEYS = {"step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms",
-               "exposed_comm_ms", "overlap_pct", "comm_kernels", "compute_kernels", "comm_copies", "comm_ranges",
-               "comm_kernel_ms", "comm_copy_ms", "idle_ms", "comm_wait_ms", "comm_transfer_ms",
-               "exposed_comm_wait_ms", "exposed_comm_transfer_ms"}
+METRIC_KEYS = {
+    "step_ms",
+    "backward_ms",
+    "compute_ms",
+    "comm_ms",
+    "overlap_ms",
+    "backward_overlap_ms",
+    "exposed_comm_ms",
+    "overlap_pct",
+    "comm_kernels",
+    "compute_kernels",
+    "comm_copies",
+    "comm_ranges",
+    "comm_kernel_ms",
+    "comm_copy_ms",
+    "idle_ms",
+    "comm_wait_ms",
+    "comm_transfer_ms",
+    "exposed_comm_wait_ms",
+    "exposed_comm_transfer_ms",
+}
 
 
 def run_main(capsys, *args):
@@ -27,8 +45,14 @@ def run_main(capsys, *args):
 
 
 def run_cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "analysis.overlap", *map(str, args)], cwd=REPO, text=True,
-                          capture_output=True, timeout=120, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "analysis.overlap", *map(str, args)],
+        cwd=REPO,
+        text=True,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -128,6 +152,7 @@ def test_empty_random_and_foreign_sqlite_files(tmp_path):
     noise = np.random.default_rng(1).integers(0, 256, 8192, dtype=np.uint8).tobytes()
     assert_one_line_error(run_cli(_write(tmp_path / "noise.sqlite", noise)), "not an SQLite file")
     import sqlite3
+
     conn = sqlite3.connect(tmp_path / "other.sqlite")
     conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
     conn.commit(), conn.close()
@@ -141,7 +166,7 @@ def test_truncated_and_corrupt_exports(exports, tmp_path):
     damaged = bytearray(data)
     rng = np.random.default_rng(2)
     for offset in (2 * 4096, 5 * 4096):
-        damaged[offset:offset + 3000] = rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()
+        damaged[offset : offset + 3000] = rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()
     assert_one_line_error(run_cli(_write(tmp_path / "bad.sqlite", bytes(damaged))), "corrupt")
 
 
@@ -168,8 +193,10 @@ def test_report_instead_of_export_names_the_command(tmp_path):
 @pytest.mark.slow  # subprocesses
 def test_export_flag_runs_nsys_and_never_overwrites(exports, tmp_path):
     fake = tmp_path / "fake_nsys"
-    fake.write_text(f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
-                    f"shutil.copy({str(exports[0])!r}, args[args.index('--output') + 1])\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
+        f"shutil.copy({str(exports[0])!r}, args[args.index('--output') + 1])\n"
+    )
     fake.chmod(0o755)
     report = _write(tmp_path / "run.nsys-rep", b"report")
     done = run_cli(report, "--export", "--format", "json", env={"NSYS": str(fake)})

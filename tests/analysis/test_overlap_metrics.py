@@ -1,4 +1,5 @@
 """Metrics on hand-made exports (see overlap_fixtures.py for the hand computation)."""
+
 import math
 
 import pytest
@@ -36,24 +37,45 @@ def test_rank_a_whole_step_by_hand(two_ranks):
     assert len(a) == 1 and a.iloc[0]["step"] == 0
     row = a.iloc[0]
     # the last step lasts until the GPU work launched in it ends (k6 at 1300), not its CPU end (1000)
-    assert row_ns(row, TIMES) == {"step_ms": 1300, "backward_ms": 350, "compute_ms": 700, "comm_ms": 600,
-                                  "overlap_ms": 300, "backward_overlap_ms": 250, "exposed_comm_ms": 300}
+    assert row_ns(row, TIMES) == {
+        "step_ms": 1300,
+        "backward_ms": 350,
+        "compute_ms": 700,
+        "comm_ms": 600,
+        "overlap_ms": 300,
+        "backward_overlap_ms": 250,
+        "exposed_comm_ms": 300,
+    }
     assert row["overlap_pct"] == pytest.approx(50.0)
     assert (row["comm_kernels"], row["compute_kernels"], row["comm_copies"], row["comm_ranges"]) == (3, 5, 1, 2)
 
 
 def test_rank_b_per_step_overlap_reaches_into_the_next_step(two_ranks):
     b = two_ranks.steps[two_ranks.steps["rank"] == 0].set_index("step")
-    assert row_ns(b.loc[0], TIMES) == {"step_ms": 500, "backward_ms": 200, "compute_ms": 200, "comm_ms": 400,
-                                       "overlap_ms": 100, "backward_overlap_ms": 100, "exposed_comm_ms": 300}
+    assert row_ns(b.loc[0], TIMES) == {
+        "step_ms": 500,
+        "backward_ms": 200,
+        "compute_ms": 200,
+        "comm_ms": 400,
+        "overlap_ms": 100,
+        "backward_overlap_ms": 100,
+        "exposed_comm_ms": 300,
+    }
     assert ns(b.loc[1, "comm_ms"]) == 0 and ns(b.loc[1, "compute_ms"]) == 200
     assert math.isnan(b.loc[1, "overlap_pct"])  # no communication: no percentage
 
 
 def test_totals_cover_the_whole_capture(two_ranks):
     t = two_ranks.totals.set_index("rank")
-    assert row_ns(t.loc[0], TIMES) == {"step_ms": 700, "backward_ms": 700, "compute_ms": 400, "comm_ms": 400,
-                                       "overlap_ms": 100, "backward_overlap_ms": 100, "exposed_comm_ms": 300}
+    assert row_ns(t.loc[0], TIMES) == {
+        "step_ms": 700,
+        "backward_ms": 700,
+        "compute_ms": 400,
+        "comm_ms": 400,
+        "overlap_ms": 100,
+        "backward_overlap_ms": 100,
+        "exposed_comm_ms": 300,
+    }
     assert ns(t.loc[1, "step_ms"]) == 1280  # memset at 20 .. last comm kernel at 1300
 
 
@@ -75,8 +97,15 @@ def test_cpu_only_export_uses_nvtx_ranges(tmp_path):
     row = result.steps.iloc[0]
     assert result.summary.iloc[0]["source"] == "nvtx"
     assert result.summary.iloc[0]["nsys_version"] == "2022.4.2.1"
-    assert row_ns(row, TIMES) == {"step_ms": 1000, "backward_ms": 500, "compute_ms": 900, "comm_ms": 450,
-                                  "overlap_ms": 400, "backward_overlap_ms": 350, "exposed_comm_ms": 50}
+    assert row_ns(row, TIMES) == {
+        "step_ms": 1000,
+        "backward_ms": 500,
+        "compute_ms": 900,
+        "comm_ms": 450,
+        "overlap_ms": 400,
+        "backward_overlap_ms": 350,
+        "exposed_comm_ms": 50,
+    }
     assert row["overlap_pct"] == pytest.approx(400 / 450 * 100)
     assert (row["comm_kernels"], row["compute_kernels"], row["comm_ranges"]) == (0, 0, 3)
 
@@ -84,7 +113,12 @@ def test_cpu_only_export_uses_nvtx_ranges(tmp_path):
 def test_cpu_only_wait_inside_backward_is_not_compute(tmp_path):
     row = analyze(write_cpu_ddp_wait(tmp_path / "ddp.sqlite")).steps.iloc[0]
     assert row_ns(row, ["compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms", "exposed_comm_ms"]) == {
-        "compute_ms": 850, "comm_ms": 350, "overlap_ms": 200, "backward_overlap_ms": 200, "exposed_comm_ms": 150}
+        "compute_ms": 850,
+        "comm_ms": 350,
+        "overlap_ms": 200,
+        "backward_overlap_ms": 200,
+        "exposed_comm_ms": 150,
+    }
 
 
 def test_patterns_are_overridable(tmp_path):

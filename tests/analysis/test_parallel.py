@@ -1,5 +1,6 @@
 """Many traces at once: process pool and Dask give the serial results in input order, bad files are
 named while the others finish, the per-rank merge equals loading the run in one piece."""
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ WORLD = 3
 @pytest.fixture(autouse=True)
 def time_limit():
     """Fail a test that hangs (a pool or cluster waiting forever) instead of hanging the suite."""
+
     def expire(signum, frame):
         raise TimeoutError("test ran past its 180 s limit")
 
@@ -46,9 +48,19 @@ def rank_files(tmp_path_factory):
     """run.rank<N>.sqlite of a 3-rank run whose captures started 0, 7 and 3 ms apart; rank 0 is the biggest
     so that it finishes last in a pool."""
     folder = tmp_path_factory.mktemp("ranks")
-    return [write_ddp_trace(folder / f"run.rank{r}.sqlite", n_kernels=n, n_ranks=1, n_steps=4, first_rank=r,
-                            world_size=WORLD, seed=r, session_start_utc_ns=T0 + shift)
-            for r, (n, shift) in enumerate([(20_000, 0), (2_000, 7_000_000), (2_000, 3_000_000)])]
+    return [
+        write_ddp_trace(
+            folder / f"run.rank{r}.sqlite",
+            n_kernels=n,
+            n_ranks=1,
+            n_steps=4,
+            first_rank=r,
+            world_size=WORLD,
+            seed=r,
+            session_start_utc_ns=T0 + shift,
+        )
+        for r, (n, shift) in enumerate([(20_000, 0), (2_000, 7_000_000), (2_000, 3_000_000)])
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +90,7 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 
 
 # --- per-rank merge from per-file results -------------------------------------------------------
+
 
 @pytest.mark.parametrize("skip", [0, 1])
 def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, skip):
@@ -117,9 +130,11 @@ def _rankless_file(path: Path, device: int, utc: int, durations: list[int]) -> P
 
 
 def test_merge_numbers_rankless_files_by_device_like_the_loader(tmp_path):
-    paths = [_rankless_file(tmp_path / "b.sqlite", 1, T0, [400_000, 300_000]),
-             _rankless_file(tmp_path / "a.sqlite", 0, T0 + 5_000, [200_000, 600_000]),
-             _rankless_file(tmp_path / "c.sqlite", 0, T0 + 1_000, [500_000, 100_000])]
+    paths = [
+        _rankless_file(tmp_path / "b.sqlite", 1, T0, [400_000, 300_000]),
+        _rankless_file(tmp_path / "a.sqlite", 0, T0 + 5_000, [200_000, 600_000]),
+        _rankless_file(tmp_path / "c.sqlite", 0, T0 + 1_000, [500_000, 100_000]),
+    ]
     merged = combine(paths, [analyze_file(p) for p in paths])
     assert_same(merged.analysis, analyze_trace(load_trace(paths)))
     # device 0 before device 1, then file order: a -> 0, c -> 1, b -> 2
@@ -164,6 +179,7 @@ def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files):
 
 # --- process pool ---------------------------------------------------------------------------------
 
+
 def test_jobs_2_gives_the_serial_results_in_input_order(rank_files):
     assert_same(analyze(rank_files, jobs=2), analyze(rank_files, jobs=1))
     assert_same(analyze(rank_files, merge=True, jobs=2), analyze(rank_files, merge=True))
@@ -192,14 +208,21 @@ def test_several_bad_files_get_a_closing_line_naming_them(rank_files, noise, tmp
     code, out, err = cli(capsys, noise, rank_files[2], missing, "--jobs", "2", "--format", "csv")
     assert code == 2 and "Traceback" not in err and str(rank_files[2]) in out
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert errors == [f"error: {noise}: not an SQLite file", f"error: {missing}: no such file",
-                      f"error: 2 of 3 files failed: {noise}, {missing}"]
+    assert errors == [
+        f"error: {noise}: not an SQLite file",
+        f"error: {missing}: no such file",
+        f"error: 2 of 3 files failed: {noise}, {missing}",
+    ]
 
 
 def test_a_merged_run_with_a_bad_rank_file_gives_no_result(rank_files, noise, capsys):
     code, out, err = cli(capsys, rank_files[0], noise, "--merge", "--jobs", "2")
-    assert code == 2 and out == "" and [line for line in err.splitlines() if not line.startswith("[overlap]")] == \
-        [f"error: {noise}: not an SQLite file"]
+    assert (
+        code == 2
+        and out == ""
+        and [line for line in err.splitlines() if not line.startswith("[overlap]")]
+        == [f"error: {noise}: not an SQLite file"]
+    )
 
 
 def exit_in_worker(item: int) -> int:
@@ -248,13 +271,19 @@ def test_default_jobs_are_bounded_by_cores_files_and_memory(rank_files, monkeypa
 
 @pytest.mark.parametrize("jobs", ["0"])
 def test_bad_jobs_is_a_one_line_error(rank_files, jobs):
-    done = subprocess.run([sys.executable, "-m", "analysis.overlap", str(rank_files[1]), "--jobs", jobs], cwd=REPO,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.overlap", str(rank_files[1]), "--jobs", jobs],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.strip() == f"error: --jobs {jobs}: must be a whole number >= 1"
 
 
 # --- report: one writer ---------------------------------------------------------------------------
+
 
 def _db_rows(path: Path) -> dict:
     with sqlite3.connect(path) as db:
@@ -295,6 +324,7 @@ def test_report_with_a_bad_file_names_it_and_writes_nothing(rank_files, noise, t
 
 # --- Dask -----------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def dask_cluster():
     distributed = pytest.importorskip("distributed")
@@ -330,6 +360,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 
 # --- real H100 per-rank traces ----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
     from analysis.engine.rank_merge import merged_call_rows
@@ -359,6 +390,7 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
 
 
 # --- torch.profiler JSON ----------------------------------------------------------------------------
+
 
 def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
     """A single Kineto file goes through the per-file task (its clock offset unused); a Kineto merge

@@ -1,4 +1,5 @@
 """Real exports: the acceptance figures on the 2xH100 nsys 2026.2 trace, and our own traces when present."""
+
 from pathlib import Path
 
 import pytest

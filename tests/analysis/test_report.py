@@ -1,4 +1,5 @@
 """`python -m analysis.report`: index page, summary.csv, results.db history, safety of the -o folder."""
+
 from __future__ import annotations
 
 import csv
@@ -36,11 +37,19 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*before, "reports"])
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
-    assert written == ["index.html", "results.db", "summary.csv", "timelines/naive.html",
-                       "timelines/naive_vs_overlap.html", "timelines/overlap.html"]
+    assert written == [
+        "index.html",
+        "results.db",
+        "summary.csv",
+        "timelines/naive.html",
+        "timelines/naive_vs_overlap.html",
+        "timelines/overlap.html",
+    ]
     rows = json.loads(stdout)
     assert {r["implementation"]: r["overlap_pct"] for r in rows} == {
-        "naive": 0.0, "overlap": pytest.approx(43.936, abs=1e-3)}
+        "naive": 0.0,
+        "overlap": pytest.approx(43.936, abs=1e-3),
+    }
     assert all(r["speedup_vs_naive"] == pytest.approx(1.0) for r in rows)
     index = (out / "index.html").read_text()
     assert index.count(get_plotlyjs()) == 1
@@ -61,8 +70,9 @@ def test_summary_csv_matches_the_analysis(traces, tmp_path, capsys):
 
 
 def test_breakdown_parts_add_up_to_the_step():
-    summary = pd.DataFrame({"label": ["a"], "step_ms": [100.0], "compute_ms": [60.0], "overlap_ms": [15.0],
-                            "exposed_comm_ms": [10.0]})
+    summary = pd.DataFrame(
+        {"label": ["a"], "step_ms": [100.0], "compute_ms": [60.0], "overlap_ms": [15.0], "exposed_comm_ms": [10.0]}
+    )
     parts = breakdown(summary).iloc[0]
     parts_ms = (parts["compute_only_ms"], parts["overlap_ms"], parts["exposed_comm_ms"], parts["idle_ms"])
     assert parts_ms == (45, 15, 10, 30)
@@ -110,11 +120,14 @@ def test_refuses_to_overwrite_files_it_did_not_write(traces, tmp_path, capsys):
     assert code == 2 and "summary.csv" in err and (tmp_path / "summary.csv").read_text() == "a,b\n1,2\n"
 
 
-@pytest.mark.parametrize("make_args, message", [
-    (lambda t, d: [d / "missing.sqlite", "-o", d / "r"], "no such file"),
-    (lambda t, d: [t[0], t[0], "-o", d / "r"], "given twice"),
-    (lambda t, d: [t[0], "-o", t[1]], "is a file"),
-])
+@pytest.mark.parametrize(
+    "make_args, message",
+    [
+        (lambda t, d: [d / "missing.sqlite", "-o", d / "r"], "no such file"),
+        (lambda t, d: [t[0], t[0], "-o", d / "r"], "given twice"),
+        (lambda t, d: [t[0], "-o", t[1]], "is a file"),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(traces, tmp_path, capsys, make_args, message):
     code, _, err = run(capsys, *make_args(traces, tmp_path))
     assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

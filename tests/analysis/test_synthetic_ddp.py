@@ -1,4 +1,5 @@
 """The DDP-shaped synthetic trace, analysed and checked against a plain-Python computation from its rows."""
+
 import sqlite3
 from collections import defaultdict
 
@@ -40,8 +41,10 @@ def reference(path):
     """Per pid and step: (comm ns, compute ns, overlap ns), straight from the SQLite rows."""
     db = sqlite3.connect(path)
     strings = dict(db.execute("SELECT id, value FROM StringIds"))
-    launches = {((tid >> 24) & 0xFFFFFF, corr): start for start, tid, corr in
-                db.execute("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")}
+    launches = {
+        ((tid >> 24) & 0xFFFFFF, corr): start
+        for start, tid, corr in db.execute("SELECT start, globalTid, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    }
     text = "COALESCE(text, (SELECT value FROM StringIds WHERE id = textId))"
     steps = defaultdict(list)
     push_pop = f"SELECT start, end, globalTid, {text} FROM NVTX_EVENTS WHERE eventType = 59"
@@ -51,7 +54,8 @@ def reference(path):
     per = defaultdict(lambda: {"comm": [], "compute": []})
     all_compute = defaultdict(list)
     for start, end, gpid, corr, name_id in db.execute(
-            "SELECT start, end, globalPid, correlationId, shortName FROM CUPTI_ACTIVITY_KIND_KERNEL"):
+        "SELECT start, end, globalPid, correlationId, shortName FROM CUPTI_ACTIVITY_KIND_KERNEL"
+    ):
         pid = (gpid >> 24) & 0xFFFFFF
         launch = launches[(pid, corr)]
         step = next(n for s, e, n in steps[pid] if s <= launch < e)
@@ -59,18 +63,23 @@ def reference(path):
         per[(pid, step)][kind].append((start, end))
         if kind == "compute":
             all_compute[pid].append((start, end))
-    return {key: (length(v["comm"]), length(v["compute"]), intersection_length(v["comm"], all_compute[key[0]]))
-            for key, v in per.items()}
+    return {
+        key: (length(v["comm"]), length(v["compute"]), intersection_length(v["comm"], all_compute[key[0]]))
+        for key, v in per.items()
+    }
 
 
 @pytest.mark.parametrize("flavour", ["2022", "2026"])
 def test_metrics_match_a_plain_python_computation(tmp_path, flavour):
-    path = write_ddp_trace(tmp_path / "ddp.sqlite", n_kernels=12_000, n_ranks=3, n_steps=4, flavour=flavour,
-                           shuffle=True, seed=7)
+    path = write_ddp_trace(
+        tmp_path / "ddp.sqlite", n_kernels=12_000, n_ranks=3, n_steps=4, flavour=flavour, shuffle=True, seed=7
+    )
     result = analyze(path)
     expected = reference(path)
-    got = {(r.pid, r.step): (round(r.comm_ms * 1e6), round(r.compute_ms * 1e6), round(r.overlap_ms * 1e6))
-           for r in result.steps.itertuples()}
+    got = {
+        (r.pid, r.step): (round(r.comm_ms * 1e6), round(r.compute_ms * 1e6), round(r.overlap_ms * 1e6))
+        for r in result.steps.itertuples()
+    }
     assert got == expected
     assert sorted(result.totals["rank"]) == [0, 1, 2]
     assert (result.steps["comm_kernels"] == 25).all()

@@ -1,4 +1,5 @@
 """`python -m analysis.timeline` and the lanes it draws, on synthetic and real exports."""
+
 from __future__ import annotations
 
 import json
@@ -26,8 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory):
     folder = tmp_path_factory.mktemp("traces")
-    return {name: write_trace(folder / f"{name}.sqlite", name.split("_")[0], gpu=not name.endswith("cpu"))
-            for name in ("naive", "overlap", "naive_cpu", "overlap_cpu")}
+    return {
+        name: write_trace(folder / f"{name}.sqlite", name.split("_")[0], gpu=not name.endswith("cpu"))
+        for name in ("naive", "overlap", "naive_cpu", "overlap_cpu")
+    }
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -74,14 +77,22 @@ def _cpu_wait_trace(path, wait_text: str):
     overlap = [100, 200) + [400, 600) + [620, 650) + [700, 800) = 430 ns."""
     w = NsysWriter(path, cupti=False)
     w.nvtx(1, 1, np.array([0, 0]), np.array([1000, 1000]), np.array(["step 0", "backward"], dtype=object))
-    w.nvtx(1, 2, np.array([100, 620]), np.array([600, 800]), np.array(["comm:a", "comm:b"], dtype=object),
-           kind=START_END, end_tid=1)
+    w.nvtx(
+        1,
+        2,
+        np.array([100, 620]),
+        np.array([600, 800]),
+        np.array(["comm:a", "comm:b"], dtype=object),
+        kind=START_END,
+        end_tid=1,
+    )
     w.nvtx(1, 1, np.array([200, 650]), np.array([400, 700]), np.array(["comm:blocking", wait_text], dtype=object))
     return w.close()
 
 
-@pytest.mark.parametrize("wait_text, patterns", [("grad_sync", Patterns()),
-                                                 ("wait_for_grads", Patterns(sync_wait=r"^wait_for_grads$"))])
+@pytest.mark.parametrize(
+    "wait_text, patterns", [("grad_sync", Patterns()), ("wait_for_grads", Patterns(sync_wait=r"^wait_for_grads$"))]
+)
 def test_cpu_shading_cuts_blocking_comm_and_sync_waits_like_the_analysis(tmp_path, wait_text, patterns):
     trace = load_trace(_cpu_wait_trace(tmp_path / "w.sqlite", wait_text), patterns)
     panel = build_panel(trace, Selection(step=0), patterns)
@@ -92,8 +103,10 @@ def test_cpu_shading_cuts_blocking_comm_and_sync_waits_like_the_analysis(tmp_pat
 def test_lanes_per_rank_and_hover_fields(traces):
     panel = build_panel(load_trace(traces["overlap"]), Selection(step=1))
     assert panel.lanes["label"].tolist() == [
-        f"r{r} {lane}" for r in (0, 1)
-        for lane in ("CPU step", "CPU phases", "CPU comm", "GPU s7 compute", "GPU s13 comm")]
+        f"r{r} {lane}"
+        for r in (0, 1)
+        for lane in ("CPU step", "CPU phases", "CPU comm", "GPU s7 compute", "GPU s13 comm")
+    ]
     seg = panel.segments
     comm = seg.loc[seg["category"] == "comm"]
     assert comm["stream"].str.contains("→").all()  # async ranges end on the worker thread
@@ -134,12 +147,15 @@ def test_per_rank_files_of_one_run_form_one_panel(tmp_path, capsys):
     assert rows[0]["trace"].endswith("naive.rank*.sqlite (2 files)") and rows[0]["overlap_pct"] == 0.0
 
 
-@pytest.mark.parametrize("args, message", [
-    (["missing.sqlite"], "no such file"),
-    (["{naive}", "--step", "7"], "no step 7 (steps present: 0..2)"),
-    (["{naive}", "--rank", "4"], "no rank 4"),
-    (["{naive}", "--step", "-1"], "--step -1"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["missing.sqlite"], "no such file"),
+        (["{naive}", "--step", "7"], "no step 7 (steps present: 0..2)"),
+        (["{naive}", "--rank", "4"], "no rank 4"),
+        (["{naive}", "--step", "-1"], "--step -1"),
+    ],
+)
 def test_bad_input_gives_one_line_and_exit_2(traces, tmp_path, capsys, args, message):
     argv = [a.format(naive=traces["naive"]) for a in args] + ["-o", str(tmp_path / "x.html")]
     code, _, err = run_cli(capsys, *argv)
@@ -180,11 +196,17 @@ def test_default_output_never_replaces_a_foreign_page(traces, tmp_path, monkeypa
 
 @pytest.mark.slow  # a subprocess
 def test_module_entry_point_and_help():
-    done = subprocess.run([sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
     assert done.returncode == 0 and "--step" in done.stdout and "--format" in done.stdout
-    done = subprocess.run([sys.executable, "-m", "analysis.timeline", "README.md", "-o", "/tmp/never.html"],
-                          capture_output=True, text=True, cwd=REPO, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "analysis.timeline", "README.md", "-o", "/tmp/never.html"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
     assert done.returncode == 2 and done.stderr.strip() == "error: README.md: not an SQLite file"
 
 
@@ -209,6 +231,7 @@ def _fake_write_image(calls, fail=False):
         if fail:
             raise RuntimeError("Chromium crashed\nmore detail")
         Path(path).write_bytes(b"png from us")
+
     return write_image
 
 
@@ -241,6 +264,7 @@ def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch
 
 def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
     from analysis.views import render_figure
+
     panel = build_panel(load_trace(traces["overlap"]), Selection(), width_px=800)
     calls = []
     real = render_figure.merge_subpixel

@@ -1,4 +1,5 @@
 """Rendering layer of the timelines: sub-pixel merging, figures, self-contained pages."""
+
 from __future__ import annotations
 
 import re
@@ -19,10 +20,17 @@ from analysis.views.render_style import CATEGORY_COLOURS
 
 def segments(starts, durations, lane=0, category="compute", name="k"):
     starts = np.asarray(starts, dtype=np.int64)
-    return pd.DataFrame({
-        "lane": lane, "start": starts, "end": starts + np.asarray(durations, dtype=np.int64),
-        "category": category, "name": name, "phase": "backward", "stream": "7",
-    })
+    return pd.DataFrame(
+        {
+            "lane": lane,
+            "start": starts,
+            "end": starts + np.asarray(durations, dtype=np.int64),
+            "category": category,
+            "name": name,
+            "phase": "backward",
+            "stream": "7",
+        }
+    )
 
 
 def test_wide_segments_are_kept_and_narrow_ones_merged_per_pixel():
@@ -64,8 +72,7 @@ def test_merging_rejects_a_non_positive_pixel():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 300)), min_size=1, max_size=80),
-       st.integers(1, 500))
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(0, 300)), min_size=1, max_size=80), st.integers(1, 500))
 def test_merged_blocks_conserve_work_and_cover_every_segment(rows, pixel):
     start = np.array([r[0] for r in rows])
     seg = segments(start, [r[1] for r in rows])
@@ -74,7 +81,8 @@ def test_merged_blocks_conserve_work_and_cover_every_segment(rows, pixel):
     assert out["busy"].sum() == (seg["end"] - seg["start"]).sum()
     # Every input segment lies inside some output block.
     inside = (seg["start"].to_numpy()[:, None] >= out["start"].to_numpy()[None, :]) & (
-        seg["end"].to_numpy()[:, None] <= out["end"].to_numpy()[None, :])
+        seg["end"].to_numpy()[:, None] <= out["end"].to_numpy()[None, :]
+    )
     assert inside.any(axis=1).all()
 
 
@@ -87,13 +95,19 @@ def test_close_intervals_merge_when_the_gap_is_below_a_pixel():
 
 def panel(title, comm_start, overlap):
     lanes = pd.DataFrame({"lane": [0, 1, 2], "label": ["r0 backward", "r0 gpu compute", "r0 gpu comm"], "rank": 0})
-    seg = pd.concat([
-        segments([0], [80_000_000], lane=0, category="backward", name="backward"),
-        segments(np.arange(0, 80_000_000, 200_000), np.full(400, 60_000), lane=1),
-        segments([comm_start], [20_000_000], lane=2, category="comm_kernel", name="ncclAllReduce"),
-    ], ignore_index=True)
-    ov = pd.DataFrame({"rank": [0], "start": [comm_start], "end": [comm_start + 20_000_000]}) if overlap else \
-        pd.DataFrame(columns=["rank", "start", "end"])
+    seg = pd.concat(
+        [
+            segments([0], [80_000_000], lane=0, category="backward", name="backward"),
+            segments(np.arange(0, 80_000_000, 200_000), np.full(400, 60_000), lane=1),
+            segments([comm_start], [20_000_000], lane=2, category="comm_kernel", name="ncclAllReduce"),
+        ],
+        ignore_index=True,
+    )
+    ov = (
+        pd.DataFrame({"rank": [0], "start": [comm_start], "end": [comm_start + 20_000_000]})
+        if overlap
+        else pd.DataFrame(columns=["rank", "start", "end"])
+    )
     return Panel(title, seg, lanes, origin_ns=0, window_ns=(0, 100_000_000), overlap=ov)
 
 

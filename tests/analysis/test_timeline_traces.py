@@ -6,6 +6,7 @@ after backward (no overlap); `overlap` issues three async all-reduces during bac
 another thread (their GPU kernels run under the backward's compute). `gpu=False` writes only NVTX
 tables, like the CPU-only traces this machine records.
 """
+
 from __future__ import annotations
 
 import sqlite3
@@ -29,8 +30,7 @@ def _comm_windows(kind: str) -> list[tuple[int, int]]:
     raise ValueError(f"kind={kind!r}: expected naive or overlap")
 
 
-def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool = True,
-                first_rank: int = 0) -> Path:
+def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool = True, first_rank: int = 0) -> Path:
     """Write a synthetic export at `path` (ranks first_rank.. first_rank + ranks - 1) and return it."""
     nvtx, kernels, runtime, strings = [], [], [], {"gemm": 1, "ncclDevKernel_AllReduce_Sum_f32": 2}
     corr = 0
@@ -40,8 +40,13 @@ def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool
         nvtx.append((0, 0, 34, f'ddp.meta {{"implementation": "{kind}", "rank": {r}}}', main, None))
         for k in range(steps):
             t0 = (k * 100 + 5) * MS + r * 200_000  # ranks slightly skewed
-            for name, a, b in ((f"step {k}", 0, 90), ("forward", 0, 30), ("backward", 30, 70),
-                               ("grad_sync", 70, 80), ("optimizer", 80, 90)):
+            for name, a, b in (
+                (f"step {k}", 0, 90),
+                ("forward", 0, 30),
+                ("backward", 30, 70),
+                ("grad_sync", 70, 80),
+                ("optimizer", 80, 90),
+            ):
                 nvtx.append((t0 + a * MS, t0 + b * MS, 59, name, main, None))
             for i, (a, b) in enumerate(_comm_windows(kind)):
                 text = f"comm:all_reduce:bucket{i}"
@@ -62,16 +67,22 @@ def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool
     with sqlite3.connect(path) as db:
         db.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL)")
         db.executemany("INSERT INTO StringIds VALUES (?, ?)", [(i, s) for s, i in strings.items()])
-        db.execute("CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,"
-                   " text TEXT, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER, textId INTEGER)")
+        db.execute(
+            "CREATE TABLE NVTX_EVENTS (start INTEGER NOT NULL, end INTEGER, eventType INTEGER NOT NULL,"
+            " text TEXT, globalTid INTEGER, endGlobalTid INTEGER, domainId INTEGER, textId INTEGER)"
+        )
         db.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, 0, NULL)", nvtx)
         if gpu:
-            db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,"
-                       " deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,"
-                       " shortName INTEGER)")
+            db.execute(
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER NOT NULL, end INTEGER NOT NULL,"
+                " deviceId INTEGER, streamId INTEGER, correlationId INTEGER, globalPid INTEGER,"
+                " shortName INTEGER)"
+            )
             db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?, ?, ?, ?, ?, ?, ?)", kernels)
-            db.execute("CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,"
-                       " globalTid INTEGER, correlationId INTEGER)")
+            db.execute(
+                "CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER NOT NULL, end INTEGER NOT NULL,"
+                " globalTid INTEGER, correlationId INTEGER)"
+            )
             db.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?)", runtime)
     return path
 

@@ -1,4 +1,5 @@
 """The loader: typed frames, schema flavours, joins, read-only access, merging one-rank files."""
+
 import hashlib
 import os
 
@@ -12,8 +13,20 @@ from analysis.readers.load import load_trace
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 from tests.support.synthetic import NsysWriter
 
-GPU_COLUMNS = ["part", "pid", "device", "stream", "start", "end", "correlation_id", "name", "kind",
-               "launch_start", "launch_tid", "is_comm"]
+GPU_COLUMNS = [
+    "part",
+    "pid",
+    "device",
+    "stream",
+    "start",
+    "end",
+    "correlation_id",
+    "name",
+    "kind",
+    "launch_start",
+    "launch_tid",
+    "is_comm",
+]
 NVTX_COLUMNS = ["part", "pid", "tid", "end_tid", "start", "end", "text", "kind", "domain", "payload"]
 
 
@@ -116,8 +129,9 @@ def test_row_lookup_matches_brute_force(spread):
     rt_corr = rng.choice(np.arange(1, 400 * spread, spread), 300, replace=False)
     pid = np.r_[rt_pid[:200], [9, 1]]
     corr = np.r_[rt_corr[:200], [rt_corr[0], -1]]
-    expected = [next((i for i in range(300) if rt_pid[i] == p and rt_corr[i] == c), -1)
-                for p, c in zip(pid, corr, strict=True)]
+    expected = [
+        next((i for i in range(300) if rt_pid[i] == p and rt_corr[i] == c), -1) for p, c in zip(pid, corr, strict=True)
+    ]
     assert _row_lookup(rt_pid, rt_corr, pid, corr).tolist() == expected
 
 

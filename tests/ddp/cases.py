@@ -1,4 +1,5 @@
 """Models and rank workers for the multi-process tests (module level: spawned ranks import them)."""
+
 from __future__ import annotations
 
 import os
@@ -91,8 +92,15 @@ class Reordered(nn.Module):
         return self.head(F.relu(self.body(F.relu(self.stem(x)))))
 
 
-MODELS = {"toy": Toy, "tied": Tied, "frozen": Frozen, "unused": Unused, "partial": Partial, "buffered": Buffered,
-          "reordered": Reordered}
+MODELS = {
+    "toy": Toy,
+    "tied": Tied,
+    "frozen": Frozen,
+    "unused": Unused,
+    "partial": Partial,
+    "buffered": Buffered,
+    "reordered": Reordered,
+}
 LR = {"sgd": 0.5, "adamw": 0.01}
 
 
@@ -112,8 +120,11 @@ def batch(step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
 def train_reference(model: str, optimizer: str, steps: int, batch_size: int) -> dict[str, torch.Tensor]:
     """Single-process training on whole global batches, written independently of ddp.train."""
     net = build(model, seed=0)
-    opt = torch.optim.SGD(net.parameters(), lr=LR["sgd"]) if optimizer == "sgd" else \
-        torch.optim.AdamW(net.parameters(), lr=LR["adamw"], weight_decay=0.01)
+    opt = (
+        torch.optim.SGD(net.parameters(), lr=LR["sgd"])
+        if optimizer == "sgd"
+        else torch.optim.AdamW(net.parameters(), lr=LR["adamw"], weight_decay=0.01)
+    )
     for step in range(steps):
         x, y = batch(step, batch_size)
         opt.zero_grad()
@@ -144,7 +155,9 @@ def run_case(ctx: DistContext, case: dict) -> dict:
     return {
         "params": {k: v.detach().clone() for k, v in module.named_parameters()},
         "grad_is_none": {k: v.grad is None for k, v in module.named_parameters()},
-        "init_spread": init_spread, "final_spread": _spread(module), "ops": ops,
+        "init_spread": init_spread,
+        "final_spread": _spread(module),
+        "ops": ops,
         "num_buckets": len(getattr(wrapper, "buckets", [])),
         "buckets": [list(b.names) for b in getattr(wrapper, "buckets", [])],
         "layout": wrapper.comm_layout(),
@@ -168,8 +181,13 @@ def exit_on_rank1(ctx: DistContext) -> None:
 
 
 def report_context(ctx: DistContext) -> dict:
-    return {"rank": ctx.rank, "world_size": ctx.world_size, "backend": ctx.backend,
-            "threads": torch.get_num_threads(), "device": str(ctx.device)}
+    return {
+        "rank": ctx.rank,
+        "world_size": ctx.world_size,
+        "backend": ctx.backend,
+        "threads": torch.get_num_threads(),
+        "device": str(ctx.device),
+    }
 
 
 def async_range_end_threads(ctx: DistContext) -> dict[str, str]:

@@ -1,7 +1,8 @@
 """Rank workers for the stall tests: one rank stops before a step's collectives (spawned ranks import these).
 
-    torchrun --nproc-per-node 2 -m tests.ddp.stall_cases IMPL   # the same under torchrun (DDP_TIMEOUT_S applies)
+torchrun --nproc-per-node 2 -m tests.ddp.stall_cases IMPL   # the same under torchrun (DDP_TIMEOUT_S applies)
 """
+
 from __future__ import annotations
 
 import sys

@@ -1,4 +1,5 @@
 """Bucket planning: order kept, caps respected, oversized parameters alone."""
+
 from __future__ import annotations
 
 import itertools

@@ -1,4 +1,5 @@
 """The verify and benchmark CLIs as a user runs them: output formats, exit codes, one-line errors."""
+
 from __future__ import annotations
 
 import csv
@@ -30,21 +31,59 @@ def test_verify_passes_every_implementation():
 
 def test_verify_fails_when_tolerance_cannot_be_met():
     """A tolerance below float32 rounding must give FAIL and exit 1: the check can fail."""
-    out = run("ddp.verify", "--impl", "flat", "--optimizer", "adamw", "--steps", "3",
-              "--rtol", "0", "--atol", "0", "--format", "csv")
+    out = run(
+        "ddp.verify",
+        "--impl",
+        "flat",
+        "--optimizer",
+        "adamw",
+        "--steps",
+        "3",
+        "--rtol",
+        "0",
+        "--atol",
+        "0",
+        "--format",
+        "csv",
+    )
     assert out.returncode == 1, out.stderr
     assert out.stdout.splitlines()[1].endswith("FAIL")
 
 
 def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
     target = tmp_path / "bench.csv"
-    out = run("ddp.benchmark", "--impl", "naive", "overlap_bucket", "torch", "--world-size", "2", "--model", "toy",
-              "--steps", "2", "--warmup", "1", "--bucket-mb", "1", "10", "--csv", str(target), "--format", "json")
+    out = run(
+        "ddp.benchmark",
+        "--impl",
+        "naive",
+        "overlap_bucket",
+        "torch",
+        "--world-size",
+        "2",
+        "--model",
+        "toy",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--bucket-mb",
+        "1",
+        "10",
+        "--csv",
+        str(target),
+        "--format",
+        "json",
+    )
     assert out.returncode == 0, out.stderr
     rows = list(csv.DictReader(target.open()))
     assert list(rows[0].keys()) == CSV_COLUMNS
     assert [(r["implementation"], r["bucket_mb"]) for r in rows] == [
-        ("naive", ""), ("overlap_bucket", "1.0"), ("overlap_bucket", "10.0"), ("torch", "1.0"), ("torch", "10.0")]
+        ("naive", ""),
+        ("overlap_bucket", "1.0"),
+        ("overlap_bucket", "10.0"),
+        ("torch", "1.0"),
+        ("torch", "10.0"),
+    ]
     assert float(rows[0]["speedup_vs_naive"]) == 1.0 and rows[0]["num_comm_ops"] == "6"
     records = json.loads(out.stdout)
     for r in records:
@@ -57,14 +96,19 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
     assert len(list(csv.DictReader(target.open()))) == 5  # the user's file is untouched
 
 
-@pytest.mark.parametrize("args, message", [
-    (["ddp.benchmark", "--batch-size", "5", "--world-size", "2"],
-     "batch size 5 is not divisible by world size 2: use 2, 4, 6"),
-    (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
-    (["ddp.benchmark", "--world-size", "0"], "world size must be a positive integer, got 0"),
-    (["ddp.verify", "--world-size", "-1"], "world size must be a positive integer, got -1"),
-    (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ["ddp.benchmark", "--batch-size", "5", "--world-size", "2"],
+            "batch size 5 is not divisible by world size 2: use 2, 4, 6",
+        ),
+        (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
+        (["ddp.benchmark", "--world-size", "0"], "world size must be a positive integer, got 0"),
+        (["ddp.verify", "--world-size", "-1"], "world size must be a positive integer, got -1"),
+        (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args, message):
     out = run(*args)
     assert out.returncode == 2

@@ -4,6 +4,7 @@ One spawned group per world size runs every case (sizes x dtypes x collectives x
 because starting ranks (importing torch) costs far more than the cases; rank 0 gathers every
 rank's failures and the test fails with all of them.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,20 +22,22 @@ from ddp.launcher import DistContext, launch
 from ddp.ring_allreduce import chunk_bounds
 
 # Through the one entry point every wrapper uses, so the registration is tested too.
-P2P_COLLECTIVES = {name: functools.partial(collectives.all_reduce, collective=name)
-                  for name in ("ring", "reduce_broadcast")}
+P2P_COLLECTIVES = {
+    name: functools.partial(collectives.all_reduce, collective=name) for name in ("ring", "reduce_broadcast")
+}
 SIZES = (0, 1, 7, 1000, 100_003)
 DTYPES = (torch.float64, torch.int64)
 
 
 # ---------------------------------------------------------------- per-rank checks
 
+
 def _rank_input(rank: int, numel: int, dtype: torch.dtype) -> torch.Tensor:
     """Different values on every rank; integers span negatives and large magnitudes."""
     g = torch.Generator().manual_seed(1000 * rank + numel)
     if dtype.is_floating_point:
         return torch.randn(numel, generator=g, dtype=dtype) * 1e3
-    return torch.randint(-2**40, 2**40, (numel,), generator=g, dtype=dtype)
+    return torch.randint(-(2**40), 2**40, (numel,), generator=g, dtype=dtype)
 
 
 def _mismatch(got: torch.Tensor, want: torch.Tensor) -> str | None:
@@ -147,15 +150,20 @@ def _check_other_root(rank: int, world: int) -> list[str]:
 def _check_all(ctx: DistContext) -> list[str]:
     """Every check on this rank; rank 0 returns all ranks' failures, each prefixed by its rank."""
     rank, world = ctx.rank, ctx.world_size
-    failures = (_check_sizes_and_dtypes(rank, world) + _check_async_shapes_and_order(rank, world)
-                + _check_phase_ranges(rank, world) + _check_subgroups(rank, world)
-                + _check_other_root(rank, world))
+    failures = (
+        _check_sizes_and_dtypes(rank, world)
+        + _check_async_shapes_and_order(rank, world)
+        + _check_phase_ranges(rank, world)
+        + _check_subgroups(rank, world)
+        + _check_other_root(rank, world)
+    )
     everyone: list = [None] * world
     dist.all_gather_object(everyone, failures)
     return [f"rank {r}: {msg}" for r, msgs in enumerate(everyone) for msg in msgs]
 
 
 # ---------------------------------------------------------------- tests
+
 
 @pytest.mark.slow  # spawns 1-4 ranks
 @pytest.mark.parametrize("world", [1, 2, 3, 4])

@@ -1,4 +1,5 @@
 """`python -m ddp.collectives_bench`: size parsing, config validation, the correctness check, the CLI."""
+
 from __future__ import annotations
 
 import datetime
@@ -15,8 +16,9 @@ from ddp.collectives_bench import BenchConfig, build_parser, bus_bandwidth, chec
 from ddp.launcher import free_port
 
 
-@pytest.mark.parametrize("text, nbytes", [("1000", 1000), ("1K", 1024), ("64k", 65536), ("16M", 16 << 20),
-                                          ("1G", 1 << 30)])
+@pytest.mark.parametrize(
+    "text, nbytes", [("1000", 1000), ("1K", 1024), ("64k", 65536), ("16M", 16 << 20), ("1G", 1 << 30)]
+)
 def test_parse_size_reads_powers_of_1024(text: str, nbytes: int) -> None:
     assert parse_size(text) == nbytes
     assert parse_size(format_size(nbytes)) == nbytes
@@ -34,9 +36,17 @@ def test_bus_bandwidth_is_the_nccl_tests_factor() -> None:
     assert bus_bandwidth(3.0, 1) == 0.0
 
 
-@pytest.mark.parametrize("kwargs, bad", [({"world_size": 0}, "0"), ({"sizes": (6,)}, "6"),
-                                         ({"collectives": ("tree",)}, "'tree'"), ({"dtype": "int8"}, "'int8'"),
-                                         ({"seconds_per_case": 0.0}, "0.0"), ({"max_iters": 0}, "0")])
+@pytest.mark.parametrize(
+    "kwargs, bad",
+    [
+        ({"world_size": 0}, "0"),
+        ({"sizes": (6,)}, "6"),
+        ({"collectives": ("tree",)}, "'tree'"),
+        ({"dtype": "int8"}, "'int8'"),
+        ({"seconds_per_case": 0.0}, "0.0"),
+        ({"max_iters": 0}, "0"),
+    ],
+)
 def test_config_names_the_bad_value(kwargs: dict, bad: str) -> None:
     with pytest.raises(ValueError, match=bad):
         BenchConfig(**{"world_size": 2, "sizes": (1024,), **kwargs})
@@ -44,8 +54,13 @@ def test_config_names_the_bad_value(kwargs: dict, bad: str) -> None:
 
 @pytest.fixture
 def single_rank_group():
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"tcp://127.0.0.1:{free_port()}",
+        rank=0,
+        world_size=1,
+        timeout=datetime.timedelta(seconds=30),
+    )
     yield
     dist.destroy_process_group()
 
@@ -58,18 +73,31 @@ def test_check_result_catches_a_wrong_sum(single_rank_group, monkeypatch) -> Non
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ddp.collectives_bench", *args], capture_output=True, text=True,
-                          timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "ddp.collectives_bench", *args], capture_output=True, text=True, timeout=180
+    )
 
 
 @pytest.mark.slow  # runs the CLI in subprocesses
 def test_cli_reports_every_collective_and_size_with_consistent_bandwidths() -> None:
-    done = _bench("--world-size", "3", "--sizes", "1K", "12K", "--seconds-per-case", "0.02", "--max-iters", "3",
-                  "--format", "json")
+    done = _bench(
+        "--world-size",
+        "3",
+        "--sizes",
+        "1K",
+        "12K",
+        "--seconds-per-case",
+        "0.02",
+        "--max-iters",
+        "3",
+        "--format",
+        "json",
+    )
     assert done.returncode == 0, done.stderr
     records = json.loads(done.stdout)
     assert [(r["collective"], r["size"]) for r in records] == [
-        (a, s) for s in ("1K", "12K") for a in ("torch", "ring", "reduce_broadcast")]
+        (a, s) for s in ("1K", "12K") for a in ("torch", "ring", "reduce_broadcast")
+    ]
     for r in records:
         assert r["check"] == "ok" and r["ranks"] == 3 and r["count"] == r["bytes"] // 4
         assert 1 <= r["iters"] <= 3
@@ -78,8 +106,16 @@ def test_cli_reports_every_collective_and_size_with_consistent_bandwidths() -> N
     assert "[collectives_bench]" in done.stderr  # progress goes to stderr, not into the JSON
 
 
-@pytest.mark.parametrize("args", [["--sizes", "6"], ["--world-size", "0"], ["--collectives", "tree"],
-                                  ["--sizes", "1Q"], ["--seconds-per-case", "-1"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--sizes", "6"],
+        ["--world-size", "0"],
+        ["--collectives", "tree"],
+        ["--sizes", "1Q"],
+        ["--seconds-per-case", "-1"],
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(args: list[str], capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(args)  # fails before any rank is spawned
@@ -98,4 +134,5 @@ def test_cli_bad_input_has_no_traceback() -> None:
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
         "python -m ddp.collectives_bench: error: bad size '1Q': expected a positive integer with optional "
-        "K, M or G suffix (see --help)"]
+        "K, M or G suffix (see --help)"
+    ]

@@ -5,6 +5,7 @@ All (implementation, collective) pairs train in one spawned group per world size
 from different random weights and train on different shards, so a collective that dropped or
 mis-summed anything would leave them apart from each other and from the single-process run.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -22,10 +23,24 @@ IMPLS = ("naive", "flat", "overlap", "overlap_bucket")
 
 def _configs(world: int) -> list[RunConfig]:
     # A tiny bucket size gives overlap_bucket several buckets, so several async ops are in flight.
-    return [RunConfig(impl=impl, model="toy", world_size=world, batch_size=4 * world, steps=3, warmup=0,
-                      bucket_mb=0.0005, optimizer="adamw", lr=1e-2, seed=0, collective=collective,
-                      backend="gloo")
-            for collective in P2P_COLLECTIVES for impl in IMPLS]
+    return [
+        RunConfig(
+            impl=impl,
+            model="toy",
+            world_size=world,
+            batch_size=4 * world,
+            steps=3,
+            warmup=0,
+            bucket_mb=0.0005,
+            optimizer="adamw",
+            lr=1e-2,
+            seed=0,
+            collective=collective,
+            backend="gloo",
+        )
+        for collective in P2P_COLLECTIVES
+        for impl in IMPLS
+    ]
 
 
 @pytest.mark.slow  # spawns ranks
@@ -36,8 +51,10 @@ def test_training_with_p2p_collectives_equals_single_process(world: int) -> None
     reference = train_single_process(configs[0])
     for cfg, outcome in zip(configs, outcomes, strict=True):
         diff, not_close = compare(reference, outcome["params"])
-        assert not_close == 0, (f"{cfg.impl} with {cfg.collective} on {world} ranks: {not_close} elements not "
-                                f"close to single-process training (max |diff| {diff:.3g})")
+        assert not_close == 0, (
+            f"{cfg.impl} with {cfg.collective} on {world} ranks: {not_close} elements not "
+            f"close to single-process training (max |diff| {diff:.3g})"
+        )
         assert outcome["rank_spread"] <= RANK_TOLERANCE, f"{cfg.impl} with {cfg.collective}: ranks disagree"
 
 
@@ -48,5 +65,6 @@ def test_torch_ddp_refuses_a_p2p_collective() -> None:
 
 def test_verify_cli_refuses_torch_impl_with_a_p2p_collective() -> None:
     from ddp import verify
+
     with pytest.raises(ValueError, match="only runs collective 'torch'"):
         verify.main(["--impl", "torch", "--collective", "ring"])  # fails before spawning ranks

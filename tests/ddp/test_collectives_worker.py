@@ -1,4 +1,5 @@
 """ddp.p2p_work: jobs run one at a time in submission order on one thread; errors reach the waiter."""
+
 from __future__ import annotations
 
 import threading
@@ -18,6 +19,7 @@ def test_jobs_run_in_submission_order_on_one_thread() -> None:
             time.sleep(delay)  # a slow early job must still finish before later ones start
             log.append((i, threading.current_thread().name))
             return torch.tensor([i])
+
         return run
 
     handles = [run_in_order(job(i, 0.02 if i == 0 else 0.0), async_op=True) for i in range(3)]

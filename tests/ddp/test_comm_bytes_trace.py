@@ -1,6 +1,7 @@
 """A real nsys trace on CPU carries each collective's byte count as the integer payload of its
 `comm:all_reduce:<tag>` range (NVTX_EVENTS.int64Value), and ddp.meta the bucket layout; per rank
 and step the bytes add up to the model's gradient bytes (plus the "had a gradient" flags)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ try:
     NSYS = find_nsys()
 except NsysError:
     NSYS = None
-pytestmark = [pytest.mark.slow,  # runs run_nsys.sh under the real nsys
-              pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)")]
+pytestmark = [
+    pytest.mark.slow,  # runs run_nsys.sh under the real nsys
+    pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)"),
+]
 
 IMPLS = ("flat", "overlap_bucket", "torch")
 STEPS, WARMUP = 2, 2  # torch's buckets are final from its second step (DDP rebuilds them once)
@@ -34,10 +37,31 @@ WHERE e.eventType IN (34, 59, 60)
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("comm_bytes")
-    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), *IMPLS, "--gpus", "0", "-o", str(out),
-                          "--steps", str(STEPS), "--warmup", str(WARMUP), "--batch-size", "8",
-                          "--context-length", "64", "--format", "json"],
-                         capture_output=True, text=True, timeout=400, cwd=REPO)
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "run_nsys.sh"),
+            *IMPLS,
+            "--gpus",
+            "0",
+            "-o",
+            str(out),
+            "--steps",
+            str(STEPS),
+            "--warmup",
+            str(WARMUP),
+            "--batch-size",
+            "8",
+            "--context-length",
+            "64",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        cwd=REPO,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     return out
 
@@ -45,6 +69,7 @@ def traces(tmp_path_factory) -> Path:
 def gradient_bytes() -> tuple[int, list[str]]:
     """Float32 bytes of the tiny model's trainable parameters, and their names (written here, not by ddp)."""
     from ddp.models import build_model
+
     named = [(n, p) for n, p in build_model("tiny", 64).named_parameters() if p.requires_grad]
     return sum(p.numel() * 4 for _, p in named), [n for n, _ in named]
 
@@ -69,8 +94,9 @@ def test_each_steps_collectives_carry_the_gradient_bytes(traces, impl):
         layout = {b["name"]: b["bytes"] for b in buckets}
         steps = [(s, e) for p, name, s, e, _ in rows if p == pid and name.startswith("step ")]
         assert len(steps) == STEPS
-        comm = [(s, name, payload) for p, name, s, _, payload in rows
-                if p == pid and name.startswith("comm:all_reduce:")]
+        comm = [
+            (s, name, payload) for p, name, s, _, payload in rows if p == pid and name.startswith("comm:all_reduce:")
+        ]
         for start, end in steps:
             in_step = [(name, payload) for s, name, payload in comm if start <= s <= end]
             assert sum(payload for _, payload in in_step) == grad_bytes + flags, (meta["rank"], in_step)

@@ -1,5 +1,6 @@
 """Communication timing (ddp.comm_timing): the interval arithmetic, the host clock on CPU, and the
 CUDA path with stand-in events, which must never wait on the host per collective."""
+
 from __future__ import annotations
 
 import contextlib
@@ -45,8 +46,9 @@ def test_cpu_stats_count_each_collective_and_its_bytes(one_rank_group, impl):
     model = registry.wrap(impl, cases.build("toy", 0), bucket_size_mb=600 / 2**20)
     for stats in _steps(model, 3)[1:]:  # after the first step (buckets rebuilt)
         assert stats.clock == "host"
-        assert stats.num_ops == len(model.comm_layout()) == {"naive": 6, "overlap": 6, "flat": 1}.get(
-            impl, stats.num_ops)
+        assert (
+            stats.num_ops == len(model.comm_layout()) == {"naive": 6, "overlap": 6, "flat": 1}.get(impl, stats.num_ops)
+        )
         assert stats.bytes == sum(e["bytes"] for e in model.comm_layout())
         assert stats.bytes == TOY_GRAD_BYTES + (0 if impl == "torch" else 4 * TOY_PARAMS)
         assert 0 <= stats.hidden_s <= stats.in_flight_s and stats.in_flight_s > 0

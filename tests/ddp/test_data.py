@@ -1,4 +1,5 @@
 """Synthetic batches: deterministic, split evenly, clear error for an indivisible batch."""
+
 from __future__ import annotations
 
 import pytest

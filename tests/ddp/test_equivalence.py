@@ -1,4 +1,5 @@
 """Every implementation trains exactly like one process on the whole batch (2 and 3 gloo ranks)."""
+
 from __future__ import annotations
 
 import pytest
@@ -22,39 +23,56 @@ BUCKET_SIZES = {  # toy gradients in reverse order: 16, 512, 128, 4096, 128, 204
 
 def _case(impl, model, optimizer, batch_size, **extra):
     kwargs = NEEDS_UNUSED_SEARCH.get(impl, {}) if model in ("unused", "partial") else {}
-    return {"impl": impl, "model": model, "optimizer": optimizer, "steps": STEPS, "batch_size": batch_size,
-            "kwargs": kwargs, **extra}
+    return {
+        "impl": impl,
+        "model": model,
+        "optimizer": optimizer,
+        "steps": STEPS,
+        "batch_size": batch_size,
+        "kwargs": kwargs,
+        **extra,
+    }
 
 
-TWO_RANK_CASES = {(impl, model, opt): _case(impl, model, opt, 8)
-                  for impl in IMPLS for model in cases.MODELS for opt in ("sgd", "adamw")}
-TWO_RANK_CASES.update({("overlap_bucket", f"{model}-{name}", "sgd"):
-                       _case("overlap_bucket", model, "sgd", 8, bucket_mb=mb)
-                       for name, (mb, _) in BUCKET_SIZES.items() for model in ("toy", "partial", "reordered")})
-THREE_RANK_CASES = {(impl, model, "sgd"): _case(impl, model, "sgd", 6)
-                    for impl in IMPLS for model in ("toy", "partial")}
+TWO_RANK_CASES = {
+    (impl, model, opt): _case(impl, model, opt, 8)
+    for impl in IMPLS
+    for model in cases.MODELS
+    for opt in ("sgd", "adamw")
+}
+TWO_RANK_CASES.update(
+    {
+        ("overlap_bucket", f"{model}-{name}", "sgd"): _case("overlap_bucket", model, "sgd", 8, bucket_mb=mb)
+        for name, (mb, _) in BUCKET_SIZES.items()
+        for model in ("toy", "partial", "reordered")
+    }
+)
+THREE_RANK_CASES = {
+    (impl, model, "sgd"): _case(impl, model, "sgd", 6) for impl in IMPLS for model in ("toy", "partial")
+}
 
 
 @pytest.fixture(scope="module")
 def two_ranks() -> dict:
     keys = list(TWO_RANK_CASES)
-    return dict(zip(keys, launch(cases.cases_worker, 2, [TWO_RANK_CASES[k] for k in keys], timeout_s=120),
-                    strict=True))
+    return dict(zip(keys, launch(cases.cases_worker, 2, [TWO_RANK_CASES[k] for k in keys], timeout_s=120), strict=True))
 
 
 @pytest.fixture(scope="module")
 def three_ranks() -> dict:
     keys = list(THREE_RANK_CASES)
-    return dict(zip(keys, launch(cases.cases_worker, 3, [THREE_RANK_CASES[k] for k in keys], timeout_s=120),
-                    strict=True))
+    return dict(
+        zip(keys, launch(cases.cases_worker, 3, [THREE_RANK_CASES[k] for k in keys], timeout_s=120), strict=True)
+    )
 
 
 def _assert_matches_reference(outcome: dict, case: dict) -> None:
     reference = cases.train_reference(case["model"], case["optimizer"], case["steps"], case["batch_size"])
     assert outcome["params"].keys() == reference.keys()
     for name, ref in reference.items():
-        assert torch.allclose(outcome["params"][name], ref), \
+        assert torch.allclose(outcome["params"][name], ref), (
             f"{name}: max |diff| {float((outcome['params'][name] - ref).abs().max()):.3g}"
+        )
     assert outcome["final_spread"] == 0.0, "ranks ended with different parameters"
 
 
@@ -117,8 +135,10 @@ def test_buckets_are_rebuilt_in_the_order_gradients_arrived(two_ranks):
     outcome = two_ranks[("overlap_bucket", "reordered-many_buckets", "sgd")]
     first = outcome["buckets"][0]
     assert set(first) == {"head.weight", "head.bias"}, outcome["buckets"]
-    assert [n for b in outcome["buckets"] for n in b][-2:] in (["stem.weight", "stem.bias"],
-                                                               ["stem.bias", "stem.weight"])
+    assert [n for b in outcome["buckets"] for n in b][-2:] in (
+        ["stem.weight", "stem.bias"],
+        ["stem.bias", "stem.weight"],
+    )
     _assert_matches_reference(outcome, TWO_RANK_CASES[("overlap_bucket", "reordered-many_buckets", "sgd")])
 
 

@@ -3,6 +3,7 @@
 No GPU here: the decision is tested as a function; the version is read from stand-in libnccl.so.2
 files built with the C compiler (one loaded by ctypes, one by LD_PRELOAD, as a newer NCCL is in practice).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,10 +22,12 @@ REPO = Path(__file__).resolve().parents[2]
 OLD = NcclLibrary("/venv/nvidia/nccl/lib/libnccl.so.2", (2, 28, 9))
 NEW = NcclLibrary("/tmp/nccl/libnccl.so.2", (2, 32, 3))
 # The refusal as torch 2.11 + NCCL 2.28.9 raised it with two ranks on one H100 (../shared/notes/gpu.md).
-DUPLICATE = ("DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, invalid usage "
-             "(run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\nncclInvalidUsage: This usually reflects "
-             "invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 0 and rank 1 both on CUDA "
-             "device 60")
+DUPLICATE = (
+    "DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, invalid usage "
+    "(run with NCCL_DEBUG=WARN for details), NCCL version 2.28.9\nncclInvalidUsage: This usually reflects "
+    "invalid usage of NCCL library.\nLast error:\nDuplicate GPU detected : rank 0 and rank 1 both on CUDA "
+    "device 60"
+)
 
 
 def test_version_codes_decode_both_schemes():
@@ -34,12 +37,14 @@ def test_version_codes_decode_both_schemes():
 
 
 def test_nccl_paths_come_from_the_maps_once_each_and_preload_wins():
-    maps = ("7f00-7f01 r--p 00000000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
-            "7f01-7f02 r-xp 00001000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
-            "7f03-7f04 r--p 00000000 08:01 2 /usr/lib/libncclx.txt\n"
-            "7f05-7f06 r-xp 00000000 08:01 3 /tmp/nccl/libnccl.so.2\n"
-            "7f07-7f08 rw-p 00000000 00:00 0 \n"
-            "7f09-7f0a r-xp 00000000 08:01 4 /venv/torch/lib/libtorch_cuda.so\n")
+    maps = (
+        "7f00-7f01 r--p 00000000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f01-7f02 r-xp 00001000 08:01 1 /venv/nvidia/nccl/lib/libnccl.so.2\n"
+        "7f03-7f04 r--p 00000000 08:01 2 /usr/lib/libncclx.txt\n"
+        "7f05-7f06 r-xp 00000000 08:01 3 /tmp/nccl/libnccl.so.2\n"
+        "7f07-7f08 rw-p 00000000 00:00 0 \n"
+        "7f09-7f0a r-xp 00000000 08:01 4 /venv/torch/lib/libtorch_cuda.so\n"
+    )
     paths = gpu_sharing.nccl_paths_in_maps(maps)
     assert paths == ["/venv/nvidia/nccl/lib/libnccl.so.2", "/tmp/nccl/libnccl.so.2"]
     assert gpu_sharing.pick_library(paths, "") == "/venv/nvidia/nccl/lib/libnccl.so.2"
@@ -65,8 +70,11 @@ def test_old_nccl_is_refused_in_one_line_naming_the_ways_out():
 
 
 def test_new_nccl_shares_only_when_asked():
-    with pytest.raises(ValueError, match="unless NCCL_MULTI_RANK_GPU_ENABLE=1; add --share-gpus to set it, "
-                                         "or use --backend gloo, or at most 1 rank"):
+    with pytest.raises(
+        ValueError,
+        match="unless NCCL_MULTI_RANK_GPU_ENABLE=1; add --share-gpus to set it, "
+        "or use --backend gloo, or at most 1 rank",
+    ):
         plan_sharing("nccl", 2, 1, NEW, share_gpus=False)
     plan = plan_sharing("nccl", 2, 1, NEW, share_gpus=True, mps=True)
     assert plan.env == {"NCCL_MULTI_RANK_GPU_ENABLE": "1"}
@@ -96,8 +104,9 @@ def test_mps_is_seen_by_its_control_pipe(tmp_path):
 def test_duplicate_gpu_error_becomes_one_line():
     line = explain_failure(DUPLICATE)
     assert line is not None and "\n" not in line
-    assert line.startswith("NCCL 2.28.9 refused two ranks on one GPU (Duplicate GPU detected: rank 0 and rank 1 "
-                           "both on CUDA device 60)")
+    assert line.startswith(
+        "NCCL 2.28.9 refused two ranks on one GPU (Duplicate GPU detected: rank 0 and rank 1 both on CUDA device 60)"
+    )
     assert "--backend gloo" in line and "--share-gpus" in line and "NCCL >= 2.30" in line
     assert explain_failure("RuntimeError: something else") is None
 
@@ -121,17 +130,32 @@ def _fake_nccl(folder: Path, code: int) -> Path:
 def test_loaded_library_version_is_read_from_the_mapped_library_and_preload_wins(tmp_path):
     built = _fake_nccl(tmp_path / "wheel", 22809)  # what torch's wheel would bring
     newer = _fake_nccl(tmp_path / "preload", 23203)  # what a user preloads
-    probe = ("import ctypes, sys; ctypes.CDLL(sys.argv[1]); from ddp.gpu_sharing import loaded_nccl; "
-             "lib = loaded_nccl(); print(lib.path, '.'.join(map(str, lib.version)))")
+    probe = (
+        "import ctypes, sys; ctypes.CDLL(sys.argv[1]); from ddp.gpu_sharing import loaded_nccl; "
+        "lib = loaded_nccl(); print(lib.path, '.'.join(map(str, lib.version)))"
+    )
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    alone = subprocess.run([sys.executable, "-c", probe, str(built)], capture_output=True, text=True, cwd=REPO,
-                           env=env, timeout=60)
+    alone = subprocess.run(
+        [sys.executable, "-c", probe, str(built)], capture_output=True, text=True, cwd=REPO, env=env, timeout=60
+    )
     assert alone.stdout.split() == [str(built), "2.28.9"], alone.stderr
-    preloaded = subprocess.run([sys.executable, "-c", probe, str(built)], capture_output=True, text=True, cwd=REPO,
-                               env={**env, "LD_PRELOAD": str(newer)}, timeout=60)
+    preloaded = subprocess.run(
+        [sys.executable, "-c", probe, str(built)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**env, "LD_PRELOAD": str(newer)},
+        timeout=60,
+    )
     assert preloaded.stdout.split() == [str(newer), "2.32.3"], preloaded.stderr
-    none = subprocess.run([sys.executable, "-c", "from ddp.gpu_sharing import loaded_nccl; print(loaded_nccl())"],
-                          capture_output=True, text=True, cwd=REPO, env=env, timeout=60)
+    none = subprocess.run(
+        [sys.executable, "-c", "from ddp.gpu_sharing import loaded_nccl; print(loaded_nccl())"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=60,
+    )
     assert none.stdout.strip() == "None"  # no NCCL mapped (CPU-only torch is not imported here)
 
 
@@ -139,11 +163,18 @@ def test_loaded_library_version_is_read_from_the_mapped_library_and_preload_wins
 def test_share_gpus_on_the_clis_without_gpus(tmp_path):
     """The flag exists where ranks are launched; with no GPU it has nothing to share and says so."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-    res = subprocess.run([sys.executable, "-m", "ddp.verify", "--impl", "flat", "--world-size", "2", "--steps", "1",
-                          "--share-gpus"], capture_output=True, text=True, cwd=REPO, env=env, timeout=300)
+    res = subprocess.run(
+        [sys.executable, "-m", "ddp.verify", "--impl", "flat", "--world-size", "2", "--steps", "1", "--share-gpus"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     assert "--share-gpus: 2 rank(s) on 0 GPU(s), nothing to share" in res.stderr
     for module in ("ddp.benchmark", "profiling.run", "profiling.record"):
-        out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=REPO,
-                             timeout=120)
+        out = subprocess.run(
+            [sys.executable, "-m", module, "--help"], capture_output=True, text=True, cwd=REPO, timeout=120
+        )
         assert "--share-gpus" in out.stdout, module

@@ -1,6 +1,7 @@
 """The "had a gradient" protocol (ddp.grad_flags) on its own, in one process: flags written,
 parameters dropped only when no rank had a gradient, and (in steady-state steps of every wrapper)
 nothing read back to the host and every gradient left where it is."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """ddp.inflight: the record of collectives in flight, its shared-memory mirror, and async handles."""
+
 from __future__ import annotations
 
 import multiprocessing.sharedctypes
@@ -66,8 +67,10 @@ def test_async_handle_ends_on_wait_or_on_success_but_a_failure_stays_open(slot):
 
 
 def test_describe_reads_like_the_error_messages():
-    assert Position(12, 12, "comm:all_reduce:flat", 100.0, "comm:all_reduce:flat").describe(now=103.2) == \
-        "in comm:all_reduce:flat (collective #12) for 3 s"
+    assert (
+        Position(12, 12, "comm:all_reduce:flat", 100.0, "comm:all_reduce:flat").describe(now=103.2)
+        == "in comm:all_reduce:flat (collective #12) for 3 s"
+    )
     assert Position().describe() == "before its first collective"
     assert inflight.ranks_text([1]) == "rank 1" and inflight.ranks_text([0, 2]) == "ranks 0, 2"
 

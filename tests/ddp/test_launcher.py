@@ -1,4 +1,5 @@
 """The launcher: results from rank 0, threads per rank, and a failing rank stopping the job quickly."""
+
 from __future__ import annotations
 
 import os
@@ -44,6 +45,7 @@ def test_rank_that_dies_silently_is_named():
 def test_ranks_that_finished_first_do_not_fail_a_slower_rank_0():
     """Ranks 1 and 2 reported and exited (their reports read one per pass, so one looks silent for a
     moment); rank 0 finishes after the grace period. That is a success, not a failure."""
+
     class Rank:
         def __init__(self, exitcode):
             self.exitcode = exitcode
@@ -71,14 +73,28 @@ def test_bad_world_size_and_backend_are_refused():
 @pytest.mark.slow  # a torchrun job
 def test_joins_an_existing_torchrun_job(tmp_path):
     """With RANK/WORLD_SIZE/LOCAL_RANK set, the CLI runs in-process as that rank (here a 1-rank job)."""
-    env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
-    out = subprocess.run([sys.executable, "-m", "ddp.verify", "--impl", "flat", "--steps", "2", "--format", "csv"],
-                         cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(_free_port()),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "ddp.verify", "--impl", "flat", "--steps", "2", "--format", "csv"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines()[1].startswith("flat,") and out.stdout.strip().endswith("PASS")
 
 
 def _free_port() -> int:
     from ddp.launcher import free_port
+
     return free_port()

@@ -1,4 +1,5 @@
 """Model table, Transformer behaviour, memory-based size choice."""
+
 from __future__ import annotations
 
 import pytest

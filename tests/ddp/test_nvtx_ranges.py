@@ -1,4 +1,5 @@
 """The NVTX names each implementation emits (the contract analysis reads), and the no-op fallback."""
+
 from __future__ import annotations
 
 import threading
@@ -48,11 +49,13 @@ def recorder(monkeypatch):
 
 
 EXPECTED_COMM = {
-    "naive": {"comm:all_reduce:" + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                               "fc3.weight", "fc3.bias")},
+    "naive": {
+        "comm:all_reduce:" + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias")
+    },
     "flat": {"comm:all_reduce:flat"},
-    "overlap": {"comm:all_reduce:" + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias",
-                                                 "fc3.weight", "fc3.bias")},
+    "overlap": {
+        "comm:all_reduce:" + n for n in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias", "fc3.weight", "fc3.bias")
+    },
     "overlap_bucket": {"comm:all_reduce:bucket0", "comm:all_reduce:bucket1"},
     "torch": {"comm:all_reduce:bucket0"},
 }

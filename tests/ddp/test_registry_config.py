@@ -1,4 +1,5 @@
 """Registry lookups and RunConfig validation name the bad value and the valid choices."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,13 +9,19 @@ from ddp.train import RunConfig
 
 
 def test_registry_names_map_to_the_exported_classes():
-    assert registry.IMPLEMENTATIONS == {"naive": NaiveDDP, "flat": FlatDDP, "overlap": OverlapDDP,
-                                        "overlap_bucket": BucketedDDP, "torch": TorchDDP}
+    assert registry.IMPLEMENTATIONS == {
+        "naive": NaiveDDP,
+        "flat": FlatDDP,
+        "overlap": OverlapDDP,
+        "overlap_bucket": BucketedDDP,
+        "torch": TorchDDP,
+    }
 
 
 def test_unknown_implementation_lists_choices():
-    with pytest.raises(ValueError, match="unknown implementation 'fast': choose from naive, flat, overlap, "
-                                         "overlap_bucket, torch"):
+    with pytest.raises(
+        ValueError, match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch"
+    ):
         registry.get("fast")
     with pytest.raises(ValueError, match="unknown implementation"):
         registry.resolve(["flat", "fast"])
@@ -25,15 +32,18 @@ def test_resolve_expands_all_in_registry_order():
     assert registry.resolve(["torch", "naive", "torch"]) == ["naive", "torch"]
 
 
-@pytest.mark.parametrize("field, value, message", [
-    ("batch_size", 5, "batch size 5 is not divisible by world size 2"),
-    ("impl", "nope", "unknown implementation 'nope'"),
-    ("model", "nope", "unknown model 'nope'"),
-    ("steps", 0, "steps must be a positive integer, got 0"),
-    ("bucket_mb", -1.0, "bucket size must be positive"),
-    ("optimizer", "lion", "unknown optimizer 'lion'"),
-    ("collective", "carrier-pigeon", "unknown collective 'carrier-pigeon'"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("batch_size", 5, "batch size 5 is not divisible by world size 2"),
+        ("impl", "nope", "unknown implementation 'nope'"),
+        ("model", "nope", "unknown model 'nope'"),
+        ("steps", 0, "steps must be a positive integer, got 0"),
+        ("bucket_mb", -1.0, "bucket size must be positive"),
+        ("optimizer", "lion", "unknown optimizer 'lion'"),
+        ("collective", "carrier-pigeon", "unknown collective 'carrier-pigeon'"),
+    ],
+)
 def test_run_config_rejects_bad_values(field, value, message):
     with pytest.raises(ValueError, match=message):
         RunConfig(**{field: value})
@@ -41,6 +51,7 @@ def test_run_config_rejects_bad_values(field, value, message):
 
 def test_wrappers_need_an_initialised_process_group():
     import torch
+
     with pytest.raises(RuntimeError, match=r"needs torch\.distributed initialised"):
         NaiveDDP(torch.nn.Linear(2, 2))
 
@@ -51,6 +62,7 @@ def test_second_backward_before_sync_is_a_clear_error(one_rank_group, impl):
 
     from ddp.train import loss_fn
     from tests.ddp import cases
+
     model = registry.wrap(impl, cases.build("toy", 0))
     x, y = cases.batch(0, 4)
     loss_fn(model(x), y).backward()
@@ -66,6 +78,7 @@ def test_kept_zero_gradient_of_an_unused_parameter_stays_a_tensor(one_rank_group
     import torch
 
     from tests.ddp import cases
+
     model = registry.wrap(impl, cases.build("unused", 0), bucket_size_mb=5000 / 2**20)
     spare = model.module.spare.weight
     spare.grad = torch.zeros_like(spare)

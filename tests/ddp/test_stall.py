@@ -1,5 +1,6 @@
 """A collective that never completes ends the job within the timeout, naming the collective and the rank
 (gloo on CPU, a short process-group timeout; one rank deliberately stalled)."""
+
 from __future__ import annotations
 
 import os
@@ -41,11 +42,17 @@ def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, wo
 
 
 @pytest.mark.slow  # spawns ranks that stall until a timeout
-@pytest.mark.parametrize("inside, expected", [
-    ([0, 1], "collective #1 comm:all_reduce:never never completed: ranks 0, 1 waited in it past the "
-             r"process-group timeout \(1 s\) and no rank failed \(rank 0 in comm:all_reduce:never \(collective #1\)"),
-    ([0], "rank 1 stalled: never reached collective #1 comm:all_reduce:never, in which rank 0 waited"),
-])
+@pytest.mark.parametrize(
+    "inside, expected",
+    [
+        (
+            [0, 1],
+            "collective #1 comm:all_reduce:never never completed: ranks 0, 1 waited in it past the "
+            r"process-group timeout \(1 s\) and no rank failed \(rank 0 in comm:all_reduce:never \(collective #1\)",
+        ),
+        ([0], "rank 1 stalled: never reached collective #1 comm:all_reduce:never, in which rank 0 waited"),
+    ],
+)
 def test_a_collective_no_backend_times_out_is_stopped_by_the_launcher(monkeypatch, inside, expected):
     monkeypatch.setattr(launcher, "watchdog_slack_s", lambda timeout_s: 1.0)
     started = time.monotonic()
@@ -57,30 +64,40 @@ def test_a_collective_no_backend_times_out_is_stopped_by_the_launcher(monkeypatc
 
 def test_root_cause_picks_the_rank_behind_and_falls_back_to_the_earliest_error():
     timeout = "RuntimeError: [gloo] Timed out waiting 3000ms for recv operation to complete"
-    positions = {0: Position(7, 7, "comm:all_reduce:fc1.weight", 1.0, "comm:all_reduce:fc3.bias"),
-                 1: Position(6, 0, "", 0.0, "comm:all_reduce:fc1.bias"),
-                 2: Position(7, 7, "comm:all_reduce:fc1.weight", 1.5, "comm:all_reduce:fc3.bias")}
+    positions = {
+        0: Position(7, 7, "comm:all_reduce:fc1.weight", 1.0, "comm:all_reduce:fc3.bias"),
+        1: Position(6, 0, "", 0.0, "comm:all_reduce:fc1.bias"),
+        2: Position(7, 7, "comm:all_reduce:fc1.weight", 1.5, "comm:all_reduce:fc3.bias"),
+    }
     errors = {0: (10.0, timeout, "tb0"), 2: (10.1, timeout, "tb2")}
     with pytest.raises(RankFailedError) as err:
         launcher._raise_root_cause(errors, {}, positions, set(), 3.0)
-    assert str(err.value).startswith("rank 1 stalled: never reached collective #7 comm:all_reduce:fc1.weight, in "
-                                     "which ranks 0, 2 waited until the process-group timeout (3 s); rank 1 was "
-                                     "not in a collective (last: comm:all_reduce:fc1.bias, #6); the ranks were stopped "
-                                     f"(rank 0: {timeout})")
+    assert str(err.value).startswith(
+        "rank 1 stalled: never reached collective #7 comm:all_reduce:fc1.weight, in "
+        "which ranks 0, 2 waited until the process-group timeout (3 s); rank 1 was "
+        "not in a collective (last: comm:all_reduce:fc1.bias, #6); the ranks were stopped "
+        f"(rank 0: {timeout})"
+    )
     assert err.value.details == "tb0"
     # A rank that finished is not waited for; an error that is no timeout is reported as it is.
     with pytest.raises(RankFailedError, match=r"^rank 0 failed: RuntimeError: \[gloo\] Timed out"):
         launcher._raise_root_cause(errors, {}, positions, {1}, 3.0)
     outside = {0: Position(7, 0, "", 0.0, "comm:all_reduce:fc3.bias"), 1: positions[1], 2: positions[0]}
-    with pytest.raises(RankFailedError, match=r"^rank 0 failed: RuntimeError: \[gloo\] Timed out waiting 3000ms for "
-                                              r"recv operation to complete; still running when it timed out: rank 1 "
-                                              r"not in a collective \(last: comm:all_reduce:fc1.bias, #6\)$"):
+    with pytest.raises(
+        RankFailedError,
+        match=r"^rank 0 failed: RuntimeError: \[gloo\] Timed out waiting 3000ms for "
+        r"recv operation to complete; still running when it timed out: rank 1 "
+        r"not in a collective \(last: comm:all_reduce:fc1.bias, #6\)$",
+    ):
         launcher._raise_root_cause({0: errors[0], 2: errors[2]}, {}, outside, set(), 3.0)
     with pytest.raises(RankFailedError, match=r"^rank 2 failed: ValueError: boom$"):
         launcher._raise_root_cause({2: (1.0, "ValueError: boom", "")}, {}, positions, set(), 3.0)
     # A rank killed by a signal (NCCL's watchdog aborts) is named with where it was.
-    with pytest.raises(RankFailedError, match=r"^rank 0 was killed by signal 6 without reporting a result \(in "
-                                              r"comm:all_reduce:fc1.weight \(collective #7\) for \d+ s\)"):
+    with pytest.raises(
+        RankFailedError,
+        match=r"^rank 0 was killed by signal 6 without reporting a result \(in "
+        r"comm:all_reduce:fc1.weight \(collective #7\) for \d+ s\)",
+    ):
         launcher._raise_root_cause({}, {0: -6}, positions, set(), 3.0)
 
 
@@ -96,9 +113,24 @@ def test_timeout_comes_from_the_environment():
 def test_under_torchrun_the_waiting_rank_names_its_collective():
     env = {**os.environ, "DDP_TIMEOUT_S": str(TIMEOUT_S), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
-    res = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          "-m", "tests.ddp.stall_cases", "flat"], capture_output=True, text=True, cwd=REPO,
-                         env=env, timeout=240)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "-m",
+            "tests.ddp.stall_cases",
+            "flat",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=240,
+    )
     assert res.returncode != 0
     lines = [ln for ln in res.stderr.splitlines() if ln.startswith("error: rank 0 failed:")]
     assert len(lines) == 1, res.stderr[-3000:]

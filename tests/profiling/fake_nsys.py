@@ -15,6 +15,7 @@ and fails when it is absent.
 `-i X.qdstrm` (called as QdstrmImporter): writes X.nsys-rep; with FAKE_IMPORTER_FAIL, fails like an
 importer missing a shared library.
 """
+
 import sqlite3
 import subprocess
 import sys
@@ -27,6 +28,7 @@ def opt(args, name):
 def import_capture(capture):
     """nsys's import step: True when the report was made from `capture`."""
     import os
+
     if os.environ.get("FAKE_NSYS_IMPORT_FAIL"):
         return False
     me = os.environ.get("FAKE_NSYS_SELF")
@@ -35,19 +37,20 @@ def import_capture(capture):
         if not os.access(importer, os.X_OK):
             return False
         return subprocess.call([importer, "-i", capture]) == 0
-    with open(capture[:-len(".qdstrm")] + ".nsys-rep", "w") as f:
+    with open(capture[: -len(".qdstrm")] + ".nsys-rep", "w") as f:
         f.write("fake report")
     return True
 
 
 def main(args):
     import os
+
     if args[:1] == ["--version"]:
         print("NVIDIA Nsight Systems version 2099.1.0-fake")
         return 0
     if args[0] == "profile":
         out = opt(args, "--output")
-        program = args[args.index("--output") + 2:]
+        program = args[args.index("--output") + 2 :]
         pidfile = os.environ.get("FAKE_NSYS_HANG_PIDFILE")
         if pidfile:  # a run that never ends: write our pid, leave a partial report, wait forever
             with open(out, "w") as f:
@@ -55,6 +58,7 @@ def main(args):
             with open(pidfile, "w") as f:
                 f.write(str(os.getpid()))
             import time
+
             while True:
                 time.sleep(1)
         once = os.environ.get("FAKE_NSYS_START_FAILS_ONCE")
@@ -67,7 +71,7 @@ def main(args):
         rc = subprocess.call(program)
         print("[1/1] [=====100%] x.nsys-rep")
         if rc == 0 and not os.environ.get("FAKE_NSYS_NO_REPORT"):
-            capture = (out[:-len(".nsys-rep")] if out.endswith(".nsys-rep") else out) + ".qdstrm"
+            capture = (out[: -len(".nsys-rep")] if out.endswith(".nsys-rep") else out) + ".qdstrm"
             with open(capture, "w") as f:
                 f.write("fake capture")
             if not import_capture(capture):
@@ -78,10 +82,13 @@ def main(args):
         return rc
     if args[0] == "-i":  # QdstrmImporter
         if os.environ.get("FAKE_IMPORTER_FAIL"):
-            print("QdstrmImporter: error while loading shared libraries: libdw.so.1: cannot open shared "
-                  "object file: No such file or directory", file=sys.stderr)
+            print(
+                "QdstrmImporter: error while loading shared libraries: libdw.so.1: cannot open shared "
+                "object file: No such file or directory",
+                file=sys.stderr,
+            )
             return 127
-        with open(args[1][:-len(".qdstrm")] + ".nsys-rep", "w") as f:
+        with open(args[1][: -len(".qdstrm")] + ".nsys-rep", "w") as f:
             f.write("fake report")
         return 0
     if args[0] == "export":

@@ -1,5 +1,6 @@
 """`bash run_nsys.sh naive overlap` on CPU under the real nsys: every rank's NVTX ranges, and only the
 measured steps, land in each .sqlite; the analysis then sees overlap hide far more communication."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,10 @@ try:
     NSYS = find_nsys()
 except NsysError:
     NSYS = None
-pytestmark = [pytest.mark.slow,  # runs run_nsys.sh under the real nsys
-              pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)")]
+pytestmark = [
+    pytest.mark.slow,  # runs run_nsys.sh under the real nsys
+    pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)"),
+]
 
 STEPS, WARMUP = 3, 1
 PHASES = ("forward", "backward", "grad_sync", "optimizer")
@@ -36,10 +39,31 @@ WHERE e.eventType IN (34, 59, 60)
 def traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("traces")
     (out / "keep.txt").write_text("not ours")
-    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "overlap", "--gpus", "0", "-o", str(out),
-                          "--steps", str(STEPS), "--warmup", str(WARMUP), "--batch-size", "8",
-                          "--context-length", "64", "--format", "json"],
-                         capture_output=True, text=True, timeout=300)
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "run_nsys.sh"),
+            "naive",
+            "overlap",
+            "--gpus",
+            "0",
+            "-o",
+            str(out),
+            "--steps",
+            str(STEPS),
+            "--warmup",
+            str(WARMUP),
+            "--batch-size",
+            "8",
+            "--context-length",
+            "64",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)
     assert [row["impl"] for row in summary] == ["naive", "overlap"]
@@ -51,8 +75,11 @@ def rows_by_rank(sqlite: Path) -> dict[int, list[tuple]]:
     con = sqlite3.connect(f"file:{sqlite}?mode=ro", uri=True)
     rows = con.execute(NVTX_ROWS).fetchall()
     con.close()
-    metas = {pid: json.loads(name.split(" ", 1)[1]) for pid, kind, name, *_ in rows
-             if kind == 34 and name.startswith("ddp.meta ")}
+    metas = {
+        pid: json.loads(name.split(" ", 1)[1])
+        for pid, kind, name, *_ in rows
+        if kind == 34 and name.startswith("ddp.meta ")
+    }
     return {metas[pid]["rank"]: [r for r in rows if r[0] == pid] for pid in metas} | {"meta": metas}
 
 
@@ -60,6 +87,7 @@ def expected_collectives_per_step() -> int:
     """naive and overlap issue one all-reduce per trainable parameter of the tiny model."""
     from ddp.base import named_trainable_parameters
     from ddp.models import build_model
+
     return len(named_trainable_parameters(build_model("tiny")))
 
 
@@ -99,16 +127,28 @@ def test_every_captured_range_lies_inside_its_ranks_profile_range(traces):
         by_rank = rows_by_rank(traces / f"{impl}.sqlite")
         by_rank.pop("meta")
         for rows in by_rank.values():
-            (p_start, p_end), = [(s, e) for _, kind, name, s, e in rows if name == "profile"]
+            ((p_start, p_end),) = [(s, e) for _, kind, name, s, e in rows if name == "profile"]
             starts = [s for *_, s, _ in rows]
             assert min(starts) >= p_start and max(e for *_, e in rows if e is not None) <= p_end
 
 
 def test_overlap_hides_far_more_communication_than_naive(traces):
     pytest.importorskip("analysis.overlap", reason="analysis.overlap (issue 3) is not importable yet")
-    res = subprocess.run([sys.executable, "-m", "analysis.overlap", "--format", "json",
-                          str(traces / "naive.sqlite"), str(traces / "overlap.sqlite")],
-                         capture_output=True, text=True, cwd=REPO, timeout=120)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "analysis.overlap",
+            "--format",
+            "json",
+            str(traces / "naive.sqlite"),
+            str(traces / "overlap.sqlite"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
     assert res.returncode == 0, res.stderr
     summary = {t["implementation"]: t["summary"] for t in json.loads(res.stdout)["traces"]}
     assert summary["naive"]["ranks"] == summary["overlap"]["ranks"] == 2
@@ -118,8 +158,12 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
 
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.sqlite").write_text("previous")
-    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(tmp_path),
-                          "--", "--optimizer", "bogus"], capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        ["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(tmp_path), "--", "--optimizer", "bogus"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1
     assert "invalid choice: 'bogus'" in res.stderr
     assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr

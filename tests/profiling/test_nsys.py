@@ -1,4 +1,5 @@
 """nsys discovery and the SQLite export's temp-name-then-rename contract (with a stand-in nsys)."""
+
 from __future__ import annotations
 
 import os
@@ -26,7 +27,7 @@ def make_exe(path: Path, body: str = "#!/bin/sh\necho fake\n") -> Path:
 
 
 def fake_nsys(tmp_path: Path) -> Path:
-    return make_exe(tmp_path / "bin" / "nsys", f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    return make_exe(tmp_path / "bin" / "nsys", f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n')
 
 
 def test_explicit_nsys_wins_over_path(tmp_path):
@@ -46,8 +47,9 @@ def test_path_then_usual_locations(tmp_path, monkeypatch):
     assert find_nsys({"PATH": f"/nonexistent:{on_path.parent}"}) == on_path
     old = make_exe(tmp_path / "opt" / "2023.1" / "bin" / "nsys")
     new = make_exe(tmp_path / "opt" / "2024.5" / "bin" / "nsys")
-    monkeypatch.setattr(nsys_mod, "CANDIDATE_GLOBS", (str(tmp_path / "cuda" / "nsys"),
-                                                      str(tmp_path / "opt" / "*" / "bin" / "nsys")))
+    monkeypatch.setattr(
+        nsys_mod, "CANDIDATE_GLOBS", (str(tmp_path / "cuda" / "nsys"), str(tmp_path / "opt" / "*" / "bin" / "nsys"))
+    )
     assert find_nsys({"PATH": "/nonexistent"}) == new != old
 
 
@@ -61,8 +63,9 @@ def test_missing_nsys_gives_install_steps(monkeypatch):
 
 def test_cli_reports_missing_nsys_in_one_line_and_exit_2():
     env = {**os.environ, "NSYS": "/nonexistent/nsys"}
-    res = subprocess.run([sys.executable, "-m", "profiling.nsys", "find"], capture_output=True, text=True,
-                         env=env, cwd=REPO, timeout=60)
+    res = subprocess.run(
+        [sys.executable, "-m", "profiling.nsys", "find"], capture_output=True, text=True, env=env, cwd=REPO, timeout=60
+    )
     assert res.returncode == 2
     assert res.stderr.strip() == "error: NSYS=/nonexistent/nsys is not an executable file"
     assert "Traceback" not in res.stderr

@@ -1,6 +1,7 @@
 """nsys installs whose importer is not at ../host-linux-x64 (Nsight Compute's, Debian's), and a capture
 whose import failed: found, made to record, imported or kept with the command (stand-in nsys, and the
 real Debian nsys where installed)."""
+
 from __future__ import annotations
 
 import os
@@ -20,7 +21,7 @@ from tests.profiling.test_nsys import FAKE, fake_nsys, make_exe
 OK = [sys.executable, "-c", "print('training output')"]
 # A stand-in nsys that, like the real one, looks for its importer at ../host-linux-x64 of its real path.
 LAYOUT_AWARE = f'#!/bin/sh\nFAKE_NSYS_SELF="$(readlink -f "$0")" exec {sys.executable} {FAKE} "$@"\n'
-IMPORTER = f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n"
+IMPORTER = f'#!/bin/sh\nexec {sys.executable} {FAKE} "$@"\n'
 
 
 def nsight_compute(root: Path, version: str = "2025.3.1") -> tuple[Path, Path]:
@@ -42,8 +43,9 @@ def farm(tmp_path, monkeypatch):
 
 def test_nsight_compute_nsys_is_found_and_runs_from_a_private_folder(tmp_path, farm, monkeypatch, capfd):
     nsys, importer = nsight_compute(tmp_path)
-    monkeypatch.setattr(nsys_export, "CANDIDATE_GLOBS",
-                        (str(tmp_path / "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"),))
+    monkeypatch.setattr(
+        nsys_export, "CANDIDATE_GLOBS", (str(tmp_path / "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"),)
+    )
     cli = find_nsys({"PATH": "/nonexistent"})
     assert cli.parent.parent.parent == farm and cli.name == "nsys"
     assert cli.is_file() and not cli.is_symlink()  # a copy: nsys finds `..` from its real path
@@ -84,12 +86,15 @@ def test_the_newest_importer_folder_and_debians_importer_are_found(tmp_path):
 
 
 def test_ldd_output_names_the_missing_libraries():
-    out = ("\tlinux-vdso.so.1 (0x00007ffd)\n\tlibdw.so.1 => not found\n"
-           "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x7f)\n\tlibpfm.so.4 => not found\n")
+    out = (
+        "\tlinux-vdso.so.1 (0x00007ffd)\n\tlibdw.so.1 => not found\n"
+        "\tlibstdc++.so.6 => /lib/x86_64-linux-gnu/libstdc++.so.6 (0x7f)\n\tlibpfm.so.4 => not found\n"
+    )
     assert nsys_layout.parse_ldd_missing(out) == ["libdw.so.1", "libpfm.so.4"]
 
 
 # ---- a capture nsys could not import --------------------------------------------------------------
+
 
 def previous_outputs(tmp_path: Path) -> Path:
     out = tmp_path / "traces"
@@ -140,8 +145,10 @@ def test_importer_that_fails_too_is_reported_with_its_message_and_path(tmp_path,
     with pytest.raises(NsysError) as err:
         record(nsys, NsysOptions(), OK, out / "overlap")
     msg = str(err.value)
-    assert "Running QdstrmImporter here failed too (exit 127: QdstrmImporter: error while loading shared " \
-           "libraries: libdw.so.1" in msg
+    assert (
+        "Running QdstrmImporter here failed too (exit 127: QdstrmImporter: error while loading shared "
+        "libraries: libdw.so.1" in msg
+    )
     assert f"Import it with: {importer} -i {out / 'overlap.qdstrm'}" in msg
     assert (out / "overlap.qdstrm").read_text() == "fake capture"
     assert (out / "overlap.nsys-rep").read_text() == "previous report"
@@ -153,13 +160,35 @@ def test_cli_says_the_import_failed_in_one_line(tmp_path):
     import subprocess
 
     from tests.profiling.test_nsys import REPO
+
     if shutil.which("QdstrmImporter"):
         pytest.skip("a QdstrmImporter on PATH would be found")
     nsys = fake_nsys(tmp_path)
     env = {**os.environ, "NSYS": str(nsys), "FAKE_NSYS_IMPORT_FAIL": "1"}
-    res = subprocess.run(["bash", "run_nsys.sh", "naive", "-o", str(tmp_path / "t"), "--steps", "1",
-                          "--warmup", "0", "--batch-size", "2", "--context-length", "8", "--model", "tiny"],
-                         capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
+    res = subprocess.run(
+        [
+            "bash",
+            "run_nsys.sh",
+            "naive",
+            "-o",
+            str(tmp_path / "t"),
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--batch-size",
+            "2",
+            "--context-length",
+            "8",
+            "--model",
+            "tiny",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=300,
+    )
     assert res.returncode == 1, res.stderr
     errors = [ln for ln in res.stderr.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and "importer failed" in errors[0] and "QdstrmImporter -i" in errors[0]
@@ -170,8 +199,10 @@ def test_cli_says_the_import_failed_in_one_line(tmp_path):
 # ---- the real nsys (Debian's package), where installed ---------------------------------------------
 
 DEB_CLI, DEB_HOST = nsys_layout.DEBIAN_CLI_DIR, nsys_layout.DEBIAN_IMPORTER_DIR
-needs_debian_nsys = pytest.mark.skipif(not (DEB_CLI / "nsys").is_file() or not (DEB_HOST / "QdstrmImporter").is_file(),
-                                       reason="Debian's nsight-systems packages are not installed")
+needs_debian_nsys = pytest.mark.skipif(
+    not (DEB_CLI / "nsys").is_file() or not (DEB_HOST / "QdstrmImporter").is_file(),
+    reason="Debian's nsight-systems packages are not installed",
+)
 
 
 @pytest.mark.slow  # records with the real nsys
@@ -188,17 +219,26 @@ def test_real_nsys_without_its_importer_link_records_from_the_private_folder(tmp
     assert cli != nsys and (cli.parent.parent / "host-linux-x64").resolve() == DEB_HOST.resolve()
     out = tmp_path / "traces"
     out.mkdir()
-    done = record(cli, NsysOptions(), [sys.executable, "-c", "import nvtx\nwith nvtx.annotate('profile'): pass"],
-                  out / "private")
+    done = record(
+        cli, NsysOptions(), [sys.executable, "-c", "import nvtx\nwith nvtx.annotate('profile'): pass"], out / "private"
+    )
     assert done.report.stat().st_size > 0 and is_complete_sqlite(done.sqlite)
     # The install as it is: nsys says the importer was not found; the importer on PATH imports it here.
     monkeypatch.setenv("PATH", f"{DEB_HOST}:{os.environ['PATH']}")
     capfd.readouterr()
-    done = record(nsys, NsysOptions(), [sys.executable, "-c", "import nvtx\nwith nvtx.annotate('profile'): pass"],
-                  out / "as_installed")
+    done = record(
+        nsys,
+        NsysOptions(),
+        [sys.executable, "-c", "import nvtx\nwith nvtx.annotate('profile'): pass"],
+        out / "as_installed",
+    )
     err = capfd.readouterr().err
     assert "Importer error status: The importer binary and its dependencies were not found" in err
     assert "importing with" in err
     assert done.report.stat().st_size > 0 and is_complete_sqlite(done.sqlite)
-    assert sorted(p.name for p in out.iterdir()) == ["as_installed.nsys-rep", "as_installed.sqlite",
-                                                     "private.nsys-rep", "private.sqlite"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "as_installed.nsys-rep",
+        "as_installed.sqlite",
+        "private.nsys-rep",
+        "private.sqlite",
+    ]

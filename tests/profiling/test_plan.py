@@ -1,4 +1,5 @@
 """What run_nsys.sh would run on CPU-only and GPU machines (argument level: no GPU is needed)."""
+
 from __future__ import annotations
 
 import os
@@ -45,12 +46,28 @@ def test_more_ranks_than_gpus_default_to_gloo_unless_sharing_gpus():
 
 
 def test_options_override_machine_defaults():
-    p = ProfilePlan(impls=["flat"], gpus=1, world_size=2, backend="gloo", trace="cuda,nvtx",
-                    steps=3, warmup=0, batch_size=8, context_length=64, bucket_mb=1.5).resolved()
+    p = ProfilePlan(
+        impls=["flat"],
+        gpus=1,
+        world_size=2,
+        backend="gloo",
+        trace="cuda,nvtx",
+        steps=3,
+        warmup=0,
+        batch_size=8,
+        context_length=64,
+        bucket_mb=1.5,
+    ).resolved()
     assert (p.backend, p.device, p.world_size) == ("gloo", "cuda", 2)
     cmd = p.runner_command("flat")
-    for flag, value in (("--steps", "3"), ("--warmup", "0"), ("--batch-size", "8"),
-                        ("--context-length", "64"), ("--bucket-mb", "1.5"), ("--backend", "gloo")):
+    for flag, value in (
+        ("--steps", "3"),
+        ("--warmup", "0"),
+        ("--batch-size", "8"),
+        ("--context-length", "64"),
+        ("--bucket-mb", "1.5"),
+        ("--backend", "gloo"),
+    ):
         assert value_after(cmd, flag) == value
 
 
@@ -60,32 +77,45 @@ def test_per_rank_runs_one_session_per_rank_under_torchrun():
     assert cmd[1:3] == ["-m", "torch.distributed.run"]
     assert cmd[3:6] == ["--standalone", "--nproc-per-node", "8"]
     assert "--no-python" in cmd
-    session = cmd[cmd.index("profiling.session") - 2:cmd.index("--", cmd.index("profiling.session"))]
+    session = cmd[cmd.index("profiling.session") - 2 : cmd.index("--", cmd.index("profiling.session"))]
     assert value_after(session, "--stem") == os.path.join("traces", "overlap.rank{rank}")
     assert value_after(session, "--trace") == "cuda,nvtx,osrt"
-    runner = cmd[cmd.index("--", cmd.index("profiling.session")) + 1:]
+    runner = cmd[cmd.index("--", cmd.index("profiling.session")) + 1 :]
     assert "--world-size" not in runner  # torchrun sets the world
     assert runner[-2:] == ["--optimizer", "adamw"]
 
 
 def test_multi_node_torchrun_arguments_pass_through():
-    targs = ["--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "1",
-             "--master-addr", "127.0.0.1", "--master-port", "29500"]
+    targs = [
+        "--nnodes",
+        "2",
+        "--node-rank",
+        "1",
+        "--nproc-per-node",
+        "1",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        "29500",
+    ]
     p = ProfilePlan(impls=["naive"], gpus=0, per_rank=True, torchrun_args=targs).resolved()
     cmd = p.torchrun_command("naive")
-    assert cmd[3:3 + len(targs)] == targs and "--standalone" not in cmd
+    assert cmd[3 : 3 + len(targs)] == targs and "--standalone" not in cmd
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"steps": 0}, "steps=0"),
-    ({"world_size": -1}, "world-size=-1"),
-    ({"warmup": -2}, "warmup=-2"),
-    ({"bucket_mb": 0.0}, "bucket-mb=0.0"),
-    ({"backend": "mpi"}, "backend='mpi'"),
-    ({"torchrun_args": ["--nnodes", "2"]}, "--torchrun needs --per-rank"),
-    ({"backend": "nccl", "device": "cpu"}, "nccl needs device=cuda"),
-    ({"timeout_s": 0}, "timeout=0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"steps": 0}, "steps=0"),
+        ({"world_size": -1}, "world-size=-1"),
+        ({"warmup": -2}, "warmup=-2"),
+        ({"bucket_mb": 0.0}, "bucket-mb=0.0"),
+        ({"backend": "mpi"}, "backend='mpi'"),
+        ({"torchrun_args": ["--nnodes", "2"]}, "--torchrun needs --per-rank"),
+        ({"backend": "nccl", "device": "cpu"}, "nccl needs device=cuda"),
+        ({"timeout_s": 0}, "timeout=0"),
+    ],
+)
 def test_bad_settings_name_the_value(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace("+", "\\+")):
         ProfilePlan(impls=["naive"], **kwargs)
@@ -107,17 +137,35 @@ def test_gpu_count_honours_cuda_visible_devices(monkeypatch):
 
 
 def run_nsys(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(REPO / "run_nsys.sh"), *args], capture_output=True, text=True,
-                          env={**os.environ, **(env or {})}, timeout=120)
+    return subprocess.run(
+        ["bash", str(REPO / "run_nsys.sh"), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=120,
+    )
 
 
 @pytest.mark.slow  # runs run_nsys.sh in a subprocess
 def test_help_documents_outputs_replacement_and_options():
     res = run_nsys("--help")
     assert res.returncode == 0
-    for needle in ("IMPL|all", "replaced", "--world-size", "--model", "--steps", "--warmup", "--batch-size",
-                   "--context-length", "--bucket-mb", "--backend", "--out-dir", "--per-rank", "--torchrun",
-                   "-- args for python -m profiling.run"):
+    for needle in (
+        "IMPL|all",
+        "replaced",
+        "--world-size",
+        "--model",
+        "--steps",
+        "--warmup",
+        "--batch-size",
+        "--context-length",
+        "--bucket-mb",
+        "--backend",
+        "--out-dir",
+        "--per-rank",
+        "--torchrun",
+        "-- args for python -m profiling.run",
+    ):
         assert needle in res.stdout, needle
 
 
@@ -143,11 +191,14 @@ def test_bad_implementation_is_one_line_and_exit_2():
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["naive", "--steps", "0"], "error: steps=0: must be >= 1"),
-    (["naive", "--torchrun", "--nnodes 2"], "error: --torchrun needs --per-rank"),
-    (["naive", "--gpus", "0", "--device", "cuda"], "error: device=cuda but no GPU is visible"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["naive", "--steps", "0"], "error: steps=0: must be >= 1"),
+        (["naive", "--torchrun", "--nnodes 2"], "error: --torchrun needs --per-rank"),
+        (["naive", "--gpus", "0", "--device", "cuda"], "error: device=cuda but no GPU is visible"),
+    ],
+)
 def test_bad_settings_are_one_line_and_exit_2(capsys, args, message):
     assert record.main(args) == 2
     err = capsys.readouterr().err

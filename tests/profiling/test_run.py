@@ -1,4 +1,5 @@
 """The profiled program on its own (no nsys): arguments, model choice (the metadata mark's text: tests/contract)."""
+
 from __future__ import annotations
 
 import json
@@ -12,14 +13,27 @@ from tests.profiling.test_nsys import REPO
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "profiling.run", *args], capture_output=True, text=True,
-                          cwd=REPO, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "profiling.run", *args], capture_output=True, text=True, cwd=REPO, timeout=180
+    )
 
 
 @pytest.mark.slow  # spawns ranks in a subprocess
 def test_runs_without_nsys_and_reports_every_ranks_steps():
-    res = run("--impl", "flat", "--steps", "2", "--warmup", "1", "--batch-size", "2", "--context-length", "8",
-              "--format", "json")
+    res = run(
+        "--impl",
+        "flat",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--batch-size",
+        "2",
+        "--context-length",
+        "8",
+        "--format",
+        "json",
+    )
     assert res.returncode == 0, res.stderr
     out = json.loads(res.stdout)
     assert out["config"]["model"] == "tiny" and out["config"]["world_size"] == 2
@@ -39,5 +53,3 @@ def test_bad_config_is_one_line_and_exit_2():
 def test_auto_model_is_tiny_without_gpu_and_explicit_models_are_kept():
     assert choose_model("auto", 16, 2, 128, "sgd") == "tiny"  # this machine has no GPU
     assert choose_model("small", 16, 2, 128, "sgd") == "small"
-
-

@@ -1,4 +1,5 @@
 """One nsys session's file handling: outputs appear complete or not at all (stand-in nsys, no torch)."""
+
 from __future__ import annotations
 
 import os
@@ -56,11 +57,14 @@ def test_record_writes_both_files_and_replaces_only_its_own(tmp_path, capfd):
     assert "Capture range" not in err and "[1/1]" not in err  # ... nsys's chatter is not
 
 
-@pytest.mark.parametrize("program, env, message", [
-    (FAIL, {}, "the profiled run failed \\(exit 3\\)"),
-    (OK, {"FAKE_NSYS_NO_REPORT": "1"}, "never opened the NVTX range 'profile'"),
-    (OK, {"FAKE_NSYS_EXPORT_FAIL": "1"}, "nsys export .* failed"),
-])
+@pytest.mark.parametrize(
+    "program, env, message",
+    [
+        (FAIL, {}, "the profiled run failed \\(exit 3\\)"),
+        (OK, {"FAKE_NSYS_NO_REPORT": "1"}, "never opened the NVTX range 'profile'"),
+        (OK, {"FAKE_NSYS_EXPORT_FAIL": "1"}, "nsys export .* failed"),
+    ],
+)
 def test_failures_keep_previous_outputs_and_leave_no_partial_files(tmp_path, monkeypatch, program, env, message):
     nsys = fake_nsys(tmp_path)
     for key, value in env.items():
@@ -117,8 +121,13 @@ def test_sigterm_stops_run_nsys_and_its_whole_run_without_leftovers(tmp_path):
     nsys = fake_nsys(tmp_path)
     pidfile, out = tmp_path / "nsys.pid", tmp_path / "traces"
     env = {**os.environ, "NSYS": str(nsys), "FAKE_NSYS_HANG_PIDFILE": str(pidfile)}
-    proc = subprocess.Popen(["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(out)],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while not pidfile.exists() and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -1,6 +1,7 @@
 """`bash run_nsys.sh naive overlap --profiler torch` on CPU (no nsys involved): one torch.profiler trace
 per rank with the NVTX contract's ranges as record_function ranges (async comm ranges marked
 start/end), only the measured steps, and the analysis reads them."""
+
 from __future__ import annotations
 
 import gzip
@@ -21,10 +22,33 @@ STEPS, WARMUP = 3, 1
 def traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("torch_traces")
     (out / "keep.txt").write_text("not ours")
-    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "overlap", "--profiler", "torch", "--gpus", "0",
-                          "-o", str(out), "--steps", str(STEPS), "--warmup", str(WARMUP), "--batch-size", "8",
-                          "--context-length", "64", "--format", "json"],
-                         capture_output=True, text=True, timeout=400)
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "run_nsys.sh"),
+            "naive",
+            "overlap",
+            "--profiler",
+            "torch",
+            "--gpus",
+            "0",
+            "-o",
+            str(out),
+            "--steps",
+            str(STEPS),
+            "--warmup",
+            str(WARMUP),
+            "--batch-size",
+            "8",
+            "--context-length",
+            "64",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     assert [row["impl"] for row in json.loads(res.stdout)] == ["naive", "naive", "overlap", "overlap"]
     return out
@@ -37,7 +61,12 @@ def load(path: Path) -> dict:
 @pytest.mark.slow  # records with torch.profiler in spawned ranks
 def test_one_trace_per_rank_and_nothing_else_is_touched(traces):
     assert sorted(p.name for p in traces.iterdir()) == [
-        "keep.txt", "naive.rank0.json.gz", "naive.rank1.json.gz", "overlap.rank0.json.gz", "overlap.rank1.json.gz"]
+        "keep.txt",
+        "naive.rank0.json.gz",
+        "naive.rank1.json.gz",
+        "overlap.rank0.json.gz",
+        "overlap.rank1.json.gz",
+    ]
     assert (traces / "keep.txt").read_text() == "not ours"
 
 
@@ -69,9 +98,21 @@ def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(t
 def test_overlap_hides_far_more_communication_than_naive(traces):
     summary = {}
     for impl in ("naive", "overlap"):
-        res = subprocess.run([sys.executable, "-m", "analysis.overlap", "--merge", "--format", "json",
-                              *(str(traces / f"{impl}.rank{r}.json.gz") for r in (0, 1))],
-                             capture_output=True, text=True, cwd=REPO, timeout=120)
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "analysis.overlap",
+                "--merge",
+                "--format",
+                "json",
+                *(str(traces / f"{impl}.rank{r}.json.gz") for r in (0, 1)),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            timeout=120,
+        )
         assert res.returncode == 0, res.stderr
         (trace,) = json.loads(res.stdout)["traces"]
         assert trace["source"] == "nvtx" and trace["implementation"] == impl
@@ -84,9 +125,25 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
 @pytest.mark.slow  # records with torch.profiler in spawned ranks
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.rank0.json.gz").write_text("previous")
-    res = subprocess.run(["bash", str(REPO / "run_nsys.sh"), "naive", "--profiler", "torch", "--gpus", "0",
-                          "-o", str(tmp_path), "--", "--optimizer", "bogus"],
-                         capture_output=True, text=True, timeout=120)
+    res = subprocess.run(
+        [
+            "bash",
+            str(REPO / "run_nsys.sh"),
+            "naive",
+            "--profiler",
+            "torch",
+            "--gpus",
+            "0",
+            "-o",
+            str(tmp_path),
+            "--",
+            "--optimizer",
+            "bogus",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert res.returncode == 1
     assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["naive.rank0.json.gz"]
@@ -95,10 +152,11 @@ def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
 
 def test_plan_names_a_bad_profiler_and_builds_torch_commands():
     from profiling.plan import ProfilePlan
+
     with pytest.raises(ValueError, match="profiler='perf'"):
         ProfilePlan(impls=["overlap"], profiler="perf")
     plan = ProfilePlan(impls=["overlap"], out_dir=Path("out"), profiler="torch", per_rank=True, gpus=0).resolved()
     assert plan.runner_command("overlap")[-2:] == ["--torch-trace", str(Path("out") / "overlap")]
     cmd = plan.torchrun_command("overlap")
-    assert "profiling.session" not in cmd and cmd[cmd.index("--no-python") + 1:] == plan.runner_command("overlap")
+    assert "profiling.session" not in cmd and cmd[cmd.index("--no-python") + 1 :] == plan.runner_command("overlap")
     assert "torch.profiler" in plan.describe()

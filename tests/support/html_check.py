@@ -5,6 +5,7 @@ records console errors, uncaught exceptions and the page's start time, one at th
 that, once loaded, counts each plot's traces, its SVG and WebGL layers and writes the result as
 JSON into the DOM, which `--dump-dom` hands back. The original file is never modified.
 """
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,17 @@ from analysis.views.chromium import find_chromium
 
 # Headless, offline, no first-run work; SwiftShader gives WebGL without a GPU.
 CHROMIUM_FLAGS = (
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--enable-unsafe-swiftshader", "--use-angle=swiftshader", "--hide-scrollbars",
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--enable-unsafe-swiftshader",
+    "--use-angle=swiftshader",
+    "--hide-scrollbars",
 )
 
 HEAD_PROBE = """<script>
@@ -67,7 +76,6 @@ class PageCheck:
     wall_s: float  # whole browser run, start-up included
 
 
-
 def _probed_copy(page: Path, folder: Path) -> Path:
     """A copy of the page with the probe scripts injected."""
     text = page.read_text(encoding="utf-8")
@@ -82,8 +90,9 @@ def _run_chromium(args: list[str], profile: Path, timeout_s: float) -> subproces
     if exe is None:
         raise RuntimeError("no chromium on PATH (bash scripts/install_chromium.sh installs it)")
     cmd = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
-                          env={**os.environ, "HOME": str(profile)})
+    return subprocess.run(
+        cmd, capture_output=True, text=True, timeout=timeout_s, env={**os.environ, "HOME": str(profile)}
+    )
 
 
 def console_errors(stderr: str) -> list[str]:
@@ -92,8 +101,9 @@ def console_errors(stderr: str) -> list[str]:
     return [ln for ln in lines if "ERROR" in ln or "Uncaught" in ln or "Failed to load" in ln]
 
 
-def check_page(page: Path, screenshot: Path | None = None, width: int = 1600, height: int = 1200,
-               timeout_s: float = 120.0) -> PageCheck:
+def check_page(
+    page: Path, screenshot: Path | None = None, width: int = 1600, height: int = 1200, timeout_s: float = 120.0
+) -> PageCheck:
     """Render `page` headless; optionally also save a screenshot of the first `height` pixels."""
     page = Path(page).resolve()
     with tempfile.TemporaryDirectory(prefix="html_check_") as tmp_name:
@@ -107,13 +117,20 @@ def check_page(page: Path, screenshot: Path | None = None, width: int = 1600, he
         if start < 0:
             raise RuntimeError(f"page did not finish loading in Chromium: {run.stderr.strip()[-300:]}")
         end = dom.find("</pre>", start)
-        raw = dom[start + len('<pre id="render-probe">'):end]
-        probe = json.loads(raw.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">")
-                           .replace("&amp;", "&"))
+        raw = dom[start + len('<pre id="render-probe">') : end]
+        probe = json.loads(raw.replace("&quot;", '"').replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&"))
         errors = probe["errors"] + console_errors(run.stderr)
         if screenshot is not None:
             screenshot = Path(screenshot).resolve()
             screenshot.parent.mkdir(parents=True, exist_ok=True)
-            _run_chromium([f"--screenshot={screenshot}", f"--window-size={width},{height}",
-                           "--virtual-time-budget=3000", page.as_uri()], tmp / "profile2", timeout_s)
+            _run_chromium(
+                [
+                    f"--screenshot={screenshot}",
+                    f"--window-size={width},{height}",
+                    "--virtual-time-budget=3000",
+                    page.as_uri(),
+                ],
+                tmp / "profile2",
+                timeout_s,
+            )
     return PageCheck(plots=probe["plots"], errors=errors, render_ms=probe["render_ms"], wall_s=wall)

@@ -8,6 +8,7 @@ autograd thread and closed on the main thread), a `grad_sync` wait, optimizer ke
 a `ddp.meta` mark. Every kernel has its `cudaLaunchKernel` runtime row. Used by the tests (against an
 independent computation) and by the speed benchmarks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,8 +26,10 @@ if TYPE_CHECKING:  # synthetic_kineto imports this module
 US = 1_000
 LAUNCH_LEAD = 30 * US  # the CPU runs this far ahead of the GPU
 COMPUTE_STREAM, COMM_STREAM = 7, 20
-COMPUTE_NAMES = np.array(["ampere_sgemm_128x64_tn", "vectorized_elementwise_kernel", "reduce_kernel",
-                          "vectorized_layer_norm_kernel"], dtype=object)
+COMPUTE_NAMES = np.array(
+    ["ampere_sgemm_128x64_tn", "vectorized_elementwise_kernel", "reduce_kernel", "vectorized_layer_norm_kernel"],
+    dtype=object,
+)
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,9 @@ def _sequential(rng: np.random.Generator, t0: int, n: int, lo_us: float, hi_us: 
     return start, start + dur
 
 
-def _write_step(w: NsysWriter | KinetoWriter, rng: np.random.Generator, pid: int, rank: int, step: int, t0: int,
-                shape: DdpShape) -> int:
+def _write_step(
+    w: NsysWriter | KinetoWriter, rng: np.random.Generator, pid: int, rank: int, step: int, t0: int, shape: DdpShape
+) -> int:
     """One training step from GPU time t0; returns the GPU time the next step may start."""
     main, autograd = pid, pid + 1
     comm_n = min(shape.comm_per_step, shape.per_step // 4)
@@ -94,34 +98,71 @@ def _write_step(w: NsysWriter | KinetoWriter, rng: np.random.Generator, pid: int
     w.kernels(pid, autograd, rank, COMPUTE_STREAM, b_s, b_e, name(bwd_n), launch=b_l)
     w.kernels(pid, autograd, rank, COMM_STREAM, c_s, c_e, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch=c_l)
     w.kernels(pid, main, rank, COMPUTE_STREAM, o_s, o_e, name(opt_n), launch=o_l)
-    ranges = [(FORWARD, f_l[0] - 500, f_l[-1] + 500), (BACKWARD, b_l[0] - 500, b_l[-1] + 1_000),
-              (GRAD_SYNC, b_l[-1] + 1_500, o_l[0] - 1_000), (OPTIMIZER, o_l[0] - 500, o_l[-1] + 500),
-              (step_range(step), f_l[0] - 1_000, o_l[-1] + 1_000)]
-    w.nvtx(pid, main, np.array([r[1] for r in ranges]), np.array([r[2] for r in ranges]),
-           np.array([r[0] for r in ranges], dtype=object))
-    w.nvtx(pid, autograd, c_l - 200, c_e - LAUNCH_LEAD + 1_000,
-           np.array([comm_range(ALL_REDUCE, f"bucket{i}") for i in range(comm_n)], dtype=object),
-           kind=START_END, end_tid=main, payload=bucket_bytes(comm_n))
+    ranges = [
+        (FORWARD, f_l[0] - 500, f_l[-1] + 500),
+        (BACKWARD, b_l[0] - 500, b_l[-1] + 1_000),
+        (GRAD_SYNC, b_l[-1] + 1_500, o_l[0] - 1_000),
+        (OPTIMIZER, o_l[0] - 500, o_l[-1] + 500),
+        (step_range(step), f_l[0] - 1_000, o_l[-1] + 1_000),
+    ]
+    w.nvtx(
+        pid,
+        main,
+        np.array([r[1] for r in ranges]),
+        np.array([r[2] for r in ranges]),
+        np.array([r[0] for r in ranges], dtype=object),
+    )
+    w.nvtx(
+        pid,
+        autograd,
+        c_l - 200,
+        c_e - LAUNCH_LEAD + 1_000,
+        np.array([comm_range(ALL_REDUCE, f"bucket{i}") for i in range(comm_n)], dtype=object),
+        kind=START_END,
+        end_tid=main,
+        payload=bucket_bytes(comm_n),
+    )
     return int(o_e[-1]) + 50 * US
 
 
-def write_ddp_trace(path: str | Path, n_kernels: int = 1_000_000, n_ranks: int = 8, n_steps: int = 0,
-                    comm_per_step: int = 25, flavour: str = "2026", shuffle: bool = False, seed: int = 0,
-                    first_rank: int = 0, world_size: int = 0, session_start_utc_ns: int | None = None) -> Path:
+def write_ddp_trace(
+    path: str | Path,
+    n_kernels: int = 1_000_000,
+    n_ranks: int = 8,
+    n_steps: int = 0,
+    comm_per_step: int = 25,
+    flavour: str = "2026",
+    shuffle: bool = False,
+    seed: int = 0,
+    first_rank: int = 0,
+    world_size: int = 0,
+    session_start_utc_ns: int | None = None,
+) -> Path:
     """Write a DDP-shaped export (see module docstring); kernels split evenly over ranks and steps.
     first_rank/world_size: ranks first_rank.. of a run of world_size (default n_ranks) ranks, as one
     rank's file of `run_nsys.sh --per-rank` holds; session_start_utc_ns: the export's capture start."""
     shape = DdpShape(n_kernels, n_ranks, n_steps, comm_per_step)
-    w = (NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed) if session_start_utc_ns is None
-         else NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed, session_start_utc_ns=session_start_utc_ns))
+    w = (
+        NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed)
+        if session_start_utc_ns is None
+        else NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed, session_start_utc_ns=session_start_utc_ns)
+    )
     rng = np.random.default_rng(seed)
     for rank in range(first_rank, first_rank + n_ranks):
         pid = 1000 + 10 * rank
         w.process(pid, threads={pid: "python3", pid + 1: "pt_autograd_0"})
         t = 1_000_000_000 + int(rng.integers(0, 100 * US))
-        w.meta_mark(pid, pid, t - 2 * LAUNCH_LEAD, implementation="synthetic", rank=rank,
-                    world_size=world_size or n_ranks,
-                    local_rank=rank, backend="nccl", device=f"cuda:{rank}")
+        w.meta_mark(
+            pid,
+            pid,
+            t - 2 * LAUNCH_LEAD,
+            implementation="synthetic",
+            rank=rank,
+            world_size=world_size or n_ranks,
+            local_rank=rank,
+            backend="nccl",
+            device=f"cuda:{rank}",
+        )
         first = t
         for step in range(shape.steps):
             t = _write_step(w, rng, pid, rank, step, t, shape)

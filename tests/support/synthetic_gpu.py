@@ -4,6 +4,7 @@
 CPU range. `write_host_side_and_copies`: collectives on the host (gloo with CUDA tensors) on one
 rank, and a bucket-packing copy inside an async comm range on the other.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,10 @@ from contract import ALL_REDUCE, comm_range, step_range
 from tests.support.synthetic import START_END, NsysWriter
 
 NOT_SYNCING = {  # per step: step_ms, compute_ms, comm_ms, overlap_ms, idle_ms (ns)
-    0: (150, 130, 40, 20, 50), 1: (150, 130, 40, 20, 0), 2: (220, 130, 40, 0, 0)}
+    0: (150, 130, 40, 20, 50),
+    1: (150, 130, 40, 20, 0),
+    2: (220, 130, 40, 0, 0),
+}
 
 
 def write_host_not_syncing(path: str | Path) -> Path:
@@ -52,8 +56,15 @@ def write_host_side_and_copies(path: str | Path) -> Path:
     w.meta_mark(600, 600, 0, implementation="fixture", rank=0, world_size=2, backend="gloo")
     w.nvtx(600, 600, np.array([0]), np.array([1000]), step_range(0))
     w.kernels(600, 600, 0, 7, np.array([100]), np.array([600]), "gemm", launch=np.array([50]))
-    w.nvtx(600, 601, np.array([300, 550]), np.array([500, 800]),
-           np.array([comm_range(ALL_REDUCE, t) for t in "ab"], dtype=object), kind=START_END, end_tid=600)
+    w.nvtx(
+        600,
+        601,
+        np.array([300, 550]),
+        np.array([500, 800]),
+        np.array([comm_range(ALL_REDUCE, t) for t in "ab"], dtype=object),
+        kind=START_END,
+        end_tid=600,
+    )
     w.memcpy(600, 601, 0, 30, np.array([320, 570]), np.array([340, 590]), copy_kind=2, launch=np.array([310, 560]))
     w.process(700)
     w.meta_mark(700, 700, 0, implementation="fixture", rank=1, world_size=2, backend="nccl")
@@ -61,7 +72,15 @@ def write_host_side_and_copies(path: str | Path) -> Path:
     w.nvtx(700, 700, np.array([200]), np.array([700]), comm_range(ALL_REDUCE, "bucket0"), kind=START_END)
     w.kernels(700, 700, 1, 7, np.array([100]), np.array([600]), "gemm", launch=np.array([50]))
     w.memcpy(700, 700, 1, 7, np.array([600]), np.array([650]), copy_kind=8, launch=np.array([250]))
-    w.kernels(700, 700, 1, 20, np.array([650]), np.array([750]), "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
-              launch=np.array([255]))
+    w.kernels(
+        700,
+        700,
+        1,
+        20,
+        np.array([650]),
+        np.array([750]),
+        "ncclDevKernel_AllReduce_Sum_f32_RING_LL",
+        launch=np.array([255]),
+    )
     w.memcpy(700, 700, 1, 20, np.array([750]), np.array([760]), copy_kind=8, launch=np.array([260]))
     return w.close()

@@ -12,6 +12,7 @@ decimals) after `baseTimeNanoseconds`; input times are ns on that clock.
 `write_kineto_ddp_trace(stem, n_kernels, n_ranks)` writes the DDP-shaped run of synthetic_ddp
 (same steps, kernels and ranges) as one file per rank: `<stem>.rank<N>.json[.gz]`.
 """
+
 from __future__ import annotations
 
 import gzip
@@ -51,14 +52,29 @@ class KinetoWriter:
         return _us(np.asarray(ns, dtype=np.int64) - self.base)
 
     def process(self, pid: int, name: str = "python3", threads: dict[int, str] | None = None) -> None:
-        self.lines.append(f'{{"name": "process_name", "ph": "M", "ts": 0, "pid": {pid}, "tid": 0, '
-                          f'"args": {{"name": {json.dumps(name)}}}}}')
+        self.lines.append(
+            f'{{"name": "process_name", "ph": "M", "ts": 0, "pid": {pid}, "tid": 0, '
+            f'"args": {{"name": {json.dumps(name)}}}}}'
+        )
         for tid, thread in (threads or {}).items():
-            self.lines.append(f'{{"name": "thread_name", "ph": "M", "ts": 0, "pid": {pid}, "tid": {tid}, '
-                              f'"args": {{"name": {json.dumps(f"thread {tid} ({thread})")}}}}}')
+            self.lines.append(
+                f'{{"name": "thread_name", "ph": "M", "ts": 0, "pid": {pid}, "tid": {tid}, '
+                f'"args": {{"name": {json.dumps(f"thread {tid} ({thread})")}}}}}'
+            )
 
-    def _gpu(self, cat: str, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
-             end: ArrayLike, name: object, launch: ArrayLike | None, api: str) -> np.ndarray:
+    def _gpu(
+        self,
+        cat: str,
+        pid: int,
+        tid: ArrayLike,
+        device: ArrayLike,
+        stream: ArrayLike,
+        start: ArrayLike,
+        end: ArrayLike,
+        name: object,
+        launch: ArrayLike | None,
+        api: str,
+    ) -> np.ndarray:
         n = int(np.size(start))
         corr = np.arange(self._next_corr, self._next_corr + n)
         self._next_corr += n
@@ -71,7 +87,8 @@ class KinetoWriter:
             f'    "args": {{\n      "External id": {c}, "queued": 0, "device": {d}, "context": 1,\n'
             f'      "stream": {s}, "correlation": {c},\n'
             f'      "registers per thread": 32, "grid": [1, 1, 1]\n    }}\n  }}'
-            for nm, d, s, t, du, c in zip(names, devices, streams, ts, dur, corr.tolist(), strict=True)]
+            for nm, d, s, t, du, c in zip(names, devices, streams, ts, dur, corr.tolist(), strict=True)
+        ]
         if launch is not None:
             launch = np.broadcast_to(np.asarray(launch, dtype=np.int64), (n,))
             has = launch >= 0
@@ -80,31 +97,75 @@ class KinetoWriter:
             self.lines += [
                 f'{{\n    "ph": "X", "cat": "cuda_runtime", "name": "{api}", "pid": {pid}, "tid": {tids[i]},\n'
                 f'    "ts": {lts[i]}, "dur": 2.000,\n    "args": {{\n      "External id": {corr[i]}, "cbid": 211, '
-                f'"correlation": {corr[i]}\n    }}\n  }}' for i in rows]
+                f'"correlation": {corr[i]}\n    }}\n  }}'
+                for i in rows
+            ]
             if self.flows:
-                self.lines += [f'{{"ph": "s", "id": {corr[i]}, "pid": {pid}, "tid": {tids[i]}, "ts": {lts[i]}, '
-                               f'"cat": "ac2g", "name": "ac2g"}}' for i in rows]
-                self.lines += [f'{{"ph": "f", "id": {corr[i]}, "pid": {devices[i]}, "tid": {streams[i]}, '
-                               f'"ts": {ts[i]}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}' for i in rows]
+                self.lines += [
+                    f'{{"ph": "s", "id": {corr[i]}, "pid": {pid}, "tid": {tids[i]}, "ts": {lts[i]}, '
+                    f'"cat": "ac2g", "name": "ac2g"}}'
+                    for i in rows
+                ]
+                self.lines += [
+                    f'{{"ph": "f", "id": {corr[i]}, "pid": {devices[i]}, "tid": {streams[i]}, '
+                    f'"ts": {ts[i]}, "cat": "ac2g", "name": "ac2g", "bp": "e"}}'
+                    for i in rows
+                ]
         return corr
 
-    def kernels(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
-                end: ArrayLike, name: object, launch: ArrayLike | None = None,
-                launch_api: str = CUDA_LAUNCH_KERNEL) -> np.ndarray:
+    def kernels(
+        self,
+        pid: int,
+        tid: ArrayLike,
+        device: ArrayLike,
+        stream: ArrayLike,
+        start: ArrayLike,
+        end: ArrayLike,
+        name: object,
+        launch: ArrayLike | None = None,
+        launch_api: str = CUDA_LAUNCH_KERNEL,
+    ) -> np.ndarray:
         return self._gpu("kernel", pid, tid, device, stream, start, end, name, launch, launch_api)
 
-    def memcpy(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
-               end: ArrayLike, copy_kind: str = "DtoD", launch: ArrayLike | None = None) -> np.ndarray:
+    def memcpy(
+        self,
+        pid: int,
+        tid: ArrayLike,
+        device: ArrayLike,
+        stream: ArrayLike,
+        start: ArrayLike,
+        end: ArrayLike,
+        copy_kind: str = "DtoD",
+        launch: ArrayLike | None = None,
+    ) -> np.ndarray:
         name = f"Memcpy {copy_kind} (Device -> Device)"
         return self._gpu("gpu_memcpy", pid, tid, device, stream, start, end, name, launch, "cudaMemcpyAsync")
 
-    def memset(self, pid: int, tid: ArrayLike, device: ArrayLike, stream: ArrayLike, start: ArrayLike,
-               end: ArrayLike, launch: ArrayLike | None = None) -> np.ndarray:
-        return self._gpu("gpu_memset", pid, tid, device, stream, start, end, "Memset (Device)", launch,
-                         "cudaMemsetAsync")
+    def memset(
+        self,
+        pid: int,
+        tid: ArrayLike,
+        device: ArrayLike,
+        stream: ArrayLike,
+        start: ArrayLike,
+        end: ArrayLike,
+        launch: ArrayLike | None = None,
+    ) -> np.ndarray:
+        return self._gpu(
+            "gpu_memset", pid, tid, device, stream, start, end, "Memset (Device)", launch, "cudaMemsetAsync"
+        )
 
-    def nvtx(self, pid: int, tid: ArrayLike, start: ArrayLike, end: ArrayLike, text: object, kind: int = PUSH_POP,
-             end_tid: ArrayLike | None = None, **_: object) -> None:
+    def nvtx(
+        self,
+        pid: int,
+        tid: ArrayLike,
+        start: ArrayLike,
+        end: ArrayLike,
+        text: object,
+        kind: int = PUSH_POP,
+        end_tid: ArrayLike | None = None,
+        **_: object,
+    ) -> None:
         """Ranges as user_annotation events (what record_function writes); marks are not recorded."""
         if kind == MARK:
             return
@@ -115,26 +176,45 @@ class KinetoWriter:
         self.lines += [
             f'{{\n    "ph": "X", "cat": "user_annotation", "name": {json.dumps(str(x))}, "pid": {pid}, "tid": {t},\n'
             f'    "ts": {ts}, "dur": {du},\n    "args": {{\n      "External id": 0{extra}\n    }}\n  }}'
-            for x, t, ts, du in zip(_broadcast(text, n), _broadcast(tid, n), self._t(start), _us(end - start),
-                                    strict=True)]
+            for x, t, ts, du in zip(
+                _broadcast(text, n), _broadcast(tid, n), self._t(start), _us(end - start), strict=True
+            )
+        ]
 
     def cpu_op(self, pid: int, tid: int, start: int, end: int, name: str, args: dict | None = None) -> None:
-        self.lines.append(json.dumps({"ph": "X", "cat": "cpu_op", "name": name, "pid": pid, "tid": tid,
-                                      "ts": float(self._t(start)[0]), "dur": (end - start) / 1000,
-                                      "args": args or {}}))
+        self.lines.append(
+            json.dumps(
+                {
+                    "ph": "X",
+                    "cat": "cpu_op",
+                    "name": name,
+                    "pid": pid,
+                    "tid": tid,
+                    "ts": float(self._t(start)[0]),
+                    "dur": (end - start) / 1000,
+                    "args": args or {},
+                }
+            )
+        )
 
     def meta_mark(self, pid: int, tid: int, t: int, **meta: object) -> None:
         """Our runner's metadata (top-level `ddp.meta`) and torch's `distributedInfo`."""
         self.top[META_KEY] = meta
         if "rank" in meta:
-            self.top["distributedInfo"] = {"backend": meta.get("backend", "nccl"), "rank": meta["rank"],
-                                           "world_size": meta.get("world_size", 1)}
+            self.top["distributedInfo"] = {
+                "backend": meta.get("backend", "nccl"),
+                "rank": meta["rank"],
+                "world_size": meta.get("world_size", 1),
+            }
 
     def close(self) -> Path:
         """Write the trace (an existing file at path is replaced)."""
         head = ",\n".join(f'  "{k}": {json.dumps(v)}' for k, v in self.top.items())
-        text = (f'{{\n{head},\n  "traceEvents": [\n  ' + ",\n  ".join(self.lines)
-                + f'\n  ],\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {self.base}\n}}\n')
+        text = (
+            f'{{\n{head},\n  "traceEvents": [\n  '
+            + ",\n  ".join(self.lines)
+            + f'\n  ],\n  "displayTimeUnit": "ms",\n  "baseTimeNanoseconds": {self.base}\n}}\n'
+        )
         data = text.encode()
         if self.path.suffix == ".gz":
             data = gzip.compress(data, compresslevel=1)
@@ -142,8 +222,15 @@ class KinetoWriter:
         return self.path
 
 
-def write_kineto_ddp_trace(stem: str | Path, n_kernels: int = 1_000_000, n_ranks: int = 1, n_steps: int = 0,
-                           comm_per_step: int = 25, gz: bool = False, seed: int = 0) -> list[Path]:
+def write_kineto_ddp_trace(
+    stem: str | Path,
+    n_kernels: int = 1_000_000,
+    n_ranks: int = 1,
+    n_steps: int = 0,
+    comm_per_step: int = 25,
+    gz: bool = False,
+    seed: int = 0,
+) -> list[Path]:
     """The DDP-shaped run of synthetic_ddp as one Kineto file per rank; returns the paths."""
     shape = DdpShape(n_kernels, n_ranks, n_steps, comm_per_step)
     rng = np.random.default_rng(seed)

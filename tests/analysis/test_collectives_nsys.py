@@ -4,8 +4,6 @@ equal a pairing written here from the raw NVTX_EVENTS rows."""
 
 import shutil
 import sqlite3
-import subprocess
-import sys
 
 import pytest
 
@@ -54,31 +52,7 @@ def comm_ranges(path):
 @pytest.mark.skipif(NSYS is None, reason="nsys not installed")
 def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
     pytest.importorskip("nvtx")
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    profile = [
-        NSYS,
-        "profile",
-        "-t",
-        "nvtx",
-        "-s",
-        "none",
-        "--cpuctxsw=none",
-        "-o",
-        "run",
-        "-f",
-        "true",
-        sys.executable,
-        "prog.py",
-    ]
-    nsys_cli.profile(profile, cwd=tmp_path)
-    subprocess.run(
-        [NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    path = tmp_path / "run.sqlite"
+    path = nsys_cli.record_program(NSYS, tmp_path, PROGRAM, trace="nvtx")
     view = analyze_collectives(path)
     calls = view.calls.sort_values(["rank", "start_ns"])
     assert view.traces["source"].iloc[0] == "range" and calls["paired"].all() and len(calls) == 8

@@ -2,8 +2,6 @@
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -32,31 +30,8 @@ for i in range(2):
 @pytest.mark.skipif(NSYS is None, reason="nsys not installed")
 def test_real_cpu_export_is_measured_from_nvtx(tmp_path):
     pytest.importorskip("nvtx")
-    (tmp_path / "prog.py").write_text(PROGRAM)
-    profile = [
-        NSYS,
-        "profile",
-        "-t",
-        "nvtx,osrt",
-        "-s",
-        "none",
-        "--cpuctxsw=none",
-        "-o",
-        "run",
-        "-f",
-        "true",
-        sys.executable,
-        "prog.py",
-    ]
-    nsys_cli.profile(profile, cwd=tmp_path)
-    subprocess.run(
-        [NSYS, "export", "--type", "sqlite", "-o", "run.sqlite", "run.nsys-rep"],
-        cwd=tmp_path,
-        capture_output=True,
-        timeout=120,
-        check=True,
-    )
-    result = analyze(tmp_path / "run.sqlite")
+    path = nsys_cli.record_program(NSYS, tmp_path, PROGRAM, trace="nvtx,osrt")
+    result = analyze(path)
     summary = result.summary.iloc[0]
     assert (summary["source"], summary["implementation"], summary["steps"]) == ("nvtx", "nsys_cpu", 2)
     steps = result.steps

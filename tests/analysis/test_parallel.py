@@ -180,11 +180,13 @@ def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files):
 # --- process pool ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # starts a process pool
 def test_jobs_2_gives_the_serial_results_in_input_order(rank_files):
     assert_same(analyze(rank_files, jobs=2), analyze(rank_files, jobs=1))
     assert_same(analyze(rank_files, merge=True, jobs=2), analyze(rank_files, merge=True))
 
 
+@pytest.mark.slow  # starts a process pool
 def test_cli_jobs_2_output_is_byte_identical(rank_files, capsys):
     for extra in ([], ["--merge"]):
         serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
@@ -232,6 +234,7 @@ def exit_in_worker(item: int) -> int:
     return item * 10
 
 
+@pytest.mark.slow  # starts a process pool
 def test_a_worker_that_dies_fails_its_file_only():
     outcomes = run_tasks(exit_in_worker, [0, 1, 2, 3], jobs=2)
     assert [o.value for o in outcomes] == [0, None, 20, 30]
@@ -290,6 +293,7 @@ def _db_rows(path: Path) -> dict:
         return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("ranks", "steps")}
 
 
+@pytest.mark.slow  # starts a process pool
 def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files, tmp_path, capsys, monkeypatch):
     writers = []
     real = report.record_history
@@ -333,6 +337,7 @@ def dask_cluster():
     cluster.close()
 
 
+@pytest.mark.slow  # starts a Dask cluster
 def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_cluster, capsys):
     for extra in ([], ["--merge"]):
         serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
@@ -344,12 +349,14 @@ def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_clu
     assert errors == [f"error: {noise.resolve()}: not an SQLite file"]
 
 
+@pytest.mark.slow  # starts a Dask cluster
 def test_report_on_dask_writes_the_serial_summary(rank_files, dask_cluster, tmp_path, capsys):
     for name, extra in (("serial", ["--jobs", "1"]), ("dask", ["--dask", dask_cluster])):
         assert report.main([*map(str, rank_files), "-o", str(tmp_path / name), "--no-timelines", *extra]) == 0
     assert (tmp_path / "serial" / "summary.csv").read_bytes() == (tmp_path / "dask" / "summary.csv").read_bytes()
 
 
+@pytest.mark.slow  # waits for a Dask scheduler that never answers
 def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.setattr(parallel, "DASK_CONNECT_TIMEOUT", "1s")
@@ -361,6 +368,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 # --- real H100 per-rank traces ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # reads whole real traces
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
     from analysis.engine.rank_merge import merged_call_rows

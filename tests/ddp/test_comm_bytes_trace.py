@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from profiling.nsys import NsysError, find_nsys
+from tests import small_run
 
 REPO = Path(__file__).resolve().parents[2]
 try:
@@ -37,31 +37,7 @@ WHERE e.eventType IN (34, 59, 60)
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("comm_bytes")
-    res = subprocess.run(
-        [
-            "bash",
-            str(REPO / "run_nsys.sh"),
-            *IMPLS,
-            "--gpus",
-            "0",
-            "-o",
-            str(out),
-            "--steps",
-            str(STEPS),
-            "--warmup",
-            str(WARMUP),
-            "--batch-size",
-            "8",
-            "--context-length",
-            "64",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-        cwd=REPO,
-    )
+    res = small_run.record(list(IMPLS), out, STEPS, WARMUP)
     assert res.returncode == 0, res.stderr[-3000:]
     return out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from profiling.nsys import NsysError, find_nsys
+from tests import small_run
 from tests.profiling.test_nsys import REPO
 
 try:
@@ -39,31 +40,7 @@ WHERE e.eventType IN (34, 59, 60)
 def traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("traces")
     (out / "keep.txt").write_text("not ours")
-    res = subprocess.run(
-        [
-            "bash",
-            str(REPO / "run_nsys.sh"),
-            "naive",
-            "overlap",
-            "--gpus",
-            "0",
-            "-o",
-            str(out),
-            "--steps",
-            str(STEPS),
-            "--warmup",
-            str(WARMUP),
-            "--batch-size",
-            "8",
-            "--context-length",
-            "64",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    res = small_run.record(["naive", "overlap"], out, STEPS, WARMUP, timeout_s=300)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads(res.stdout)
     assert [row["impl"] for row in summary] == ["naive", "overlap"]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import small_run
 from tests.profiling.test_end_to_end import PHASES, expected_collectives_per_step
 
 REPO = Path(__file__).resolve().parents[2]
@@ -22,33 +23,7 @@ STEPS, WARMUP = 3, 1
 def traces(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("torch_traces")
     (out / "keep.txt").write_text("not ours")
-    res = subprocess.run(
-        [
-            "bash",
-            str(REPO / "run_nsys.sh"),
-            "naive",
-            "overlap",
-            "--profiler",
-            "torch",
-            "--gpus",
-            "0",
-            "-o",
-            str(out),
-            "--steps",
-            str(STEPS),
-            "--warmup",
-            str(WARMUP),
-            "--batch-size",
-            "8",
-            "--context-length",
-            "64",
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=400,
-    )
+    res = small_run.record(["naive", "overlap"], out, STEPS, WARMUP, "--profiler", "torch")
     assert res.returncode == 0, res.stderr[-3000:]
     assert [row["impl"] for row in json.loads(res.stdout)] == ["naive", "naive", "overlap", "overlap"]
     return out

@@ -4,11 +4,19 @@ JSON parsing is the whole cost of reading these files, so msgspec decodes straig
 structs: complete (`ph: "X"`) events keep only the fields the analysis reads, every other phase
 (flows, metadata, instants, counters) decodes to an empty struct, and unknown keys are skipped
 without building Python objects. To bound memory, the event list is decoded in batches of about
-16 MB of text, each turned into numpy columns and dropped before the next: the top level is decoded
-first with the event array kept as one raw (validated, not built) slice, which is then cut after
-the `}` of an event followed by `,` and `{`. A cut that falls inside a string or a nested object
-leaves that batch unbalanced, so its decode fails, and the batch is extended to the next cut. A
-batch whose events do not fit the fast types (an unusual phase, say) is decoded again leniently.
+16 MB of text, each turned into numpy columns and dropped before the next; the batches are cut
+after the `}` of an event followed by `,` and `{`. A cut that falls inside a string or a nested
+object leaves that batch unbalanced, so its decode fails, and the batch is extended to the next
+cut. A batch whose events do not fit the fast types (an unusual phase, say) is decoded again
+leniently. Uncompressed files are memory-mapped, not read into a copy.
+
+The event array's place is found without a pass over it (`_split_top`): its opening is the first
+`"traceEvents": [`, its close the last `]` after an event's `}` whose following text ends the
+top-level object, and decoding the file with the events cut out (the rest of the top level: a few
+kB) must give `traceEvents: []`. Head and tail checked that way, and every batch decoded, the
+whole file has been validated. When the quick split does not check out (or a batch then fails,
+which a wrong split would cause), the top level is decoded whole, skipping over the event array
+(about 0.5 s per GB), and the events are decoded from there: that path also gives the errors.
 
 Times: Kineto writes microseconds (float, 3 decimals) after `baseTimeNanoseconds` (absent in old
 traces, whose timestamps are absolute); columns hold int64 ns on the file's own clock and
@@ -17,9 +25,12 @@ traces, whose timestamps are absolute); columns hold int64 ns on the file's own 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
+import mmap
 import operator
+import os
 import re
 import zlib
 from collections.abc import Iterator
@@ -132,17 +143,25 @@ def is_kineto(path: Path) -> bool:
     return head.lstrip()[:1] in (b"{", b"[")
 
 
-def _read_bytes(path: Path) -> bytes:
+MMAP_BYTES = 1 << 20  # plain JSON files from this size on are mapped, not read
+
+
+def _read_bytes(path: Path) -> bytes | mmap.mmap:
+    """The file's JSON text: decompressed when gzipped, memory-mapped when plain and large."""
     try:
-        data = path.read_bytes()
-        return gzip.decompress(data) if data[:2] == GZIP_MAGIC else data
+        with open(path, "rb") as f:
+            head = f.read(2)
+            if head != GZIP_MAGIC and os.fstat(f.fileno()).st_size >= max(MMAP_BYTES, 1):  # no map of nothing
+                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            data = head + f.read()
+        return gzip.decompress(data) if head == GZIP_MAGIC else data
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise TraceError(f"{path}: truncated or corrupt gzip file ({e})") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
 
 
-def _decode_top(path: Path, data: bytes) -> RawFile:
+def _decode_top(path: Path, data: bytes | mmap.mmap) -> RawFile:
     """The top-level keys, the events as one raw slice of `data` (validates the whole JSON)."""
     try:
         return msgspec.json.decode(data, type=RawFile)
@@ -152,31 +171,76 @@ def _decode_top(path: Path, data: bytes) -> RawFile:
         raise TraceError(f"{path}: not valid JSON ({e})") from None
 
 
-def _event_batches(path: Path, data: bytes, events: msgspec.Raw) -> Iterator[list]:
-    """The complete events of the event array (a raw slice of data), decoded batch by batch."""
+_EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BLANK = frozenset(b" \t\r\n")
+SPLIT_TRIES = 64  # closing brackets tried, from the end, before the whole top level is decoded instead
+
+
+def _split_top(data: bytes | mmap.mmap) -> tuple[RawFile, int, int] | None:
+    """(top-level keys, place of the event array's `[`, of its `]`) without a pass over the events,
+    or None when no split checks out on the top level (see the module docstring). The events'
+    decode confirms it: the list of an array-valued key after the events can pass for their end."""
+    opening = _EVENTS_OPEN.search(data)
+    if opening is None:
+        return None
+    first = close = opening.end() - 1
+    close = len(data)
+    whole = memoryview(data)
+    try:
+        for _ in range(SPLIT_TRIES):
+            close = data.rfind(b"]", first + 1, close)
+            if close < 0:
+                return None
+            before = close - 1
+            while data[before] in _BLANK:
+                before -= 1
+            if before != first and data[before] != ord("}"):
+                continue  # an array closes after its last event's "}" (or at once when empty)
+            try:
+                doc = msgspec.json.decode(b"".join((whole[: first + 1], whole[close:])), type=RawFile)
+            except msgspec.MsgspecError:
+                continue
+            if bytes(doc.traceEvents) == b"[]":
+                return doc, first, close
+        return None
+    finally:
+        whole.release()
+
+
+def _raw_bounds(path: Path, data: bytes | mmap.mmap, events: msgspec.Raw) -> tuple[bytes | mmap.mmap, int, int]:
+    """(data, place of `[`, of `]`) of the raw event array `events`, a slice of data (or a copy)."""
     view = np.frombuffer(events, dtype=np.uint8)
     first = view.ctypes.data - np.frombuffer(data, dtype=np.uint8).ctypes.data  # the slice's place in data
     if not 0 <= first <= len(data) - view.size:  # a copy, not a view: use it as it is
         data, first = bytes(events), 0
-    last = first + view.size - 1  # its closing "]"
+    last = first + view.size - 1
     if data[first : first + 1] != b"[" or data[last : last + 1] != b"]":
         raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (traceEvents is not an array)")
+    return data, first, last
+
+
+def _event_batches(path: Path, data: bytes | mmap.mmap, first: int, last: int) -> Iterator[list]:
+    """The complete events of the event array data[first:last + 1] ("[" to "]"), decoded batch by batch."""
     start = first + 1
-    while True:
-        cut = _CUT.search(data, min(start + BATCH_BYTES, last), last)
+    whole = memoryview(data)
+    try:
         while True:
-            end = cut.start() + 1 if cut else last
-            try:
-                complete = _complete_events(path, b"".join((b"[", memoryview(data)[start:end], b"]")))  # one copy
-                break
-            except msgspec.DecodeError:  # the cut fell inside a string or a nested object
-                if cut is None:
-                    raise TraceError(f"{path}: not valid JSON (in traceEvents)") from None
-                cut = _CUT.search(data, cut.end(), last)
-        yield complete
-        if cut is None:
-            return
-        start = cut.end() - 1  # the "{" of the next event
+            cut = _CUT.search(data, min(start + BATCH_BYTES, last), last)
+            while True:
+                end = cut.start() + 1 if cut else last
+                try:
+                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")))  # one copy
+                    break
+                except msgspec.DecodeError:  # the cut fell inside a string or a nested object
+                    if cut is None:
+                        raise TraceError(f"{path}: not valid JSON (in traceEvents)") from None
+                    cut = _CUT.search(data, cut.end(), last)
+            yield complete
+            if cut is None:
+                return
+            start = cut.end() - 1  # the "{" of the next event
+    finally:
+        whole.release()
 
 
 def _complete_events(path: Path, batch: bytes) -> list:
@@ -210,10 +274,17 @@ def _info(doc: RawFile) -> dict:
 def read_kineto(path: Path) -> KinetoFile:
     """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
     data = _read_bytes(path)
-    doc = _decode_top(path, data)
-    batches = [batch_columns(complete) for complete in _event_batches(path, data, doc.traceEvents)]
+    batches, split = None, _split_top(data)
+    if split is not None:
+        doc, first, last = split
+        with contextlib.suppress(TraceError):  # a wrong split fails so too: the whole decode below names the fault
+            batches = [batch_columns(complete) for complete in _event_batches(path, data, first, last)]
+    if batches is None:
+        doc = _decode_top(path, data)
+        data, first, last = _raw_bounds(path, data, doc.traceEvents)
+        doc.traceEvents = msgspec.Raw()  # the raw slice keeps data alive
+        batches = [batch_columns(complete) for complete in _event_batches(path, data, first, last)]
     del data
-    doc.traceEvents = msgspec.Raw()  # the raw slice kept data alive
     gpu, runtime, ranges, autograd = (joined(batches, f) for f in ("gpu", "runtime", "ranges", "autograd"))
     comms = [c for b in batches for c in b["comms"]]
     sampled = batches[0]["sampled_pids"]

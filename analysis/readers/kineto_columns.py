@@ -57,6 +57,12 @@ def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.nd
         return np.array([v if isinstance(v, int) else default for v in field_values(events, name)], dtype=np.int64)
 
 
+def _or_field(values: np.ndarray, events: Sequence[_Fields], name: str) -> np.ndarray:
+    """values, with the events' `name` field where a value is missing (-1); that field is read only then."""
+    missing = values < 0
+    return np.where(missing, _int_field(events, name), values) if missing.any() else values
+
+
 def _times(events: Sequence[_Fields]) -> tuple[np.ndarray, np.ndarray]:
     start = _ns(_floats(events, "ts"))
     return start, start + np.maximum(_ns(_floats(events, "dur")), 0)
@@ -97,8 +103,8 @@ def batch_columns(complete: list) -> dict:
     gpu = {
         "kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
         "name": field_values(gpu_events, "name"),
-        "device": np.where(device >= 0, device, _int_field(gpu_events, "pid")),
-        "stream": np.where(stream >= 0, stream, _int_field(gpu_events, "tid")),
+        "device": _or_field(device, gpu_events, "pid"),
+        "stream": _or_field(stream, gpu_events, "tid"),
         "start": start,
         "end": end,
         "correlation": _int_field(args, "correlation"),

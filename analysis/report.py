@@ -12,134 +12,28 @@ Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2
 from __future__ import annotations
 
 import argparse
-import hashlib
 import sys
 import time
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from analysis import cli
+from analysis.engine.report_runs import AnalyzedTrace, analyze_all, loaded_trace, steps_frame, summary_frame
 from analysis.errors import TraceError
 from analysis.measures.patterns import Patterns
-from analysis.readers.load import TraceInput, group_inputs
+from analysis.readers.load import group_inputs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
 from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_history
 from analysis.views.table import print_frame
 
-if TYPE_CHECKING:
-    from analysis.engine.analyze import Analysis
-    from analysis.engine.rank_merge import FileResult
-    from analysis.frames.trace import Trace
-
 FORMATS = ("table", "csv", "json")
-
-
-@dataclass(frozen=True)
-class AnalyzedTrace:
-    """One input trace: its label (the path, or the rank files' pattern), content hash, trace, analysis."""
-
-    path: str
-    name: str
-    sha256: str
-    trace: Trace | None  # None: the analysis ran file by file and the timelines load the trace again
-    analysis: Analysis
-    paths: tuple = ()
 
 
 def progress(message: str) -> None:
     print(f"[report] {message}", file=sys.stderr, flush=True)
-
-
-def content_hash(path: Path) -> str:
-    """sha256 of the file's bytes, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def group_sha256(hashes: list[str]) -> str:
-    """A trace's hash: its file's, or for per-rank files the sha256 of their hashes joined."""
-    return hashes[0] if len(hashes) == 1 else hashlib.sha256("".join(hashes).encode()).hexdigest()
-
-
-def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
-    """One file's analysis with its content hash (runs in worker processes: see engine/parallel.py)."""
-    from dataclasses import replace
-
-    from analysis.engine.rank_merge import analyze_file
-
-    return replace(analyze_file(path, patterns), sha256=content_hash(path))
-
-
-def analyze_all(
-    inputs: list[TraceInput], jobs: int | None, dask: str | None, patterns: Patterns | None = None
-) -> tuple[list[AnalyzedTrace], list[str]]:
-    """Every file of every input analysed on its own (here, in --jobs processes or on --dask), per-rank
-    files merged from their results; prints each bad file's error and returns (results, bad files)."""
-    from analysis.engine.parallel import Progress, check_jobs, default_jobs
-    from analysis.engine.rank_merge import analyze_groups, report_failures
-
-    check_jobs(jobs)
-    files = [p for inp in inputs for p in inp.paths]
-    done = analyze_groups(
-        [list(inp.paths) for inp in inputs],
-        patterns,
-        jobs=jobs or default_jobs(files),
-        dask=dask,
-        progress=Progress(len(files), "[report]"),
-        task=partial(hashed_file, patterns=patterns),
-    )
-    bad = report_failures(done)
-    results = [
-        AnalyzedTrace(
-            inp.label,
-            inp.name,
-            group_sha256([f.sha256 for f in g.files] or [content_hash(p) for p in inp.paths]),  # merged runs
-            None,
-            g.merged.analysis,
-            inp.paths,
-        )
-        for inp, g in zip(inputs, done, strict=True)
-        if g.merged is not None
-    ]
-    return results, bad
-
-
-def loaded_trace(result: AnalyzedTrace, patterns: Patterns | None = None) -> Trace:
-    """The result's trace, loaded again when the analysis did not keep it."""
-    from analysis.readers.load import load_trace
-
-    return result.trace if result.trace is not None else load_trace(list(result.paths), patterns)
-
-
-def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
-    """One row per trace, fastest first, with labels unique across traces and speedup over naive."""
-    rows = [{**r.analysis.summary.iloc[0].to_dict(), "trace": str(r.path), "sha256": r.sha256} for r in results]
-    frame = pd.DataFrame(rows)
-    dup = frame["implementation"].duplicated(keep=False)
-    frame["label"] = np.where(
-        dup, frame["implementation"] + " (" + frame["trace"].map(lambda p: Path(p).stem) + ")", frame["implementation"]
-    )
-    naive = frame.loc[frame["implementation"] == "naive", "step_ms"]
-    frame["speedup_vs_naive"] = naive.iloc[0] / frame["step_ms"] if len(naive) else np.nan
-    return frame.sort_values("step_ms", kind="stable", na_position="last").reset_index(drop=True)
-
-
-def steps_frame(results: list[AnalyzedTrace], summary: pd.DataFrame) -> pd.DataFrame:
-    """Every (trace, rank, step) row of the analyses with the trace's label."""
-    labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    return pd.concat(
-        [r.analysis.steps.assign(label=labels[str(r.path)], trace=str(r.path), sha256=r.sha256) for r in results],
-        ignore_index=True,
-    )
 
 
 def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
@@ -234,17 +128,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
         epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
-        description="Compare implementations from nsys SQLite exports: writes index.html (ranking table, "
-        "per-step time breakdown, step spread, timeline links), one timeline per trace, a "
-        "naive-vs-best timeline, summary.csv and results.db into the -o folder, and nothing "
-        "outside it. Prints the summary table.",
+        description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
+        "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
+        "timeline per trace, a naive-vs-best timeline, summary.csv and results.db into the -o folder, "
+        "and nothing outside it. Prints the summary table.",
     )
     ap.add_argument(
         "traces",
         nargs="+",
         type=Path,
-        help="nsys SQLite exports, one per implementation; <impl>.rank<N>.sqlite files of one folder "
-        "(run_nsys.sh --per-rank) are merged into one trace",
+        help="nsys SQLite exports or torch.profiler JSON traces, one per implementation; "
+        "<impl>.rank<N>.sqlite (or .json.gz) files of one folder (run_nsys.sh --per-rank, --profiler torch) "
+        "are merged into one trace",
     )
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")

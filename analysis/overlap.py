@@ -170,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.groups import analyze_groups, concat_analyses, report_failures
     from analysis.engine.parallel import Progress, check_jobs, default_jobs
-    from analysis.engine.rank_merge import analyze_groups, concat_analyses, report_failures
 
     patterns = cli.patterns_from(args)
     check_jobs(args.jobs)

@@ -135,10 +135,10 @@ def analyze(
     dask: str | None = None,
 ) -> Analysis:
     """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run;
-    files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, rank_merge.py).
+    files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, groups.py).
     Raises TraceError naming every file that failed."""
+    from analysis.engine.groups import analyze_groups, concat_analyses  # deferred: it builds on this module
     from analysis.engine.parallel import Progress
-    from analysis.engine.rank_merge import analyze_groups, concat_analyses  # deferred: it builds on this module
 
     if skip_steps < 0:
         raise TraceError(f"skip_steps={skip_steps}: must be >= 0")

@@ -1,16 +1,12 @@
-"""Analyse the one-rank files of a run one file at a time and merge the small results, not the events.
+"""Merge the results of one run's per-rank files (file_task.FileResult) into the run's analysis,
+without its events: `combine(paths, results) -> Merged`.
 
-A merged run's ranks are independent once their clocks are aligned: every metric is computed from
-one rank's own work, so `analyze_file` (one export: load, `analyze_trace`, and the export's
-session clock from TARGET_INFO_SESSION_START_TIME) can run in any process, and `combine` turns
-the per-file results into exactly what `analyze_trace(load_trace(group))` gives for the whole
-group: ranks numbered across files the same way, rows in rank order, the run's metadata and
-shared-GPU flags from every file's ddp.meta marks and target info (ranks of two files may share a
-GPU), the summary over every rank-step. No process ever holds more than one file's events.
-The collectives' wait/transfer split (metrics.SPLIT_METRICS) pairs every rank's calls: each file
-also returns its collective calls (one row per call, and each rank's compute only where it lies
-under that rank's calls: all that the exposed parts look at), and `combine` shifts them onto the
-first file's clock and pairs them with the one-piece code (collective_rows.rows_of_calls).
+`combine` turns the per-file results into exactly what `analyze_trace(load_trace(group))` gives
+for the whole group: ranks numbered across files the same way, rows in rank order, the run's
+metadata and shared-GPU flags from every file's ddp.meta marks and target info (ranks of two files
+may share a GPU), the summary over every rank-step. The collectives' wait/transfer split
+(metrics.SPLIT_METRICS) pairs every rank's calls: the files' calls are shifted onto the first
+file's clock and paired with the one-piece code (collective_rows.rows_of_calls).
 torch.profiler JSON runs are merged in one task (`analyze_whole`): the loader checks their files
 are one job's, and takes their clocks from the JSON.
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
@@ -20,52 +16,25 @@ finished it.
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
-from functools import partial
+from collections.abc import Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import TRACE_KEYS, Analysis, analyze_trace, trace_summary
-from analysis.engine.parallel import Outcome, Progress, run_tasks
+from analysis.engine.file_task import TEXT_CALL_COLUMNS, FileResult
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
-from analysis.measures.collective_calls import Calls, find_calls
+from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import rows_of_calls, with_comm_split
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps
-from analysis.readers.kineto_json import is_kineto
 from analysis.readers.load import load_trace
-from analysis.readers.nsys_db import NsysExport
-
-
-@dataclass(frozen=True)
-class FileResult:
-    """One export analysed alone. `ranks`: part-free rank table (rank as numbered inside this file,
-    pid, device, meta_rank from its `ddp.meta` mark or None); `step_ranges`: pid, step, start, end
-    on this file's clock; `clock_offset`: UTC ns minus trace-clock ns at its session start; `meta`
-    ({pid: ddp.meta dict}) and `info` (the export's target info): what the run's metadata and the
-    shared-GPU flags of the merged run are computed from; `calls`: the file's collective calls on
-    its own clock, compute cut to the calls (`calls_to_ship`), for the wait/transfer split."""
-
-    path: str
-    analysis: Analysis
-    source: str
-    nsys_version: str
-    implementation: str | None  # from the file's ddp.meta marks, None when they do not say
-    ranks: pd.DataFrame
-    step_ranges: pd.DataFrame
-    clock_offset: int
-    meta: dict = field(default_factory=dict)
-    info: dict = field(default_factory=dict)
-    sha256: str = ""
-    calls: Calls | None = None
 
 
 @dataclass(frozen=True)
@@ -74,73 +43,6 @@ class Merged:
 
     analysis: Analysis
     across_ranks: pd.DataFrame
-
-
-@dataclass(frozen=True)
-class GroupOutcome:
-    """A group of files: its merged result, or the one-line errors of the files that failed."""
-
-    paths: tuple[Path, ...]
-    merged: Merged | None
-    errors: tuple[str, ...]
-    failed: tuple[Path, ...] = ()
-    files: tuple[FileResult, ...] = ()  # the files that were analysed
-
-
-def session_offset(path: str | Path) -> int:
-    """The export's UTC-minus-trace-clock offset from its session-start metadata (no events read)."""
-    ex = NsysExport(Path(path))
-    try:
-        return ex.clock_offset()
-    finally:
-        ex.conn.close()
-
-
-def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
-    """Load and analyse one export; what `combine` needs to merge it with the run's other files. A
-    torch.profiler file's clock offset is 0: it is combined only with itself (see analyze_groups)."""
-    trace = load_trace(path, patterns)
-    calls = find_calls(trace, patterns)
-    analysis = analyze_trace(trace, patterns, skip_steps, calls)
-    meta_rank = [
-        trace.meta.get((int(part), int(pid)), {}).get("rank")
-        for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)
-    ]
-    ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
-    steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
-    implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
-    offset = 0 if is_kineto(Path(path)) else session_offset(path)
-    return FileResult(
-        str(path),
-        analysis,
-        trace.source,
-        trace.nsys_version,
-        implementation,
-        ranks,
-        steps,
-        offset,
-        {pid: m for (_, pid), m in trace.meta.items()},
-        trace.info.get(0, {}),
-        calls=calls_to_ship(calls),
-    )
-
-
-TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel"]  # few distinct values: shipped as categoricals
-
-
-def calls_to_ship(calls: Calls) -> Calls:
-    """The calls with text columns as categoricals and each rank's compute cut to the union of that
-    rank's calls: `pairing.exposure` only measures compute inside a call, so the cut set gives the
-    same figures and stays small (10,000 calls of a 1M-kernel file: 1.7 MB pickled, 2.6 MB as found)."""
-    frame = calls.frame.astype(dict.fromkeys(TEXT_CALL_COLUMNS, "category"))
-    rows = frame.groupby("rank", sort=False).indices
-    none = np.zeros(0, dtype=np.int64)
-    compute = {}
-    for rank, (s, e) in calls.compute.items():  # one iteration per rank
-        mine = rows.get(rank, none)
-        spans = iv.union(frame["start_ns"].to_numpy()[mine], frame["end_ns"].to_numpy()[mine])
-        compute[rank] = iv.intersect(s, e, *spans)
-    return Calls(frame, calls.source, compute)
 
 
 def _global_ranks(results: Sequence[FileResult], parts: Sequence[int]) -> pd.DataFrame:
@@ -327,100 +229,3 @@ def analyze_whole(paths: Sequence[str | Path], patterns: Patterns | None = None,
     ranges = find_steps(trace.nvtx, patterns or Patterns())
     parts = {int(p): frame for p, frame in ranges.groupby("part")}
     return Merged(analysis, across_ranks(steps, parts, dict.fromkeys(parts, 0)))  # one clock already
-
-
-def loaded_whole(group: Sequence[str | Path]) -> bool:
-    """Whether a group is analysed in one task (`analyze_whole`): a merge with a torch.profiler file."""
-    return len(group) > 1 and any(is_kineto(Path(p)) for p in group)
-
-
-def analyze_groups(
-    groups: Sequence[Sequence[Path]],
-    patterns: Patterns | None = None,
-    skip_steps: int = 0,
-    jobs: int = 1,
-    dask: str | None = None,
-    progress: Progress | None = None,
-    task: Callable | None = None,
-) -> list[GroupOutcome]:
-    """Every file of every group as its own task (serial, process pool or Dask), then each group
-    combined; a group with a failed file gets that file's error and no result. `task(path)` replaces
-    `analyze_file` (it must return a FileResult). Groups for which `loaded_whole` holds run as one
-    task each, after the files."""
-    task = task or partial(analyze_file, patterns=patterns, skip_steps=skip_steps)
-    whole = [loaded_whole(g) for g in groups]
-    by_file = [g for g, w in zip(groups, whole, strict=True) if not w]
-    files = [Path(p) for group in by_file for p in group]
-    opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
-    outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress) if files else []
-    together = iter(
-        _analyze_whole_groups(
-            [g for g, w in zip(groups, whole, strict=True) if w], patterns, skip_steps, jobs, dask, progress
-        )
-        if any(whole)
-        else []
-    )
-    out, at = [], 0
-    for group, w in zip(groups, whole, strict=True):
-        if w:
-            out.append(next(together))
-            continue
-        mine: list[Outcome] = outcomes[at : at + len(group)]
-        at += len(group)
-        errors = tuple(o.error for o in mine if o.error is not None)
-        failed = tuple(Path(p) for p, o in zip(group, mine, strict=True) if not o.ok)
-        merged = None if errors else combine(list(group), [o.value for o in mine])
-        analysed = tuple(o.value for o in mine if o.ok)
-        out.append(GroupOutcome(tuple(Path(p) for p in group), merged, errors, failed, analysed))
-    return out
-
-
-def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
-    """Several analyses as one, rows in the given order."""
-    return Analysis(
-        **{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True) for f in fields(Analysis)}
-    )
-
-
-def _analyze_whole_groups(
-    groups: Sequence[Sequence[Path]],
-    patterns: Patterns | None,
-    skip_steps: int,
-    jobs: int,
-    dask: str | None,
-    progress: Progress | None,
-) -> list[GroupOutcome]:
-    """One task per group (analyze_whole); a bad file fails its group with the loader's one-line error."""
-    items = [tuple(Path(p).resolve() if dask else Path(p) for p in g) for g in groups]
-    outcomes = run_tasks(
-        partial(analyze_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs, dask=dask, progress=progress
-    )
-    out = []
-    for group, outcome in zip(groups, outcomes, strict=True):
-        paths = tuple(Path(p) for p in group)
-        if outcome.error is not None:
-            failed = tuple(p for p in paths if str(p) in outcome.error or str(p.resolve()) in outcome.error) or paths
-            out.append(GroupOutcome(paths, None, (outcome.error,), failed))
-            continue
-        merged = outcome.value
-        if dask:  # the workers saw absolute paths: the group's keys use the paths as given
-            label = ", ".join(str(p) for p in group)
-            merged = Merged(
-                Analysis(**{f.name: getattr(merged.analysis, f.name).assign(path=label) for f in fields(Analysis)}),
-                merged.across_ranks.assign(path=label),
-            )
-        out.append(GroupOutcome(paths, merged, ()))
-    return out
-
-
-def report_failures(groups: Sequence[GroupOutcome]) -> list[str]:
-    """Print each failed file's (or merged run's) one-line error, then, when there were several, a
-    closing line naming every failed file; returns the failed files."""
-    for g in groups:
-        for error in g.errors:
-            print(f"error: {error}", file=sys.stderr, flush=True)
-    bad = [str(p) for g in groups for p in g.failed]
-    if sum(len(g.errors) for g in groups) > 1:  # one error line already names its file(s)
-        total = sum(len(g.paths) for g in groups)
-        print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
-    return bad

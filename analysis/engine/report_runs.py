@@ -1,7 +1,7 @@
 """The report's inputs analysed, hashed and ranked: what `python -m analysis.report` writes out.
 
 Each input (a trace, or one run's per-rank files) is analysed file by file through
-`rank_merge.analyze_groups` (here, in --jobs processes or on a Dask cluster), every file with the
+`groups.analyze_groups` (here, in --jobs processes or on a Dask cluster), every file with the
 sha256 of its bytes, which keys the report's results.db rows; `summary_frame` ranks the inputs and
 `steps_frame` lists their steps.
 """
@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import Analysis
+from analysis.engine.file_task import FileResult, analyze_file
+from analysis.engine.groups import analyze_groups, report_failures
 from analysis.engine.parallel import Progress, check_jobs, default_jobs
-from analysis.engine.rank_merge import FileResult, analyze_file, analyze_groups, report_failures
 from analysis.frames.trace import Trace
 from analysis.measures.patterns import Patterns
 from analysis.readers.load import TraceInput, load_trace

@@ -17,8 +17,9 @@ import pytest
 
 from analysis import analyze, analyze_trace, overlap, report
 from analysis.engine import parallel
+from analysis.engine.file_task import analyze_file, session_offset
 from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
-from analysis.engine.rank_merge import analyze_file, combine, session_offset
+from analysis.engine.rank_merge import combine
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.readers.load import load_trace
 from tests.support.synthetic import NsysWriter

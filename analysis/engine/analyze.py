@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.run_info import trace_metadata
 from analysis.frames.trace import Trace
-from analysis.measures.activity import rank_work
+from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
@@ -84,10 +84,16 @@ def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def analyze_trace(
-    trace: Trace, patterns: Patterns | None = None, skip_steps: int = 0, calls: Calls | None = None
+    trace: Trace,
+    patterns: Patterns | None = None,
+    skip_steps: int = 0,
+    calls: Calls | None = None,
+    works: list[RankWork] | None = None,
 ) -> Analysis:
-    """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, when already found)."""
-    works = rank_work(trace, patterns)  # the interval sets both the metrics and the collectives' split use
+    """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, `works`: its
+    activity.rank_work, when the caller has them already)."""
+    if works is None:  # the interval sets both the metrics and the collectives' split use
+        works = rank_work(trace, patterns)
     per_step, totals = measure_trace(trace, patterns, works)
     rows = call_rows(trace, patterns, works, calls)[0]
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view

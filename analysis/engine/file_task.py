@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace
 from analysis.measures import intervals as iv
+from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps
@@ -61,8 +62,9 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     """Load and analyse one export; what `combine` needs to merge it with the run's other files. A
     torch.profiler file's clock offset is 0: it is combined only with itself (see analyze_groups)."""
     trace = load_trace(path, patterns)
-    calls = find_calls(trace, patterns)
-    analysis = analyze_trace(trace, patterns, skip_steps, calls)
+    works = rank_work(trace, patterns)  # once: the calls' compute and the metrics both come from it
+    calls = find_calls(trace, patterns, works)
+    analysis = analyze_trace(trace, patterns, skip_steps, calls, works)
     meta_rank = [
         trace.meta.get((int(part), int(pid)), {}).get("rank")
         for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)
@@ -100,5 +102,13 @@ def calls_to_ship(calls: Calls) -> Calls:
     for rank, (s, e) in calls.compute.items():  # one iteration per rank
         mine = rows.get(rank, none)
         spans = iv.union(frame["start_ns"].to_numpy()[mine], frame["end_ns"].to_numpy()[mine])
-        compute[rank] = iv.intersect(s, e, *spans)
+        near = _overlapping(s, e, *spans)
+        compute[rank] = iv.intersect(s[near], e[near], *spans)
     return Calls(frame, calls.source, compute)
+
+
+def _overlapping(starts: np.ndarray, ends: np.ndarray, span_starts: np.ndarray, span_ends: np.ndarray) -> np.ndarray:
+    """Which intervals overlap a canonical set (the calls' spans): the few that `iv.intersect` then
+    cuts, instead of sweeping every compute kernel of the file."""
+    last = np.searchsorted(span_starts, ends, side="left") - 1  # the last span starting before each end
+    return (last >= 0) & (span_ends[np.maximum(last, 0)] > starts) if span_starts.size else np.zeros(len(starts), bool)

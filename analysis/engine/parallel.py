@@ -32,6 +32,15 @@ MEMORY_SHARE = 0.8  # leave a fifth of the available memory to everything else
 PROGRESS_AFTER_S = 3.0  # stay quiet for runs shorter than this
 PROGRESS_EVERY_S = 2.0
 DASK_CONNECT_TIMEOUT = "20s"
+# A LocalCluster's workers (--dask local) without two of distributed's defaults that slow these tasks:
+# MALLOC_TRIM_THRESHOLD_=65536 in the workers' environment also fixes glibc's mmap threshold at
+# 128 KiB, so every array of a file's frames is mmapped and faulted in anew (a 1M-kernel file: 2.1
+# instead of 1.3 s CPU), and the sampling profiler thread takes the GIL every 10 ms. Workers of a
+# cluster given by address keep their own settings (docs/scale.md says how to start them).
+LOCAL_DASK_CONFIG = {
+    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
+    "distributed.worker.profile.enabled": False,
+}
 WORKER_RETRIES = 1  # items in flight when a worker process dies are run once more in a new pool
 # imported once by the fork server and inherited by every worker; not our own modules: a worker
 # re-runs the CLI's main module (`python -m analysis.overlap`), which must not be imported before
@@ -220,6 +229,7 @@ def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
     """A distributed.Client for `address`, or for a new LocalCluster of `jobs` one-thread workers when
     the address is "local"; a missing extra or an unreachable scheduler is a TraceError."""
     try:
+        import dask
         from distributed import Client, LocalCluster
     except ImportError:
         raise TraceError(
@@ -227,7 +237,8 @@ def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
         ) from None
     try:
         if address == "local":
-            cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+            with dask.config.set(LOCAL_DASK_CONFIG):
+                cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
             return Client(cluster), cluster
         return Client(address, timeout=DASK_CONNECT_TIMEOUT), None
     except (OSError, TimeoutError, ValueError) as e:

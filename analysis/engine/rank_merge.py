@@ -29,7 +29,7 @@ from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import Calls
-from analysis.measures.collective_rows import rows_of_calls, with_comm_split
+from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, rows_of_calls, split_rows, with_comm_split
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
 from analysis.measures.patterns import Patterns
@@ -57,9 +57,11 @@ def _global_ranks(results: Sequence[FileResult], parts: Sequence[int]) -> pd.Dat
 
 def _renumbered(frame: pd.DataFrame, part: int, ranks: pd.DataFrame) -> pd.DataFrame:
     """A per-rank frame of file `part` with its ranks renumbered across files (and a part column)."""
-    mine = ranks.loc[ranks["part"] == part, ["rank", "pid", "device", "global_rank"]]
-    found = frame[["rank", "pid", "device"]].merge(mine, on=["rank", "pid", "device"], how="left")  # keeps row order
-    return frame.assign(rank=found["global_rank"].to_numpy(dtype=np.int64), part=part)
+    mine = ranks[ranks["part"] == part]
+    at = pd.Index(mine["rank"].to_numpy()).get_indexer(frame["rank"].to_numpy())  # a file's ranks are distinct
+    if (at < 0).any():
+        raise ValueError(f"file {part}: a row's rank is not in the file's rank table")
+    return frame.assign(rank=mine["global_rank"].to_numpy(dtype=np.int64)[at], part=part)
 
 
 def _keyed(frame: pd.DataFrame, keys: dict) -> pd.DataFrame:
@@ -89,7 +91,8 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
         frames[f.name] = _keyed(merged, keys)
     offsets = [r.clock_offset for r in results]
     if len(results) > 1:  # one file's own split pairs all its ranks' calls already
-        rows = _call_rows(run, results, kept, ranks)
+        calls = _merged_calls(results, kept, ranks, offsets, text=False)
+        rows = split_rows(calls, world_size(run.meta, len(run.ranks)))
         frames["steps"], frames["totals"] = with_comm_split(
             frames["steps"].drop(columns=SPLIT_METRICS), frames["totals"].drop(columns=SPLIT_METRICS), rows
         )
@@ -115,11 +118,13 @@ def _call_rows(run: Trace, results: Sequence[FileResult], kept: Sequence[int], r
 
 
 def _merged_calls(
-    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, offsets: Sequence[int]
+    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, offsets: Sequence[int], text: bool = True
 ) -> Calls:
     """Every kept file's calls and compute as `find_calls` finds them in the one-piece load: ranks
     numbered across files, times shifted onto the first file's clock, kernel calls only when any file
-    has them (a one-piece load takes the kernel source for the whole run when any rank has them)."""
+    has them (a one-piece load takes the kernel source for the whole run when any rank has them).
+    text=False: only the columns the pairing reads (SPLIT_CALL_COLUMNS), `op` as a code shared by
+    the files (an integer per op name) instead of the text."""
     kept_calls = {i: c for i in kept if (c := results[i].calls) is not None}
     if len(kept_calls) < len(kept):
         raise ValueError("combine needs each file's collective calls (FileResult.calls)")
@@ -129,15 +134,26 @@ def _merged_calls(
         calls = kept_calls[i]
         shift = offsets[i] - offsets[0]
         if calls.source == source:
-            frame = _renumbered(calls.frame, i, ranks)
-            frames.append(frame.assign(**{c: frame[c] + shift for c in ("issue_ns", "start_ns", "end_ns")}))
+            frame = _renumbered(calls.frame if text else calls.frame[SPLIT_CALL_COLUMNS], i, ranks)
+            times = [c for c in ("issue_ns", "start_ns", "end_ns") if c in frame]
+            frames.append(frame.assign(**{c: frame[c] + shift for c in times}))
         mine = ranks[ranks["part"] == i]
         for local, rank in zip(mine["rank"], mine["global_rank"], strict=True):  # one iteration per rank
             s, e = calls.compute.get(int(local), (iv.EMPTY, iv.EMPTY))
             compute[int(rank)] = (s + shift, e + shift)
-    frame = pd.concat(frames, ignore_index=True).astype(dict.fromkeys(TEXT_CALL_COLUMNS, str))  # find_calls' dtype
+    if text:
+        frame = pd.concat(frames, ignore_index=True).astype(dict.fromkeys(TEXT_CALL_COLUMNS, str))  # find_calls' dtype
+    else:
+        frame = pd.concat(frames, ignore_index=True).assign(op=np.concatenate(_op_codes([f["op"] for f in frames])))
     frame = frame.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     return Calls(frame, source, compute)
+
+
+def _op_codes(ops: Sequence[pd.Series]) -> list[np.ndarray]:
+    """Each file's op column as integer codes of one table of op names across the files (-1: none)."""
+    cats = [op.astype("category").cat for op in ops]
+    names = pd.Index(pd.unique(np.concatenate([c.categories.to_numpy(dtype=object) for c in cats])))
+    return [np.where(c.codes >= 0, names.get_indexer(c.categories)[c.codes], -1) for c in cats]
 
 
 def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: str, ranks: pd.DataFrame) -> Trace:

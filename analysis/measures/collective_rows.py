@@ -85,6 +85,28 @@ def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, rank
     return rows[ROW_COLUMNS], facts
 
 
+SPLIT_CALL_COLUMNS = ["rank", "op", "step", "start_ns", "end_ns"]  # what split_rows reads of the calls
+
+
+def split_rows(calls: Calls, world: int) -> pd.DataFrame:
+    """What `comm_split_by_step` reads of rows_of_calls' rows (rank, step, paired, wait_ms,
+    transfer_ms, exposed_wait_ms, exposed_transfer_ms), computed the same way from the calls'
+    SPLIT_CALL_COLUMNS (`op` only groups calls: any dtype) without the bandwidths and text."""
+    rows = pair(calls.frame[SPLIT_CALL_COLUMNS], world)
+    exposed = exposure(rows, calls.compute)
+    return pd.DataFrame(
+        {
+            "rank": rows["rank"],
+            "step": rows["step"],
+            "paired": rows["paired"],
+            "wait_ms": rows["wait_ns"] / NS_PER_MS,
+            "transfer_ms": rows["transfer_ns"] / NS_PER_MS,
+            "exposed_wait_ms": exposed["exposed_wait_ns"] / NS_PER_MS,
+            "exposed_transfer_ms": exposed["exposed_transfer_ns"] / NS_PER_MS,
+        }
+    )
+
+
 def _note(rows: pd.DataFrame, world: int, ranks: int) -> str:
     """Why some calls have no wait/transfer ('' when every call is paired)."""
     if rows.empty:

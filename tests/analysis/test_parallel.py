@@ -350,6 +350,31 @@ def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_clu
     assert errors == [f"error: {noise.resolve()}: not an SQLite file"]
 
 
+def worker_settings() -> tuple:
+    import dask
+
+    return os.environ.get("MALLOC_TRIM_THRESHOLD_"), dask.config.get("distributed.worker.profile.enabled")
+
+
+@pytest.mark.slow  # starts a Dask cluster
+def test_dask_local_workers_run_without_the_fixed_trim_threshold_and_profiler(monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)  # a nanny started earlier in this process sets it
+    client, cluster = parallel._dask_client("local", 1)
+    try:
+        assert list(client.run(worker_settings).values()) == [(None, False)]
+    finally:
+        client.close()
+        cluster.close()
+
+
+def test_a_fixed_malloc_trim_threshold_is_undone_only_where_set(monkeypatch):
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    assert parallel.undo_fixed_trim_threshold() is False
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # as a Dask nanny starts its workers
+    assert parallel.undo_fixed_trim_threshold() is True
+
+
 @pytest.mark.slow  # starts a Dask cluster
 def test_report_on_dask_writes_the_serial_summary(rank_files, dask_cluster, tmp_path, capsys):
     for name, extra in (("serial", ["--jobs", "1"]), ("dask", ["--dask", dask_cluster])):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -148,12 +149,14 @@ def main(argv: list[str] | None = None) -> int:
         folder.mkdir(parents=True, exist_ok=True)
         paths = write_files(folder, args.files, args.kernels)
         rows, outputs = [], {}
+        load_before = os.getloadavg()  # other work on the machine slows the parallel runs most: say how much there was
         for name, extra in CONFIGS.items():
             say(f"{name}: analysing {args.files} files of {args.kernels:,} kernels")
             out = Path(tmp) / f"{name.replace(' ', '_')}.json"
             rows.append({"config": name, **run(paths, extra, out)})
             outputs[name] = out.read_bytes()
             say(f"{name}: {rows[-1]['wall_s']:.1f} s")
+        load_after = os.getloadavg()
     base = rows[0]["wall_s"]
     for row in rows:
         row["speedup"] = base / row["wall_s"]
@@ -169,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                     "runs": rows,
                     "per_file_cpu_s": per_file,
                     "estimate_1024_files_s": estimate,
+                    "load_average_before": load_before,
+                    "load_average_after": load_after,
                 },
                 indent=1,
             )
@@ -190,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
             "CPU cost, files shared evenly by the cores: "
             + ", ".join(f"{k} {v / 60:.1f} min" for k, v in estimate.items())
             + " (reading the files not limited by I/O)"
+        )
+        print(
+            "load average (1, 5, 15 min) before: "
+            + ", ".join(f"{x:.2f}" for x in load_before)
+            + "; after: "
+            + ", ".join(f"{x:.2f}" for x in load_after)
         )
     return 0 if all(r["identical"] for r in rows) else 1
 

@@ -6,7 +6,9 @@ for the whole group: ranks numbered across files the same way, rows in rank orde
 metadata and shared-GPU flags from every file's ddp.meta marks and target info (ranks of two files
 may share a GPU), the summary over every rank-step. The collectives' wait/transfer split
 (metrics.SPLIT_METRICS) pairs every rank's calls: the files' calls are shifted onto the first
-file's clock and paired with the one-piece code (collective_rows.rows_of_calls).
+file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
+collective_rows.split_rows: only the columns the split needs, op as a code shared by the files;
+`merged_call_rows` gives the collectives view's full rows, collective_rows.rows_of_calls).
 torch.profiler JSON runs are merged in one task (`analyze_whole`): the loader checks their files
 are one job's, and takes their clocks from the JSON.
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and

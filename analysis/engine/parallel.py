@@ -10,8 +10,6 @@ holds one file's frames at a time and only the small result frames travel back.
 
 from __future__ import annotations
 
-import ctypes
-import importlib
 import multiprocessing
 import os
 import sys
@@ -32,19 +30,6 @@ RSS_PER_FILE_BYTE = 3.5
 MEMORY_SHARE = 0.8  # leave a fifth of the available memory to everything else
 PROGRESS_AFTER_S = 3.0  # stay quiet for runs shorter than this
 PROGRESS_EVERY_S = 2.0
-DASK_CONNECT_TIMEOUT = "20s"
-# A LocalCluster's workers (--dask local) without two of distributed's defaults that slow these tasks:
-# MALLOC_TRIM_THRESHOLD_=65536 in the workers' environment also fixes glibc's mmap threshold at
-# 128 KiB, so every array of a file's frames is mmapped and faulted in anew (a 1M-kernel file: 2.1
-# instead of 1.3 s CPU), and the sampling profiler thread takes the GIL every 10 ms. Workers of a
-# cluster given by address keep their own settings (docs/scale.md says how to start them).
-LOCAL_DASK_CONFIG = {
-    "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
-    "distributed.worker.profile.enabled": False,
-}
-# mallopt parameters (malloc.h) and the largest mmap threshold glibc's dynamic default reaches (64-bit)
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
-DYNAMIC_MMAP_THRESHOLD_MAX = 32 * 2**20
 WORKER_RETRIES = 1  # items in flight when a worker process dies are run once more in a new pool
 # imported once by the fork server and inherited by every worker; not our own modules: a worker
 # re-runs the CLI's main module (`python -m analysis.overlap`), which must not be imported before
@@ -151,7 +136,7 @@ def check_jobs(jobs: int | None) -> None:
         raise TraceError(f"--jobs {jobs}: must be a whole number >= 1")
 
 
-def _failure(item: Any, error: BaseException) -> str:
+def failure_line(item: Any, error: BaseException) -> str:
     """One line for a task's exception: a TraceError's message names its file already."""
     if isinstance(error, TraceError):
         return str(error)
@@ -161,13 +146,13 @@ def _failure(item: Any, error: BaseException) -> str:
     return f"{item}: {type(error).__name__}: {first}"
 
 
-def _call(fn: Callable, item: Any) -> Outcome:
+def call_task(fn: Callable, item: Any) -> Outcome:
     try:
         return Outcome(item, fn(item))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as e:  # any failure of one file is that file's one-line error
-        return Outcome(item, error=_failure(item, e))
+        return Outcome(item, error=failure_line(item, e))
 
 
 def run_tasks(
@@ -178,11 +163,13 @@ def run_tasks(
     check_jobs(jobs)
     tick = progress.tick if progress else (lambda outcome: None)
     if dask:
-        return _run_dask(fn, items, dask, jobs, tick)
+        from analysis.engine.dask_run import run_dask  # deferred: distributed is an optional extra
+
+        return run_dask(fn, items, dask, jobs, tick)
     if jobs == 1 or len(items) <= 1:
         out = []
         for item in items:
-            out.append(_call(fn, item))
+            out.append(call_task(fn, item))
             tick(out[-1])
         return out
     return _run_pool(fn, items, jobs, tick)
@@ -205,7 +192,7 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
         with _pool(1 if retrying else min(jobs, len(todo))) as pool:
             # a retry runs one item at a time: a file that kills its worker again breaks no other's try
             batch = todo[:1] if retrying else todo
-            running = {pool.submit(_call, fn, items[i]): i for i in batch}
+            running = {pool.submit(call_task, fn, items[i]): i for i in batch}
             todo = todo[1:] if retrying else []
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
@@ -227,87 +214,3 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
         todo.sort()
         retrying = retrying or bool(todo)
     return cast(list[Outcome], results)  # every item has its outcome now
-
-
-def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
-    """A distributed.Client for `address`, or for a new LocalCluster of `jobs` one-thread workers when
-    the address is "local"; a missing extra or an unreachable scheduler is a TraceError."""
-    try:
-        import dask
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise TraceError(
-            "--dask needs the optional extra: pip install 'dask[distributed]' (or pip install -e '.[dask]')"
-        ) from None
-    try:
-        if address == "local":
-            with dask.config.set(LOCAL_DASK_CONFIG):
-                cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
-            return Client(cluster), cluster
-        return Client(address, timeout=DASK_CONNECT_TIMEOUT), None
-    except (OSError, TimeoutError, ValueError) as e:
-        raise TraceError(f"--dask {address}: cannot reach the Dask scheduler ({type(e).__name__}: {e})") from None
-
-
-def _check_workers(client: Any, address: str, fn: Callable) -> None:
-    """At least one worker, and the scheduler (it unpickles the tasks) and every worker can import the
-    task's module and this one (else each task would fail alike, or wait for a worker forever)."""
-    try:
-        client.wait_for_workers(1, timeout=DASK_CONNECT_TIMEOUT)
-    except (TimeoutError, OSError):
-        raise TraceError(f"--dask {address}: no Dask worker joined within {DASK_CONNECT_TIMEOUT}") from None
-    for module in (__name__, getattr(fn, "func", fn).__module__):
-        for where, run in (("the scheduler", client.run_on_scheduler), ("a worker", client.run)):
-            try:
-                run(importlib.import_module, module)
-            except Exception as e:
-                raise TraceError(
-                    f"--dask {address}: {where} cannot import {module} ({type(e).__name__}: {e}); "
-                    "install this project where the scheduler and workers run (pip install -e .) or "
-                    "start them with PYTHONPATH=<this checkout>"
-                ) from None
-
-
-def undo_fixed_trim_threshold() -> bool:
-    """In a process started with MALLOC_TRIM_THRESHOLD_ set (the workers of a Dask nanny, by
-    default), set glibc's thresholds to where its dynamic default ends up (mmap 32 MiB, trim twice
-    that): the variable also fixes the mmap threshold at 128 KiB, so every array of a file's frames
-    would be mmapped and faulted in anew (a 1M-kernel file: 2.1 instead of 1.3 s CPU). Returns
-    whether it changed them (not without the variable or outside glibc)."""
-    if not os.environ.get("MALLOC_TRIM_THRESHOLD_"):
-        return False
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:
-        return False
-    mmap = libc.mallopt(M_MMAP_THRESHOLD, DYNAMIC_MMAP_THRESHOLD_MAX)
-    return bool(mmap and libc.mallopt(M_TRIM_THRESHOLD, 2 * DYNAMIC_MMAP_THRESHOLD_MAX))
-
-
-def _call_on_dask(fn: Callable, item: Any) -> Outcome:
-    undo_fixed_trim_threshold()  # a cluster given by address may start its workers with distributed's defaults
-    return _call(fn, item)
-
-
-def _run_dask(fn: Callable, items: Sequence, address: str, jobs: int, tick: Callable[[Outcome], None]) -> list[Outcome]:
-    from distributed import as_completed
-
-    client, cluster = _dask_client(address, jobs)
-    try:
-        _check_workers(client, address, fn)
-        futures = client.map(_call_on_dask, [fn] * len(items), list(items), pure=False)
-        index = {f.key: i for i, f in enumerate(futures)}
-        results: list[Outcome | None] = [None] * len(items)
-        for future in as_completed(futures):
-            i = index[future.key]
-            try:
-                outcome = future.result()
-            except Exception as e:  # the worker died (KilledWorker) or the task could not be shipped
-                outcome = Outcome(items[i], error=_failure(items[i], e))
-            results[i] = outcome
-            tick(outcome)
-        return cast(list[Outcome], results)
-    finally:
-        client.close()
-        if cluster is not None:
-            cluster.close()

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyze, analyze_trace, overlap, report
-from analysis.engine import parallel
+from analysis.engine import dask_run, parallel
 from analysis.engine.file_task import analyze_file, session_offset
 from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
 from analysis.engine.rank_merge import combine
@@ -360,7 +360,7 @@ def worker_settings() -> tuple:
 def test_dask_local_workers_run_without_the_fixed_trim_threshold_and_profiler(monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)  # a nanny started earlier in this process sets it
-    client, cluster = parallel._dask_client("local", 1)
+    client, cluster = dask_run._dask_client("local", 1)
     try:
         assert list(client.run(worker_settings).values()) == [(None, False)]
     finally:
@@ -370,9 +370,9 @@ def test_dask_local_workers_run_without_the_fixed_trim_threshold_and_profiler(mo
 
 def test_a_fixed_malloc_trim_threshold_is_undone_only_where_set(monkeypatch):
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
-    assert parallel.undo_fixed_trim_threshold() is False
+    assert dask_run.undo_fixed_trim_threshold() is False
     monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "65536")  # as a Dask nanny starts its workers
-    assert parallel.undo_fixed_trim_threshold() is True
+    assert dask_run.undo_fixed_trim_threshold() is True
 
 
 @pytest.mark.slow  # starts a Dask cluster
@@ -385,7 +385,7 @@ def test_report_on_dask_writes_the_serial_summary(rank_files, dask_cluster, tmp_
 @pytest.mark.slow  # waits for a Dask scheduler that never answers
 def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkeypatch):
     pytest.importorskip("distributed")
-    monkeypatch.setattr(parallel, "DASK_CONNECT_TIMEOUT", "1s")
+    monkeypatch.setattr(dask_run, "DASK_CONNECT_TIMEOUT", "1s")
     code, out, err = cli(capsys, rank_files[1], "--dask", "tcp://127.0.0.1:9")
     assert code == 2 and out == "" and err.startswith("error: --dask tcp://127.0.0.1:9: cannot reach")
     assert len(err.strip().splitlines()) == 1

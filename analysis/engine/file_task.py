@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace
+from analysis.frames.trace import CLOCK_OFFSET_KEY
 from analysis.measures import intervals as iv
 from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import Calls, find_calls
@@ -30,10 +31,13 @@ from analysis.readers.nsys_db import NsysExport
 class FileResult:
     """One export analysed alone. `ranks`: part-free rank table (rank as numbered inside this file,
     pid, device, meta_rank from its `ddp.meta` mark or None); `step_ranges`: pid, step, start, end
-    on this file's clock; `clock_offset`: UTC ns minus trace-clock ns at its session start; `meta`
-    ({pid: ddp.meta dict}) and `info` (the export's target info): what the run's metadata and the
-    shared-GPU flags of the merged run are computed from; `calls`: the file's collective calls on
-    its own clock, compute cut to the calls (`calls_to_ship`), for the wait/transfer split."""
+    on this file's clock; `clock_offset`: UTC ns minus trace-clock ns at its session start (a
+    torch.profiler file's baseTimeNanoseconds); `meta` ({pid: ddp.meta dict}) and `info` (the
+    export's target info): what the run's metadata and the shared-GPU flags of the merged run are
+    computed from; `calls`: the file's collective calls on its own clock, compute cut to the calls
+    (`calls_to_ship`), for the wait/transfer split; `name`: the trace's implementation as the loader
+    names the file alone; `job`: a torch.profiler file's (rank, world size, implementation) as it
+    records them, which the merge checks as the loader does (kineto.check_one_job), None for nsys."""
 
     path: str
     analysis: Analysis
@@ -47,6 +51,8 @@ class FileResult:
     info: dict = field(default_factory=dict)
     sha256: str = ""
     calls: Calls | None = None
+    name: str = ""
+    job: tuple | None = None
 
 
 def session_offset(path: str | Path) -> int:
@@ -59,8 +65,8 @@ def session_offset(path: str | Path) -> int:
 
 
 def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
-    """Load and analyse one export; what `combine` needs to merge it with the run's other files. A
-    torch.profiler file's clock offset is 0: it is combined only with itself (see analyze_groups)."""
+    """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
+    merge it with the run's other files."""
     trace = load_trace(path, patterns)
     works = rank_work(trace, patterns)  # once: the calls' compute and the metrics both come from it
     calls = find_calls(trace, patterns, works)
@@ -72,7 +78,9 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
-    offset = 0 if is_kineto(Path(path)) else session_offset(path)
+    kineto = is_kineto(Path(path))
+    offset = int(trace.info.get(0, {}).get(CLOCK_OFFSET_KEY, 0)) if kineto else session_offset(path)
+    meta: dict = next(iter(trace.meta.values()), {})  # a torch.profiler file holds one process
     return FileResult(
         str(path),
         analysis,
@@ -85,6 +93,8 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
         {pid: m for (_, pid), m in trace.meta.items()},
         trace.info.get(0, {}),
         calls=calls_to_ship(calls),
+        name=trace.implementation,
+        job=(meta.get("rank"), meta.get("world_size"), meta.get("implementation")) if kineto else None,
     )
 
 

@@ -3,9 +3,8 @@
 A group is one trace (one file) or one run's per-rank files (`--merge`, the report's
 `<impl>.rank<N>` groups). Every file of every group is its own task (file_task.analyze_file), run
 serially, in a process pool or on a Dask cluster (parallel.run_tasks); each group's results are
-then merged (rank_merge.combine). A group with a torch.profiler file runs as one task
-(rank_merge.analyze_whole). One bad file fails its group with a one-line error; the other groups
-still finish (`report_failures` prints the errors).
+then merged (rank_merge.combine), torch.profiler runs as nsys ones. One bad file fails its group
+with a one-line error; the other groups still finish (`report_failures` prints the errors).
 """
 
 from __future__ import annotations
@@ -21,9 +20,10 @@ import pandas as pd
 from analysis.engine.analyze import Analysis
 from analysis.engine.file_task import FileResult, analyze_file
 from analysis.engine.parallel import Outcome, Progress, run_tasks
-from analysis.engine.rank_merge import Merged, analyze_whole, combine
+from analysis.engine.rank_merge import Merged, combine
+from analysis.errors import TraceError
 from analysis.measures.patterns import Patterns
-from analysis.readers.kineto_json import is_kineto
+from analysis.readers.load import one_format
 
 
 @dataclass(frozen=True)
@@ -37,11 +37,6 @@ class GroupOutcome:
     files: tuple[FileResult, ...] = ()  # the files that were analysed
 
 
-def loaded_whole(group: Sequence[str | Path]) -> bool:
-    """Whether a group is analysed in one task (`analyze_whole`): a merge with a torch.profiler file."""
-    return len(group) > 1 and any(is_kineto(Path(p)) for p in group)
-
-
 def analyze_groups(
     groups: Sequence[Sequence[Path]],
     patterns: Patterns | None = None,
@@ -52,35 +47,42 @@ def analyze_groups(
     task: Callable | None = None,
 ) -> list[GroupOutcome]:
     """Every file of every group as its own task (serial, process pool or Dask), then each group
-    combined; a group with a failed file gets that file's error and no result. `task(path)` replaces
-    `analyze_file` (it must return a FileResult). Groups for which `loaded_whole` holds run as one
-    task each, after the files."""
+    combined; a group with a failed file gets that file's error and no result, as does one that
+    mixes torch.profiler and nsys files (before any task) or whose torch.profiler files are not one
+    job's. `task(path)` replaces `analyze_file` (it must return a FileResult)."""
     task = task or partial(analyze_file, patterns=patterns, skip_steps=skip_steps)
-    whole = [loaded_whole(g) for g in groups]
-    by_file = [g for g, w in zip(groups, whole, strict=True) if not w]
-    files = [Path(p) for group in by_file for p in group]
+    mixed = [_format_error(g) for g in groups]
+    files = [Path(p) for group, error in zip(groups, mixed, strict=True) if error is None for p in group]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
     outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress) if files else []
-    together = iter(
-        _analyze_whole_groups(
-            [g for g, w in zip(groups, whole, strict=True) if w], patterns, skip_steps, jobs, dask, progress
-        )
-        if any(whole)
-        else []
-    )
     out, at = [], 0
-    for group, w in zip(groups, whole, strict=True):
-        if w:
-            out.append(next(together))
+    for group, error in zip(groups, mixed, strict=True):
+        paths = tuple(Path(p) for p in group)
+        if error is not None:
+            out.append(GroupOutcome(paths, None, (error,), paths))
             continue
         mine: list[Outcome] = outcomes[at : at + len(group)]
         at += len(group)
         errors = tuple(o.error for o in mine if o.error is not None)
-        failed = tuple(Path(p) for p, o in zip(group, mine, strict=True) if not o.ok)
-        merged = None if errors else combine(list(group), [o.value for o in mine])
+        failed = tuple(p for p, o in zip(paths, mine, strict=True) if not o.ok)
+        merged = None
+        if not errors:
+            try:
+                merged = combine(list(group), [o.value for o in mine])
+            except TraceError as e:  # torch.profiler files of different jobs: the files it names
+                errors, failed = (str(e),), tuple(p for p in paths if str(p) in str(e)) or paths
         analysed = tuple(o.value for o in mine if o.ok)
-        out.append(GroupOutcome(tuple(Path(p) for p in group), merged, errors, failed, analysed))
+        out.append(GroupOutcome(paths, merged, errors, failed, analysed))
     return out
+
+
+def _format_error(group: Sequence[Path]) -> str | None:
+    """The loader's one-line error for a group mixing torch.profiler JSON and nsys exports, else None."""
+    try:
+        one_format([Path(p) for p in group])
+    except TraceError as e:
+        return str(e)
+    return None
 
 
 def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
@@ -88,37 +90,6 @@ def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
     return Analysis(
         **{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True) for f in fields(Analysis)}
     )
-
-
-def _analyze_whole_groups(
-    groups: Sequence[Sequence[Path]],
-    patterns: Patterns | None,
-    skip_steps: int,
-    jobs: int,
-    dask: str | None,
-    progress: Progress | None,
-) -> list[GroupOutcome]:
-    """One task per group (analyze_whole); a bad file fails its group with the loader's one-line error."""
-    items = [tuple(Path(p).resolve() if dask else Path(p) for p in g) for g in groups]
-    outcomes = run_tasks(
-        partial(analyze_whole, patterns=patterns, skip_steps=skip_steps), items, jobs=jobs, dask=dask, progress=progress
-    )
-    out = []
-    for group, outcome in zip(groups, outcomes, strict=True):
-        paths = tuple(Path(p) for p in group)
-        if outcome.error is not None:
-            failed = tuple(p for p in paths if str(p) in outcome.error or str(p.resolve()) in outcome.error) or paths
-            out.append(GroupOutcome(paths, None, (outcome.error,), failed))
-            continue
-        merged = outcome.value
-        if dask:  # the workers saw absolute paths: the group's keys use the paths as given
-            label = ", ".join(str(p) for p in group)
-            merged = Merged(
-                Analysis(**{f.name: getattr(merged.analysis, f.name).assign(path=label) for f in fields(Analysis)}),
-                merged.across_ranks.assign(path=label),
-            )
-        out.append(GroupOutcome(paths, merged, ()))
-    return out
 
 
 def report_failures(groups: Sequence[GroupOutcome]) -> list[str]:

@@ -9,8 +9,8 @@ may share a GPU), the summary over every rank-step. The collectives' wait/transf
 file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
 collective_rows.split_rows: only the columns the split needs, op as a code shared by the files;
 `merged_call_rows` gives the collectives view's full rows, collective_rows.rows_of_calls).
-torch.profiler JSON runs are merged in one task (`analyze_whole`): the loader checks their files
-are one job's, and takes their clocks from the JSON.
+torch.profiler files merge the same way, on their baseTimeNanoseconds clocks, after the check the
+loader makes that they are one job's (kineto.check_one_job, from each file's recorded identity).
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
 its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
 finished it.
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.engine.analyze import TRACE_KEYS, Analysis, analyze_trace, trace_summary
+from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_summary
 from analysis.engine.file_task import TEXT_CALL_COLUMNS, FileResult
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
@@ -34,9 +34,7 @@ from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, rows_of_calls, split_rows, with_comm_split
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
-from analysis.measures.patterns import Patterns
-from analysis.measures.phases import find_steps
-from analysis.readers.load import load_trace
+from analysis.readers.kineto import check_one_job
 
 
 @dataclass(frozen=True)
@@ -75,7 +73,9 @@ def _keyed(frame: pd.DataFrame, keys: dict) -> pd.DataFrame:
 
 
 def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merged:
-    """The per-file results of one run's files (in path order) as one merged analysis."""
+    """The per-file results of one run's files (in path order) as one merged analysis; a TraceError
+    when torch.profiler files are not one job's."""
+    check_one_job([(str(p), *r.job) for p, r in zip(paths, results, strict=True) if r.job is not None])
     source = "gpu" if any(r.source == "gpu" for r in results) else "nvtx"
     kept = [i for i, r in enumerate(results) if r.source == source]  # a merge counts ranks with GPU work only
     ranks = _global_ranks(results, kept)
@@ -161,7 +161,9 @@ def _op_codes(ops: Sequence[pd.Series]) -> list[np.ndarray]:
 def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: str, ranks: pd.DataFrame) -> Trace:
     """The merged run as a Trace without events: its keys, ranks (numbered across files), every file's
     ddp.meta marks and target info, as `load_trace` would give them; enough for run_info."""
-    implementation = next((r.implementation for r in results if r.implementation), Path(paths[0]).stem)
+    implementation = next(
+        (r.implementation for r in results if r.implementation), results[0].name or Path(paths[0]).stem
+    )
     ranks = (
         ranks.assign(rank=ranks["global_rank"], implementation=implementation)[
             ["rank", "part", "pid", "device", "implementation"]
@@ -236,14 +238,3 @@ def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shif
     out["start_skew_ms"] = (out["last_start"] - out["first_start"]) / NS_PER_MS
     out["end_skew_ms"] = (out["last_end"] - out["first_end"]) / NS_PER_MS
     return out.sort_values(["step"], kind="stable")[ACROSS_COLUMNS].reset_index(drop=True)
-
-
-def analyze_whole(paths: Sequence[str | Path], patterns: Patterns | None = None, skip_steps: int = 0) -> Merged:
-    """A run's per-rank files loaded together in one process (torch.profiler JSON runs: see the module
-    docstring)."""
-    trace = load_trace([Path(p) for p in paths], patterns)
-    analysis = analyze_trace(trace, patterns, skip_steps)
-    steps = analysis.steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
-    ranges = find_steps(trace.nvtx, patterns or Patterns())
-    parts = {int(p): frame for p, frame in ranges.groupby("part")}
-    return Merged(analysis, across_ranks(steps, parts, dict.fromkeys(parts, 0)))  # one clock already

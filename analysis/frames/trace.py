@@ -19,7 +19,8 @@ clock: nsys by TARGET_INFO_SESSION_START_TIME, Kineto by baseTimeNanoseconds):
     `ddp.meta {json}` mark of our runner when present, else from device order (frames/merge.py).
 `meta`     {(part, pid): dict parsed from the `ddp.meta` mark}.
 `info`     {part: what the file says about its machine: GPUs by device id with name and uuid, driver,
-    CUDA driver, hostname, nsys version}.
+    CUDA driver, hostname, nsys version; torch.profiler files also their clock offset,
+    baseTimeNanoseconds, under CLOCK_OFFSET_KEY}.
 `collectives` one row per collective call with its message sizes (COLLECTIVE_COLUMNS below; Kineto
     traces fill it, nsys exports leave it empty).
 """
@@ -32,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
+CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a torch.profiler part's `info`: its baseTimeNanoseconds
 # gpu_ops.kind categories and their codes
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))

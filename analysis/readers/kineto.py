@@ -29,6 +29,7 @@ CPU-only nsys exports are.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
-from analysis.frames.trace import NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
+from analysis.frames.trace import CLOCK_OFFSET_KEY, NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
 from analysis.measures.patterns import Patterns, matches
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
@@ -153,29 +154,32 @@ def _identity(f: KinetoFile) -> tuple[object, object]:
     return d.get("rank", m.get("rank")), d.get("world_size", m.get("world_size"))
 
 
-def _check_one_job(files: list[KinetoFile]) -> None:
-    """Files given together must be ranks of one job: same world size and implementation, distinct ranks."""
+def job_of(f: KinetoFile) -> tuple[object, object, object]:
+    """(rank, world size, implementation) as the file records them: what `check_one_job` compares."""
+    return (*_identity(f), f.meta.get("implementation"))
+
+
+def check_one_job(files: Sequence[tuple[object, object, object, object]]) -> None:
+    """Files given together must be ranks of one job: same world size and implementation, distinct
+    ranks. Each file as (path, rank, world size, implementation), None where it does not say."""
     if len(files) < 2:
         return
     first = files[0]
     for f in files[1:]:
-        for what, a, b in (
-            ("world size", _identity(first)[1], _identity(f)[1]),
-            ("implementation", first.meta.get("implementation"), f.meta.get("implementation")),
-        ):
+        for what, a, b in (("world size", first[2], f[2]), ("implementation", first[3], f[3])):
             if a is not None and b is not None and a != b:
                 raise TraceError(
-                    f"{first.path} ({what} {a}) and {f.path} ({what} {b}) are from different jobs: "
+                    f"{first[0]} ({what} {a}) and {f[0]} ({what} {b}) are from different jobs: "
                     "give one job's files together"
                 )
     seen: dict = {}
     for f in files:
-        rank = _identity(f)[0]
+        rank = f[1]
         if rank is not None and rank in seen:
             raise TraceError(
-                f"{seen[rank]} and {f.path} both hold rank {rank}: files of different jobs (or one file twice)"
+                f"{seen[rank]} and {f[0]} both hold rank {rank}: files of different jobs (or one file twice)"
             )
-        seen[rank] = f.path
+        seen[rank] = f[0]
 
 
 def _implementation(files: list[KinetoFile], first: Path) -> str:
@@ -192,7 +196,7 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     """Load one Kineto file, or one job's per-rank files merged onto the first file's clock."""
     patterns = patterns or Patterns()
     files = [read_kineto(p) for p in paths]
-    _check_one_job(files)
+    check_one_job([(f.path, *job_of(f)) for f in files])
     gpu_parts, nvtx_parts, meta, calls = [], [], {}, []
     for part, f in enumerate(files):
         host_pid = int(f.host_pids[0]) if f.host_pids.size else 0
@@ -232,5 +236,5 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         meta=meta,
         implementation=implementation,
         collectives=collectives_frame(calls),
-        info={part: f.info for part, f in enumerate(files)},
+        info={part: {**f.info, CLOCK_OFFSET_KEY: f.clock_offset} for part, f in enumerate(files)},
     )

@@ -29,10 +29,7 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     if not files:
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
-    kineto = [is_kineto(p) for p in files]
-    if any(kineto):  # torch.profiler JSON: its own reader, the same frames
-        if not all(kineto):
-            raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")
+    if one_format(files):  # torch.profiler JSON: its own reader, the same frames
         from analysis.readers.kineto import load_kineto
 
         trace = load_kineto(files, patterns)
@@ -42,6 +39,14 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
         trace = load_nsys(files)
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return trace
+
+
+def one_format(files: list[Path]) -> bool:
+    """Whether the files are torch.profiler JSON (else nsys exports); a mix of both is a TraceError."""
+    kineto = [is_kineto(p) for p in files]
+    if any(kineto) and not all(kineto):
+        raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")
+    return any(kineto)
 
 
 @dataclass(frozen=True)

@@ -427,8 +427,7 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
 
 
 def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
-    """A single Kineto file goes through the per-file task (its clock offset unused); a Kineto merge
-    runs as one task (the loader checks the files are one job's) and equals the one-piece load."""
+    """Kineto files go through the per-file task alone and merged; the merge equals the one-piece load."""
     from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
     paths = write_kineto_ddp_trace(tmp_path / "k", n_kernels=2_000, n_ranks=2, n_steps=3)
@@ -438,3 +437,31 @@ def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
     assert_split_paired(merged)
     code, out, err = cli(capsys, paths[0], "--format", "json")
     assert code == 0 and err == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0
+
+
+def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
+    """Per-rank Kineto files whose captures started apart (baseTimeNanoseconds 0, 7 and 3 ms later)
+    merge from per-file results exactly as the loader merges them, the collectives' rows included;
+    files of different jobs get the loader's error from the merge."""
+    from analysis.engine.rank_merge import merged_call_rows
+    from analysis.errors import TraceError
+    from analysis.measures.collective_rows import call_rows
+    from tests.support.synthetic_kineto import BASE_TIME_NS, write_kineto_ddp_trace
+
+    paths = write_kineto_ddp_trace(tmp_path / "k", n_kernels=3_000, n_ranks=3, n_steps=3)
+    for path, shift in zip(paths[1:], (7_000_000, 3_000_000), strict=True):  # later capture starts
+        text = path.read_text()
+        base = f'"baseTimeNanoseconds": {BASE_TIME_NS}'
+        assert text.count(base) == 1
+        path.write_text(text.replace(base, f'"baseTimeNanoseconds": {BASE_TIME_NS + shift}'))
+    results = [analyze_file(p) for p in paths]
+    assert [r.clock_offset - BASE_TIME_NS for r in results] == [0, 7_000_000, 3_000_000]
+    whole = load_trace(paths)
+    merged = combine(paths, results)
+    assert_same(merged.analysis, analyze_trace(whole))
+    assert_split_paired(merged.analysis)
+    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(whole)[0])
+    assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(whole))  # what the CLIs run
+    other = write_kineto_ddp_trace(tmp_path / "other", n_kernels=1_000, n_ranks=2, n_steps=1)[1]
+    with pytest.raises(TraceError, match="are from different jobs"):
+        combine([paths[0], other], [results[0], analyze_file(other)])

@@ -24,7 +24,8 @@ from typing import Any, cast
 from analysis.errors import TraceError
 
 # Peak RSS of one analysis is a fixed ~0.2 GB (interpreter, pandas, pyarrow) plus about 2.5x the
-# export's size on disk (0.54 GB for a one-rank export of 1M kernels, 102 MB, in benchmarks/analysis_scale.py).
+# export's size on disk (a one-rank export of 1M kernels, 102 MB, in benchmarks/analysis_scale.py:
+# 0.47 GB in a pool worker, 0.55 GB in a Dask worker); the estimate below keeps a margin (0.56 GB).
 BASE_RSS_BYTES = 200 * 2**20
 RSS_PER_FILE_BYTE = 3.5
 MEMORY_SHARE = 0.8  # leave a fifth of the available memory to everything else

@@ -80,7 +80,9 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
     kineto = is_kineto(Path(path))
     offset = int(trace.info.get(0, {}).get(CLOCK_OFFSET_KEY, 0)) if kineto else session_offset(path)
-    meta: dict = next(iter(trace.meta.values()), {})  # a torch.profiler file holds one process
+    # a torch.profiler file holds one process, whose meta the loader gives distributedInfo's rank and
+    # world size over ddp.meta's: the (rank, world size, implementation) of kineto.job_of
+    meta: dict = next(iter(trace.meta.values()), {})
     return FileResult(
         str(path),
         analysis,

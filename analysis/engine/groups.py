@@ -51,7 +51,7 @@ def analyze_groups(
     mixes torch.profiler and nsys files (before any task) or whose torch.profiler files are not one
     job's. `task(path)` replaces `analyze_file` (it must return a FileResult)."""
     task = task or partial(analyze_file, patterns=patterns, skip_steps=skip_steps)
-    mixed = [_format_error(g) for g in groups]
+    mixed = [_format_error(g) if len(g) > 1 else None for g in groups]
     files = [Path(p) for group, error in zip(groups, mixed, strict=True) if error is None for p in group]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
     outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress) if files else []

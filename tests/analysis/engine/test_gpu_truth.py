@@ -7,7 +7,7 @@ import pytest
 from analysis import analyze, analyze_trace
 from analysis.readers.load import load_trace
 from analysis.views.lanes import Selection, build_panel
-from tests.analysis.gpu_reference import length, read, reference
+from tests.analysis.engine.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS
 from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
 

@@ -176,7 +176,7 @@ def test_overlap_table_splits_each_step_into_wait_and_transfer(gpu_trace):
 
 def test_overlap_split_is_null_without_a_partner(gpu_trace, tmp_path):
     from analysis import analyze
-    from tests.analysis.test_collectives import write_two_gpu_ranks
+    from tests.analysis.engine.test_collectives import write_two_gpu_ranks
 
     alone = analyze(gpu_trace("naive.rank0.sqlite"))
     assert alone.steps["comm_wait_ms"].isna().all() and alone.totals["comm_transfer_ms"].isna().all()

@@ -20,7 +20,7 @@ from analysis.readers.load import group_inputs, load_trace
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 REAL = REPO.parent / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"
 NCCL = re.compile(r"^nccl(Dev)?Kernel_")
 

@@ -7,9 +7,9 @@ import pytest
 from analysis import analyze
 from analysis.readers.load import load_trace
 
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 H100 = DATA / "nsys2026_2xH100_torchrun.sqlite"
-OWN_TRACES = sorted((Path(__file__).resolve().parents[2] / "traces").glob("*.sqlite"))
+OWN_TRACES = sorted((Path(__file__).resolve().parents[3] / "traces").glob("*.sqlite"))
 
 
 @pytest.mark.slow  # a whole real H100 trace, end to end

@@ -25,7 +25,7 @@ from analysis.readers.load import load_trace
 from tests.support.synthetic import NsysWriter
 from tests.support.synthetic_ddp import write_ddp_trace
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 T0 = 1_779_782_330_000_000_000
 WORLD = 3
 

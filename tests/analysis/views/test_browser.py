@@ -22,7 +22,7 @@ pytestmark = [
     pytest.mark.slow,  # starts headless Chromium for every page
     pytest.mark.skipif(find_chromium() is None, reason="no chromium on PATH: run `bash scripts/install_chromium.sh`"),
 ]
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHOTS = REPO / "screenshots"
 REAL = REPO / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
 

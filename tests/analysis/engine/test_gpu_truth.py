@@ -9,6 +9,7 @@ from analysis.readers.load import load_trace
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.engine.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS
+from tests.support.quick import slow_except
 from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
 
 SINGLE = ["naive", "flat", "overlap", "overlap_bucket", "torch", "gloo_cuda_overlap"]
@@ -20,19 +21,31 @@ def ns(ms) -> int:
     return round(float(ms) * 1e6)
 
 
+class Loaded(dict):
+    """{name: (path, trace, analysis)} of the real traces ("naive", "naive.merged" for the rank files),
+    each loaded and analysed when a test first asks for it (the quick loop reads only a few)."""
+
+    def __init__(self, gpu_trace):
+        super().__init__()
+        self.gpu_trace = gpu_trace
+
+    def __missing__(self, name: str):
+        if name.endswith(".merged"):
+            path = [self.gpu_trace(f"{name.removesuffix('.merged')}.rank{r}.sqlite") for r in (0, 1)]
+        else:
+            path = self.gpu_trace(f"{name}.sqlite")
+        trace = load_trace(path)
+        self[name] = (path, trace, analyze_trace(trace))
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def loaded(gpu_trace):
-    """{name: (path, trace, analysis)}, each real trace loaded and analysed once for the module."""
-    out = {}
-    for name in SINGLE:
-        path = gpu_trace(f"{name}.sqlite")
-        trace = load_trace(path)
-        out[name] = (path, trace, analyze_trace(trace))
-    for name in PAIRS:
-        paths = [gpu_trace(f"{name}.rank{r}.sqlite") for r in (0, 1)]
-        trace = load_trace(paths)
-        out[f"{name}.merged"] = (paths, trace, analyze_trace(trace))
-    return out
+    return Loaded(gpu_trace)
+
+
+# The quick loop reads four of the ten files: a single-file NCCL run, a merged per-rank pair and gloo on CUDA.
+QUICK = ["naive", "overlap.merged", "gloo_cuda_overlap"]
 
 
 @pytest.mark.slow  # every step of every real H100 trace
@@ -54,7 +67,7 @@ def test_every_step_matches_the_independent_computation(loaded, name):
             assert {m: ns(got.loc[k, m]) for m in COMPARED} == row, (rank, k)
 
 
-@pytest.mark.parametrize("name", [*SINGLE, *(f"{p}.merged" for p in PAIRS)])
+@pytest.mark.parametrize("name", slow_except(QUICK, [*SINGLE, *(f"{p}.merged" for p in PAIRS)]))
 def test_mean_step_agrees_with_the_run_timer_and_across_ranks(loaded, name):
     """The run's timer prints the slowest rank's mean (profiling/run.py `summary`). Every rank is
     checked against it; in the per-rank overlap run, rank 1 began its first measured step 53 ms after
@@ -70,7 +83,7 @@ def test_mean_step_agrees_with_the_run_timer_and_across_ranks(loaded, name):
     assert later.max() / later.min() < 1.02  # after the first step the ranks run in lockstep
 
 
-@pytest.mark.parametrize("pair", PAIRS)
+@pytest.mark.parametrize("pair", slow_except(["overlap"], PAIRS))
 def test_merged_ranks_run_each_all_reduce_at_the_same_time(loaded, pair):
     """After clock alignment, rank 0's k-th NCCL all-reduce kernel overlaps rank 1's k-th."""
     ops = loaded[f"{pair}.merged"][1].gpu_ops
@@ -103,7 +116,7 @@ def test_gloo_on_cuda_takes_comm_from_the_comm_ranges(loaded):
         assert steps.loc[steps["rank"] == r, "comm_ms"].mean() == pytest.approx(union_ms, rel=0.10)
 
 
-@pytest.mark.parametrize("name", ["naive", "flat", "overlap", "overlap_bucket", "torch"])
+@pytest.mark.parametrize("name", slow_except(QUICK, ["naive", "flat", "overlap", "overlap_bucket", "torch"]))
 def test_nccl_traces_count_kernels_only_and_each_collective_once(loaded, name):
     steps = loaded[name][2].steps
     assert set(steps["comm_source"]) == {"kernels"}
@@ -113,7 +126,7 @@ def test_nccl_traces_count_kernels_only_and_each_collective_once(loaded, name):
         assert (steps["comm_ranges"] == steps["comm_kernels"]).all()
 
 
-@pytest.mark.parametrize("name", ["torch", "gloo_cuda_overlap"])
+@pytest.mark.parametrize("name", slow_except(QUICK, ["torch", "gloo_cuda_overlap"]))
 def test_shared_gpu_and_metadata_are_reported(loaded, name):
     result = loaded[name][2]
     assert result.totals["shared_gpu"].all()
@@ -124,7 +137,7 @@ def test_shared_gpu_and_metadata_are_reported(loaded, name):
     assert result.summary["nsys_version"].iloc[0] == "2025.3.2.0"
 
 
-@pytest.mark.parametrize("name", ["torch", "gloo_cuda_overlap", "overlap_bucket"])
+@pytest.mark.parametrize("name", slow_except(QUICK, ["torch", "gloo_cuda_overlap", "overlap_bucket"]))
 def test_timeline_step_view_covers_the_step_and_shades_its_overlap(loaded, name):
     _, trace, result = loaded[name]
     step = int(result.steps["step"].iloc[-2])

@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +63,12 @@ def rank_files(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
+def per_file(rank_files):
+    """analyze_file of each rank file, computed once for the module (the tests only read them)."""
+    return [analyze_file(p) for p in rank_files]
+
+
+@pytest.fixture(scope="module")
 def noise(tmp_path_factory):
     path = tmp_path_factory.mktemp("bad") / "noise.sqlite"
     path.write_bytes(np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8).tobytes())
@@ -94,9 +98,10 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("skip", [0, 1])
-def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, skip):
+def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, per_file, skip):
     whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
-    merged = combine(rank_files, [analyze_file(p, skip_steps=skip) for p in rank_files])
+    results = per_file if skip == 0 else [analyze_file(p, skip_steps=skip) for p in rank_files]
+    merged = combine(rank_files, results)
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split of paired calls included
     assert merged.analysis.steps["rank"].unique().tolist() == [0, 1, 2]
     assert_split_paired(merged.analysis)
@@ -104,14 +109,14 @@ def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, 
     assert alone.loc[alone["comm_kernels"] > 0, "comm_wait_ms"].isna().all()
 
 
-def test_merged_calls_are_the_one_piece_calls(rank_files):
+def test_merged_calls_are_the_one_piece_calls(rank_files, per_file):
     """The calls combine pairs (renumbered, shifted by each file's session offset, compute cut to the
     calls) give the collectives view's every row of the one-piece load."""
     from analysis.engine.rank_merge import merged_call_rows
     from analysis.measures.collective_calls import find_calls
     from analysis.measures.collective_rows import call_rows
 
-    results = [analyze_file(p) for p in rank_files]
+    results = per_file
     rows = merged_call_rows(rank_files, results)
     pd.testing.assert_frame_equal(rows, call_rows(load_trace(rank_files))[0])
     assert rows["paired"].all() and (rows["wait_ms"] > 0).any()
@@ -159,8 +164,8 @@ def _step_ranges(path: Path) -> dict[int, tuple[int, int]]:
     return {int(text.split()[1]): (start, end) for text, start, end in rows}
 
 
-def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files):
-    merged = combine(rank_files, [analyze_file(p) for p in rank_files])
+def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files, per_file):
+    merged = combine(rank_files, per_file)
     spread, steps = merged.across_ranks, merged.analysis.steps
     shifts = [0, 7_000_000, 3_000_000]
     ranges = [_step_ranges(p) for p in rank_files]
@@ -274,16 +279,10 @@ def test_default_jobs_are_bounded_by_cores_files_and_memory(rank_files, monkeypa
 
 
 @pytest.mark.parametrize("jobs", ["0"])
-def test_bad_jobs_is_a_one_line_error(rank_files, jobs):
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis.overlap", str(rank_files[1]), "--jobs", jobs],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr.strip() == f"error: --jobs {jobs}: must be a whole number >= 1"
+def test_bad_jobs_is_a_one_line_error(rank_files, jobs, capsys):
+    code, out, err = cli(capsys, rank_files[1], "--jobs", jobs)
+    assert code == 2 and out == ""
+    assert err.strip() == f"error: --jobs {jobs}: must be a whole number >= 1"
 
 
 # --- report: one writer ---------------------------------------------------------------------------

@@ -19,10 +19,15 @@ def row_ns(row, keys):
 TIMES = ["step_ms", "backward_ms", "compute_ms", "comm_ms", "overlap_ms", "backward_overlap_ms", "exposed_comm_ms"]
 
 
-@pytest.fixture(params=[("2026", False), ("2022", True)], ids=["nsys2026-inline-text", "nsys2022-registered-text"])
-def two_ranks(request, tmp_path):
+@pytest.fixture(
+    scope="module",  # analysed once per flavour: the tests only read the result
+    params=[("2026", False), ("2022", True)],
+    ids=["nsys2026-inline-text", "nsys2022-registered-text"],
+)
+def two_ranks(request, tmp_path_factory):
     flavour, registered = request.param
-    return analyze(write_two_ranks(tmp_path / "two.sqlite", flavour=flavour, registered=registered))
+    path = tmp_path_factory.mktemp(f"two_{flavour}") / "two.sqlite"
+    return analyze(write_two_ranks(path, flavour=flavour, registered=registered))
 
 
 def test_rank_numbers_come_from_run_metadata(two_ranks):

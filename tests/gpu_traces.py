@@ -1,4 +1,4 @@
-"""The real H100 traces of ../shared/data/gpu_h100/ (xz), decompressed once per test run.
+"""The real H100 traces of ../shared/data/gpu_h100/ (xz), decompressed once and kept between test runs.
 
 Tests take the `gpu_trace` fixture (tests/conftest.py) and call it with a file name such as
 "naive.sqlite"; the test is skipped when ../shared/data/gpu_h100 is absent (a clone without it).
@@ -32,14 +32,16 @@ def available() -> bool:
 
 
 def decompress(name: str, into: Path) -> Path:
-    """Decompress GPU_H100/<name>.xz into `into` (once) and return the path of the SQLite file."""
+    """Decompress GPU_H100/<name>.xz into `into` and return the path of the SQLite file. A copy already
+    there is used when it is newer than its .xz; the copy is made read-only, so no test changes it."""
+    source = GPU_H100 / f"{name}.xz"
     target = into / name
-    if not target.exists():
-        source = GPU_H100 / f"{name}.xz"
-        if not source.exists():
-            raise FileNotFoundError(source)
+    if not source.exists():
+        raise FileNotFoundError(source)
+    if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
         partial = target.with_suffix(".partial")
         with lzma.open(source) as src, open(partial, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
-        partial.rename(target)
+        partial.chmod(0o444)
+        partial.replace(target)  # whole or not at all
     return target

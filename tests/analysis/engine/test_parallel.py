@@ -20,6 +20,7 @@ from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks,
 from analysis.engine.rank_merge import combine
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.readers.load import load_trace
+from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
 from tests.support.synthetic_ddp import write_ddp_trace
 
@@ -97,7 +98,7 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 # --- per-rank merge from per-file results -------------------------------------------------------
 
 
-@pytest.mark.parametrize("skip", [0, 1])
+@pytest.mark.parametrize("skip", slow_except([0], [0, 1]))  # the quick loop: without skipped steps
 def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, per_file, skip):
     whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
     results = per_file if skip == 0 else [analyze_file(p, skip_steps=skip) for p in rank_files]

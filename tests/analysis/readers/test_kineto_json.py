@@ -13,7 +13,7 @@ from analysis.readers import kineto_json
 from analysis.readers.kineto_json import _decode_top, _raw_bounds, _split_top, read_kineto
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
-REAL = Path(__file__).resolve().parents[3] / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"
+REAL = Path(__file__).resolve().parents[4] / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"
 
 KERNEL = {
     "ph": "X",

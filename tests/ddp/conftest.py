@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import torch
 import torch.distributed as dist
 
 from ddp.launcher import free_port
+
+# The in-process tests train toy models of a few hundred parameters: one thread computes them as fast and
+# spares the spin-waiting of idle OpenMP workers on shared cores (0.6-0.9 s of CPU in the quick loop).
+# Spawned ranks set their own thread count (ddp/launcher.py).
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

@@ -106,7 +106,7 @@ def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, 
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split of paired calls included
     assert merged.analysis.steps["rank"].unique().tolist() == [0, 1, 2]
     assert_split_paired(merged.analysis)
-    alone = analyze_file(rank_files[1]).analysis.steps  # one of three ranks: no call is paired
+    alone = per_file[1].analysis.steps  # one of three ranks: no call is paired
     assert alone.loc[alone["comm_kernels"] > 0, "comm_wait_ms"].isna().all()
 
 

@@ -85,7 +85,17 @@ def test_table_shows_one_row_per_rank_and_a_summary(capsys, exports):
     assert "overlap %" in lines[0] and "exposed comm ms" in lines[0]
     assert sum(1 for line in lines if line.strip().startswith("fixture")) >= 2 + 3 + 1
     assert any(line.startswith("summary") for line in lines)
+    assert lines[-1].endswith("; exported by nsys 2026.2.1.210")  # the synthetic export's version
     assert done.stderr == ""
+
+
+def test_table_says_which_profiler_recorded_a_kineto_trace(capsys, tmp_path):
+    from tests.support.synthetic_kineto import write_kineto_ddp_trace
+
+    paths = write_kineto_ddp_trace(tmp_path / "run", n_kernels=400, n_ranks=2, n_steps=2, comm_per_step=2)
+    done = run_main(capsys, *paths, "--merge")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].endswith("; recorded by torch.profiler (kineto schema 1)")
 
 
 def test_csv_rows_and_skip_steps(capsys, exports):

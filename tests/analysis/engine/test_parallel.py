@@ -212,6 +212,7 @@ def test_one_bad_file_is_named_and_the_others_finish(rank_files, noise, capsys):
     assert errors == [f"error: {noise}: not an SQLite file"]
 
 
+@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_several_bad_files_get_a_closing_line_naming_them(rank_files, noise, tmp_path, capsys):
     missing = tmp_path / "missing.sqlite"
     code, out, err = cli(capsys, noise, rank_files[2], missing, "--jobs", "2", "--format", "csv")
@@ -224,6 +225,7 @@ def test_several_bad_files_get_a_closing_line_naming_them(rank_files, noise, tmp
     ]
 
 
+@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_a_merged_run_with_a_bad_rank_file_gives_no_result(rank_files, noise, capsys):
     code, out, err = cli(capsys, rank_files[0], noise, "--merge", "--jobs", "2")
     assert (
@@ -258,6 +260,7 @@ def test_progress_lines_say_done_total_rate_and_eta():
     assert "1/2 files done, 1 failed" in lines[-1] and "ETA" in lines[-1]
 
 
+@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_cli_progress_goes_to_stderr(rank_files, capsys, monkeypatch):
     monkeypatch.setattr(parallel, "PROGRESS_AFTER_S", 0.0)
     code, out, err = cli(capsys, *rank_files, "--jobs", "2")
@@ -313,12 +316,14 @@ def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files,
     assert row["step_ms"] == pytest.approx(whole["step_ms"]) and row["steps"] == whole["steps"]
 
 
+@pytest.mark.slow  # a process pool, then a timeline per trace
 def test_report_with_jobs_draws_timelines_from_traces_loaded_again(rank_files, tmp_path, capsys):
     assert report.main([*map(str, rank_files[1:]), "-o", str(tmp_path / "r"), "--jobs", "2"]) == 0
     page = (tmp_path / "r" / "timelines" / "run.html").read_text()
     assert "<title>Timeline: synthetic</title>" in page
 
 
+@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_report_with_a_bad_file_names_it_and_writes_nothing(rank_files, noise, tmp_path, capsys):
     code = report.main([str(rank_files[1]), str(noise), "-o", str(tmp_path / "r"), "--jobs", "2"])
     err = capsys.readouterr().err

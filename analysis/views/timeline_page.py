@@ -74,17 +74,14 @@ def panel_title(implementation: str, path: str, selection: Selection, fig: dict)
 def trace_panel(
     path: str | Path,
     selection: Selection,
-    trace: Trace | None = None,
+    trace: Trace,
     width_px: int = 1600,
     steps: pd.DataFrame | None = None,
     patterns: Patterns | None = None,
 ) -> tuple[Panel, PanelSummary]:
-    """Load a trace (unless given) and build its panel plus the summary row; `steps` reuses an
-    existing analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
-    from analysis.readers.load import load_trace  # deferred: --help stays instant
-
+    """The trace's panel (labelled with `path`) plus the summary row; `steps` reuses an existing
+    analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
     patterns = patterns or Patterns()
-    trace = trace if trace is not None else load_trace(path, patterns)
     fig = analysis_figures(trace, selection, steps, patterns)
     title = panel_title(trace.implementation, str(path), selection, fig)
     panel = build_panel(trace, selection, patterns, title=title, width_px=width_px)

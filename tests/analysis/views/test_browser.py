@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import timeline
+from analysis.readers.load import load_trace
 from analysis.views.html_page import write_page
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import build_figure
@@ -29,7 +30,7 @@ REAL = REPO / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
 
 def expected_traces(paths, selection: Selection) -> int:
     """How many plotly traces the timeline of these exports holds (built again in Python)."""
-    return len(build_figure([trace_panel(p, selection)[0] for p in paths]).data)
+    return len(build_figure([trace_panel(p, selection, load_trace(p))[0] for p in paths]).data)
 
 
 def assert_rendered(page: Path, traces: int, shot: str, height: int = 1000) -> dict:

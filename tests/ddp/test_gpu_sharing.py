@@ -16,7 +16,7 @@ import pytest
 
 from ddp import gpu_sharing
 from ddp.gpu_sharing import NcclLibrary, decode_version, explain_failure, plan_sharing
-from ddp.launcher import failure_message
+from ddp.rank_failures import failure_message
 
 REPO = Path(__file__).resolve().parents[2]
 OLD = NcclLibrary("/venv/nvidia/nccl/lib/libnccl.so.2", (2, 28, 9))

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ddp.launcher import GRACE_S, RankFailedError, _collect, choose_backend, cpu_count, launch
+from ddp.launcher import choose_backend, cpu_count, launch
+from ddp.rank_failures import GRACE_S, RankFailedError, collect
 from tests.ddp import cases
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,7 +61,7 @@ def test_ranks_that_finished_first_do_not_fail_a_slower_rank_0():
         procs[0].exitcode = 0
 
     threading.Timer(GRACE_S * 1.5, rank0_finishes).start()
-    assert _collect(procs, results) == "rank 0's result"
+    assert collect(procs, results) == "rank 0's result"
 
 
 def test_bad_world_size_and_backend_are_refused():

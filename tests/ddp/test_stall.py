@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ddp import launcher
+from ddp import launcher, rank_failures
 from ddp.inflight import Position
 from ddp.launcher import RankFailedError, launch
 from tests.ddp import stall_cases
@@ -54,7 +54,7 @@ def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, wo
     ],
 )
 def test_a_collective_no_backend_times_out_is_stopped_by_the_launcher(monkeypatch, inside, expected):
-    monkeypatch.setattr(launcher, "watchdog_slack_s", lambda timeout_s: 1.0)
+    monkeypatch.setattr(rank_failures, "watchdog_slack_s", lambda timeout_s: 1.0)
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=expected) as err:
         launch(stall_cases.never_completes, 2, inside, timeout_s=1.0)
@@ -71,7 +71,7 @@ def test_root_cause_picks_the_rank_behind_and_falls_back_to_the_earliest_error()
     }
     errors = {0: (10.0, timeout, "tb0"), 2: (10.1, timeout, "tb2")}
     with pytest.raises(RankFailedError) as err:
-        launcher._raise_root_cause(errors, {}, positions, set(), 3.0)
+        rank_failures.raise_root_cause(errors, {}, positions, set(), 3.0)
     assert str(err.value).startswith(
         "rank 1 stalled: never reached collective #7 comm:all_reduce:fc1.weight, in "
         "which ranks 0, 2 waited until the process-group timeout (3 s); rank 1 was "
@@ -81,7 +81,7 @@ def test_root_cause_picks_the_rank_behind_and_falls_back_to_the_earliest_error()
     assert err.value.details == "tb0"
     # A rank that finished is not waited for; an error that is no timeout is reported as it is.
     with pytest.raises(RankFailedError, match=r"^rank 0 failed: RuntimeError: \[gloo\] Timed out"):
-        launcher._raise_root_cause(errors, {}, positions, {1}, 3.0)
+        rank_failures.raise_root_cause(errors, {}, positions, {1}, 3.0)
     outside = {0: Position(7, 0, "", 0.0, "comm:all_reduce:fc3.bias"), 1: positions[1], 2: positions[0]}
     with pytest.raises(
         RankFailedError,
@@ -89,16 +89,16 @@ def test_root_cause_picks_the_rank_behind_and_falls_back_to_the_earliest_error()
         r"recv operation to complete; still running when it timed out: rank 1 "
         r"not in a collective \(last: comm:all_reduce:fc1.bias, #6\)$",
     ):
-        launcher._raise_root_cause({0: errors[0], 2: errors[2]}, {}, outside, set(), 3.0)
+        rank_failures.raise_root_cause({0: errors[0], 2: errors[2]}, {}, outside, set(), 3.0)
     with pytest.raises(RankFailedError, match=r"^rank 2 failed: ValueError: boom$"):
-        launcher._raise_root_cause({2: (1.0, "ValueError: boom", "")}, {}, positions, set(), 3.0)
+        rank_failures.raise_root_cause({2: (1.0, "ValueError: boom", "")}, {}, positions, set(), 3.0)
     # A rank killed by a signal (NCCL's watchdog aborts) is named with where it was.
     with pytest.raises(
         RankFailedError,
         match=r"^rank 0 was killed by signal 6 without reporting a result \(in "
         r"comm:all_reduce:fc1.weight \(collective #7\) for \d+ s\)",
     ):
-        launcher._raise_root_cause({}, {0: -6}, positions, set(), 3.0)
+        rank_failures.raise_root_cause({}, {0: -6}, positions, set(), 3.0)
 
 
 def test_timeout_comes_from_the_environment():

@@ -183,7 +183,7 @@ def _split_top(data: bytes | mmap.mmap) -> tuple[RawFile, int, int] | None:
     opening = _EVENTS_OPEN.search(data)
     if opening is None:
         return None
-    first = close = opening.end() - 1
+    first = opening.end() - 1
     close = len(data)
     whole = memoryview(data)
     try:

@@ -1,10 +1,10 @@
 """Read nsys SQLite exports and torch.profiler traces, and measure how much gradient communication
 overlapped compute, per rank and step.
 
-The package follows the data: `readers/` (one module per trace format, and `load_trace`) ->
-`frames/` (the typed `Trace` both readers produce) -> `measures/` (interval algebra, patterns,
-steps, overlap metrics, collective calls) -> `views/` (tables, timelines, HTML pages); `engine/`
-runs analyses over many files; the CLIs on top are `overlap`, `timeline`, `report`, `collectives`
+The package follows the data: `readers/` (one module per trace format) -> `frames/` (the typed
+`Trace` both readers produce, the name patterns) -> `measures/` (interval algebra, steps, overlap
+metrics, collective calls) -> `views/` (tables, timelines, HTML pages); `engine/` is the API on top
+(`load_trace`, `analyze`, analyses over many files); the CLIs on top are `overlap`, `timeline`, `report`, `collectives`
 (`python -m analysis.<name>`).
 
     from analysis import analyze, load_trace
@@ -19,9 +19,9 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 _WHERE = {
-    "load_trace": "analysis.readers.load",
+    "load_trace": "analysis.engine.load",
     "Trace": "analysis.frames.trace",
-    "Patterns": "analysis.measures.patterns",
+    "Patterns": "analysis.frames.patterns",
     "TraceError": "analysis.errors",
     "analyze": "analysis.engine.analyze",
     "analyze_trace": "analysis.engine.analyze",
@@ -50,12 +50,12 @@ __all__ = [
 if TYPE_CHECKING:
     from analysis.engine.analyze import Analysis, analyze, analyze_trace
     from analysis.engine.collectives_view import CollectivesView, analyze_collectives, collectives_of
+    from analysis.engine.load import load_trace
     from analysis.errors import TraceError
+    from analysis.frames.patterns import Patterns
     from analysis.frames.trace import Trace
     from analysis.measures.activity import rank_work
     from analysis.measures.metrics import measure_trace
-    from analysis.measures.patterns import Patterns
-    from analysis.readers.load import load_trace
 
 
 def __getattr__(name: str) -> Any:

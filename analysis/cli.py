@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 
 from analysis.errors import TraceError
-from analysis.measures.patterns import Patterns
+from analysis.frames.patterns import Patterns
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ import pandas as pd
 from analysis import cli
 from analysis.engine.report_runs import AnalyzedTrace, analyze_all, loaded_trace, steps_frame, summary_frame
 from analysis.errors import TraceError
-from analysis.measures.patterns import Patterns
+from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection

@@ -1,7 +1,7 @@
 """The analysis' default patterns (regular expressions for re.search), built from the contract's names and
 widened to common names in other people's traces: NCCL kernels of every era (`ncclKernel_*`, `ncclDevKernel_*`,
 `ncclDevKernel_Generic`), RCCL/MSCCL and custom all-reduce kernels; PyTorch's `ProfilerStep#N`; `backward pass`,
-`## backward ##`. `analysis.measures.patterns.Patterns` takes them as its defaults; every one is overridable there.
+`## backward ##`. `analysis.frames.patterns.Patterns` takes them as its defaults; every one is overridable there.
 """
 
 from __future__ import annotations

@@ -12,13 +12,13 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.frames.patterns import Patterns
 from analysis.frames.run_info import trace_metadata
 from analysis.frames.trace import Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
-from analysis.measures.patterns import Patterns
 from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.engine.load import load_trace
 from analysis.errors import TraceError
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.collective_rows import call_rows
-from analysis.measures.patterns import Patterns
-from analysis.readers.load import load_trace
 from analysis.views.table import plain_records
 
 

@@ -16,14 +16,14 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace
+from analysis.engine.load import load_trace
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import CLOCK_OFFSET_KEY
 from analysis.measures import intervals as iv
 from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import Calls, find_calls
-from analysis.measures.patterns import Patterns
 from analysis.measures.phases import find_steps
 from analysis.readers.kineto_json import is_kineto
-from analysis.readers.load import load_trace
 from analysis.readers.nsys_db import NsysExport
 
 

@@ -22,7 +22,7 @@ from analysis.engine.file_task import FileResult, analyze_file
 from analysis.engine.parallel import Outcome, Progress, run_tasks
 from analysis.engine.rank_merge import Merged, combine
 from analysis.errors import TraceError
-from analysis.measures.patterns import Patterns
+from analysis.frames.patterns import Patterns
 from analysis.readers.load import one_format
 
 

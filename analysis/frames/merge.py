@@ -5,11 +5,27 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from pandas.api.types import union_categoricals
 
 from analysis.frames.trace import GPU_KINDS
 
 GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
+
+
+def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
+    but O(n) when the keys span a small range (step numbers, string ids), the common case here."""
+    k = np.asarray(keys, dtype=np.int64).reshape(-1)
+    if k.size == 0:
+        return k, k
+    lo, hi = int(k.min()), int(k.max())
+    if hi - lo > 4 * k.size + 1024:
+        return np.unique(k, return_inverse=True)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[k - lo] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, position[k - lo]
 
 
 def shifted(values: np.ndarray, delta: int) -> np.ndarray:

@@ -17,9 +17,9 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP, Trace
 from analysis.measures import intervals as iv
-from analysis.measures.patterns import Patterns
 from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
 from analysis.measures.steps import step_windows, window_index
 

@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from analysis.frames.patterns import Patterns, matches
 from analysis.frames.trace import GPU_KERNEL, NVTX_MARK, Trace
 from analysis.measures.activity import RankWork, compute_sets, rank_work
-from analysis.measures.patterns import Patterns, matches
 from analysis.measures.phases import (
     codes,
     find_steps,

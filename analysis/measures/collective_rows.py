@@ -10,12 +10,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.pairing import exposure, pair, world_size
-from analysis.measures.patterns import Patterns
 
 ROW_COLUMNS = [
     "path",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
+from analysis.frames.merge import factorize
+
 Set = tuple[np.ndarray, np.ndarray]
 EMPTY = np.zeros(0, dtype=np.int64)
 
@@ -114,21 +116,6 @@ def contains(set_starts: ArrayLike, set_ends: ArrayLike, t: ArrayLike) -> np.nda
         return np.zeros(t.shape, dtype=bool)
     i = np.searchsorted(s, t, side="right") - 1
     return (i >= 0) & (t < e[np.maximum(i, 0)])
-
-
-def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
-    but O(n) when the keys span a small range (step numbers, string ids), the common case here."""
-    k = _as_int64(keys).reshape(-1)
-    if k.size == 0:
-        return EMPTY, EMPTY
-    lo, hi = int(k.min()), int(k.max())
-    if hi - lo > 4 * k.size + 1024:
-        return np.unique(k, return_inverse=True)
-    present = np.zeros(hi - lo + 1, dtype=bool)
-    present[k - lo] = True
-    position = np.cumsum(present) - 1
-    return np.flatnonzero(present) + lo, position[k - lo]
 
 
 def keyed_union(keys: ArrayLike, starts: ArrayLike, ends: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

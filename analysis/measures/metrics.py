@@ -31,10 +31,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.activity import Items, RankActivity, RankWork, rank_work
-from analysis.measures.patterns import Patterns
 
 # added by engine/analyze.analyze_trace from the collectives view (collective_rows.with_comm_split)
 SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]

@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from analysis.frames.patterns import Patterns, matches
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP
 from analysis.measures import intervals as iv
-from analysis.measures.patterns import Patterns, matches
 
 
 def codes(column: pd.Series) -> np.ndarray:

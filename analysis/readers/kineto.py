@@ -1,6 +1,6 @@
 """Load torch.profiler (Kineto) traces into the frames nsys exports load into: `load_kineto(paths) -> Trace`.
 
-`analysis.readers.load.load_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
+`analysis.readers.load.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
 here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
 several files are one job's ranks, merged onto the first file's clock (baseTimeNanoseconds).
 
@@ -37,8 +37,8 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
+from analysis.frames.patterns import Patterns, matches
 from analysis.frames.trace import CLOCK_OFFSET_KEY, NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
-from analysis.measures.patterns import Patterns, matches
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
 from contract import BACKWARD

@@ -1,9 +1,10 @@
-"""The one loader entry: `load_trace(paths) -> Trace` for either format, and which files form one job.
+"""Reading a trace in either format: `read_trace(paths) -> Trace`, and which files form one job.
 
 The format is recognised from the content (torch.profiler JSON, gzipped or not, else an nsys SQLite
 export), the file(s) go to their reader (nsys.py, kineto.py), and several files are merged as the
-one-rank files of one job. Communication is then classified once, here, by the rule in
-measures/phases.py (`communication_mask`): gpu_ops.is_comm is what every measure and view reads.
+one-rank files of one job. The frames come back as read: which GPU work is communication
+(gpu_ops.is_comm) is decided after reading, by `analysis.engine.load.load_trace`, the entry every
+CLI and the Python API use.
 """
 
 from __future__ import annotations
@@ -14,17 +15,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.errors import TraceError
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
-from analysis.measures.patterns import Patterns
-from analysis.measures.phases import communication_mask
 from analysis.readers.kineto_json import is_kineto
 
 # run_nsys.sh --per-rank: <impl>.rank<N>.sqlite; --profiler torch: <impl>.rank<N>.json.gz
 RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+(?:\.json)?$")
 
 
-def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
-    """Load one file, or several one-rank files of the same job merged onto the first file's clock."""
+def read_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
+    """Read one file, or several one-rank files of the same job merged onto the first file's clock
+    (`patterns` name the steps and backward ranges a torch.profiler trace's backward pass is built in)."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     if not files:
         raise TraceError("no trace path given")
@@ -37,7 +38,6 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
         from analysis.readers.nsys import load_nsys
 
         trace = load_nsys(files)
-    trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return trace
 
 

@@ -22,7 +22,15 @@ import pandas as pd
 from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
-from analysis.frames.merge import GPU_INT_COLUMNS, number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
+from analysis.frames.merge import (
+    GPU_INT_COLUMNS,
+    factorize,
+    number_ranks,
+    nvtx_frame,
+    ops_frame,
+    row_lookup,
+    shifted,
+)
 from analysis.frames.trace import (
     GPU_KERNEL,
     GPU_MEMCPY,
@@ -33,7 +41,6 @@ from analysis.frames.trace import (
     NVTX_START_END,
     Trace,
 )
-from analysis.measures.intervals import factorize
 from analysis.readers.nsys_db import (
     KERNEL_TABLE,
     MEMCPY_TABLE,

@@ -20,9 +20,9 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.errors import TraceError
+from analysis.frames.patterns import Patterns, matches
 from analysis.frames.trace import Trace
 from analysis.measures.activity import overlap_periods, rank_work
-from analysis.measures.patterns import Patterns, matches
 from analysis.views.render_binning import merge_subpixel
 from analysis.views.render_figure import Panel
 from analysis.views.render_style import CATEGORY_COLOURS, PHASE_CATEGORIES

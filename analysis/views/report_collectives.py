@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.frames.patterns import Patterns
 from analysis.frames.trace import GPU_KERNEL, NS_PER_MS, Trace
 from analysis.measures.collective_calls import step_at
-from analysis.measures.patterns import Patterns
 from analysis.measures.phases import codes, launched_inside, ranges_named
 from analysis.views.render_style import CATEGORY_COLOURS
 

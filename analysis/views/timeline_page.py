@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 
 from analysis.errors import TraceError
-from analysis.measures.patterns import Patterns
+from analysis.frames.patterns import Patterns
 from analysis.views.html_page import write_page, written_by_us
 from analysis.views.lanes import Selection, build_panel
 from analysis.views.render_figure import Panel, build_figure

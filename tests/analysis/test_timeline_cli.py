@@ -13,8 +13,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import analyze_trace, timeline
-from analysis.measures.patterns import Patterns
-from analysis.readers.load import group_inputs, load_trace
+from analysis.engine.load import load_trace
+from analysis.frames.patterns import Patterns
+from analysis.readers.load import group_inputs
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace

@@ -129,7 +129,7 @@ def test_default_patterns_match_the_names():
 
 
 def test_analysis_defaults_are_the_contract_patterns():
-    from analysis.measures.patterns import Patterns
+    from analysis.frames.patterns import Patterns
 
     p = Patterns()
     assert (p.comm_kernel, p.comm_range, p.step, p.forward, p.backward, p.optimizer, p.sync_wait) == (

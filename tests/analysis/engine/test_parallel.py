@@ -16,10 +16,10 @@ import pytest
 from analysis import analyze, analyze_trace, overlap, report
 from analysis.engine import dask_run, parallel
 from analysis.engine.file_task import analyze_file, session_offset
+from analysis.engine.load import load_trace
 from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
 from analysis.engine.rank_merge import combine
 from analysis.measures.metrics import SPLIT_METRICS
-from analysis.readers.load import load_trace
 from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
 from tests.support.synthetic_ddp import write_ddp_trace

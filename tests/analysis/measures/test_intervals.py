@@ -3,6 +3,7 @@
 import numpy as np
 from hypothesis import given, settings, strategies as st
 
+from analysis.frames.merge import factorize
 from analysis.measures import intervals as iv
 
 HORIZON = 60
@@ -113,6 +114,6 @@ def test_touching_intervals_merge_and_empty_ones_vanish():
 
 @given(st.lists(st.integers(-(2**40), 2**40), max_size=30) | st.lists(st.integers(-3, 50), max_size=30))
 def test_factorize_equals_numpy_unique(keys):
-    uniq, inverse = iv.factorize(np.array(keys, dtype=np.int64))
+    uniq, inverse = factorize(np.array(keys, dtype=np.int64))
     expected_uniq, expected_inverse = np.unique(np.array(keys, dtype=np.int64), return_inverse=True)
     assert uniq.tolist() == expected_uniq.tolist() and inverse.tolist() == expected_inverse.reshape(-1).tolist()

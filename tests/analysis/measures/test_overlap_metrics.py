@@ -127,7 +127,7 @@ def test_cpu_only_wait_inside_backward_is_not_compute(tmp_path):
 
 
 def test_patterns_are_overridable(tmp_path):
-    from analysis.measures.patterns import Patterns
+    from analysis.frames.patterns import Patterns
 
     path = write_two_ranks(tmp_path / "two.sqlite")
     # nothing is a comm kernel by name any more: only the copy and the blocking-range kernel remain comm

@@ -3,7 +3,7 @@
 import pytest
 
 from analysis.errors import TraceError
-from analysis.measures.patterns import Patterns
+from analysis.frames.patterns import Patterns
 
 P = Patterns()
 

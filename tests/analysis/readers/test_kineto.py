@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from analysis.engine.load import load_trace
 from analysis.errors import TraceError
 from analysis.measures.metrics import measure_trace
-from analysis.readers.load import group_inputs, load_trace
+from analysis.readers.load import group_inputs
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
 
@@ -305,7 +306,7 @@ def test_backward_from_autograd_ops_when_no_backward_range(tmp_path):
     ],
 )
 def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
-    from analysis.measures.patterns import Patterns
+    from analysis.frames.patterns import Patterns
 
     assert Patterns().regex("comm_kernel").search(name)
     assert not Patterns().regex("comm_kernel").search("void at::native::vectorized_elementwise_kernel<4, float>(int)")

@@ -1,0 +1,73 @@
+"""The package as a newcomer meets it: the public names of `analysis` resolve, and each stage folder
+imports only the stages before it (readers -> frames -> measures -> views; engine and the CLIs on top)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import analysis
+
+PACKAGE = Path(analysis.__file__).parent
+# what each folder may import from the package (type-only imports under `if TYPE_CHECKING:` aside)
+ALLOWED = {
+    "frames": {"frames"},
+    "readers": {"readers", "frames"},
+    "measures": {"measures", "frames"},
+    "views": {"views", "measures", "frames"},
+    "engine": {"engine", "views", "measures", "readers", "frames"},
+}
+
+
+def imported_stages(path: Path) -> set[str]:
+    """The analysis sub-packages a module imports at run time (any depth, not under TYPE_CHECKING)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and ast.unparse(branch.test).endswith("TYPE_CHECKING")
+        for stmt in branch.body
+        for node in ast.walk(stmt)
+    }
+    names = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+    return {n.split(".")[1] for n in names if n.startswith("analysis.") and n.count(".") >= 1} & set(ALLOWED)
+
+
+@pytest.mark.parametrize("stage", sorted(ALLOWED))
+def test_each_stage_imports_only_the_stages_before_it(stage):
+    wrong = {
+        str(path.relative_to(PACKAGE)): sorted(imported_stages(path) - ALLOWED[stage])
+        for path in sorted((PACKAGE / stage).glob("*.py"))
+    }
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_the_layering_check_sees_a_wrong_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text(
+        "from typing import TYPE_CHECKING\nfrom analysis.measures import intervals\n"
+        "if TYPE_CHECKING:\n    from analysis.engine.analyze import Analysis\n"
+        "def f():\n    from analysis.views.table import format_table\n"
+    )
+    assert imported_stages(module) == {"measures", "views"}
+
+
+def test_every_public_name_resolves():
+    for name in analysis.__all__:
+        assert getattr(analysis, name) is not None, name
+
+
+def test_load_trace_classifies_communication(tmp_path):
+    from tests.support.synthetic_ddp import write_ddp_trace
+
+    trace = analysis.load_trace(write_ddp_trace(tmp_path / "t.sqlite", 400, 2, 1, 2))
+    names = trace.gpu_ops["name"].astype(str)
+    assert trace.gpu_ops["is_comm"].to_numpy().tolist() == names.str.startswith("nccl").tolist()
+    assert trace.gpu_ops["is_comm"].any() and not trace.gpu_ops["is_comm"].all()

@@ -32,6 +32,10 @@ MEMORY_SHARE = 0.8  # leave a fifth of the available memory to everything else
 PROGRESS_AFTER_S = 3.0  # stay quiet for runs shorter than this
 PROGRESS_EVERY_S = 2.0
 WORKER_RETRIES = 1  # items in flight when a worker process dies are run once more in a new pool
+# A new pool (new workers) for every jobs x TASKS_PER_WORKER items, about this many tasks per worker:
+# connectorx leaves idle threads behind after every read (readers/sqlite_read.py), so a worker that
+# read hundreds of files would hold thousands. Workers fork from the one fork server: a new pool is cheap.
+TASKS_PER_WORKER = 64
 # imported once by the fork server and inherited by every worker; not our own modules: a worker
 # re-runs the CLI's main module (`python -m analysis.overlap`), which must not be imported before
 PRELOAD = ["numpy", "pandas", "pyarrow", "connectorx", "sqlite3"]
@@ -187,14 +191,17 @@ def _pool(jobs: int) -> ProcessPoolExecutor:
 def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome], None]) -> list[Outcome]:
     results: list[Outcome | None] = [None] * len(items)
     attempts = [0] * len(items)
-    todo = list(range(len(items)))
-    retrying = False
-    while todo:
-        with _pool(1 if retrying else min(jobs, len(todo))) as pool:
-            # a retry runs one item at a time: a file that kills its worker again breaks no other's try
-            batch = todo[:1] if retrying else todo
+    fresh = list(range(len(items)))  # not run yet: in rounds of jobs x TASKS_PER_WORKER, a new pool each
+    again: list[int] = []  # in flight when a worker died: run once more at the end, one at a time
+    while fresh or again:
+        alone = not fresh  # a retry runs alone: a file that kills its worker again breaks no other's try
+        batch = again[:1] if alone else fresh[: jobs * TASKS_PER_WORKER]
+        if alone:
+            again = again[1:]
+        else:
+            fresh = fresh[len(batch) :]
+        with _pool(1 if alone else min(jobs, len(batch))) as pool:
             running = {pool.submit(call_task, fn, items[i]): i for i in batch}
-            todo = todo[1:] if retrying else []
             while running:
                 finished, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in finished:
@@ -204,7 +211,7 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
                     except BrokenProcessPool:  # a worker was killed (OOM killer, signal): retry once
                         attempts[i] += 1
                         if attempts[i] <= WORKER_RETRIES:
-                            todo.append(i)
+                            again.append(i)
                             continue
                         outcome = Outcome(
                             items[i],
@@ -212,6 +219,5 @@ def _run_pool(fn: Callable, items: Sequence, jobs: int, tick: Callable[[Outcome]
                         )
                     results[i] = outcome
                     tick(outcome)
-        todo.sort()
-        retrying = retrying or bool(todo)
+        again.sort()
     return cast(list[Outcome], results)  # every item has its outcome now

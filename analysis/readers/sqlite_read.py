@@ -4,6 +4,9 @@ Columns come back as numpy arrays. connectorx (Rust, straight to Arrow) reads 1M
 in about 0.65 s on the project machine against 2.2 s for sqlite3 `fetchall` + numpy, so it is used
 when installed; the standard-library path is the fallback and gives identical arrays.
 SQLite NULLs in integer columns become `null_int` (a sentinel, default -1) so arrays stay int64.
+connectorx 0.4 leaves the three worker threads of each read's connection pool (r2d2) running until the
+process ends, about 18 per nsys export: a process that has piled up MAX_PROCESS_THREADS threads (a
+serial run over hundreds of files, a long-lived Dask worker) reads with sqlite3 from then on.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+MAX_PROCESS_THREADS = 2048  # past this many threads in the process, no more connectorx reads (see above)
 
 
 def check_sqlite_file(path: Path) -> None:
@@ -92,6 +96,15 @@ def _concatenated(parts: list[np.ndarray], dtype: type) -> np.ndarray:
     return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(0, dtype=dtype)
 
 
+def process_threads() -> int:
+    """This process's threads as the kernel counts them (Rust's included); 0 where /proc is absent."""
+    try:
+        with open("/proc/self/status") as f:
+            return next((int(line.split()[1]) for line in f if line.startswith("Threads:")), 0)
+    except OSError:
+        return 0
+
+
 def _read_connectorx(path: Path, sql: str, names: list[str], null_int: int) -> dict[str, np.ndarray]:
     import connectorx as cx
 
@@ -119,7 +132,8 @@ def read_columns(
     Integer columns are int64 with NULL -> `null_int`; text columns are object arrays.
     """
     try:
-        return _read_connectorx(path, sql, names, null_int)
+        if process_threads() < MAX_PROCESS_THREADS:
+            return _read_connectorx(path, sql, names, null_int)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # no connectorx, a type it cannot infer, or a Rust panic: use sqlite3

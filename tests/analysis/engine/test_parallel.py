@@ -250,6 +250,26 @@ def test_a_worker_that_dies_fails_its_file_only():
     assert outcomes[1].error == "1: the worker process analysing it died (out of memory? see dmesg)"
 
 
+def pid_of(item: int) -> tuple[int, int]:
+    return item, os.getpid()
+
+
+@pytest.mark.slow  # starts process pools
+def test_workers_are_replaced_every_round_and_a_dead_one_is_retried_after(monkeypatch):
+    """jobs x TASKS_PER_WORKER items per pool: 2 x 1 here, so 7 items take 4 pools of new workers;
+    results stay in input order, and a worker killed in a round costs only its own file."""
+    from analysis.engine import parallel
+
+    monkeypatch.setattr(parallel, "TASKS_PER_WORKER", 1)
+    outcomes = run_tasks(pid_of, list(range(7)), jobs=2)
+    assert [o.value[0] for o in outcomes] == list(range(7))
+    rounds = [{o.value[1] for o in outcomes[i : i + 2]} for i in range(0, 7, 2)]
+    assert all(a.isdisjoint(b) for k, a in enumerate(rounds) for b in rounds[k + 1 :])  # no worker kept
+    outcomes = run_tasks(exit_in_worker, [0, 1, 2, 3, 4], jobs=2)
+    assert [o.value for o in outcomes] == [0, None, 20, 30, 40]
+    assert outcomes[1].error == "1: the worker process analysing it died (out of memory? see dmesg)"
+
+
 def test_progress_lines_say_done_total_rate_and_eta():
     lines = []
     progress = Progress(3, "[x]", after_s=0, write=lines.append)

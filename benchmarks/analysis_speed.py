@@ -15,54 +15,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from cli_timing import timed_runs  # a sibling module: run as python benchmarks/analysis_speed.py
+
 REPO = Path(__file__).resolve().parents[1]
-PHASES = """
-import json, resource, sys, time
-t0 = time.perf_counter()
-from analysis.measures.metrics import measure_trace
-from analysis.engine.load import load_trace
-t1 = time.perf_counter()
-trace = load_trace(sys.argv[1])
-t2 = time.perf_counter()
-measure_trace(trace)
-t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "metrics_s": t3 - t2,
-                  "rows": {"gpu_ops": len(trace.gpu_ops), "nvtx": len(trace.nvtx)}}))
-"""
 
 
 def say(line: str) -> None:
     print(f"[analysis_speed] {line}", file=sys.stderr, flush=True)
-
-
-def cli_run(path: Path) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MB, exit code) of one `python -m analysis.overlap PATH --format json` process.
-
-    CPU time (user + system) is what the run costs without other processes competing for the cores."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "analysis.overlap", str(path), "--format", "json"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode
-
-
-def phase_run(path: Path) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", PHASES, str(path)], cwd=REPO, capture_output=True, text=True, check=True, timeout=600
-    )
-    return json.loads(out.stdout)
 
 
 def measure(n_kernels: int, ranks: int, folder: Path, repeat: int) -> dict:
@@ -75,14 +39,7 @@ def measure(n_kernels: int, ranks: int, folder: Path, repeat: int) -> dict:
         started = time.perf_counter()
         write_ddp_trace(path, n_kernels=n_kernels, n_ranks=ranks)
         write_s = time.perf_counter() - started
-    runs = []
-    for i in range(repeat):
-        say(f"analysing {path.name} (run {i + 1}/{repeat})")
-        wall, cpu, rss, code = cli_run(path)
-        if code != 0:
-            raise SystemExit(f"analysis.overlap failed on {path} (exit {code})")
-        runs.append({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, **phase_run(path)})
-    best = min(runs, key=lambda r: r["wall_s"])  # the machine is shared: the fastest run is the least disturbed
+    best, runs = timed_runs([path], repeat, path.name, say)
     say(
         f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s (runs {[round(r['wall_s'], 2) for r in runs]}), "
         f"load average {os.getloadavg()[0]:.1f}"

@@ -22,50 +22,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from cli_timing import timed_runs  # a sibling module: run as python benchmarks/kineto_speed.py
+
 REPO = Path(__file__).resolve().parents[1]
-PHASES = """
-import json, sys, time
-t0 = time.perf_counter()
-from analysis.measures.metrics import measure_trace
-from analysis.engine.load import load_trace
-t1 = time.perf_counter()
-trace = load_trace(sys.argv[1:])
-t2 = time.perf_counter()
-measure_trace(trace)
-t3 = time.perf_counter()
-print(json.dumps({"import_s": t1 - t0, "load_s": t2 - t1, "metrics_s": t3 - t2,
-                  "rows": {"gpu_ops": len(trace.gpu_ops), "nvtx": len(trace.nvtx)}}))
-"""
 
 
 def say(line: str) -> None:
     print(f"[kineto_speed] {line}", file=sys.stderr, flush=True)
-
-
-def cli_run(paths: list[Path]) -> tuple[float, float, float, int]:
-    """(wall s, CPU s, peak RSS MB, exit code) of one `python -m analysis.overlap --merge PATHS` process."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "analysis.overlap", "--merge", *map(str, paths), "--format", "json"],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status)
-
-
-def phase_run(paths: list[Path]) -> dict:
-    out = subprocess.run(
-        [sys.executable, "-c", PHASES, *map(str, paths)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=900,
-    )
-    return json.loads(out.stdout)
 
 
 def write_in_child(stem: Path, n_kernels: int, ranks: int, gz: bool) -> None:
@@ -93,14 +56,7 @@ def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> 
         started = time.perf_counter()
         write_in_child(stem, n_kernels, ranks, gz)
         write_s = time.perf_counter() - started
-    runs = []
-    for i in range(repeat):
-        say(f"analysing {stem.name} (run {i + 1}/{repeat})")
-        wall, cpu, rss, code = cli_run(paths)
-        if code != 0:
-            raise SystemExit(f"analysis.overlap failed on {stem}.rank* (exit {code})")
-        runs.append({"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss, **phase_run(paths)})
-    best = min(runs, key=lambda r: r["wall_s"])  # the machine is shared: the fastest run is the least disturbed
+    best, runs = timed_runs(paths, repeat, f"{stem.name}.rank*", say)
     say(
         f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s, CPU {best['cpu_s']:.2f} s, "
         f"peak RSS {best['peak_rss_mb']:.0f} MB, load average {os.getloadavg()[0]:.1f}"

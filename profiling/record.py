@@ -37,7 +37,7 @@ import json
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -231,31 +231,46 @@ def main(argv: Sequence[str] | None = None) -> int:
             prefix = "" if plan.per_rank else f"NSYS_NVTX_PROFILER_REGISTER_ONLY=0 {shlex.quote(str(nsys))} "
             print(prefix + shlex.join(cmd))
         return 0
+    code, outputs = _record_each(
+        plan,
+        lambda impl: record_impl(plan, nsys, impl),
+        lambda o: (
+            f"wrote {o.sqlite} ({o.sqlite_bytes / 1024:.0f} KB) and {o.report.name} "
+            f"({o.report_bytes / 1024:.0f} KB) in {o.wall_s:.1f} s"
+        ),
+    )
+    if code == 0:
+        print_summary(outputs, args.format)
+    return code
+
+
+def _record_each(
+    plan: ProfilePlan, record_one: Callable[[str], list], wrote: Callable[[Any], str], how: str = ""
+) -> tuple[int, list]:
+    """Record every implementation in turn into plan.out_dir: (exit code, outputs). A one-line error
+    names what failed: 2 when the output folder cannot be made, 1 when a recording failed or was
+    interrupted (record_one leaves no partial outputs behind)."""
     try:
         plan.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         print(f"error: output folder {plan.out_dir}: {err.strerror or err}", file=sys.stderr)
-        return 2
+        return 2, []
     exit_on_sigterm()
-    outputs: list[Output] = []
+    outputs: list = []
     for impl in plan.impls:
-        log(f"{impl}: profiling ...")
+        log(f"{impl}: profiling{how} ...")
         try:
-            written = record_impl(plan, nsys, impl)
+            written = record_one(impl)
         except NsysError as err:
             print(f"error: {impl}: {err}", file=sys.stderr)
-            return 1
+            return 1, outputs
         except KeyboardInterrupt:
             print(f"error: {impl}: interrupted; no partial outputs left behind", file=sys.stderr)
-            return 1
+            return 1, outputs
         for o in written:
-            log(
-                f"{impl}: wrote {o.sqlite} ({o.sqlite_bytes / 1024:.0f} KB) and {o.report.name} "
-                f"({o.report_bytes / 1024:.0f} KB) in {o.wall_s:.1f} s"
-            )
+            log(f"{impl}: {wrote(o)}")
         outputs += written
-    print_summary(outputs, args.format)
-    return 0
+    return 0, outputs
 
 
 def _record_with_torch(plan: ProfilePlan, args: argparse.Namespace) -> int:
@@ -267,28 +282,15 @@ def _record_with_torch(plan: ProfilePlan, args: argparse.Namespace) -> int:
         for impl in plan.impls:
             print(shlex.join(torch_record.command(plan, impl)))
         return 0
-    try:
-        plan.out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        print(f"error: output folder {plan.out_dir}: {err.strerror or err}", file=sys.stderr)
-        return 2
-    exit_on_sigterm()
-    outputs = []
-    for impl in plan.impls:
-        log(f"{impl}: profiling with torch.profiler ...")
-        try:
-            written = torch_record.record_torch(plan, impl)
-        except NsysError as err:
-            print(f"error: {impl}: {err}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            print(f"error: {impl}: interrupted; no partial outputs left behind", file=sys.stderr)
-            return 1
-        for o in written:
-            log(f"{impl}: wrote {o.trace} ({o.trace_bytes / 1024:.0f} KB)")
-        outputs += written
-    torch_record.print_summary(outputs, args.format)
-    return 0
+    code, outputs = _record_each(
+        plan,
+        lambda impl: torch_record.record_torch(plan, impl),
+        lambda o: f"wrote {o.trace} ({o.trace_bytes / 1024:.0f} KB)",
+        " with torch.profiler",
+    )
+    if code == 0:
+        torch_record.print_summary(outputs, args.format)
+    return code
 
 
 def _nsys_or_placeholder() -> Path:

@@ -103,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"{COMM_FORM} ranges: arrival = issue, end = completion as seen by the rank.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr).",
     )
-    p.add_argument("paths", nargs="+", metavar="TRACE", help="nsys SQLite export(s)")
+    p.add_argument("paths", nargs="+", metavar="TRACE", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")
     p.add_argument(
         "--format",
         choices=["table", "csv", "json"],

@@ -61,8 +61,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "traces",
         nargs="+",
         type=Path,
-        help="nsys SQLite exports, one panel each in this order; <impl>.rank<N>.sqlite files of "
-        "one folder (run_nsys.sh --per-rank) are merged into one panel",
+        help="nsys SQLite exports or torch.profiler JSON traces, one panel each in this order; "
+        "<impl>.rank<N>.sqlite (or .json.gz) files of one folder (run_nsys.sh --per-rank, --profiler torch) "
+        "are merged into one panel",
     )
     ap.add_argument("-o", "--output", type=Path, help="HTML file to write (default: reports/timeline.html)")
     ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")

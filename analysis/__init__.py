@@ -7,8 +7,10 @@ metrics, collective calls) -> `views/` (tables, timelines, HTML pages); `engine/
 (`load_trace`, `analyze`, analyses over many files); the CLIs on top are `overlap`, `timeline`, `report`, `collectives`
 (`python -m analysis.<name>`).
 
-    from analysis import analyze, load_trace
-    result = analyze(["traces/overlap.sqlite"])          # .steps, .totals, .summary DataFrames
+    from analysis import open_runs
+    runs = open_runs(["traces/overlap.sqlite"])          # read once, asked many times
+    runs.overlap().steps                                 # .steps, .totals, .summary DataFrames
+    runs.collectives().by_rank                           # the collectives view of the same load
 
 Names are imported on first use, so `python -m analysis.overlap --help` loads no more than it needs.
 """
@@ -20,13 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 _WHERE = {
     "load_trace": "analysis.engine.runs",
+    "find_runs": "analysis.engine.runs",
     "Trace": "analysis.frames.trace",
     "Patterns": "analysis.frames.patterns",
     "TraceError": "analysis.errors",
-    "analyze": "analysis.engine.analyze",
+    "analyze": "analysis.engine.session",
+    "open_runs": "analysis.engine.session",
+    "OpenRuns": "analysis.engine.session",
     "analyze_trace": "analysis.engine.analyze",
     "Analysis": "analysis.engine.analyze",
-    "analyze_collectives": "analysis.engine.collectives_view",
+    "analyze_collectives": "analysis.engine.session",
     "collectives_of": "analysis.engine.collectives_view",
     "CollectivesView": "analysis.engine.collectives_view",
     "measure_trace": "analysis.measures.metrics",
@@ -35,6 +40,7 @@ _WHERE = {
 __all__ = [
     "Analysis",
     "CollectivesView",
+    "OpenRuns",
     "Patterns",
     "Trace",
     "TraceError",
@@ -42,15 +48,18 @@ __all__ = [
     "analyze_collectives",
     "analyze_trace",
     "collectives_of",
+    "find_runs",
     "load_trace",
     "measure_trace",
+    "open_runs",
     "rank_work",
 ]
 
 if TYPE_CHECKING:
-    from analysis.engine.analyze import Analysis, analyze, analyze_trace
-    from analysis.engine.collectives_view import CollectivesView, analyze_collectives, collectives_of
-    from analysis.engine.runs import load_trace
+    from analysis.engine.analyze import Analysis, analyze_trace
+    from analysis.engine.collectives_view import CollectivesView, collectives_of
+    from analysis.engine.runs import find_runs, load_trace
+    from analysis.engine.session import OpenRuns, analyze, analyze_collectives, open_runs
     from analysis.errors import TraceError
     from analysis.frames.patterns import Patterns
     from analysis.frames.trace import Trace

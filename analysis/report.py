@@ -15,15 +15,15 @@ import argparse
 import sys
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import cli
-from analysis.engine.report_runs import AnalyzedTrace, analyze_all, loaded_trace, steps_frame, summary_frame
+from analysis.engine.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
+from analysis.engine.session import OpenRuns
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
-from analysis.readers.load import group_inputs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
 from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_history
@@ -80,67 +80,74 @@ def side_page(summary: pd.DataFrame) -> SidePage | None:
 
 
 def write_timelines(
-    out: Path, results: list[AnalyzedTrace], side: SidePage | None, patterns: Patterns | None = None
+    out: Path, runs: OpenRuns, results: list[AnalyzedTrace], side: SidePage | None, selection: Selection
 ) -> dict:
-    """One overview timeline per trace plus the naive-vs-best side by side; returns the per-trace links."""
+    """One overview timeline per run plus the naive-vs-best side by side (at `selection`'s step, else
+    a step both have); returns the per-run links. Each run's trace is the one its analysis loaded."""
     from analysis.views.timeline_page import trace_panel, write_timeline
 
     names = timeline_names([(r.path, r.name) for r in results])
     by_trace = {r.path: r for r in results}
     for r in results:
         t0 = time.perf_counter()
-        trace = loaded_trace(r, patterns)
-        panel, _ = trace_panel(r.path, Selection(), trace=trace, steps=r.analysis.steps, patterns=patterns)
-        write_timeline([panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection())
+        trace = runs.trace(r.index)
+        panel, _ = trace_panel(r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns)
+        write_timeline([panel], out / names[r.path], f"Timeline: {trace.implementation}", selection)
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if side is not None:
         a, b = by_trace[side.naive], by_trace[side.best]
-        selection = Selection(step=common_step(a, b))
+        both = Selection(step=selection.step if selection.step is not None else common_step(a, b), rank=selection.rank)
         panels = [
-            trace_panel(r.path, selection, trace=loaded_trace(r, patterns), steps=r.analysis.steps, patterns=patterns)[
-                0
-            ]
+            trace_panel(r.path, both, trace=runs.trace(r.index), steps=r.analysis.steps, patterns=runs.patterns)[0]
             for r in (a, b)
         ]
-        write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection)
+        write_timeline(panels, out / side.name, f"Timeline: {side.title}", both)
     return names
 
 
 def collectives_blocks(
-    results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None, patterns: Patterns | None = None
+    runs: OpenRuns,
+    results: list[AnalyzedTrace],
+    summary: pd.DataFrame,
+    peak_busbw: float | None,
+    args: argparse.Namespace,
 ) -> list:
-    """The index page's Collectives section (views/report_collectives.py), one entry per trace."""
-    from analysis.engine.collectives_view import collectives_of
+    """The index page's Collectives section (views/report_collectives.py), one entry per run, from
+    the same loaded runs."""
     from analysis.views.report_collectives import collectives_section
 
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    traces = [loaded_trace(r, patterns) for r in results]  # the analysis ran file by file and kept no events
-    entries = [(labels[str(r.path)], t, collectives_of([t], patterns)) for r, t in zip(results, traces, strict=True)]
-    return collectives_section(entries, peak_busbw, patterns)
+    view = runs.collectives(rank=args.rank, step=args.step)
+    entries = []
+    for r in results:
+        path = r.analysis.summary["path"].iloc[0]
+        mine = view.only(path)
+        entries.append((labels[str(r.path)], runs.trace(r.index), mine))
+    return collectives_section(entries, peak_busbw, runs.patterns)
 
 
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
+    """The summary rows; as a table without the hash, each run's note (missing ranks) under it."""
     shown = summary[SUMMARY_COLUMNS]
-    print_frame(shown.drop(columns=["sha256"]) if fmt == "table" else shown, fmt, headings=False, indent=2)
+    if fmt != "table":
+        print_frame(shown, fmt, headings=False, indent=2)
+        return
+    print_frame(shown.drop(columns=["sha256", "note"]), fmt, headings=False, indent=2)
+    for label, note in zip(summary["label"], summary["note"], strict=True):
+        if isinstance(note, str):
+            print(f"note: {label}: {note}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
-        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
+        epilog=f"{cli.EXIT_STATUS} Progress goes to stderr; results.db is written by this process alone.",
         description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
         "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
         "timeline per trace, a naive-vs-best timeline, summary.csv and results.db into the -o folder, "
         "and nothing outside it. Prints the summary table.",
     )
-    ap.add_argument(
-        "traces",
-        nargs="+",
-        type=Path,
-        help="nsys SQLite exports or torch.profiler JSON traces, one per implementation; "
-        "<impl>.rank<N>.sqlite (or .json.gz) files of one folder (run_nsys.sh --per-rank, --profiler torch) "
-        "are merged into one trace",
-    )
+    cli.add_input_options(ap, "one row each, ranked")
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
@@ -150,22 +157,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="GBPS",
         help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot",
     )
-    ap.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="analyse files in N processes (default: the usable cores, at most one per file, fewer when "
-        "memory cannot hold that many at once; 1 for inputs under 64 MB in all); results.db is "
-        "written by this process alone",
-    )
-    ap.add_argument(
-        "--dask",
-        metavar="ADDRESS",
-        help="analyse the files on the Dask cluster at ADDRESS (tcp://host:8786, or 'local'); paths must "
-        "be visible to the workers. Needs dask[distributed]",
-    )
-    cli.add_pattern_options(ap)
     return ap.parse_args(argv)
 
 
@@ -175,15 +166,15 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.report_runs import hashed_file
+
     out, patterns = args.output, cli.patterns_from(args)
-    if len({p.resolve() for p in args.traces}) != len(args.traces):
-        raise TraceError("the same trace is given twice")
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    inputs = group_inputs(args.traces)
-    pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
+    runs = cli.open_from_args(args, "[report]", task=partial(hashed_file, patterns=patterns))
+    pages = [] if args.no_timelines else list(timeline_names([(r.label, r.name) for r in runs.runs]).values())
     check_out_dir(out, pages)  # fail before the (slow) analysis when we can
-    results, bad = analyze_all(inputs, args.jobs, args.dask, patterns)
+    results, bad = analyze_all(runs, args.step, args.rank)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)
@@ -191,14 +182,15 @@ def _run(args: argparse.Namespace) -> int:
     check_out_dir(out, pages + ([side.name] if side else []))  # every output, before writing any
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
-    links = {} if args.no_timelines else write_timelines(out, results, side, patterns)
+    selection = Selection(step=args.step, rank=args.rank)
+    links = {} if args.no_timelines else write_timelines(out, runs, results, side, selection)
     index = write_index(
         out / "index.html",
         summary,
         steps_frame(results, summary),
         links,
         (side.name, side.title) if side else None,
-        collectives_blocks(results, summary, args.peak_busbw, patterns),
+        collectives_blocks(runs, results, summary, args.peak_busbw, args),
     )
     summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
     progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")

@@ -4,14 +4,13 @@
 
 One panel per trace, time zero at each trace's chosen step (or its first step); lanes per rank for
 CPU NVTX phases, communication ranges and GPU streams; shading where communication overlaps
-compute. The page embeds plotly.js and opens offline. Exit codes: 0 written, 2 bad input.
+compute. The page embeds plotly.js and opens offline. Exit status: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +25,6 @@ from analysis.views.timeline_page import (
     check_output,
     export_png,
     png_refusal,
-    trace_panel,
     write_timeline,
 )
 
@@ -38,36 +36,30 @@ def progress(message: str) -> None:
     print(f"[timeline] {message}", file=sys.stderr, flush=True)
 
 
-def print_rows(rows: list[PanelSummary], fmt: str) -> None:
-    """The summary on stdout as an aligned table, CSV or JSON."""
-    print_frame(
-        pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__)),
-        fmt,
-        headings=False,
-        indent=2,
-    )
+def print_rows(rows: list[PanelSummary], notes: list[str | None], fmt: str) -> None:
+    """The summary on stdout as an aligned table, CSV or JSON, with each run's note (missing ranks)."""
+    frame = pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__))
+    if fmt != "table":
+        print_frame(frame.assign(note=notes), fmt, headings=False, indent=2)
+        return
+    print_frame(frame, fmt, headings=False)
+    for row, note in zip(rows, notes, strict=True):
+        if isinstance(note, str):
+            print(f"note: {row.trace}: {note}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
-        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
-        description="Write an interactive, self-contained HTML timeline of nsys SQLite exports: one panel "
-        "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
-        "communication ranges and GPU streams, and shading where communication overlaps compute. "
+        epilog=f"{cli.EXIT_STATUS} Progress goes to stderr.",
+        description="Write an interactive, self-contained HTML timeline of nsys SQLite exports or "
+        "torch.profiler JSON traces: one panel per run, stacked on a shared time axis, with lanes per "
+        "rank for CPU NVTX phases, communication ranges and GPU streams, and shading where "
+        "communication overlaps compute. "
         "Prints one summary row per panel.",
     )
-    ap.add_argument(
-        "traces",
-        nargs="+",
-        type=Path,
-        help="nsys SQLite exports or torch.profiler JSON traces, one panel each in this order; "
-        "<impl>.rank<N>.sqlite (or .json.gz) files of one folder (run_nsys.sh --per-rank, --profiler torch) "
-        "are merged into one panel",
-    )
+    cli.add_input_options(ap, "one panel each, in this order")
     ap.add_argument("-o", "--output", type=Path, help="HTML file to write (default: reports/timeline.html)")
-    ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")
-    ap.add_argument("--rank", type=int, help="draw only rank R (default: all ranks)")
     ap.add_argument(
         "--width",
         type=int,
@@ -82,7 +74,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "skipped with a message when they are missing or fail, and when a PNG exists that "
         "does not pair with a page this tool wrote)",
     )
-    cli.add_pattern_options(ap)
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
         ap.error(f"--width {args.width}: expected 100..20000 pixels")
@@ -95,23 +86,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.analyze import analyze_trace
-    from analysis.engine.runs import load_trace
-    from analysis.readers.load import group_inputs
+    from analysis.engine.session import report_failures
 
-    patterns = cli.patterns_from(args)
     selection = Selection(step=args.step, rank=args.rank)
-    check_output(args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None)
+    check_output(args.output or DEFAULT_OUTPUT, [Path(p) for p in args.paths], explicit=args.output is not None)
     args.output = args.output or DEFAULT_OUTPUT
+    runs = cli.open_from_args(args, "[timeline]")
+    if report_failures(runs.results()):
+        return 2  # each bad run's error is printed above; nothing is written
+    runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have
     panels, rows = [], []
-    for inp in group_inputs(args.traces):
-        t0 = time.perf_counter()
-        trace = load_trace(list(inp.paths), patterns)
-        steps = analyze_trace(trace, patterns).steps
-        panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width, steps=steps, patterns=patterns)
+    for panel, row in runs.timeline_panels(selection, args.width):
         panels.append(panel)
         rows.append(row)
-        progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
+        progress(f"{row.trace}: {row.segments} segments in view")
+    notes = [r.analysis.summary["note"].iloc[0] for r in runs.good() if r.analysis is not None]
     title = "Timeline: " + " vs ".join(r.implementation for r in rows)
     png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
     out, fig = write_timeline(panels, args.output, title, selection, args.width)
@@ -121,7 +110,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.png:
         why = png_why or export_png(fig, args.output.with_suffix(".png"), args.width)
         progress(f"png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
-    cli.emit(lambda: print_rows(rows, args.format))
+    cli.emit(lambda: print_rows(rows, notes, args.format))
     return 0
 
 

@@ -8,9 +8,10 @@ may share a GPU), the summary over every rank-step. The collectives' wait/transf
 (metrics.SPLIT_METRICS) pairs every rank's calls: the files' calls are shifted onto the first
 file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
 collective_rows.split_rows: only the columns the split needs, op as a code shared by the files;
-`merged_call_rows` gives the collectives view's full rows, collective_rows.rows_of_calls).
-torch.profiler files merge the same way, on their baseTimeNanoseconds clocks, after the check the
-loader makes that they are one job's (kineto.check_one_job, from each file's recorded identity).
+`run_call_rows` gives the collectives view's full rows, collective_rows.rows_of_calls).
+torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
+runs are refused by the loader's own check (runs.check_one_run, from each file's recorded identity),
+and the files' clocks come from the loader's one rule (clocks.clock_shifts).
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
 its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
 finished it.
@@ -28,6 +29,7 @@ import pandas as pd
 from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_summary
 from analysis.engine.clocks import PartClock, clock_shifts
 from analysis.engine.file_task import TEXT_CALL_COLUMNS, FileResult
+from analysis.engine.runs import check_one_run, file_identity
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
@@ -35,7 +37,6 @@ from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, rows_of_calls, split_rows, with_comm_split
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
-from analysis.readers.kineto import check_one_job
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,8 @@ def _keyed(frame: pd.DataFrame, keys: dict) -> pd.DataFrame:
 
 def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merged:
     """The per-file results of one run's files (in path order) as one merged analysis; a TraceError
-    when torch.profiler files are not one job's."""
-    check_one_job([(str(p), *r.job) for p, r in zip(paths, results, strict=True) if r.job is not None])
+    when the files are not one run's."""
+    check_one_run([file_identity(p, r.meta.values()) for p, r in zip(paths, results, strict=True)])
     source = "gpu" if any(r.source == "gpu" for r in results) else "nvtx"
     kept = [i for i, r in enumerate(results) if r.source == source]  # a merge counts ranks with GPU work only
     ranks = _global_ranks(results, kept)
@@ -109,18 +110,15 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     return Merged(Analysis(**frames, summary=trace_summary(run, frames["steps"])), spread)
 
 
-def merged_call_rows(paths: Sequence[str | Path], results: Sequence[FileResult]) -> pd.DataFrame:
-    """The collectives view's rows (collective_rows.ROW_COLUMNS) of a run from its files' results:
-    those of `call_rows(load_trace(paths))`."""
+def run_call_rows(paths: Sequence[str | Path], results: Sequence[FileResult]) -> tuple[pd.DataFrame, dict]:
+    """The collectives view's rows (collective_rows.ROW_COLUMNS) and facts of a run from its files'
+    results: those of `call_rows(load_trace(paths))`."""
     source = "gpu" if any(r.source == "gpu" for r in results) else "nvtx"
     kept = [i for i, r in enumerate(results) if r.source == source]
     ranks = _global_ranks(results, kept)
-    return _call_rows(_run_of(paths, results, source, ranks), results, kept, ranks)
-
-
-def _call_rows(run: Trace, results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame) -> pd.DataFrame:
+    run = _run_of(paths, results, source, ranks)
     calls = _merged_calls(results, kept, ranks, file_shifts(results))
-    return rows_of_calls(calls, world_size(run.meta, len(run.ranks)), run.path, run.implementation, len(run.ranks))[0]
+    return rows_of_calls(calls, world_size(run.meta, len(run.ranks)), run.path, run.implementation, len(run.ranks))
 
 
 def _merged_calls(

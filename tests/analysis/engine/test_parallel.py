@@ -17,9 +17,10 @@ from analysis import analyze, analyze_trace, overlap, report
 from analysis.engine import dask_run, parallel
 from analysis.engine.clocks import PartClock, clock_shifts
 from analysis.engine.file_task import analyze_file
-from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
+from analysis.engine.parallel import Progress, default_jobs, run_tasks, task_memory
 from analysis.engine.rank_merge import combine
 from analysis.engine.runs import load_trace
+from analysis.engine.tasks import Outcome
 from analysis.measures.metrics import SPLIT_METRICS
 from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
@@ -114,12 +115,12 @@ def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, 
 def test_merged_calls_are_the_one_piece_calls(rank_files, per_file):
     """The calls combine pairs (renumbered, shifted by each file's session offset, compute cut to the
     calls) give the collectives view's every row of the one-piece load."""
-    from analysis.engine.rank_merge import merged_call_rows
+    from analysis.engine.rank_merge import run_call_rows
     from analysis.measures.collective_calls import find_calls
     from analysis.measures.collective_rows import call_rows
 
     results = per_file
-    rows = merged_call_rows(rank_files, results)
+    rows = run_call_rows(rank_files, results)[0]
     pd.testing.assert_frame_equal(rows, call_rows(load_trace(rank_files))[0])
     assert rows["paired"].all() and (rows["wait_ms"] > 0).any()
     # each file ships its rank's compute only where it lies under the rank's calls
@@ -217,7 +218,9 @@ def test_cli_jobs_2_output_is_byte_identical(rank_files, capsys):
 def test_one_bad_file_is_named_and_the_others_finish(rank_files, noise, capsys):
     code, out, err = cli(capsys, rank_files[0], noise, rank_files[1], "--format", "json", "--jobs", "2")
     assert code == 2 and "Traceback" not in err
-    assert [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[0]), str(rank_files[1])]
+    # run.rank0 and run.rank1 are one run (<run>.rank<N> files of one folder), with a note on rank 2
+    (run,) = json.loads(out)["traces"]
+    assert run["path"] == f"{rank_files[0]}, {rank_files[1]}" and run["note"].startswith("ranks 0, 1 of 3:")
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: {noise}: not an SQLite file"]
 
@@ -432,7 +435,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 @pytest.mark.slow  # reads whole real traces
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
-    from analysis.engine.rank_merge import merged_call_rows
+    from analysis.engine.rank_merge import run_call_rows
     from analysis.measures.collective_rows import call_rows
     from tests.gpu_traces import RUN_TIMER_MS
 
@@ -440,7 +443,7 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
     results = [analyze_file(p) for p in paths]
     merged = combine(paths, results)
     whole = analyze_trace(load_trace(paths))
-    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(load_trace(paths))[0])
+    pd.testing.assert_frame_equal(run_call_rows(paths, results)[0], call_rows(load_trace(paths))[0])
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split included
     assert_split_paired(merged.analysis)
     assert_same(analyze(paths, merge=True, jobs=2), whole)  # what the CLIs run: one task per file
@@ -478,7 +481,7 @@ def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     """Per-rank Kineto files whose captures started apart (baseTimeNanoseconds 0, 7 and 3 ms later)
     merge from per-file results exactly as the loader merges them, the collectives' rows included;
     files of different jobs get the loader's error from the merge."""
-    from analysis.engine.rank_merge import merged_call_rows
+    from analysis.engine.rank_merge import run_call_rows
     from analysis.errors import TraceError
     from analysis.measures.collective_rows import call_rows
     from tests.support.synthetic_kineto import BASE_TIME_NS, write_kineto_ddp_trace
@@ -495,8 +498,8 @@ def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     merged = combine(paths, results)
     assert_same(merged.analysis, analyze_trace(whole))
     assert_split_paired(merged.analysis)
-    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(whole)[0])
+    pd.testing.assert_frame_equal(run_call_rows(paths, results)[0], call_rows(whole)[0])
     assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(whole))  # what the CLIs run
     other = write_kineto_ddp_trace(tmp_path / "other", n_kernels=1_000, n_ranks=2, n_steps=1)[1]
-    with pytest.raises(TraceError, match="are from different jobs"):
+    with pytest.raises(TraceError, match="cannot merge files of different runs"):
         combine([paths[0], other], [results[0], analyze_file(other)])

@@ -163,10 +163,14 @@ def test_clock_offsets_come_from_session_metadata_and_align_like_the_loader(rank
 
 
 def session_offset(path: Path) -> int:
-    """UTC minus trace clock at session start, straight from the export's table."""
-    with sqlite3.connect(path) as db:
-        utc, clock = db.execute("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-    return int(utc) - int(clock)
+    """UTC minus trace clock at session start, as the export's session-start table says."""
+    from analysis.readers.nsys_db import NsysExport
+
+    ex = NsysExport(path)
+    try:
+        return ex.clock_offset()
+    finally:
+        ex.conn.close()
 
 
 def _step_ranges(path: Path) -> dict[int, tuple[int, int]]:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import input_groups
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace

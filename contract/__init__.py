@@ -5,6 +5,7 @@ default patterns that recognise them. Torch-free and dependency-free, so every p
            `comm:<op>:<tag>` with the collective's byte count as payload, the point-to-point phases).
 `meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode.
 `patterns` the analysis' default regular expressions, built from the names.
+`nsys_cli` finding nsys and its complete-or-absent SQLite export (recording and analysis both run it).
 """
 
 from contract.meta import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, META_PREFIX, decode_meta, encode_meta

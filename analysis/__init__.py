@@ -15,7 +15,7 @@ Recording (`ddp/`, `profiling/`) never imports this package, so it may load pand
 
 from analysis.engine.analyze import Analysis, analyze, analyze_trace
 from analysis.engine.collectives_view import CollectivesView, analyze_collectives, collectives_of
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace

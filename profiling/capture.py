@@ -23,17 +23,17 @@ from typing import TYPE_CHECKING, Any
 import torch.distributed as dist
 
 from contract import PROFILE, encode_meta
-from ddp import nvtx_ranges
+from ddp.comm import nvtx_ranges
 
 if TYPE_CHECKING:
-    from ddp.base import DataParallelBase
+    from ddp.strategies.base import DataParallelBase
 
 
 def tool_versions() -> dict[str, str]:
-    """GPU stack versions, beside the python/torch/nvtx ones `ddp.train.run_metadata` records."""
+    """GPU stack versions, beside the python/torch/nvtx ones `ddp.training.loop.run_metadata` records."""
     import torch
 
-    from ddp.gpu_sharing import loaded_nccl
+    from ddp.launch.gpu_sharing import loaded_nccl
 
     loaded = loaded_nccl()  # what the ranks really run (an LD_PRELOAD may replace torch's own)
     return {

@@ -31,11 +31,11 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PROFILE
-from ddp import nvtx_ranges
+from ddp.comm import nvtx_ranges
 from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
 
 if TYPE_CHECKING:
-    from ddp.base import DataParallelBase
+    from ddp.strategies.base import DataParallelBase
 
 _TOKEN = "torch-range"
 

@@ -48,12 +48,18 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def param_bytes(model: DataParallelBase) -> dict[str, int]:
+    """Each parameter's gradient bytes by name, in `module.parameters()` order (ddp.meta's `param_bytes`:
+    analysis.advise places a bucket's gradients by size)."""
+    return {n: p.numel() * p.element_size() for n, p in zip(model.param_names, model.params, strict=True)}
+
+
 @contextlib.contextmanager
 def measured_region(meta: Mapping[str, Any], model: DataParallelBase | None = None) -> Iterator[None]:
     """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta` (with `model`'s bucket
     layout, if given), ..., barrier, pop."""
     if model is not None:
-        meta = {**meta, "buckets": model.comm_layout()}
+        meta = {**meta, "buckets": model.comm_layout(), "param_bytes": param_bytes(model)}
     _barrier()
     with nvtx_ranges.range(PROFILE):
         nvtx_ranges.mark(encode_meta(meta))

@@ -1,4 +1,4 @@
-"""BucketedDDP: gradients gathered into size-capped buckets, each all-reduced asynchronously when full."""
+"""OverlapBucketDDP: gradients gathered into size-capped buckets, each all-reduced asynchronously when full."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, check_same
 from ddp.strategies.buckets import Bucket, plan_buckets
 
 
-class BucketedDDP(DataParallelBase):
+class OverlapBucketDDP(DataParallelBase):
     """Async bucketed all-reduces overlapping backward.
 
     Buckets hold up to `bucket_size_mb` MiB each (None: one bucket of unbounded size; a larger

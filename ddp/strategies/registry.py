@@ -10,14 +10,14 @@ from ddp.strategies.base import DataParallelBase
 from ddp.strategies.flat import FlatDDP
 from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
-from ddp.strategies.overlap_bucket import BucketedDDP
+from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.torch_ddp import TorchDDP
 
 IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "naive": NaiveDDP,
     "flat": FlatDDP,
     "overlap": OverlapDDP,
-    "overlap_bucket": BucketedDDP,
+    "overlap_bucket": OverlapBucketDDP,
     "torch": TorchDDP,
 }
 

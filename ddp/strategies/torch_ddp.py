@@ -26,8 +26,8 @@ class TorchDDP(DataParallelBase):
     the timing of ddp.comm.timing, is when the last bucket becomes ready (the end of gradient
     computation); each bucket is in flight from its hook's issue to its future's completion. DDP needs
     `find_unused_parameters=True` for models where a parameter can get no gradient in a step.
-    Buckets get BucketedDDP's caps: `first_bucket_mb` for the first, then `bucket_size_mb` each (DDP
-    closes a bucket after the parameter that reaches the cap, BucketedDDP before it, so small caps
+    Buckets get OverlapBucketDDP's caps: `first_bucket_mb` for the first, then `bucket_size_mb` each (DDP
+    closes a bucket after the parameter that reaches the cap, OverlapBucketDDP before it, so small caps
     give DDP fewer buckets). DDP's wait happens inside `backward()`: it is marked by an NVTX start/end
     range `grad_sync` from the last bucket's issue to its completion, so a CPU-only trace can tell
     the waiting from the backward computation around it.
@@ -94,7 +94,7 @@ class TorchDDP(DataParallelBase):
 
 
 def bucket_caps(bucket_size_mb: float | None, first_bucket_mb: float | None) -> dict[str, Any]:
-    """DDP arguments for the same bucket caps as BucketedDDP: a smaller first bucket, then the cap.
+    """DDP arguments for the same bucket caps as OverlapBucketDDP: a smaller first bucket, then the cap.
 
     DDP only shrinks its first bucket (to 1 MiB) when bucket_cap_mb is left at its default, so an
     explicit size goes through `bucket_cap_mb_list` (first bucket, then the cap for the rest).

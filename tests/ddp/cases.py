@@ -80,7 +80,7 @@ class Buffered(Toy):
 
 class Reordered(nn.Module):
     """Layers registered in the reverse of their use: backward's gradient order is not the reverse
-    registration order that BucketedDDP's first step assumes."""
+    registration order that OverlapBucketDDP's first step assumes."""
 
     def __init__(self):
         super().__init__()

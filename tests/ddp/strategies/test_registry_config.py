@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp import BucketedDDP, FlatDDP, NaiveDDP, OverlapDDP, TorchDDP
+from ddp import FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP
 from ddp.strategies import registry
 from ddp.training.loop import RunConfig
 
@@ -14,7 +14,7 @@ def test_registry_names_map_to_the_exported_classes():
         "naive": NaiveDDP,
         "flat": FlatDDP,
         "overlap": OverlapDDP,
-        "overlap_bucket": BucketedDDP,
+        "overlap_bucket": OverlapBucketDDP,
         "torch": TorchDDP,
     }
 

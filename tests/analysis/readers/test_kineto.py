@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.measures.metrics import measure_trace
 from analysis.readers.load import group_inputs

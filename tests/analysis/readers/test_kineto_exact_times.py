@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.readers.kineto_columns import EXACT_FLOAT_US, _ns
 from tests.support.synthetic_kineto import KinetoWriter
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from analysis import collectives, overlap
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.frames.comm_families import CUSTOM, FAMILIES, family_of_kernel
 from analysis.frames.patterns import Patterns
 from analysis.measures.collective_calls import find_calls

@@ -19,7 +19,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 _WHERE = {
-    "load_trace": "analysis.engine.load",
+    "load_trace": "analysis.engine.runs",
     "Trace": "analysis.frames.trace",
     "Patterns": "analysis.frames.patterns",
     "TraceError": "analysis.errors",
@@ -50,7 +50,7 @@ __all__ = [
 if TYPE_CHECKING:
     from analysis.engine.analyze import Analysis, analyze, analyze_trace
     from analysis.engine.collectives_view import CollectivesView, analyze_collectives, collectives_of
-    from analysis.engine.load import load_trace
+    from analysis.engine.runs import load_trace
     from analysis.errors import TraceError
     from analysis.frames.patterns import Patterns
     from analysis.frames.trace import Trace

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from analysis.engine.analyze import analyze_trace
-    from analysis.engine.load import load_trace
+    from analysis.engine.runs import load_trace
     from analysis.readers.load import group_inputs
 
     patterns = cli.patterns_from(args)

@@ -13,6 +13,32 @@ META_KEY = "ddp.meta"  # the top-level key of a torch.profiler (Kineto) JSON tra
 ASYNC_KIND_KEY = "ddp.kind"
 ASYNC_KIND = "start_end"
 
+# Sharded strategies (fsdp, torch_fsdp) list their sharded modules under this key, one entry per module in forward
+# order: {"name": module name (the tag of its comm:all_gather / comm:reduce_scatter ranges), "params": the
+# original parameter names it holds, "numel": their elements (unpadded), "padded_numel": what one all-gather
+# returns (a multiple of world_size), "all_gather_bytes" / "reduce_scatter_bytes": the payload of one such range,
+# "shard_bytes": what each rank stores of it (float32 master weights)}. Replicated strategies omit the key.
+SHARDED_KEY = "sharded"
+SHARDED_FIELDS = ("name", "params", "numel", "padded_numel", "all_gather_bytes", "reduce_scatter_bytes", "shard_bytes")
+
+
+def sharded_entry(
+    name: str, params: list[str], numel: int, padded_numel: int, comm_itemsize: int, shard_itemsize: int, world: int
+) -> dict[str, Any]:
+    """One `sharded` entry: a module of `numel` elements padded to `padded_numel`, communicated in a dtype of
+    `comm_itemsize` bytes, stored as 1/`world` slices of `shard_itemsize` bytes per element."""
+    if padded_numel < numel or padded_numel % world:
+        raise ValueError(f"padded_numel {padded_numel} must be >= numel {numel} and a multiple of world {world}")
+    return {
+        "name": name,
+        "params": list(params),
+        "numel": numel,
+        "padded_numel": padded_numel,
+        "all_gather_bytes": padded_numel * comm_itemsize,
+        "reduce_scatter_bytes": padded_numel * comm_itemsize,
+        "shard_bytes": padded_numel // world * shard_itemsize,
+    }
+
 
 def encode_meta(meta: Mapping[str, Any]) -> str:
     """The text of the metadata mark: `ddp.meta ` then compact, key-sorted JSON (non-JSON values as str)."""

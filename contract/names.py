@@ -19,8 +19,14 @@ COMM_FORM = "comm:<op>:<tag>"  # how messages name the family
 COMM_PAYLOAD = "bytes"  # what a comm range's payload counts
 ALL_REDUCE = "all_reduce"
 BROADCAST = "broadcast"
+# Sharded data parallelism (FSDP): one range per sharded module and call, tagged with the module's name, e.g.
+# `comm:all_gather:layers.0.attn.wq`. Payloads follow nccl-tests' convention: an all-gather counts the gathered
+# output (the whole module, every rank's slice, padding included), a reduce-scatter its input (the same size).
+ALL_GATHER = "all_gather"
+REDUCE_SCATTER = "reduce_scatter"
+SHARDED_OPS = (ALL_GATHER, REDUCE_SCATTER)
 
-# Phases of the point-to-point all-reduces (ddp/ring_allreduce.py, ddp/reduce_broadcast.py), push/pop on the
+# Phases of the point-to-point all-reduces (ddp/comm/ring_allreduce.py, ddp/comm/reduce_broadcast.py), push/pop on the
 # `p2p-collectives` thread, inside the caller's `comm:all_reduce:<tag>` range in time.
 RING_REDUCE_SCATTER = "ring:reduce_scatter"
 RING_ALL_GATHER = "ring:all_gather"

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace

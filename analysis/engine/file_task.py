@@ -16,15 +16,13 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace
-from analysis.engine.load import load_trace
+from analysis.engine.clocks import recorded_clocks
+from analysis.engine.runs import load_trace
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import CLOCK_OFFSET_KEY
 from analysis.measures import intervals as iv
 from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.phases import find_steps
-from analysis.readers.kineto_json import is_kineto
-from analysis.readers.nsys_db import NsysExport
 
 
 @dataclass(frozen=True)
@@ -55,15 +53,6 @@ class FileResult:
     job: tuple | None = None
 
 
-def session_offset(path: str | Path) -> int:
-    """The export's UTC-minus-trace-clock offset from its session-start metadata (no events read)."""
-    ex = NsysExport(Path(path))
-    try:
-        return ex.clock_offset()
-    finally:
-        ex.conn.close()
-
-
 def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
     """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
     merge it with the run's other files."""
@@ -78,8 +67,8 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
-    kineto = is_kineto(Path(path))
-    offset = int(trace.info.get(0, {}).get(CLOCK_OFFSET_KEY, 0)) if kineto else session_offset(path)
+    kineto = trace.nsys_version.startswith("kineto")  # the reader knew the format: no second sniff
+    offset = recorded_clocks(trace)[0].recorded_offset_ns  # as the reader recorded it: no second read
     # a torch.profiler file holds one process, whose meta the loader gives distributedInfo's rank and
     # world size over ddp.meta's: the (rank, world size, implementation) of kineto.job_of
     meta: dict = next(iter(trace.meta.values()), {})

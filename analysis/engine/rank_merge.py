@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_summary
+from analysis.engine.clocks import PartClock, clock_shifts
 from analysis.engine.file_task import TEXT_CALL_COLUMNS, FileResult
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
@@ -53,6 +54,11 @@ def _global_ranks(results: Sequence[FileResult], parts: Sequence[int]) -> pd.Dat
     meta = ranks["meta_rank"].tolist()
     usable = all(isinstance(m, int) and not isinstance(m, bool) for m in meta) and len(set(meta)) == len(meta)
     return ranks.assign(global_rank=np.array(meta if usable else range(len(ranks)), dtype=np.int64))
+
+
+def file_shifts(results: Sequence[FileResult]) -> list[int]:
+    """ns onto the first file's clock per file, by the loader's one rule (clocks.clock_shifts)."""
+    return clock_shifts([PartClock(r.clock_offset, r.calls.frame if r.calls is not None else None) for r in results])
 
 
 def _renumbered(frame: pd.DataFrame, part: int, ranks: pd.DataFrame) -> pd.DataFrame:
@@ -91,16 +97,14 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
         if "shared_gpu" in merged:
             merged["shared_gpu"] = merged["rank"].isin(shared).to_numpy()
         frames[f.name] = _keyed(merged, keys)
-    offsets = [r.clock_offset for r in results]
+    shifts = file_shifts(results)
     if len(results) > 1:  # one file's own split pairs all its ranks' calls already
-        calls = _merged_calls(results, kept, ranks, offsets, text=False)
+        calls = _merged_calls(results, kept, ranks, shifts, text=False)
         rows = split_rows(calls, world_size(run.meta, len(run.ranks)))
         frames["steps"], frames["totals"] = with_comm_split(
             frames["steps"].drop(columns=SPLIT_METRICS), frames["totals"].drop(columns=SPLIT_METRICS), rows
         )
-    spread = across_ranks(
-        frames["steps"], {i: results[i].step_ranges for i in kept}, {i: offsets[i] - offsets[0] for i in kept}
-    )
+    spread = across_ranks(frames["steps"], {i: results[i].step_ranges for i in kept}, {i: shifts[i] for i in kept})
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
     return Merged(Analysis(**frames, summary=trace_summary(run, frames["steps"])), spread)
 
@@ -115,12 +119,12 @@ def merged_call_rows(paths: Sequence[str | Path], results: Sequence[FileResult])
 
 
 def _call_rows(run: Trace, results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame) -> pd.DataFrame:
-    calls = _merged_calls(results, kept, ranks, [r.clock_offset for r in results])
+    calls = _merged_calls(results, kept, ranks, file_shifts(results))
     return rows_of_calls(calls, world_size(run.meta, len(run.ranks)), run.path, run.implementation, len(run.ranks))[0]
 
 
 def _merged_calls(
-    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, offsets: Sequence[int], text: bool = True
+    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, shifts: Sequence[int], text: bool = True
 ) -> Calls:
     """Every kept file's calls and compute as `find_calls` finds them in the one-piece load: ranks
     numbered across files, times shifted onto the first file's clock, kernel calls only when any file
@@ -134,7 +138,7 @@ def _merged_calls(
     frames, compute = [], {}
     for i in kept:
         calls = kept_calls[i]
-        shift = offsets[i] - offsets[0]
+        shift = shifts[i]
         if calls.source == source:
             frame = _renumbered(calls.frame if text else calls.frame[SPLIT_CALL_COLUMNS], i, ranks)
             times = [c for c in ("issue_ns", "start_ns", "end_ns") if c in frame]

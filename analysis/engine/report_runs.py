@@ -19,8 +19,8 @@ import pandas as pd
 from analysis.engine.analyze import Analysis
 from analysis.engine.file_task import FileResult, analyze_file
 from analysis.engine.groups import analyze_groups, report_failures
-from analysis.engine.load import load_trace
 from analysis.engine.parallel import Progress, check_jobs, default_jobs
+from analysis.engine.runs import load_trace
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.readers.load import TraceInput

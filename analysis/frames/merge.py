@@ -1,4 +1,4 @@
-"""Helpers both readers use to build the frames: joining per-file columns onto one clock, sorting,
+"""Helpers both readers use to build the frames: joining per-file columns, sorting,
 numbering ranks, matching GPU work to its launch call."""
 
 from __future__ import annotations
@@ -26,11 +26,6 @@ def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     present[k - lo] = True
     position = np.cumsum(present) - 1
     return np.flatnonzero(present) + lo, position[k - lo]
-
-
-def shifted(values: np.ndarray, delta: int) -> np.ndarray:
-    """Times moved by delta ns onto another file's clock; -1 (none) stays -1."""
-    return np.where(values >= 0, values + delta, values) if delta else values
 
 
 def row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:

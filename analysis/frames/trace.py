@@ -1,7 +1,7 @@
 """The typed frames every reader produces: `Trace` (nsys SQLite and torch.profiler JSON alike).
 
-Frames (all times int64 ns on the trace's clock; merged files are shifted onto the first file's
-clock: nsys by TARGET_INFO_SESSION_START_TIME, Kineto by baseTimeNanoseconds):
+Frames (all times int64 ns; as read, each part on its own file's clock; engine/clocks.py puts
+the parts of a loaded run on the first file's clock, from each part's recorded offset):
 
 `gpu_ops`  one row per kernel / memcpy / memset, sorted by (part, pid, device, start):
     part (int, index of the source file), pid, device, stream, start, end,
@@ -19,8 +19,8 @@ clock: nsys by TARGET_INFO_SESSION_START_TIME, Kineto by baseTimeNanoseconds):
     `ddp.meta {json}` mark of our runner when present, else from device order (frames/merge.py).
 `meta`     {(part, pid): dict parsed from the `ddp.meta` mark}.
 `info`     {part: what the file says about its machine: GPUs by device id with name and uuid, driver,
-    CUDA driver, hostname, nsys version; torch.profiler files also their clock offset,
-    baseTimeNanoseconds, under CLOCK_OFFSET_KEY}.
+    CUDA driver, hostname, nsys version; and the file's clock offset, UTC ns minus trace-clock ns
+    (nsys TARGET_INFO_SESSION_START_TIME, Kineto baseTimeNanoseconds), under CLOCK_OFFSET_KEY}.
 `collectives` one row per collective call with its message sizes (COLLECTIVE_COLUMNS below; Kineto
     traces fill it, nsys exports leave it empty).
 """
@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
-CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a torch.profiler part's `info`: its baseTimeNanoseconds
+CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a part's `info`: UTC ns minus that file's trace-clock ns
 # gpu_ops.kind categories and their codes
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))

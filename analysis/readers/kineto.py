@@ -36,7 +36,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup, shifted
+from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.frames.patterns import Patterns, matches
 from analysis.frames.trace import CLOCK_OFFSET_KEY, NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
 from analysis.readers.kineto_comms import collectives_frame
@@ -193,20 +193,16 @@ def _implementation(files: list[KinetoFile], first: Path) -> str:
 
 
 def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
-    """Load one Kineto file, or one job's per-rank files merged onto the first file's clock."""
+    """Load one Kineto file, or one job's per-rank files; each part's times stay on its own clock,
+    its baseTimeNanoseconds in info[part][CLOCK_OFFSET_KEY] (engine/clocks.py aligns them)."""
     patterns = patterns or Patterns()
     files = [read_kineto(p) for p in paths]
     check_one_job([(f.path, *job_of(f)) for f in files])
     gpu_parts, nvtx_parts, meta, calls = [], [], {}, []
     for part, f in enumerate(files):
         host_pid = int(f.host_pids[0]) if f.host_pids.size else 0
-        delta = f.clock_offset - files[0].clock_offset
         ops = _gpu_part(f, part, host_pid)
-        for c in ("start", "end", "launch_start"):
-            ops[c] = shifted(ops[c], delta)
         nvtx = _nvtx_part(f, part, patterns)
-        for c in ("start", "end"):
-            nvtx[c] = shifted(nvtx[c].to_numpy(), delta)
         gpu_parts.append(ops)
         nvtx_parts.append(nvtx)
         rank, world = _identity(f)
@@ -215,7 +211,7 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
             **({"rank": rank} if rank is not None else {}),
             **({"world_size": world} if world is not None else {}),
         }
-        calls += [(part, (pid, tid, s + delta, e + delta, a)) for pid, tid, s, e, a in f.comms]
+        calls += [(part, c) for c in f.comms]
     ops = ops_frame(gpu_parts)
     nvtx = nvtx_frame(nvtx_parts)
     label = ", ".join(str(p) for p in paths)

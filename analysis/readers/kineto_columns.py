@@ -5,8 +5,10 @@ Python code per event.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
-from itertools import chain
+from decimal import Decimal
+from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
@@ -37,16 +39,34 @@ AUTOGRAD_OP = "autograd::engine::evaluate_function: "
 COMMS_OP = "record_param_comms"
 
 
+EXACT_FLOAT_US = 2.0**43  # below this a float64 µs value is within 0.49 ns of its decimal text: ns are exact
+_THOUSAND = Decimal(1000)
+
+
 def _ns(us: np.ndarray) -> np.ndarray:
-    return np.rint(np.asarray(us, dtype=np.float64) * 1000.0).astype(np.int64)
+    """float64 µs to int64 ns: integral and fractional parts scaled apart, so nothing is lost to a product at
+    ~1e18 (float64 at 1.7e18 ns rounds to 256 ns). Exact for |us| < EXACT_FLOAT_US; beyond, read decimals."""
+    us = np.asarray(us, dtype=np.float64)
+    whole = np.floor(us)
+    return whole.astype(np.int64) * 1000 + np.rint((us - whole) * 1000.0).astype(np.int64)
+
+
+def _exact_ns(us: list) -> np.ndarray:
+    """Decimal µs (as written in the JSON) to int64 ns, rounded to the ns: C-level passes, no code per event."""
+    scaled = map(round, map(operator.mul, us, repeat(_THOUSAND)))
+    return np.fromiter(scaled, dtype=np.int64, count=len(us))
+
+
+def _ns_field(events: Sequence[_Fields], name: str) -> np.ndarray:
+    """A time field in int64 ns; events decoded exactly (Decimal fields) keep every digit."""
+    values = field_values(events, name)
+    if values and isinstance(values[0], Decimal):
+        return _exact_ns(values)
+    return _ns(np.array(values, dtype=np.float64))
 
 
 def field_values(events: Sequence[_Fields], name: str) -> list:
     return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
-
-
-def _floats(events: Sequence[_Fields], name: str) -> np.ndarray:
-    return np.fromiter(map(attrgetter(name), events), dtype=np.float64, count=len(events))
 
 
 def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.ndarray:
@@ -64,8 +84,8 @@ def _or_field(values: np.ndarray, events: Sequence[_Fields], name: str) -> np.nd
 
 
 def _times(events: Sequence[_Fields]) -> tuple[np.ndarray, np.ndarray]:
-    start = _ns(_floats(events, "ts"))
-    return start, start + np.maximum(_ns(_floats(events, "dur")), 0)
+    start = _ns_field(events, "ts")
+    return start, start + np.maximum(_ns_field(events, "dur"), 0)
 
 
 def take(events: Sequence[_Fields], rows: np.ndarray) -> list:
@@ -114,7 +134,7 @@ def batch_columns(complete: list) -> dict:
     runtime = {
         "pid": _int_field(launches, "pid"),
         "tid": _int_field(launches, "tid"),
-        "start": _ns(_floats(launches, "ts")),
+        "start": _ns_field(launches, "ts"),
         "correlation": _int_field(field_values(launches, "args"), "correlation"),
     }
 

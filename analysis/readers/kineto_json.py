@@ -20,7 +20,11 @@ which a wrong split would cause), the top level is decoded whole, skipping over 
 
 Times: Kineto writes microseconds (float, 3 decimals) after `baseTimeNanoseconds` (absent in old
 traces, whose timestamps are absolute); columns hold int64 ns on the file's own clock and
-`clock_offset` is baseTimeNanoseconds, so files of one job line up like nsys exports do.
+`clock_offset` is baseTimeNanoseconds, so files of one job line up like nsys exports do. Times are
+exact to the ns as written: below 2**43 µs (101 days) a float64 lies within 0.49 ns of its decimal
+text, and integral and fractional µs are scaled to ns apart (kineto_columns._ns); a batch with a
+larger timestamp (absolute epoch µs, ~1.7e15, where float64 keeps only 1/4 µs) is decoded again with
+its times as decimals (`ExactComplete`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from itertools import repeat
 from operator import is_
 from pathlib import Path
@@ -44,7 +49,7 @@ import msgspec
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.readers.kineto_columns import batch_columns, field_values, joined, take
+from analysis.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
 from contract import ASYNC_KIND_KEY, META_KEY
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -80,6 +85,13 @@ class Complete(_Fields, gc=False, tag="X", tag_field="ph"):
     """A complete event ("ph": "X"): everything this analysis reads is one."""
 
 
+class ExactComplete(_Fields, gc=False, tag="X", tag_field="ph"):
+    """A complete event with its times as written (decimals): for timestamps too large for float64 ns."""
+
+    ts: Decimal = Decimal(0)  # type: ignore[assignment]
+    dur: Decimal = Decimal(0)  # type: ignore[assignment]
+
+
 class AnyPhase(_Fields, gc=False):
     """The lenient form: any phase, as a plain field."""
 
@@ -110,6 +122,7 @@ _CUT = re.compile(rb"\}\s*,\s*\{")
 # Complete | Skip_66 | ...: built at run time from the phases, so typed Any (no static type names it)
 _FAST_EVENT: Any = functools.reduce(operator.or_, _SKIPPED, Complete)
 _FAST = msgspec.json.Decoder(list[_FAST_EVENT])
+_EXACT = msgspec.json.Decoder(list[functools.reduce(operator.or_, _SKIPPED, ExactComplete)])  # type: ignore[misc]
 _LENIENT = msgspec.json.Decoder(list[AnyPhase])
 
 
@@ -246,11 +259,10 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, first: int, last: int) -
 def _complete_events(path: Path, batch: bytes) -> list:
     """The complete events of a batch of events, decoded."""
     try:
-        events = _FAST.decode(batch)
-        return take(
-            events,
-            np.flatnonzero(np.fromiter(map(is_, map(type, events), repeat(Complete)), dtype=bool, count=len(events))),
-        )
+        complete = _of_type(_FAST.decode(batch), Complete)
+        if _beyond_float_ns(complete):
+            complete = _of_type(_EXACT.decode(batch), ExactComplete)
+        return complete
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message
     try:
@@ -258,6 +270,19 @@ def _complete_events(path: Path, batch: bytes) -> list:
     except msgspec.ValidationError as e:
         raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (an event: {e})") from None
     return take(events, np.flatnonzero(np.array(field_values(events, "ph"), dtype=object) == "X"))
+
+
+def _of_type(events: list, kind: type) -> list:
+    """The events of one struct type, in order."""
+    return take(
+        events, np.flatnonzero(np.fromiter(map(is_, map(type, events), repeat(kind)), dtype=bool, count=len(events)))
+    )
+
+
+def _beyond_float_ns(complete: list) -> bool:
+    """True when a timestamp is too large for float64 to keep its ns (|ts| >= EXACT_FLOAT_US): decode exactly."""
+    ts = np.fromiter(map(operator.attrgetter("ts"), complete), dtype=np.float64, count=len(complete))
+    return bool(ts.size) and float(np.abs(ts).max()) >= EXACT_FLOAT_US
 
 
 def _info(doc: RawFile) -> dict:

@@ -3,7 +3,7 @@
 The format is recognised from the content (torch.profiler JSON, gzipped or not, else an nsys SQLite
 export), the file(s) go to their reader (nsys.py, kineto.py), and several files are merged as the
 one-rank files of one job. The frames come back as read: which GPU work is communication
-(gpu_ops.is_comm) is decided after reading, by `analysis.engine.load.load_trace`, the entry every
+(gpu_ops.is_comm) is decided after reading, by `analysis.engine.runs.load_trace`, the entry every
 CLI and the Python API use.
 """
 

@@ -2,7 +2,8 @@
 
 Schema-tolerant (nsys 2022.4 .. 2026.x): every table and nullable column may be missing; rows may
 come in any order. The file is opened read-only and nothing is written beside it. Several one-rank
-exports of one run are shifted onto the first file's clock using TARGET_INFO_SESSION_START_TIME.
+exports of one run keep their own clocks; each part's TARGET_INFO_SESSION_START_TIME offset is
+recorded in info[part][CLOCK_OFFSET_KEY] for engine/clocks.py to align them.
 
 Where the columns come from: gpu_ops from CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET (name: the
 kernel's shortName, "memcpy <copy kind>", "memset"), launch_start / launch_tid from the
@@ -29,9 +30,9 @@ from analysis.frames.merge import (
     nvtx_frame,
     ops_frame,
     row_lookup,
-    shifted,
 )
 from analysis.frames.trace import (
+    CLOCK_OFFSET_KEY,
     GPU_KERNEL,
     GPU_MEMCPY,
     GPU_MEMSET,
@@ -269,14 +270,9 @@ def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dic
 
 
 def load_nsys(paths: list[Path]) -> Trace:
-    """Load one export, or several one-rank exports of the same run merged onto the first file's clock."""
+    """Load one export, or several one-rank exports of the same run; each part's times stay on its
+    own clock, its session-start offset in info[part][CLOCK_OFFSET_KEY] (engine/clocks.py aligns them)."""
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
-    offsets = [part[3] for part in loaded]
-    for (ops, nvtx, *_), offset in zip(loaded, offsets, strict=True):
-        for c in ("start", "end", "launch_start"):
-            ops[c] = shifted(ops[c], offset - offsets[0])
-        for c in ("start", "end"):
-            nvtx[c] = shifted(nvtx[c].to_numpy(), offset - offsets[0])
     ops = ops_frame([part[0] for part in loaded])
     nvtx = nvtx_frame([part[1] for part in loaded])
     label = ", ".join(str(p) for p in paths)
@@ -293,5 +289,5 @@ def load_nsys(paths: list[Path]) -> Trace:
         ranks=number_ranks(ops, nvtx, meta, implementation),
         meta=meta,
         implementation=implementation,
-        info={i: part[4] for i, part in enumerate(loaded)},
+        info={i: {**part[4], CLOCK_OFFSET_KEY: part[3]} for i, part in enumerate(loaded)},
     )

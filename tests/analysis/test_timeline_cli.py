@@ -13,7 +13,7 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import analyze_trace, timeline
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
 from analysis.views.html_page import PLOTLY_FILE

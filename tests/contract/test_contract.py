@@ -33,6 +33,32 @@ def test_range_names_are_the_documented_ones():
         "reduce_broadcast:broadcast",
     )
     assert contract.COMM_PAYLOAD == "bytes"
+    assert contract.comm_range(contract.ALL_GATHER, "layers.0.attn.wq") == "comm:all_gather:layers.0.attn.wq"
+    assert contract.comm_range(contract.REDUCE_SCATTER, "fc1") == "comm:reduce_scatter:fc1"
+    assert contract.SHARDED_OPS == ("all_gather", "reduce_scatter")
+
+
+def test_sharded_entry_counts_bytes_in_nccl_tests_convention():
+    # 10 elements over 4 ranks pad to 12; bf16 on the wire, float32 shards: 24 bytes gathered, 3 * 4 stored
+    entry = contract.sharded_entry("fc1", ["fc1.weight", "fc1.bias"], 10, 12, 2, 4, 4)
+    assert entry == {
+        "name": "fc1",
+        "params": ["fc1.weight", "fc1.bias"],
+        "numel": 10,
+        "padded_numel": 12,
+        "all_gather_bytes": 24,
+        "reduce_scatter_bytes": 24,
+        "shard_bytes": 12,
+    }
+    assert tuple(entry) == contract.SHARDED_FIELDS and contract.SHARDED_KEY == "sharded"
+    meta = {"rank": 0, contract.SHARDED_KEY: [entry]}
+    assert contract.decode_meta(contract.encode_meta(meta)) == meta
+
+
+@pytest.mark.parametrize(("numel", "padded"), [(10, 9), (10, 10), (10, 14)])
+def test_sharded_entry_refuses_padding_that_does_not_split(numel, padded):
+    with pytest.raises(ValueError, match=f"padded_numel {padded}"):
+        contract.sharded_entry("fc1", ["fc1.weight"], numel, padded, 4, 4, 4)
 
 
 def test_comm_range_rejects_an_op_that_would_shift_the_tag():
@@ -103,6 +129,8 @@ def test_default_patterns_match_the_names():
     assert search(defaults.OPTIMIZER_PHASE, contract.OPTIMIZER) and search(defaults.SYNC_WAIT, contract.GRAD_SYNC)
     assert search(defaults.COMM_RANGE, contract.comm_range(contract.ALL_REDUCE, "bucket0"))
     assert search(defaults.COMM_RANGE, contract.comm_range(contract.BROADCAST, "bucket_order"))
+    for op in contract.SHARDED_OPS:
+        assert search(defaults.COMM_RANGE, contract.comm_range(op, "layers.0.ffn.w1"))
     # and nothing else of the contract: each name belongs to exactly one pattern
     names = [
         contract.PROFILE,

@@ -62,8 +62,8 @@ def rows_by_rank(sqlite: Path) -> dict[int, list[tuple]]:
 
 def expected_collectives_per_step() -> int:
     """naive and overlap issue one all-reduce per trainable parameter of the tiny model."""
-    from ddp.base import named_trainable_parameters
-    from ddp.models import build_model
+    from ddp.strategies.base import named_trainable_parameters
+    from ddp.training.models import build_model
 
     return len(named_trainable_parameters(build_model("tiny")))
 

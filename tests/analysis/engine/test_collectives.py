@@ -224,7 +224,7 @@ def test_no_collectives_is_not_an_error(tmp_path):
 
 
 def test_report_section_blocks(tmp_path):
-    from analysis.engine.load import load_trace
+    from analysis.engine.runs import load_trace
     from analysis.views.html_page import write_page
     from analysis.views.report_collectives import backward_spans, collectives_section
 

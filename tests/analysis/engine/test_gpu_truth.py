@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from analysis import analyze, analyze_trace
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.engine.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS

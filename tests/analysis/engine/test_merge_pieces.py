@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 
 from analysis.engine.file_task import _overlapping, calls_to_ship
-from analysis.engine.load import load_trace
 from analysis.engine.rank_merge import _op_codes, _renumbered
+from analysis.engine.runs import load_trace
 from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.collective_rows import SPLIT_COLUMNS, rows_of_calls, split_rows

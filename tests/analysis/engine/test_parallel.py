@@ -15,10 +15,11 @@ import pytest
 
 from analysis import analyze, analyze_trace, overlap, report
 from analysis.engine import dask_run, parallel
-from analysis.engine.file_task import analyze_file, session_offset
-from analysis.engine.load import load_trace
+from analysis.engine.clocks import PartClock, clock_shifts
+from analysis.engine.file_task import analyze_file
 from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
 from analysis.engine.rank_merge import combine
+from analysis.engine.runs import load_trace
 from analysis.measures.metrics import SPLIT_METRICS
 from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
@@ -152,10 +153,19 @@ def test_merge_numbers_rankless_files_by_device_like_the_loader(tmp_path):
 def test_clock_offsets_come_from_session_metadata_and_align_like_the_loader(rank_files):
     offsets = [session_offset(p) for p in rank_files]
     assert [o - offsets[0] for o in offsets] == [0, 7_000_000, 3_000_000]
+    assert [analyze_file(p).clock_offset for p in rank_files] == offsets  # the reader's record, read once
+    assert clock_shifts([PartClock(o) for o in offsets]) == [0, 7_000_000, 3_000_000]
     whole = load_trace(rank_files)
     firsts = whole.gpu_ops.groupby("part")["start"].min().tolist()
     alone = [int(load_trace(p).gpu_ops["start"].min()) for p in rank_files]
     assert [f - a for f, a in zip(firsts, alone, strict=True)] == [0, 7_000_000, 3_000_000]
+
+
+def session_offset(path: Path) -> int:
+    """UTC minus trace clock at session start, straight from the export's table."""
+    with sqlite3.connect(path) as db:
+        utc, clock = db.execute("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(utc) - int(clock)
 
 
 def _step_ranges(path: Path) -> dict[int, tuple[int, int]]:

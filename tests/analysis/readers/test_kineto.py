@@ -8,13 +8,14 @@ import os
 import re
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.measures.metrics import measure_trace
 from analysis.readers.load import group_inputs
@@ -67,15 +68,17 @@ def intersection(a, b):
     return out
 
 
-def ns(us):
+def ns(us: Decimal) -> int:
+    """µs as written in the JSON (a Decimal: no float rounding) to ns."""
     return round(us * 1000)
 
 
 @pytest.fixture(scope="module")
 def real():
+    """The real trace with its numbers parsed as decimals: the exact reference."""
     if not REAL.exists():
         pytest.skip(f"{REAL} not present")
-    return json.loads(gzip.decompress(REAL.read_bytes()))
+    return json.loads(gzip.decompress(REAL.read_bytes()), parse_float=Decimal)
 
 
 def test_real_trace_totals_equal_plain_python(real):
@@ -92,11 +95,10 @@ def test_real_trace_totals_equal_plain_python(real):
     _, totals = measure_trace(trace)
     row = totals.iloc[0]
     comm, compute = union(per_device[0]["comm"]), union(per_device[0]["compute"])
-    # 1 ns of slack per interval: the frames round each start and duration to ns separately
-    slack = 1e-6 * (len(per_device[0]["comm"]) + len(per_device[0]["compute"]))
-    assert row["comm_ms"] == pytest.approx(length(comm) / 1e6, abs=slack)
-    assert row["compute_ms"] == pytest.approx(length(compute) / 1e6, abs=slack)
-    assert row["overlap_ms"] == pytest.approx(length(intersection(comm, compute)) / 1e6, abs=slack)
+    # exact: the frames hold the JSON's times to the ns (totals are ns / 1e6, one float division)
+    assert row["comm_ms"] == length(comm) / 1e6
+    assert row["compute_ms"] == length(compute) / 1e6
+    assert row["overlap_ms"] == length(intersection(comm, compute)) / 1e6
     assert row["overlap_ms"] > 0
     assert row["comm_kernels"] == len(per_device[0]["comm"])
     assert row["compute_kernels"] == len(per_device[0]["compute"])

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.frames.merge import row_lookup as _row_lookup
 from analysis.readers import sqlite_read
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks

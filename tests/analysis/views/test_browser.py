@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis import timeline
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.views.html_page import write_page
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import build_figure

@@ -173,7 +173,7 @@ def test_analysis_defaults_are_the_contract_patterns():
 
 def test_contract_imports_nothing_of_torch_or_the_project():
     code = (
-        "import sys, contract, contract.names, contract.meta, contract.patterns; "
+        "import sys, contract, contract.names, contract.meta, contract.patterns, contract.nsys_cli; "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'ddp', 'analysis', 'profiling', "
         "'numpy', 'pandas'}))"
     )

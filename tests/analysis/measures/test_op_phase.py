@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import analyze
-from analysis.engine.load import load_trace
+from analysis.engine.runs import load_trace
 from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.op_phase import op_phase_rows, phase_labels

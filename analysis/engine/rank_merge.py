@@ -105,7 +105,15 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
         )
     spread = across_ranks(frames["steps"], {i: results[i].step_ranges for i in kept}, {i: shifts[i] for i in kept})
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
-    return Merged(Analysis(**frames, summary=trace_summary(run, frames["steps"])), spread)
+    summary = trace_summary(run, frames["steps"])
+    summary["comm_note"] = _run_comm_note([results[i].analysis.summary for i in kept])
+    return Merged(Analysis(**frames, summary=summary), spread)
+
+
+def _run_comm_note(summaries: Sequence[pd.DataFrame]) -> str:
+    """The files' "no communication recognised" note when every file has one (the first's), else ''."""
+    notes = [str(s["comm_note"].iloc[0]) if "comm_note" in s and len(s) else "" for s in summaries]
+    return notes[0] if notes and all(notes) else ""
 
 
 def _merged_calls(

@@ -132,6 +132,8 @@ def notes(result: Analysis) -> list[str]:
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; {_exported_by(str(row['nsys_version']))}")
+        if row.get("comm_note"):
+            lines.append(f"  note: {row['comm_note']}")
         if isinstance(row.get("shared_gpus"), str):
             lines.append(
                 f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "

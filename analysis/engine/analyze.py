@@ -18,8 +18,10 @@ from analysis.frames.trace import Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
+from analysis.measures.comm_recognition import unrecognised_comm_note
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.measures.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
+from analysis.measures.pairing import world_size
 from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 
@@ -42,6 +44,9 @@ METADATA = [
     "profiler",
     "shared_gpus",
 ]  # summary columns from run_info.trace_metadata
+
+
+NOTES = ["comm_note"]  # summary columns of what the reader should know: '' when nothing to say
 
 
 @dataclass(frozen=True)
@@ -81,10 +86,12 @@ class Analysis:
             ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
         metadata = [c for c in METADATA if c in self.summary]
-        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, "ranks", "steps", *METRICS]):
+        notes = [c for c in NOTES if c in self.summary]
+        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, *notes, "ranks", "steps", *METRICS]):
             trace = {k: head.pop(k) for k in TRACE_KEYS}
             about = {k: head.pop(k) for k in metadata}
-            traces.append({**trace, "metadata": about, "ranks": ranks.get(trace["path"], []), "summary": head})
+            said = {k: head.pop(k) or "" for k in notes}
+            traces.append({**trace, "metadata": about, **said, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
 
 
@@ -112,6 +119,9 @@ def analyze_trace(
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     summary = trace_summary(trace, per_step)
+    summary["comm_note"] = unrecognised_comm_note(
+        trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
+    )
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
@@ -200,9 +210,11 @@ def per_rank_table(result: Analysis) -> pd.DataFrame:
     `steps` (that rank's step count), every metric as a mean per step (overlap_pct from the means),
     then where the figures come from (comm_source, compute_source) and shared_gpu."""
     keys = [*PER_RANK_KEYS, *[c for c in SOURCES if c in result.steps]]
+    notes = [c for c in NOTES if c in result.summary]
+    said = result.summary.set_index("path")[notes].to_dict("index") if notes else {}
     rows = []
-    for _, steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
+    for (path, _), steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
         s = summarise(steps)
         first = steps[keys].iloc[0].to_dict()
-        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :]])
+        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}, **said.get(path, {})})
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :], *notes])

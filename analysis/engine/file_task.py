@@ -89,7 +89,7 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     )
 
 
-TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel"]  # few distinct values: shipped as categoricals
+TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel", "family"]  # few distinct values: shipped as categoricals
 
 
 def calls_to_ship(calls: Calls) -> Calls:

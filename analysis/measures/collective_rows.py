@@ -15,6 +15,7 @@ from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
 from analysis.measures.collective_calls import Calls, find_calls
+from analysis.measures.comm_recognition import unrecognised_comm_note
 from analysis.measures.pairing import exposure, pair, world_size
 
 ROW_COLUMNS = [
@@ -43,6 +44,7 @@ ROW_COLUMNS = [
     "paired",
     "last_rank",
     "kernel",
+    "family",
     "issue_ns",
     "start_ns",
     "end_ns",
@@ -57,7 +59,9 @@ def call_rows(
     `calls`: the trace's find_calls result when the caller has it already (else found with `works`)."""
     calls = calls if calls is not None else find_calls(trace, patterns, works)
     world = world_size(trace.meta, len(trace.ranks))
-    return rows_of_calls(calls, world, trace.path, trace.implementation, len(trace.ranks))
+    rows, facts = rows_of_calls(calls, world, trace.path, trace.implementation, len(trace.ranks))
+    unrecognised = unrecognised_comm_note(trace, patterns or Patterns(), world)
+    return rows, {**facts, "note": unrecognised} if unrecognised else facts
 
 
 def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, ranks: int) -> tuple[pd.DataFrame, dict]:

@@ -23,7 +23,7 @@ for arg in "$@"; do
 done
 bash scripts/setup.sh
 export PYTHON="$PY"   # run_nsys.sh and the processes it starts use the interpreter setup installed into
-mapfile -t impls < <("$PY" -c 'from ddp.registry import IMPLEMENTATIONS; print("\n".join(IMPLEMENTATIONS))')
+mapfile -t impls < <("$PY" -c 'from ddp.strategies.registry import IMPLEMENTATIONS; print("\n".join(IMPLEMENTATIONS))')
 if PYTHONPATH=. "$PY" -c 'from profiling.nsys import find_nsys; find_nsys()' 2>/dev/null; then
     bash run_nsys.sh all ${args[@]+"${args[@]}"}
     # exactly this run's traces, not whatever else lies in traces/

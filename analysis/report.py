@@ -4,9 +4,15 @@
 
 Writes into the -o folder: index.html (ranking table, per-step breakdown, step spread, links),
 timelines/<trace>.html (one per trace, all steps) and timelines/naive_vs_<best>.html (one step of
-each, stacked), summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
+each, stacked), plotly-<version>.min.js (loaded by every page; --self-contained embeds it instead),
+summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
 steps keyed by trace path + content hash, so re-runs add history without duplicating rows).
 Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
+
+    python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
+
+compares one run with a baseline instead (report_gate.py): per-metric deltas and a one-line verdict,
+exit 1 when a --fail-if limit is passed; no folder is written.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from analysis import cli
 from analysis.engine.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
 from analysis.engine.session import OpenRuns
 from analysis.errors import TraceError
+from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
 from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_history
@@ -80,7 +87,12 @@ def side_page(summary: pd.DataFrame) -> SidePage | None:
 
 
 def write_timelines(
-    out: Path, runs: OpenRuns, results: list[AnalyzedTrace], side: SidePage | None, selection: Selection
+    out: Path,
+    runs: OpenRuns,
+    results: list[AnalyzedTrace],
+    side: SidePage | None,
+    selection: Selection,
+    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
 ) -> dict:
     """One overview timeline per run plus the naive-vs-best side by side (at `selection`'s step, else
     a step both have); returns the per-run links. Each run's trace is the one its analysis loaded."""
@@ -92,7 +104,9 @@ def write_timelines(
         t0 = time.perf_counter()
         trace = runs.trace(r.index)
         panel, _ = trace_panel(r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns)
-        write_timeline([panel], out / names[r.path], f"Timeline: {trace.implementation}", selection)
+        write_timeline(
+            [panel], out / names[r.path], f"Timeline: {trace.implementation}", selection, plotly_js=plotly_js
+        )
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if side is not None:
         a, b = by_trace[side.naive], by_trace[side.best]
@@ -101,7 +115,7 @@ def write_timelines(
             trace_panel(r.path, both, trace=runs.trace(r.index), steps=r.analysis.steps, patterns=runs.patterns)[0]
             for r in (a, b)
         ]
-        write_timeline(panels, out / side.name, f"Timeline: {side.title}", both)
+        write_timeline(panels, out / side.name, f"Timeline: {side.title}", both, plotly_js=plotly_js)
     return names
 
 
@@ -132,16 +146,17 @@ def print_summary(summary: pd.DataFrame, fmt: str) -> None:
     if fmt != "table":
         print_frame(shown, fmt, headings=False, indent=2)
         return
-    print_frame(shown.drop(columns=["sha256", "note"]), fmt, headings=False, indent=2)
-    for label, note in zip(summary["label"], summary["note"], strict=True):
-        if isinstance(note, str):
+    print_frame(shown.drop(columns=["sha256", "ranks_note"]), fmt, headings=False, indent=2)
+    for label, note in zip(summary["label"], summary["ranks_note"], strict=True):
+        if note:
             print(f"note: {label}: {note}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
-        epilog=f"{cli.EXIT_STATUS} Progress goes to stderr; results.db is written by this process alone.",
+        epilog=f"{cli.EXIT_STATUS[:-1]}; with --baseline, 1: a --fail-if limit passed. Progress goes to "
+        "stderr; results.db is written by this process alone.",
         description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
         "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
         "timeline per trace, a naive-vs-best timeline, summary.csv and results.db into the -o folder, "
@@ -157,6 +172,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         metavar="GBPS",
         help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot",
     )
+    ap.add_argument(
+        "--baseline",
+        nargs="+",
+        type=Path,
+        metavar="OLD",
+        help="compare instead: the traces are one new run (one file, or one run's per-rank files), OLD the "
+        "baseline run; prints per-metric deltas and a verdict, writes no report folder",
+    )
+    ap.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="METRIC:LIMIT",
+        help="with --baseline: exit 1 when METRIC regressed past LIMIT (+10%%: relative, +2: absolute in the "
+        "metric's unit; + up, - down); repeatable, e.g. --fail-if exposed_comm_ms:+10%%",
+    )
+    ap.add_argument(
+        "--self-contained",
+        action="store_true",
+        help="embed plotly.js in every page (+4.8 MB each) instead of writing plotly-<version>.min.js "
+        "once into the folder",
+    )
     return ap.parse_args(argv)
 
 
@@ -168,22 +205,27 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from analysis.engine.report_runs import hashed_file
 
+    if args.baseline is not None or args.fail_if:
+        from analysis.report_gate import run_gate  # the CI gate: compare two runs, write nothing
+
+        return run_gate(args)
     out, patterns = args.output, cli.patterns_from(args)
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
     runs = cli.open_from_args(args, "[report]", task=partial(hashed_file, patterns=patterns))
     pages = [] if args.no_timelines else list(timeline_names([(r.label, r.name) for r in runs.runs]).values())
-    check_out_dir(out, pages)  # fail before the (slow) analysis when we can
+    check_out_dir(out, pages, args.self_contained)  # fail before the (slow) analysis when we can
     results, bad = analyze_all(runs, args.step, args.rank)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)
     side = None if args.no_timelines else side_page(summary)
-    check_out_dir(out, pages + ([side.name] if side else []))  # every output, before writing any
+    check_out_dir(out, pages + ([side.name] if side else []), args.self_contained)  # every output, before writing any
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
     selection = Selection(step=args.step, rank=args.rank)
-    links = {} if args.no_timelines else write_timelines(out, runs, results, side, selection)
+    plotly_js = PlotlyJs(self_contained=args.self_contained, folder=out)
+    links = {} if args.no_timelines else write_timelines(out, runs, results, side, selection, plotly_js)
     index = write_index(
         out / "index.html",
         summary,
@@ -191,6 +233,7 @@ def _run(args: argparse.Namespace) -> int:
         links,
         (side.name, side.title) if side else None,
         collectives_blocks(runs, results, summary, args.peak_busbw, args),
+        plotly_js,
     )
     summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
     progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")

@@ -4,7 +4,8 @@
 
 One panel per trace, time zero at each trace's chosen step (or its first step); lanes per rank for
 CPU NVTX phases, communication ranges and GPU streams; shading where communication overlaps
-compute. The page embeds plotly.js and opens offline. Exit status: 0 ok, 2 bad input.
+compute. The page loads plotly.js from plotly-<version>.min.js beside it (written once;
+--self-contained embeds it instead) and opens offline. Exit status: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import cli
+from analysis.views.html_page import PlotlyJs
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
@@ -36,15 +38,15 @@ def progress(message: str) -> None:
     print(f"[timeline] {message}", file=sys.stderr, flush=True)
 
 
-def print_rows(rows: list[PanelSummary], notes: list[str | None], fmt: str) -> None:
+def print_rows(rows: list[PanelSummary], notes: list[str], fmt: str) -> None:
     """The summary on stdout as an aligned table, CSV or JSON, with each run's note (missing ranks)."""
     frame = pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__))
     if fmt != "table":
-        print_frame(frame.assign(note=notes), fmt, headings=False, indent=2)
+        print_frame(frame.assign(ranks_note=notes), fmt, headings=False, indent=2)
         return
     print_frame(frame, fmt, headings=False)
     for row, note in zip(rows, notes, strict=True):
-        if isinstance(note, str):
+        if note:
             print(f"note: {row.trace}: {note}")
 
 
@@ -52,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
         epilog=f"{cli.EXIT_STATUS} Progress goes to stderr.",
-        description="Write an interactive, self-contained HTML timeline of nsys SQLite exports or "
+        description="Write an interactive HTML timeline (opens offline) of nsys SQLite exports or "
         "torch.profiler JSON traces: one panel per run, stacked on a shared time axis, with lanes per "
         "rank for CPU NVTX phases, communication ranges and GPU streams, and shading where "
         "communication overlaps compute. "
@@ -74,6 +76,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "skipped with a message when they are missing or fail, and when a PNG exists that "
         "does not pair with a page this tool wrote)",
     )
+    ap.add_argument(
+        "--self-contained",
+        action="store_true",
+        help="embed plotly.js in the page (+4.8 MB) instead of loading it from "
+        "plotly-<version>.min.js, written once beside the page",
+    )
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
         ap.error(f"--width {args.width}: expected 100..20000 pixels")
@@ -89,7 +97,12 @@ def _run(args: argparse.Namespace) -> int:
     from analysis.engine.session import report_failures
 
     selection = Selection(step=args.step, rank=args.rank)
-    check_output(args.output or DEFAULT_OUTPUT, [Path(p) for p in args.paths], explicit=args.output is not None)
+    check_output(
+        args.output or DEFAULT_OUTPUT,
+        [Path(p) for p in args.paths],
+        explicit=args.output is not None,
+        self_contained=args.self_contained,
+    )
     args.output = args.output or DEFAULT_OUTPUT
     runs = cli.open_from_args(args, "[timeline]")
     if report_failures(runs.results()):
@@ -100,10 +113,12 @@ def _run(args: argparse.Namespace) -> int:
         panels.append(panel)
         rows.append(row)
         progress(f"{row.trace}: {row.segments} segments in view")
-    notes = [r.analysis.summary["note"].iloc[0] for r in runs.good() if r.analysis is not None]
+    notes = [r.analysis.summary["ranks_note"].iloc[0] for r in runs.good() if r.analysis is not None]
     title = "Timeline: " + " vs ".join(r.implementation for r in rows)
     png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
-    out, fig = write_timeline(panels, args.output, title, selection, args.width)
+    out, fig = write_timeline(
+        panels, args.output, title, selection, args.width, PlotlyJs(self_contained=args.self_contained)
+    )
     progress(
         f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {count_drawn_segments(fig)} segments drawn after merging)"
     )

@@ -1,4 +1,4 @@
-"""Cost of ddp.nvtx_ranges calls with no profiler attached, against a training step.
+"""Cost of ddp.comm.nvtx_ranges calls with no profiler attached, against a training step.
 
     python benchmarks/ddp_nvtx_overhead.py [--pairs 100000] [--step-ms 40]
 
@@ -13,8 +13,8 @@ import argparse
 import time
 from collections.abc import Callable
 
-from ddp import nvtx_ranges
-from ddp.models import build_model
+from ddp.comm import nvtx_ranges
+from ddp.training.models import build_model
 
 
 def ns_per_pair(fn: Callable[[int], object], pairs: int) -> float:

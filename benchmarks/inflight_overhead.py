@@ -1,4 +1,4 @@
-"""What recording collectives in `ddp.inflight` costs per collective (the price of naming a hung one).
+"""What recording collectives in `ddp.comm.inflight` costs per collective (the price of naming a hung one).
 
     python benchmarks/inflight_overhead.py [--calls 100000]
 
@@ -21,7 +21,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's ddp, not an installed one
 from contract import ALL_REDUCE, comm_range
-from ddp import inflight
+from ddp.comm import inflight
 
 NAME = comm_range(ALL_REDUCE, "layers.0.attn.wq.weight")
 

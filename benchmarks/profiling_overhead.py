@@ -45,9 +45,9 @@ def run_retrying(cmd: list[str], timeout_s: float) -> subprocess.CompletedProces
 
 
 def range_cost_ns(n: int) -> float:
-    """Mean ns for one push/pop range through ddp.nvtx_ranges, inside the `profile` capture range."""
+    """Mean ns for one push/pop range through ddp.comm.nvtx_ranges, inside the `profile` capture range."""
     from contract import ALL_REDUCE, PROFILE, comm_range
-    from ddp import nvtx_ranges
+    from ddp.comm import nvtx_ranges
 
     names = [comm_range(ALL_REDUCE, f"p{i}") for i in range(16)]
     with nvtx_ranges.range(PROFILE):

@@ -26,7 +26,7 @@ ALL_GATHER = "all_gather"
 REDUCE_SCATTER = "reduce_scatter"
 SHARDED_OPS = (ALL_GATHER, REDUCE_SCATTER)
 
-# Phases of the point-to-point all-reduces (ddp/ring_allreduce.py, ddp/reduce_broadcast.py), push/pop on the
+# Phases of the point-to-point all-reduces (ddp/comm/ring_allreduce.py, ddp/comm/reduce_broadcast.py), push/pop on the
 # `p2p-collectives` thread, inside the caller's `comm:all_reduce:<tag>` range in time.
 RING_REDUCE_SCATTER = "ring:reduce_scatter"
 RING_ALL_GATHER = "ring:all_gather"

@@ -1,23 +1,23 @@
 """Data-parallel training wrappers behind one protocol, plus models, launcher and CLIs.
 
-from ddp import NaiveDDP, FlatDDP, OverlapDDP, BucketedDDP, TorchDDP, IMPLEMENTATIONS
+from ddp import NaiveDDP, FlatDDP, OverlapDDP, OverlapBucketDDP, TorchDDP, IMPLEMENTATIONS
 """
 
-from ddp.base import CommStats, DataParallelBase
-from ddp.bucketed import BucketedDDP
-from ddp.flat import FlatDDP
-from ddp.naive import NaiveDDP
-from ddp.overlap_per_param import OverlapDDP
-from ddp.registry import IMPLEMENTATIONS
-from ddp.torch_ddp import TorchDDP
+from ddp.strategies.base import CommStats, DataParallelBase
+from ddp.strategies.flat import FlatDDP
+from ddp.strategies.naive import NaiveDDP
+from ddp.strategies.overlap import OverlapDDP
+from ddp.strategies.overlap_bucket import OverlapBucketDDP
+from ddp.strategies.registry import IMPLEMENTATIONS
+from ddp.strategies.torch_ddp import TorchDDP
 
 __all__ = [
     "IMPLEMENTATIONS",
-    "BucketedDDP",
     "CommStats",
     "DataParallelBase",
     "FlatDDP",
     "NaiveDDP",
+    "OverlapBucketDDP",
     "OverlapDDP",
     "TorchDDP",
 ]

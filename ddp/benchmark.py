@@ -7,7 +7,7 @@ List options sweep every combination (bucket sizes apply to overlap_bucket and t
 does --warmup untimed steps then --steps timed ones (--repeat N runs the whole sweep N times and
 pools each config's steps, which evens out a shared machine's slow phases); a step's time is its
 slowest rank's (on GPU the device is synchronised once at the end of each step, never per
-collective). Each collective is in flight from its issue to its completion (ddp.comm_timing: host
+collective). Each collective is in flight from its issue to its completion (ddp.comm.timing: host
 clocks on CPU, CUDA events on GPU); per step, avg_comm_in_flight_ms is the union of those
 intervals, comm_overlap the fraction of it before backward ended (pooled over ranks and steps; 0
 for naive and flat, which communicate after backward), and avg_comm_time_ms the part after
@@ -27,10 +27,11 @@ from typing import Any
 
 import torch
 
-from ddp import cli, registry
-from ddp.launcher import DistContext, launch
-from ddp.models import MODEL_SIZES, largest_model_that_fits
-from ddp.train import RunConfig, TrainResult, run_training
+from ddp import cli
+from ddp.launch.launcher import DistContext, launch
+from ddp.strategies import registry
+from ddp.training.loop import RunConfig, TrainResult, run_training
+from ddp.training.models import MODEL_SIZES, largest_model_that_fits
 
 CSV_COLUMNS = [
     "implementation",

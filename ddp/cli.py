@@ -11,11 +11,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from ddp.collectives import COLLECTIVES
-from ddp.launcher import RankFailedError
-from ddp.models import MODEL_NAMES
-from ddp.registry import IMPLEMENTATIONS
-from ddp.train import OPTIMIZERS
+from ddp.comm.collectives import COLLECTIVES
+from ddp.launch.launcher import RankFailedError
+from ddp.strategies.registry import IMPLEMENTATIONS
+from ddp.training.loop import OPTIMIZERS
+from ddp.training.models import MODEL_NAMES
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 

@@ -1,4 +1,4 @@
-"""Bus-bandwidth benchmark of every all-reduce collective in `ddp.collectives`, in isolation.
+"""Bus-bandwidth benchmark of every all-reduce collective in `ddp.comm.collectives`, in isolation.
 
     python -m ddp.collectives_bench --world-size 4 --sizes 1K 64K 1M 16M [--collectives ...] [--format table|csv|json]
 
@@ -22,9 +22,9 @@ import torch
 import torch.distributed as dist
 
 from ddp import cli
-from ddp.base import synchronize_device
-from ddp.collectives import COLLECTIVES, all_reduce, check_collective
-from ddp.launcher import DistContext, cpu_count, launch
+from ddp.comm.collectives import COLLECTIVES, all_reduce, check_collective
+from ddp.launch.launcher import DistContext, cpu_count, launch
+from ddp.strategies.base import synchronize_device
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "int32": torch.int32, "int64": torch.int64}
 _UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3}
@@ -135,7 +135,7 @@ def time_one(
 
 
 def run_rank(ctx: DistContext, cfg: BenchConfig) -> list[dict]:
-    """Every rank runs this (through `ddp.launcher.launch`); every rank returns the same records.
+    """Every rank runs this (through `ddp.launch.launcher.launch`); every rank returns the same records.
 
     Records are plain dicts: under `python -m` this module is `__main__` in the parent and
     `__mp_main__` in the ranks, so its own classes do not survive the trip back.

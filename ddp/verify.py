@@ -22,11 +22,12 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from ddp import cli, registry
-from ddp.data import global_batch, rank_batch
-from ddp.launcher import DistContext, launch
-from ddp.models import build_model
-from ddp.train import RunConfig, build_wrapped, loss_fn, make_optimizer, train_step
+from ddp import cli
+from ddp.launch.launcher import DistContext, launch
+from ddp.strategies import registry
+from ddp.training.data import global_batch, rank_batch
+from ddp.training.loop import RunConfig, build_wrapped, loss_fn, make_optimizer, train_step
+from ddp.training.models import build_model
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
 COLUMNS = ["implementation", "max_abs_diff_vs_single", "elements_not_close", "max_abs_diff_between_ranks", "result"]

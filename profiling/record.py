@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddp import registry
-from ddp.models import MODEL_NAMES
+from ddp.strategies import registry
+from ddp.training.models import MODEL_NAMES
 from profiling.nsys import NsysError, find_nsys
 from profiling.plan import BACKENDS, DEVICES, PROFILERS, ProfilePlan
 from profiling.session import exit_on_sigterm, profiled_env, record, run_forwarding_output

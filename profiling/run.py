@@ -21,11 +21,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from ddp import nvtx_ranges, registry
-from ddp.collectives import COLLECTIVES
-from ddp.launcher import DistContext, RankFailedError, in_torchrun, launch
-from ddp.models import MODEL_NAMES
-from ddp.train import OPTIMIZERS, RunConfig, TrainResult, run_metadata, run_training
+from ddp.comm import nvtx_ranges
+from ddp.comm.collectives import COLLECTIVES
+from ddp.launch.launcher import DistContext, RankFailedError, in_torchrun, launch
+from ddp.strategies import registry
+from ddp.training.loop import OPTIMIZERS, RunConfig, TrainResult, run_metadata, run_training
+from ddp.training.models import MODEL_NAMES
 from profiling.capture import measured_region, tool_versions
 from profiling.session import PROFILER_ENV
 
@@ -36,7 +37,7 @@ def choose_model(requested: str, batch_size: int, world_size: int, context_lengt
         return requested
     import torch
 
-    from ddp.models import largest_model_that_fits
+    from ddp.training.models import largest_model_that_fits
 
     if not torch.cuda.is_available():
         return "tiny"
@@ -53,7 +54,7 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
         nvtx_ranges.disable()
     meta = run_metadata(ctx, cfg)
     meta["versions"] = {**meta.get("versions", {}), **tool_versions()}
-    meta["profiler"] = os.environ.get(PROFILER_ENV, "none")
+    meta["profiler"] = os.environ.get(PROFILER_ENV)  # None (JSON null): not profiled
     if torch_trace:
         from pathlib import Path
 

@@ -6,21 +6,24 @@ See measures/metrics.py for what each metric means.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.run_info import trace_metadata
+from analysis.frames.run_info import profiler_label, trace_metadata
 from analysis.frames.trace import Trace
 from analysis.measures.activity import RankWork, rank_work
-from analysis.measures.collective_calls import Calls
+from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
+from analysis.measures.comm_recognition import unrecognised_comm_note
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
+from analysis.measures.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
+from analysis.measures.pairing import world_size
 from analysis.views.table import plain_records
 
-TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
+TRACE_KEYS = ["path", "implementation", "source", "profiler"]
 
 
 RANK_KEYS = ["rank", "pid", "device"]
@@ -36,9 +39,13 @@ METADATA = [
     "backend",
     "world_size",
     "model",
-    "profiler",
     "shared_gpus",
 ]  # summary columns from run_info.trace_metadata
+
+
+# summary columns of what the reader should know ('' when nothing to say): communication not
+# recognised (comm_recognition.py), ranks of the run missing from the input (missing_ranks_note)
+NOTES = ["comm_note", "ranks_note"]
 
 
 @dataclass(frozen=True)
@@ -46,36 +53,44 @@ class Analysis:
     """Results for one or more traces. `steps`: one row per trace, rank and step (after skipping);
     `totals`: one row per trace and rank over the whole capture; `summary`: one row per trace,
     metrics averaged over its steps and ranks, plus the run's metadata (METADATA columns). Each frame
-    carries the trace keys (path, implementation, source, nsys_version); steps and totals carry each
-    rank's comm_source, compute_source and shared_gpu."""
+    carries the trace keys (path, implementation, source, profiler); steps and totals carry each
+    rank's comm_source, compute_source and shared_gpu. `by_op_phase`: communication per rank, op and
+    phase (measures/op_phase.py), one row per step (kept steps) and one per rank with step NA (the
+    whole capture), with the trace keys."""
 
     steps: pd.DataFrame
     totals: pd.DataFrame
     summary: pd.DataFrame
+    by_op_phase: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *OP_PHASE_COLUMNS]))
 
     def to_json(self) -> dict:
-        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, metadata,
-        note (missing ranks, else null), ranks: [{rank, pid, device, comm_source, compute_source,
-        shared_gpu, steps, total}], summary}]}."""
+        """The CLI's JSON document: {"traces": [{path, implementation, source, profiler, metadata,
+        ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]};
+        each step and each total carries its `by_op_phase` rows (op, phase, calls, bytes, comm_ms,
+        hidden_ms, exposed_ms)."""
+        split: dict[tuple, list] = {}
+        for row in plain_records(self.by_op_phase, ["path", *OP_PHASE_COLUMNS]):
+            split.setdefault((row.pop("path"), row.pop("rank"), row.pop("step")), []).append(row)
         steps: dict[tuple, list] = {}
         for row in plain_records(self.steps, ["path", "rank", "step", *METRICS]):
-            steps.setdefault((row.pop("path"), row.pop("rank")), []).append(row)
+            path, rank = row.pop("path"), row.pop("rank")
+            row["by_op_phase"] = split.get((path, rank, row["step"]), [])  # step None: the whole capture
+            steps.setdefault((path, rank), []).append(row)
         ranks: dict[str, list] = {}
         sources = [c for c in SOURCES if c in self.totals]
         for row in plain_records(self.totals, ["path", *RANK_KEYS, *sources, *METRICS]):
             path = row.pop("path")
             ident = {k: row.pop(k) for k in [*RANK_KEYS, *sources]}
+            row["by_op_phase"] = split.get((path, ident["rank"], None), [])
             ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
         metadata = [c for c in METADATA if c in self.summary]
-        notes = ["note"] if "note" in self.summary else []
-        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, "ranks", "steps", *METRICS, *notes]):
+        notes = [c for c in NOTES if c in self.summary]
+        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, *notes, "ranks", "steps", *METRICS]):
             trace = {k: head.pop(k) for k in TRACE_KEYS}
             about = {k: head.pop(k) for k in metadata}
-            note = head.pop("note", None)
-            traces.append(
-                {**trace, "metadata": about, "note": note, "ranks": ranks.get(trace["path"], []), "summary": head}
-            )
+            said = {k: head.pop(k) or "" for k in notes}
+            traces.append({**trace, "metadata": about, **said, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
 
 
@@ -115,15 +130,33 @@ def analyze_trace(
     if works is None:  # the interval sets both the metrics and the collectives' split use
         works = rank_work(trace, patterns)
     per_step, totals = measure_trace(trace, patterns, works)
+    calls = calls if calls is not None else find_calls(trace, patterns, works)
     if rows is None:
         rows = call_rows(trace, patterns, works, calls)[0]
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps, trace.path)
     summary = trace_summary(trace, per_step)
-    for frame in (per_step, totals):
+    summary["comm_note"] = unrecognised_comm_note(
+        trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
+    )
+    split = by_op_phase(trace, calls, per_step, patterns)
+    for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
             frame.insert(i, k, v)
-    return Analysis(per_step, totals, summary)
+    return Analysis(per_step, totals, summary, split)
+
+
+def by_op_phase(trace: Trace, calls: Calls, per_step: pd.DataFrame, patterns: Patterns | None = None) -> pd.DataFrame:
+    """op_phase_rows of the trace's calls: per kept step (the steps in per_step), then per rank over the
+    whole capture (step NA)."""
+    labelled = calls.frame.assign(phase=phase_labels(trace, calls.frame, patterns))
+    kept = per_step[["rank", "step"]].dropna().astype({"step": "int64"})
+    steps = op_phase_rows(labelled, calls.compute).merge(kept, on=["rank", "step"], how="inner")
+    rows = [frame for frame in (steps, op_phase_rows(labelled, calls.compute, per_step=False)) if len(frame)]
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in OP_PHASE_COLUMNS})
+    out = pd.concat(rows, ignore_index=True)
+    return out.astype({"step": "Int64"})
 
 
 def trace_keys(trace: Trace) -> dict:
@@ -131,24 +164,26 @@ def trace_keys(trace: Trace) -> dict:
         "path": trace.path,
         "implementation": trace.implementation,
         "source": trace.source,
-        "nsys_version": trace.nsys_version,
+        "profiler": profiler_label(trace),
     }
 
 
 def trace_summary(trace: Trace, per_step: pd.DataFrame) -> pd.DataFrame:
     """One row: the trace keys, the run's metadata (METADATA), the metrics averaged over per_step and
-    a note when ranks of the run are missing. Needs only the trace's ranks, meta and info
-    (rank_merge calls it on a merged run's)."""
+    ranks_note (missing ranks). Needs only the trace's ranks, meta and info (rank_merge calls it on
+    a merged run's)."""
     about = trace_metadata(trace)
     about["shared_gpus"] = "; ".join(",".join(map(str, g)) for g in about["shared_gpus"] or []) or None
     note = missing_ranks_note(trace.ranks["rank"].tolist(), about["world_size"])
-    return pd.DataFrame([{**trace_keys(trace), **{k: about[k] for k in METADATA}, **summarise(per_step), "note": note}])
+    return pd.DataFrame(
+        [{**trace_keys(trace), **{k: about[k] for k in METADATA}, **summarise(per_step), "ranks_note": note}]
+    )
 
 
-def missing_ranks_note(ranks: list[int], world_size: object) -> str | None:
-    """'ranks 0 of 2: ...' when the run recorded a larger world size than the ranks given, else None."""
+def missing_ranks_note(ranks: list[int], world_size: object) -> str:
+    """'ranks 0 of 2: ...' when the run recorded a larger world size than the ranks given, else ''."""
     if not isinstance(world_size, int) or isinstance(world_size, bool) or len(ranks) >= world_size:
-        return None
+        return ""
     listed = ", ".join(str(int(r)) for r in sorted(ranks))
     return (
         f"ranks {listed} of {world_size}: the run's other ranks are not in the input "
@@ -168,22 +203,25 @@ def selected(result: Analysis, step: int | None = None, rank: int | None = None)
     TraceError naming the steps or ranks present when one is not."""
     if step is None and rank is None:
         return result
-    steps, totals = result.steps, result.totals
+    steps, totals, split = result.steps, result.totals, result.by_op_phase
     if rank is not None:
         have = sorted({int(r) for r in totals["rank"]})
         if rank not in have:
             raise TraceError(f"--rank {rank}: the input has ranks {', '.join(map(str, have))}")
-        steps, totals = steps[steps["rank"] == rank], totals[totals["rank"] == rank]
+        steps, totals, split = (
+            steps[steps["rank"] == rank],
+            totals[totals["rank"] == rank],
+            split[split["rank"] == rank],
+        )
     if step is not None:
         if step not in set(steps["step"].dropna().astype(int)):
             raise TraceError(f"--step {step}: the input has {_steps_text(steps)}")
-        steps = steps[steps["step"] == step]
+        steps, split = steps[steps["step"] == step], split[split["step"] == step]
     rows = []
     for head in result.summary.to_dict("records"):  # one per trace
-        mine = steps[steps["path"] == head["path"]]
-        rows.append({**head, **summarise(mine)})
+        rows.append({**head, **summarise(steps[steps["path"] == head["path"]])})
     summary = pd.DataFrame(rows, columns=result.summary.columns)
-    return Analysis(steps.reset_index(drop=True), totals.reset_index(drop=True), summary)
+    return Analysis(steps.reset_index(drop=True), totals.reset_index(drop=True), summary, split.reset_index(drop=True))
 
 
 PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]
@@ -194,9 +232,11 @@ def per_rank_table(result: Analysis) -> pd.DataFrame:
     `steps` (that rank's step count), every metric as a mean per step (overlap_pct from the means),
     then where the figures come from (comm_source, compute_source) and shared_gpu."""
     keys = [*PER_RANK_KEYS, *[c for c in SOURCES if c in result.steps]]
+    notes = [c for c in NOTES if c in result.summary]
+    said = result.summary.set_index("path")[notes].to_dict("index") if notes else {}
     rows = []
-    for _, steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
+    for (path, _), steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
         s = summarise(steps)
         first = steps[keys].iloc[0].to_dict()
-        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :]])
+        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}, **said.get(path, {})})
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :], *notes])

@@ -12,7 +12,11 @@ from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
+from analysis.measures.activity import RankWork
+from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import call_rows
+from analysis.measures.in_time import in_time_sentences
+from analysis.measures.op_phase import phase_labels
 from analysis.views.table import plain_records
 
 
@@ -75,7 +79,7 @@ def collectives_of(
     skip_steps: int = 0,
 ) -> CollectivesView:
     """The view of loaded traces (see view_of_rows for the options)."""
-    return view_of_rows((call_rows(t, patterns) for t in traces), rank, step, peak_busbw, skip_steps)
+    return view_of_rows((trace_call_rows(t, patterns) for t in traces), rank, step, peak_busbw, skip_steps)
 
 
 def _skip_first_steps(calls: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -122,3 +126,20 @@ def view_of_rows(
     by_size, by_rank, _ = _summaries(calls, peak_busbw)
     stragglers = _summaries(every_rank, None)[2]
     return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, pd.DataFrame(list(facts)))
+
+
+def trace_call_rows(
+    trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None, calls: Calls | None = None
+) -> tuple[pd.DataFrame, dict]:
+    """collective_rows.call_rows of a loaded trace, its facts with `in_time` (see _with_in_time)."""
+    return _with_in_time(trace, *call_rows(trace, patterns, works, calls), patterns)
+
+
+def _with_in_time(
+    trace: Trace, rows: pd.DataFrame, facts: dict, patterns: Patterns | None
+) -> tuple[pd.DataFrame, dict]:
+    """The trace's facts with `in_time`: whether its all-gathers came in time, in words (in_time.py)."""
+    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
+    where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
+    phases = phase_labels(trace, where, patterns)
+    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}

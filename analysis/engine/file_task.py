@@ -39,7 +39,8 @@ class FileResult:
     path: str
     analysis: Analysis
     source: str
-    nsys_version: str
+    profiler: str
+    profiler_version: str | None
     implementation: str | None  # from the file's ddp.meta marks, None when they do not say
     ranks: pd.DataFrame
     step_ranges: pd.DataFrame
@@ -70,7 +71,8 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
         str(path),
         analysis,
         trace.source,
-        trace.nsys_version,
+        trace.profiler,
+        trace.profiler_version,
         implementation,
         ranks,
         steps,
@@ -82,7 +84,7 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     )
 
 
-TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel"]  # few distinct values: shipped as categoricals
+TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel", "family"]  # few distinct values: shipped as categoricals
 
 
 def calls_to_ship(calls: Calls) -> Calls:

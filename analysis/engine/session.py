@@ -11,8 +11,8 @@ path with merge=True, are one run; files of different runs are refused). Each ru
 serially (jobs=1, no Dask) its files are loaded in one piece and the loaded trace serves the
 metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each file is a
 task (groups.analyze_groups) and the run's results are merged by the loader's rules
-(rank_merge.combine), the collectives from the same tasks; only a timeline then reads the run
-again, in this process. A step, rank or warm-up skip the runs do not have is a TraceError naming
+(rank_merge.combine); the collectives view and the timeline, which need the run's events, then
+read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a TraceError naming
 what they have.
 """
 
@@ -27,10 +27,10 @@ from typing import Any
 import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace, concat_analyses, selected
-from analysis.engine.collectives_view import CollectivesView, view_of_rows
+from analysis.engine.collectives_view import CollectivesView, trace_call_rows, view_of_rows
 from analysis.engine.file_task import FileResult
 from analysis.engine.parallel import Progress
-from analysis.engine.rank_merge import across_ranks, run_call_rows
+from analysis.engine.rank_merge import across_ranks
 from analysis.engine.runs import RunFiles, find_runs, load_trace
 from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
@@ -38,7 +38,6 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import find_calls
-from analysis.measures.collective_rows import call_rows
 from analysis.measures.phases import find_steps
 from analysis.views.lanes import Selection
 
@@ -118,7 +117,7 @@ class OpenRuns:
             trace = self.trace(i)
             works = rank_work(trace, self.patterns)
             calls = find_calls(trace, self.patterns, works)
-            rows = call_rows(trace, self.patterns, works, calls)
+            rows = trace_call_rows(trace, self.patterns, works, calls)
             analysis = analyze_trace(trace, self.patterns, self.skip_steps, calls, works, rows[0])
             spread = _across_ranks_of(trace, analysis.steps, self.patterns)
         except TraceError as e:
@@ -170,12 +169,11 @@ class OpenRuns:
         self, rank: int | None = None, step: int | None = None, peak_busbw: float | None = None
     ) -> CollectivesView:
         """The collectives view of every run that loaded (collectives_view.CollectivesView)."""
-        pairs = []
-        for r in self.good():
-            if r.call_rows is not None:
-                pairs.append(r.call_rows)
-            else:
-                pairs.append(run_call_rows(r.run.paths, r.files))
+        pairs = [
+            r.call_rows if r.call_rows is not None else trace_call_rows(self.trace(i), self.patterns)
+            for i, r in enumerate(self.results())
+            if r.analysis is not None
+        ]
         if not pairs:
             raise TraceError("; ".join(self.errors()) or "no run")
         return view_of_rows(pairs, rank=rank, step=step, peak_busbw=peak_busbw, skip_steps=self.skip_steps)

@@ -85,9 +85,9 @@ def test_missing_ranks_are_noted_in_every_format_of_overlap(fmt, files, tmp_path
     assert code == 0
     note = "ranks 0 of 2: the run's other ranks are not in the input"
     if fmt == "json":
-        assert json.loads(out)["traces"][0]["note"].startswith(note)
+        assert json.loads(out)["traces"][0]["ranks_note"].startswith(note)
     elif fmt == "csv":
-        assert all(row["note"].startswith(note) for row in csv.DictReader(io.StringIO(out)))
+        assert all(row["ranks_note"].startswith(note) for row in csv.DictReader(io.StringIO(out)))
     else:
         assert f"note: {note}" in out
 
@@ -96,9 +96,9 @@ def test_missing_ranks_are_noted_by_collectives_timeline_and_report(files, tmp_p
     code, out, _ = run("collectives", files["naive0"], "--format", "json", tmp_path=tmp_path, capsys=capsys)
     assert code == 0 and "1 of 2 ranks in this trace" in json.loads(out)["traces"][0]["note"]
     code, out, _ = run("timeline", files["naive0"], "--format", "json", tmp_path=tmp_path, capsys=capsys)
-    assert code == 0 and json.loads(out)[0]["note"].startswith("ranks 0 of 2")
+    assert code == 0 and json.loads(out)[0]["ranks_note"].startswith("ranks 0 of 2")
     code, out, _ = run("report", files["naive0"], "--format", "json", tmp_path=tmp_path, capsys=capsys)
-    assert code == 0 and json.loads(out)[0]["note"].startswith("ranks 0 of 2")
+    assert code == 0 and json.loads(out)[0]["ranks_note"].startswith("ranks 0 of 2")
 
 
 @pytest.mark.parametrize("name", list(CLIS))
@@ -124,7 +124,7 @@ def test_per_rank_files_are_one_run_in_every_cli(files, tmp_path, capsys):
     pair = [files["naive0"], files["naive1"]]
     code, out, _ = run("overlap", *pair, "--format", "json", tmp_path=tmp_path, capsys=capsys)
     (trace,) = json.loads(out)["traces"]
-    assert code == 0 and [r["rank"] for r in trace["ranks"]] == [0, 1] and trace["note"] is None
+    assert code == 0 and [r["rank"] for r in trace["ranks"]] == [0, 1] and trace["ranks_note"] == ""
     code, out, _ = run("collectives", *pair, "--format", "json", tmp_path=tmp_path, capsys=capsys)
     (facts,) = json.loads(out)["traces"]
     assert code == 0 and facts["ranks"] == 2 and facts["unpaired_calls"] == 0

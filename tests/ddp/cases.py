@@ -9,10 +9,10 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
 
-from ddp import registry
-from ddp.data import shard
-from ddp.launcher import DistContext
-from ddp.train import make_optimizer, train_step
+from ddp.launch.launcher import DistContext
+from ddp.strategies import registry
+from ddp.training.data import shard
+from ddp.training.loop import make_optimizer, train_step
 
 FEATURES, HIDDEN, CLASSES = 16, 32, 4
 
@@ -80,7 +80,7 @@ class Buffered(Toy):
 
 class Reordered(nn.Module):
     """Layers registered in the reverse of their use: backward's gradient order is not the reverse
-    registration order that BucketedDDP's first step assumes."""
+    registration order that OverlapBucketDDP's first step assumes."""
 
     def __init__(self):
         super().__init__()
@@ -118,7 +118,7 @@ def batch(step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def train_reference(model: str, optimizer: str, steps: int, batch_size: int) -> dict[str, torch.Tensor]:
-    """Single-process training on whole global batches, written independently of ddp.train."""
+    """Single-process training on whole global batches, written independently of ddp.training.loop."""
     net = build(model, seed=0)
     opt = (
         torch.optim.SGD(net.parameters(), lr=LR["sgd"])
@@ -194,9 +194,9 @@ def async_range_end_threads(ctx: DistContext) -> dict[str, str]:
     """One overlap step on the tiny LM with NVTX recorded: each async range's name -> ending thread."""
     import threading
 
-    from ddp import nvtx_ranges
-    from ddp.data import rank_batch
-    from ddp.models import build_model
+    from ddp.comm import nvtx_ranges
+    from ddp.training.data import rank_batch
+    from ddp.training.models import build_model
 
     names, ended = {}, {}
     nvtx_ranges.start = lambda name, payload=None: names.setdefault(len(names) + 1, name) and len(names)

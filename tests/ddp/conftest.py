@@ -6,11 +6,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp.launcher import free_port
+from ddp.launch.launcher import free_port
 
 # The in-process tests train toy models of a few hundred parameters: one thread computes them as fast and
 # spares the spin-waiting of idle OpenMP workers on shared cores (0.6-0.9 s of CPU in the quick loop).
-# Spawned ranks set their own thread count (ddp/launcher.py).
+# Spawned ranks set their own thread count (ddp/launch/launcher.py).
 torch.set_num_threads(1)
 
 

@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from ddp import collectives
 from ddp.collectives_bench import BenchConfig, build_parser, bus_bandwidth, check_result, format_size, main, parse_size
-from ddp.launcher import free_port
+from ddp.comm import collectives
+from ddp.launch.launcher import free_port
 
 
 @pytest.mark.parametrize(

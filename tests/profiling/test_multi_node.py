@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from ddp.launcher import free_port
+from ddp.launch.launcher import free_port
 from tests.profiling.test_end_to_end import NSYS, rows_by_rank
 from tests.profiling.test_nsys import REPO
 

@@ -1,0 +1,1 @@
+"""Launching ranks and handling their failures (and GPU sharing between ranks)."""

@@ -1,0 +1,154 @@
+"""What every data-parallel wrapper shares: rank-0 broadcast, the parameters to synchronise, and
+its all-reduces, named and timed (communication accounting).
+
+Subclasses implement `_synchronize()`; callers use `finish_gradient_synchronization()` between
+`loss.backward()` and `optimizer.step()`, after which each `.grad` is the mean over ranks.
+Parameters that got no gradient follow the "had a gradient" protocol of ddp.strategies.grad_flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from contract import ALL_REDUCE, BROADCAST, GRAD_SYNC, comm_range
+from ddp.comm import nvtx_ranges
+from ddp.comm.collectives import all_reduce, check_collective
+from ddp.comm.timing import CommStats, CommTimer
+
+# Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
+# into a tensor that is already on the wire.
+ACCUMULATION_ERROR = (
+    "a parameter's gradient arrived twice before finish_gradient_synchronization(): "
+    "call it after every backward (gradient accumulation is not supported)"
+)
+
+
+def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
+    """Each parameter with requires_grad once (tied weights under their first name), in order."""
+    return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
+
+
+def nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def broadcast_from_rank0(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
+    """Copy rank 0's parameters and buffers (trainable or not) into every rank's module."""
+    tensors = list(module.parameters()) + list(module.buffers())
+    size = sum(nbytes(t) for t in tensors)
+    with nvtx_ranges.range(comm_range(BROADCAST, "params"), payload=size), torch.no_grad():
+        for t in tensors:
+            dist.broadcast(t.data, src=0, group=group)
+
+
+def synchronize_device(tensor: torch.Tensor) -> None:
+    """On CUDA, wait for queued kernels so host timers see the device's work; no-op on CPU.
+
+    For step boundaries and benchmarks only: the wrappers never call it per collective.
+    """
+    if tensor.is_cuda:
+        torch.cuda.synchronize(tensor.device)
+
+
+class PendingAllReduce:
+    """An async all-reduce in flight: issued inside a `comm:all_reduce:<tag>` start/end range whose
+    payload is its byte count, timed by the owner's CommTimer (see ddp.comm.timing)."""
+
+    __slots__ = ("slot", "tensor", "timer", "work")
+
+    def __init__(self, owner: DataParallelBase, tensor: torch.Tensor, name: str):
+        self.timer, self.tensor = owner.comm, tensor
+        size = nbytes(tensor)
+        self.slot = self.timer.begin(size)
+        range_id = nvtx_ranges.start(name, payload=size)
+        self.work = all_reduce(tensor, owner.collective, group=owner.group, async_op=True, name=name)
+        self.timer.track_async(self.slot, self.work, range_id)
+
+    def wait(self) -> torch.Tensor:
+        """The reduced tensor; on CUDA only the streams wait (the host does not)."""
+        self.timer.wait(self.slot, self.work)
+        return self.tensor
+
+
+class DataParallelBase(nn.Module):
+    """An nn.Module around `module` that averages gradients over the default process group."""
+
+    def __init__(self, module: nn.Module, collective: str = "torch"):
+        super().__init__()
+        if not dist.is_initialized():
+            raise RuntimeError(
+                f"{type(self).__name__} needs torch.distributed initialised first (see ddp.launch.launcher.launch)"
+            )
+        self.module = module
+        self.collective = check_collective(collective)
+        self.group: dist.ProcessGroup | None = None  # the default (world) group
+        self.world_size = dist.get_world_size()
+        broadcast_from_rank0(module, self.group)
+        named = named_trainable_parameters(module)
+        self.param_names = [n for n, _ in named]
+        self.params = [p for _, p in named]
+        self.comm = CommTimer(self.params[0].device if self.params else torch.device("cpu"))
+        # One NVTX name per tag, built once: collectives are issued every step.
+        self._range_names = {n: comm_range(ALL_REDUCE, n) for n in self.param_names}
+
+    def forward(self, *args, **kwargs):
+        return self.module(*args, **kwargs)
+
+    def reset_comm_stats(self) -> CommStats:
+        """The communication of the steps finished since the last reset (ddp.comm.timing).
+
+        On CUDA this reads the steps' events after one event wait: call it after the step's own
+        device synchronisation (as ddp.training.loop does) and it waits for nothing.
+        """
+        return self.comm.collect()
+
+    def comm_layout(self) -> list[dict]:
+        """One entry per collective of a step: {name: its tag, params: names, bytes: its payload}."""
+        raise NotImplementedError
+
+    def finish_gradient_synchronization(self) -> None:
+        """Leave every trainable parameter's .grad equal to the mean over ranks."""
+        self.comm.backward_ended()
+        with nvtx_ranges.range(GRAD_SYNC):
+            self._synchronize()
+        self.comm.close_step()
+
+    def _synchronize(self) -> None:
+        raise NotImplementedError
+
+    # ---- what the wrappers (and their buckets) communicate through ----------------------------
+    def blocking_all_reduce(self, tensor: torch.Tensor, tag: str) -> torch.Tensor:
+        """Sum `tensor` over ranks inside a `comm:all_reduce:<tag>` range (payload: its bytes).
+
+        No host synchronisation: on NCCL the call only enqueues, as plain `dist.all_reduce` does.
+        """
+        size, name = nbytes(tensor), self._range_name(tag)
+        with nvtx_ranges.range(name, payload=size):
+            slot = self.comm.begin(size)
+            all_reduce(tensor, self.collective, group=self.group, name=name)
+            self.comm.end_blocking(slot)
+        return tensor
+
+    def async_all_reduce(self, tensor: torch.Tensor, tag: str) -> PendingAllReduce:
+        """Start summing `tensor` over ranks inside a `comm:all_reduce:<tag>` start/end range."""
+        return PendingAllReduce(self, tensor, self._range_name(tag))
+
+    def _range_name(self, tag: str) -> str:
+        name = self._range_names.get(tag)
+        if name is None:
+            name = self._range_names[tag] = comm_range(ALL_REDUCE, tag)
+        return name
+
+
+def check_same_dtype_and_device(params: Sequence[torch.Tensor], who: str) -> None:
+    """Flat buffers hold one dtype on one device; say so clearly when parameters disagree."""
+    kinds = {(p.dtype, p.device) for p in params}
+    if len(kinds) > 1:
+        raise ValueError(
+            f"{who} needs all trainable parameters on one dtype and device, got "
+            + ", ".join(f"{d}@{dev}" for d, dev in sorted(kinds, key=str))
+        )

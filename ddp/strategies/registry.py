@@ -1,0 +1,49 @@
+"""Implementation name -> wrapper class: the one list every CLI, test and benchmark chooses from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from ddp.strategies.base import DataParallelBase
+from ddp.strategies.flat import FlatDDP
+from ddp.strategies.naive import NaiveDDP
+from ddp.strategies.overlap import OverlapDDP
+from ddp.strategies.overlap_bucket import OverlapBucketDDP
+from ddp.strategies.torch_ddp import TorchDDP
+
+IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
+    "naive": NaiveDDP,
+    "flat": FlatDDP,
+    "overlap": OverlapDDP,
+    "overlap_bucket": OverlapBucketDDP,
+    "torch": TorchDDP,
+}
+
+BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
+
+
+def get(name: str) -> type[DataParallelBase]:
+    """The wrapper class registered as `name`; ValueError naming the valid choices otherwise."""
+    if name not in IMPLEMENTATIONS:
+        raise ValueError(f"unknown implementation {name!r}: choose from {', '.join(IMPLEMENTATIONS)}")
+    return IMPLEMENTATIONS[name]
+
+
+def resolve(names: list[str]) -> list[str]:
+    """Expand 'all' and check each name, keeping the registry's order and dropping repeats."""
+    for name in names:
+        if name != "all":
+            get(name)
+    return [n for n in IMPLEMENTATIONS if "all" in names or n in names]
+
+
+def wrap(
+    name: str, module: nn.Module, bucket_size_mb: float | None = 25, collective: str = "torch", **kwargs: Any
+) -> DataParallelBase:
+    """Construct implementation `name` around `module`, passing the bucket size where it applies."""
+    cls = get(name)
+    if name in BUCKETED:
+        kwargs["bucket_size_mb"] = bucket_size_mb
+    return cls(module, collective=collective, **kwargs)

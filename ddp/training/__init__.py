@@ -1,0 +1,1 @@
+"""What a run trains: models, synthetic data and the training loop."""

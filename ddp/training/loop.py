@@ -1,0 +1,250 @@
+"""The training loop shared by the CLIs and profiling: one run's config, its steps, its timings.
+
+Each step is an NVTX `step N` range holding `forward`, `backward`, `grad_sync` (inside the
+wrapper) and `optimizer`. Timings cover measured steps only (warm-up excluded); on GPU the device
+is synchronised once at the end of each step (never per collective), then the wrapper's
+communication timing is read (ddp.comm.timing). Rank 0 gets every rank's figures.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import platform
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from contract import BACKWARD, FORWARD, OPTIMIZER, step_range
+from ddp.comm import nvtx_ranges
+from ddp.comm.collectives import check_collective
+from ddp.launch.launcher import DistContext
+from ddp.strategies import registry
+from ddp.strategies.base import DataParallelBase, synchronize_device
+from ddp.training.data import check_divisible, rank_batch
+from ddp.training.models import MODEL_NAMES, MODEL_SIZES, build_model
+
+OPTIMIZERS = ("sgd", "adamw")
+
+
+@dataclass
+class RunConfig:
+    """One training run; validates itself and names the bad value."""
+
+    impl: str = "overlap_bucket"
+    model: str = "tiny"
+    world_size: int = 2
+    batch_size: int = 16
+    context_length: int = 128
+    steps: int = 10
+    warmup: int = 3
+    bucket_mb: float | None = 25.0
+    optimizer: str = "sgd"
+    lr: float = 1e-2
+    seed: int = 0
+    collective: str = "torch"
+    backend: str | None = None
+
+    def __post_init__(self):
+        registry.get(self.impl)
+        if self.model not in MODEL_NAMES:
+            raise ValueError(f"unknown model {self.model!r}: choose from {', '.join(MODEL_NAMES)}")
+        for name in ("world_size", "batch_size", "context_length", "steps"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
+        check_divisible(self.batch_size, self.world_size)
+        if self.bucket_mb is not None and not self.bucket_mb > 0:
+            raise ValueError(f"bucket size must be positive (MiB) or None, got {self.bucket_mb!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {self.optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
+        if not self.lr > 0:
+            raise ValueError(f"learning rate must be positive, got {self.lr!r}")
+        check_collective(self.collective)
+        if self.impl == "torch" and self.collective != "torch":
+            raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
+        if self.backend not in (None, "gloo", "nccl"):
+            raise ValueError(f"unknown backend {self.backend!r}: choose gloo or nccl")
+
+
+@dataclass
+class TrainResult:
+    """Measured steps of one run, every rank's: lists indexed [rank][step]."""
+
+    config: RunConfig
+    step_time_s: list[list[float]]
+    comm_time_s: list[list[float]]  # communication after backward ended (exposed)
+    num_ops: list[list[int]]
+    final_loss: float
+    metadata: dict = field(default_factory=dict)
+    comm_in_flight_s: list[list[float]] = field(default_factory=list)  # union of in-flight intervals
+    comm_hidden_s: list[list[float]] = field(default_factory=list)  # its part during backward
+    comm_clock: str = "host"
+
+    @staticmethod
+    def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
+        """Mean over steps of the slowest rank's value: a step is as slow as its slowest rank."""
+        per_step = [max(values) for values in zip(*per_rank, strict=True)]
+        return sum(per_step) / len(per_step)
+
+    @property
+    def avg_step_time_s(self) -> float:
+        return self._slowest_rank_mean(self.step_time_s)
+
+    @property
+    def avg_comm_time_s(self) -> float:
+        return self._slowest_rank_mean(self.comm_time_s)
+
+    @property
+    def comm_fraction(self) -> float:
+        return self.avg_comm_time_s / self.avg_step_time_s
+
+    @property
+    def comm_overlap(self) -> float | None:
+        """Fraction of in-flight communication during backward, pooled over ranks and steps."""
+        total = sum(map(sum, self.comm_in_flight_s))
+        return sum(map(sum, self.comm_hidden_s)) / total if total > 0 else None
+
+    @property
+    def avg_comm_in_flight_s(self) -> float:
+        return self._slowest_rank_mean(self.comm_in_flight_s)
+
+    @property
+    def avg_num_ops(self) -> float:
+        return sum(self.num_ops[0]) / len(self.num_ops[0])
+
+
+def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    """Plain SGD or AdamW (weight decay 0.01)."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
+    raise ValueError(f"unknown optimizer {name!r}: choose from {', '.join(OPTIMIZERS)}")
+
+
+def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over every prediction (classes for toy, next tokens for the LM)."""
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def train_step(
+    model: DataParallelBase, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor], step: int
+) -> torch.Tensor:
+    """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
+    inputs, targets = batch
+    with nvtx_ranges.range(step_range(step), cache=False):
+        optimizer.zero_grad(set_to_none=True)
+        with nvtx_ranges.range(FORWARD):
+            loss = loss_fn(model(inputs), targets)
+        with nvtx_ranges.range(BACKWARD):
+            loss.backward()
+        model.finish_gradient_synchronization()
+        with nvtx_ranges.range(OPTIMIZER):
+            optimizer.step()
+    return loss.detach()
+
+
+def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> DataParallelBase:
+    """The model of `cfg` on this rank's device inside implementation `cfg.impl`."""
+    model = build_model(cfg.model, cfg.context_length, cfg.seed if seed is None else seed).to(ctx.device)
+    return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective)
+
+
+MeasuredRegion = Callable[[DataParallelBase], contextlib.AbstractContextManager]
+
+
+def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegion | None = None) -> TrainResult:
+    """Train `cfg.warmup + cfg.steps` steps on this rank; time the last `cfg.steps`.
+
+    `measured_region(model)`, if given, is called once right before the first measured step and the
+    context manager it returns is held open until the last measured step ends: profiling uses it
+    to open the NVTX `profile` range and emit the `ddp.meta {json}` mark. Collective: every rank
+    must call this; all ranks get the gathered result.
+    """
+    model = build_wrapped(ctx, cfg)
+    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
+    model.reset_comm_stats()
+    own: dict[str, list] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
+    clock = "host"
+    loss = torch.zeros(())
+    with contextlib.ExitStack() as region:
+        for step in range(cfg.warmup + cfg.steps):
+            if step == cfg.warmup:
+                dist.barrier()  # measured steps start together on every rank
+                if measured_region is not None:
+                    region.enter_context(measured_region(model))
+            batch = rank_batch(
+                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
+            )
+            synchronize_device(batch[0])
+            t0 = time.perf_counter()
+            loss = train_step(model, optimizer, batch, step)
+            synchronize_device(batch[0])  # the step's one synchronisation
+            elapsed = time.perf_counter() - t0
+            stats = model.reset_comm_stats()  # reads its events: nothing left to wait for
+            if step >= cfg.warmup:
+                own["step"].append(elapsed)
+                own["comm"].append(stats.comm_time_s)
+                own["ops"].append(stats.num_ops)
+                own["in_flight"].append(stats.in_flight_s)
+                own["hidden"].append(stats.hidden_s)
+                clock = stats.clock
+    # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
+    # cyclic collector runs, before a sweep builds the next one.
+    del model, optimizer
+    gc.collect()
+    gathered: list = [None] * ctx.world_size
+    dist.all_gather_object(gathered, own)
+    return TrainResult(
+        cfg,
+        [g["step"] for g in gathered],
+        [g["comm"] for g in gathered],
+        [g["ops"] for g in gathered],
+        float(loss),
+        run_metadata(ctx, cfg),
+        [g["in_flight"] for g in gathered],
+        [g["hidden"] for g in gathered],
+        clock,
+    )
+
+
+def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
+    """What profiling records in the `ddp.meta {json}` mark (JSON-serialisable)."""
+    size = MODEL_SIZES.get(cfg.model)
+    try:
+        from importlib.metadata import version
+
+        nvtx_version = version("nvtx")
+    except Exception:  # not installed: the ranges are no-ops
+        nvtx_version = None
+    return {
+        "implementation": cfg.impl,
+        "rank": ctx.rank,
+        "local_rank": ctx.local_rank,
+        "world_size": ctx.world_size,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "model": cfg.model,
+        "d_model": size.d_model if size else None,
+        "num_layers": size.num_layers if size else None,
+        "batch_size": cfg.batch_size,
+        "context_length": cfg.context_length,
+        "bucket_mb": cfg.bucket_mb if cfg.impl in registry.BUCKETED else None,
+        "backend": ctx.backend,
+        "collective": cfg.collective,
+        "device": str(ctx.device),
+        "steps": cfg.steps,
+        "warmup": cfg.warmup,
+        "optimizer": cfg.optimizer,
+        "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
+        "argv": sys.argv[1:],
+    }

@@ -1,0 +1,67 @@
+"""The ddp package's layout is its architecture: one module per strategy, named as the registry names it,
+and each folder imports only the folders below it (comm -> launch -> strategies -> training -> CLIs)."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import ddp
+from ddp.strategies import registry
+
+PACKAGE = Path(ddp.__file__).parent
+# what each folder may import from the package at run time
+ALLOWED = {
+    "comm": {"comm"},
+    "launch": {"launch", "comm"},
+    "strategies": {"strategies", "comm"},
+    "training": {"training", "strategies", "launch", "comm"},
+}
+# a strategy's module is its registry name, except where that name would shadow a package
+MODULE_OF = {"torch": "torch_ddp"}
+
+
+def imported_folders(path: Path) -> set[str]:
+    """The ddp sub-packages a module imports (at any depth in the module, TYPE_CHECKING blocks aside)."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and ast.unparse(branch.test).endswith("TYPE_CHECKING")
+        for stmt in branch.body
+        for node in ast.walk(stmt)
+    }
+    names = []
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names += [node.module] if node.module != "ddp" else [f"ddp.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+    folders = {n.split(".")[1] for n in names if n.startswith("ddp.")}
+    return folders & set(ALLOWED) | ({"top"} if folders - set(ALLOWED) else set())
+
+
+@pytest.mark.parametrize("folder", sorted(ALLOWED))
+def test_each_folder_imports_only_the_folders_below_it(folder):
+    wrong = {
+        path.name: sorted(imported_folders(path) - ALLOWED[folder]) for path in sorted((PACKAGE / folder).glob("*.py"))
+    }
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_the_layering_check_sees_a_wrong_import(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("from ddp.comm import inflight\ndef f():\n    from ddp import cli\n")
+    assert imported_folders(module) == {"comm", "top"}
+
+
+@pytest.mark.parametrize("name", list(registry.IMPLEMENTATIONS))
+def test_each_strategy_has_its_own_module_named_as_the_registry_names_it(name):
+    cls = registry.IMPLEMENTATIONS[name]
+    assert cls.__module__ == f"ddp.strategies.{MODULE_OF.get(name, name)}"
+    # class names match: overlap_bucket -> OverlapBucketDDP, fsdp -> FSDP, torch_fsdp -> TorchFSDP
+    expected = name.replace("_", "") + ("" if name.endswith("fsdp") else "ddp")
+    assert cls.__name__.lower() == expected
+    assert getattr(ddp, cls.__name__) is cls

@@ -74,6 +74,7 @@ def render_table(result: Analysis, per_step: bool) -> str:
         steps = result.steps[cols].astype({"step": object})
         steps["step"] = steps["step"].where(result.steps["step"].notna(), "all")  # no step ranges: whole capture
         out += ["", "per step:", _fmt(steps)]
+    out += op_phase_lines(result)
     out += ["", "summary (mean per step over ranks):"]
     summary = result.summary.assign(rank="all")
     out.append(
@@ -97,9 +98,25 @@ def render_table(result: Analysis, per_step: bool) -> str:
     return "\n".join(out).rstrip()
 
 
-def _exported_by(version: str) -> str:
-    """'exported by nsys 2025.3.2.0', or for torch.profiler traces 'recorded by torch.profiler (kineto schema 1)'."""
-    return f"recorded by torch.profiler ({version})" if version.startswith("kineto") else f"exported by nsys {version}"
+def op_phase_lines(result: Analysis) -> list[str]:
+    """One line per rank with communication: comm ms per step of each phase and op, the exposed part in
+    brackets (means over the rank's kept steps; the whole capture where it has no steps)."""
+    rows = result.by_op_phase
+    if len(rows) == 0:
+        return []
+    lines = ["", "communication by phase and op (ms per step; exposed in brackets):"]
+    for (_, rank), mine in rows.groupby(["path", "rank"], sort=False):  # one pass per rank
+        stepped = mine[mine["step"].notna()]
+        n = int(stepped["step"].nunique()) if len(stepped) else 1
+        use = stepped if len(stepped) else mine
+        sums = use.groupby(["phase", "op"], sort=False)[["calls", "comm_ms", "exposed_ms"]].sum()
+        parts = [
+            f"{phase} {op} x{r.calls / n:g} {r.comm_ms / n:.3f} ({r.exposed_ms / n:.3f})"
+            for (phase, op), r in zip(sums.index, sums.itertuples(), strict=True)
+        ]
+        impl = mine["implementation"].iloc[0]
+        lines.append(f"  rank {rank} ({impl}): " + "; ".join(parts))
+    return lines
 
 
 def notes(result: Analysis) -> list[str]:
@@ -109,7 +126,9 @@ def notes(result: Analysis) -> list[str]:
         about = {k: row.get(k) for k in METADATA if k != "shared_gpus"}
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
-        lines.append(f"{names}: {known or 'no run metadata'}; {_exported_by(str(row['nsys_version']))}")
+        lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")
+        if row.get("comm_note"):
+            lines.append(f"  note: {row['comm_note']}")
         if isinstance(row.get("shared_gpus"), str):
             lines.append(
                 f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "

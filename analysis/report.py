@@ -4,9 +4,15 @@
 
 Writes into the -o folder: index.html (ranking table, per-step breakdown, step spread, links),
 timelines/<trace>.html (one per trace, all steps) and timelines/naive_vs_<best>.html (one step of
-each, stacked), summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
+each, stacked), plotly-<version>.min.js (loaded by every page; --self-contained embeds it instead),
+summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
 steps keyed by trace path + content hash, so re-runs add history without duplicating rows).
 Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
+
+    python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
+
+compares one run with a baseline instead (report_gate.py): per-metric deltas and a one-line verdict,
+exit 1 when a --fail-if limit is passed; no folder is written.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from analysis.engine.report_runs import AnalyzedTrace, analyze_all, loaded_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
+from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
 from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_history
@@ -80,7 +87,11 @@ def side_page(summary: pd.DataFrame) -> SidePage | None:
 
 
 def write_timelines(
-    out: Path, results: list[AnalyzedTrace], side: SidePage | None, patterns: Patterns | None = None
+    out: Path,
+    results: list[AnalyzedTrace],
+    side: SidePage | None,
+    patterns: Patterns | None = None,
+    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
 ) -> dict:
     """One overview timeline per trace plus the naive-vs-best side by side; returns the per-trace links."""
     from analysis.views.timeline_page import trace_panel, write_timeline
@@ -91,7 +102,9 @@ def write_timelines(
         t0 = time.perf_counter()
         trace = loaded_trace(r, patterns)
         panel, _ = trace_panel(r.path, Selection(), trace=trace, steps=r.analysis.steps, patterns=patterns)
-        write_timeline([panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection())
+        write_timeline(
+            [panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection(), plotly_js=plotly_js
+        )
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if side is not None:
         a, b = by_trace[side.naive], by_trace[side.best]
@@ -102,7 +115,7 @@ def write_timelines(
             ]
             for r in (a, b)
         ]
-        write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection)
+        write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection, plotly_js=plotly_js)
     return names
 
 
@@ -127,7 +140,8 @@ def print_summary(summary: pd.DataFrame, fmt: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
-        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
+        epilog="Exit codes: 0 written (with --baseline: no limit passed), 1 a --fail-if limit passed, 2 bad input "
+        "(the message says which). Progress goes to stderr.",
         description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
         "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
         "timeline per trace, a naive-vs-best timeline, summary.csv and results.db into the -o folder, "
@@ -165,6 +179,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="analyse the files on the Dask cluster at ADDRESS (tcp://host:8786, or 'local'); paths must "
         "be visible to the workers. Needs dask[distributed]",
     )
+    ap.add_argument(
+        "--baseline",
+        nargs="+",
+        type=Path,
+        metavar="OLD",
+        help="compare instead: the traces are one new run (one file, or one run's per-rank files), OLD the "
+        "baseline run; prints per-metric deltas and a verdict, writes no report folder",
+    )
+    ap.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="METRIC:LIMIT",
+        help="with --baseline: exit 1 when METRIC regressed past LIMIT (+10%%: relative, +2: absolute in the "
+        "metric's unit; + up, - down); repeatable, e.g. --fail-if exposed_comm_ms:+10%%",
+    )
+    ap.add_argument(
+        "--self-contained",
+        action="store_true",
+        help="embed plotly.js in every page (+4.8 MB each) instead of writing plotly-<version>.min.js "
+        "once into the folder",
+    )
     cli.add_pattern_options(ap)
     return ap.parse_args(argv)
 
@@ -175,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.baseline is not None or args.fail_if:
+        from analysis.report_gate import run_gate  # the CI gate: compare two runs, write nothing
+
+        return run_gate(args)
     out, patterns = args.output, cli.patterns_from(args)
     if len({p.resolve() for p in args.traces}) != len(args.traces):
         raise TraceError("the same trace is given twice")
@@ -182,16 +222,17 @@ def _run(args: argparse.Namespace) -> int:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
     inputs = group_inputs(args.traces)
     pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
-    check_out_dir(out, pages)  # fail before the (slow) analysis when we can
+    check_out_dir(out, pages, args.self_contained)  # fail before the (slow) analysis when we can
     results, bad = analyze_all(inputs, args.jobs, args.dask, patterns)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)
     side = None if args.no_timelines else side_page(summary)
-    check_out_dir(out, pages + ([side.name] if side else []))  # every output, before writing any
+    check_out_dir(out, pages + ([side.name] if side else []), args.self_contained)  # every output, before writing any
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
-    links = {} if args.no_timelines else write_timelines(out, results, side, patterns)
+    plotly_js = PlotlyJs(self_contained=args.self_contained, folder=out)
+    links = {} if args.no_timelines else write_timelines(out, results, side, patterns, plotly_js)
     index = write_index(
         out / "index.html",
         summary,
@@ -199,6 +240,7 @@ def _run(args: argparse.Namespace) -> int:
         links,
         (side.name, side.title) if side else None,
         collectives_blocks(results, summary, args.peak_busbw, patterns),
+        plotly_js,
     )
     summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
     progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")

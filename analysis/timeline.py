@@ -4,7 +4,8 @@
 
 One panel per trace, time zero at each trace's chosen step (or its first step); lanes per rank for
 CPU NVTX phases, communication ranges and GPU streams; shading where communication overlaps
-compute. The page embeds plotly.js and opens offline. Exit codes: 0 written, 2 bad input.
+compute. The page loads plotly.js from plotly-<version>.min.js beside it (written once;
+--self-contained embeds it instead) and opens offline. Exit codes: 0 written, 2 bad input.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import cli
+from analysis.views.html_page import PlotlyJs
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
@@ -52,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
         epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
-        description="Write an interactive, self-contained HTML timeline of nsys SQLite exports: one panel "
+        description="Write an interactive HTML timeline (opens offline) of nsys SQLite exports: one panel "
         "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
         "communication ranges and GPU streams, and shading where communication overlaps compute. "
         "Prints one summary row per panel.",
@@ -82,6 +84,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "skipped with a message when they are missing or fail, and when a PNG exists that "
         "does not pair with a page this tool wrote)",
     )
+    ap.add_argument(
+        "--self-contained",
+        action="store_true",
+        help="embed plotly.js in the page (+4.8 MB) instead of loading it from "
+        "plotly-<version>.min.js, written once beside the page",
+    )
     cli.add_pattern_options(ap)
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
@@ -101,7 +109,9 @@ def _run(args: argparse.Namespace) -> int:
 
     patterns = cli.patterns_from(args)
     selection = Selection(step=args.step, rank=args.rank)
-    check_output(args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None)
+    check_output(
+        args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None, self_contained=args.self_contained
+    )
     args.output = args.output or DEFAULT_OUTPUT
     panels, rows = [], []
     for inp in group_inputs(args.traces):
@@ -114,7 +124,9 @@ def _run(args: argparse.Namespace) -> int:
         progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
     title = "Timeline: " + " vs ".join(r.implementation for r in rows)
     png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
-    out, fig = write_timeline(panels, args.output, title, selection, args.width)
+    out, fig = write_timeline(
+        panels, args.output, title, selection, args.width, PlotlyJs(self_contained=args.self_contained)
+    )
     progress(
         f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {count_drawn_segments(fig)} segments drawn after merging)"
     )

@@ -7,6 +7,7 @@ default patterns that recognise them. Torch-free and dependency-free, so every p
 `meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode, and
            the `sharded` entries of sharded strategies.
 `patterns` the analysis' default regular expressions, built from the names.
+`nsys_cli` finding nsys and its complete-or-absent SQLite export (recording and analysis both run it).
 """
 
 from contract.meta import (

@@ -29,17 +29,18 @@ if TYPE_CHECKING:
     from ddp.strategies.base import DataParallelBase
 
 
-def tool_versions() -> dict[str, str]:
-    """GPU stack versions, beside the python/torch/nvtx ones `ddp.training.loop.run_metadata` records."""
+def tool_versions() -> dict[str, str | None]:
+    """GPU stack versions, beside the python/torch/nvtx ones `ddp.training.loop.run_metadata` records;
+    None (JSON null) for what the run does not have: no CUDA or NCCL on a CPU build."""
     import torch
 
     from ddp.launch.gpu_sharing import loaded_nccl
 
     loaded = loaded_nccl()  # what the ranks really run (an LD_PRELOAD may replace torch's own)
     return {
-        "cuda": str(torch.version.cuda),
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none",
-        "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else "none",
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+        "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else None,
     }
 
 
@@ -48,12 +49,18 @@ def _barrier() -> None:
         dist.barrier()
 
 
+def param_bytes(model: DataParallelBase) -> dict[str, int]:
+    """Each parameter's gradient bytes by name, in `module.parameters()` order (ddp.meta's `param_bytes`:
+    analysis.advise places a bucket's gradients by size)."""
+    return {n: p.numel() * p.element_size() for n, p in zip(model.param_names, model.params, strict=True)}
+
+
 @contextlib.contextmanager
 def measured_region(meta: Mapping[str, Any], model: DataParallelBase | None = None) -> Iterator[None]:
     """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta` (with `model`'s bucket
     layout, if given), ..., barrier, pop."""
     if model is not None:
-        meta = {**meta, "buckets": model.comm_layout()}
+        meta = {**meta, "buckets": model.comm_layout(), "param_bytes": param_bytes(model)}
     _barrier()
     with nvtx_ranges.range(PROFILE):
         nvtx_ranges.mark(encode_meta(meta))

@@ -1,5 +1,5 @@
 """Find the Nsight Systems CLI and turn its reports into SQLite files that are either complete or absent,
-with profiling's errors and install steps (the mechanics are shared with the analysis: analysis/nsys_export.py).
+with profiling's install steps (the mechanics are shared with the analysis: contract/nsys_cli.py).
 An nsys whose importer is not where it looks (Debian's packages, the nsys inside Nsight Compute) runs
 from a private folder that puts it there (profiling/nsys_layout.py).
 
@@ -15,9 +15,11 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from analysis.errors import TraceError
-from analysis.readers import nsys_export
+from contract import nsys_cli
+from contract.nsys_cli import NsysError, export_sqlite
 from profiling import nsys_layout
+
+__all__ = ["INSTALL_STEPS", "NsysError", "export_sqlite", "find_nsys", "nsys_version"]
 
 INSTALL_STEPS = """\
 Nsight Systems (nsys) was not found on PATH, in the usual CUDA and Nsight locations, or in $NSYS.
@@ -31,17 +33,10 @@ Install it, then re-run:
 The benchmark itself runs without nsys:  python -m profiling.run --help"""
 
 
-class NsysError(RuntimeError):
-    """nsys is missing, or one of its steps failed; the message says what to do."""
-
-
 def find_nsys(env: Mapping[str, str] | None = None) -> Path:
     """Locate nsys ($NSYS if set, and then only there; else PATH; else the usual install locations),
     as a path that records reports: a private copy beside its importer when the install lacks the link."""
-    try:
-        found = nsys_export.find_nsys(env)
-    except TraceError as err:
-        raise NsysError(str(err)) from None
+    found = nsys_cli.find_nsys(env)
     if found is None:
         raise NsysError(INSTALL_STEPS)
     try:
@@ -57,17 +52,6 @@ def nsys_version(nsys: Path) -> str:
     """The version string nsys reports, e.g. '2022.4.2.1-df9881f'."""
     out = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60)
     return out.stdout.strip().split()[-1] if out.returncode == 0 and out.stdout.strip() else "unknown"
-
-
-def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -> Path:
-    """`nsys export --type sqlite` into a temporary name, renamed to `out` only once complete.
-
-    An existing `out` is replaced; an interrupted or failed export leaves no file at `out`'s name.
-    """
-    try:
-        return nsys_export.export_sqlite(nsys, report, out, timeout_s)
-    except TraceError as err:
-        raise NsysError(str(err)) from None
 
 
 def _main(argv: Sequence[str] | None = None) -> int:

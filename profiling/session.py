@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.readers.nsys_export import partial_name
 from contract import PROFILE
+from contract.nsys_cli import partial_name
 from profiling import nsys_layout
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
 

@@ -6,23 +6,26 @@ See measures/metrics.py for what each metric means.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.run_info import trace_metadata
+from analysis.frames.run_info import profiler_label, trace_metadata
 from analysis.frames.trace import Trace
 from analysis.measures.activity import RankWork, rank_work
-from analysis.measures.collective_calls import Calls
+from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
+from analysis.measures.comm_recognition import unrecognised_comm_note
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
+from analysis.measures.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
+from analysis.measures.pairing import world_size
 from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 
-TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
+TRACE_KEYS = ["path", "implementation", "source", "profiler"]
 
 
 RANK_KEYS = ["rank", "pid", "device"]
@@ -38,9 +41,11 @@ METADATA = [
     "backend",
     "world_size",
     "model",
-    "profiler",
     "shared_gpus",
 ]  # summary columns from run_info.trace_metadata
+
+
+NOTES = ["comm_note"]  # summary columns of what the reader should know: '' when nothing to say
 
 
 @dataclass(frozen=True)
@@ -48,31 +53,44 @@ class Analysis:
     """Results for one or more traces. `steps`: one row per trace, rank and step (after skipping);
     `totals`: one row per trace and rank over the whole capture; `summary`: one row per trace,
     metrics averaged over its steps and ranks, plus the run's metadata (METADATA columns). Each frame
-    carries the trace keys (path, implementation, source, nsys_version); steps and totals carry each
-    rank's comm_source, compute_source and shared_gpu."""
+    carries the trace keys (path, implementation, source, profiler); steps and totals carry each
+    rank's comm_source, compute_source and shared_gpu. `by_op_phase`: communication per rank, op and
+    phase (measures/op_phase.py), one row per step (kept steps) and one per rank with step NA (the
+    whole capture), with the trace keys."""
 
     steps: pd.DataFrame
     totals: pd.DataFrame
     summary: pd.DataFrame
+    by_op_phase: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *OP_PHASE_COLUMNS]))
 
     def to_json(self) -> dict:
-        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, metadata,
-        ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]}."""
+        """The CLI's JSON document: {"traces": [{path, implementation, source, profiler, metadata,
+        ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]};
+        each step and each total carries its `by_op_phase` rows (op, phase, calls, bytes, comm_ms,
+        hidden_ms, exposed_ms)."""
+        split: dict[tuple, list] = {}
+        for row in plain_records(self.by_op_phase, ["path", *OP_PHASE_COLUMNS]):
+            split.setdefault((row.pop("path"), row.pop("rank"), row.pop("step")), []).append(row)
         steps: dict[tuple, list] = {}
         for row in plain_records(self.steps, ["path", "rank", "step", *METRICS]):
-            steps.setdefault((row.pop("path"), row.pop("rank")), []).append(row)
+            path, rank = row.pop("path"), row.pop("rank")
+            row["by_op_phase"] = split.get((path, rank, row["step"]), [])  # step None: the whole capture
+            steps.setdefault((path, rank), []).append(row)
         ranks: dict[str, list] = {}
         sources = [c for c in SOURCES if c in self.totals]
         for row in plain_records(self.totals, ["path", *RANK_KEYS, *sources, *METRICS]):
             path = row.pop("path")
             ident = {k: row.pop(k) for k in [*RANK_KEYS, *sources]}
+            row["by_op_phase"] = split.get((path, ident["rank"], None), [])
             ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
         metadata = [c for c in METADATA if c in self.summary]
-        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, "ranks", "steps", *METRICS]):
+        notes = [c for c in NOTES if c in self.summary]
+        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, *notes, "ranks", "steps", *METRICS]):
             trace = {k: head.pop(k) for k in TRACE_KEYS}
             about = {k: head.pop(k) for k in metadata}
-            traces.append({**trace, "metadata": about, "ranks": ranks.get(trace["path"], []), "summary": head})
+            said = {k: head.pop(k) or "" for k in notes}
+            traces.append({**trace, "metadata": about, **said, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
 
 
@@ -95,14 +113,32 @@ def analyze_trace(
     if works is None:  # the interval sets both the metrics and the collectives' split use
         works = rank_work(trace, patterns)
     per_step, totals = measure_trace(trace, patterns, works)
+    calls = calls if calls is not None else find_calls(trace, patterns, works)
     rows = call_rows(trace, patterns, works, calls)[0]
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     summary = trace_summary(trace, per_step)
-    for frame in (per_step, totals):
+    summary["comm_note"] = unrecognised_comm_note(
+        trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
+    )
+    split = by_op_phase(trace, calls, per_step, patterns)
+    for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
             frame.insert(i, k, v)
-    return Analysis(per_step, totals, summary)
+    return Analysis(per_step, totals, summary, split)
+
+
+def by_op_phase(trace: Trace, calls: Calls, per_step: pd.DataFrame, patterns: Patterns | None = None) -> pd.DataFrame:
+    """op_phase_rows of the trace's calls: per kept step (the steps in per_step), then per rank over the
+    whole capture (step NA)."""
+    labelled = calls.frame.assign(phase=phase_labels(trace, calls.frame, patterns))
+    kept = per_step[["rank", "step"]].dropna().astype({"step": "int64"})
+    steps = op_phase_rows(labelled, calls.compute).merge(kept, on=["rank", "step"], how="inner")
+    rows = [frame for frame in (steps, op_phase_rows(labelled, calls.compute, per_step=False)) if len(frame)]
+    if not rows:
+        return pd.DataFrame({c: pd.Series(dtype=object) for c in OP_PHASE_COLUMNS})
+    out = pd.concat(rows, ignore_index=True)
+    return out.astype({"step": "Int64"})
 
 
 def trace_keys(trace: Trace) -> dict:
@@ -110,7 +146,7 @@ def trace_keys(trace: Trace) -> dict:
         "path": trace.path,
         "implementation": trace.implementation,
         "source": trace.source,
-        "nsys_version": trace.nsys_version,
+        "profiler": profiler_label(trace),
     }
 
 
@@ -173,9 +209,11 @@ def per_rank_table(result: Analysis) -> pd.DataFrame:
     `steps` (that rank's step count), every metric as a mean per step (overlap_pct from the means),
     then where the figures come from (comm_source, compute_source) and shared_gpu."""
     keys = [*PER_RANK_KEYS, *[c for c in SOURCES if c in result.steps]]
+    notes = [c for c in NOTES if c in result.summary]
+    said = result.summary.set_index("path")[notes].to_dict("index") if notes else {}
     rows = []
-    for _, steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
+    for (path, _), steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
         s = summarise(steps)
         first = steps[keys].iloc[0].to_dict()
-        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :]])
+        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}, **said.get(path, {})})
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :], *notes])

@@ -1,22 +1,31 @@
-"""Self-contained HTML pages: plotly.js embedded once per file, no CDN, no network fetch.
+"""HTML pages that open offline: plotly.js either written once per folder and loaded by relative path,
+or embedded in the page (self-contained); never a CDN or any other fetch.
 
 A page is a title plus a list of blocks: plotly figures or ready HTML fragments (tables, links).
-The files open from a cluster's filesystem without internet.
+The pages open from a cluster's filesystem without internet.
 """
 
 from __future__ import annotations
 
 import html
+import os
+from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
+import plotly
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.offline import get_plotlyjs
+
+from analysis.errors import TraceError
 
 # Marks pages this project wrote: the report only overwrites HTML files that carry it.
 GENERATOR = '<meta name="generator" content="ddp-overlap analysis">'
 # The modebar's "download plot" works offline; the plotly logo link and MathJax would fetch.
 PLOT_CONFIG = {"displaylogo": False, "scrollZoom": True, "responsive": True}
+# The bundle's file name carries the plotly (Python) version, so two versions never share a name.
+PLOTLY_FILE = f"plotly-{plotly.__version__}.min.js"
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 1.2em 2em; color: #222; }
@@ -26,7 +35,25 @@ table.data { border-collapse: collapse; font-size: 0.92em; }
 table.data th, table.data td { border-bottom: 1px solid #ddd; padding: 0.3em 0.8em; text-align: right; }
 table.data th:first-child, table.data td:first-child { text-align: left; }
 table.data th { background: #f4f4f4; }
+span.swatch { display: inline-block; width: 0.8em; height: 0.8em; margin-right: 0.4em; vertical-align: -0.05em; }
 """
+
+
+@dataclass(frozen=True)
+class PlotlyJs:
+    """Where a page gets plotly.js: embedded (self_contained) or from PLOTLY_FILE in `folder`."""
+
+    self_contained: bool = False
+    folder: Path | None = None  # None: the page's own folder
+
+
+BESIDE_THE_PAGE = PlotlyJs()  # the default: plotly.js written once into the page's folder
+
+
+@cache
+def plotly_bundle() -> str:
+    """The plotly.js source shipped with the installed plotly package (read once per process)."""
+    return get_plotlyjs()
 
 
 def figure_block(fig: go.Figure, div_id: str) -> str:
@@ -41,8 +68,15 @@ def figure_block(fig: go.Figure, div_id: str) -> str:
     )
 
 
-def page_html(title: str, blocks: list[str | go.Figure], intro: str = "") -> str:
-    """Whole page: head with the embedded plotly.js, then each block in order."""
+def _script_tag(plotly_src: str | None) -> str:
+    if plotly_src is None:
+        return f'<script type="text/javascript">{plotly_bundle()}</script>'
+    return f'<script type="text/javascript" src="{html.escape(plotly_src)}"></script>'
+
+
+def page_html(title: str, blocks: list[str | go.Figure], intro: str = "", plotly_src: str | None = None) -> str:
+    """Whole page: head with plotly.js (embedded when `plotly_src` is None, else loaded from that
+    relative path), then each block in order."""
     parts = []
     for i, block in enumerate(blocks):
         parts.append(figure_block(block, f"plot{i}") if isinstance(block, go.Figure) else block)
@@ -51,8 +85,10 @@ def page_html(title: str, blocks: list[str | go.Figure], intro: str = "") -> str
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         + GENERATOR
         + f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
-        f'<script type="text/javascript">{get_plotlyjs()}</script></head>'
-        f"<body><h1>{html.escape(title)}</h1>{intro_html}\n" + "\n".join(parts) + "\n</body></html>\n"
+        + _script_tag(plotly_src)
+        + f"</head><body><h1>{html.escape(title)}</h1>{intro_html}\n"
+        + "\n".join(parts)
+        + "\n</body></html>\n"
     )
 
 
@@ -62,9 +98,39 @@ def written_by_us(path: Path) -> bool:
         return GENERATOR in f.read(4096)
 
 
-def write_page(path: Path, title: str, blocks: list[str | go.Figure], intro: str = "") -> Path:
-    """Write the page (creating its folder) and return its path."""
+def check_plotly_file(folder: Path) -> None:
+    """Refuse a folder whose PLOTLY_FILE exists with other content (a file this tool did not write)."""
+    target = Path(folder) / PLOTLY_FILE
+    if not target.exists():
+        return
+    if not target.is_file() or target.stat().st_size != len(plotly_bundle().encode()):
+        raise TraceError(f"{target}: exists and is not this plotly.js bundle; refusing to overwrite it")
+    if target.read_text(encoding="utf-8", errors="replace") != plotly_bundle():
+        raise TraceError(f"{target}: exists and is not this plotly.js bundle; refusing to overwrite it")
+
+
+def write_plotly_file(folder: Path) -> Path:
+    """PLOTLY_FILE in `folder`, written unless the same bundle is already there."""
+    check_plotly_file(folder)
+    target = Path(folder) / PLOTLY_FILE
+    if not target.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text(plotly_bundle(), encoding="utf-8")
+        partial.replace(target)  # whole or not at all
+    return target
+
+
+def write_page(
+    path: Path, title: str, blocks: list[str | go.Figure], intro: str = "", plotly_js: PlotlyJs = BESIDE_THE_PAGE
+) -> Path:
+    """Write the page (creating its folder) and, unless self-contained, the folder's plotly.js; returns
+    the page's path."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page_html(title, blocks, intro), encoding="utf-8")
+    src = None
+    if not plotly_js.self_contained:
+        bundle = write_plotly_file(plotly_js.folder or path.parent)
+        src = Path(os.path.relpath(bundle, path.parent)).as_posix()
+    path.write_text(page_html(title, blocks, intro, src), encoding="utf-8")
     return path

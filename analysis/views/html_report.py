@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.views.html_page import write_page
+from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, write_page
 from analysis.views.render_style import CATEGORY_COLOURS, OVERLAP_LINE
 
 TABLE_COLUMNS = {  # summary column -> heading, format
@@ -60,7 +60,7 @@ def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cell(value: object, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return "-"
     return html.escape(fmt.format(value))
 
@@ -144,7 +144,7 @@ RUN_COLUMNS = {
     "backend": "backend",
     "world_size": "world size",
     "model": "model",
-    "nsys_version": "nsys",
+    "profiler": "profiler",
     "shared_gpus": "ranks sharing a GPU",
 }
 
@@ -188,6 +188,7 @@ def write_index(
     links: dict[str, str],
     side_by_side: tuple[str, str] | None,
     sections: Sequence[str | go.Figure] = (),
+    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
 ) -> Path:
     """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links."""
     intro = (
@@ -203,4 +204,4 @@ def write_index(
         *sections,
         link_list(links, side_by_side),
     ]
-    return write_page(path, "Data-parallel overlap report", blocks, intro=intro)
+    return write_page(path, "Data-parallel overlap report", blocks, intro=intro, plotly_js=plotly_js)

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.views.html_page import written_by_us
+from analysis.views.html_page import check_plotly_file, written_by_us
 from analysis.views.table import plain_records
 
 if TYPE_CHECKING:
@@ -35,9 +35,10 @@ SUMMARY_COLUMNS = [
 ]
 
 
-def check_out_dir(out: Path, html_names: list[str]) -> None:
+def check_out_dir(out: Path, html_names: list[str], self_contained: bool = False) -> None:
     """Refuse an -o that is a file, and files inside it this tool did not write (pages without our
-    generator mark, a summary.csv with other headers, a results.db that is not SQLite)."""
+    generator mark, a summary.csv with other headers, a results.db that is not SQLite, a plotly.js
+    bundle of other content unless the pages are self-contained)."""
     if out.exists() and not out.is_dir():
         raise TraceError(f"-o {out}: is a file, expected a folder for the report")
     for name in ["index.html", *html_names]:
@@ -46,6 +47,8 @@ def check_out_dir(out: Path, html_names: list[str]) -> None:
             raise TraceError(
                 f"{page}: exists and was not written by this tool; refusing to overwrite it (choose another -o folder)"
             )
+    if not self_contained:
+        check_plotly_file(out)
     csv = out / "summary.csv"
     if csv.exists() and not _starts_with(csv, ",".join(SUMMARY_COLUMNS[:3]).encode()):
         raise TraceError(f"{csv}: exists and is not a report summary; refusing to overwrite it")

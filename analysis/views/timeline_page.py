@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.views.html_page import write_page, written_by_us
+from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
 from analysis.views.lanes import Selection, build_panel
 from analysis.views.render_figure import Panel, build_figure
 
@@ -101,9 +101,14 @@ def trace_panel(
 
 
 def write_timeline(
-    panels: list[Panel], output: Path, title: str, selection: Selection, width_px: int = 1600
+    panels: list[Panel],
+    output: Path,
+    title: str,
+    selection: Selection,
+    width_px: int = 1600,
+    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
 ) -> tuple[Path, go.Figure]:
-    """Write the stacked-panel page; returns its path and the figure."""
+    """Write the stacked-panel page (plotly.js as `plotly_js` says); returns its path and the figure."""
     x_title = (
         "time since the step's start (ms)"
         if selection.step is not None
@@ -115,13 +120,13 @@ def write_timeline(
         "and communication work. Green shading: communication overlapping compute. Work narrower than a "
         "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse."
     )
-    write_page(output, title, [fig], intro=intro)
+    write_page(output, title, [fig], intro=intro, plotly_js=plotly_js)
     return output, fig
 
 
-def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> None:
+def check_output(output: Path, inputs: list[Path], explicit: bool = True, self_contained: bool = False) -> None:
     """Refuse outputs that would clobber an input or are not HTML; without an explicit -o, also any
-    existing page this tool did not write."""
+    existing page this tool did not write; unless self-contained, a plotly.js beside it that is not ours."""
     if output.suffix.lower() not in (".html", ".htm"):
         raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
     if output.exists() and output.is_dir():
@@ -130,6 +135,8 @@ def check_output(output: Path, inputs: list[Path], explicit: bool = True) -> Non
         raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
     if not explicit and output.is_file() and not written_by_us(output):
         raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
+    if not self_contained:
+        check_plotly_file(output.parent)
 
 
 def png_refusal(output: Path) -> str:

@@ -1,5 +1,6 @@
-"""The package as a newcomer meets it: the public names of `analysis` resolve, and each stage folder
-imports only the stages before it (readers -> frames -> measures -> views; engine and the CLIs on top)."""
+"""The package as a newcomer meets it: the public names of `analysis` resolve, each stage folder
+imports only the stages before it (readers -> frames -> measures -> views; engine and the CLIs on top),
+and the top-level packages import only those below them (contract <- ddp, analysis; profiling glues ddp)."""
 
 import ast
 from pathlib import Path
@@ -17,6 +18,43 @@ ALLOWED = {
     "views": {"views", "measures", "frames"},
     "engine": {"engine", "views", "measures", "readers", "frames"},
 }
+
+# what each top-level package may import from the repository (contract is below all; analysis never
+# imports ddp or profiling, so recording never loads pandas; profiling glues ddp to the recording)
+PACKAGES = {
+    "contract": {"contract"},
+    "ddp": {"ddp", "contract"},
+    "analysis": {"analysis", "contract"},
+    "profiling": {"profiling", "ddp", "contract"},
+}
+
+
+def imported_modules(path: Path) -> list[str]:
+    """Every module name a file imports, at any depth, in or out of TYPE_CHECKING."""
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+    return names
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_each_package_imports_only_the_packages_below_it(package):
+    wrong = {
+        str(path.relative_to(PACKAGE.parent)): sorted(
+            {n.split(".")[0] for n in imported_modules(path)} & set(PACKAGES) - PACKAGES[package]
+        )
+        for path in sorted((PACKAGE.parent / package).rglob("*.py"))
+    }
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_the_package_check_sees_profiling_import_analysis(tmp_path):
+    module = tmp_path / "m.py"
+    module.write_text("import os\ndef f():\n    from analysis.readers import nsys_export\nimport contract.names\n")
+    assert {n.split(".")[0] for n in imported_modules(module)} & set(PACKAGES) - PACKAGES["profiling"] == {"analysis"}
 
 
 def imported_stages(path: Path) -> set[str]:

@@ -13,6 +13,7 @@ from plotly.offline import get_plotlyjs
 
 from analysis import report
 from analysis.views import report_files
+from analysis.views.html_page import PLOTLY_FILE
 from analysis.views.html_report import breakdown
 from tests.analysis.test_timeline_traces import write_trace
 
@@ -39,6 +40,7 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     written = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
     assert written == [
         "index.html",
+        PLOTLY_FILE,
         "results.db",
         "summary.csv",
         "timelines/naive.html",
@@ -52,7 +54,8 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     }
     assert all(r["speedup_vs_naive"] == pytest.approx(1.0) for r in rows)
     index = (out / "index.html").read_text()
-    assert index.count(get_plotlyjs()) == 1
+    assert get_plotlyjs() not in index and f'src="{PLOTLY_FILE}"' in index  # plotly.js once for the folder
+    assert f'src="../{PLOTLY_FILE}"' in (out / "timelines/naive.html").read_text()
     assert 'href="timelines/naive_vs_overlap.html"' in index and 'href="timelines/overlap.html"' in index
     for heading in ("step ms", "comm ms", "exposed comm ms", "overlap %", "speedup over naive"):
         assert f"<th>{heading}</th>" in index

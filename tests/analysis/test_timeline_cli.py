@@ -16,6 +16,7 @@ from analysis import analyze_trace, timeline
 from analysis.engine.runs import load_trace
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
+from analysis.views.html_page import PLOTLY_FILE
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
@@ -49,8 +50,30 @@ def test_naive_vs_overlap_page_and_figures(traces, tmp_path, capsys):
     assert rows[0]["overlap_pct"] == 0.0 and rows[0]["exposed_comm_ms"] == pytest.approx(8.95)
     assert 40 < rows[1]["overlap_pct"] < 50 and rows[1]["exposed_comm_ms"] < rows[0]["exposed_comm_ms"] * 1.5
     page = out.read_text()
-    assert page.count(get_plotlyjs()) == 1
+    assert get_plotlyjs() not in page and f'src="{PLOTLY_FILE}"' in page  # loaded from beside the page
+    assert (out.parent / PLOTLY_FILE).read_text(encoding="utf-8") == get_plotlyjs()
     assert "overlapped 0.0%" in page and "overlapped 43.9%" in page  # panel titles
+
+
+def test_self_contained_page_embeds_plotly_and_writes_nothing_beside_it(traces, tmp_path, capsys):
+    out = tmp_path / "one.html"
+    assert run_cli(capsys, traces["naive"], "-o", out, "--self-contained")[0] == 0
+    assert out.read_text().count(get_plotlyjs()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["one.html"]
+
+
+def test_plotly_file_is_written_once_and_a_foreign_one_is_refused(traces, tmp_path, capsys):
+    a, b = tmp_path / "a.html", tmp_path / "b.html"
+    assert run_cli(capsys, traces["naive"], "-o", a)[0] == 0
+    bundle = tmp_path / PLOTLY_FILE
+    mtime = bundle.stat().st_mtime_ns
+    assert run_cli(capsys, traces["overlap"], "-o", b)[0] == 0
+    assert bundle.stat().st_mtime_ns == mtime  # the same bundle is left as it is
+    bundle.chmod(0o644)
+    bundle.write_text("// someone else's plotly")
+    code, _, err = run_cli(capsys, traces["naive"], "-o", a)
+    assert code == 2 and err.count("\n") == 1 and "refusing to overwrite" in err
+    assert bundle.read_text() == "// someone else's plotly"
 
 
 def test_shading_is_exactly_the_analysis_overlap(traces):

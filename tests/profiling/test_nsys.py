@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.readers import nsys_export as nsys_mod  # where the install locations are looked up
-from analysis.readers.nsys_export import is_complete_sqlite
+from contract import nsys_cli as nsys_mod  # where the install locations are looked up
+from contract.nsys_cli import is_complete_sqlite
 from profiling.nsys import NsysError, export_sqlite, find_nsys
 
 FAKE = Path(__file__).with_name("fake_nsys.py")

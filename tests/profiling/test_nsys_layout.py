@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.readers import nsys_export
-from analysis.readers.nsys_export import is_complete_sqlite
+from contract import nsys_cli
+from contract.nsys_cli import is_complete_sqlite
 from profiling import nsys_layout
 from profiling.nsys import NsysError, find_nsys
 from profiling.session import NsysOptions, record
@@ -44,7 +44,7 @@ def farm(tmp_path, monkeypatch):
 def test_nsight_compute_nsys_is_found_and_runs_from_a_private_folder(tmp_path, farm, monkeypatch, capfd):
     nsys, importer = nsight_compute(tmp_path)
     monkeypatch.setattr(
-        nsys_export, "CANDIDATE_GLOBS", (str(tmp_path / "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"),)
+        nsys_cli, "CANDIDATE_GLOBS", (str(tmp_path / "opt/nvidia/nsight-compute/*/host/target-linux-x64/nsys"),)
     )
     cli = find_nsys({"PATH": "/nonexistent"})
     assert cli.parent.parent.parent == farm and cli.name == "nsys"

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from analysis.readers import nsys_export as nsys_mod  # where the install locations are looked up
+from contract import nsys_cli as nsys_mod  # where the install locations are looked up
 from profiling import plan as plan_mod, record
 from profiling.plan import ProfilePlan
 from tests.profiling.test_nsys import REPO

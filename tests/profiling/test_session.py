@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.readers.nsys_export import is_complete_sqlite
+from contract.nsys_cli import is_complete_sqlite
 from profiling.nsys import NsysError
 from profiling.session import NsysOptions, profile_command, record
 from tests.profiling.test_nsys import REPO, fake_nsys

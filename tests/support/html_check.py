@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 import time
@@ -76,9 +77,22 @@ class PageCheck:
     wall_s: float  # whole browser run, start-up included
 
 
+def _absolute_scripts(text: str, page: Path) -> str:
+    """Relative `<script src>` paths (the folder's plotly.js) made absolute file URIs, so the copy in
+    another folder loads the same files."""
+
+    def absolute(m: re.Match) -> str:
+        src = m.group(1)
+        if re.match(r"^[a-z]+:", src):
+            return m.group(0)
+        return f'src="{(page.parent / src).resolve().as_uri()}"'
+
+    return re.sub(r'src="([^"]+)"', absolute, text)
+
+
 def _probed_copy(page: Path, folder: Path) -> Path:
     """A copy of the page with the probe scripts injected."""
-    text = page.read_text(encoding="utf-8")
+    text = _absolute_scripts(page.read_text(encoding="utf-8"), page)
     text = text.replace("<head>", "<head>" + HEAD_PROBE, 1).replace("</body>", BODY_PROBE + "</body>", 1)
     copy = folder / page.name
     copy.write_text(text, encoding="utf-8")

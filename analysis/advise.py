@@ -1,0 +1,131 @@
+"""What-if for DDP's bucket size: the step predicted at other bucket sizes, the bound with perfect
+overlap, the floor, and the recommended size, from one recorded run.
+
+    python -m analysis.advise traces/overlap_bucket.sqlite [--bucket-mb 1 5 25 ...] [--format table|csv|json]
+    python -m analysis.advise --merge traces/torch.rank0.json.gz traces/torch.rank1.json.gz
+
+Python API: `analysis.engine.advise.advise(paths, bucket_mb) -> list[Advice]`. The model and its
+assumptions: docs/advise.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+import pandas as pd
+
+from analysis import cli
+from analysis.errors import TraceError
+from analysis.views.table import format_table
+
+TABLE_COLUMNS = {
+    "bucket_mb": "bucket MiB",
+    "buckets": "buckets",
+    "predicted_step_ms": "predicted step ms",
+    "predicted_exposed_comm_ms": "predicted exposed comm ms",
+    "note": "",
+}
+RUN_KEYS = ["implementation", "trace", "measured_step_ms", "ideal_step_ms", "floor_step_ms", "recommended_bucket_mb"]
+
+
+def candidate_frame(run: dict) -> pd.DataFrame:
+    """One row per candidate of a run's JSON, with 'recorded' / 'recommended' marks."""
+    frame = pd.DataFrame(run["candidates"])
+    marks = []
+    for mb in frame["bucket_mb"]:
+        mark = ["recorded"] if mb == run["recorded_bucket_mb"] else []
+        mark += ["recommended"] if mb == run["recommended_bucket_mb"] else []
+        marks.append(", ".join(mark))
+    return frame.assign(note=marks)
+
+
+def render_table(runs: list[dict]) -> str:
+    out = []
+    for run in runs:
+        recorded = run["recorded_bucket_mb"]
+        size = f"{recorded:g} MiB buckets" if recorded else "one collective per parameter"
+        lines = "; ".join(
+            f"{_bytes(c['min_bytes'])}-{_bytes(c['max_bytes'])}: {c['latency_us']:.1f} us + "
+            f"{'n/a' if c['bandwidth_gb_s'] is None else format(c['bandwidth_gb_s'], '.3f')} GB/s"
+            for c in run["comm_cost"]
+        )
+        out += [
+            f"{run['trace']}: {run['implementation']}, {size}, {run['steps']} rank-steps",
+            f"  measured step {run['measured_step_ms']:.3f} ms, exposed communication "
+            f"{run['measured_exposed_comm_ms']:.3f} ms",
+            f"  perfect overlap (step - exposed): {run['ideal_step_ms']:.3f} ms; floor (max of compute, "
+            f"communication): {run['floor_step_ms']:.3f} ms",
+            f"  model: collective cost (overall, then per size range) {lines}; compute slowdown "
+            f"{run['compute_slowdown']:.3f} ms per ms of communication under backward",
+            format_table(candidate_frame(run), TABLE_COLUMNS),
+            f"recommended bucket size: {run['recommended_bucket_mb']:g} MiB",
+            "",
+        ]
+    return "\n".join(out).rstrip()
+
+
+def _bytes(n: float | None) -> str:
+    if n is None:
+        return "inf"
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def render_csv(runs: list[dict]) -> str:
+    rows = [{**{k: run[k] for k in RUN_KEYS}, **c} for run in runs for c in run["candidates"]]
+    return pd.DataFrame(rows).to_csv(index=False)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m analysis.advise",
+        description="Predict a DDP run's step time and exposed communication at other bucket sizes "
+        "from one recorded run (per-parameter overlap, overlap_bucket or torch; nsys export or "
+        "torch.profiler JSON, CPU or GPU), with the bound under perfect overlap and the floor.",
+        epilog="Exit status: 0 ok, 2 bad input (message on stderr). The model: docs/advise.md.",
+    )
+    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")
+    p.add_argument(
+        "--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)"
+    )
+    p.add_argument(
+        "--bucket-mb",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="MB",
+        help="candidate bucket sizes in MiB (default: 1 2 5 10 25 50 100 and the recorded size)",
+    )
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    cli.add_pattern_options(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return cli.run(lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.advise import advise
+
+    bad = [mb for mb in args.bucket_mb or [] if not mb > 0 or mb != mb or mb == float("inf")]
+    if bad:
+        raise TraceError(f"--bucket-mb {bad[0]:g}: bucket sizes must be positive and finite")
+    runs = [a.to_json() for a in advise(args.paths, args.bucket_mb, args.merge, cli.patterns_from(args))]
+    if args.format == "json":
+        cli.emit(lambda: print(json.dumps({"runs": runs})))
+    elif args.format == "csv":
+        cli.emit(lambda: print(render_csv(runs), end=""))
+    else:
+        cli.emit(lambda: print(render_table(runs)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

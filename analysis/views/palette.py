@@ -1,0 +1,92 @@
+"""Every colour the pages use, one meaning each: categories of work and time, collectives, implementations.
+
+Built from Okabe & Ito's and Paul Tol's colour-blind-safe schemes. The colours a figure shows
+together (the phases of the compute lanes, the collectives of the comm lanes, the two overlap
+states, the parts of a step) stay apart under simulated deuteranopia, protanopia and tritanopia
+(tests/analysis/views/test_palette.py measures it), and implementation colours are kept away from
+every category colour, so a colour never means a kind of work in one chart and a run in the next.
+"""
+
+from __future__ import annotations
+
+from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER
+
+# Phase that launched the work (GPU compute kernels) or ran on the CPU (phase lanes).
+PHASE_COLOURS: dict[str, str] = {
+    FORWARD: "#0072B2",  # blue
+    BACKWARD: "#E69F00",  # orange
+    OPTIMIZER: "#009E73",  # bluish green
+    GRAD_SYNC: "#CC79A7",  # reddish purple: waiting for gradient sync
+    "other": "#7A7A7A",  # compute launched outside the phases
+}
+
+# Communication by collective: GPU comm kernels and CPU comm ranges alike.
+COLLECTIVE_COLOURS: dict[str, str] = {
+    "all_reduce": "#D55E00",  # vermillion
+    "all_gather": "#882255",  # wine
+    "reduce_scatter": "#AA4499",  # purple
+    "broadcast": "#332288",  # indigo
+    "other": "#661100",  # dark brown: send/recv, all-to-all, unnamed kernels
+}
+COLLECTIVE_LABELS: dict[str, str] = {
+    "all_reduce": "all-reduce",
+    "all_gather": "all-gather",
+    "reduce_scatter": "reduce-scatter",
+    "broadcast": "broadcast",
+    "other": "other collective",
+}
+
+# Communication against compute: the overlap strip of a timeline and the report's step breakdown.
+HIDDEN_COMM = "#44AA99"  # teal: communication with compute under it
+EXPOSED_COMM = "#EE3377"  # magenta: communication with nothing under it
+COMPUTE_ONLY = "#4477AA"  # compute with no communication under it (report breakdown)
+IDLE = "#DDDDDD"  # neither
+
+# Timeline lanes other than phases and collectives.
+STEP = "#BBBBBB"
+OTHER_NVTX = "#E5E5E5"
+MEMORY = "#999933"  # olive: memcpy / memset
+
+# A collective call split at the last rank's arrival (report's Collectives section).
+WAITING = "#DDCC77"  # sand: before the last rank arrived
+TRANSFER = COLLECTIVE_COLOURS["all_reduce"]  # data moving: the call's collective colour is used where known
+ISSUE = "#222222"  # the CPU issue mark
+BACKWARD_SPAN = "rgba(230, 159, 0, 0.14)"  # the backward pass behind per-call charts (backward, faint)
+
+# One colour per implementation, the same on every chart and page (the registry's names; fsdp's two).
+IMPLEMENTATION_COLOURS: dict[str, str] = {
+    "naive": "#222255",  # navy
+    "flat": "#66CCEE",  # cyan
+    "overlap": "#225522",  # dark green
+    "overlap_bucket": "#EE8866",  # salmon
+    "torch": "#000000",  # black: the reference
+    "fsdp": "#DC050C",  # red
+    "torch_fsdp": "#7BAFDE",  # light blue
+}
+# Implementations not named above take these in order of first appearance.
+SPARE_IMPLEMENTATION_COLOURS = ("#994F88", "#72190E", "#AAAA00", "#225555", "#666633")
+
+
+def collective_of(op: str) -> str:
+    """The colour family of a collective op name (all_reduce, all-gather, ReduceScatter...): one of
+    COLLECTIVE_COLOURS' keys."""
+    flat = op.lower().replace("-", "").replace("_", "")
+    for key in ("reduce_scatter", "all_reduce", "all_gather", "broadcast"):
+        if key.replace("_", "") in flat:
+            return key
+    return "other"
+
+
+def collective_colour(op: str) -> str:
+    """Colour of a collective op (see collective_of)."""
+    return COLLECTIVE_COLOURS[collective_of(op)]
+
+
+def implementation_colours(names: list[str]) -> dict[str, str]:
+    """Colour of each implementation name: its own when known, else the next spare (stable for the list)."""
+    spare = iter(SPARE_IMPLEMENTATION_COLOURS * (1 + len(names) // len(SPARE_IMPLEMENTATION_COLOURS)))
+    out: dict[str, str] = {}
+    for name in names:
+        if name not in out:
+            out[name] = IMPLEMENTATION_COLOURS.get(name) or next(spare)
+    return out

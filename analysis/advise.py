@@ -26,7 +26,7 @@ TABLE_COLUMNS = {
     "buckets": "buckets",
     "predicted_step_ms": "predicted step ms",
     "predicted_exposed_comm_ms": "predicted exposed comm ms",
-    "note": "",
+    "note": "note",
 }
 RUN_KEYS = ["implementation", "trace", "measured_step_ms", "ideal_step_ms", "floor_step_ms", "recommended_bucket_mb"]
 

@@ -39,6 +39,7 @@ TABLE_ROWS = {
     "transfer_ms": "transfer ms",
     "busbw_gbps": "busbw GB/s",
     "exposed_ms": "exposed ms",
+    "waited_ms": "waited ms",
 }
 SUMMARY_TABLE = [
     "calls",
@@ -93,6 +94,7 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
             f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "
             f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
         )
+        out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
     return "\n".join(out)
 
 

@@ -54,7 +54,7 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
         nvtx_ranges.disable()
     meta = run_metadata(ctx, cfg)
     meta["versions"] = {**meta.get("versions", {}), **tool_versions()}
-    meta["profiler"] = os.environ.get(PROFILER_ENV, "none")
+    meta["profiler"] = os.environ.get(PROFILER_ENV)  # None (JSON null): not profiled
     if torch_trace:
         from pathlib import Path
 

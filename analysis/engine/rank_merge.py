@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_summary
+from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
 from analysis.engine.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.engine.file_task import FileResult
 from analysis.frames.run_info import shared_gpu_ranks
@@ -60,10 +60,6 @@ def file_alignment(results: Sequence[FileResult]) -> list[PartAlignment]:
     return clock_alignment([PartClock(r.clock_offset, r.calls.frame if r.calls is not None else None) for r in results])
 
 
-def file_shifts(results: Sequence[FileResult]) -> list[int]:
-    """ns onto the first file's clock per file (clocks.clock_alignment's choice)."""
-    return [a.shift_ns for a in file_alignment(results)]
-
 
 def _renumbered(frame: pd.DataFrame, part: int, ranks: pd.DataFrame) -> pd.DataFrame:
     """A per-rank frame of file `part` with its ranks renumbered across files (and a part column)."""
@@ -91,7 +87,7 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     ranks = _global_ranks(results, kept)
     run = _run_of(paths, results, source, ranks)
     shared = shared_gpu_ranks(run)  # ranks of different files can share a GPU
-    keys = {"path": run.path, "implementation": run.implementation, "source": source, "nsys_version": run.nsys_version}
+    keys = trace_keys(run)
     frames: dict[str, pd.DataFrame] = {}
     for f in fields(Analysis):
         if f.name == "summary":
@@ -175,7 +171,8 @@ def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: 
     )
     return Trace(
         path=", ".join(str(p) for p in paths),
-        nsys_version=results[0].nsys_version,
+        profiler=results[0].profiler,
+        profiler_version=results[0].profiler_version,
         source=source,
         gpu_ops=pd.DataFrame(),
         nvtx=pd.DataFrame(),

@@ -40,6 +40,7 @@ from analysis.measures.phases import (
     thread_key,
 )
 from analysis.measures.steps import step_windows, window_index
+from analysis.measures.torch_calls import foreign_comm_ranges
 from contract import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER
 
 COMM_CALL = re.compile(rf"^{re.escape(COMM_PREFIX)}([^:]+):?(.*)$")
@@ -92,11 +93,14 @@ def op_of_kernel(name: str) -> str:
 
 
 def _comm_ranges(trace: Trace) -> pd.DataFrame:
-    """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out."""
+    """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out; in processes without
+    them, PyTorch's own collective annotations (`gloo:all_gather`, torch_calls.py)."""
     nvtx = trace.nvtx
     ranges = nvtx[(codes(nvtx["kind"]) != NVTX_MARK) & nvtx["text"].str.startswith(COMM_PREFIX).to_numpy()]
     parts = ranges["text"].str.extract(COMM_CALL)
-    return ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
+    ours = ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
+    foreign = foreign_comm_ranges(nvtx, ours[["part", "pid"]].drop_duplicates())
+    return pd.concat([ours, foreign], ignore_index=True) if len(foreign) else ours
 
 
 def _bucket_layout(trace: Trace) -> pd.DataFrame:

@@ -28,6 +28,7 @@ TABLE_ROWS = {
     "step": "step",
     "phase": "phase",
     "op": "op",
+    "family": "family",
     "tag": "tag",
     "bytes": "bytes",
     "issue_ms": "issue ms",
@@ -38,6 +39,7 @@ TABLE_ROWS = {
     "transfer_ms": "transfer ms",
     "busbw_gbps": "busbw GB/s",
     "exposed_ms": "exposed ms",
+    "waited_ms": "waited ms",
 }
 SUMMARY_TABLE = [
     "calls",
@@ -74,20 +76,25 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
         ("by op and message size (all calls of all ranks):", view.by_size, ["op", "size_class"]),
         ("by rank:", view.by_rank, ["rank"]),
     ):
+        if frame.empty:  # no calls at all: the note below says why
+            out += [title, "(none)", ""]
+            continue
         extra = [c for c in ("median_busbw_pct_peak",) if c in frame]
         shown = frame.assign(implementation=frame["path"].map(impl))[[*lead, *keys, *SUMMARY_TABLE, *extra]]
         out += [title, _fmt(_with_bytes_text(shown)), ""]
-    strag = view.stragglers.assign(implementation=view.stragglers["path"].map(impl))
-    out += [
-        "stragglers per step (the rank the others waited for; paired collectives only):",
-        _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]]),
-    ]
+    strag = view.stragglers
+    shown = "(none)"
+    if not strag.empty:
+        strag = strag.assign(implementation=strag["path"].map(impl))
+        shown = _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])
+    out += ["stragglers per step (the rank the others waited for; paired collectives only):", shown]
     for head in view.traces.itertuples():
         source = "kernels" if head.source == "kernel" else f"{COMM_FORM} ranges (no communication kernels)"
         out.append(
             f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "
             f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
         )
+        out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
     return "\n".join(out)
 
 
@@ -152,6 +159,9 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
         print(json.dumps(view.to_json()))
     elif args.format == "csv":
         print(view.calls.to_csv(index=False), end="")
+        for head in view.traces.itertuples():  # stdout stays one CSV table: notes go to stderr
+            if head.note:
+                print(f"note: {head.path}: {head.note}", file=sys.stderr)
     else:
         print(render_table(view, args.summary))
 

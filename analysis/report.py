@@ -8,6 +8,11 @@ each, stacked), plotly-<version>.min.js (loaded by every page; --self-contained 
 summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
 steps keyed by trace path + content hash, so re-runs add history without duplicating rows).
 Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
+
+    python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
+
+compares one run with a baseline instead (report_gate.py): per-metric deltas and a one-line verdict,
+exit 1 when a --fail-if limit is passed; no folder is written.
 """
 
 from __future__ import annotations
@@ -135,7 +140,8 @@ def print_summary(summary: pd.DataFrame, fmt: str) -> None:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
-        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
+        epilog="Exit codes: 0 written (with --baseline: no limit passed), 1 a --fail-if limit passed, 2 bad input "
+        "(the message says which). Progress goes to stderr.",
         description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
         "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
         "timeline per trace, a naive-vs-best timeline, summary.csv and results.db into the -o folder, "
@@ -174,6 +180,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "be visible to the workers. Needs dask[distributed]",
     )
     ap.add_argument(
+        "--baseline",
+        nargs="+",
+        type=Path,
+        metavar="OLD",
+        help="compare instead: the traces are one new run (one file, or one run's per-rank files), OLD the "
+        "baseline run; prints per-metric deltas and a verdict, writes no report folder",
+    )
+    ap.add_argument(
+        "--fail-if",
+        action="append",
+        default=[],
+        metavar="METRIC:LIMIT",
+        help="with --baseline: exit 1 when METRIC regressed past LIMIT (+10%%: relative, +2: absolute in the "
+        "metric's unit; + up, - down); repeatable, e.g. --fail-if exposed_comm_ms:+10%%",
+    )
+    ap.add_argument(
         "--self-contained",
         action="store_true",
         help="embed plotly.js in every page (+4.8 MB each) instead of writing plotly-<version>.min.js "
@@ -189,6 +211,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.baseline is not None or args.fail_if:
+        from analysis.report_gate import run_gate  # the CI gate: compare two runs, write nothing
+
+        return run_gate(args)
     out, patterns = args.output, cli.patterns_from(args)
     if len({p.resolve() for p in args.traces}) != len(args.traces):
         raise TraceError("the same trace is given twice")

@@ -1,7 +1,8 @@
 """The analysis' default patterns (regular expressions for re.search), built from the contract's names and
-widened to common names in other people's traces: NCCL kernels of every era (`ncclKernel_*`, `ncclDevKernel_*`,
-`ncclDevKernel_Generic`), RCCL/MSCCL and custom all-reduce kernels; PyTorch's `ProfilerStep#N`; `backward pass`,
-`## backward ##`. `analysis.frames.patterns.Patterns` takes them as its defaults; every one is overridable there.
+widened to common names in other people's traces: PyTorch's `ProfilerStep#N`; `backward pass`,
+`## backward ##`. Communication kernels are not ours to name: their patterns, one per library, are the table
+in analysis/frames/comm_families.py. `analysis.frames.patterns.Patterns` takes them as its defaults; every
+one is overridable there.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ import re
 
 from contract.names import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER, STEP_PREFIX
 
-COMM_KERNEL = r"(?i)^(nccl|rccl|msccl)|all_?reduce|all_?gather|reduce_?scatter|all_?to_?all|cross_device_reduce"
 COMM_RANGE = rf"^{re.escape(COMM_PREFIX)}|^nccl[A-Z]|^gloo|^c10d::|^ProcessGroup"
 # the first group is the step number
 STEP = rf"(?i)^(?:{re.escape(STEP_PREFIX.strip())}|profilerstep|iteration|iter|train_step)[ _#:]*(\d+)$"

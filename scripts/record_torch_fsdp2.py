@@ -14,6 +14,8 @@ FSDP's `FSDP::*` record_function ranges, gloo's collective annotations, `record_
 message sizes). `--profiler nvtx`: every op and record_function range becomes an NVTX range
 (`torch.autograd.profiler.emit_nvtx`), which is what `nsys profile` records from PyTorch without
 any annotation of one's own; the steps are `ProfilerStep#N`-named record_function ranges there too.
+PyTorch's NVTX profiler exists only in CUDA builds: on a CPU build `--profiler nvtx` exits with 2 (under
+nsys such a build records no PyTorch range at all; nsys 2022.4 has no `--pytorch` option either).
 Prints one JSON line per rank: its step times and the sharded modules' bytes.
 """
 
@@ -69,12 +71,15 @@ def sharded_bytes(model: nn.Module) -> dict[str, int]:
     }
 
 
-def _profiler(kind: str, steps: int):
+def _profiler(kind: str, steps: int, path: Path):
     if kind == "torch":
         # a schedule makes the profiler mark each step `ProfilerStep#N`; the first step is warm-up
         schedule = torch.profiler.schedule(wait=0, warmup=1, active=steps - 1)
         return torch.profiler.profile(
-            activities=[torch.profiler.ProfilerActivity.CPU], schedule=schedule, record_shapes=True
+            activities=[torch.profiler.ProfilerActivity.CPU],
+            schedule=schedule,
+            record_shapes=True,
+            on_trace_ready=lambda p: p.export_chrome_trace(str(path)),  # when the last active step ends
         )
     return torch.autograd.profiler.emit_nvtx(record_shapes=False)
 
@@ -92,7 +97,7 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(rank)
     times = []
-    prof = _profiler(args.profiler, args.steps)
+    prof = _profiler(args.profiler, args.steps, args.out / f"fsdp2.rank{rank}.json")
     with prof:
         for step in range(args.steps):
             tokens = torch.randint(0, args.vocab, (args.batch, args.context), generator=gen)
@@ -107,8 +112,6 @@ def worker(rank: int, args: argparse.Namespace, port: int) -> None:
             times.append((time.perf_counter() - begin) * 1e3)
             if args.profiler == "torch":
                 prof.step()
-    if args.profiler == "torch":
-        prof.export_chrome_trace(str(args.out / f"fsdp2.rank{rank}.json"))
     print(json.dumps({"rank": rank, "step_ms": [round(t, 3) for t in times], "sharded_bytes": sizes}), flush=True)
     dist.barrier()
     dist.destroy_process_group()
@@ -140,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.steps < 2 or args.layers < 1 or args.world_size < 2:
         print("error: --steps must be >= 2, --layers >= 1, --world-size >= 2", file=sys.stderr)
+        return 2
+    if args.profiler == "nvtx" and not torch.cuda.is_available():
+        # PyTorch's NVTX profiler exists only in CUDA builds: under nsys a CPU build records no PyTorch range
+        print("error: --profiler nvtx needs a CUDA build of PyTorch (this one cannot emit NVTX)", file=sys.stderr)
         return 2
     args.out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)

@@ -13,17 +13,19 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.run_info import trace_metadata
+from analysis.frames.run_info import profiler_label, trace_metadata
 from analysis.frames.trace import Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
+from analysis.measures.comm_recognition import unrecognised_comm_note
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.measures.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
+from analysis.measures.pairing import world_size
 from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 
-TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
+TRACE_KEYS = ["path", "implementation", "source", "profiler"]
 
 
 RANK_KEYS = ["rank", "pid", "device"]
@@ -39,9 +41,11 @@ METADATA = [
     "backend",
     "world_size",
     "model",
-    "profiler",
     "shared_gpus",
 ]  # summary columns from run_info.trace_metadata
+
+
+NOTES = ["comm_note"]  # summary columns of what the reader should know: '' when nothing to say
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,7 @@ class Analysis:
     """Results for one or more traces. `steps`: one row per trace, rank and step (after skipping);
     `totals`: one row per trace and rank over the whole capture; `summary`: one row per trace,
     metrics averaged over its steps and ranks, plus the run's metadata (METADATA columns). Each frame
-    carries the trace keys (path, implementation, source, nsys_version); steps and totals carry each
+    carries the trace keys (path, implementation, source, profiler); steps and totals carry each
     rank's comm_source, compute_source and shared_gpu. `by_op_phase`: communication per rank, op and
     phase (measures/op_phase.py), one row per step (kept steps) and one per rank with step NA (the
     whole capture), with the trace keys."""
@@ -60,7 +64,7 @@ class Analysis:
     by_op_phase: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *OP_PHASE_COLUMNS]))
 
     def to_json(self) -> dict:
-        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, metadata,
+        """The CLI's JSON document: {"traces": [{path, implementation, source, profiler, metadata,
         ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]};
         each step and each total carries its `by_op_phase` rows (op, phase, calls, bytes, comm_ms,
         hidden_ms, exposed_ms)."""
@@ -81,10 +85,12 @@ class Analysis:
             ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
         traces = []
         metadata = [c for c in METADATA if c in self.summary]
-        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, "ranks", "steps", *METRICS]):
+        notes = [c for c in NOTES if c in self.summary]
+        for head in plain_records(self.summary, [*TRACE_KEYS, *metadata, *notes, "ranks", "steps", *METRICS]):
             trace = {k: head.pop(k) for k in TRACE_KEYS}
             about = {k: head.pop(k) for k in metadata}
-            traces.append({**trace, "metadata": about, "ranks": ranks.get(trace["path"], []), "summary": head})
+            said = {k: head.pop(k) or "" for k in notes}
+            traces.append({**trace, "metadata": about, **said, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
 
 
@@ -112,6 +118,9 @@ def analyze_trace(
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps)
     summary = trace_summary(trace, per_step)
+    summary["comm_note"] = unrecognised_comm_note(
+        trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
+    )
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
@@ -137,7 +146,7 @@ def trace_keys(trace: Trace) -> dict:
         "path": trace.path,
         "implementation": trace.implementation,
         "source": trace.source,
-        "nsys_version": trace.nsys_version,
+        "profiler": profiler_label(trace),
     }
 
 
@@ -200,9 +209,11 @@ def per_rank_table(result: Analysis) -> pd.DataFrame:
     `steps` (that rank's step count), every metric as a mean per step (overlap_pct from the means),
     then where the figures come from (comm_source, compute_source) and shared_gpu."""
     keys = [*PER_RANK_KEYS, *[c for c in SOURCES if c in result.steps]]
+    notes = [c for c in NOTES if c in result.summary]
+    said = result.summary.set_index("path")[notes].to_dict("index") if notes else {}
     rows = []
-    for _, steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
+    for (path, _), steps in result.steps.groupby(["path", "rank"], sort=False):  # one pass per rank
         s = summarise(steps)
         first = steps[keys].iloc[0].to_dict()
-        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}})
-    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :]])
+        rows.append({**first, "steps": s["steps"], **{m: s[m] for m in METRICS}, **said.get(path, {})})
+    return pd.DataFrame(rows, columns=[*PER_RANK_KEYS, "steps", *METRICS, *keys[len(PER_RANK_KEYS) :], *notes])

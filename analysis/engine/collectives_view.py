@@ -16,6 +16,8 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.collective_rows import call_rows
+from analysis.measures.in_time import in_time_sentences
+from analysis.measures.op_phase import phase_labels
 from analysis.views.table import plain_records
 
 
@@ -70,7 +72,7 @@ def collectives_of(
 ) -> CollectivesView:
     """The view of loaded traces; rank/step keep only that rank's/step's calls (stragglers use every
     rank of the kept steps); peak_busbw (GB/s) adds busbw as % of that peak."""
-    rows, facts = zip(*(call_rows(t, patterns) for t in traces), strict=True)
+    rows, facts = zip(*(_with_in_time(t, *call_rows(t, patterns), patterns) for t in traces), strict=True)
     calls = pd.concat(rows, ignore_index=True)
     for name, value in (("step", step), ("rank", rank)):
         have = sorted(calls[name].unique().tolist())
@@ -86,6 +88,16 @@ def collectives_of(
     by_size, by_rank, _ = _summaries(calls, peak_busbw)
     stragglers = _summaries(every_rank, None)[2]
     return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, pd.DataFrame(list(facts)))
+
+
+def _with_in_time(
+    trace: Trace, rows: pd.DataFrame, facts: dict, patterns: Patterns | None
+) -> tuple[pd.DataFrame, dict]:
+    """The trace's facts with `in_time`: whether its all-gathers came in time, in words (in_time.py)."""
+    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
+    where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
+    phases = phase_labels(trace, where, patterns)
+    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}
 
 
 def analyze_collectives(

@@ -7,8 +7,7 @@ metadata and shared-GPU flags from every file's ddp.meta marks and target info (
 may share a GPU), the summary over every rank-step. The collectives' wait/transfer split
 (metrics.SPLIT_METRICS) pairs every rank's calls: the files' calls are shifted onto the first
 file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
-collective_rows.split_rows: only the columns the split needs, op as a code shared by the files;
-`merged_call_rows` gives the collectives view's full rows, collective_rows.rows_of_calls).
+collective_rows.split_rows: only the columns the split needs, op as a code shared by the files).
 torch.profiler files merge the same way, on their baseTimeNanoseconds clocks, after the check the
 loader makes that they are one job's (kineto.check_one_job, from each file's recorded identity).
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
@@ -25,14 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_summary
+from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
 from analysis.engine.clocks import PartClock, clock_shifts
-from analysis.engine.file_task import TEXT_CALL_COLUMNS, FileResult
+from analysis.engine.file_task import FileResult
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import Calls
-from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, rows_of_calls, split_rows, with_comm_split
+from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, split_rows, with_comm_split
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
 from analysis.readers.kineto import check_one_job
@@ -87,7 +86,7 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     ranks = _global_ranks(results, kept)
     run = _run_of(paths, results, source, ranks)
     shared = shared_gpu_ranks(run)  # ranks of different files can share a GPU
-    keys = {"path": run.path, "implementation": run.implementation, "source": source, "nsys_version": run.nsys_version}
+    keys = trace_keys(run)
     frames: dict[str, pd.DataFrame] = {}
     for f in fields(Analysis):
         if f.name == "summary":
@@ -99,38 +98,32 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
         frames[f.name] = _keyed(merged, keys)
     shifts = file_shifts(results)
     if len(results) > 1:  # one file's own split pairs all its ranks' calls already
-        calls = _merged_calls(results, kept, ranks, shifts, text=False)
+        calls = _merged_calls(results, kept, ranks, shifts)
         rows = split_rows(calls, world_size(run.meta, len(run.ranks)))
         frames["steps"], frames["totals"] = with_comm_split(
             frames["steps"].drop(columns=SPLIT_METRICS), frames["totals"].drop(columns=SPLIT_METRICS), rows
         )
     spread = across_ranks(frames["steps"], {i: results[i].step_ranges for i in kept}, {i: shifts[i] for i in kept})
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
-    return Merged(Analysis(**frames, summary=trace_summary(run, frames["steps"])), spread)
+    summary = trace_summary(run, frames["steps"])
+    summary["comm_note"] = _run_comm_note([results[i].analysis.summary for i in kept])
+    return Merged(Analysis(**frames, summary=summary), spread)
 
 
-def merged_call_rows(paths: Sequence[str | Path], results: Sequence[FileResult]) -> pd.DataFrame:
-    """The collectives view's rows (collective_rows.ROW_COLUMNS) of a run from its files' results:
-    those of `call_rows(load_trace(paths))`."""
-    source = "gpu" if any(r.source == "gpu" for r in results) else "nvtx"
-    kept = [i for i, r in enumerate(results) if r.source == source]
-    ranks = _global_ranks(results, kept)
-    return _call_rows(_run_of(paths, results, source, ranks), results, kept, ranks)
-
-
-def _call_rows(run: Trace, results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame) -> pd.DataFrame:
-    calls = _merged_calls(results, kept, ranks, file_shifts(results))
-    return rows_of_calls(calls, world_size(run.meta, len(run.ranks)), run.path, run.implementation, len(run.ranks))[0]
+def _run_comm_note(summaries: Sequence[pd.DataFrame]) -> str:
+    """The files' "no communication recognised" note when every file has one (the first's), else ''."""
+    notes = [str(s["comm_note"].iloc[0]) if "comm_note" in s and len(s) else "" for s in summaries]
+    return notes[0] if notes and all(notes) else ""
 
 
 def _merged_calls(
-    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, shifts: Sequence[int], text: bool = True
+    results: Sequence[FileResult], kept: Sequence[int], ranks: pd.DataFrame, shifts: Sequence[int]
 ) -> Calls:
     """Every kept file's calls and compute as `find_calls` finds them in the one-piece load: ranks
     numbered across files, times shifted onto the first file's clock, kernel calls only when any file
     has them (a one-piece load takes the kernel source for the whole run when any rank has them).
-    text=False: only the columns the pairing reads (SPLIT_CALL_COLUMNS), `op` as a code shared by
-    the files (an integer per op name) instead of the text."""
+    Only the columns the pairing reads (SPLIT_CALL_COLUMNS), `op` as a code shared by the files (an
+    integer per op name) instead of the text."""
     kept_calls = {i: c for i in kept if (c := results[i].calls) is not None}
     if len(kept_calls) < len(kept):
         raise ValueError("combine needs each file's collective calls (FileResult.calls)")
@@ -140,17 +133,14 @@ def _merged_calls(
         calls = kept_calls[i]
         shift = shifts[i]
         if calls.source == source:
-            frame = _renumbered(calls.frame if text else calls.frame[SPLIT_CALL_COLUMNS], i, ranks)
+            frame = _renumbered(calls.frame[SPLIT_CALL_COLUMNS], i, ranks)
             times = [c for c in ("issue_ns", "start_ns", "end_ns") if c in frame]
             frames.append(frame.assign(**{c: frame[c] + shift for c in times}))
         mine = ranks[ranks["part"] == i]
         for local, rank in zip(mine["rank"], mine["global_rank"], strict=True):  # one iteration per rank
             s, e = calls.compute.get(int(local), (iv.EMPTY, iv.EMPTY))
             compute[int(rank)] = (s + shift, e + shift)
-    if text:
-        frame = pd.concat(frames, ignore_index=True).astype(dict.fromkeys(TEXT_CALL_COLUMNS, str))  # find_calls' dtype
-    else:
-        frame = pd.concat(frames, ignore_index=True).assign(op=np.concatenate(_op_codes([f["op"] for f in frames])))
+    frame = pd.concat(frames, ignore_index=True).assign(op=np.concatenate(_op_codes([f["op"] for f in frames])))
     frame = frame.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     return Calls(frame, source, compute)
 
@@ -177,7 +167,8 @@ def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: 
     )
     return Trace(
         path=", ".join(str(p) for p in paths),
-        nsys_version=results[0].nsys_version,
+        profiler=results[0].profiler,
+        profiler_version=results[0].profiler_version,
         source=source,
         gpu_ops=pd.DataFrame(),
         nvtx=pd.DataFrame(),

@@ -1,7 +1,8 @@
 """Which names mean communication, steps and phases: regular expressions, all overridable.
 
-The defaults are `contract.patterns`: this project's NVTX contract and common names in other people's traces
-(NCCL/RCCL/MSCCL kernels of every era, PyTorch's `ProfilerStep#N`, `backward pass`, ...).
+The defaults are `contract.patterns` (this project's NVTX contract and common names in other people's traces:
+PyTorch's `ProfilerStep#N`, `backward pass`, ...) and, for communication kernels, the union of the library
+table in comm_families.py (NCCL of every era, RCCL, DeepEP, NVSHMEM, MSCCL/MSCCL++, SymmetricMemory, ...).
 """
 
 from __future__ import annotations
@@ -13,9 +14,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.frames.comm_families import COMM_KERNEL
 from contract.patterns import (
     BACKWARD_PHASE as BACKWARD,
-    COMM_KERNEL,
     COMM_RANGE,
     FORWARD_PHASE as FORWARD,
     OPTIMIZER_PHASE as OPTIMIZER,

@@ -96,7 +96,8 @@ class Trace:
     """One analysed unit: a single file, or several one-rank files of one job merged (see module docstring)."""
 
     path: str
-    nsys_version: str  # the exporting nsys version, or "kineto schema N"
+    profiler: str  # what recorded it: "nsys" (an nsys export) or "torch.profiler" (a Kineto trace)
+    profiler_version: str | None  # nsys: the exporting nsys; torch.profiler: torch's, as ddp.meta recorded it
     source: str  # "gpu" when there is GPU activity, else "nvtx"
     gpu_ops: pd.DataFrame
     nvtx: pd.DataFrame

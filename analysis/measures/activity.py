@@ -10,6 +10,7 @@ GPU does not see the collectives: CPU-only ranks, and GPU ranks whose collective
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -22,6 +23,7 @@ from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_P
 from analysis.measures import intervals as iv
 from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
 from analysis.measures.steps import step_windows, window_index
+from analysis.measures.torch_calls import FSDP_WAIT
 
 Windowing = Callable[[np.ndarray], np.ndarray]  # times -> index of their window (-1: in none)
 
@@ -125,7 +127,7 @@ def _nvtx_activity(
 
     comm = items(ranges["comm"])
     blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == NVTX_PUSH_POP]
-    waits = pd.concat([blocking, ranges["sync_wait"]])
+    waits = pd.concat([blocking, ranges["sync_wait"], ranges["fsdp_wait"]])
     blocked = iv.union(waits["start"].to_numpy(), waits["end"].to_numpy())
 
     # a rank waiting in a blocking collective or for its gradients is not computing, even inside a
@@ -162,16 +164,10 @@ def _cut(items: Items, removed: iv.Set) -> Items:
 
 
 def _ranges_by_phase(trace: Trace, patterns: Patterns) -> dict[str, pd.DataFrame]:
-    return {
-        phase: ranges_named(trace.nvtx, patterns.regex(field))
-        for phase, field in (
-            ("comm", "comm_range"),
-            ("forward", "forward"),
-            ("backward", "backward"),
-            ("optimizer", "optimizer"),
-            ("sync_wait", "sync_wait"),
-        )
-    }
+    fields = [("comm", "comm_range"), *((p, p) for p in ("forward", "backward", "optimizer", "sync_wait"))]
+    ranges = {phase: ranges_named(trace.nvtx, patterns.regex(field)) for phase, field in fields}
+    ranges["fsdp_wait"] = ranges_named(trace.nvtx, re.compile(FSDP_WAIT))  # torch_calls.FSDP_WAIT: why
+    return ranges
 
 
 def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.ndarray:

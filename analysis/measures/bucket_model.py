@@ -112,7 +112,8 @@ def replay(run: RecordedRun, buckets: list[np.ndarray], cost: CommCost) -> Repla
 
 def fit_slowdown(backward_ns: ArrayLike, comm_under_ns: ArrayLike, min_points: int = 4) -> float:
     """Extra compute per unit of communication in flight: the least-squares slope of the backward
-    pass's length on the communication under it over the run's steps and ranks, clamped to [0, 3];
+    pass's length on the communication under it over the run's steps and ranks, clamped to [0, 1] (at 1
+    compute stops while communication runs; more cannot be);
     0 with fewer than `min_points` points or no spread in the communication."""
     x, y = np.asarray(comm_under_ns, dtype=float).ravel(), np.asarray(backward_ns, dtype=float).ravel()
     keep = ~(np.isnan(x) | np.isnan(y))
@@ -120,4 +121,4 @@ def fit_slowdown(backward_ns: ArrayLike, comm_under_ns: ArrayLike, min_points: i
     if x.size < min_points or np.ptp(x) <= 0:
         return 0.0
     slope = float(np.polyfit(x, y, 1)[0])
-    return float(np.clip(slope, 0.0, 3.0))
+    return float(np.clip(slope, 0.0, 1.0))

@@ -2,7 +2,8 @@
 
 Two sources, chosen per trace:
 - "kernel" (GPU traces with communication kernels): one call per kernel whose name matches the
-  comm-kernel pattern (NCCL/RCCL). Arrival = kernel start, completion = kernel end. The call's
+  comm-kernel pattern (NCCL, RCCL, DeepEP, ...: frames/comm_families.py names each call's
+  `family`). Arrival = kernel start, completion = kernel end. The call's
   `comm:<op>:<tag>` range (README contract) is the latest one opened on the launching thread before
   the launch and still open then: it gives the tag, the byte count (the range's integer payload) and
   the issue time (range start); without one, issue is the launch call's start and tag/bytes are unknown.
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from analysis.frames.comm_families import family_of_range, kernel_families
 from analysis.frames.patterns import Patterns, matches
 from analysis.frames.trace import GPU_KERNEL, NVTX_MARK, Trace
 from analysis.measures.activity import RankWork, compute_sets, rank_work
@@ -38,6 +40,7 @@ from analysis.measures.phases import (
     thread_key,
 )
 from analysis.measures.steps import step_windows, window_index
+from analysis.measures.torch_calls import foreign_comm_ranges
 from contract import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER
 
 COMM_CALL = re.compile(rf"^{re.escape(COMM_PREFIX)}([^:]+):?(.*)$")
@@ -52,6 +55,8 @@ KERNEL_OPS = (
     ("send", "send_recv"),
     ("recv", "send_recv"),
     ("reduce", "reduce"),
+    ("dispatch", "all_to_all"),  # expert-parallel token exchange (DeepEP dispatch / combine)
+    ("combine", "all_to_all"),
 )
 PHASES = ((GRAD_SYNC, "sync_wait"), (OPTIMIZER, "optimizer"), (BACKWARD, "backward"), (FORWARD, "forward"))
 CALL_COLUMNS = [
@@ -68,6 +73,7 @@ CALL_COLUMNS = [
     "step",
     "phase",
     "kernel",
+    "family",
 ]
 
 
@@ -87,11 +93,14 @@ def op_of_kernel(name: str) -> str:
 
 
 def _comm_ranges(trace: Trace) -> pd.DataFrame:
-    """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out."""
+    """The project's `comm:<op>:<tag>` ranges with op, tag and payload split out; in processes without
+    them, PyTorch's own collective annotations (`gloo:all_gather`, torch_calls.py)."""
     nvtx = trace.nvtx
     ranges = nvtx[(codes(nvtx["kind"]) != NVTX_MARK) & nvtx["text"].str.startswith(COMM_PREFIX).to_numpy()]
     parts = ranges["text"].str.extract(COMM_CALL)
-    return ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
+    ours = ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
+    foreign = foreign_comm_ranges(nvtx, ours[["part", "pid"]].drop_duplicates())
+    return pd.concat([ours, foreign], ignore_index=True) if len(foreign) else ours
 
 
 def _bucket_layout(trace: Trace) -> pd.DataFrame:
@@ -167,6 +176,7 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
             "start_ns": m["start"].to_numpy(),
             "end_ns": m["end"].to_numpy(),
             "kernel": m["kernel"].to_numpy(dtype=object),
+            "family": kernel_families(m["kernel"]),
         }
     )
     return _with_ranks(out, trace, by_device=True)
@@ -185,9 +195,17 @@ def _range_calls(trace: Trace) -> pd.DataFrame:
             "start_ns": r["start"].to_numpy(),
             "end_ns": r["end"].to_numpy(),
             "kernel": "",
+            "family": _range_families(trace, r),
         }
     )
     return _with_ranks(out, trace, by_device=False)
+
+
+def _range_families(trace: Trace, ranges: pd.DataFrame) -> np.ndarray:
+    """Per comm range: "gloo (host ranges)" where its process's `ddp.meta` says gloo, else "comm ranges"."""
+    backend = {key: str(m.get("backend", "")).lower() for key, m in trace.meta.items()}
+    gloo = [backend.get(k) == "gloo" for k in zip(ranges["part"].tolist(), ranges["pid"].tolist(), strict=True)]
+    return np.where(np.array(gloo, dtype=bool), family_of_range("gloo"), "comm ranges").astype(object)
 
 
 def step_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: ArrayLike) -> np.ndarray:

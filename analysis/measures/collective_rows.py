@@ -15,6 +15,8 @@ from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
 from analysis.measures.collective_calls import Calls, find_calls
+from analysis.measures.comm_recognition import unrecognised_comm_note
+from analysis.measures.in_time import waited_by_rank
 from analysis.measures.pairing import exposure, pair, world_size
 
 ROW_COLUMNS = [
@@ -38,11 +40,13 @@ ROW_COLUMNS = [
     "exposed_ms",
     "exposed_wait_ms",
     "exposed_transfer_ms",
+    "waited_ms",
     "seq",
     "partners",
     "paired",
     "last_rank",
     "kernel",
+    "family",
     "issue_ns",
     "start_ns",
     "end_ns",
@@ -57,7 +61,9 @@ def call_rows(
     `calls`: the trace's find_calls result when the caller has it already (else found with `works`)."""
     calls = calls if calls is not None else find_calls(trace, patterns, works)
     world = world_size(trace.meta, len(trace.ranks))
-    return rows_of_calls(calls, world, trace.path, trace.implementation, len(trace.ranks))
+    rows, facts = rows_of_calls(calls, world, trace.path, trace.implementation, len(trace.ranks))
+    unrecognised = unrecognised_comm_note(trace, patterns or Patterns(), world)
+    return rows, {**facts, "note": unrecognised} if unrecognised else facts
 
 
 def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, ranks: int) -> tuple[pd.DataFrame, dict]:
@@ -70,6 +76,7 @@ def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, rank
     rows["duration_ms"] = (rows["end_ns"] - rows["start_ns"]) / NS_PER_MS
     for part in ("wait", "transfer", "exposed", "exposed_wait", "exposed_transfer"):
         rows[f"{part}_ms"] = rows.pop(f"{part}_ns") / NS_PER_MS
+    rows["waited_ms"] = waited_by_rank(rows, calls.compute) / NS_PER_MS  # in_time.py
     rows = pd.concat([rows, stats.bandwidths(rows)], axis=1)
     rows = rows.assign(path=path, implementation=implementation, source=calls.source)
     facts = {

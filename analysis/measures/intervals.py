@@ -48,11 +48,6 @@ def total_length(starts: ArrayLike, ends: ArrayLike) -> int:
     return int(np.sum(_as_int64(ends) - _as_int64(starts)))
 
 
-def union_length(starts: ArrayLike, ends: ArrayLike) -> int:
-    """Measure of any set: |union|."""
-    return total_length(*union(starts, ends))
-
-
 def _sweep(a: tuple[ArrayLike, ArrayLike], b: tuple[ArrayLike, ArrayLike], keep_a: bool, keep_b: bool) -> Set:
     """Pieces where (a covers) == keep_a and (b covers) == keep_b, with at least one of them covering."""
     a_s, a_e = union(*a)

@@ -60,7 +60,7 @@ def breakdown(summary: pd.DataFrame) -> pd.DataFrame:
 
 
 def _cell(value: object, fmt: str) -> str:
-    if value is None or (isinstance(value, float) and np.isnan(value)):
+    if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)):
         return "-"
     return html.escape(fmt.format(value))
 
@@ -144,7 +144,7 @@ RUN_COLUMNS = {
     "backend": "backend",
     "world_size": "world size",
     "model": "model",
-    "nsys_version": "nsys",
+    "profiler": "profiler",
     "shared_gpus": "ranks sharing a GPU",
 }
 

@@ -98,11 +98,6 @@ class DataParallelBase(nn.Module):
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
 
-    @property
-    def comm_stats(self) -> CommStats:
-        """The stats folded so far since the last reset (steps are folded by `reset_comm_stats()`)."""
-        return self.comm.stats
-
     def reset_comm_stats(self) -> CommStats:
         """The communication of the steps finished since the last reset (ddp.comm.timing).
 

@@ -111,19 +111,12 @@ def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, 
     assert alone.loc[alone["comm_kernels"] > 0, "comm_wait_ms"].isna().all()
 
 
-def test_merged_calls_are_the_one_piece_calls(rank_files, per_file):
-    """The calls combine pairs (renumbered, shifted by each file's session offset, compute cut to the
-    calls) give the collectives view's every row of the one-piece load."""
-    from analysis.engine.rank_merge import merged_call_rows
+def test_each_file_ships_its_compute_only_under_its_calls(rank_files, per_file):
+    """A file's result carries its rank's compute only where it lies under the rank's calls (what the
+    pairing of a merge reads), not the whole compute of the one-piece load."""
     from analysis.measures.collective_calls import find_calls
-    from analysis.measures.collective_rows import call_rows
 
-    results = per_file
-    rows = merged_call_rows(rank_files, results)
-    pd.testing.assert_frame_equal(rows, call_rows(load_trace(rank_files))[0])
-    assert rows["paired"].all() and (rows["wait_ms"] > 0).any()
-    # each file ships its rank's compute only where it lies under the rank's calls
-    full, shipped = find_calls(load_trace(rank_files[0])).compute[0], results[0].calls.compute[0]
+    full, shipped = find_calls(load_trace(rank_files[0])).compute[0], per_file[0].calls.compute[0]
     assert 0 < len(shipped[0]) < len(full[0])
 
 
@@ -432,15 +425,12 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 @pytest.mark.slow  # reads whole real traces
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
-    from analysis.engine.rank_merge import merged_call_rows
-    from analysis.measures.collective_rows import call_rows
     from tests.gpu_traces import RUN_TIMER_MS
 
     paths = [gpu_trace(f"{run}.rank{r}.sqlite") for r in (0, 1)]
     results = [analyze_file(p) for p in paths]
     merged = combine(paths, results)
     whole = analyze_trace(load_trace(paths))
-    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(load_trace(paths))[0])
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split included
     assert_split_paired(merged.analysis)
     assert_same(analyze(paths, merge=True, jobs=2), whole)  # what the CLIs run: one task per file
@@ -476,11 +466,9 @@ def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
 
 def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     """Per-rank Kineto files whose captures started apart (baseTimeNanoseconds 0, 7 and 3 ms later)
-    merge from per-file results exactly as the loader merges them, the collectives' rows included;
+    merge from per-file results exactly as the loader merges them, the wait/transfer split included;
     files of different jobs get the loader's error from the merge."""
-    from analysis.engine.rank_merge import merged_call_rows
     from analysis.errors import TraceError
-    from analysis.measures.collective_rows import call_rows
     from tests.support.synthetic_kineto import BASE_TIME_NS, write_kineto_ddp_trace
 
     paths = write_kineto_ddp_trace(tmp_path / "k", n_kernels=3_000, n_ranks=3, n_steps=3)
@@ -495,7 +483,6 @@ def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     merged = combine(paths, results)
     assert_same(merged.analysis, analyze_trace(whole))
     assert_split_paired(merged.analysis)
-    pd.testing.assert_frame_equal(merged_call_rows(paths, results), call_rows(whole)[0])
     assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(whole))  # what the CLIs run
     other = write_kineto_ddp_trace(tmp_path / "other", n_kernels=1_000, n_ranks=2, n_steps=1)[1]
     with pytest.raises(TraceError, match="are from different jobs"):

@@ -1,0 +1,156 @@
+"""The Python API behind `python -m analysis.report NEW... --baseline OLD...`: `compare(new, baseline, rules)`.
+
+Each side is one run: one file, or the one-rank files of one run (merged, as `--merge` does). Its
+metrics are the analysis' means per step over ranks (measures/metrics.py) plus, per collective kind,
+`comm_ms:<op>`: the time inside that kind's calls per rank and step. Runs of different models or world
+sizes are compared, with a warning.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from analysis.engine.analyze import analyze_trace
+from analysis.engine.runs import load_trace
+from analysis.errors import TraceError
+from analysis.frames.patterns import Patterns
+from analysis.frames.trace import NS_PER_MS
+from analysis.measures.collective_calls import find_calls
+from analysis.measures.gate import Rule, breached, change, unknown_metrics
+
+RUN_METRICS = ["step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "backward_overlap_ms", "idle_ms"]
+IDENTITY = ["implementation", "model", "world_size"]
+
+
+@dataclass(frozen=True)
+class RunFigures:
+    """One run: where it came from, what it is (implementation, model, world size) and its metrics."""
+
+    paths: tuple[str, ...]
+    about: dict
+    metrics: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    new: RunFigures
+    baseline: RunFigures
+    rules: tuple[Rule, ...]
+
+    def rows(self) -> list[dict]:
+        """One row per metric either run has: metric, baseline, new, delta, delta_pct, limit, failed."""
+        by_metric = {r.metric: r for r in self.rules}
+        names = [*RUN_METRICS, *sorted((set(self.new.metrics) | set(self.baseline.metrics)) - set(RUN_METRICS))]
+        out = []
+        for name in names:
+            base, new = self.baseline.metrics.get(name, math.nan), self.new.metrics.get(name, math.nan)
+            delta, rel = change(new, base)
+            rule = by_metric.get(name)
+            out.append(
+                {
+                    "metric": name,
+                    "baseline": base,
+                    "new": new,
+                    "delta": delta,
+                    "delta_pct": rel * 100,
+                    "limit": rule.text.rpartition(":")[2] if rule else None,
+                    "failed": bool(rule and breached(rule, new, base)),
+                }
+            )
+        return out
+
+    @property
+    def failed(self) -> list[dict]:
+        return [r for r in self.rows() if r["failed"]]
+
+    def warnings(self) -> list[str]:
+        """Why the runs may not be comparable: a different model or world size."""
+        differ = [
+            f"{k.replace('_', ' ')} {self.new.about.get(k)} vs {self.baseline.about.get(k)}"
+            for k in ("model", "world_size")
+            if self.new.about.get(k) != self.baseline.about.get(k)
+        ]
+        return [f"warning: the runs differ ({'; '.join(differ)}): deltas compare unlike runs"] if differ else []
+
+    def verdict(self) -> str:
+        """One line: the rules broken, or the step time's change when none is."""
+        failed = self.failed
+        if failed:
+            broken = ", ".join(f"{r['metric']} {_signed(r)} beyond {r['limit']}" for r in failed)
+            return f"verdict: REGRESSION: {broken}"
+        step = next(r for r in self.rows() if r["metric"] == "step_ms")
+        checked = f"; {len(self.rules)} limit(s) held" if self.rules else ""
+        if math.isnan(step["delta_pct"]):
+            return f"verdict: no step time to compare{checked}"
+        word = "slower" if step["delta"] > 0 else "faster"
+        return f"verdict: ok: new step {abs(step['delta_pct']):.1f}% {word} than baseline{checked}"
+
+    def to_json(self) -> dict:
+        return {
+            "new": {"paths": list(self.new.paths), **self.new.about},
+            "baseline": {"paths": list(self.baseline.paths), **self.baseline.about},
+            "metrics": [{k: _plain(v) for k, v in r.items()} for r in self.rows()],
+            "warnings": self.warnings(),
+            "verdict": self.verdict(),
+            "failed": [r["metric"] for r in self.failed],
+        }
+
+
+def _signed(row: dict) -> str:
+    """The change as its limit is written: relative for a % limit (when the baseline is not 0), else absolute."""
+    pct = row["delta_pct"]
+    relative = str(row["limit"]).endswith("%") and not math.isnan(pct)
+    return f"{pct:+.1f}%" if relative else f"{row['delta']:+.3f}"
+
+
+def _plain(value: object) -> object:
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return round(value, 4) if isinstance(value, float) else value
+
+
+def run_figures(paths: Iterable[str | Path], patterns: Patterns | None = None) -> RunFigures:
+    """One run's metrics (each file read once: one load for the metrics and the collective calls)."""
+    files = tuple(str(p) for p in paths)
+    if not files:
+        raise TraceError("no trace path given")
+    trace = load_trace(files, patterns)
+    analysis = analyze_trace(trace, patterns)
+    summary = analysis.summary.iloc[0].to_dict()
+    metrics = {k: float(summary[k]) for k in RUN_METRICS if k in summary}
+    calls = find_calls(trace, patterns).frame
+    calls = calls[calls["step"] >= 0]
+    rank_steps = max(len(analysis.steps), 1)
+    durations = (calls["end_ns"] - calls["start_ns"]).to_numpy(dtype=float)
+    for op, ns in calls.assign(ns=durations).groupby("op")["ns"].sum().items():  # one per collective kind
+        metrics[f"comm_ms:{op}"] = float(ns / NS_PER_MS / rank_steps)
+    about = {k: _plain_id(summary.get(k)) for k in IDENTITY}
+    return RunFigures(files, about, metrics)
+
+
+def _plain_id(value: object) -> object:
+    if isinstance(value, (np.integer, np.floating)):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or value.is_integer()):
+        return None if math.isnan(value) else int(value)
+    return value
+
+
+def compare(
+    new: Iterable[str | Path],
+    baseline: Iterable[str | Path],
+    rules: Iterable[Rule] = (),
+    patterns: Patterns | None = None,
+) -> Comparison:
+    """The new run against the baseline; a rule naming a metric neither run has is a TraceError."""
+    result = Comparison(run_figures(new, patterns), run_figures(baseline, patterns), tuple(rules))
+    missing = unknown_metrics(list(result.rules), {**result.new.metrics, **result.baseline.metrics})
+    if missing:
+        known = ", ".join(sorted({*result.new.metrics, *result.baseline.metrics}))
+        raise TraceError(f"--fail-if: no metric {missing[0]!r} in these runs (known: {known})")
+    return result

@@ -24,8 +24,8 @@ PANEL_GAP_PX = 80  # room between panels for the panel title
 TOP_PX, BOTTOM_PX = 120, 60  # room above the first panel (buttons, title, toolbar) and for the time axis
 LEGEND_PX = 230  # right margin holding the legend, clear of the plot and the toolbar above it
 LEGEND_RANK = {c: i for i, c in enumerate(CATEGORY_COLOURS)}  # the legend in the palette's order
-STEP_LABEL_MIN_PX = 40
-HOVER_PX = 4  # hover labels are merged like the lines, at this many pixels: a mouse cannot pick finer  # a step range narrower than this at full view is not labelled
+STEP_LABEL_MIN_PX = 40  # a step range narrower than this at full view is not labelled
+HOVER_PX = 4  # hover labels are merged like the lines, at this many pixels: a mouse cannot pick finer
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,6 @@ def file_alignment(results: Sequence[FileResult]) -> list[PartAlignment]:
     return clock_alignment([PartClock(r.clock_offset, r.calls.frame if r.calls is not None else None) for r in results])
 
 
-
 def _renumbered(frame: pd.DataFrame, part: int, ranks: pd.DataFrame) -> pd.DataFrame:
     """A per-rank frame of file `part` with its ranks renumbered across files (and a part column)."""
     mine = ranks[ranks["part"] == part]

@@ -119,11 +119,6 @@ def op_phase_lines(result: Analysis) -> list[str]:
     return lines
 
 
-def _exported_by(version: str) -> str:
-    """'exported by nsys 2025.3.2.0', or for torch.profiler traces 'recorded by torch.profiler (kineto schema 1)'."""
-    return f"recorded by torch.profiler ({version})" if version.startswith("kineto") else f"exported by nsys {version}"
-
-
 def notes(result: Analysis) -> list[str]:
     """Per trace: the run's metadata, and a warning where ranks share a GPU."""
     lines = []
@@ -131,9 +126,10 @@ def notes(result: Analysis) -> list[str]:
         about = {k: row.get(k) for k in METADATA if k != "shared_gpus"}
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
-        lines.append(f"{names}: {known or 'no run metadata'}; {_exported_by(str(row['nsys_version']))}")
-        if row.get("comm_note"):
-            lines.append(f"  note: {row['comm_note']}")
+        lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")
+        for note in ("comm_note", "clock_note"):
+            if isinstance(row.get(note), str) and row[note]:
+                lines.append(f"  note: {row[note]}")
         if isinstance(row.get("shared_gpus"), str):
             lines.append(
                 f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "

@@ -30,7 +30,8 @@ import torch
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
-from ddp.training.loop import RunConfig, TrainResult, run_training
+from ddp.training.config import RunConfig
+from ddp.training.loop import TrainResult, run_training
 from ddp.training.models import MODEL_SIZES, largest_model_that_fits
 
 CSV_COLUMNS = [
@@ -50,10 +51,9 @@ CSV_COLUMNS = [
     "avg_comm_in_flight_ms",
     "comm_overlap",
     "comm_clock",
+    "shard_optimizer",
 ]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
-# The same defaults as profiling (RunConfig): backward long enough to hide communication behind.
-DEFAULT_BATCH, DEFAULT_CONTEXT = RunConfig.batch_size, RunConfig.context_length
 
 
 def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> str:
@@ -64,31 +64,23 @@ def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> s
     return largest_model_that_fits(free, batch_per_rank, context_length, optimizer)
 
 
-def sweep(args: argparse.Namespace, world: int) -> list[RunConfig]:
-    """One RunConfig per combination, naive first within each (batch, context, collective)."""
+SWEPT = ("batch_size", "context_length", "collective", "impl", "bucket_mb")  # the list options, outermost first
+
+
+def sweep(settings: dict[str, Any]) -> list[RunConfig]:
+    """One RunConfig per combination of the list settings (`SWEPT`), naive first within each (batch,
+    context, collective); bucket sizes apply to the bucketed implementations only."""
+    fixed = {k: v for k, v in settings.items() if k not in SWEPT}
     configs = []
-    for batch, context, collective in itertools.product(args.batch_size, args.context_length, args.collective):
-        for impl in registry.resolve(args.impl):
+    for batch, context, collective in itertools.product(
+        settings["batch_size"], settings["context_length"], settings["collective"]
+    ):
+        for impl in registry.resolve(settings["impl"]):
             if impl == "torch" and collective != "torch":
                 continue  # PyTorch DDP only runs its own all-reduce
-            for bucket in args.bucket_mb if impl in registry.BUCKETED else [None]:
-                configs.append(
-                    RunConfig(
-                        impl=impl,
-                        model=args.model,
-                        world_size=world,
-                        batch_size=batch,
-                        context_length=context,
-                        steps=args.steps,
-                        warmup=args.warmup,
-                        bucket_mb=bucket,
-                        optimizer=args.optimizer,
-                        lr=args.lr,
-                        seed=args.seed,
-                        collective=collective,
-                        backend=args.backend,
-                    )
-                )
+            for bucket in settings["bucket_mb"] if impl in registry.BUCKETED else [None]:
+                swept = dict(impl=impl, batch_size=batch, context_length=context, bucket_mb=bucket)
+                configs.append(RunConfig(**fixed, **swept, collective=collective))
     return configs
 
 
@@ -165,6 +157,7 @@ def to_records(results: list[TrainResult]) -> list[dict]:
                 "avg_comm_in_flight_ms": round(r.avg_comm_in_flight_s * 1e3, 3),
                 "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
                 "comm_clock": r.comm_clock,
+                "shard_optimizer": cfg.shard_optimizer,
                 "collective": cfg.collective,
             }
         )
@@ -196,37 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.Parser(
         prog="python -m ddp.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    cli.add_run_arguments(parser, model_default=None)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (default 10)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before them (default 3)")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        nargs="+",
-        default=[DEFAULT_BATCH],
-        help=f"global batch sizes, split across ranks (default {DEFAULT_BATCH})",
+    cli.add_settings(
+        parser,
+        defaults={"impl": ["all"], "model": None, "world_size": None},
+        many=SWEPT,
+        extra_choices={"impl": ["all"]},
+        notes={
+            "impl": "default: all",
+            "model": "default: the largest that fits the GPU, tiny on CPU",
+            "world_size": "default: 2, or torchrun's WORLD_SIZE",
+        },
     )
-    parser.add_argument(
-        "--context-length",
-        type=int,
-        nargs="+",
-        default=[DEFAULT_CONTEXT],
-        help=f"tokens per sample (default {DEFAULT_CONTEXT})",
-    )
-    parser.add_argument(
-        "--bucket-mb",
-        type=float,
-        nargs="+",
-        default=[25.0],
-        help="bucket sizes in MiB for overlap_bucket and torch (default 25)",
-    )
-    parser.add_argument(
-        "--collective",
-        nargs="+",
-        default=["torch"],
-        choices=cli.collective_choices(),
-        help="all-reduce collectives for the hand-written wrappers (default torch)",
-    )
+    cli.add_output_arguments(parser)
     parser.add_argument(
         "--repeat",
         type=int,
@@ -242,16 +216,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.csv is not None:
         check_csv_target(args.csv, args.overwrite)
-    world = cli.resolve_world_size(args.world_size)
-    if args.model is None:  # sized for the largest batch of the sweep
-        args.model = default_model(max(1, max(args.batch_size) // world), max(args.context_length), args.optimizer)
-    configs = sweep(args, world)
+    settings = cli.given_settings(args)
+    world = settings["world_size"] = cli.resolve_world_size(args.world_size)
+    if settings["model"] is None:  # sized for the largest batch of the sweep
+        batch_per_rank = max(1, max(args.batch_size) // world)
+        settings["model"] = default_model(batch_per_rank, max(args.context_length), args.optimizer)
+    configs = sweep(settings)
     if not configs:
         raise ValueError("nothing to run: implementation 'torch' only runs collective 'torch'")
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     cli.progress(
-        f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
+        f"[benchmark] {len(configs)} runs x {args.repeat} of {settings['model']}; load average "
         f"{load_average()} (timings on a shared machine follow its load)"
     )
     results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend, share_gpus=args.share_gpus)

@@ -29,17 +29,18 @@ if TYPE_CHECKING:
     from ddp.strategies.base import DataParallelBase
 
 
-def tool_versions() -> dict[str, str]:
-    """GPU stack versions, beside the python/torch/nvtx ones `ddp.training.loop.run_metadata` records."""
+def tool_versions() -> dict[str, str | None]:
+    """GPU stack versions, beside the python/torch/nvtx ones `ddp.training.loop.run_metadata` records;
+    None (JSON null) for what the run does not have: no CUDA or NCCL on a CPU build."""
     import torch
 
     from ddp.launch.gpu_sharing import loaded_nccl
 
     loaded = loaded_nccl()  # what the ranks really run (an LD_PRELOAD may replace torch's own)
     return {
-        "cuda": str(torch.version.cuda),
-        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else "none",
-        "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else "none",
+        "cuda": torch.version.cuda,
+        "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None,
+        "nccl_loaded": ".".join(map(str, loaded.version)) if loaded else None,
     }
 
 

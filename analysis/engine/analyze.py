@@ -13,8 +13,8 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.run_info import trace_metadata
-from analysis.frames.trace import Trace
+from analysis.frames.run_info import profiler_label, trace_metadata
+from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
@@ -25,7 +25,7 @@ from analysis.measures.pairing import world_size
 from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 
-TRACE_KEYS = ["path", "implementation", "source", "nsys_version"]
+TRACE_KEYS = ["path", "implementation", "source", "profiler"]
 
 
 RANK_KEYS = ["rank", "pid", "device"]
@@ -41,12 +41,11 @@ METADATA = [
     "backend",
     "world_size",
     "model",
-    "profiler",
     "shared_gpus",
 ]  # summary columns from run_info.trace_metadata
 
 
-NOTES = ["comm_note"]  # summary columns of what the reader should know: '' when nothing to say
+NOTES = ["comm_note", "clock_note"]  # summary columns of what the reader should know: '' when nothing to say
 
 
 @dataclass(frozen=True)
@@ -54,7 +53,7 @@ class Analysis:
     """Results for one or more traces. `steps`: one row per trace, rank and step (after skipping);
     `totals`: one row per trace and rank over the whole capture; `summary`: one row per trace,
     metrics averaged over its steps and ranks, plus the run's metadata (METADATA columns). Each frame
-    carries the trace keys (path, implementation, source, nsys_version); steps and totals carry each
+    carries the trace keys (path, implementation, source, profiler); steps and totals carry each
     rank's comm_source, compute_source and shared_gpu. `by_op_phase`: communication per rank, op and
     phase (measures/op_phase.py), one row per step (kept steps) and one per rank with step NA (the
     whole capture), with the trace keys."""
@@ -65,7 +64,7 @@ class Analysis:
     by_op_phase: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *OP_PHASE_COLUMNS]))
 
     def to_json(self) -> dict:
-        """The CLI's JSON document: {"traces": [{path, implementation, source, nsys_version, metadata,
+        """The CLI's JSON document: {"traces": [{path, implementation, source, profiler, metadata,
         ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]};
         each step and each total carries its `by_op_phase` rows (op, phase, calls, bytes, comm_ms,
         hidden_ms, exposed_ms)."""
@@ -122,6 +121,7 @@ def analyze_trace(
     summary["comm_note"] = unrecognised_comm_note(
         trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
     )
+    summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
@@ -147,7 +147,7 @@ def trace_keys(trace: Trace) -> dict:
         "path": trace.path,
         "implementation": trace.implementation,
         "source": trace.source,
-        "nsys_version": trace.nsys_version,
+        "profiler": profiler_label(trace),
     }
 
 

@@ -40,7 +40,8 @@ class FileResult:
     path: str
     analysis: Analysis
     source: str
-    nsys_version: str
+    profiler: str
+    profiler_version: str | None
     implementation: str | None  # from the file's ddp.meta marks, None when they do not say
     ranks: pd.DataFrame
     step_ranges: pd.DataFrame
@@ -67,7 +68,7 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
-    kineto = trace.nsys_version.startswith("kineto")  # the reader knew the format: no second sniff
+    kineto = trace.profiler == "torch.profiler"  # the reader knew the format: no second sniff
     offset = recorded_clocks(trace)[0].recorded_offset_ns  # as the reader recorded it: no second read
     # a torch.profiler file holds one process, whose meta the loader gives distributedInfo's rank and
     # world size over ddp.meta's: the (rank, world size, implementation) of kineto.job_of
@@ -76,7 +77,8 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
         str(path),
         analysis,
         trace.source,
-        trace.nsys_version,
+        trace.profiler,
+        trace.profiler_version,
         implementation,
         ranks,
         steps,

@@ -2,7 +2,8 @@
 
 Sources, both optional: the `ddp.meta {json}` mark our runner writes per rank (backend, world size,
 model, torch/NCCL/CUDA versions) and the export's target description (GPU models and uuids, driver,
-CUDA driver, nsys version; see nsys_db.NsysExport.target_info).
+CUDA driver; see nsys_db.NsysExport.target_info). What is not known is None, never a placeholder: a
+CPU run has no GPU, driver or CUDA, and the strings "None"/"none" older runs recorded read as None.
 """
 
 from __future__ import annotations
@@ -19,16 +20,21 @@ META_FIELDS = {
     "torch": ("versions", "torch"),
     "nccl": ("versions", "nccl"),
     "cuda": ("versions", "cuda"),
-    "profiler": ("profiler",),
 }
+# what older runs wrote where a value was missing (str(None), "none"): read as missing
+MISSING = (None, "", "None", "none")
 
 
 def _distinct(values: Iterable[Any]) -> str | int | None:
     """One value when all agree, else the distinct ones joined by ', ' (None when there are none)."""
-    seen = list(dict.fromkeys(v for v in values if v not in (None, "")))
+    seen = list(dict.fromkeys(v for v in values if not _missing(v)))
     if not seen:
         return None
     return seen[0] if len(seen) == 1 else ", ".join(map(str, seen))
+
+
+def _missing(value: Any) -> bool:
+    return isinstance(value, str | type(None)) and value in MISSING
 
 
 def _meta_value(meta: dict, path: tuple[str, ...]) -> Any:
@@ -36,6 +42,17 @@ def _meta_value(meta: dict, path: tuple[str, ...]) -> Any:
     for key in path:
         value = value.get(key) if isinstance(value, dict) else None
     return value
+
+
+def recorded(metas: Iterable[dict], path: tuple[str, ...]) -> str | int | None:
+    """The value the ranks' ddp.meta marks recorded at `path` (distinct ones joined), None when none did."""
+    return _distinct(_meta_value(m, path) for m in metas)
+
+
+def profiler_label(trace: Trace) -> str:
+    """What recorded the trace and its version: 'nsys 2025.3.2.0', 'torch.profiler 2.11.0+cu130', or the
+    profiler's name alone when its version is unknown."""
+    return f"{trace.profiler} {trace.profiler_version}" if trace.profiler_version else trace.profiler
 
 
 def _used_gpus(trace: Trace) -> list[str]:
@@ -52,7 +69,7 @@ def _used_gpus(trace: Trace) -> list[str]:
 
 def trace_metadata(trace: Trace) -> dict:
     """gpus, driver, cuda_driver, cuda (torch's build), nccl, torch, backend, world_size, model,
-    profiler (as the run recorded it), nsys_version (the export's), shared_gpus; None where unknown.
+    shared_gpus; None where unknown (a CPU run: no gpus, driver, cuda_driver, cuda or nccl).
     nccl is the version torch reports (its build's); a preloaded NCCL library may differ."""
     metas = list(trace.meta.values())
     infos = list(trace.info.values())
@@ -61,8 +78,7 @@ def trace_metadata(trace: Trace) -> dict:
         "driver": _distinct(i.get("driver") for i in infos),
         "cuda_driver": _distinct(i.get("cuda_driver") for i in infos),
     }
-    out.update({name: _distinct(_meta_value(m, path) for m in metas) for name, path in META_FIELDS.items()})
-    out["nsys_version"] = _distinct(i.get("nsys_version") for i in infos) or trace.nsys_version
+    out.update({name: recorded(metas, path) for name, path in META_FIELDS.items()})
     groups = shared_gpu_groups(trace)
     out["shared_gpus"] = [sorted(g) for g in groups] or None
     return out

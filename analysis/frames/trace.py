@@ -34,6 +34,7 @@ import pandas as pd
 
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
 CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a part's `info`: UTC ns minus that file's trace-clock ns
+CLOCK_NOTE_KEY = "clock_note"  # in info[0] of a run of several files: how their clocks were aligned
 # gpu_ops.kind categories and their codes
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))
@@ -96,7 +97,8 @@ class Trace:
     """One analysed unit: a single file, or several one-rank files of one job merged (see module docstring)."""
 
     path: str
-    nsys_version: str  # the exporting nsys version, or "kineto schema N"
+    profiler: str  # what recorded it: "nsys" (an nsys export) or "torch.profiler" (a Kineto trace)
+    profiler_version: str | None  # nsys: the exporting nsys; torch.profiler: torch's, as ddp.meta recorded it
     source: str  # "gpu" when there is GPU activity, else "nvtx"
     gpu_ops: pd.DataFrame
     nvtx: pd.DataFrame

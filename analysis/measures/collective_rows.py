@@ -16,6 +16,7 @@ from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.comm_recognition import unrecognised_comm_note
+from analysis.measures.in_time import waited_by_rank
 from analysis.measures.pairing import exposure, pair, world_size
 
 ROW_COLUMNS = [
@@ -39,6 +40,7 @@ ROW_COLUMNS = [
     "exposed_ms",
     "exposed_wait_ms",
     "exposed_transfer_ms",
+    "waited_ms",
     "seq",
     "partners",
     "paired",
@@ -74,6 +76,7 @@ def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, rank
     rows["duration_ms"] = (rows["end_ns"] - rows["start_ns"]) / NS_PER_MS
     for part in ("wait", "transfer", "exposed", "exposed_wait", "exposed_transfer"):
         rows[f"{part}_ms"] = rows.pop(f"{part}_ns") / NS_PER_MS
+    rows["waited_ms"] = waited_by_rank(rows, calls.compute) / NS_PER_MS  # in_time.py
     rows = pd.concat([rows, stats.bandwidths(rows)], axis=1)
     rows = rows.assign(path=path, implementation=implementation, source=calls.source)
     facts = {

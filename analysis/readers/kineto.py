@@ -38,6 +38,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.frames.patterns import Patterns, matches
+from analysis.frames.run_info import recorded
 from analysis.frames.trace import CLOCK_OFFSET_KEY, NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
@@ -222,9 +223,11 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         )
     implementation = _implementation(files, paths[0])
     meta = {k: v for k, v in meta.items() if v}
+    torch_version = recorded(meta.values(), ("versions", "torch"))  # torch.profiler ships with torch
     return Trace(
         path=label,
-        nsys_version=f"kineto schema {files[0].schema}",
+        profiler="torch.profiler",
+        profiler_version=None if torch_version is None else str(torch_version),
         source="gpu" if len(ops) else "nvtx",
         gpu_ops=ops,
         nvtx=nvtx,

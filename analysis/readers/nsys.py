@@ -282,7 +282,8 @@ def load_nsys(paths: list[Path]) -> Trace:
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")), paths[0].stem)
     return Trace(
         path=label,
-        nsys_version=loaded[0][2],
+        profiler="nsys",
+        profiler_version=loaded[0][2],
         source="gpu" if len(ops) else "nvtx",
         gpu_ops=ops,
         nvtx=nvtx,

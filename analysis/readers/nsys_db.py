@@ -102,7 +102,9 @@ class NsysExport:
 
     def target_info(self) -> dict:
         """What the export says about the machine: {"gpus": {device id: {name, uuid}}, "driver",
-        "cuda_driver", "hostname", "nsys_version"}; keys the export lacks are left out."""
+        "cuda_driver", "hostname", "nsys_version"}; keys the export lacks are left out. Without an NVIDIA
+        driver (NvDriverVersion 0 on a machine with no GPU) there is no driver and no CUDA driver: the
+        CudaDriverVersion nsys reports there is its own bundled CUDA's, not the machine's."""
         info: dict = {"nsys_version": self.version()}
         if self.has("TARGET_INFO_GPU", "id", "name"):
             uuid = self.column("TARGET_INFO_GPU", "uuid")
@@ -115,11 +117,12 @@ class NsysExport:
                     "('NvDriverVersion', 'CudaDriverVersion', 'Hostname')"
                 ).fetchall()
             )
-            if env.get("NvDriverVersion"):
-                info["driver"] = str(env["NvDriverVersion"])
-            cuda = str(env.get("CudaDriverVersion") or "")
-            if cuda.isdigit():  # CUDA's encoding: 1000 * major + 10 * minor
-                info["cuda_driver"] = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
+            driver = str(env.get("NvDriverVersion") or "")
+            if driver not in ("", "0"):
+                info["driver"] = driver
+                cuda = str(env.get("CudaDriverVersion") or "")
+                if cuda.isdigit():  # CUDA's encoding: 1000 * major + 10 * minor
+                    info["cuda_driver"] = f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}"
             if env.get("Hostname"):
                 info["hostname"] = str(env["Hostname"])
         return info

@@ -38,7 +38,16 @@ def format_table(frame: pd.DataFrame, names: dict[str, str] | None = None, headi
     names = names or {}
     if headings or names:
         frame = frame.rename(columns={c: names.get(c, heading(c) if headings else c) for c in frame})
-    return frame.to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
+    return _dashed(frame).to_string(index=False, float_format=lambda v: f"{v:.3f}", na_rep="-")
+
+
+def _dashed(frame: pd.DataFrame) -> pd.DataFrame:
+    """The frame with the missing values of nullable columns (Int64, boolean: to_string prints <NA>)
+    as '-', like na_rep does for float and object columns."""
+    nullable = [c for c in frame if pd.api.types.is_extension_array_dtype(frame[c]) and frame[c].isna().any()]
+    if not nullable:
+        return frame
+    return frame.assign(**{c: frame[c].astype(object).where(frame[c].notna(), "-") for c in nullable})
 
 
 def print_frame(

@@ -83,7 +83,8 @@ def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(t
         assert meta["implementation"] == impl and meta["world_size"] == 2 and meta["backend"] == "gloo"
         assert meta["model"] == "tiny" and meta["profiler"].startswith("nsys ")
         assert meta["versions"]["nvtx"] == "0.2.10" and meta["versions"]["torch"]
-        assert meta["versions"]["nccl_loaded"] == "none"  # CPU-only torch maps no libnccl
+        assert meta["versions"]["nccl_loaded"] is None  # CPU-only torch maps no libnccl
+        assert meta["versions"]["cuda"] is None and meta["versions"]["nccl"] is None  # JSON null, no "None"
     per_step = expected_collectives_per_step()
     for rank, rows in by_rank.items():
         names = [name for _, kind, name, *_ in rows if kind == 59]
@@ -131,6 +132,29 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
     assert summary["naive"]["ranks"] == summary["overlap"]["ranks"] == 2
     assert summary["naive"]["overlap_pct"] < 10, summary["naive"]
     assert summary["overlap"]["overlap_pct"] > summary["naive"]["overlap_pct"] + 25, summary
+
+
+def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces):
+    """On a machine without a GPU nsys still reports a CUDA driver version (its own bundled CUDA's) beside
+    NvDriverVersion 0: the analysis shows neither, nor placeholders for the CUDA and NCCL torch lacks."""
+    with sqlite3.connect(f"file:{traces / 'naive.sqlite'}?mode=ro", uri=True) as con:
+        env = dict(con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV").fetchall())
+        exported_by = dict(con.execute("SELECT name, value FROM EXPORT_META_DATA").fetchall())
+    assert str(env["NvDriverVersion"]) == "0" and str(env.get("CudaDriverVersion", "")).isdigit()  # the trap
+    cmd = [sys.executable, "-m", "analysis.overlap", str(traces / "naive.sqlite")]
+    doc = json.loads(subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True, cwd=REPO).stdout)
+    (trace,) = doc["traces"]
+    about = trace["metadata"]
+    assert {k: about[k] for k in ("gpus", "driver", "cuda_driver", "cuda", "nccl")} == dict.fromkeys(
+        ("gpus", "driver", "cuda_driver", "cuda", "nccl")
+    )
+    assert about["torch"].endswith("+cpu") and (about["backend"], about["world_size"]) == ("gloo", 2)
+    assert trace["profiler"] == f"nsys {exported_by['EXPORT_PRODUCT_VERSION']}"
+    table = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO).stdout
+    about_line = table.splitlines()[-1]
+    assert about_line.startswith("naive.sqlite: torch ") and about_line.endswith(f"; profiler {trace['profiler']}")
+    for word in ("gpus", "driver", "cuda", "nccl", "None", "none", "<NA>"):
+        assert word not in about_line, about_line
 
 
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests import small_run
 from tests.profiling.test_end_to_end import PHASES, expected_collectives_per_step
@@ -91,6 +92,10 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
         assert res.returncode == 0, res.stderr
         (trace,) = json.loads(res.stdout)["traces"]
         assert trace["source"] == "nvtx" and trace["implementation"] == impl
+        # metadata as it is: a CPU run has no GPU, driver or CUDA; the profiler is torch's, with its version
+        assert trace["profiler"] == f"torch.profiler {torch.__version__}"
+        absent = ("gpus", "driver", "cuda_driver", "cuda", "nccl")
+        assert {k: trace["metadata"][k] for k in absent} == dict.fromkeys(absent)
         summary[impl] = trace["summary"]
     assert summary["naive"]["ranks"] == summary["overlap"]["ranks"] == 2
     assert summary["naive"]["overlap_pct"] < 10, summary["naive"]

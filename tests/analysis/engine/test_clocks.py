@@ -20,7 +20,8 @@ def _trace(offsets: list[int]) -> Trace:
     nvtx = pd.DataFrame({"part": [0, 1], "start": [10, 20], "end": [60, 70]})
     return Trace(
         path="a, b",
-        nsys_version="x",
+        profiler="nsys",
+        profiler_version="x",
         source="gpu",
         gpu_ops=gpu,
         nvtx=nvtx,

@@ -75,7 +75,7 @@ def test_unknown_bytes_stay_unknown_and_a_rank_without_compute_is_all_exposed():
     assert row.comm_ms * 1e6 == 120 and row.hidden_ms == 0 and row.exposed_ms * 1e6 == 120
 
 
-def write_fsdp_shaped(path):
+def write_fsdp_shaped(path, scale: int = 1):
     """One CPU rank (pid 500), step 0 [0, 2000):
     forward [0, 600), backward [600, 1400), grad_sync [1400, 1500), optimizer [1500, 1900) on t500;
     blocking comm:all_gather:layers.0 [10, 110) and comm:all_gather:layers.1 [300, 350) in forward;
@@ -84,6 +84,7 @@ def write_fsdp_shaped(path):
     comm:all_gather:late [1950, 1990) after the optimizer, in the step: other.
     compute = forward+backward+optimizer minus blocking comm and grad_sync:
       [0,10) [110,300) [350,1400) [1500,1900)
+    Every time is multiplied by `scale`.
     """
     w = NsysWriter(path, flavour="2022", cupti=False, shuffle=True, seed=9)
     w.process(500, threads={500: "python3", 501: "gloo"})
@@ -91,23 +92,23 @@ def write_fsdp_shaped(path):
     w.nvtx(
         500,
         500,
-        np.array([0, 0, 600, 1400, 1500]),
-        np.array([2000, 600, 1400, 1500, 1900]),
+        scale * np.array([0, 0, 600, 1400, 1500]),
+        scale * np.array([2000, 600, 1400, 1500, 1900]),
         np.array(["step 0", "forward", "backward", "grad_sync", "optimizer"], dtype=object),
     )
     w.nvtx(
         500,
         500,
-        np.array([10, 300]),
-        np.array([110, 350]),
+        scale * np.array([10, 300]),
+        scale * np.array([110, 350]),
         np.array(["comm:all_gather:layers.0", "comm:all_gather:layers.1"], dtype=object),
         payload=np.array([4096, 4096]),
     )
     w.nvtx(
         500,
         501,
-        np.array([700, 1000]),
-        np.array([900, 1450]),
+        scale * np.array([700, 1000]),
+        scale * np.array([900, 1450]),
         np.array(["comm:reduce_scatter:layers.1", "comm:reduce_scatter:layers.0"], dtype=object),
         kind=START_END,
         end_tid=500,
@@ -116,8 +117,8 @@ def write_fsdp_shaped(path):
     w.nvtx(
         500,
         500,
-        np.array([1410, 1950]),
-        np.array([1480, 1990]),
+        scale * np.array([1410, 1950]),
+        scale * np.array([1480, 1990]),
         np.array(["comm:all_reduce:replicated", "comm:all_gather:late"], dtype=object),
     )
     return w.close()

@@ -101,7 +101,7 @@ def test_cpu_only_export_uses_nvtx_ranges(tmp_path):
     result = analyze(write_cpu_only(tmp_path / "cpu.sqlite"))
     row = result.steps.iloc[0]
     assert result.summary.iloc[0]["source"] == "nvtx"
-    assert result.summary.iloc[0]["nsys_version"] == "2022.4.2.1"
+    assert result.summary.iloc[0]["profiler"] == "nsys 2022.4.2.1"
     assert row_ns(row, TIMES) == {
         "step_ms": 1000,
         "backward_ms": 500,

@@ -41,7 +41,8 @@ def test_frames_are_typed_and_sorted(tmp_path, flavour):
     key = ops[["part", "pid", "device", "start"]].to_records(index=False).tolist()
     assert key == sorted(key)  # written shuffled, loaded sorted
     assert trace.source == "gpu"
-    assert trace.nsys_version == {"2022": "2022.4.2.1", "2026": "2026.2.1.210"}[flavour]
+    assert trace.profiler == "nsys"
+    assert trace.profiler_version == {"2022": "2022.4.2.1", "2026": "2026.2.1.210"}[flavour]
 
 
 def test_launches_join_on_correlation_id_within_the_process(tmp_path):

@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.run_info import profiler_label, trace_metadata
-from analysis.frames.trace import Trace
+from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
@@ -44,8 +44,9 @@ METADATA = [
 
 
 # summary columns of what the reader should know ('' when nothing to say): communication not
-# recognised (comm_recognition.py), ranks of the run missing from the input (missing_ranks_note)
-NOTES = ["comm_note", "ranks_note"]
+# recognised (comm_recognition.py), ranks of the run missing from the input (missing_ranks_note),
+# how the files' clocks were aligned (clocks.clock_note)
+NOTES = ["comm_note", "ranks_note", "clock_note"]
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,7 @@ def analyze_trace(
     summary["comm_note"] = unrecognised_comm_note(
         trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
     )
+    summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -17,6 +17,7 @@ from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import call_rows
 from analysis.measures.in_time import in_time_sentences
 from analysis.measures.op_phase import phase_labels
+from analysis.measures.prefetch import PREFETCH_COLUMNS, prefetch_rows
 from analysis.views.table import plain_records
 
 
@@ -24,13 +25,15 @@ from analysis.views.table import plain_records
 class CollectivesView:
     """`calls`: one row per call per rank (ROW_COLUMNS); `by_size`: per trace, op and size class;
     `by_rank`: per trace and rank; `stragglers`: per trace and step; `traces`: per trace, with
-    source, world size, ranks present and a note when calls lack partners."""
+    source, world size, ranks present, a note when calls lack partners and `in_time` (the all-gather
+    answer in words); `prefetch`: per trace, each forward all-gather (measures/prefetch.py)."""
 
     calls: pd.DataFrame
     by_size: pd.DataFrame
     by_rank: pd.DataFrame
     stragglers: pd.DataFrame
     traces: pd.DataFrame
+    prefetch: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *PREFETCH_COLUMNS]))
 
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...]}]}."""
@@ -43,11 +46,11 @@ class CollectivesView:
 
     def only(self, path: str) -> CollectivesView:
         """The view of one run (its `path`)."""
-        calls, by_size, by_rank, strag, traces = (
+        calls, by_size, by_rank, strag, traces, prefetch = (
             f[f["path"] == path].reset_index(drop=True)
-            for f in (self.calls, self.by_size, self.by_rank, self.stragglers, self.traces)
+            for f in (self.calls, self.by_size, self.by_rank, self.stragglers, self.traces, self.prefetch)
         )
-        return CollectivesView(calls, by_size, by_rank, strag, traces)
+        return CollectivesView(calls, by_size, by_rank, strag, traces, prefetch)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -99,18 +102,19 @@ def _skip_first_steps(calls: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def view_of_rows(
-    pairs: Iterable[tuple[pd.DataFrame, dict]],
+    triples: Iterable[tuple[pd.DataFrame, dict, pd.DataFrame]],
     rank: int | None = None,
     step: int | None = None,
     peak_busbw: float | None = None,
     skip_steps: int = 0,
 ) -> CollectivesView:
-    """The view of runs' call rows and facts (collective_rows.call_rows of each); rank/step keep only
-    that rank's/step's calls (stragglers use every rank of the kept steps), skip_steps leaves each
-    rank's first steps out; peak_busbw (GB/s) adds busbw as % of that peak. A step or rank the
+    """The view of runs' call rows, facts and prefetch rows (trace_call_rows of each); rank/step keep
+    only that rank's/step's calls (stragglers use every rank of the kept steps), skip_steps leaves
+    each rank's first steps out; peak_busbw (GB/s) adds busbw as % of that peak. A step or rank the
     calls do not have is a TraceError naming those they have."""
-    rows, facts = zip(*pairs, strict=True)
+    rows, facts, prefetch = zip(*triples, strict=True)
     calls = _skip_first_steps(pd.concat(rows, ignore_index=True), skip_steps)
+    gathers = pd.concat(prefetch, ignore_index=True)
     for name, value in (("step", step), ("rank", rank)):
         have = sorted(int(v) for v in calls[name].dropna().unique())
         if value is not None and value not in have:
@@ -125,21 +129,27 @@ def view_of_rows(
         calls = calls[calls["rank"] == rank]
     by_size, by_rank, _ = _summaries(calls, peak_busbw)
     stragglers = _summaries(every_rank, None)[2]
-    return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, pd.DataFrame(list(facts)))
+    if step is not None:
+        gathers = gathers[gathers["step"] == step]
+    facts_frame = pd.DataFrame(list(facts))
+    return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, facts_frame, gathers)
 
 
 def trace_call_rows(
     trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None, calls: Calls | None = None
-) -> tuple[pd.DataFrame, dict]:
-    """collective_rows.call_rows of a loaded trace, its facts with `in_time` (see _with_in_time)."""
+) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """collective_rows.call_rows of a loaded trace, its facts with `in_time` and its prefetch rows
+    (see _with_in_time)."""
     return _with_in_time(trace, *call_rows(trace, patterns, works, calls), patterns)
 
 
 def _with_in_time(
     trace: Trace, rows: pd.DataFrame, facts: dict, patterns: Patterns | None
-) -> tuple[pd.DataFrame, dict]:
-    """The trace's facts with `in_time`: whether its all-gathers came in time, in words (in_time.py)."""
+) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """The trace's rows; its facts with `in_time`: whether its all-gathers came in time, in words
+    (in_time.py); its forward all-gathers' prefetch rows (prefetch.py)."""
     ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
-    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}
+    gathers = prefetch_rows(trace, rows, phases).assign(path=trace.path)
+    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}, gathers

@@ -6,9 +6,9 @@ into runs: each path is a run, except `<run>.rank<N>.*` files of one folder (run
 --profiler torch), which form one; with merge=True all paths are one run. `check_one_run` refuses
 files that are not ranks of one run (two implementations or world sizes, the same rank twice), in
 either format, from what each file records (`ddp.meta`, torch.profiler's distributedInfo);
-`load_trace(paths)` reads a run's file(s) (readers/load.py), checks them, puts every file on the
-first file's clock (clocks.align_clocks) and decides once which GPU work is communication
-(measures/phases.communication_mask): gpu_ops.is_comm is what every measure and view reads.
+`load_trace(paths)` reads a run's file(s) (readers/load.py), checks them, decides once which GPU work
+is communication (measures/phases.communication_mask: gpu_ops.is_comm is what every measure and view
+reads) and puts every file on the first file's clock (clocks.align_on_collectives).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.engine.clocks import align_clocks
+from analysis.engine.clocks import align_on_collectives
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
@@ -151,6 +151,5 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     patterns = patterns or Patterns()
     trace = read_trace(files, patterns)
     check_one_run(trace_identities(trace, files))
-    trace = align_clocks(trace)
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
-    return trace
+    return align_on_collectives(trace, patterns)  # the calls it checks the clocks with need is_comm

@@ -53,7 +53,7 @@ class RunResult:
     files: tuple[FileResult, ...] = ()
     error: str | None = None
     failed: tuple[Path, ...] = ()
-    call_rows: tuple[pd.DataFrame, dict] | None = None
+    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
 
 
 def _across_ranks_of(trace: Trace, steps: pd.DataFrame, patterns: Patterns) -> pd.DataFrame:

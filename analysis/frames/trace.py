@@ -34,6 +34,7 @@ import pandas as pd
 
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
 CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a part's `info`: UTC ns minus that file's trace-clock ns
+CLOCK_NOTE_KEY = "clock_note"  # in info[0] of a run of several files: how their clocks were aligned
 # gpu_ops.kind categories and their codes
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))

@@ -71,7 +71,8 @@ def test_json_has_the_agreed_keys(exports):
     assert {"path", "implementation", "source", "profiler", "ranks", "summary"} <= set(gpu)
     rank = gpu["ranks"][0]
     assert {"rank", "pid", "device", "steps", "total"} <= set(rank)
-    assert set(rank["total"]) == METRIC_KEYS and set(rank["steps"][0]) == METRIC_KEYS | {"step"}
+    split = {"by_op_phase"}  # each step's and the total's communication per op and phase
+    assert set(rank["total"]) == METRIC_KEYS | split and set(rank["steps"][0]) == METRIC_KEYS | {"step"} | split
     assert METRIC_KEYS <= set(gpu["summary"])
     step1 = next(s for s in rank["steps"] if s["step"] == 1)
     assert rank["rank"] == 0 and step1["overlap_pct"] is None  # no comm in that step -> null
@@ -190,7 +191,7 @@ def test_export_with_nothing_to_measure(tmp_path):
 @pytest.mark.slow  # a subprocess per bad input
 def test_bad_options(exports):
     assert_one_line_error(run_cli(exports[0], "--comm-pattern", "(unclosed"), "comm_kernel")
-    assert_one_line_error(run_cli(exports[0], "--skip-steps", "-1"), "skip_steps")
+    assert_one_line_error(run_cli(exports[0], "--skip-steps", "-1"), "--skip-steps")
 
 
 @pytest.mark.slow  # a subprocess

@@ -16,6 +16,7 @@ every other wrapper's. A gloo group has no averaging reduce-scatter: there it su
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +30,7 @@ from torch.distributed.tensor import DTensor
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
 from ddp.strategies.base import DataParallelBase, nbytes
+from ddp.strategies.memory import MemoryParts, storage_bytes
 
 ShardSpec = tuple[type[nn.Module], ...] | Callable[[nn.Module], bool]
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
@@ -70,6 +72,7 @@ class TorchFSDP(DataParallelBase):
             fully_shard(unit, mp_policy=mp)
             unit.set_custom_all_gather(TimedAllGather(self, tag))  # type: ignore[operator]
             unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag))  # type: ignore[operator]
+        self._gathered_live = self._gathered_peak = 0  # bytes of all-gather outputs alive (TimedAllGather)
         # FSDP2 replaced the parameters by DTensors: the base's list must name the new objects.
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
@@ -99,6 +102,28 @@ class TorchFSDP(DataParallelBase):
             entry["reduce_scatter_bytes"] = trainable * 4
             entries.append(entry)
         return entries
+
+    def memory_parts(self) -> MemoryParts:
+        """This rank's shards (padded, as FSDP2 stores them) and their gradients, and as `gathered` the most
+        bytes of all-gather outputs alive at once so far (FSDP2 copies each out into its unit's unsharded
+        parameters, which are not counted here)."""
+        seen: set[tuple[str, int]] = set()
+        return MemoryParts(
+            parameters=storage_bytes([*map(local, self.module.parameters()), *self.module.buffers()], seen),
+            gradients=storage_bytes((local(p.grad) for p in self.module.parameters() if p.grad is not None), seen),
+            gathered=self._gathered_peak,
+        )
+
+    def track_gathered(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Count `buffer` (an all-gather output) as alive until it is garbage."""
+        size = nbytes(buffer)
+        self._gathered_live += size
+        self._gathered_peak = max(self._gathered_peak, self._gathered_live)
+        weakref.finalize(buffer, self._release_gathered, size)
+        return buffer
+
+    def _release_gathered(self, size: int) -> None:
+        self._gathered_live -= size
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
@@ -133,7 +158,7 @@ class TimedAllGather(AllGather):
         self.owner, self.name = owner, comm_range(ALL_GATHER, tag)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(size, dtype=dtype, device=device)
+        return self.owner.track_gathered(torch.empty(size, dtype=dtype, device=device))
 
     def __call__(
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
@@ -174,6 +199,11 @@ class TimedReduceScatter(ReduceScatter):
                 work.wait()
             output_tensor.div_(group.size())
         return work
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard; any other tensor as it is."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def matches(shard: ShardSpec, module: nn.Module) -> bool:

@@ -147,3 +147,15 @@ def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way():
             float((ref - torch_fsdp_cases.build(run[0], 0).state_dict()[k]).abs().max()) for k, ref in reference.items()
         )
         assert worst <= 1e-4 < moved, (run, worst, moved)  # close, and not because nothing trained
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [("odd", None), ("odd", torch.bfloat16)], ids=str)
+def test_memory_parts_are_the_shards_and_the_gathered_units(payloads, run):
+    out = payloads[run]
+    layout, memory = out["layout"], out["memory"]
+    shards = sum(e["shard_bytes"] for e in layout)
+    assert memory.parameters == shards  # padded local shards; `odd` has no buffer
+    assert memory.gradients == shards  # float32 gradients of every (trainable) shard
+    gathers = sorted((e["all_gather_bytes"] for e in layout), reverse=True)
+    assert gathers[0] <= memory.gathered <= sum(gathers)  # at least the largest unit, at most all of them

@@ -57,7 +57,8 @@ def payloads_per_step(ctx: DistContext, model: str, dtype: torch.dtype | None, s
     master = {
         n: (str(p.dtype), str(p.grad.dtype) if p.grad is not None else None) for n, p in module.named_parameters()
     }
-    return {"steps": per_step, "stats": stats, "layout": wrapper.sharded_layout(), "master": master}
+    memory = wrapper.memory_parts()
+    return {"steps": per_step, "stats": stats, "layout": wrapper.sharded_layout(), "master": master, "memory": memory}
 
 
 def train_mixed(ctx: DistContext, model: str, dtype: torch.dtype, steps: int, lr: float) -> dict[str, torch.Tensor]:

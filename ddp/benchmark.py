@@ -22,6 +22,7 @@ import argparse
 import itertools
 import os
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +31,14 @@ import torch
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
+from ddp.strategies.memory import MIB, MemoryParts
 from ddp.training.config import RunConfig
 from ddp.training.loop import TrainResult, run_training
 from ddp.training.models import MODEL_SIZES, largest_model_that_fits
 
+PART_NAMES = [f.name for f in fields(MemoryParts)]
+# MiB on the rank with the largest accounted total (ddp.strategies.memory.MemoryParts), and CUDA's own peak
+MEMORY_COLUMNS = [f"mem_{part}_mib" for part in (*PART_NAMES, "total")] + ["cuda_max_allocated_mib"]
 CSV_COLUMNS = [
     "implementation",
     "model_size",
@@ -52,8 +57,10 @@ CSV_COLUMNS = [
     "comm_overlap",
     "comm_clock",
     "shard_optimizer",
+    *MEMORY_COLUMNS,
 ]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
+MEMORY_TABLE = ["implementation", "shard_optimizer", "rank", *MEMORY_COLUMNS]
 
 
 def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> str:
@@ -123,6 +130,8 @@ def pool(a: TrainResult, b: TrainResult) -> TrainResult:
         join(a.comm_in_flight_s, b.comm_in_flight_s),
         join(a.comm_hidden_s, b.comm_hidden_s),
         a.comm_clock,
+        a.memory,
+        a.cuda_max_allocated,
     )
 
 
@@ -158,10 +167,37 @@ def to_records(results: list[TrainResult]) -> list[dict]:
                 "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
                 "comm_clock": r.comm_clock,
                 "shard_optimizer": cfg.shard_optimizer,
+                **memory_columns(r, largest_rank(r)),
+                "memory_per_rank": [memory_columns(r, rank) for rank in range(len(r.memory))],
                 "collective": cfg.collective,
             }
         )
     return records
+
+
+def largest_rank(result: TrainResult) -> int:
+    """The rank holding the most (accounted total), the first on a tie."""
+    totals = [MemoryParts(**m).total for m in result.memory]
+    return totals.index(max(totals))
+
+
+def memory_columns(result: TrainResult, rank: int) -> dict[str, Any]:
+    """One rank's memory parts in MiB, their total, and CUDA's max_memory_allocated (None off CUDA)."""
+    parts = MemoryParts(**result.memory[rank]).as_mib()
+    cuda = result.cuda_max_allocated[rank]
+    return {
+        **{f"mem_{k}_mib": v for k, v in parts.items()},
+        "cuda_max_allocated_mib": None if cuda is None else round(cuda / MIB, 3),
+    }
+
+
+def memory_records(records: list[dict]) -> list[dict]:
+    """One row per run and rank: the memory table."""
+    return [
+        {"implementation": r["implementation"], "shard_optimizer": r["shard_optimizer"], "rank": rank, **per_rank}
+        for r in records
+        for rank, per_rank in enumerate(r["memory_per_rank"])
+    ]
 
 
 def _percent(fraction: float | None) -> str:
@@ -236,11 +272,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.progress(f"[benchmark] done; load average {load_average()}")
     records = to_records(results)
     columns = CSV_COLUMNS + (TABLE_EXTRA if args.format == "table" else [])
+    if args.format == "table":  # the parts go to the memory table below
+        columns = [c for c in columns if c not in MEMORY_COLUMNS or c == "mem_total_mib"]
     if len(args.collective) > 1:
         columns = [*columns, "collective"]
     print(cli.format_records(records, args.format, columns))  # first: a failing --csv loses nothing
     if args.format == "table":
         print(summary_line(records))
+        print("\nmemory per rank (MiB; total = the sum of the parts, an upper bound of the peak):")
+        print(cli.format_records(memory_records(records), "table", MEMORY_TABLE))
     if args.csv is not None:
         write_csv(args.csv, records)
     return cli.EXIT_OK

@@ -16,7 +16,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
@@ -26,9 +26,10 @@ import torch.nn.functional as F
 from contract import BACKWARD, FORWARD, OPTIMIZER, step_range
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
-from ddp.optim.sharded_optimizer import ShardedOptimizer
+from ddp.optim.sharded_optimizer import ShardedOptimizer, state_bytes
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
+from ddp.strategies.memory import SavedTensorBytes
 from ddp.training.config import OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model
@@ -47,6 +48,8 @@ class TrainResult:
     comm_in_flight_s: list[list[float]] = field(default_factory=list)  # union of in-flight intervals
     comm_hidden_s: list[list[float]] = field(default_factory=list)  # its part during backward
     comm_clock: str = "host"
+    memory: list[dict] = field(default_factory=list)  # per rank: MemoryParts as a dict (bytes)
+    cuda_max_allocated: list[int | None] = field(default_factory=list)  # per rank; None off CUDA
 
     @staticmethod
     def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
@@ -97,6 +100,12 @@ def make_optimizer(
     return cls(params, lr=lr, **kwargs)
 
 
+def run_optimizer(cfg: RunConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """`cfg`'s optimizer over `params`; `shard_optimizer` wraps it in ShardedOptimizer (ZeRO-1) for the replicated
+    strategies only: a sharded one (registry.SHARDED) steps only its own 1/W shards, so its state is split already."""
+    return make_optimizer(cfg.optimizer, params, cfg.lr, cfg.shard_optimizer and cfg.impl not in registry.SHARDED)
+
+
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every prediction (classes for toy, next tokens for the LM)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -137,9 +146,12 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     must call this; all ranks get the gathered result.
     """
     model = build_wrapped(ctx, cfg)
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
+    optimizer = run_optimizer(cfg, model.module.parameters())
     model.reset_comm_stats()
-    own: dict[str, list] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    activations = SavedTensorBytes(exclude=model.module.parameters())
+    own: dict[str, Any] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     clock = "host"
     loss = torch.zeros(())
     with contextlib.ExitStack() as region:
@@ -153,7 +165,8 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
             )
             synchronize_device(batch[0])
             t0 = time.perf_counter()
-            loss = train_step(model, optimizer, batch, step)
+            with activations if step == 0 else contextlib.nullcontext():  # counted once: the same every step
+                loss = train_step(model, optimizer, batch, step)
             synchronize_device(batch[0])  # the step's one synchronisation
             elapsed = time.perf_counter() - t0
             stats = model.reset_comm_stats()  # reads its events: nothing left to wait for
@@ -164,6 +177,10 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 own["in_flight"].append(stats.in_flight_s)
                 own["hidden"].append(stats.hidden_s)
                 clock = stats.clock
+    memory = model.memory_parts()  # after the last step: its gradients and the optimizer's state exist
+    memory.optimizer_state, memory.activations = state_bytes(optimizer), activations.bytes
+    own["memory"] = asdict(memory)
+    own["cuda_max_allocated"] = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
     # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
     # cyclic collector runs, before a sweep builds the next one.
     del model, optimizer
@@ -180,6 +197,8 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
         [g["in_flight"] for g in gathered],
         [g["hidden"] for g in gathered],
         clock,
+        [g["memory"] for g in gathered],
+        [g["cuda_max_allocated"] for g in gathered],
     )
 
 

@@ -126,17 +126,19 @@ def collectives_blocks(
     peak_busbw: float | None,
     args: argparse.Namespace,
 ) -> list:
-    """The index page's Collectives section (views/report_collectives.py), one entry per run, from
-    the same loaded runs."""
-    from analysis.views.report_collectives import collectives_section
+    """The index page's Collectives section (views/report_collectives.py), one entry per run, fastest
+    first, from the same loaded runs."""
+    from analysis.views.html_report import label_colours
+    from analysis.views.report_collectives import CollectivesEntry, collectives_section
 
-    labels = dict(zip(summary["trace"], summary["label"], strict=True))
+    by_trace = {str(r.path): r for r in results}
+    colours = label_colours(summary)
     view = runs.collectives(rank=args.rank, step=args.step)
     entries = []
-    for r in results:
-        path = r.analysis.summary["path"].iloc[0]
-        mine = view.only(path)
-        entries.append((labels[str(r.path)], runs.trace(r.index), mine))
+    for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per run
+        r = by_trace[path]
+        mine = view.only(r.analysis.summary["path"].iloc[0])
+        entries.append(CollectivesEntry(label, runs.trace(r.index), mine, r.analysis.steps, colours[label]))
     return collectives_section(entries, peak_busbw, runs.patterns)
 
 

@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+from analysis.frames.phase_markers import phases_of
 from analysis.frames.run_info import profiler_label, trace_metadata
 from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
@@ -43,10 +44,10 @@ METADATA = [
 ]  # summary columns from run_info.trace_metadata
 
 
-# summary columns of what the reader should know ('' when nothing to say): communication not
-# recognised (comm_recognition.py), ranks of the run missing from the input (missing_ranks_note),
-# how the files' clocks were aligned (clocks.clock_note)
-NOTES = ["comm_note", "ranks_note", "clock_note"]
+# summary columns of what the reader should know: where the phases came from (frames/phase_markers.py),
+# then notes ('' when nothing to say): communication not recognised (comm_recognition.py), ranks of
+# the run missing from the input (missing_ranks_note), how the files' clocks were aligned (clocks.clock_note)
+NOTES = ["phases", "comm_note", "ranks_note", "clock_note"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,7 @@ def analyze_trace(
         trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
     )
     summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
+    summary["phases"] = phases_of(trace)
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):

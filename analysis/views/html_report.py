@@ -165,6 +165,7 @@ RUN_COLUMNS = {
     "world_size": "world size",
     "model": "model",
     "profiler": "profiler",
+    "phases": "steps and phases from",
     "shared_gpus": "ranks sharing a GPU",
 }
 

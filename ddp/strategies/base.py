@@ -111,6 +111,16 @@ class DataParallelBase(nn.Module):
         """One entry per collective of a step: {name: its tag, params: names, bytes: its payload}."""
         raise NotImplementedError
 
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter of `.module` in full under its name, copied (sharded strategies gather them:
+        then every rank must call it)."""
+        return {n: p.detach().clone() for n, p in self.module.named_parameters()}
+
+    def sharded_layout(self) -> list[dict]:
+        """The `contract.sharded_entry` of each sharded module, in forward order; none for replicated strategies."""
+        return []
+
     def memory_parts(self) -> MemoryParts:
         """Bytes this rank holds now for the wrapped model, by part (ddp.strategies.memory.MemoryParts).
 

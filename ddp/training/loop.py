@@ -100,6 +100,12 @@ def make_optimizer(
     return cls(params, lr=lr, **kwargs)
 
 
+def run_optimizer(cfg: RunConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """`cfg`'s optimizer over `params`; `shard_optimizer` wraps it in ShardedOptimizer (ZeRO-1) for the replicated
+    strategies only: a sharded one (registry.SHARDED) steps only its own 1/W shards, so its state is split already."""
+    return make_optimizer(cfg.optimizer, params, cfg.lr, cfg.shard_optimizer and cfg.impl not in registry.SHARDED)
+
+
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every prediction (classes for toy, next tokens for the LM)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -140,7 +146,7 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     must call this; all ranks get the gathered result.
     """
     model = build_wrapped(ctx, cfg)
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
+    optimizer = run_optimizer(cfg, model.module.parameters())
     model.reset_comm_stats()
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)

@@ -122,13 +122,18 @@ def write_timelines(
 def collectives_blocks(
     results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None, patterns: Patterns | None = None
 ) -> list:
-    """The index page's Collectives section (views/report_collectives.py), one entry per trace."""
+    """The index page's Collectives section (views/report_collectives.py), one entry per trace, fastest first."""
     from analysis.engine.collectives_view import collectives_of
-    from analysis.views.report_collectives import collectives_section
+    from analysis.views.html_report import label_colours
+    from analysis.views.report_collectives import CollectivesEntry, collectives_section
 
-    labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    traces = [loaded_trace(r, patterns) for r in results]  # the analysis ran file by file and kept no events
-    entries = [(labels[str(r.path)], t, collectives_of([t], patterns)) for r, t in zip(results, traces, strict=True)]
+    by_trace = {str(r.path): r for r in results}
+    colours = label_colours(summary)
+    entries = []
+    for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per trace
+        r = by_trace[path]
+        t = loaded_trace(r, patterns)  # the analysis ran file by file and kept no events
+        entries.append(CollectivesEntry(label, t, collectives_of([t], patterns), r.analysis.steps, colours[label]))
     return collectives_section(entries, peak_busbw, patterns)
 
 

@@ -32,7 +32,7 @@ from torch.profiler import ProfilerActivity, profile, record_function
 
 from contract import ASYNC_KIND, ASYNC_KIND_KEY, MEMORY_KEY, META_KEY, PROFILE
 from ddp.comm import nvtx_ranges
-from profiling.capture import param_bytes
+from profiling.capture import model_meta
 from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ def measured_region(
     The recorder stays installed afterwards: an async range still open at the end (none is, after
     the closing barrier) must not reach NVTX with a foreign id."""
     if model is not None:
-        meta = {**meta, "buckets": model.comm_layout(), "param_bytes": param_bytes(model)}
+        meta = {**meta, **model_meta(model)}
     if memory is not None:
         meta = {**meta, MEMORY_KEY: memory}
     _barrier()

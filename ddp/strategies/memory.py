@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 
 import torch
+from torch.distributed.tensor import DTensor
 
 from contract import MEMORY_PARTS, MEMORY_PEAK
 
@@ -50,22 +51,38 @@ class MemoryParts:
 assert tuple(f.name for f in fields(MemoryParts)) == MEMORY_PARTS, "the contract names the parts ddp.meta records"
 
 
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """What this rank stores of `tensor`: a DTensor's local shard (FSDP2's parameters, their gradients and
+    optimizer state), any other tensor as it is."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
 def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
-    storage = tensor.untyped_storage()
-    return str(tensor.device), storage.data_ptr()
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor | None], seen: set[tuple[str, int]]) -> int:
-    """Bytes of the storages behind `tensors` not in `seen` (each once; `seen` is updated)."""
+    """Bytes of the storages behind `tensors` (DTensors: their local shards) not in `seen` (each once; `seen`
+    is updated); a storage resized to 0 bytes counts nothing."""
     total = 0
     for t in tensors:
-        if t is None or t.untyped_storage().nbytes() == 0:
+        if t is None:
+            continue
+        t = local(t)
+        if t.untyped_storage().nbytes() == 0:
             continue
         key = storage_key(t)
         if key not in seen:
             seen.add(key)
             total += t.untyped_storage().nbytes()
     return total
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors in `optimizer.state` (each storage once; ShardedOptimizer's: this rank's share)."""
+    return storage_bytes(
+        (v for per_param in optimizer.state.values() for v in per_param.values() if torch.is_tensor(v)), set()
+    )
 
 
 class SavedTensorBytes:

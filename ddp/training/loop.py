@@ -26,10 +26,10 @@ import torch.nn.functional as F
 from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, step_range
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
-from ddp.optim.sharded_optimizer import ShardedOptimizer, state_bytes
+from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
-from ddp.strategies.memory import SavedTensorBytes
+from ddp.strategies.memory import SavedTensorBytes, optimizer_state_bytes
 from ddp.training.config import OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model
@@ -99,6 +99,12 @@ def make_optimizer(
     return cls(params, lr=lr, **kwargs)
 
 
+def run_optimizer(cfg: RunConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """`cfg`'s optimizer over `params`; `shard_optimizer` wraps it in ShardedOptimizer (ZeRO-1) for the replicated
+    strategies only: a sharded one (registry.SHARDED) steps only its own 1/W shards, so its state is split already."""
+    return make_optimizer(cfg.optimizer, params, cfg.lr, cfg.shard_optimizer and cfg.impl not in registry.SHARDED)
+
+
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every prediction (classes for toy, next tokens for the LM)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -136,7 +142,7 @@ def memory_figures(model: DataParallelBase, optimizer: torch.optim.Optimizer, ac
     state (this rank's share when sharded) and the activations counted during the first step, their `peak`
     (the sum), and `cuda_max_allocated` (torch.cuda.max_memory_allocated since the run began; None off CUDA)."""
     parts = model.memory_parts()
-    parts.optimizer_state, parts.activations = state_bytes(optimizer), activations.bytes
+    parts.optimizer_state, parts.activations = optimizer_state_bytes(optimizer), activations.bytes
     device = next(iter(model.module.parameters()), torch.empty(0)).device
     cuda = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
     return {**parts.as_bytes(), MEMORY_CUDA: cuda}
@@ -152,11 +158,11 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     must call this; all ranks get the gathered result.
     """
     model = build_wrapped(ctx, cfg)
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
+    optimizer = run_optimizer(cfg, model.module.parameters())
     model.reset_comm_stats()
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    activations = SavedTensorBytes([*model.module.parameters(), *model.module.buffers()], model.holds_gathered)
+    activations = SavedTensorBytes([*model.module.parameters(), *model.module.buffers()], model.holds_weights)
     own: dict[str, Any] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     clock = "host"
     loss = torch.zeros(())

@@ -12,6 +12,7 @@ import pytest
 
 from contract import MEMORY_PARTS
 from ddp.benchmark import CSV_COLUMNS
+from ddp.strategies.registry import IMPLEMENTATIONS
 
 pytestmark = pytest.mark.slow  # each test runs a CLI in a subprocess (torch import; verify/benchmark spawn ranks)
 
@@ -26,7 +27,7 @@ def test_verify_passes_every_implementation():
     out = run("ddp.verify", "--impl", "all", "--world-size", "2", "--steps", "2", "--format", "json")
     assert out.returncode == 0, out.stderr
     records = json.loads(out.stdout)
-    assert [r["implementation"] for r in records] == ["naive", "flat", "overlap", "overlap_bucket", "torch"]
+    assert [r["implementation"] for r in records] == list(IMPLEMENTATIONS)
     assert all(r["result"] == "PASS" and r["elements_not_close"] == 0 for r in records)
 
 

@@ -36,6 +36,13 @@ class MemoryParts:
         return {**{k: round(v / MIB, 3) for k, v in asdict(self).items()}, "total": round(self.total / MIB, 3)}
 
 
+def local_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The tensor whose storage holds `tensor`'s data on this rank: a DTensor's local shard (a DTensor itself
+    has no storage), any other tensor as it is."""
+    to_local = getattr(tensor, "to_local", None)
+    return to_local() if to_local is not None else tensor
+
+
 def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
     storage = tensor.untyped_storage()
     return str(tensor.device), storage.data_ptr()
@@ -45,7 +52,10 @@ def storage_bytes(tensors: Iterable[torch.Tensor | None], seen: set[tuple[str, i
     """Bytes of the storages behind `tensors` not in `seen` (each once; `seen` is updated)."""
     total = 0
     for t in tensors:
-        if t is None or t.untyped_storage().nbytes() == 0:
+        if t is None:
+            continue
+        t = local_tensor(t)
+        if t.untyped_storage().nbytes() == 0:
             continue
         key = storage_key(t)
         if key not in seen:

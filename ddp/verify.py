@@ -29,6 +29,7 @@ import torch.distributed as dist
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
+from ddp.strategies.base import DataParallelBase
 from ddp.training.config import RunConfig
 from ddp.training.data import global_batch, rank_batch
 from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, train_step
@@ -75,7 +76,7 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
             cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
         )
         train_step(model, optimizer, batch, step)
-    params = {k: v.detach().cpu().clone() for k, v in model.module.named_parameters()}
+    params = {k: v.detach().cpu().clone() for k, v in full_parameters(model).items()}
     flat = torch.cat([v.reshape(-1) for v in params.values()])
     if ctx.backend == "nccl":  # NCCL gathers device tensors only
         flat = flat.to(ctx.device)
@@ -83,6 +84,14 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
     dist.all_gather(everyone, flat)
     spread = max(float((other - flat).abs().max()) for other in everyone) if flat.numel() else 0.0
     return {"params": params, "rank_spread": spread}
+
+
+def full_parameters(model: DataParallelBase) -> dict[str, torch.Tensor]:
+    """Every parameter whole under its name: gathered from the ranks' shards for sharded strategies."""
+    gather = getattr(model, "gather_full_params", None)
+    if gather is not None:
+        return gather()
+    return dict(model.module.named_parameters())
 
 
 def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | None:

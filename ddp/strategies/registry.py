@@ -8,6 +8,7 @@ from torch import nn
 
 from ddp.strategies.base import DataParallelBase
 from ddp.strategies.flat import FlatDDP
+from ddp.strategies.fsdp import FSDP
 from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
@@ -19,9 +20,14 @@ IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "overlap": OverlapDDP,
     "overlap_bucket": OverlapBucketDDP,
     "torch": TorchDDP,
+    "fsdp": FSDP,
 }
 
 BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
+# The implementations whose `.module` holds each rank's shards, not whole parameters: read whole ones with
+# their `gather_full_params()` (a collective).
+SHARDED = ("fsdp",)
+REPLICATED = tuple(name for name in IMPLEMENTATIONS if name not in SHARDED)  # all-reduce the whole gradients
 
 
 def get(name: str) -> type[DataParallelBase]:

@@ -16,7 +16,7 @@ from ddp.training.loop import make_optimizer, train_step
 from tests.ddp import cases
 from tests.ddp.comm.test_nvtx_ranges import Recorder
 
-IMPLS = list(registry.IMPLEMENTATIONS)
+IMPLS = list(registry.REPLICATED)  # fsdp: tests/ddp/strategies/test_fsdp.py
 TOY_PARAMS = 6  # fc1..fc3, weight and bias
 TOY_GRAD_BYTES = 4 * (16 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4)
 

@@ -6,13 +6,13 @@ import pytest
 import torch
 
 from ddp.launch.launcher import launch
-from ddp.strategies.registry import IMPLEMENTATIONS
+from ddp.strategies.registry import REPLICATED
 from tests.ddp import cases
 
 pytestmark = pytest.mark.slow  # every test reads the runs of 2 and 3 spawned ranks (module fixtures)
 
 STEPS = 3
-IMPLS = list(IMPLEMENTATIONS)
+IMPLS = list(REPLICATED)  # fsdp: tests/ddp/strategies/test_fsdp.py
 NEEDS_UNUSED_SEARCH = {"torch": {"find_unused_parameters": True}}  # plain DDP requires every param used
 BUCKET_SIZES = {  # toy gradients in reverse order: 16, 512, 128, 4096, 128, 2048 bytes
     "one_bucket": (None, 1),

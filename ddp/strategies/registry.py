@@ -13,6 +13,7 @@ from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.torch_ddp import TorchDDP
+from ddp.strategies.torch_fsdp import TorchFSDP
 
 IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "naive": NaiveDDP,
@@ -21,13 +22,14 @@ IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "overlap_bucket": OverlapBucketDDP,
     "torch": TorchDDP,
     "fsdp": FSDP,
+    "torch_fsdp": TorchFSDP,
 }
 
 BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
-# The implementations whose `.module` holds each rank's shards, not whole parameters: read whole ones with
-# their `gather_full_params()` (a collective).
-SHARDED = ("fsdp",)
-REPLICATED = tuple(name for name in IMPLEMENTATIONS if name not in SHARDED)  # all-reduce the whole gradients
+# The implementations that shard parameters, gradients and optimizer state (they take compute_dtype); the
+# others replicate them and all-reduce gradients.
+SHARDED = ("fsdp", "torch_fsdp")
+REPLICATED = tuple(n for n in IMPLEMENTATIONS if n not in SHARDED)
 
 
 def get(name: str) -> type[DataParallelBase]:

@@ -14,7 +14,7 @@ from ddp.strategies.registry import REPLICATED
 from tests.ddp import cases
 from tests.ddp.optim import sharded_cases
 
-IMPLS = list(REPLICATED)  # fsdp: tests/ddp/strategies/test_fsdp.py
+IMPLS = list(REPLICATED)  # the sharded strategies split optimizer state themselves (ddp.training.loop.run_optimizer)
 
 
 def test_needs_a_process_group():  # first: later tests start a module-scoped group

@@ -18,6 +18,16 @@ TOP_CALLS = 20  # calls drawn on their own row; the rest share the "others" row
 ROW_PX = 22
 
 
+def is_range_source(source: object) -> bool:
+    """Whether calls were measured from CPU comm ranges (CPU traces, gloo) rather than GPU kernels."""
+    return str(source).startswith("range")
+
+
+def call_noun(calls: pd.DataFrame) -> str:
+    """What one call's span is in these rows: 'kernel' or 'comm range'."""
+    return "comm range" if len(calls) and is_range_source(calls["source"].iloc[0]) else "kernel"
+
+
 def longest_calls(mine: pd.DataFrame, top: int = TOP_CALLS) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the `top` longest calls in start order, the rest): ties broken by start so the split is stable."""
     ranked = mine.sort_values(["duration_ms", "start_ns"], ascending=[False, True], kind="stable")
@@ -120,15 +130,16 @@ def calls_figure(
     step_start_ns: int | None,
     backward: tuple[int, int] | None,
     steps: pd.DataFrame | None = None,
-    noun: str = "kernel",
     top: int = TOP_CALLS,
 ) -> go.Figure:
     """One rank's step: the `top` longest calls (wait and transfer), the rest merged on an "others" row,
     CPU issue marks, backward shaded; x is ms from the step's start (the first call's issue without one).
 
     `backward`: (start_ns, end_ns) of that step's backward pass; `steps`: the analysis' per-step frame,
-    whose row for (rank, step) and mean the title quotes."""
+    whose row for (rank, step) and mean the title quotes. Calls measured from CPU comm ranges are
+    called 'comm range', from GPU kernels 'kernel'."""
     mine = calls[(calls["step"] == step) & (calls["rank"] == rank)]
+    noun = call_noun(calls)
     kept, rest = longest_calls(mine, top)
     t0 = int(step_start_ns) if step_start_ns is not None else int(mine["issue_ns"].min())
     names = row_names(kept)

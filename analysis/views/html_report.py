@@ -165,6 +165,7 @@ RUN_COLUMNS = {
     "world_size": "world size",
     "model": "model",
     "profiler": "profiler",
+    "phases": "steps and phases from",
     "shared_gpus": "ranks sharing a GPU",
 }
 
@@ -204,7 +205,10 @@ def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None, summa
     compare = ""
     if side_by_side:
         href, title = side_by_side
-        compare = f'<p><a href="{html.escape(href)}"><b>{html.escape(title)}</b></a> (one step of each, stacked)</p>'
+        compare = (
+            f'<p><a href="{html.escape(href)}"><b>{html.escape(title)}</b></a> (one step of each, fastest '
+            "first, on one time scale, backward outlined)</p>"
+        )
     return f"<h2>Timelines</h2>{compare}<ul>{''.join(items)}</ul>"
 
 

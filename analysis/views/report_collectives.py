@@ -17,12 +17,12 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import GPU_KERNEL, NS_PER_MS, Trace
+from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
-from analysis.measures.collective_calls import step_at
-from analysis.measures.phases import codes, find_steps, launched_inside, ranges_named
+from analysis.measures.backward_span import backward_spans
+from analysis.measures.phases import find_steps
 from analysis.views import palette
-from analysis.views.call_chart import calls_figure
+from analysis.views.call_chart import call_noun, calls_figure
 from analysis.views.lanes import representative_step
 
 if TYPE_CHECKING:
@@ -41,35 +41,6 @@ class CollectivesEntry:
     view: CollectivesView
     steps: pd.DataFrame | None = None
     colour: str | None = None
-
-
-def is_range_source(source: object) -> bool:
-    """Whether calls were measured from CPU comm ranges (CPU traces, gloo) rather than GPU kernels."""
-    return str(source).startswith("range")
-
-
-def call_noun(calls: pd.DataFrame) -> str:
-    """What one call's span is in these rows: 'kernel' or 'comm range'."""
-    return "comm range" if len(calls) and is_range_source(calls["source"].iloc[0]) else "kernel"
-
-
-def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
-    """rank, step, start_ns, end_ns of each step's backward pass: on GPU traces the first start to last end
-    of the compute kernels launched inside `backward` ranges; on CPU traces the backward ranges."""
-    patterns = patterns or Patterns()
-    backward = ranges_named(trace.nvtx, patterns.regex("backward"))
-    ops = trace.gpu_ops
-    if len(ops):
-        mine = (codes(ops["kind"]) == GPU_KERNEL) & ~ops["is_comm"].to_numpy() & launched_inside(ops, backward)
-        work = ops.loc[mine, ["part", "pid", "device", "start", "end", "launch_start"]]
-        when, keys = work["launch_start"].to_numpy(), ["part", "pid", "device"]
-    else:
-        work = backward[["part", "pid", "start", "end"]]
-        when, keys = work["start"].to_numpy(), ["part", "pid"]
-    work = work.assign(step=step_at(trace, patterns, work["part"], work["pid"], when))
-    work = work[work["step"] >= 0].merge(trace.ranks[["rank", *keys]].drop_duplicates(keys), on=keys)
-    spans = work.groupby(["rank", "step"]).agg(start_ns=("start", "min"), end_ns=("end", "max"))
-    return spans.reset_index()
 
 
 def busbw_figure(
@@ -210,7 +181,6 @@ def per_call_figure(entry: CollectivesEntry, patterns: Patterns | None = None) -
         int(start.iloc[0]) if len(start) else None,
         backward,
         steps,
-        call_noun(calls),
     )
 
 

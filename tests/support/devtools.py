@@ -213,15 +213,13 @@ class Tab:
     def log(self) -> PageLog:
         return self.browser.take_log(self.session)
 
-    def screenshot(self, path: Path, full_page: bool = False) -> Path:
-        """A PNG of the viewport (or of the whole page, as tall as its content)."""
+    def screenshot(self, path: Path, clip: tuple[float, float, float, float] | None = None) -> Path:
+        """A PNG of the viewport, or of the page's box (left, top, width, height) in page pixels, which
+        may reach beyond the viewport."""
         params: dict[str, Any] = {"format": "png"}
-        if full_page:
-            size = self.evaluate("[document.documentElement.scrollWidth, document.documentElement.scrollHeight]")
-            params |= {
-                "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": size[0], "height": size[1], "scale": 1},
-            }
+        if clip is not None:
+            x, y, w, h = clip
+            params |= {"captureBeyondViewport": True, "clip": {"x": x, "y": y, "width": w, "height": h, "scale": 1}}
         data = self.browser.call("Page.captureScreenshot", params, session=self.session)["data"]
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -8,10 +8,11 @@ toolbar or the buttons.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.support.devtools import Browser, PageLog
+from tests.support.devtools import Browser, PageLog, Tab
 
 MIN_LANE_PX = 20.0
 TOLERANCE_PX = 1.0  # boxes that touch along an edge do not overlap
@@ -69,12 +70,40 @@ class PageLayout:
     load_ms: float  # navigation start to the end of the measurement (all figures drawn)
 
 
-def inspect(browser: Browser, page: Path, screenshot: Path | None = None, full_page: bool = False) -> PageLayout:
-    """Open the page, measure it once drawn, optionally save a screenshot of it."""
+# The top of the first <h2> whose text starts with a given heading, in page pixels.
+HEADING_TOP = """(() => { const h = Array.from(document.querySelectorAll('h2')).find(e => e.textContent.startsWith(%s));
+  return h ? h.getBoundingClientRect().top + scrollY : null; })()"""
+
+CONTENT_BOTTOM = """Math.max(...Array.from(document.body.children)
+  .map(e => e.getBoundingClientRect().bottom + scrollY))"""
+
+
+def screenshot_region(
+    tab: Tab, size: tuple[int, int], region: str, height: int
+) -> tuple[float, float, float, float] | None:
+    """The clip of a screenshot region: "screen" (the viewport), "page" (all of it), or "h2:Heading"
+    (`height` pixels from that heading down)."""
+    if region == "screen":
+        return None
+    if region == "page":  # down to the end of the content, not of a taller viewport
+        bottom = tab.evaluate(CONTENT_BOTTOM)
+        return (0, 0, size[0], min(size[1], bottom + 20))
+    if region.startswith("h2:"):
+        top = tab.evaluate(HEADING_TOP % json.dumps(region[3:]))
+        if top is None:
+            raise ValueError(f"no <h2> starting with {region[3:]!r} on the page")
+        top = max(top - 10, 0)
+        return (0, top, size[0], min(height, size[1] - top))
+    raise ValueError(f"region {region!r}: expected screen, page or h2:<heading>")
+
+
+def inspect(browser: Browser, page: Path, screenshot: Path | None = None, region: str = "screen") -> PageLayout:
+    """Open the page, measure it once drawn, optionally save a screenshot of one region of it
+    (see screenshot_region)."""
     tab = browser.open(page)
     measured = tab.evaluate(MEASURE)
     if screenshot is not None:
-        tab.screenshot(screenshot, full_page=full_page)
+        tab.screenshot(screenshot, screenshot_region(tab, tuple(measured["page"]), region, browser.height))
     return PageLayout(Path(page), measured["plots"], tab.log(), tuple(measured["page"]), measured["load_ms"])
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from ddp.strategies.registry import IMPLEMENTATIONS, SHARDED
+from ddp.training.models import build_model
 from profiling.nsys import NsysError, find_nsys
 from tests import small_run
 from tests.profiling.test_nsys import REPO
@@ -146,9 +147,11 @@ def test_gathers_in_forward_and_scatters_in_backward_carry_the_sharded_bytes_eve
     for rank in analysis["ranks"]:
         meta = raw[rank["rank"]]["meta"]
         sharded = meta["sharded"]
-        params = [n for entry in sharded for n in entry["params"]]
-        param_bytes = sum(meta["param_bytes"][n] for n in params)  # the full (unsharded) parameters
-        assert sum(e["padded_numel"] for e in sharded) * 4 == param_bytes  # the tiny model's rows split evenly
+        param_bytes = 4 * sum(e["numel"] for e in sharded)  # the sharded parameters in full, float32
+        assert sum(e["all_gather_bytes"] for e in sharded) == param_bytes  # the tiny model's rows split evenly
+        # the same names and sizes in the model built here
+        model = dict(build_model("tiny").named_parameters())
+        assert param_bytes == sum(4 * model[n].numel() for e in sharded for n in e["params"])
         assert len(rank["steps"]) == STEPS
         for step in rank["steps"]:
             rows = {(r["op"], r["phase"]): r for r in step["by_op_phase"]}

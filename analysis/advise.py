@@ -26,7 +26,7 @@ TABLE_COLUMNS = {
     "buckets": "buckets",
     "predicted_step_ms": "predicted step ms",
     "predicted_exposed_comm_ms": "predicted exposed comm ms",
-    "note": "",
+    "note": "note",
 }
 RUN_KEYS = ["implementation", "trace", "measured_step_ms", "ideal_step_ms", "floor_step_ms", "recommended_bucket_mb"]
 
@@ -50,7 +50,7 @@ def render_table(runs: list[dict]) -> str:
         lines = "; ".join(
             f"{_bytes(c['min_bytes'])}-{_bytes(c['max_bytes'])}: {c['latency_us']:.1f} us + "
             f"{'n/a' if c['bandwidth_gb_s'] is None else format(c['bandwidth_gb_s'], '.3f')} GB/s"
-            for c in run["comm_cost"]
+            for c in _distinct_lines(run["comm_cost"])
         )
         out += [
             f"{run['trace']}: {run['implementation']}, {size}, {run['steps']} rank-steps",
@@ -58,13 +58,20 @@ def render_table(runs: list[dict]) -> str:
             f"{run['measured_exposed_comm_ms']:.3f} ms",
             f"  perfect overlap (step - exposed): {run['ideal_step_ms']:.3f} ms; floor (max of compute, "
             f"communication): {run['floor_step_ms']:.3f} ms",
-            f"  model: collective cost (overall, then per size range) {lines}; compute slowdown "
+            f"  model: collective cost (overall, then per message-size range) {lines}; compute slowdown "
             f"{run['compute_slowdown']:.3f} ms per ms of communication under backward",
             format_table(candidate_frame(run), TABLE_COLUMNS),
             f"recommended bucket size: {run['recommended_bucket_mb']:g} MiB",
             "",
         ]
     return "\n".join(out).rstrip()
+
+
+def _distinct_lines(lines: list[dict]) -> list[dict]:
+    """The overall line, then the per-range lines that are not the overall one again (one range over every size)."""
+    overall = lines[0]
+    same = lambda c: (c["min_bytes"], c["max_bytes"]) == (overall["min_bytes"], overall["max_bytes"])
+    return [overall, *(c for c in lines[1:] if not same(c))]
 
 
 def _bytes(n: float | None) -> str:

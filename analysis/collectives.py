@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -129,6 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--summary", action="store_true", help="table: summaries only, no per-call rows")
     p.add_argument(
+        "--prefetch-chart",
+        type=Path,
+        metavar="HTML",
+        help="also write the prefetch chart: each sharded module's forward all-gather (issue to end, the "
+        "part compute waited for, when its forward began) for --step/--rank, else rank 0's median step; "
+        "one per trace (plotly.js written beside the page; an existing file is replaced only if this "
+        "tool wrote it)",
+    )
+    p.add_argument(
         "--merge", action="store_true", help="treat all TRACEs as one run (one rank per file, clocks aligned)"
     )
     cli.add_pattern_options(p)
@@ -140,7 +150,17 @@ def main(argv: list[str] | None = None) -> int:
     return cli.run(lambda: _run(args))
 
 
+def _check_chart_path(path: Path) -> None:
+    """Refuse to replace a file this tool did not write (before any trace is read)."""
+    from analysis.views.html_page import written_by_us
+
+    if path.exists() and (not path.is_file() or not written_by_us(path)):
+        raise TraceError(f"--prefetch-chart {path}: exists and was not written by this tool; refusing to overwrite it")
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.prefetch_chart:
+        _check_chart_path(args.prefetch_chart)
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
     view = analyze_collectives(
@@ -151,8 +171,27 @@ def _run(args: argparse.Namespace) -> int:
         step=args.step,
         peak_busbw=args.peak_busbw,
     )
+    if args.prefetch_chart:
+        _write_prefetch_chart(args.prefetch_chart, view, args.rank)
     cli.emit(lambda: _print(args, view))
     return 0
+
+
+def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
+    from analysis.views.html_page import write_page
+    from analysis.views.prefetch_chart import pick_step, prefetch_figure
+
+    figures = []
+    for head in view.traces.itertuples():  # one chart per trace
+        rows = view.prefetch[view.prefetch["path"] == head.path]
+        rows = rows if rank is None else rows[rows["rank"] == rank]
+        chosen = pick_step(rows)
+        if chosen is None:
+            raise TraceError(f"{head.path}: no forward all-gather to chart (--prefetch-chart needs sharded modules)")
+        figures.append(prefetch_figure(rows, *chosen, head.implementation))
+    intro = ". ".join(s for sentences in view.traces["in_time"] for s in sentences)
+    write_page(path, "Prefetch: forward all-gathers", figures, intro)
+    print(f"wrote {path}", file=sys.stderr)
 
 
 def _print(args: argparse.Namespace, view: CollectivesView) -> None:

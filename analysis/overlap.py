@@ -127,8 +127,9 @@ def notes(result: Analysis) -> list[str]:
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")
-        if row.get("comm_note"):
-            lines.append(f"  note: {row['comm_note']}")
+        for note in ("comm_note", "clock_note"):
+            if isinstance(row.get(note), str) and row[note]:
+                lines.append(f"  note: {row[note]}")
         if isinstance(row.get("shared_gpus"), str):
             lines.append(
                 f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "

@@ -5,7 +5,9 @@ it (`python -m analysis.advise --format json`), then measures each size with `py
 --bucket-mb ...` (no profiler; --repeat passes pool each size's steps over the whole sweep) and prints
 one row per size: predicted and measured ms/step and the error, then the targets (docs/advise.md): the
 recorded size within 5 %, every other size within 15 %, the recommended size within 5 % of the best
-measured one; each line says met or not, as measured.
+measured one; each line says met or not, as measured. The last three columns compare each size with the
+recorded one (predicted and measured step as ratios to the recorded size's, and their disagreement),
+which takes out the machine's load drift between the recording and the measurements.
 
     python benchmarks/advise_validation.py                                  # overlap_bucket, tiny, 2 CPU ranks
     python benchmarks/advise_validation.py --model small --batch-size 4 --context-length 32 --steps 6
@@ -74,17 +76,24 @@ def table(result: dict, measured: dict[float, dict], recorded: float) -> list[st
         f"trace; perfect overlap {result['ideal_step_ms']:.1f}, floor {result['floor_step_ms']:.1f}; compute "
         f"slowdown {result['compute_slowdown']:.3f}",
         f"{'bucket MiB':>10} {'buckets':>7} {'predicted ms':>12} {'measured ms':>11} {'error %':>8} "
-        f"{'pred. exposed ms':>16} {'meas. comm after bwd ms':>23}",
+        f"{'pred. exposed ms':>16} {'meas. comm after bwd ms':>23} {'vs recorded: pred.':>18} {'meas.':>6} "
+        f"{'error %':>7}",
     ]
     errors = {}
+    own = next(c for c in result["candidates"] if float(c["bucket_mb"]) == recorded)
     for c in result["candidates"]:
         m = measured[float(c["bucket_mb"])]
         err = 100 * (c["predicted_step_ms"] - m["avg_step_time_ms"]) / m["avg_step_time_ms"]
         errors[float(c["bucket_mb"])] = err
+        # the same as ratios to the recorded size: the machine's load drift between recording and
+        # measuring cancels out, the model's view of what the bucket size changes remains
+        pred_ratio = c["predicted_step_ms"] / own["predicted_step_ms"]
+        meas_ratio = m["avg_step_time_ms"] / measured[recorded]["avg_step_time_ms"]
         mark = " (recorded)" if float(c["bucket_mb"]) == recorded else ""
         lines.append(
             f"{c['bucket_mb']:>10g} {c['buckets']:>7} {c['predicted_step_ms']:>12.1f} {m['avg_step_time_ms']:>11.1f} "
-            f"{err:>+8.1f} {c['predicted_exposed_comm_ms']:>16.1f} {m['avg_comm_time_ms']:>23.1f}{mark}"
+            f"{err:>+8.1f} {c['predicted_exposed_comm_ms']:>16.1f} {m['avg_comm_time_ms']:>23.1f} {pred_ratio:>18.3f} "
+            f"{meas_ratio:>6.3f} {100 * (pred_ratio / meas_ratio - 1):>+7.1f}{mark}"
         )
     others = [abs(e) for mb, e in errors.items() if mb != recorded]
     best = min(measured.values(), key=lambda r: r["avg_step_time_ms"])

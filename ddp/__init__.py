@@ -3,6 +3,7 @@
 from ddp import NaiveDDP, FlatDDP, OverlapDDP, OverlapBucketDDP, TorchDDP, IMPLEMENTATIONS
 """
 
+from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies.base import CommStats, DataParallelBase
 from ddp.strategies.flat import FlatDDP
 from ddp.strategies.naive import NaiveDDP
@@ -19,5 +20,6 @@ __all__ = [
     "NaiveDDP",
     "OverlapBucketDDP",
     "OverlapDDP",
+    "ShardedOptimizer",
     "TorchDDP",
 ]

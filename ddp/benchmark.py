@@ -22,6 +22,7 @@ import argparse
 import itertools
 import os
 from collections.abc import Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +31,14 @@ import torch
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
-from ddp.training.loop import RunConfig, TrainResult, run_training
+from ddp.strategies.memory import MIB, MemoryParts
+from ddp.training.config import RunConfig
+from ddp.training.loop import TrainResult, run_training
 from ddp.training.models import MODEL_SIZES, largest_model_that_fits
 
+PART_NAMES = [f.name for f in fields(MemoryParts)]
+# MiB on the rank with the largest accounted total (ddp.strategies.memory.MemoryParts), and CUDA's own peak
+MEMORY_COLUMNS = [f"mem_{part}_mib" for part in (*PART_NAMES, "total")] + ["cuda_max_allocated_mib"]
 CSV_COLUMNS = [
     "implementation",
     "model_size",
@@ -50,10 +56,11 @@ CSV_COLUMNS = [
     "avg_comm_in_flight_ms",
     "comm_overlap",
     "comm_clock",
+    "shard_optimizer",
+    *MEMORY_COLUMNS,
 ]
 TABLE_EXTRA = ["comm_speedup_vs_naive"]
-# The same defaults as profiling (RunConfig): backward long enough to hide communication behind.
-DEFAULT_BATCH, DEFAULT_CONTEXT = RunConfig.batch_size, RunConfig.context_length
+MEMORY_TABLE = ["implementation", "shard_optimizer", "rank", *MEMORY_COLUMNS]
 
 
 def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> str:
@@ -64,31 +71,23 @@ def default_model(batch_per_rank: int, context_length: int, optimizer: str) -> s
     return largest_model_that_fits(free, batch_per_rank, context_length, optimizer)
 
 
-def sweep(args: argparse.Namespace, world: int) -> list[RunConfig]:
-    """One RunConfig per combination, naive first within each (batch, context, collective)."""
+SWEPT = ("batch_size", "context_length", "collective", "impl", "bucket_mb")  # the list options, outermost first
+
+
+def sweep(settings: dict[str, Any]) -> list[RunConfig]:
+    """One RunConfig per combination of the list settings (`SWEPT`), naive first within each (batch,
+    context, collective); bucket sizes apply to the bucketed implementations only."""
+    fixed = {k: v for k, v in settings.items() if k not in SWEPT}
     configs = []
-    for batch, context, collective in itertools.product(args.batch_size, args.context_length, args.collective):
-        for impl in registry.resolve(args.impl):
+    for batch, context, collective in itertools.product(
+        settings["batch_size"], settings["context_length"], settings["collective"]
+    ):
+        for impl in registry.resolve(settings["impl"]):
             if impl == "torch" and collective != "torch":
                 continue  # PyTorch DDP only runs its own all-reduce
-            for bucket in args.bucket_mb if impl in registry.BUCKETED else [None]:
-                configs.append(
-                    RunConfig(
-                        impl=impl,
-                        model=args.model,
-                        world_size=world,
-                        batch_size=batch,
-                        context_length=context,
-                        steps=args.steps,
-                        warmup=args.warmup,
-                        bucket_mb=bucket,
-                        optimizer=args.optimizer,
-                        lr=args.lr,
-                        seed=args.seed,
-                        collective=collective,
-                        backend=args.backend,
-                    )
-                )
+            for bucket in settings["bucket_mb"] if impl in registry.BUCKETED else [None]:
+                swept = dict(impl=impl, batch_size=batch, context_length=context, bucket_mb=bucket)
+                configs.append(RunConfig(**fixed, **swept, collective=collective))
     return configs
 
 
@@ -131,6 +130,8 @@ def pool(a: TrainResult, b: TrainResult) -> TrainResult:
         join(a.comm_in_flight_s, b.comm_in_flight_s),
         join(a.comm_hidden_s, b.comm_hidden_s),
         a.comm_clock,
+        a.memory,
+        a.cuda_max_allocated,
     )
 
 
@@ -165,10 +166,38 @@ def to_records(results: list[TrainResult]) -> list[dict]:
                 "avg_comm_in_flight_ms": round(r.avg_comm_in_flight_s * 1e3, 3),
                 "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
                 "comm_clock": r.comm_clock,
+                "shard_optimizer": cfg.shard_optimizer,
+                **memory_columns(r, largest_rank(r)),
+                "memory_per_rank": [memory_columns(r, rank) for rank in range(len(r.memory))],
                 "collective": cfg.collective,
             }
         )
     return records
+
+
+def largest_rank(result: TrainResult) -> int:
+    """The rank holding the most (accounted total), the first on a tie."""
+    totals = [MemoryParts(**m).total for m in result.memory]
+    return totals.index(max(totals))
+
+
+def memory_columns(result: TrainResult, rank: int) -> dict[str, Any]:
+    """One rank's memory parts in MiB, their total, and CUDA's max_memory_allocated (None off CUDA)."""
+    parts = MemoryParts(**result.memory[rank]).as_mib()
+    cuda = result.cuda_max_allocated[rank]
+    return {
+        **{f"mem_{k}_mib": v for k, v in parts.items()},
+        "cuda_max_allocated_mib": None if cuda is None else round(cuda / MIB, 3),
+    }
+
+
+def memory_records(records: list[dict]) -> list[dict]:
+    """One row per run and rank: the memory table."""
+    return [
+        {"implementation": r["implementation"], "shard_optimizer": r["shard_optimizer"], "rank": rank, **per_rank}
+        for r in records
+        for rank, per_rank in enumerate(r["memory_per_rank"])
+    ]
 
 
 def _percent(fraction: float | None) -> str:
@@ -196,37 +225,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = cli.Parser(
         prog="python -m ddp.benchmark", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    cli.add_run_arguments(parser, model_default=None)
-    parser.add_argument("--steps", type=int, default=10, help="timed steps per run (default 10)")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed steps before them (default 3)")
-    parser.add_argument(
-        "--batch-size",
-        type=int,
-        nargs="+",
-        default=[DEFAULT_BATCH],
-        help=f"global batch sizes, split across ranks (default {DEFAULT_BATCH})",
+    cli.add_settings(
+        parser,
+        defaults={"impl": ["all"], "model": None, "world_size": None},
+        many=SWEPT,
+        extra_choices={"impl": ["all"]},
+        notes={
+            "impl": "default: all",
+            "model": "default: the largest that fits the GPU, tiny on CPU",
+            "world_size": "default: 2, or torchrun's WORLD_SIZE",
+        },
     )
-    parser.add_argument(
-        "--context-length",
-        type=int,
-        nargs="+",
-        default=[DEFAULT_CONTEXT],
-        help=f"tokens per sample (default {DEFAULT_CONTEXT})",
-    )
-    parser.add_argument(
-        "--bucket-mb",
-        type=float,
-        nargs="+",
-        default=[25.0],
-        help="bucket sizes in MiB for overlap_bucket and torch (default 25)",
-    )
-    parser.add_argument(
-        "--collective",
-        nargs="+",
-        default=["torch"],
-        choices=cli.collective_choices(),
-        help="all-reduce collectives for the hand-written wrappers (default torch)",
-    )
+    cli.add_output_arguments(parser)
     parser.add_argument(
         "--repeat",
         type=int,
@@ -242,16 +252,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.csv is not None:
         check_csv_target(args.csv, args.overwrite)
-    world = cli.resolve_world_size(args.world_size)
-    if args.model is None:  # sized for the largest batch of the sweep
-        args.model = default_model(max(1, max(args.batch_size) // world), max(args.context_length), args.optimizer)
-    configs = sweep(args, world)
+    settings = cli.given_settings(args)
+    world = settings["world_size"] = cli.resolve_world_size(args.world_size)
+    if settings["model"] is None:  # sized for the largest batch of the sweep
+        batch_per_rank = max(1, max(args.batch_size) // world)
+        settings["model"] = default_model(batch_per_rank, max(args.context_length), args.optimizer)
+    configs = sweep(settings)
     if not configs:
         raise ValueError("nothing to run: implementation 'torch' only runs collective 'torch'")
     if args.repeat < 1:
         raise ValueError(f"--repeat must be at least 1, got {args.repeat}")
     cli.progress(
-        f"[benchmark] {len(configs)} runs x {args.repeat} of {args.model}; load average "
+        f"[benchmark] {len(configs)} runs x {args.repeat} of {settings['model']}; load average "
         f"{load_average()} (timings on a shared machine follow its load)"
     )
     results = launch(benchmark_worker, world, configs, args.repeat, backend=args.backend, share_gpus=args.share_gpus)
@@ -260,11 +272,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     cli.progress(f"[benchmark] done; load average {load_average()}")
     records = to_records(results)
     columns = CSV_COLUMNS + (TABLE_EXTRA if args.format == "table" else [])
+    if args.format == "table":  # the parts go to the memory table below
+        columns = [c for c in columns if c not in MEMORY_COLUMNS or c == "mem_total_mib"]
     if len(args.collective) > 1:
         columns = [*columns, "collective"]
     print(cli.format_records(records, args.format, columns))  # first: a failing --csv loses nothing
     if args.format == "table":
         print(summary_line(records))
+        print("\nmemory per rank (MiB; total = the sum of the parts, an upper bound of the peak):")
+        print(cli.format_records(memory_records(records), "table", MEMORY_TABLE))
     if args.csv is not None:
         write_csv(args.csv, records)
     return cli.EXIT_OK

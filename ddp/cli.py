@@ -8,14 +8,11 @@ import io
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, NoReturn
 
-from ddp.comm.collectives import COLLECTIVES
 from ddp.launch.launcher import RankFailedError
-from ddp.strategies.registry import IMPLEMENTATIONS
-from ddp.training.loop import OPTIMIZERS
-from ddp.training.models import MODEL_NAMES
+from ddp.training.config import SETTINGS, check_settings
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -28,34 +25,61 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, model_default: str | None) -> None:
-    """Arguments every training CLI shares; choices come from the registries."""
-    parser.add_argument(
-        "--impl",
-        nargs="+",
-        default=["all"],
-        choices=["all", *IMPLEMENTATIONS],
-        metavar="IMPL",
-        help=f"implementations to run: all or any of {', '.join(IMPLEMENTATIONS)}",
-    )
-    parser.add_argument(
-        "--world-size",
-        type=int,
-        default=None,
-        help="ranks to spawn on this machine (default 2; under torchrun its WORLD_SIZE)",
-    )
-    parser.add_argument(
-        "--model", choices=MODEL_NAMES, default=model_default, metavar="MODEL", help=f"one of {', '.join(MODEL_NAMES)}"
-    )
-    parser.add_argument("--optimizer", choices=OPTIMIZERS, default="sgd")
-    parser.add_argument("--lr", type=float, default=1e-2, help="learning rate (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the model and the synthetic data")
-    parser.add_argument(
-        "--backend",
-        choices=["gloo", "nccl"],
-        default=None,
-        help="default: nccl when every local rank has a GPU, else gloo",
-    )
+def add_settings(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    *,
+    skip: Collection[str] = (),
+    defaults: Mapping[str, Any] | None = None,
+    many: Collection[str] = (),
+    extra_choices: Mapping[str, Sequence[str]] | None = None,
+    notes: Mapping[str, str] | None = None,
+    aliases: Mapping[str, Sequence[str]] | None = None,
+    only_given: bool = False,
+) -> None:
+    """One option per RunConfig field (`--batch-size` for `batch_size`), its help the field's docstring.
+
+    `defaults` replaces a field's default for this CLI, `many` makes an option take a list (a sweep),
+    `extra_choices` adds choices before the field's own ("all", "auto"), `notes` replaces the default's
+    description; `only_given`: options left out are absent from the namespace (not their defaults).
+    """
+    defaults, extra_choices, notes, aliases = defaults or {}, extra_choices or {}, notes or {}, aliases or {}
+    for name, fld in SETTINGS.items():
+        if name in skip:
+            continue
+        meta, kind = fld.metadata, _option_type(str(fld.type))
+        flags = [*aliases.get(name, ()), "--" + name.replace("_", "-")]
+        default = argparse.SUPPRESS if only_given else defaults.get(name, fld.default)
+        choices = [*extra_choices.get(name, ()), *(meta["choices"] or ())] or None
+        parts = [meta["doc"], f"one of: {', '.join(choices)}" if choices else "", notes.get(name, "")]
+        if not parts[-1] and not only_given and default is not None and default is not False:
+            parts[-1] = "default: " + " ".join(map(str, default if isinstance(default, list) else [default]))
+        help_text = "; ".join(p for p in parts if p).replace("%", "%%")
+        if kind is bool:
+            parser.add_argument(*flags, dest=name, action="store_true", default=default, help=help_text)
+            continue
+        kwargs: dict[str, Any] = {"dest": name, "type": kind, "default": default, "help": help_text}
+        if choices:
+            kwargs |= {"choices": choices, "metavar": name.upper()}
+        if name in many:
+            kwargs["nargs"] = "+"
+            if default is not argparse.SUPPRESS and not isinstance(default, list):
+                kwargs["default"] = [default]
+        parser.add_argument(*flags, **kwargs)
+
+
+def _option_type(annotation: str) -> type:
+    """The argparse type of a field annotated `annotation` ("float | None" -> float)."""
+    base = annotation.split("|")[0].strip()
+    return {"int": int, "float": float, "bool": bool}.get(base, str)
+
+
+def given_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """The run settings in `args`, by field name (what `add_settings` put there)."""
+    return {name: getattr(args, name) for name in SETTINGS if hasattr(args, name)}
+
+
+def add_output_arguments(parser: argparse.ArgumentParser) -> None:
+    """--share-gpus and --format, which every training CLI has beside the run settings."""
     parser.add_argument(
         "--share-gpus",
         action="store_true",
@@ -74,13 +98,8 @@ def add_run_arguments(parser: argparse.ArgumentParser, model_default: str | None
 def resolve_world_size(requested: int | None) -> int:
     """--world-size, else torchrun's WORLD_SIZE, else 2; ValueError unless positive."""
     world = requested if requested is not None else int(os.environ.get("WORLD_SIZE", 2))
-    if world < 1:
-        raise ValueError(f"world size must be a positive integer, got {world}")
+    check_settings({"world_size": world})
     return world
-
-
-def collective_choices() -> list[str]:
-    return list(COLLECTIVES)
 
 
 def run_main(main: Callable[[Sequence[str] | None], int], argv: Sequence[str] | None = None) -> None:

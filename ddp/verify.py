@@ -1,10 +1,13 @@
 """Check every chosen implementation against single-process training on the same global batches.
 
     python -m ddp.verify --impl all --world-size 2 [--model toy|tiny] [--steps N] [--optimizer sgd|adamw]
-        [--collective torch|ring|reduce_broadcast]
+        [--collective torch|ring|reduce_broadcast] [--shard-optimizer]
 
 Each rank starts from a different random initialisation (seed + rank), so a pass also shows that
-construction broadcast rank 0's state. Prints, per implementation, the largest |difference| of any
+construction broadcast rank 0's state. With --shard-optimizer each rank keeps and steps the optimizer
+state of its share of the parameters only (ddp.ShardedOptimizer); the same run with the plain
+optimizer must then give bit-identical parameters (torch.equal: sharded_equals_unsharded), besides
+the check against one process. Prints, per implementation, how it was compared, the largest |difference| of any
 parameter from the single-process run, how many elements fall outside --rtol/--atol (default:
 torch.allclose's 1e-5/1e-8), the largest difference between ranks, and PASS when no element is out
 of tolerance and the ranks agree within 1e-6. Exit status 1 on any FAIL, 2 on bad input.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from dataclasses import replace
 
 import torch
 import torch.distributed as dist
@@ -25,12 +29,29 @@ import torch.distributed as dist
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
+from ddp.training.config import RunConfig
 from ddp.training.data import global_batch, rank_batch
-from ddp.training.loop import RunConfig, build_wrapped, loss_fn, make_optimizer, train_step
+from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, train_step
 from ddp.training.models import build_model
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
-COLUMNS = ["implementation", "max_abs_diff_vs_single", "elements_not_close", "max_abs_diff_between_ranks", "result"]
+COLUMNS = [
+    "implementation",
+    "compared",
+    "max_abs_diff_vs_single",
+    "elements_not_close",
+    "max_abs_diff_between_ranks",
+    "sharded_equals_unsharded",
+    "result",
+]
+
+
+def how_compared(cfg: RunConfig, rtol: float, atol: float) -> str:
+    """What a row's checks were: against whom, with which optimizer, how close."""
+    text = f"vs 1 process, {cfg.optimizer} (allclose rtol {rtol:g} atol {atol:g})"
+    if cfg.shard_optimizer:
+        text += f"; {cfg.optimizer} state sharded over {cfg.world_size} ranks vs unsharded (torch.equal)"
+    return text
 
 
 def train_single_process(cfg: RunConfig) -> dict[str, torch.Tensor]:
@@ -48,7 +69,7 @@ def train_single_process(cfg: RunConfig) -> dict[str, torch.Tensor]:
 def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
     """Train `cfg` on this rank's shards from a rank-specific init; rank 0's params and the rank spread."""
     model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
+    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
     for step in range(cfg.steps):
         batch = rank_batch(
             cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
@@ -69,8 +90,12 @@ def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | No
     results = []
     for cfg in configs:
         if ctx.is_main:
-            cli.progress(f"[verify] {cfg.impl}: {cfg.steps} steps of {cfg.model} on {ctx.world_size} ranks")
-        results.append(train_data_parallel(ctx, cfg))
+            sharded = f", {cfg.optimizer} state sharded and unsharded" if cfg.shard_optimizer else ""
+            cli.progress(f"[verify] {cfg.impl}: {cfg.steps} steps of {cfg.model} on {ctx.world_size} ranks{sharded}")
+        outcome = train_data_parallel(ctx, cfg)
+        if cfg.shard_optimizer:  # the same run with the plain optimizer: sharding must change no bit
+            outcome["unsharded"] = train_data_parallel(ctx, replace(cfg, shard_optimizer=False))["params"]
+        results.append(outcome)
     return results if ctx.is_main else None
 
 
@@ -83,45 +108,46 @@ def compare(
     return max(diffs, default=0.0), not_close
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = cli.Parser(
         prog="python -m ddp.verify", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    cli.add_run_arguments(parser, model_default="toy")
-    parser.add_argument("--steps", type=int, default=5, help="training steps (default 5)")
-    parser.add_argument("--batch-size", type=int, default=None, help="global batch (default 4 per rank)")
-    parser.add_argument("--context-length", type=int, default=32, help="tokens per sample for LMs (default 32)")
-    parser.add_argument("--bucket-mb", type=float, default=25.0, help="bucket size for overlap_bucket and torch")
+    cli.add_settings(
+        parser,
+        skip={"warmup"},  # every step is compared
+        defaults={
+            "impl": ["all"],
+            "model": "toy",
+            "world_size": None,
+            "steps": 5,
+            "batch_size": None,
+            "context_length": 32,
+        },
+        many={"impl"},
+        extra_choices={"impl": ["all"]},
+        notes={
+            "impl": "default: all; with a collective other than torch, all leaves out torch, which runs only its own",
+            "world_size": "default: 2, or torchrun's WORLD_SIZE",
+            "batch_size": "default: 4 per rank",
+        },
+    )
+    cli.add_output_arguments(parser)
     parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (torch.allclose default)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (torch.allclose default)")
-    parser.add_argument(
-        "--collective",
-        choices=cli.collective_choices(),
-        default="torch",
-        help="the wrappers' all-reduce collective (default torch); with --impl all, "
-        "the torch implementation is left out of any other, as it only runs its own",
-    )
-    args = parser.parse_args(argv)
-    world = cli.resolve_world_size(args.world_size)
-    batch = args.batch_size if args.batch_size is not None else 4 * world
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = cli.given_settings(args)
+    impls = settings.pop("impl")
+    world = cli.resolve_world_size(settings.pop("world_size"))
+    if settings["batch_size"] is None:
+        settings["batch_size"] = 4 * world
     configs = [
-        RunConfig(
-            impl=name,
-            model=args.model,
-            world_size=world,
-            batch_size=batch,
-            context_length=args.context_length,
-            steps=args.steps,
-            warmup=0,
-            bucket_mb=args.bucket_mb,
-            optimizer=args.optimizer,
-            lr=args.lr,
-            seed=args.seed,
-            backend=args.backend,
-            collective=args.collective,
-        )
-        for name in registry.resolve(args.impl)
-        if not (name == "torch" and args.collective != "torch" and "all" in args.impl)
+        RunConfig(impl=name, world_size=world, warmup=0, **settings)
+        for name in registry.resolve(impls)
+        if not (name == "torch" and settings["collective"] != "torch" and "all" in impls)
     ]
     outcomes = launch(verify_worker, world, configs, backend=args.backend, share_gpus=args.share_gpus)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports
@@ -131,13 +157,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     for cfg, outcome in zip(configs, outcomes, strict=True):
         diff, not_close = compare(reference, outcome["params"], args.rtol, args.atol)
         same_ranks = outcome["rank_spread"] <= RANK_TOLERANCE
+        unsharded = outcome.get("unsharded")
+        as_unsharded = unsharded is None or all(torch.equal(v, unsharded[k]) for k, v in outcome["params"].items())
         records.append(
             {
                 "implementation": cfg.impl,
+                "compared": how_compared(cfg, args.rtol, args.atol),
                 "max_abs_diff_vs_single": diff,
                 "elements_not_close": not_close,
                 "max_abs_diff_between_ranks": outcome["rank_spread"],
-                "result": "PASS" if not_close == 0 and same_ranks else "FAIL",
+                "sharded_equals_unsharded": None if unsharded is None else as_unsharded,
+                "result": "PASS" if not_close == 0 and same_ranks and as_unsharded else "FAIL",
             }
         )
     print(cli.format_records(records, args.format, COLUMNS, float_digits=3))

@@ -43,11 +43,6 @@ class ProfilePlan:
     out_dir: Path = Path("traces")
     world_size: int | None = None
     model: str | None = None
-    steps: int | None = None
-    warmup: int | None = None
-    batch_size: int | None = None
-    context_length: int | None = None
-    bucket_mb: float | None = None
     backend: str | None = None
     device: str | None = None
     gpus: int | None = None
@@ -59,18 +54,16 @@ class ProfilePlan:
     timeout_s: float = 3600
     runner_args: list[str] = field(default_factory=list)
     profiler: str = "nsys"  # or "torch": torch.profiler in every rank, one <impl>.rank<N>.json.gz each
+    # the other run settings given (ddp.training.config.RunConfig field -> value), passed on as options
+    run_settings: dict[str, object] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.impls:
             raise ValueError("no implementation given")
-        for name in ("world_size", "steps", "batch_size", "context_length", "gpus"):
+        for name in ("world_size", "gpus"):
             value = getattr(self, name)
             if value is not None and value < (0 if name == "gpus" else 1):
                 raise ValueError(f"{name.replace('_', '-')}={value}: must be >= {0 if name == 'gpus' else 1}")
-        if self.warmup is not None and self.warmup < 0:
-            raise ValueError(f"warmup={self.warmup}: must be >= 0")
-        if self.bucket_mb is not None and not self.bucket_mb > 0:
-            raise ValueError(f"bucket-mb={self.bucket_mb}: must be > 0")
         if self.backend is not None and self.backend not in BACKENDS:
             raise ValueError(f"backend={self.backend!r}: choose from {', '.join(BACKENDS)}")
         if self.device is not None and self.device not in DEVICES:
@@ -131,14 +124,11 @@ class ProfilePlan:
             cmd += ["--world-size", str(self.world_size)]
         if self.share_gpus:
             cmd.append("--share-gpus")
-        for flag, value in (
-            ("--steps", self.steps),
-            ("--warmup", self.warmup),
-            ("--batch-size", self.batch_size),
-            ("--context-length", self.context_length),
-            ("--bucket-mb", self.bucket_mb),
-        ):
-            if value is not None:
+        for name, value in self.run_settings.items():
+            flag = "--" + name.replace("_", "-")
+            if isinstance(value, bool):
+                cmd += [flag] if value else []
+            elif value is not None:
                 cmd += [flag, str(value)]
         if self.profiler == "torch":
             cmd += ["--torch-trace", str(self.out_dir / impl)]

@@ -42,10 +42,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddp import cli
 from ddp.strategies import registry
-from ddp.training.models import MODEL_NAMES
+from ddp.training.config import check_settings
 from profiling.nsys import NsysError, find_nsys
-from profiling.plan import BACKENDS, DEVICES, PROFILERS, ProfilePlan
+from profiling.plan import DEVICES, PROFILERS, ProfilePlan
 from profiling.session import exit_on_sigterm, profiled_env, record, run_forwarding_output
 
 
@@ -76,16 +77,17 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
         "impls", nargs="+", metavar="IMPL", help=f"one or more of: {', '.join(registry.IMPLEMENTATIONS)}, or all"
     )
     run = parser.add_argument_group("the profiled run (default: the machine's, see above)")
-    run.add_argument("--world-size", "-n", type=int, help="ranks (default: local GPUs, or 2 without GPU)")
-    run.add_argument(
-        "--model", choices=["auto", *MODEL_NAMES], help="model size, or auto: largest that fits the GPU, tiny on CPU"
+    cli.add_settings(
+        run,
+        skip={"impl"},  # the positional IMPL list
+        extra_choices={"model": ["auto"]},
+        notes={
+            "model": "or auto: the largest that fits the GPU, tiny on CPU",
+            "world_size": "default: local GPUs, or 2 without GPU",
+        },
+        aliases={"world_size": ["-n"]},
+        only_given=True,
     )
-    run.add_argument("--steps", type=int, help="measured (captured) steps")
-    run.add_argument("--warmup", type=int, help="warm-up steps, run before the capture starts")
-    run.add_argument("--batch-size", type=int, help="global batch (sequences per step, split across ranks)")
-    run.add_argument("--context-length", type=int, help="tokens per sequence")
-    run.add_argument("--bucket-mb", type=float, help="bucket size in MiB (overlap_bucket, torch)")
-    run.add_argument("--backend", choices=BACKENDS, help="default: nccl with GPUs, gloo without")
     run.add_argument("--device", choices=DEVICES, help="default: cuda with GPUs, cpu without")
     run.add_argument("--gpus", type=int, help="local GPUs to assume (default: counted by nvidia-smi)")
     run.add_argument(
@@ -132,17 +134,15 @@ def parse_args(argv: Sequence[str]) -> tuple[ProfilePlan, argparse.Namespace]:
         impls = registry.resolve(args.impls)
     except ValueError as err:
         parser.error(str(err))
+    settings = cli.given_settings(args)
+    check_settings({k: v for k, v in settings.items() if (k, v) != ("model", "auto")})  # ValueError naming it
     plan = ProfilePlan(
         impls=impls,
         out_dir=args.out_dir,
-        world_size=args.world_size,
-        model=args.model,
-        steps=args.steps,
-        warmup=args.warmup,
-        batch_size=args.batch_size,
-        context_length=args.context_length,
-        bucket_mb=args.bucket_mb,
-        backend=args.backend,
+        world_size=settings.pop("world_size", None),
+        model=settings.pop("model", None),
+        backend=settings.pop("backend", None),
+        run_settings=settings,
         device=args.device,
         gpus=args.gpus,
         share_gpus=args.share_gpus,

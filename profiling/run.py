@@ -21,12 +21,11 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from ddp import cli
 from ddp.comm import nvtx_ranges
-from ddp.comm.collectives import COLLECTIVES
 from ddp.launch.launcher import DistContext, RankFailedError, in_torchrun, launch
-from ddp.strategies import registry
-from ddp.training.loop import OPTIMIZERS, RunConfig, TrainResult, run_metadata, run_training
-from ddp.training.models import MODEL_NAMES
+from ddp.training.config import RunConfig
+from ddp.training.loop import TrainResult, run_metadata, run_training
 from profiling.capture import measured_region, tool_versions
 from profiling.session import PROFILER_ENV
 
@@ -67,28 +66,18 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    defaults = RunConfig()
     p = argparse.ArgumentParser(
         prog="python -m profiling.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    p.add_argument("--impl", required=True, choices=list(registry.IMPLEMENTATIONS))
-    p.add_argument("--world-size", type=int, help="local ranks to spawn (default 2; torchrun sets its own)")
-    p.add_argument(
-        "--model",
-        default="auto",
-        choices=["auto", *MODEL_NAMES],
-        help="auto: largest that fits the GPU, tiny on CPU (default: auto)",
+    cli.add_settings(
+        p,
+        defaults={"impl": None, "model": "auto", "world_size": None},
+        extra_choices={"model": ["auto"]},
+        notes={
+            "model": "auto (default): the largest that fits the GPU, tiny on CPU",
+            "world_size": "local ranks to spawn, default 2; torchrun sets its own",
+        },
     )
-    p.add_argument("--steps", type=int, default=defaults.steps, help="measured steps (default: %(default)s)")
-    p.add_argument("--warmup", type=int, default=defaults.warmup, help="uncaptured steps first (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=defaults.batch_size, help="global batch (default: %(default)s)")
-    p.add_argument("--context-length", type=int, default=defaults.context_length, help="default: %(default)s")
-    p.add_argument("--bucket-mb", type=float, default=defaults.bucket_mb, help="default: %(default)s")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
-    p.add_argument("--lr", type=float, default=defaults.lr)
-    p.add_argument("--collective", choices=list(COLLECTIVES), default=defaults.collective)
-    p.add_argument("--seed", type=int, default=defaults.seed)
-    p.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with a GPU per rank, else gloo")
     p.add_argument("--device", choices=("cpu", "cuda"), help="default: cuda when available")
     p.add_argument(
         "--share-gpus",
@@ -102,33 +91,24 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="record the measured steps with torch.profiler into STEM.rank<N>.json.gz (no nsys)",
     )
     p.add_argument("--format", choices=("table", "json"), default="table")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.impl is None:
+        p.error("the following arguments are required: --impl")
+    return args
 
 
 def config_from_args(args: argparse.Namespace) -> RunConfig:
     """The RunConfig the arguments describe (ValueError naming a bad value)."""
+    settings = cli.given_settings(args)
     if in_torchrun():
         world = int(os.environ["WORLD_SIZE"])
         if args.world_size is not None and args.world_size != world:
             raise ValueError(f"--world-size {args.world_size} does not match torchrun's WORLD_SIZE={world}")
     else:
         world = 2 if args.world_size is None else args.world_size
-    model = choose_model(args.model, args.batch_size, world, args.context_length, args.optimizer)
-    return RunConfig(
-        impl=args.impl,
-        model=model,
-        world_size=world,
-        batch_size=args.batch_size,
-        context_length=args.context_length,
-        steps=args.steps,
-        warmup=args.warmup,
-        bucket_mb=args.bucket_mb,
-        optimizer=args.optimizer,
-        lr=args.lr,
-        seed=args.seed,
-        collective=args.collective,
-        backend=args.backend,
-    )
+    settings["world_size"] = world
+    settings["model"] = choose_model(args.model, args.batch_size, world, args.context_length, args.optimizer)
+    return RunConfig(**settings)
 
 
 def summary(result: TrainResult) -> dict:

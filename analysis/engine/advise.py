@@ -170,6 +170,12 @@ def recorded_run(trace: Trace, patterns: Patterns | None = None) -> tuple[Record
     calls = calls[(calls["op"] == "all_reduce") & (calls["step"] >= 0)].reset_index(drop=True)
     if calls.empty:
         raise TraceError(f"{trace.path}: no all-reduce calls inside steps: nothing to model")
+    if calls["bytes"].isna().all():
+        raise TraceError(
+            f"{trace.path}: the collectives carry no byte counts (no payload on their comm ranges, no bucket "
+            "layout in ddp.meta): the cost of other bucket sizes cannot be fitted; record with this "
+            "project's run_nsys.sh"
+        )
     world = world_size(trace.meta, len(trace.ranks))
     served = transfer_times(calls, world)
     if served.empty:

@@ -14,7 +14,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.run_info import profiler_label, trace_metadata
-from analysis.frames.trace import Trace
+from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
 from analysis.measures.collective_rows import call_rows, with_comm_split
@@ -45,7 +45,7 @@ METADATA = [
 ]  # summary columns from run_info.trace_metadata
 
 
-NOTES = ["comm_note"]  # summary columns of what the reader should know: '' when nothing to say
+NOTES = ["comm_note", "clock_note"]  # summary columns of what the reader should know: '' when nothing to say
 
 
 @dataclass(frozen=True)
@@ -121,6 +121,7 @@ def analyze_trace(
     summary["comm_note"] = unrecognised_comm_note(
         trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
     )
+    summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):

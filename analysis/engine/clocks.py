@@ -5,8 +5,10 @@ file's times on that file's own clock and record, per part, what the file says a
 UTC-minus-trace-clock offset, `info[part][CLOCK_OFFSET_KEY]`: nsys TARGET_INFO_SESSION_START_TIME,
 Kineto baseTimeNanoseconds). `clock_shifts` decides how far to move each part onto the first
 part's clock; every path that merges files uses it: the one-piece load (`align_clocks`, called by
-runs.load_trace) and the per-file merge of --jobs/--dask (rank_merge.combine). A better estimate
-(from the collectives the ranks shared) plugs in here and nowhere else.
+runs.load_trace) and the per-file merge of --jobs/--dask (rank_merge.combine). Where the parts'
+collective calls are known, `clock_alignment` checks the recorded clocks against an estimate from
+the collectives the ranks shared (measures/clock_offsets.py) and uses the estimate when they
+disagree by more than its error; `clock_note` says what was done, per file.
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from analysis.frames.trace import CLOCK_OFFSET_KEY, Trace
+from analysis.frames.patterns import Patterns
+from analysis.frames.trace import CLOCK_NOTE_KEY, CLOCK_OFFSET_KEY, Trace
+from analysis.measures.clock_offsets import OffsetEstimate, collective_ends, estimate_offsets
+from analysis.measures.collective_calls import call_times
 
 
 @dataclass(frozen=True)
@@ -31,14 +36,81 @@ class PartClock:
     calls: pd.DataFrame | None = None
 
 
-def clock_shifts(parts: Sequence[PartClock]) -> list[int]:
-    """ns to add to each part's times to put them on the first part's clock (the first part's
-    shift is 0). Today from the recorded offsets alone: two files' clocks agree as far as their
-    recorded UTC anchors do."""
+MIN_SAMPLES = 8  # shared collectives needed before the estimate may overrule a recorded clock
+# the estimate is trusted only when the collectives' ends agree this well (real NCCL pairs: 1-2 µs); ends
+# further apart mean the calls matched are not one collective's, or the ranks do not end together
+MAX_TRUSTED_ERROR_NS = 100_000
+
+
+@dataclass(frozen=True)
+class PartAlignment:
+    """One part's clock: the shift its recorded offset gives (`recorded_shift_ns`), the estimate from
+    the collectives (measures/clock_offsets.py; `estimate.samples` 0: none), and the shift used."""
+
+    recorded_shift_ns: int
+    estimate: OffsetEstimate
+    shift_ns: int
+
+    @property
+    def from_collectives(self) -> bool:
+        return self.shift_ns != self.recorded_shift_ns
+
+
+def clock_alignment(parts: Sequence[PartClock]) -> list[PartAlignment]:
+    """Per part: how far to move its times onto the first part's clock, and why. The recorded
+    offsets (session clocks) give the shift, unless the part shares at least MIN_SAMPLES
+    collectives with the first part and their estimate disagrees with it by more than the
+    estimate's error: then the collectives' estimate is used (clocks of different hosts disagree
+    by milliseconds; the ranks' kernels of one collective end together within microseconds)."""
     if not parts:
         return []
     first = parts[0].recorded_offset_ns
-    return [int(p.recorded_offset_ns - first) for p in parts]
+    ends = [collective_ends(p.calls) if p.calls is not None and len(p.calls) else None for p in parts]
+    out = []
+    for part, estimate in zip(parts, estimate_offsets(ends), strict=True):
+        recorded = int(part.recorded_offset_ns - first)
+        trusted = estimate.samples >= MIN_SAMPLES and estimate.error_ns <= MAX_TRUSTED_ERROR_NS
+        disagrees = trusted and abs(estimate.offset_ns - recorded) > estimate.error_ns
+        out.append(PartAlignment(recorded, estimate, estimate.offset_ns if disagrees else recorded))
+    return out
+
+
+def clock_shifts(parts: Sequence[PartClock]) -> list[int]:
+    """ns to add to each part's times to put them on the first part's clock (the first part's
+    shift is 0): clock_alignment's choice per part."""
+    return [a.shift_ns for a in clock_alignment(parts)]
+
+
+def clock_note(alignment: Sequence[PartAlignment], ranks_of_part: dict[int, list[int]]) -> str:
+    """What a merged run's outputs say about its clocks: per file after the first, its ranks, the
+    offset used, the collectives' estimate with its error and residual ('' for a single file)."""
+    if len(alignment) < 2:
+        return ""
+    said = []
+    for part, a in enumerate(alignment[1:], start=1):
+        who = (
+            ("rank " if len(ranks_of_part[part]) == 1 else "ranks ") + ",".join(map(str, ranks_of_part.get(part, [])))
+            if ranks_of_part.get(part)
+            else f"file {part}"
+        )
+        e = a.estimate
+        if e.samples == 0:
+            said.append(f"{who}: session clock (no shared collectives to check it)")
+            continue
+        if a.from_collectives:
+            verdict = (
+                f"aligned on the collectives, {(a.shift_ns - a.recorded_shift_ns) / 1e6:+.3f} ms from its session clock"
+            )
+        elif e.error_ns > MAX_TRUSTED_ERROR_NS or e.samples < MIN_SAMPLES:
+            verdict = "session clock kept (the collectives' ends are too few or too scattered to check it)"
+        else:
+            verdict = "session clock kept (the collectives agree within their error)"
+        said.append(
+            f"{who}: {verdict}; offset {a.shift_ns / 1e6:.6f} ms, collectives' estimate "
+            f"{e.offset_ns / 1e6:.6f} ms ± {e.error_ns / 1e3:.1f} µs, residual {e.residual_ns / 1e3:.1f} µs "
+            f"over {e.samples} collectives"
+        )
+    return "clocks: " + "; ".join(said)
 
 
 def recorded_clocks(trace: Trace) -> list[PartClock]:
@@ -73,3 +145,19 @@ def align_clocks(trace: Trace, shifts: Sequence[int] | None = None) -> Trace:
         nvtx=_shift_columns(trace.nvtx, ("start", "end"), by_part),
         collectives=_shift_columns(trace.collectives, ("start", "end"), by_part),
     )
+
+
+def align_on_collectives(trace: Trace, patterns: Patterns) -> Trace:
+    """The trace with every part on the first part's clock by clock_alignment, the parts' calls found
+    on their own clocks (gpu_ops.is_comm must be set: it does not change with a part's shift), and
+    the alignment's clock_note under CLOCK_NOTE_KEY in info[0]. One part: the trace as it is."""
+    clocks = recorded_clocks(trace)
+    if len(clocks) < 2:
+        return trace
+    calls, _ = call_times(trace, patterns)
+    by_part = calls.groupby("part").indices if len(calls) else {}
+    parts = [replace(c, calls=calls.iloc[by_part[i]] if i in by_part else None) for i, c in enumerate(clocks)]
+    alignment = clock_alignment(parts)
+    ranks_of_part = {int(p): sorted(g["rank"].tolist()) for p, g in trace.ranks.groupby("part")}
+    info = {**trace.info, 0: {**trace.info.get(0, {}), CLOCK_NOTE_KEY: clock_note(alignment, ranks_of_part)}}
+    return replace(align_clocks(trace, [a.shift_ns for a in alignment]), info=info)

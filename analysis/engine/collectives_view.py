@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from analysis.measures import collective_stats as stats
 from analysis.measures.collective_rows import call_rows
 from analysis.measures.in_time import in_time_sentences
 from analysis.measures.op_phase import phase_labels
+from analysis.measures.prefetch import PREFETCH_COLUMNS, prefetch_rows
 from analysis.views.table import plain_records
 
 
@@ -25,13 +26,15 @@ from analysis.views.table import plain_records
 class CollectivesView:
     """`calls`: one row per call per rank (ROW_COLUMNS); `by_size`: per trace, op and size class;
     `by_rank`: per trace and rank; `stragglers`: per trace and step; `traces`: per trace, with
-    source, world size, ranks present and a note when calls lack partners."""
+    source, world size, ranks present, a note when calls lack partners and `in_time` (the all-gather
+    answer in words); `prefetch`: per trace, each forward all-gather (measures/prefetch.py)."""
 
     calls: pd.DataFrame
     by_size: pd.DataFrame
     by_rank: pd.DataFrame
     stragglers: pd.DataFrame
     traces: pd.DataFrame
+    prefetch: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *PREFETCH_COLUMNS]))
 
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...]}]}."""
@@ -72,8 +75,9 @@ def collectives_of(
 ) -> CollectivesView:
     """The view of loaded traces; rank/step keep only that rank's/step's calls (stragglers use every
     rank of the kept steps); peak_busbw (GB/s) adds busbw as % of that peak."""
-    rows, facts = zip(*(_with_in_time(t, *call_rows(t, patterns), patterns) for t in traces), strict=True)
+    rows, facts, prefetch = zip(*(_with_in_time(t, *call_rows(t, patterns), patterns) for t in traces), strict=True)
     calls = pd.concat(rows, ignore_index=True)
+    gathers = pd.concat(prefetch, ignore_index=True)
     for name, value in (("step", step), ("rank", rank)):
         have = sorted(calls[name].unique().tolist())
         if value is not None and value not in have:
@@ -87,17 +91,22 @@ def collectives_of(
         calls = calls[calls["rank"] == rank]
     by_size, by_rank, _ = _summaries(calls, peak_busbw)
     stragglers = _summaries(every_rank, None)[2]
-    return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, pd.DataFrame(list(facts)))
+    if step is not None:
+        gathers = gathers[gathers["step"] == step]
+    facts_frame = pd.DataFrame(list(facts))
+    return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, facts_frame, gathers)
 
 
 def _with_in_time(
     trace: Trace, rows: pd.DataFrame, facts: dict, patterns: Patterns | None
-) -> tuple[pd.DataFrame, dict]:
-    """The trace's facts with `in_time`: whether its all-gathers came in time, in words (in_time.py)."""
+) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """The trace's rows; its facts with `in_time`: whether its all-gathers came in time, in words
+    (in_time.py); its forward all-gathers' prefetch rows (prefetch.py)."""
     ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
-    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}
+    gathers = prefetch_rows(trace, rows, phases).assign(path=trace.path)
+    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}, gathers
 
 
 def analyze_collectives(

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
-from analysis.engine.clocks import PartClock, clock_shifts
+from analysis.engine.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.engine.file_task import FileResult
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import KERNELS, NS_PER_MS, RANGES, Trace
@@ -55,9 +55,9 @@ def _global_ranks(results: Sequence[FileResult], parts: Sequence[int]) -> pd.Dat
     return ranks.assign(global_rank=np.array(meta if usable else range(len(ranks)), dtype=np.int64))
 
 
-def file_shifts(results: Sequence[FileResult]) -> list[int]:
-    """ns onto the first file's clock per file, by the loader's one rule (clocks.clock_shifts)."""
-    return clock_shifts([PartClock(r.clock_offset, r.calls.frame if r.calls is not None else None) for r in results])
+def file_alignment(results: Sequence[FileResult]) -> list[PartAlignment]:
+    """Per file: how far onto the first file's clock, and why, by the loader's one rule (clocks.py)."""
+    return clock_alignment([PartClock(r.clock_offset, r.calls.frame if r.calls is not None else None) for r in results])
 
 
 def _renumbered(frame: pd.DataFrame, part: int, ranks: pd.DataFrame) -> pd.DataFrame:
@@ -96,7 +96,8 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
         if "shared_gpu" in merged:
             merged["shared_gpu"] = merged["rank"].isin(shared).to_numpy()
         frames[f.name] = _keyed(merged, keys)
-    shifts = file_shifts(results)
+    alignment = file_alignment(results)
+    shifts = [a.shift_ns for a in alignment]
     if len(results) > 1:  # one file's own split pairs all its ranks' calls already
         calls = _merged_calls(results, kept, ranks, shifts)
         rows = split_rows(calls, world_size(run.meta, len(run.ranks)))
@@ -107,6 +108,8 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
     summary = trace_summary(run, frames["steps"])
     summary["comm_note"] = _run_comm_note([results[i].analysis.summary for i in kept])
+    ranks_of_part = {int(p): sorted(g["global_rank"].tolist()) for p, g in ranks.groupby("part")}
+    summary["clock_note"] = clock_note(alignment, ranks_of_part)
     return Merged(Analysis(**frames, summary=summary), spread)
 
 

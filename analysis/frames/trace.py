@@ -34,6 +34,7 @@ import pandas as pd
 
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
 CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a part's `info`: UTC ns minus that file's trace-clock ns
+CLOCK_NOTE_KEY = "clock_note"  # in info[0] of a run of several files: how their clocks were aligned
 # What a figure was measured from, the one meaning of `source` everywhere (Trace.source, the collective
 # calls' source, a rank's comm_source and compute_source): GPU kernels, or NVTX/annotation ranges.
 KERNELS, RANGES = "kernels", "ranges"

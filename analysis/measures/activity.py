@@ -226,10 +226,9 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
     return out
 
 
-def overlap_periods(work: RankWork, step: int | None = None, lo: int | None = None, hi: int | None = None) -> iv.Set:
-    """Where the rank's communication lies under its compute: the communication launched in `step`
-    (all of it when None), clipped to [lo, hi), intersected with all of the rank's compute. Its
-    measure over a step is that step's overlap_ms (metrics.window_metrics)."""
+def _comm_in_view(work: RankWork, step: int | None, lo: int | None, hi: int | None) -> tuple[RankActivity, iv.Set]:
+    """The activity the step (or the whole capture) is measured on, and the union of the communication
+    launched in `step` (all of it when None) clipped to [lo, hi)."""
     act = work.whole if step is None else work.steps
     comm = act.comm
     if step is not None:
@@ -238,7 +237,22 @@ def overlap_periods(work: RankWork, step: int | None = None, lo: int | None = No
     starts, ends = comm.start, comm.end
     if lo is not None and hi is not None:
         starts, ends = iv.clip(starts, ends, lo, hi)
-    return iv.intersect(*iv.union(starts, ends), *act.compute.as_set())
+    return act, iv.union(starts, ends)
+
+
+def overlap_periods(work: RankWork, step: int | None = None, lo: int | None = None, hi: int | None = None) -> iv.Set:
+    """Where the rank's communication lies under its compute: the communication launched in `step`
+    (all of it when None), clipped to [lo, hi), intersected with all of the rank's compute. Its
+    measure over a step is that step's overlap_ms (metrics.window_metrics)."""
+    act, comm = _comm_in_view(work, step, lo, hi)
+    return iv.intersect(*comm, *act.compute.as_set())
+
+
+def exposed_periods(work: RankWork, step: int | None = None, lo: int | None = None, hi: int | None = None) -> iv.Set:
+    """The rest of that communication: where none of the rank's compute is under it. Its measure over a
+    step is that step's exposed_comm_ms (comm_ms - overlap_ms)."""
+    act, comm = _comm_in_view(work, step, lo, hi)
+    return iv.subtract(*comm, *act.compute.as_set())
 
 
 def compute_sets(works: list[RankWork]) -> dict[int, iv.Set]:

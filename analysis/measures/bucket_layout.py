@@ -4,7 +4,7 @@ Both bucketed strategies take parameters in the order their gradients arrived in
 rebuild their buckets once from it; before, reverse `module.parameters()` order) and cap the first bucket
 at FIRST_BUCKET_MB (or the cap, if smaller) so communication starts early in backward. They differ in
 where a bucket closes:
-  "before"  BucketedDDP (`overlap_bucket`): before the parameter that would take it past the cap;
+  "before"  OverlapBucketDDP (`overlap_bucket`): before the parameter that would take it past the cap;
   "after"   PyTorch DDP (`torch`): after the parameter that reaches the cap.
 A parameter larger than the cap gets a bucket of its own under both rules.
 """
@@ -15,7 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 MIB = 2**20
-FIRST_BUCKET_MB = 1.0  # DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES) and BucketedDDP's default
+FIRST_BUCKET_MB = 1.0  # DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES) and OverlapBucketDDP's default
 RULES = ("before", "after")
 
 

@@ -238,16 +238,24 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
     return out
 
 
+def call_times(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, str]:
+    """(the calls with rank, part, op, step, issue/start/end ns and what else the source gives, but
+    no bytes, phase or compute; the source): what clock alignment needs (engine/clocks.py)."""
+    kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
+    source = KERNELS if len(kernels) else RANGES
+    calls = kernels if source == KERNELS else _range_calls(trace)
+    issue = calls["issue_ns"].to_numpy(dtype=np.int64)
+    calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue)
+    return calls, source
+
+
 def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None) -> Calls:
     """Every collective call per rank with op, tag, bytes, issue/arrival/completion, step and phase;
     `works`: rank_work(trace, patterns) when the caller has it already (the ranks' compute comes from it)."""
     patterns = patterns or Patterns()
-    kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
-    source = KERNELS if len(kernels) else RANGES
-    calls = kernels if source == KERNELS else _range_calls(trace)
+    calls, source = call_times(trace, patterns)
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
-    calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns))

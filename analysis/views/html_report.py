@@ -14,8 +14,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.views import palette
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, write_page
-from analysis.views.render_style import CATEGORY_COLOURS, OVERLAP_LINE
 
 TABLE_COLUMNS = {  # summary column -> heading, format
     "implementation": ("implementation", "{}"),
@@ -29,10 +29,10 @@ TABLE_COLUMNS = {  # summary column -> heading, format
     "speedup_vs_naive": ("speedup over naive", "{:.2f}x"),
 }
 BREAKDOWN = (  # stacked bar parts per step: column, label, colour
-    ("compute_only_ms", "compute (no comm under it)", CATEGORY_COLOURS["compute"]),
-    ("overlap_ms", "overlapped comm", OVERLAP_LINE),
-    ("exposed_comm_ms", "exposed comm", CATEGORY_COLOURS["comm_kernel"]),
-    ("idle_ms", "idle (neither)", "#cfcfcf"),
+    ("compute_only_ms", "compute (no comm under it)", palette.COMPUTE_ONLY),
+    ("overlap_ms", "comm hidden under compute", palette.HIDDEN_COMM),
+    ("exposed_comm_ms", "comm exposed", palette.EXPOSED_COMM),
+    ("idle_ms", "idle (neither)", palette.IDLE),
 )
 
 

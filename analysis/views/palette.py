@@ -60,11 +60,11 @@ IMPLEMENTATION_COLOURS: dict[str, str] = {
     "overlap": "#225522",  # dark green
     "overlap_bucket": "#EE8866",  # salmon
     "torch": "#000000",  # black: the reference
-    "fsdp": "#DC050C",  # red
+    "fsdp": "#994F88",  # plum
     "torch_fsdp": "#7BAFDE",  # light blue
 }
 # Implementations not named above take these in order of first appearance.
-SPARE_IMPLEMENTATION_COLOURS = ("#994F88", "#72190E", "#AAAA00", "#225555", "#666633")
+SPARE_IMPLEMENTATION_COLOURS = ("#5E4FA2", "#72190E", "#225555", "#666633", "#AAAA00")
 
 
 def collective_of(op: str) -> str:

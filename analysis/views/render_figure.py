@@ -2,8 +2,9 @@
 
 Every lane is a row of thick WebGL (scattergl) line segments, one trace per category so colours
 and legend entries are shared by all panels; an invisible marker at each segment's middle carries
-the hover text. Periods where communication overlaps compute are shaded per rank, behind the
-rank's lanes. All panels share the x axis: milliseconds since each panel's own origin.
+the hover text; step ranges carry their number as text. All panels share the x axis: milliseconds
+since each panel's own origin. A panel with an `overview` (the whole run) draws it too, hidden,
+and two buttons switch every panel between its step and its whole run.
 """
 
 from __future__ import annotations
@@ -15,19 +16,16 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.measures import intervals
 from analysis.views.render_binning import check_segments, merge_subpixel
-from analysis.views.render_style import (
-    CATEGORY_LABELS,
-    OVERLAP_COLOUR,
-    OVERLAP_LINE,
-    category_colour,
-    category_order,
-)
+from analysis.views.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
 
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
-OVERLAP_NAME = "comm overlaps compute"
+TOP_PX, BOTTOM_PX = 120, 60  # room above the first panel (buttons, title, toolbar) and for the time axis
+LEGEND_PX = 230  # right margin holding the legend, clear of the plot and the toolbar above it
+LEGEND_RANK = {c: i for i, c in enumerate(CATEGORY_COLOURS)}  # the legend in the palette's order
+STEP_LABEL_MIN_PX = 40  # a step range narrower than this at full view is not labelled
+HOVER_PX = 4  # hover labels are merged like the lines, at this many pixels: a mouse cannot pick finer
 
 
 @dataclass(frozen=True)
@@ -41,6 +39,7 @@ class Panel:
     window_ns: tuple[int, int]
     overlap: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "start", "end"]))
     merged_pixel_ns: float | None = None  # the resolution the segments were already merged at, if any
+    overview: Panel | None = None  # the whole run on the same lanes and origin, shown by the "whole run" button
 
     def __post_init__(self) -> None:
         check_segments(self.segments)
@@ -59,7 +58,7 @@ def panel_pixel_ns(panel: Panel, width_px: int) -> float:
 def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """Flattened [start, end, NaN] x values (ms) and [lane, lane, NaN] y values for scattergl lines."""
     n = len(seg)
-    x = np.full((n, 3), np.nan)
+    x = np.full((n, 3), np.nan, dtype=np.float32)  # float32 ms: sub-microsecond over a 2 s view, half the bytes
     x[:, 0] = (seg["start"].to_numpy() - origin_ns) / 1e6
     x[:, 1] = (seg["end"].to_numpy() - origin_ns) / 1e6
     y = np.full((n, 3), np.nan, dtype=np.float32)  # lane numbers are exact in float32: half the bytes
@@ -67,20 +66,25 @@ def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]
     return x.ravel(), y.ravel()
 
 
-def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per segment: its name (with the count when merged) and 'phase: P, stream: S'.
+def _size(b: float) -> str:
+    return "" if np.isnan(b) else f" · {b / 1e6:.2f} MB" if b >= 1e5 else f" · {b / 1e3:.1f} kB"
 
-    Plain text only: the HTML tags live once in the hovertemplate, since JSON escapes every '<'
-    in per-point strings into six bytes.
+
+def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per segment: its name (with the count when merged) and 'step N · phase<br>stream S · bytes'.
+
+    The HTML tags live once in the hovertemplate where they can, since JSON escapes every '<' in
+    per-point strings into six bytes.
     """
     name = seg["name"].astype(str).str.slice(0, 80)
     merged = seg["count"] > 1
     name = name.where(~merged, seg["count"].astype(str) + " merged, first: " + name)
-    where = "phase: " + seg["phase"].astype(str) + ", " + seg["stream"].astype(str)
+    size = [_size(b) for b in seg["bytes"].to_numpy(dtype=float)] if "bytes" in seg else [""] * len(seg)
+    where = seg["phase"].astype(str) + "; " + seg["stream"].astype(str) + pd.Series(size, index=seg.index)
     return name.to_numpy(), where.to_numpy()
 
 
-def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str) -> go.Scattergl:
+def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str, visible: bool) -> go.Scattergl:
     """Invisible markers at segment middles that carry the hover label of each segment.
 
     One per category, so the colour is a scalar: per-point colour arrays cost plotly a Python-level
@@ -91,7 +95,7 @@ def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str) -> go.Scatter
     custom = np.column_stack([start_ms, dur_ms, seg["count"].to_numpy(), seg["busy"].to_numpy() / 1e6])
     names, where = _hover_text(seg)
     return go.Scattergl(
-        x=start_ms + dur_ms / 2,
+        x=(start_ms + dur_ms / 2).astype(np.float32),
         y=seg["lane"].to_numpy(dtype=np.float32),
         mode="markers",
         marker=dict(size=8, opacity=0, color=category_colour(category)),
@@ -105,39 +109,59 @@ def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str) -> go.Scatter
         showlegend=False,
         legendgroup=category,
         name="hover",
+        visible=visible,
     )
 
 
-def _overlap_trace(panel: Panel, pixel_ns: float, shown: bool) -> go.Scatter | None:
-    """Filled rectangles over each rank's lanes where its communication overlaps compute."""
-    if panel.overlap.empty:
+def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) -> go.Scattergl | None:
+    """The step number written on each step range wide enough to hold it, in the middle of its visible part."""
+    steps = seg.loc[seg["category"] == "step"]
+    lo, hi = panel.window_ns
+    s, e = np.maximum(steps["start"].to_numpy(), lo), np.minimum(steps["end"].to_numpy(), hi)
+    wide = (e - s) >= STEP_LABEL_MIN_PX * panel_pixel_ns(panel, width_px)
+    if not wide.any():
         return None
-    span = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
-    xs, ys = [], []
-    for rank, rows in panel.overlap.groupby("rank"):  # one iteration per rank, not per event
-        if rank not in span.index:
-            continue
-        s, e = intervals.union(rows["start"].to_numpy(), rows["end"].to_numpy(), gap=pixel_ns)
-        s, e = (s - panel.origin_ns) / 1e6, (e - panel.origin_ns) / 1e6
-        top, bottom = span.loc[rank, "min"] - 0.5, span.loc[rank, "max"] + 0.5
-        x = np.column_stack([s, e, e, s, s, np.full_like(s, np.nan)]).ravel()
-        y = np.tile([top, top, bottom, bottom, top, np.nan], s.size)
-        xs.append(x)
-        ys.append(y)
-    if not xs:
-        return None
-    return go.Scatter(
-        x=np.concatenate(xs),
-        y=np.concatenate(ys),
-        mode="lines",
-        fill="toself",
-        fillcolor=OVERLAP_COLOUR,
-        line=dict(width=0.5, color=OVERLAP_LINE),
+    return go.Scattergl(  # WebGL like the lanes: SVG text would sit under their canvas
+        x=((s + e)[wide] / 2 - panel.origin_ns) / 1e6,
+        y=steps["lane"].to_numpy()[wide],
+        mode="text",
+        text=steps["name"].to_numpy()[wide],
+        textfont=dict(size=11, color="#222222"),
         hoverinfo="skip",
-        name=OVERLAP_NAME,
-        legendgroup="overlap",
-        showlegend=shown,
+        showlegend=False,
+        name="step numbers",
+        visible=visible,
     )
+
+
+def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str]) -> list:
+    """Every trace of one level of a panel: per category its lines and hover markers, and step labels."""
+    pixel_ns = panel_pixel_ns(panel, width_px)
+    seg = panel.segments if panel.merged_pixel_ns == pixel_ns else merge_subpixel(panel.segments, pixel_ns)
+    out: list = []
+    for category in category_order(seg["category"].astype(str).unique()):
+        part = seg.loc[seg["category"] == category]
+        x, y = _line_xy(part, panel.origin_ns)
+        out.append(
+            go.Scattergl(
+                x=x,
+                y=y,
+                mode="lines",
+                line=dict(width=LANE_PX * 0.62, color=category_colour(category)),
+                hoverinfo="skip",
+                name=CATEGORY_LABELS.get(category, category),
+                legendgroup=category,
+                legendrank=LEGEND_RANK.get(category, 1000),
+                showlegend=visible and category not in in_legend,
+                visible=visible,
+            )
+        )
+        if visible:
+            in_legend.add(category)
+        hover = merge_subpixel(part, pixel_ns * HOVER_PX)  # one label per few pixels is all a mouse can pick
+        out.append(_hover_trace(hover, panel.origin_ns, category, visible))
+    labels = _step_labels(seg, panel, width_px, visible)
+    return [*out, labels] if labels is not None else out
 
 
 def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
@@ -150,6 +174,46 @@ def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
             )
 
 
+def _ms_range(panels: list[Panel]) -> list[float]:
+    lo = min((p.window_ns[0] - p.origin_ns) / 1e6 for p in panels)
+    hi = max((p.window_ns[1] - p.origin_ns) / 1e6 for p in panels)
+    return [lo, hi]
+
+
+def _level_buttons(fig: go.Figure, panels: list[Panel], is_overview: list[bool], plot_px: int) -> None:
+    """Buttons above the first panel: each panel's step, or each panel's whole run (x range and traces)."""
+    axes = [k for k in fig.layout if k.startswith("xaxis")]
+    whole = [p.overview or p for p in panels]
+    step_label = "one step" + (" each" if len(panels) > 1 else "")
+    buttons = [
+        dict(
+            label=label,
+            method="update",
+            args=[{"visible": [o == show_overview for o in is_overview]}, {f"{a}.range": rng for a in axes}],
+        )
+        for label, show_overview, rng in (
+            (step_label, False, _ms_range(panels)),
+            ("whole run", True, _ms_range(whole)),
+        )
+    ]
+    fig.update_layout(
+        updatemenus=[
+            dict(
+                type="buttons",
+                direction="right",
+                buttons=buttons,
+                x=0,
+                xanchor="left",
+                y=1 + 62 / plot_px,
+                yanchor="bottom",
+                pad=dict(t=0, b=0, l=0, r=0),
+                showactive=True,
+                active=0,
+            )
+        ]
+    )
+
+
 def build_figure(
     panels: list[Panel], width_px: int = 1600, x_title: str = "time since the chosen step's start (ms)"
 ) -> go.Figure:
@@ -157,43 +221,23 @@ def build_figure(
     if not panels:
         raise ValueError("build_figure needs at least one panel")
     heights = [max(len(p.lanes), 1) * LANE_PX + PANEL_GAP_PX for p in panels]
-    total = sum(heights) + 60
+    plot_px = sum(heights)
     fig = make_subplots(
         rows=len(panels),
         cols=1,
         shared_xaxes=True,
         row_heights=heights,
-        vertical_spacing=PANEL_GAP_PX / total * 0.8 if len(panels) > 1 else 0.0,
+        vertical_spacing=PANEL_GAP_PX / plot_px * 0.8 if len(panels) > 1 else 0.0,
         subplot_titles=[p.title for p in panels],
     )
     in_legend: set[str] = set()
-    line_width = LANE_PX * 0.62
+    is_overview: list[bool] = []
     for row, panel in enumerate(panels, start=1):
-        pixel_ns = panel_pixel_ns(panel, width_px)
-        seg = panel.segments if panel.merged_pixel_ns == pixel_ns else merge_subpixel(panel.segments, pixel_ns)
-        shading = _overlap_trace(panel, pixel_ns, shown="overlap" not in in_legend)
-        if shading is not None:
-            in_legend.add("overlap")
-            fig.add_trace(shading, row=row, col=1)
-        for category in category_order(seg["category"].unique()):
-            part = seg.loc[seg["category"] == category]
-            x, y = _line_xy(part, panel.origin_ns)
-            fig.add_trace(
-                go.Scattergl(
-                    x=x,
-                    y=y,
-                    mode="lines",
-                    line=dict(width=line_width, color=category_colour(category)),
-                    hoverinfo="skip",
-                    name=CATEGORY_LABELS.get(category, category),
-                    legendgroup=category,
-                    showlegend=category not in in_legend,
-                ),
-                row=row,
-                col=1,
-            )
-            in_legend.add(category)
-            fig.add_trace(_hover_trace(part, panel.origin_ns, category), row=row, col=1)
+        levels = [(panel, True), *([(panel.overview, False)] if panel.overview is not None else [])]
+        for level, visible in levels:
+            for trace in _panel_traces(level, width_px, visible, in_legend):
+                fig.add_trace(trace, row=row, col=1)
+                is_overview.append(not visible)
         _rank_bands(fig, panel, row)
         n_lanes = max(len(panel.lanes), 1)
         fig.update_yaxes(
@@ -209,17 +253,17 @@ def build_figure(
             tickfont=dict(size=10),
         )
     # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
-    lo = min((p.window_ns[0] - p.origin_ns) / 1e6 for p in panels)
-    hi = max((p.window_ns[1] - p.origin_ns) / 1e6 for p in panels)
-    fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=[lo, hi])
+    fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels))
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
     fig.update_layout(
-        height=total,
+        height=plot_px + TOP_PX + BOTTOM_PX,
         template="plotly_white",
         hovermode="closest",
-        margin=dict(l=170, r=30, t=90, b=60),
-        legend=dict(orientation="h", yanchor="bottom", y=1.0 + 40 / total, x=0, font=dict(size=11)),
+        margin=dict(l=170, r=LEGEND_PX, t=TOP_PX, b=BOTTOM_PX),
+        legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
     )
+    if any(is_overview):
+        _level_buttons(fig, panels, is_overview, plot_px)
     return fig
 
 

@@ -1,45 +1,52 @@
-"""Categories of timeline segments and their fixed colours, shared by every panel and page.
+"""Categories of timeline segments, their colours (from palette.py) and legend labels, shared by every
+panel and page.
 
-A colour belongs to a category, never to a trace or a panel, so "red" means communication in
-every timeline and every report this project writes.
+A colour belongs to a category, never to a trace or a panel. Compute (GPU kernels and the CPU's
+phase ranges) is coloured by its phase, so backward work is orange on every lane; communication
+(GPU kernels and CPU comm ranges) by its collective; the overlap strip by hidden or exposed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection
 
+from analysis.views import palette
 from contract import BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER
 
-# Draw order is list order: later categories are drawn on top.
+PHASE_CATEGORIES = (FORWARD, BACKWARD, OPTIMIZER, GRAD_SYNC)
+COMM_CATEGORIES = tuple(f"comm:{c}" for c in palette.COLLECTIVE_COLOURS)
+HIDDEN, EXPOSED = "hidden", "exposed"
+
+# Draw order and legend order are list order.
 CATEGORY_COLOURS: dict[str, str] = {
-    "step": "#9e9e9e",  # CPU: the step range
-    FORWARD: "#4e79a7",  # CPU: forward phase (categories named after the contract's ranges)
-    BACKWARD: "#f28e2b",  # CPU: backward phase
-    OPTIMIZER: "#59a14f",  # CPU: optimizer phase
-    GRAD_SYNC: "#b07aa1",  # CPU: finish_gradient_synchronization()
-    "comm": "#e15759",  # CPU: comm:<op>:<tag> ranges (blocking or in-flight async)
-    "nvtx": "#c9c9c9",  # CPU: any other NVTX range (framework ops, library ranges)
-    "compute": "#1f77b4",  # GPU: compute kernels
-    "comm_kernel": "#d62728",  # GPU: communication kernels (NCCL and friends)
-    "memory": "#8c564b",  # GPU: memcpy / memset
+    "step": palette.STEP,  # CPU: the step range
+    **{p: palette.PHASE_COLOURS[p] for p in PHASE_CATEGORIES},  # CPU phases; GPU compute launched in them
+    "compute": palette.PHASE_COLOURS["other"],  # GPU compute launched outside the phases
+    "memory": palette.MEMORY,  # GPU: memcpy / memset
+    **{f"comm:{c}": colour for c, colour in palette.COLLECTIVE_COLOURS.items()},  # CPU comm ranges, GPU comm
+    "nvtx": palette.OTHER_NVTX,  # CPU: any other NVTX range (framework ops, library ranges)
+    HIDDEN: palette.HIDDEN_COMM,  # overlap strip: communication with compute under it
+    EXPOSED: palette.EXPOSED_COMM,  # overlap strip: communication with no compute under it
 }
-OVERLAP_COLOUR = "rgba(44, 160, 44, 0.28)"  # shading where communication overlaps compute
-OVERLAP_LINE = "rgba(44, 160, 44, 0.9)"
 
 CATEGORY_LABELS: dict[str, str] = {
-    "step": "step (CPU)",
-    FORWARD: f"{FORWARD} (CPU)",
-    BACKWARD: f"{BACKWARD} (CPU)",
-    OPTIMIZER: f"{OPTIMIZER} (CPU)",
-    GRAD_SYNC: f"{GRAD_SYNC} (CPU)",
-    "comm": "comm range (CPU)",
-    "nvtx": "other NVTX (CPU)",
-    "compute": "compute kernel (GPU)",
-    "comm_kernel": "comm kernel (GPU)",
-    "memory": "memcpy/memset (GPU)",
+    "step": "step",
+    FORWARD: FORWARD,
+    BACKWARD: BACKWARD,
+    OPTIMIZER: OPTIMIZER,
+    GRAD_SYNC: f"{GRAD_SYNC} (CPU wait)",
+    "compute": "compute outside the phases",
+    "memory": "memcpy/memset",
+    **{f"comm:{c}": label for c, label in palette.COLLECTIVE_LABELS.items()},
+    "nvtx": "other NVTX range",
+    HIDDEN: "comm hidden under compute",
+    EXPOSED: "comm exposed",
 }
 
-PHASE_CATEGORIES = (FORWARD, BACKWARD, OPTIMIZER, GRAD_SYNC)
+
+def comm_category(name: str) -> str:
+    """The comm category of a collective's op, range or kernel name (comm:all_reduce, ...)."""
+    return f"comm:{palette.collective_of(name)}"
 
 
 def category_colour(category: str) -> str:

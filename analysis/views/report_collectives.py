@@ -18,12 +18,12 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.trace import GPU_KERNEL, NS_PER_MS, Trace
 from analysis.measures.collective_calls import step_at
 from analysis.measures.phases import codes, launched_inside, ranges_named
-from analysis.views.render_style import CATEGORY_COLOURS
+from analysis.views import palette
 
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
 
-WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = "#f1a340", CATEGORY_COLOURS["comm_kernel"], "#333333"
+WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = palette.WAITING, palette.TRANSFER, palette.ISSUE
 PALETTE = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
 
 
@@ -139,7 +139,7 @@ def bucket_timeline_figure(calls: pd.DataFrame, spans: pd.DataFrame, step: int, 
         fig.add_vrect(
             x0=0,
             x1=bwd_end,
-            fillcolor=CATEGORY_COLOURS["backward"],
+            fillcolor=palette.PHASE_COLOURS["backward"],
             opacity=0.12,
             line_width=0,
             annotation_text="backward",

@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
-from analysis.views.lanes import Selection, build_panel
+from analysis.views.lanes import Selection, build_panel, representative_step
 from analysis.views.render_figure import Panel, build_figure
 
 if TYPE_CHECKING:
@@ -62,11 +62,11 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
-def panel_title(implementation: str, path: str, selection: Selection, fig: dict) -> str:
+def panel_title(implementation: str, path: str, view: str, fig: dict) -> str:
     """Implementation, file, view and the analysis's overlap figures (mean per step and rank)."""
     pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
     return (
-        f"<b>{implementation}</b> — {Path(path).name} — {view_name(selection)} — step {_ms(fig.get('step_ms'))},"
+        f"<b>{implementation}</b> — {Path(path).name} — {view}<br>step {_ms(fig.get('step_ms'))},"
         f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}"
     )
 
@@ -80,11 +80,28 @@ def trace_panel(
     patterns: Patterns | None = None,
 ) -> tuple[Panel, PanelSummary]:
     """The trace's panel (labelled with `path`) plus the summary row; `steps` reuses an existing
-    analysis of the trace (analyze_trace(trace).steps) instead of measuring it again."""
+    analysis of the trace (analyze_trace(trace).steps) instead of measuring it again.
+
+    Without a step selected the panel opens on the median step of the slowest rank, its title giving
+    that step's figures, with the whole run one click away; the summary row is the whole selection's."""
     patterns = patterns or Patterns()
+    if steps is None:
+        from analysis.measures.metrics import measure_trace
+
+        steps = measure_trace(trace, patterns)[0]
     fig = analysis_figures(trace, selection, steps, patterns)
-    title = panel_title(trace.implementation, str(path), selection, fig)
-    panel = build_panel(trace, selection, patterns, title=title, width_px=width_px)
+    opening = representative_step(steps if selection.rank is None else steps.loc[steps["rank"] == selection.rank])
+    if selection.step is None and opening is not None:
+        shown = Selection(step=opening[0], rank=selection.rank)
+        view = (
+            f"step {opening[0]} (median step of the slowest rank, r{opening[1]}), "
+            + view_name(selection).split(", ")[1]
+        )
+        title = panel_title(trace.implementation, str(path), view, analysis_figures(trace, shown, steps, patterns))
+    else:
+        title = panel_title(trace.implementation, str(path), view_name(selection), fig)
+    step = opening[0] if selection.step is None and opening is not None else None
+    panel = build_panel(trace, selection, patterns, title=title, width_px=width_px, opening_step=step)
     summary = PanelSummary(
         str(path),
         trace.implementation,
@@ -109,16 +126,18 @@ def write_timeline(
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
 ) -> tuple[Path, go.Figure]:
     """Write the stacked-panel page (plotly.js as `plotly_js` says); returns its path and the figure."""
-    x_title = (
-        "time since the step's start (ms)"
-        if selection.step is not None
-        else "time since the first step's start (ms; trace start when there are no steps)"
-    )
+    opening = selection.step is None and any(p.overview is not None for p in panels)
+    if selection.step is not None or opening:
+        x_title = "time since the step's start (ms)" + (" (each panel's own step)" if len(panels) > 1 else "")
+    else:
+        x_title = "time since the first step's start (ms; trace start when there are no steps)"
     fig = build_figure(panels, width_px=width_px, x_title=x_title)
     intro = (
-        "Lanes per rank: CPU NVTX ranges (step, phases, communication), then per GPU stream its compute "
-        "and communication work. Green shading: communication overlapping compute. Work narrower than a "
-        "pixel at full view is merged into blocks (the hover gives the count); zoom with the mouse."
+        "Lanes per rank: CPU step and phases, CPU communication ranges, then per GPU stream its compute "
+        "(coloured by the phase that launched it) and its communication (coloured by collective), then "
+        "the rank's overlap strip: communication hidden under compute, or exposed. Work narrower than a "
+        "pixel is merged into blocks (the hover gives the count); zoom with the mouse."
+        + (" It opens on one step; 'whole run' shows every step." if opening else "")
     )
     write_page(output, title, [fig], intro=intro, plotly_js=plotly_js)
     return output, fig

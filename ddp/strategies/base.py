@@ -18,6 +18,7 @@ from contract import ALL_REDUCE, BROADCAST, GRAD_SYNC, comm_range
 from ddp.comm import nvtx_ranges
 from ddp.comm.collectives import all_reduce, check_collective
 from ddp.comm.timing import CommStats, CommTimer
+from ddp.strategies.memory import MemoryParts, storage_bytes
 
 # Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
 # into a tensor that is already on the wire.
@@ -109,6 +110,27 @@ class DataParallelBase(nn.Module):
     def comm_layout(self) -> list[dict]:
         """One entry per collective of a step: {name: its tag, params: names, bytes: its payload}."""
         raise NotImplementedError
+
+    def memory_parts(self) -> MemoryParts:
+        """Bytes this rank holds now for the wrapped model, by part (ddp.strategies.memory.MemoryParts).
+
+        The wrapper's own accounting: `parameters` (what this rank stores, with module buffers),
+        `gradients` (the .grad tensors), `gathered` (full-parameter buffers of a sharded strategy: the
+        most live at once in a step; 0 for the replicated ones) and `comm_buffers` (its communication
+        buffers, `comm_buffers()`, beyond what gradients already hold). Optimizer state and activations
+        are not the wrapper's: ddp.training.loop fills them in. Call it after a step, with gradients
+        present. A sharded strategy overrides it (FSDP: parameters = the local shards).
+        """
+        seen: set[tuple[str, int]] = set()
+        return MemoryParts(
+            parameters=storage_bytes([*self.module.parameters(), *self.module.buffers()], seen),
+            gradients=storage_bytes((p.grad for p in self.module.parameters()), seen),
+            comm_buffers=storage_bytes(self.comm_buffers(), seen),
+        )
+
+    def comm_buffers(self) -> list[torch.Tensor]:
+        """The tensors this wrapper keeps for communicating (flat buffers, buckets, flags)."""
+        return []
 
     def finish_gradient_synchronization(self) -> None:
         """Leave every trainable parameter's .grad equal to the mean over ranks."""

@@ -27,6 +27,9 @@ class FlatDDP(DataParallelBase):
                 for c, p in zip(self._grads.split([p.numel() for p in self.params]), self.params, strict=True)
             ]
 
+    def comm_buffers(self) -> list[torch.Tensor]:
+        return [self._flat] if self.params else []
+
     def comm_layout(self) -> list[dict]:
         return [{"name": "flat", "params": list(self.param_names), "bytes": nbytes(self._flat)}] if self.params else []
 

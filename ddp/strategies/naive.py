@@ -20,6 +20,9 @@ class NaiveDDP(DataParallelBase):
         super().__init__(module, collective)
         self.carrier = FlagCarrier(self.params) if self.params else None
 
+    def comm_buffers(self) -> list[torch.Tensor]:
+        return [self.carrier.buffer] if self.carrier else []
+
     def comm_layout(self) -> list[dict]:
         return self.carrier.layout(self.param_names) if self.carrier else []
 

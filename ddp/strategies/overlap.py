@@ -30,6 +30,9 @@ class OverlapDDP(DataParallelBase):
         for pos, i in enumerate(self.order):
             self.params[i].register_post_accumulate_grad_hook(lambda _p, pos=pos: self._on_gradient_ready(pos))
 
+    def comm_buffers(self) -> list[torch.Tensor]:
+        return [self.carrier.buffer] if self.carrier else []
+
     def comm_layout(self) -> list[dict]:
         return self.carrier.layout(self.param_names) if self.carrier else []
 

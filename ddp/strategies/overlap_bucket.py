@@ -66,6 +66,9 @@ class OverlapBucketDDP(DataParallelBase):
             for slot, p in enumerate(bucket.params):
                 self._slot_of[index_of[id(p)]] = (bucket, slot)
 
+    def comm_buffers(self) -> list[torch.Tensor]:
+        return [b.buffer for b in self.buckets]
+
     def comm_layout(self) -> list[dict]:
         return [bucket.layout() for bucket in self.buckets]
 

@@ -13,6 +13,7 @@ from contract import ALL_REDUCE, GRAD_SYNC, comm_range
 from ddp.comm import nvtx_ranges
 from ddp.comm.collectives import all_reduce
 from ddp.strategies.base import DataParallelBase, nbytes
+from ddp.strategies.memory import MemoryParts
 
 # bucket_cap_mb_list arrived in recent PyTorch; older DDP gets one cap for every bucket.
 _DDP_TAKES_CAP_LIST = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters
@@ -68,6 +69,13 @@ class TorchDDP(DataParallelBase):
 
     def forward(self, *args, **kwargs):
         return self.ddp(*args, **kwargs)
+
+    def memory_parts(self) -> MemoryParts:
+        """As the base counts, plus DDP's bucket buffers (its reducer's, not reachable as tensors: their
+        sizes from the buckets its hook saw; the gradients are copied out of them, not views)."""
+        parts = super().memory_parts()
+        parts.comm_buffers += sum(entry["bytes"] for entry in self.comm_layout())
+        return parts
 
     def comm_layout(self) -> list[dict]:
         """DDP's buckets as its hook saw them (empty before the first backward)."""

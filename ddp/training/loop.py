@@ -16,7 +16,8 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -24,55 +25,14 @@ import torch.nn.functional as F
 
 from contract import BACKWARD, FORWARD, OPTIMIZER, step_range
 from ddp.comm import nvtx_ranges
-from ddp.comm.collectives import check_collective
 from ddp.launch.launcher import DistContext
+from ddp.optim.sharded_optimizer import ShardedOptimizer, state_bytes
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
-from ddp.training.data import check_divisible, rank_batch
-from ddp.training.models import MODEL_NAMES, MODEL_SIZES, build_model
-
-OPTIMIZERS = ("sgd", "adamw")
-
-
-@dataclass
-class RunConfig:
-    """One training run; validates itself and names the bad value."""
-
-    impl: str = "overlap_bucket"
-    model: str = "tiny"
-    world_size: int = 2
-    batch_size: int = 16
-    context_length: int = 128
-    steps: int = 10
-    warmup: int = 3
-    bucket_mb: float | None = 25.0
-    optimizer: str = "sgd"
-    lr: float = 1e-2
-    seed: int = 0
-    collective: str = "torch"
-    backend: str | None = None
-
-    def __post_init__(self):
-        registry.get(self.impl)
-        if self.model not in MODEL_NAMES:
-            raise ValueError(f"unknown model {self.model!r}: choose from {', '.join(MODEL_NAMES)}")
-        for name in ("world_size", "batch_size", "context_length", "steps"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if self.warmup < 0:
-            raise ValueError(f"warmup must be >= 0, got {self.warmup!r}")
-        check_divisible(self.batch_size, self.world_size)
-        if self.bucket_mb is not None and not self.bucket_mb > 0:
-            raise ValueError(f"bucket size must be positive (MiB) or None, got {self.bucket_mb!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {self.optimizer!r}: choose from {', '.join(OPTIMIZERS)}")
-        if not self.lr > 0:
-            raise ValueError(f"learning rate must be positive, got {self.lr!r}")
-        check_collective(self.collective)
-        if self.impl == "torch" and self.collective != "torch":
-            raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
-        if self.backend not in (None, "gloo", "nccl"):
-            raise ValueError(f"unknown backend {self.backend!r}: choose gloo or nccl")
+from ddp.strategies.memory import SavedTensorBytes
+from ddp.training.config import OPTIMIZERS, RunConfig
+from ddp.training.data import rank_batch
+from ddp.training.models import MODEL_SIZES, build_model
 
 
 @dataclass
@@ -88,6 +48,8 @@ class TrainResult:
     comm_in_flight_s: list[list[float]] = field(default_factory=list)  # union of in-flight intervals
     comm_hidden_s: list[list[float]] = field(default_factory=list)  # its part during backward
     comm_clock: str = "host"
+    memory: list[dict] = field(default_factory=list)  # per rank: MemoryParts as a dict (bytes)
+    cuda_max_allocated: list[int | None] = field(default_factory=list)  # per rank; None off CUDA
 
     @staticmethod
     def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
@@ -122,13 +84,20 @@ class TrainResult:
         return sum(self.num_ops[0]) / len(self.num_ops[0])
 
 
-def make_optimizer(name: str, params: Iterable[torch.nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    """Plain SGD or AdamW (weight decay 0.01)."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name == "adamw":
-        return torch.optim.AdamW(params, lr=lr, weight_decay=0.01)
-    raise ValueError(f"unknown optimizer {name!r}: choose from {', '.join(OPTIMIZERS)}")
+def make_optimizer(
+    name: str, params: Iterable[torch.nn.Parameter], lr: float, shard: bool = False
+) -> torch.optim.Optimizer:
+    """Plain SGD or AdamW (weight decay 0.01); `shard`: its state sharded across ranks (ShardedOptimizer)."""
+    classes: dict[str, tuple[Any, dict]] = {
+        "sgd": (torch.optim.SGD, {}),
+        "adamw": (torch.optim.AdamW, {"weight_decay": 0.01}),
+    }
+    if name not in classes:
+        raise ValueError(f"unknown optimizer {name!r}: choose from {', '.join(OPTIMIZERS)}")
+    cls, kwargs = classes[name]
+    if shard:
+        return ShardedOptimizer(params, cls, lr=lr, **kwargs)
+    return cls(params, lr=lr, **kwargs)
 
 
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -171,9 +140,12 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     must call this; all ranks get the gathered result.
     """
     model = build_wrapped(ctx, cfg)
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr)
+    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
     model.reset_comm_stats()
-    own: dict[str, list] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
+    if ctx.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    activations = SavedTensorBytes(exclude=model.module.parameters())
+    own: dict[str, Any] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     clock = "host"
     loss = torch.zeros(())
     with contextlib.ExitStack() as region:
@@ -187,7 +159,8 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
             )
             synchronize_device(batch[0])
             t0 = time.perf_counter()
-            loss = train_step(model, optimizer, batch, step)
+            with activations if step == 0 else contextlib.nullcontext():  # counted once: the same every step
+                loss = train_step(model, optimizer, batch, step)
             synchronize_device(batch[0])  # the step's one synchronisation
             elapsed = time.perf_counter() - t0
             stats = model.reset_comm_stats()  # reads its events: nothing left to wait for
@@ -198,6 +171,10 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 own["in_flight"].append(stats.in_flight_s)
                 own["hidden"].append(stats.hidden_s)
                 clock = stats.clock
+    memory = model.memory_parts()  # after the last step: its gradients and the optimizer's state exist
+    memory.optimizer_state, memory.activations = state_bytes(optimizer), activations.bytes
+    own["memory"] = asdict(memory)
+    own["cuda_max_allocated"] = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
     # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
     # cyclic collector runs, before a sweep builds the next one.
     del model, optimizer
@@ -214,6 +191,8 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
         [g["in_flight"] for g in gathered],
         [g["hidden"] for g in gathered],
         clock,
+        [g["memory"] for g in gathered],
+        [g["cuda_max_allocated"] for g in gathered],
     )
 
 
@@ -245,6 +224,7 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         "steps": cfg.steps,
         "warmup": cfg.warmup,
         "optimizer": cfg.optimizer,
+        "shard_optimizer": cfg.shard_optimizer,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
         "argv": sys.argv[1:],
     }

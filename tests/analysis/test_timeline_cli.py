@@ -17,6 +17,7 @@ from analysis.engine.runs import load_trace
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
 from analysis.views.html_page import PLOTLY_FILE
+from analysis.views.lane_segments import FROM_GPU, FROM_NVTX, GPU_COMM, GPU_COMPUTE, STRIP
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.test_timeline_traces import write_trace
@@ -76,6 +77,22 @@ def test_plotly_file_is_written_once_and_a_foreign_one_is_refused(traces, tmp_pa
     assert bundle.read_text() == "// someone else's plotly"
 
 
+def test_overlap_strip_is_the_analysis_hidden_and_exposed_comm(traces):
+    """Per rank and step the strip's hidden part measures overlap_ms and its exposed part exposed_comm_ms."""
+    for name in ("naive", "overlap", "overlap_cpu"):
+        trace = load_trace(traces[name])
+        steps = analyze_trace(trace).steps
+        for step in (1, 2):
+            panel = build_panel(trace, Selection(step=step))
+            strip = panel.segments.loc[panel.segments["group"] == STRIP]
+            for rank, row in steps.loc[steps["step"] == step].set_index("rank").iterrows():
+                mine = strip.loc[strip["rank"] == rank]
+                for category, column in (("hidden", "overlap_ms"), ("exposed", "exposed_comm_ms")):
+                    part = mine.loc[mine["category"] == category]
+                    busy_ms = part["busy"].sum() / 1e6  # merged blocks keep their members' busy time
+                    assert busy_ms == pytest.approx(row[column], abs=1e-6), (name, step, rank, category)
+
+
 def test_shading_is_exactly_the_analysis_overlap(traces):
     for name in ("naive", "overlap", "overlap_cpu"):
         trace = load_trace(traces[name])
@@ -129,14 +146,17 @@ def test_lanes_per_rank_and_hover_fields(traces):
     assert panel.lanes["label"].tolist() == [
         f"r{r} {lane}"
         for r in (0, 1)
-        for lane in ("CPU step", "CPU phases", "CPU comm", "GPU s7 compute", "GPU s13 comm")
+        for lane in ("CPU step", "CPU phases", "CPU comm", "GPU s7 compute", "GPU s13 comm", "overlap")
     ]
     seg = panel.segments
-    comm = seg.loc[seg["category"] == "comm"]
-    assert comm["stream"].str.contains("→").all()  # async ranges end on the worker thread
-    kernel = seg.loc[(seg["category"] == "compute") & (seg["start"] > panel.origin_ns + 45_000_000)].iloc[0]
-    assert kernel["phase"] == "step 1 · backward"
-    assert set(seg.loc[seg["category"] == "comm_kernel", "phase"]) == {"step 1 · backward", "step 1 · grad_sync"}
+    comm = seg.loc[(seg["category"] == "comm:all_reduce") & (seg["src"] == FROM_NVTX)]
+    assert len(comm) and comm["stream"].str.contains("→").all()  # async ranges end on the worker thread
+    gpu = seg.loc[seg["src"] == FROM_GPU]
+    kernel = gpu.loc[gpu["group"] == GPU_COMPUTE].loc[lambda k: k["start"] > panel.origin_ns + 45_000_000].iloc[0]
+    assert kernel["phase"] == "step 1 · backward" and kernel["category"] == "backward"  # coloured by its phase
+    comm_kernels = gpu.loc[gpu["group"] == GPU_COMM]
+    assert set(comm_kernels["category"]) == {"comm:all_reduce"}
+    assert set(comm_kernels["phase"]) == {"step 1 · backward", "step 1 · grad_sync"}
     # The step window is the GPU-aware step (start to the next step's start, 100.2 ms here; the CPU
     # range is 90.2 ms) and everything drawn touches it.
     assert panel.window_ns[1] - panel.window_ns[0] == pytest.approx(100_200_000)
@@ -244,9 +264,11 @@ def test_real_h100_trace(tmp_path, capsys):
     panel = build_panel(load_trace(REAL), Selection())
     labels = panel.lanes["label"].tolist()
     assert "r0 GPU s7 compute" in labels and "r1 GPU s15 comm" in labels
-    comm = panel.segments.loc[panel.segments["category"] == "comm_kernel", "name"]
-    assert comm.str.startswith("ncclDevKernel_SendRecv").all() and len(comm) == 66
-    assert np.isin(["comm", "nvtx"], panel.segments["category"].unique()).all()
+    seg = panel.segments  # the whole run (build_panel without an opening step)
+    comm = seg.loc[(seg["src"] == FROM_GPU) & (seg["group"] == GPU_COMM)]
+    assert comm["name"].str.startswith("ncclDevKernel_SendRecv").all() and len(comm) == 66
+    assert set(comm["category"]) == {"comm:other"}  # send/recv: no collective of its own
+    assert np.isin(["comm:other", "nvtx"], seg["category"].unique()).all()  # NCCL's own ranges: send/recv
 
 
 def _fake_write_image(calls, fail=False):
@@ -289,11 +311,15 @@ def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch
 def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
     from analysis.views import render_figure
 
-    panel = build_panel(load_trace(traces["overlap"]), Selection(), width_px=800)
+    panel = build_panel(load_trace(traces["overlap"]), Selection(), width_px=800, opening_step=1)
     calls = []
     real = render_figure.merge_subpixel
     monkeypatch.setattr(render_figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))
     same = render_figure.build_figure([panel], width_px=800)
-    assert calls == [] and render_figure.count_drawn_segments(same) == len(panel.segments)
-    render_figure.build_figure([panel], width_px=400)  # a coarser view still merges
-    assert len(calls) == 1
+    levels = [panel, panel.overview]  # the opening step and the whole run
+    drawn = sum(len(level.segments) for level in levels)
+    hover_only = [level.merged_pixel_ns * render_figure.HOVER_PX for level in levels]
+    assert calls and set(calls) <= set(hover_only) and render_figure.count_drawn_segments(same) == drawn
+    calls.clear()
+    render_figure.build_figure([panel], width_px=400)  # a coarser view still merges its lines
+    assert {level.merged_pixel_ns * 2 for level in levels} <= set(calls)

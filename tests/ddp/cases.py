@@ -146,7 +146,7 @@ def run_case(ctx: DistContext, case: dict) -> dict:
     module = build(case["model"], seed=ctx.rank)  # different on every rank until broadcast
     wrapper = registry.wrap(case["impl"], module, case.get("bucket_mb", 25), **case.get("kwargs", {}))
     init_spread = _spread(module)
-    opt = make_optimizer(case["optimizer"], module.parameters(), LR[case["optimizer"]])
+    opt = make_optimizer(case["optimizer"], module.parameters(), LR[case["optimizer"]], case.get("shard", False))
     ops = []
     for step in range(case["steps"]):
         local = shard(batch(step, case["batch_size"]), ctx.rank, ctx.world_size)

@@ -104,8 +104,8 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
             "batch size 5 is not divisible by world size 2: use 2, 4, 6",
         ),
         (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
-        (["ddp.benchmark", "--world-size", "0"], "world size must be a positive integer, got 0"),
-        (["ddp.verify", "--world-size", "-1"], "world size must be a positive integer, got -1"),
+        (["ddp.benchmark", "--world-size", "0"], "world_size=0: must be a positive integer"),
+        (["ddp.verify", "--world-size", "-1"], "world_size=-1: must be a positive integer"),
         (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
     ],
 )

@@ -1,5 +1,5 @@
 """The ddp package's layout is its architecture: one module per strategy, named as the registry names it,
-and each folder imports only the folders below it (comm -> launch -> strategies -> training -> CLIs)."""
+and each folder imports only the folders below it (comm -> launch, strategies, optim -> training -> CLIs)."""
 
 import ast
 from pathlib import Path
@@ -15,7 +15,8 @@ ALLOWED = {
     "comm": {"comm"},
     "launch": {"launch", "comm"},
     "strategies": {"strategies", "comm"},
-    "training": {"training", "strategies", "launch", "comm"},
+    "optim": {"optim", "comm"},
+    "training": {"training", "strategies", "optim", "launch", "comm"},
 }
 # a strategy's module is its registry name, except where that name would shadow a package
 MODULE_OF = {"torch": "torch_ddp"}

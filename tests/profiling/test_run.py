@@ -47,7 +47,7 @@ def test_bad_config_is_one_line_and_exit_2():
     assert res.stderr.startswith("error: batch size 16 is not divisible by world size 3")
     assert res.stderr.count("\n") == 1
     zero = run("--impl", "naive", "--world-size", "0")  # outside torchrun: no talk of WORLD_SIZE
-    assert zero.returncode == 2 and zero.stderr.startswith("error: world_size must be a positive integer, got 0")
+    assert zero.returncode == 2 and zero.stderr.startswith("error: world_size=0: must be a positive integer")
 
 
 def test_auto_model_is_tiny_without_gpu_and_explicit_models_are_kept():

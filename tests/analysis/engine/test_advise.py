@@ -167,3 +167,86 @@ def test_a_run_that_does_not_overlap_is_refused(tmp_path):
     w.close()
     res = advise_cli(str(tmp_path / "naive.sqlite"))
     assert res.returncode == 2 and "implementation naive" in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+# --- real CPU recordings (slow): the layout rules and the fitted cost against the recorded calls ---
+
+COMM_ROWS = """
+SELECT (e.globalTid >> 24) & 16777215 AS pid, COALESCE(e.text, s.value) AS name, e.start, e."end",
+       e.int64Value AS bytes
+FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+WHERE e.eventType IN (59, 60) AND COALESCE(e.text, s.value) LIKE 'comm:all_reduce:%'
+ORDER BY e.start
+"""
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    from tests import small_run
+
+    out = tmp_path_factory.mktemp("advise_real")
+    res = small_run.record(["overlap", "overlap_bucket", "torch"], out, 4, 3, "--bucket-mb", "1", timeout_s=600)
+    if res.returncode == 2 and "nsys" in res.stderr:
+        pytest.skip("nsys not installed")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("impl, rule", [("overlap_bucket", "before"), ("torch", "after")])
+def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rule):
+    from analysis.engine.runs import load_trace
+    from analysis.measures.bucket_layout import plan_buckets
+
+    meta = next(iter(load_trace(recorded / f"{impl}.sqlite").meta.values()))
+    layout = meta["buckets"]
+    order = [name for b in layout for name in b["params"]]  # the first step's arrival order
+    sizes = [meta["param_bytes"][name] for name in order]
+    planned = [[order[i] for i in b] for b in plan_buckets(sizes, meta["bucket_mb"], rule)]
+    assert planned == [b["params"] for b in layout]
+    assert len(layout) > 3  # 1 MiB buckets of the tiny model: the rules really split it
+
+
+@pytest.mark.slow
+def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorded):
+    import sqlite3
+
+    import numpy as np
+
+    path = recorded / "overlap.sqlite"
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    rows = con.execute(COMM_ROWS).fetchall()
+    con.close()
+    by_pid: dict[int, list] = {}
+    for pid, _, start, end, nbytes in rows:
+        by_pid.setdefault(pid, []).append((start, end, nbytes))
+    # independent of the analysis: per rank, a call starts at max(issue, previous end); the k-th calls of
+    # the ranks are one collective, moving data from its last rank's start; the rank's end minus that
+    served = {}
+    for calls in by_pid.values():
+        free, out = 0, []
+        for start, end, nbytes in sorted(calls):
+            out.append((max(start, free), end, nbytes))
+            free = max(free, end)
+        served[len(served)] = out
+    transfers: dict[int, list] = {}
+    for k in range(min(map(len, served.values()))):
+        last = max(served[r][k][0] for r in served)
+        for r in served:
+            start, end, nbytes = served[r][k]
+            transfers.setdefault(nbytes, []).append(min(max(end - last, 0), end - start))
+    sizes = np.array(sorted(transfers), dtype=float)
+    medians = np.array([np.median(transfers[int(b)]) for b in sizes])
+    slope, intercept = np.polyfit(sizes, medians, 1)
+    (result,) = advise([path], [1.0])
+    line = result.cost.overall
+    assert len(sizes) >= 3
+    if intercept >= 0 and slope >= 0:  # else the fit is clamped (comm_cost.fit_line)
+        assert line.latency_ns == pytest.approx(intercept, rel=1e-6, abs=1.0)
+        assert line.ns_per_byte == pytest.approx(slope, rel=1e-6)
+    # and the line describes the calls: its predictions against each size's median transfer
+    errors = np.abs(line.predict_ns(sizes) - medians) / medians
+    print(
+        f"overall {line.latency_ns / 1e3:.1f} us + {line.bandwidth_gbps:.3f} GB/s; median error {np.median(errors):.2f}"
+    )
+    assert np.median(np.abs(result.cost.predict_ns(sizes) - medians) / medians) < 0.5

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -100,7 +101,7 @@ def panel(title, comm_start, overlap):
         [
             segments([0], [80_000_000], lane=0, category="backward", name="backward"),
             segments(np.arange(0, 80_000_000, 200_000), np.full(400, 60_000), lane=1),
-            segments([comm_start], [20_000_000], lane=2, category="comm_kernel", name="ncclAllReduce"),
+            segments([comm_start], [20_000_000], lane=2, category="comm:all_reduce", name="ncclAllReduce"),
         ],
         ignore_index=True,
     )
@@ -118,26 +119,65 @@ def test_figure_shares_colours_and_legend_across_panels():
     assert len(lines) == 6  # three categories in each of two panels, all WebGL
     for t in lines:
         assert t.line.color == CATEGORY_COLOURS[t.legendgroup]
-    assert sorted(t.legendgroup for t in lines if t.showlegend) == ["backward", "comm_kernel", "compute"]
-    fills = [t for t in fig.data if isinstance(t, go.Scatter) and t.fill == "toself"]
-    assert len(fills) == 1 and fig.layout.annotations[1].text == "overlap"
-    # Shaded rectangle spans the rank's three lanes over the overlap period (ms).
-    assert np.nanmin(fills[0].x) == 50.0 and np.nanmax(fills[0].x) == 70.0
-    assert np.nanmin(fills[0].y) == -0.5 and np.nanmax(fills[0].y) == 2.5
+    assert sorted(t.legendgroup for t in lines if t.showlegend) == ["backward", "comm:all_reduce", "compute"]
+    assert [t.name for t in lines if t.showlegend] == ["backward", "compute outside the phases", "all-reduce"]
+    assert fig.layout.annotations[1].text == "overlap"
+    assert not [t for t in fig.data if isinstance(t, go.Scatter) and t.fill]  # the strip replaced the shading
     assert count_drawn_segments(fig) == 2 * (1 + 400 + 1)
+    assert not fig.layout.updatemenus  # no overview: no buttons
+
+
+def test_legend_sits_right_of_the_plot_below_the_toolbar():
+    fig = build_figure([panel("naive", 80_000_000, False)])
+    assert fig.layout.legend.x > 1 and fig.layout.legend.y == 1 and fig.layout.legend.yanchor == "top"
+    assert fig.layout.margin.r >= 200  # room for it inside the figure
+
+
+def test_overview_is_drawn_hidden_and_buttons_switch_levels():
+    step = panel("overlap", 50_000_000, True)
+    whole = dataclasses.replace(step, window_ns=(-200_000_000, 300_000_000))
+    fig = build_figure([dataclasses.replace(step, overview=whole)])
+    visible = [t.visible is not False for t in fig.data]
+    assert sum(visible) == len(fig.data) // 2  # the same traces again, hidden
+    (menu,) = fig.layout.updatemenus
+    one, run = menu.buttons
+    assert one.args[0]["visible"] == visible and run.args[0]["visible"] == [not v for v in visible]
+    assert one.args[1]["xaxis.range"] == [0.0, 100.0] and run.args[1]["xaxis.range"] == [-200.0, 300.0]
+    assert list(fig.layout.xaxis.range) == [0.0, 100.0]  # opens on the step
+
+
+def test_step_ranges_carry_their_number():
+    lanes = pd.DataFrame({"lane": [0], "label": ["r0 CPU step"], "rank": 0})
+    seg = segments([0, 50_000_000], [50_000_000, 100_000], lane=0, category="step", name="step 3")
+    seg.loc[1, "name"] = "step 4"
+    fig = build_figure([Panel("p", seg, lanes, origin_ns=0, window_ns=(0, 100_000_000))], width_px=1000)
+    (labels,) = [t for t in fig.data if t.mode == "text"]
+    assert list(labels.text) == ["step 3"]  # step 4 is 1 px wide at this zoom: no room for its number
+    assert list(labels.x) == [25.0]
 
 
 def test_hover_carries_name_phase_stream_and_numbers():
     fig = build_figure([panel("overlap", 50_000_000, True)])
-    hover = next(t for t in fig.data if t.name == "hover" and t.legendgroup == "comm_kernel")
+    hover = next(t for t in fig.data if t.name == "hover" and t.legendgroup == "comm:all_reduce")
     comm = next(i for i, text in enumerate(hover.text) if "ncclAllReduce" in text)
-    assert hover.hovertext[comm] == "phase: backward, 7"
+    assert hover.hovertext[comm] == "backward; 7"
     assert hover.hovertemplate.startswith("<b>%{text}</b><br>%{hovertext}")
     assert hover.customdata[comm][:3].tolist() == [50.0, 20.0, 1]
     assert "duration" in hover.hovertemplate
     compute = next(t for t in fig.data if t.name == "hover" and t.legendgroup == "compute")
-    # 60 us kernels with 140 us gaps: narrower than a pixel (62.5 us) but apart by visible gaps.
-    assert len(compute.text) == 400 and set(compute.customdata[:, 2]) == {1}
+    # 60 us kernels with 140 us gaps: drawn apart (the gaps are wider than a 62.5 us pixel), but
+    # hovered as one block: hover labels merge at HOVER_PX pixels (250 us), finer than a mouse picks.
+    lines = next(t for t in fig.data if t.mode == "lines" and t.legendgroup == "compute")
+    assert len(lines.x) == 3 * 400
+    assert list(compute.text) == ["400 merged, first: k"] and compute.customdata[0][2] == 400
+
+
+def test_hover_gives_the_bytes_of_a_comm_range():
+    lanes = pd.DataFrame({"lane": [0], "label": ["r0 CPU comm"], "rank": 0})
+    seg = segments([0], [10_000_000], category="comm:all_reduce", name="comm:all_reduce:b0").assign(bytes=25.5e6)
+    fig = build_figure([Panel("p", seg, lanes, origin_ns=0, window_ns=(0, 20_000_000))])
+    hover = next(t for t in fig.data if t.name == "hover")
+    assert hover.hovertext[0].endswith("25.50 MB")
 
 
 def test_sub_pixel_gaps_merge_and_visible_gaps_separate():

@@ -13,7 +13,7 @@ from torch import nn
 
 from ddp.launch.launcher import launch
 from ddp.strategies.torch_ddp import TorchDDP
-from ddp.training.loop import RunConfig
+from ddp.training.config import RunConfig
 from ddp.verify import RANK_TOLERANCE, compare, train_single_process, verify_worker
 
 P2P_COLLECTIVES = ("ring", "reduce_broadcast")

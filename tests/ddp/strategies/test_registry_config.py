@@ -6,7 +6,7 @@ import pytest
 
 from ddp import FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP
 from ddp.strategies import registry
-from ddp.training.loop import RunConfig
+from ddp.training.config import RunConfig
 
 
 def test_registry_names_map_to_the_exported_classes():
@@ -39,8 +39,8 @@ def test_resolve_expands_all_in_registry_order():
         ("batch_size", 5, "batch size 5 is not divisible by world size 2"),
         ("impl", "nope", "unknown implementation 'nope'"),
         ("model", "nope", "unknown model 'nope'"),
-        ("steps", 0, "steps must be a positive integer, got 0"),
-        ("bucket_mb", -1.0, "bucket size must be positive"),
+        ("steps", 0, "steps=0: must be a positive integer"),
+        ("bucket_mb", -1.0, "bucket_mb=-1.0: must be positive"),
         ("optimizer", "lion", "unknown optimizer 'lion'"),
         ("collective", "carrier-pigeon", "unknown collective 'carrier-pigeon'"),
     ],

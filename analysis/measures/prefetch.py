@@ -1,0 +1,77 @@
+"""Each sharded module's forward all-gather in one step: when it was issued, when it ended, how long
+compute waited for it, and when the module's forward began: `prefetch_rows(trace, rows)`.
+
+Columns: rank, step, tag (the module; "(root)" where the call names none), issue_ns, end_ns,
+waited_ns (in_time.py), needed_ns: when the rank reached the module's forward, where the trace says
+so: the start of FSDP2's `FSDP::pre_forward (<module>)` range (the first of the module's ranges
+in the process that ends after the call's issue); -1 where the trace has no such range (this
+project's `fsdp` marks its collectives, not each module's forward: there, the time compute waited
+says how late the gather was). Times on the trace's clock.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analysis.frames.trace import Trace
+from analysis.measures.phases import process_key, ranges_named
+from analysis.measures.torch_calls import FSDP_MODULE
+
+PREFETCH_COLUMNS = ["rank", "step", "tag", "issue_ns", "end_ns", "waited_ns", "needed_ns"]
+FSDP_PRE_FORWARD = r"^FSDP::pre_forward \(([^)]+)\)"
+
+
+def _module_key(part: np.ndarray, pid: np.ndarray, module: pd.Series, modules: pd.Index) -> np.ndarray:
+    """One int64 per (process, module name), modules numbered by `modules`."""
+    return (process_key(part, pid) << 20) | modules.get_indexer(module.to_numpy()).astype(np.int64)
+
+
+def forward_reached(trace: Trace, part: np.ndarray, pid: np.ndarray, tag: pd.Series, issue: np.ndarray) -> np.ndarray:
+    """Per call: start of the first `FSDP::pre_forward (<tag>)` range of its process that ends after
+    its issue; -1 where none."""
+    out = np.full(len(issue), -1, dtype=np.int64)
+    pre = ranges_named(trace.nvtx, re.compile(FSDP_PRE_FORWARD))
+    if len(pre) == 0 or len(issue) == 0:
+        return out
+    module = pre["text"].astype(str).str.extract(FSDP_MODULE)[0].fillna("")
+    modules = pd.Index(pd.unique(module.to_numpy()))
+    right = pd.DataFrame(
+        {
+            "key": _module_key(pre["part"].to_numpy(), pre["pid"].to_numpy(), module, modules),
+            "end": pre["end"].to_numpy(),
+        }
+    ).assign(start=pre["start"].to_numpy())
+    right = right.sort_values("end", kind="stable")  # a call whose tag names no such module gets key -1: no match
+    left = pd.DataFrame(
+        {"key": _module_key(part, pid, tag.astype(str), modules), "t": issue + 1, "i": np.arange(len(issue))}
+    ).sort_values("t", kind="stable")
+    found = pd.merge_asof(left, right, left_on="t", right_on="end", by="key", direction="forward")
+    has = found["start"].notna().to_numpy()
+    out[found["i"].to_numpy()[has]] = found["start"].to_numpy()[has].astype(np.int64)
+    return out
+
+
+def prefetch_rows(trace: Trace, rows: pd.DataFrame, phases: np.ndarray) -> pd.DataFrame:
+    """PREFETCH_COLUMNS of the forward all-gathers among the collectives view's rows (rank, step, op,
+    tag, issue_ns, end_ns, waited_ms) whose phase (op_phase.phase_labels) is forward."""
+    mine = rows[(rows["op"].to_numpy() == "all_gather") & (phases == "forward") & (rows["step"].to_numpy() >= 0)]
+    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
+    where = mine[["rank"]].merge(ranks, on="rank", how="left")
+    issue = mine["issue_ns"].to_numpy(np.int64)
+    needed = forward_reached(
+        trace, where["part"].to_numpy(np.int64), where["pid"].to_numpy(np.int64), mine["tag"], issue
+    )
+    return pd.DataFrame(
+        {
+            "rank": mine["rank"].to_numpy(),
+            "step": mine["step"].to_numpy(),
+            "tag": mine["tag"].astype(str).replace("", "(root)").to_numpy(),
+            "issue_ns": issue,
+            "end_ns": mine["end_ns"].to_numpy(np.int64),
+            "waited_ns": np.round(mine["waited_ms"].to_numpy() * 1e6).astype(np.int64),
+            "needed_ns": needed,
+        }
+    )

@@ -1,0 +1,1 @@
+"""Optimizers for data-parallel training: ShardedOptimizer (optimizer-state sharding, ZeRO-1)."""

@@ -1,0 +1,124 @@
+"""One training run's settings, declared once: `RunConfig`.
+
+Each field is a `setting(default, doc, ...)`: its docstring (`doc`), the choices it takes and the check
+that names a bad value. The CLIs (`ddp.verify`, `ddp.benchmark`, `profiling.run`, `run_nsys.sh`) build
+their options from these fields (`ddp.cli.add_settings`), so adding a knob is adding one field here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddp.comm.collectives import COLLECTIVES
+from ddp.strategies import registry
+from ddp.training.data import check_divisible
+from ddp.training.models import MODEL_NAMES
+
+OPTIMIZERS = ("sgd", "adamw")
+BACKENDS = ("gloo", "nccl")
+
+
+def _positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}={value!r}: must be a positive integer")
+
+
+def _non_negative_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{name}={value!r}: must be an integer >= 0")
+
+
+def _positive_or_none(name: str, value: Any) -> None:
+    if value is not None and not (isinstance(value, (int, float)) and value > 0):
+        raise ValueError(f"{name}={value!r}: must be positive (MiB), or None for one unbounded bucket")
+
+
+def _positive_number(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{name}={value!r}: must be a positive number")
+
+
+def _integer(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}={value!r}: must be an integer")
+
+
+def _flag(name: str, value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}={value!r}: must be True or False")
+
+
+def setting(
+    default: Any,
+    doc: str,
+    *,
+    check: Callable[[str, Any], None] | None = None,
+    choices: Sequence[str] | None = None,
+    label: str | None = None,
+    optional: bool = False,
+) -> Any:
+    """A RunConfig field: default, docstring, and how a value is checked (a check, or choices named
+    `label` in the error; `optional`: None is also accepted)."""
+    meta = {"doc": doc, "check": check, "choices": tuple(choices) if choices else None, "label": label}
+    return dataclasses.field(default=default, metadata={**meta, "optional": optional})
+
+
+@dataclass
+class RunConfig:
+    """One training run; validates itself and names the bad value."""
+
+    impl: str = setting(
+        "overlap_bucket",
+        "the data-parallel strategy, by registry name",
+        choices=list(registry.IMPLEMENTATIONS),
+        label="implementation",
+    )
+    model: str = setting("tiny", "the model size (ddp.training.models)", choices=MODEL_NAMES, label="model")
+    world_size: int = setting(2, "ranks in the run", check=_positive_int)
+    batch_size: int = setting(16, "global batch: sequences per step, split across ranks", check=_positive_int)
+    context_length: int = setting(128, "tokens per sequence (LMs)", check=_positive_int)
+    steps: int = setting(10, "measured training steps", check=_positive_int)
+    warmup: int = setting(3, "untimed (uncaptured) steps before the measured ones", check=_non_negative_int)
+    bucket_mb: float | None = setting(25.0, "bucket size in MiB (overlap_bucket, torch)", check=_positive_or_none)
+    optimizer: str = setting("sgd", "the optimizer (adamw: weight decay 0.01)", choices=OPTIMIZERS, label="optimizer")
+    lr: float = setting(1e-2, "learning rate", check=_positive_number)
+    seed: int = setting(0, "seed of the model and the synthetic data", check=_integer)
+    collective: str = setting(
+        "torch", "the hand-written wrappers' all-reduce collective", choices=list(COLLECTIVES), label="collective"
+    )
+    shard_optimizer: bool = setting(
+        False, "shard the optimizer state across ranks (ddp.ShardedOptimizer, ZeRO-1), with any strategy", check=_flag
+    )
+    backend: str | None = setting(
+        None,
+        "process-group backend (unset: nccl when every local rank has a GPU, else gloo)",
+        choices=BACKENDS,
+        label="backend",
+        optional=True,
+    )
+
+    def __post_init__(self) -> None:
+        check_settings(dataclasses.asdict(self))
+        check_divisible(self.batch_size, self.world_size)
+        if self.impl == "torch" and self.collective != "torch":
+            raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
+
+
+SETTINGS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def check_settings(values: Mapping[str, Any]) -> None:
+    """Check each given setting on its own (no cross-field rules); ValueError naming the bad value."""
+    for name, value in values.items():
+        if name not in SETTINGS:
+            raise ValueError(f"unknown run setting {name!r}: choose from {', '.join(SETTINGS)}")
+        meta = SETTINGS[name].metadata
+        if value is None and meta["optional"]:
+            continue
+        if meta["choices"] is not None and value not in meta["choices"]:
+            raise ValueError(f"unknown {meta['label']} {value!r}: choose from {', '.join(meta['choices'])}")
+        if meta["check"] is not None:
+            meta["check"](name, value)

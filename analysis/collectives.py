@@ -96,6 +96,7 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
             f"\n{head.implementation}: {head.calls} calls from {origin}, world size {head.world_size}, "
             f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
         )
+        out.append(f"  phases: {head.phases}")
         out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
     return "\n".join(out)
 
@@ -200,6 +201,7 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
     elif args.format == "csv":
         print(view.calls.to_csv(index=False), end="")
         for head in view.traces.itertuples():  # stdout stays one CSV table: notes go to stderr
+            print(f"phases: {head.path}: {head.phases}", file=sys.stderr)
             if head.note:
                 print(f"note: {head.path}: {head.note}", file=sys.stderr)
     else:

@@ -127,6 +127,8 @@ def notes(result: Analysis) -> list[str]:
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")
+        if isinstance(row.get("phases"), str) and row["phases"]:
+            lines.append(f"  phases: {row['phases']}")
         for note in ("comm_note", "clock_note"):
             if isinstance(row.get(note), str) and row[note]:
                 lines.append(f"  note: {row[note]}")

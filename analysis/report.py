@@ -3,10 +3,11 @@
     python -m analysis.report traces/*.sqlite -o reports/
 
 Writes into the -o folder: index.html (ranking table, per-step breakdown, step spread, links),
-timelines/<trace>.html (one per trace, all steps) and timelines/naive_vs_<best>.html (one step of
-each, stacked), plotly-<version>.min.js (loaded by every page; --self-contained embeds it instead),
-summary.csv (one row per trace) and results.db (SQLite: tables traces, ranks,
-steps keyed by trace path + content hash, so re-runs add history without duplicating rows).
+timelines/<trace>.html (one per trace, opening on one step), timelines/side_by_side.html (one step
+of every implementation, fastest first, on one time scale, backward outlined), plotly-<version>.min.js
+(loaded by every page; --self-contained embeds it instead), summary.csv (one row per trace) and
+results.db (SQLite: tables traces, ranks, steps keyed by trace path + content hash, so re-runs add
+history without duplicating rows).
 Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
 
     python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
@@ -20,7 +21,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -30,6 +30,7 @@ from analysis.engine.report_runs import AnalyzedTrace, analyze_all, loaded_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
+from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
@@ -54,50 +55,23 @@ def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
     return names
 
 
-def common_step(a: AnalyzedTrace, b: AnalyzedTrace) -> int | None:
-    """A step number both traces have (the middle one, past warm-up), or None."""
-    have = [set(r.analysis.steps["step"].dropna().astype(int)) for r in (a, b)]
-    common = sorted(have[0] & have[1])
-    return common[len(common) // 2] if common else None
-
-
-@dataclass(frozen=True)
-class SidePage:
-    """The naive-vs-best timeline: its file name inside the report, title and the two traces."""
-
-    name: str
-    title: str
-    naive: str
-    best: str
-
-
-def side_page(summary: pd.DataFrame) -> SidePage | None:
-    """naive and the fastest other implementation (summary is sorted fastest first), or None."""
-    naive = summary.loc[summary["implementation"] == "naive", "trace"]
-    others = summary.loc[summary["implementation"] != "naive"]
-    if naive.empty or others.empty:
-        return None
-    best = others.iloc[0]
-    return SidePage(
-        f"timelines/naive_vs_{best['label'].split(' ')[0]}.html",
-        f"naive vs {best['label']}",
-        naive.iloc[0],
-        best["trace"],
-    )
-
-
 def write_timelines(
     out: Path,
     results: list[AnalyzedTrace],
-    side: SidePage | None,
+    summary: pd.DataFrame,
     patterns: Patterns | None = None,
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
-) -> dict:
-    """One overview timeline per trace plus the naive-vs-best side by side; returns the per-trace links."""
+) -> tuple[dict, str | None]:
+    """One overview timeline per trace and, with two traces or more, the side-by-side page (one step of
+    each, fastest first); returns the per-trace links and the side-by-side page's name (or None)."""
+    from analysis.views.compare_page import compare_panel, write_compare
+    from analysis.views.html_report import label_colours
     from analysis.views.timeline_page import trace_panel, write_timeline
 
     names = timeline_names([(r.path, r.name) for r in results])
-    by_trace = {r.path: r for r in results}
+    labels = dict(zip(summary["trace"], summary["label"], strict=True))
+    colours = label_colours(summary)
+    compared = {}
     for r in results:
         t0 = time.perf_counter()
         trace = loaded_trace(r, patterns)
@@ -105,30 +79,32 @@ def write_timelines(
         write_timeline(
             [panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection(), plotly_js=plotly_js
         )
+        if len(results) > 1:
+            label = labels[str(r.path)]
+            compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, patterns)
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
-    if side is not None:
-        a, b = by_trace[side.naive], by_trace[side.best]
-        selection = Selection(step=common_step(a, b))
-        panels = [
-            trace_panel(r.path, selection, trace=loaded_trace(r, patterns), steps=r.analysis.steps, patterns=patterns)[
-                0
-            ]
-            for r in (a, b)
-        ]
-        write_timeline(panels, out / side.name, f"Timeline: {side.title}", selection, plotly_js=plotly_js)
-    return names
+    if not compared:
+        return names, None
+    order = [x for x in summary["label"] if x in compared]  # fastest first
+    write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js)
+    return names, COMPARE_PAGE
 
 
 def collectives_blocks(
     results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None, patterns: Patterns | None = None
 ) -> list:
-    """The index page's Collectives section (views/report_collectives.py), one entry per trace."""
+    """The index page's Collectives section (views/report_collectives.py), one entry per trace, fastest first."""
     from analysis.engine.collectives_view import collectives_of
-    from analysis.views.report_collectives import collectives_section
+    from analysis.views.html_report import label_colours
+    from analysis.views.report_collectives import CollectivesEntry, collectives_section
 
-    labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    traces = [loaded_trace(r, patterns) for r in results]  # the analysis ran file by file and kept no events
-    entries = [(labels[str(r.path)], t, collectives_of([t], patterns)) for r, t in zip(results, traces, strict=True)]
+    by_trace = {str(r.path): r for r in results}
+    colours = label_colours(summary)
+    entries = []
+    for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per trace
+        r = by_trace[path]
+        t = loaded_trace(r, patterns)  # the analysis ran file by file and kept no events
+        entries.append(CollectivesEntry(label, t, collectives_of([t], patterns), r.analysis.steps, colours[label]))
     return collectives_section(entries, peak_busbw, patterns)
 
 
@@ -144,7 +120,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "(the message says which). Progress goes to stderr.",
         description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
         "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
-        "timeline per trace, a naive-vs-best timeline, summary.csv and results.db into the -o folder, "
+        "timeline per trace, a side-by-side page (one step of each implementation), summary.csv and "
+        "results.db into the -o folder, "
         "and nothing outside it. Prints the summary table.",
     )
     ap.add_argument(
@@ -222,23 +199,23 @@ def _run(args: argparse.Namespace) -> int:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
     inputs = group_inputs(args.traces)
     pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
+    if pages and len(inputs) > 1:
+        pages.append(COMPARE_PAGE)
     check_out_dir(out, pages, args.self_contained)  # fail before the (slow) analysis when we can
     results, bad = analyze_all(inputs, args.jobs, args.dask, patterns)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)
-    side = None if args.no_timelines else side_page(summary)
-    check_out_dir(out, pages + ([side.name] if side else []), args.self_contained)  # every output, before writing any
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
     plotly_js = PlotlyJs(self_contained=args.self_contained, folder=out)
-    links = {} if args.no_timelines else write_timelines(out, results, side, patterns, plotly_js)
+    links, side = ({}, None) if args.no_timelines else write_timelines(out, results, summary, patterns, plotly_js)
     index = write_index(
         out / "index.html",
         summary,
         steps_frame(results, summary),
         links,
-        (side.name, side.title) if side else None,
+        (side, "Side by side: " + ", ".join(summary["label"])) if side else None,
         collectives_blocks(results, summary, args.peak_busbw, patterns),
         plotly_js,
     )

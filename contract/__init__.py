@@ -5,7 +5,7 @@ default patterns that recognise them. Torch-free and dependency-free, so every p
            `comm:<op>:<tag>` with the collective's byte count as payload (ops: all_reduce, broadcast, all_gather,
            reduce_scatter), the point-to-point phases).
 `meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode, and
-           the `sharded` entries of sharded strategies.
+           the `sharded` entries of sharded strategies, the `memory` figures.
 `patterns` the analysis' default regular expressions, built from the names.
 `nsys_cli` finding nsys and its complete-or-absent SQLite export (recording and analysis both run it).
 """
@@ -13,6 +13,10 @@ default patterns that recognise them. Torch-free and dependency-free, so every p
 from contract.meta import (
     ASYNC_KIND,
     ASYNC_KIND_KEY,
+    MEMORY_CUDA,
+    MEMORY_KEY,
+    MEMORY_PARTS,
+    MEMORY_PEAK,
     META_KEY,
     META_PREFIX,
     SHARDED_FIELDS,
@@ -60,6 +64,10 @@ __all__ = [
     "COMPUTE_PHASES",
     "FORWARD",
     "GRAD_SYNC",
+    "MEMORY_CUDA",
+    "MEMORY_KEY",
+    "MEMORY_PARTS",
+    "MEMORY_PEAK",
     "META_KEY",
     "META_PREFIX",
     "OPTIMIZER",

@@ -21,6 +21,12 @@ ASYNC_KIND = "start_end"
 SHARDED_KEY = "sharded"
 SHARDED_FIELDS = ("name", "params", "numel", "padded_numel", "all_gather_bytes", "reduce_scatter_bytes", "shard_bytes")
 
+# Each rank's memory after the warm-up, in bytes (docs/memory.md): the parts of ddp.strategies.memory.MemoryParts,
+# their sum `peak`, and `cuda_max_allocated` (torch.cuda.max_memory_allocated; null off CUDA).
+MEMORY_KEY = "memory"
+MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "gathered", "comm_buffers", "activations")
+MEMORY_PEAK, MEMORY_CUDA = "peak", "cuda_max_allocated"
+
 
 def sharded_entry(
     name: str, params: list[str], numel: int, padded_numel: int, comm_itemsize: int, shard_itemsize: int, world: int

@@ -1,6 +1,6 @@
 """Data-parallel training wrappers behind one protocol, plus models, launcher and CLIs.
 
-from ddp import NaiveDDP, FlatDDP, OverlapDDP, OverlapBucketDDP, TorchDDP, IMPLEMENTATIONS
+from ddp import NaiveDDP, FlatDDP, OverlapDDP, OverlapBucketDDP, TorchDDP, TorchFSDP, IMPLEMENTATIONS
 """
 
 from ddp.optim.sharded_optimizer import ShardedOptimizer
@@ -11,6 +11,7 @@ from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.registry import IMPLEMENTATIONS
 from ddp.strategies.torch_ddp import TorchDDP
+from ddp.strategies.torch_fsdp import TorchFSDP
 
 __all__ = [
     "IMPLEMENTATIONS",
@@ -22,4 +23,5 @@ __all__ = [
     "OverlapDDP",
     "ShardedOptimizer",
     "TorchDDP",
+    "TorchFSDP",
 ]

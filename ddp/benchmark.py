@@ -14,6 +14,13 @@ for naive and flat, which communicate after backward), and avg_comm_time_ms the 
 backward: the communication the step waited for. comm_clock says which clock measured them.
 speedup_vs_naive compares step times with naive at the same batch, context length and collective;
 the table adds the same ratio for communication time.
+
+Memory (docs/memory.md): per rank, the bytes of parameters, gradients, optimizer state, gathered
+full-parameter buffers (sharded strategies), the wrapper's communication buffers and activations
+(what forward saved for backward, counted in the first step), from the wrappers' own accounting
+(memory_parts) after the last step; mem_peak_mib is their sum, and on CUDA cuda_max_allocated_mib is
+torch.cuda.max_memory_allocated beside it. The CSV/JSON columns are the rank with the largest peak's;
+the table adds one row per rank, and JSON `memory_per_rank`.
 """
 
 from __future__ import annotations
@@ -37,8 +44,9 @@ from ddp.training.loop import TrainResult, run_training
 from ddp.training.models import MODEL_SIZES, largest_model_that_fits
 
 PART_NAMES = [f.name for f in fields(MemoryParts)]
-# MiB on the rank with the largest accounted total (ddp.strategies.memory.MemoryParts), and CUDA's own peak
-MEMORY_COLUMNS = [f"mem_{part}_mib" for part in (*PART_NAMES, "total")] + ["cuda_max_allocated_mib"]
+# MiB on the rank with the largest accounted peak (ddp.strategies.memory.MemoryParts: the parts and their sum),
+# and torch.cuda.max_memory_allocated beside it (None off CUDA: the table says n/a)
+MEMORY_COLUMNS = [f"mem_{part}_mib" for part in (*PART_NAMES, "peak")] + ["cuda_max_allocated_mib"]
 CSV_COLUMNS = [
     "implementation",
     "model_size",
@@ -131,7 +139,6 @@ def pool(a: TrainResult, b: TrainResult) -> TrainResult:
         join(a.comm_hidden_s, b.comm_hidden_s),
         a.comm_clock,
         a.memory,
-        a.cuda_max_allocated,
     )
 
 
@@ -176,25 +183,33 @@ def to_records(results: list[TrainResult]) -> list[dict]:
 
 
 def largest_rank(result: TrainResult) -> int:
-    """The rank holding the most (accounted total), the first on a tie."""
-    totals = [MemoryParts(**m).total for m in result.memory]
-    return totals.index(max(totals))
+    """The rank with the largest accounted peak, the first on a tie."""
+    peaks = [m["peak"] for m in result.memory]
+    return peaks.index(max(peaks))
 
 
 def memory_columns(result: TrainResult, rank: int) -> dict[str, Any]:
-    """One rank's memory parts in MiB, their total, and CUDA's max_memory_allocated (None off CUDA)."""
-    parts = MemoryParts(**result.memory[rank]).as_mib()
-    cuda = result.cuda_max_allocated[rank]
+    """One rank's memory parts and accounted peak in MiB, and CUDA's max_memory_allocated (None off CUDA)."""
+    figures = result.memory[rank]
+    cuda = figures["cuda_max_allocated"]
     return {
-        **{f"mem_{k}_mib": v for k, v in parts.items()},
+        **{f"mem_{k}_mib": round(figures[k] / MIB, 3) for k in (*PART_NAMES, "peak")},
         "cuda_max_allocated_mib": None if cuda is None else round(cuda / MIB, 3),
     }
 
 
 def memory_records(records: list[dict]) -> list[dict]:
-    """One row per run and rank: the memory table."""
+    """One row per run and rank: the memory table (CUDA's figure n/a off CUDA)."""
     return [
-        {"implementation": r["implementation"], "shard_optimizer": r["shard_optimizer"], "rank": rank, **per_rank}
+        {
+            "implementation": r["implementation"],
+            "shard_optimizer": r["shard_optimizer"],
+            "rank": rank,
+            **per_rank,
+            "cuda_max_allocated_mib": "n/a"
+            if per_rank["cuda_max_allocated_mib"] is None
+            else per_rank["cuda_max_allocated_mib"],
+        }
         for r in records
         for rank, per_rank in enumerate(r["memory_per_rank"])
     ]
@@ -273,13 +288,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     records = to_records(results)
     columns = CSV_COLUMNS + (TABLE_EXTRA if args.format == "table" else [])
     if args.format == "table":  # the parts go to the memory table below
-        columns = [c for c in columns if c not in MEMORY_COLUMNS or c == "mem_total_mib"]
+        columns = [c for c in columns if c not in MEMORY_COLUMNS or c == "mem_peak_mib"]
     if len(args.collective) > 1:
         columns = [*columns, "collective"]
     print(cli.format_records(records, args.format, columns))  # first: a failing --csv loses nothing
     if args.format == "table":
         print(summary_line(records))
-        print("\nmemory per rank (MiB; total = the sum of the parts, an upper bound of the peak):")
+        print("\nmemory per rank (MiB; peak = the sum of the parts: docs/memory.md):")
         print(cli.format_records(memory_records(records), "table", MEMORY_TABLE))
     if args.csv is not None:
         write_csv(args.csv, records)

@@ -31,7 +31,7 @@ from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
 from ddp.training.config import RunConfig
 from ddp.training.data import global_batch, rank_batch
-from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, train_step
+from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, train_step
 from ddp.training.models import build_model
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
@@ -49,7 +49,9 @@ COLUMNS = [
 def how_compared(cfg: RunConfig, rtol: float, atol: float) -> str:
     """What a row's checks were: against whom, with which optimizer, how close."""
     text = f"vs 1 process, {cfg.optimizer} (allclose rtol {rtol:g} atol {atol:g})"
-    if cfg.shard_optimizer:
+    if cfg.shard_optimizer and cfg.impl in registry.SHARDED:
+        text += "; optimizer state sharded by the strategy itself: the same run twice (torch.equal)"
+    elif cfg.shard_optimizer:
         text += f"; {cfg.optimizer} state sharded over {cfg.world_size} ranks vs unsharded (torch.equal)"
     return text
 
@@ -69,13 +71,13 @@ def train_single_process(cfg: RunConfig) -> dict[str, torch.Tensor]:
 def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
     """Train `cfg` on this rank's shards from a rank-specific init; rank 0's params and the rank spread."""
     model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
+    optimizer = run_optimizer(cfg, model.module.parameters())
     for step in range(cfg.steps):
         batch = rank_batch(
             cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
         )
         train_step(model, optimizer, batch, step)
-    params = {k: v.detach().cpu().clone() for k, v in model.module.named_parameters()}
+    params = {k: v.cpu() for k, v in model.gather_full_params().items()}  # sharded strategies gather theirs
     flat = torch.cat([v.reshape(-1) for v in params.values()])
     if ctx.backend == "nccl":  # NCCL gathers device tensors only
         flat = flat.to(ctx.device)

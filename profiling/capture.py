@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from contract import PROFILE, encode_meta
+from contract import MEMORY_KEY, PROFILE, SHARDED_KEY, encode_meta
 from ddp.comm import nvtx_ranges
 
 if TYPE_CHECKING:
@@ -55,12 +55,26 @@ def param_bytes(model: DataParallelBase) -> dict[str, int]:
     return {n: p.numel() * p.element_size() for n, p in zip(model.param_names, model.params, strict=True)}
 
 
+def model_meta(model: DataParallelBase) -> dict[str, Any]:
+    """What ddp.meta says of the wrapper: its all-reduce `buckets`, `param_bytes` and, for a sharded strategy,
+    its `sharded` modules (contract.SHARDED_KEY)."""
+    meta: dict[str, Any] = {"buckets": model.comm_layout(), "param_bytes": param_bytes(model)}
+    sharded = model.sharded_layout()
+    if sharded:
+        meta[SHARDED_KEY] = sharded
+    return meta
+
+
 @contextlib.contextmanager
-def measured_region(meta: Mapping[str, Any], model: DataParallelBase | None = None) -> Iterator[None]:
+def measured_region(
+    meta: Mapping[str, Any], model: DataParallelBase | None = None, memory: Mapping[str, Any] | None = None
+) -> Iterator[None]:
     """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta` (with `model`'s bucket
-    layout, if given), ..., barrier, pop."""
+    layout and this rank's `memory` figures (ddp.training.loop.memory_figures), if given), ..., barrier, pop."""
     if model is not None:
-        meta = {**meta, "buckets": model.comm_layout(), "param_bytes": param_bytes(model)}
+        meta = {**meta, **model_meta(model)}
+    if memory is not None:
+        meta = {**meta, MEMORY_KEY: memory}
     _barrier()
     with nvtx_ranges.range(PROFILE):
         nvtx_ranges.mark(encode_meta(meta))

@@ -61,8 +61,10 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
 
         meta["profiler"] = f"torch.profiler {meta.get('versions', {}).get('torch', '')}".strip()
         path = Path(f"{torch_trace}.rank{ctx.rank}.json.gz")
-        return run_training(ctx, cfg, measured_region=lambda model: torch_profile.measured_region(meta, path, model))
-    return run_training(ctx, cfg, measured_region=lambda model: measured_region(meta, model))
+        return run_training(
+            ctx, cfg, measured_region=lambda model, memory: torch_profile.measured_region(meta, path, model, memory)
+        )
+    return run_training(ctx, cfg, measured_region=lambda model, memory: measured_region(meta, model, memory))
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:

@@ -30,9 +30,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PROFILE
+from contract import ASYNC_KIND, ASYNC_KIND_KEY, MEMORY_KEY, META_KEY, PROFILE
 from ddp.comm import nvtx_ranges
-from profiling.capture import param_bytes
+from profiling.capture import model_meta
 from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
 
 if TYPE_CHECKING:
@@ -107,14 +107,21 @@ def write_trace(prof: profile, path: Path, ranges: TorchRanges, since_ns: int, m
 
 
 @contextlib.contextmanager
-def measured_region(meta: Mapping[str, Any], path: Path, model: DataParallelBase | None = None) -> Iterator[None]:
+def measured_region(
+    meta: Mapping[str, Any],
+    path: Path,
+    model: DataParallelBase | None = None,
+    memory: Mapping[str, Any] | None = None,
+) -> Iterator[None]:
     """Wrap the measured steps: barrier, start torch.profiler, ..., barrier, stop, write `path` (its
-    `ddp.meta` with `model`'s bucket layout, if given, as profiling.capture records it).
+    `ddp.meta` with `model`'s bucket layout and `memory`, if given, as profiling.capture records them).
 
     The recorder stays installed afterwards: an async range still open at the end (none is, after
     the closing barrier) must not reach NVTX with a foreign id."""
     if model is not None:
-        meta = {**meta, "buckets": model.comm_layout(), "param_bytes": param_bytes(model)}
+        meta = {**meta, **model_meta(model)}
+    if memory is not None:
+        meta = {**meta, MEMORY_KEY: memory}
     _barrier()
     ranges = TorchRanges()
     prof = profile(activities=activities())

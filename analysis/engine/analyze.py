@@ -13,6 +13,7 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+from analysis.frames.phase_markers import phases_of
 from analysis.frames.run_info import profiler_label, trace_metadata
 from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
@@ -45,7 +46,9 @@ METADATA = [
 ]  # summary columns from run_info.trace_metadata
 
 
-NOTES = ["comm_note", "clock_note"]  # summary columns of what the reader should know: '' when nothing to say
+# summary columns of what the reader should know: where the phases came from (frames/phase_markers.py),
+# and notes ('' when nothing to say)
+NOTES = ["phases", "comm_note", "clock_note"]
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ def analyze_trace(
         trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
     )
     summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
+    summary["phases"] = phases_of(trace)
     split = by_op_phase(trace, calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):

@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+from analysis.frames.phase_markers import phases_of
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.collective_rows import call_rows
@@ -26,8 +27,9 @@ from analysis.views.table import plain_records
 class CollectivesView:
     """`calls`: one row per call per rank (ROW_COLUMNS); `by_size`: per trace, op and size class;
     `by_rank`: per trace and rank; `stragglers`: per trace and step; `traces`: per trace, with
-    source, world size, ranks present, a note when calls lack partners and `in_time` (the all-gather
-    answer in words); `prefetch`: per trace, each forward all-gather (measures/prefetch.py)."""
+    source, world size, ranks present, a note when calls lack partners, `phases` (where the steps and
+    phases came from) and `in_time` (the all-gather answer in words); `prefetch`: per trace, each
+    forward all-gather (measures/prefetch.py)."""
 
     calls: pd.DataFrame
     by_size: pd.DataFrame
@@ -101,12 +103,13 @@ def _with_in_time(
     trace: Trace, rows: pd.DataFrame, facts: dict, patterns: Patterns | None
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """The trace's rows; its facts with `in_time`: whether its all-gathers came in time, in words
-    (in_time.py); its forward all-gathers' prefetch rows (prefetch.py)."""
+    (in_time.py) and `phases`: where its steps and phases came from (frames/phase_markers.py); its
+    forward all-gathers' prefetch rows (prefetch.py)."""
     ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
     gathers = prefetch_rows(trace, rows, phases).assign(path=trace.path)
-    return rows, {**facts, "in_time": in_time_sentences(rows, phases)}, gathers
+    return rows, {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(rows, phases)}, gathers
 
 
 def analyze_collectives(

@@ -110,6 +110,9 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     summary["comm_note"] = _run_comm_note([results[i].analysis.summary for i in kept])
     ranks_of_part = {int(p): sorted(g["global_rank"].tolist()) for p, g in ranks.groupby("part")}
     summary["clock_note"] = clock_note(alignment, ranks_of_part)
+    summary["phases"] = run_phases(
+        [results[i].analysis.summary for i in kept], [ranks_of_part.get(i, []) for i in kept]
+    )
     return Merged(Analysis(**frames, summary=summary), spread)
 
 
@@ -117,6 +120,17 @@ def _run_comm_note(summaries: Sequence[pd.DataFrame]) -> str:
     """The files' "no communication recognised" note when every file has one (the first's), else ''."""
     notes = [str(s["comm_note"].iloc[0]) if "comm_note" in s and len(s) else "" for s in summaries]
     return notes[0] if notes and all(notes) else ""
+
+
+def run_phases(summaries: Sequence[pd.DataFrame], ranks: Sequence[list[int]]) -> str:
+    """Where the files' phases came from: their one sentence when they agree, else each file's with its ranks."""
+    said: dict[str, list[int]] = {}
+    for summary, mine in zip(summaries, ranks, strict=True):
+        words = str(summary["phases"].iloc[0]) if "phases" in summary and len(summary) else ""
+        said.setdefault(words, []).extend(mine)
+    if len(said) == 1:
+        return next(iter(said))
+    return "; ".join(f"rank {', '.join(map(str, sorted(r)))}: {words}" for words, r in said.items())
 
 
 def _merged_calls(

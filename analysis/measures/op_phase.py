@@ -21,12 +21,11 @@ forward; `FSDP::pre_backward`, `FSDP::post_backward_*`, `FSDP::backward_prefetch
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pandas as pd
 
 from analysis.frames.patterns import Patterns
+from analysis.frames.phase_markers import FSDP_AFTER_BACKWARD, FSDP_BACKWARD, FSDP_FORWARD
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.phases import keyed_contains, process_key, ranges_named
@@ -42,10 +41,6 @@ FORWARD, BACKWARD, OPTIMIZER, AFTER_BACKWARD, OTHER, OUTSIDE = (
 )
 PHASE_ORDER = [FORWARD, BACKWARD, AFTER_BACKWARD, OPTIMIZER, OTHER, OUTSIDE]
 OP_PHASE_COLUMNS = ["rank", "step", "op", "phase", "calls", "bytes", "comm_ms", "hidden_ms", "exposed_ms"]
-# FSDP2's record_function ranges (torch/distributed/fsdp/_fully_shard/*.py), most suffixed " (<module>)"
-FSDP_FORWARD = re.compile(r"^FSDP::(root_pre_forward|pre_forward|post_forward|forward_prefetch)\b")
-FSDP_BACKWARD = re.compile(r"^FSDP::(pre_backward|post_backward_\w+|backward_prefetch)\b")
-FSDP_AFTER_BACKWARD = re.compile(r"^FSDP::root_post_backward_callback\b")
 # collective_calls' phase (innermost range at issue) -> ours, before the markers refine it
 _BASE = {"forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, GRAD_SYNC: AFTER_BACKWARD}
 

@@ -17,9 +17,9 @@ What goes where (see frames/trace.py for the frames):
             threads for gloo) are start/end ranges too: they do not block the calling thread. In
             traces of this project's runner (`ddp.meta` present) they are left out: its `comm:*`
             ranges are the ones nsys records, so both profilers measure the same ranges.
-            When no range matches the backward pattern,
-            a `backward` range per step spans the autograd engine ops
-            (`autograd::engine::evaluate_function: ...`) of that step, on their thread.
+            Steps and phases marked only PyTorch's way (`ProfilerStep#N`, the autograd engine's
+            `autograd::engine::evaluate_function: ...` cpu_ops, `DistributedDataParallel.forward`,
+            `Optimizer.step#...`) get ranges of their own: frames/phase_markers.py.
 `ranks`     one per file and device; rank and world size from `distributedInfo` (or our `ddp.meta`).
 `collectives` one row per `record_param_comms` op with its message sizes (kineto_comms.py).
 Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "ranges"), as
@@ -38,6 +38,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.frames.patterns import Patterns, matches
+from analysis.frames.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
 from analysis.frames.run_info import recorded
 from analysis.frames.trace import (
     CLOCK_OFFSET_KEY,
@@ -50,7 +51,6 @@ from analysis.frames.trace import (
 )
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
-from contract import BACKWARD
 
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
@@ -101,26 +101,13 @@ def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
     }
 
 
-def _backward_ranges(f: KinetoFile, steps: pd.DataFrame) -> pd.DataFrame:
-    """One `backward` range per step over the autograd engine ops that start inside it (all of them
-    when there are no steps), on the thread that ran most of them."""
+def _autograd_ops(f: KinetoFile, part: int) -> pd.DataFrame:
+    """The autograd engine's ops of one file (phase_markers.RANGE_COLUMNS)."""
     ag = f.autograd
-    if len(ag["start"]) == 0:
-        return pd.DataFrame(columns=["pid", "tid", "start", "end"])
-    if len(steps):
-        s, e = steps["start"].to_numpy(), steps["end"].to_numpy()
-        i = np.searchsorted(s, ag["start"], side="right") - 1
-        step = np.where((i >= 0) & (ag["start"] < e[np.maximum(i, 0)]), i, -1)
-    else:
-        step = np.zeros(len(ag["start"]), dtype=np.int64)
-    ops = pd.DataFrame({"step": step, "pid": ag["pid"], "tid": ag["tid"], "start": ag["start"], "end": ag["end"]})
-    ops = ops[ops["step"] >= 0]
-    grouped = ops.groupby(["step", "pid"])
-    out = grouped.agg(start=("start", "min"), end=("end", "max"), tid=("tid", lambda t: t.mode().iloc[0]))
-    return out.reset_index()[["pid", "tid", "start", "end"]]
+    return pd.DataFrame({"part": np.int64(part), **{k: np.asarray(ag[k], dtype=np.int64) for k in RANGE_COLUMNS[1:]}})
 
 
-def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
+def _nvtx_part(f: KinetoFile, part: int) -> pd.DataFrame:
     """The ranges of one file as an nvtx frame (push_pop, or start_end where our recorder said so)."""
     r = f.ranges
     frame = pd.DataFrame(
@@ -135,11 +122,6 @@ def _nvtx_part(f: KinetoFile, part: int, patterns: Patterns) -> pd.DataFrame:
     )
     torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
     frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, NVTX_START_END, frame["kind"]))
-    texts = frame["text"].astype("category")
-    if not matches(texts, patterns.regex("backward")).any():
-        steps = frame[matches(texts, patterns.regex("step"))].sort_values("start")
-        extra = _backward_ranges(f, steps).assign(text=BACKWARD, kind=NVTX_PUSH_POP)
-        frame = pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
     frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
     return pd.DataFrame(
         {
@@ -207,11 +189,12 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     patterns = patterns or Patterns()
     files = [read_kineto(p) for p in paths]
     check_one_job([(f.path, *job_of(f)) for f in files])
-    gpu_parts, nvtx_parts, meta, calls = [], [], {}, []
+    gpu_parts, nvtx_parts, autograd, meta, calls = [], [], [], {}, []
     for part, f in enumerate(files):
         host_pid = int(f.host_pids[0]) if f.host_pids.size else 0
         ops = _gpu_part(f, part, host_pid)
-        nvtx = _nvtx_part(f, part, patterns)
+        nvtx = _nvtx_part(f, part)
+        autograd.append(_autograd_ops(f, part))
         gpu_parts.append(ops)
         nvtx_parts.append(nvtx)
         rank, world = _identity(f)
@@ -222,7 +205,7 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         }
         calls += [(part, c) for c in f.comms]
     ops = ops_frame(gpu_parts)
-    nvtx = nvtx_frame(nvtx_parts)
+    nvtx, phases = derive_phases(nvtx_frame(nvtx_parts), patterns, pd.concat(autograd, ignore_index=True))
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and len(nvtx) == 0:
         raise TraceError(
@@ -243,5 +226,8 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         meta=meta,
         implementation=implementation,
         collectives=collectives_frame(calls),
-        info={part: {**f.info, CLOCK_OFFSET_KEY: f.clock_offset} for part, f in enumerate(files)},
+        info={
+            part: {**f.info, CLOCK_OFFSET_KEY: f.clock_offset, **({PHASES_KEY: phases} if part == 0 else {})}
+            for part, f in enumerate(files)
+        },
     )

@@ -37,7 +37,7 @@ def read_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     else:
         from analysis.readers.nsys import load_nsys
 
-        trace = load_nsys(files)
+        trace = load_nsys(files, patterns)
     return trace
 
 

@@ -31,6 +31,8 @@ from analysis.frames.merge import (
     ops_frame,
     row_lookup,
 )
+from analysis.frames.patterns import Patterns
+from analysis.frames.phase_markers import PHASES_KEY, derive_phases
 from analysis.frames.trace import (
     CLOCK_OFFSET_KEY,
     GPU_KERNEL,
@@ -271,15 +273,22 @@ def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dic
         ex.conn.close()
 
 
-def load_nsys(paths: list[Path]) -> Trace:
+def load_nsys(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     """Load one export, or several one-rank exports of the same run; each part's times stay on its
-    own clock, its session-start offset in info[part][CLOCK_OFFSET_KEY] (engine/clocks.py aligns them)."""
+    own clock, its session-start offset in info[part][CLOCK_OFFSET_KEY] (engine/clocks.py aligns them).
+    Steps and phases PyTorch marks its own way are added as ranges (frames/phase_markers.py), where
+    they came from in info[0][PHASES_KEY]."""
     loaded = [_load_part(p, i) for i, p in enumerate(paths)]
     ops = ops_frame([part[0] for part in loaded])
     nvtx = nvtx_frame([part[1] for part in loaded])
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
-        raise TraceError(f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure")
+        raise TraceError(
+            f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure (PyTorch writes "
+            "NVTX ranges only under `nsys profile --pytorch=autograd-nvtx` or torch.autograd.profiler.emit_nvtx, "
+            "both of which need a CUDA build of torch; on the CPU record with torch.profiler)"
+        )
+    nvtx, phases = derive_phases(nvtx, patterns or Patterns())
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")), paths[0].stem)
     return Trace(
@@ -292,5 +301,8 @@ def load_nsys(paths: list[Path]) -> Trace:
         ranks=number_ranks(ops, nvtx, meta, implementation),
         meta=meta,
         implementation=implementation,
-        info={i: {**part[4], CLOCK_OFFSET_KEY: part[3]} for i, part in enumerate(loaded)},
+        info={
+            i: {**part[4], CLOCK_OFFSET_KEY: part[3], **({PHASES_KEY: phases} if i == 0 else {})}
+            for i, part in enumerate(loaded)
+        },
     )

@@ -65,8 +65,19 @@ def _cell(value: object, fmt: str) -> str:
     return html.escape(fmt.format(value))
 
 
+def label_colours(summary: pd.DataFrame) -> dict[str, str]:
+    """Each trace label's colour (palette.trace_colours), the same on every chart and page of the report."""
+    return palette.trace_colours(summary["label"].tolist(), summary["implementation"].tolist())
+
+
+def label_ticks(labels: list[str], colours: dict[str, str]) -> dict:
+    """Axis settings that write each label after a square of its implementation's colour."""
+    return dict(tickvals=labels, ticktext=[palette.coloured_name(html.escape(x), colours[x]) for x in labels])
+
+
 def table_html(summary: pd.DataFrame, links: dict[str, str]) -> str:
-    """The ranking table; each implementation links to its trace's timeline."""
+    """The ranking table; each implementation after its colour's square, linking to its trace's timeline."""
+    colours = label_colours(summary)
     head = "".join(f"<th>{html.escape(h)}</th>" for h, _ in TABLE_COLUMNS.values())
     rows = []
     for rec in summary.to_dict("records"):  # one row per trace: a handful
@@ -75,6 +86,8 @@ def table_html(summary: pd.DataFrame, links: dict[str, str]) -> str:
             text = _cell(rec.get(col), fmt)
             if col == "implementation" and rec["trace"] in links:
                 text = f'<a href="{html.escape(links[rec["trace"]])}">{text}</a>'
+            if col == "implementation":
+                text = palette.swatch_html(colours[rec["label"]]) + text
             cells.append(f"<td>{text}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
     return f'<table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
@@ -102,24 +115,30 @@ def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
         yaxis_title="ms per step (mean)",
         title="Where a step's time goes",
         margin=dict(t=60, b=60),
+        xaxis=label_ticks(parts["label"].tolist(), label_colours(summary)),
     )
     return fig
 
 
-def spread_figure(steps: pd.DataFrame) -> go.Figure:
-    """Step time of every (rank, step) per implementation: the spread behind the means."""
+def spread_figure(steps: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
+    """Step time of every (rank, step) per implementation: the spread behind the means, in the
+    summary's order (fastest first) and the implementations' colours."""
+    colours = label_colours(summary)
+    groups = dict(tuple(steps.groupby("label", sort=False)))
     fig = go.Figure(
         [
             go.Box(
-                y=group["step_ms"],
+                y=groups[label]["step_ms"],
                 name=label,
                 boxpoints="all",
                 jitter=0.4,
                 pointpos=0,
-                marker_size=4,
+                marker=dict(size=4, color=colours[label]),
+                line_color=colours[label],
                 hovertemplate="%{y:.2f} ms<extra>" + html.escape(label) + "</extra>",
             )
-            for label, group in steps.groupby("label", sort=False)
+            for label in summary["label"]
+            if label in groups
         ]
     )
     fig.update_layout(
@@ -129,6 +148,7 @@ def spread_figure(steps: pd.DataFrame) -> go.Figure:
         title="Per-step spread",
         showlegend=False,
         margin=dict(t=60, b=60),
+        xaxis=label_ticks([x for x in summary["label"] if x in groups], colours),
     )
     return fig
 
@@ -145,6 +165,7 @@ RUN_COLUMNS = {
     "world_size": "world size",
     "model": "model",
     "profiler": "profiler",
+    "phases": "steps and phases from",
     "shared_gpus": "ranks sharing a GPU",
 }
 
@@ -154,10 +175,13 @@ def runs_html(summary: pd.DataFrame) -> str:
     columns = [c for c in RUN_COLUMNS if c in summary]
     head = "".join(f"<th>{html.escape(RUN_COLUMNS[c])}</th>" for c in columns)
     whole = lambda v: int(v) if isinstance(v, float) and v.is_integer() else v  # world size 2, not 2.0
+    colours = label_colours(summary)
+    cell = lambda rec, c: (
+        (palette.swatch_html(colours[rec["label"]]) if c == "label" else "") + _cell(whole(rec.get(c)), "{}")
+    )
     rows = [
-        "<tr>" + "".join(f"<td>{_cell(whole(rec.get(c)), '{}')}</td>" for c in columns) + "</tr>"
-        for rec in summary.to_dict("records")
-    ]  # one row per trace
+        "<tr>" + "".join(f"<td>{cell(rec, c)}</td>" for c in columns) + "</tr>" for rec in summary.to_dict("records")
+    ]
     note = (
         "<p>Ranks sharing a GPU: their compute and idle are not exclusive GPU time, and one rank's kernels "
         "slow the other's.</p>"
@@ -169,15 +193,22 @@ def runs_html(summary: pd.DataFrame) -> str:
     )
 
 
-def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None) -> str:
-    """Links to the timeline pages (paths relative to index.html)."""
+def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None, summary: pd.DataFrame) -> str:
+    """Links to the timeline pages (paths relative to index.html), fastest first, each after its colour."""
+    colours = label_colours(summary)
     items = [
-        f'<li><a href="{html.escape(href)}">{html.escape(Path(trace).name)}</a></li>' for trace, href in links.items()
+        f"<li>{palette.swatch_html(colours[label])}{html.escape(label)}: "
+        f'<a href="{html.escape(links[trace])}">{html.escape(Path(trace).name)}</a></li>'
+        for trace, label in zip(summary["trace"], summary["label"], strict=True)
+        if trace in links
     ]
     compare = ""
     if side_by_side:
         href, title = side_by_side
-        compare = f'<p><a href="{html.escape(href)}"><b>{html.escape(title)}</b></a> (one step of each, stacked)</p>'
+        compare = (
+            f'<p><a href="{html.escape(href)}"><b>{html.escape(title)}</b></a> (one step of each, fastest '
+            "first, on one time scale, backward outlined)</p>"
+        )
     return f"<h2>Timelines</h2>{compare}<ul>{''.join(items)}</ul>"
 
 
@@ -199,9 +230,9 @@ def write_index(
     blocks = [
         "<h2>Implementations, fastest first</h2>" + table_html(summary, links),
         breakdown_figure(summary),
-        spread_figure(steps),
+        spread_figure(steps, summary),
         runs_html(summary),
         *sections,
-        link_list(links, side_by_side),
+        link_list(links, side_by_side, summary),
     ]
     return write_page(path, "Data-parallel overlap report", blocks, intro=intro, plotly_js=plotly_js)

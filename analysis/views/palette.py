@@ -51,6 +51,7 @@ MEMORY = "#999933"  # olive: memcpy / memset
 WAITING = "#DDCC77"  # sand: before the last rank arrived
 TRANSFER = COLLECTIVE_COLOURS["all_reduce"]  # data moving: the call's collective colour is used where known
 ISSUE = "#222222"  # the CPU issue mark
+OTHER_CALLS = "#888888"  # grey: the shorter calls merged on a per-call chart's "others" row
 BACKWARD_SPAN = "rgba(230, 159, 0, 0.14)"  # the backward pass behind per-call charts (backward, faint)
 
 # One colour per implementation, the same on every chart and page (the registry's names; fsdp's two).
@@ -90,3 +91,28 @@ def implementation_colours(names: list[str]) -> dict[str, str]:
         if name not in out:
             out[name] = IMPLEMENTATION_COLOURS.get(name) or next(spare)
     return out
+
+
+def trace_colours(labels: list[str], implementations: list[str]) -> dict[str, str]:
+    """Colour of each trace label: its implementation's colour for the first trace of that implementation,
+    a spare colour for a second trace of the same one (two naive runs stay apart)."""
+    spare = iter(SPARE_IMPLEMENTATION_COLOURS * (1 + len(labels) // len(SPARE_IMPLEMENTATION_COLOURS)))
+    taken: set[str] = set()
+    out: dict[str, str] = {}
+    for label, implementation in zip(labels, implementations, strict=True):
+        if label in out:
+            continue
+        own = IMPLEMENTATION_COLOURS.get(implementation)
+        out[label] = own if own is not None and implementation not in taken else next(spare)
+        taken.add(implementation)
+    return out
+
+
+def swatch_html(colour: str) -> str:
+    """A small square of `colour` to put before a name in HTML text (tables, notes)."""
+    return f'<span class="swatch" style="background:{colour}"></span>'
+
+
+def coloured_name(name: str, colour: str) -> str:
+    """`name` after a square of its colour, in plotly's text markup (titles, tick labels)."""
+    return f'<span style="color:{colour}">■</span> {name}'

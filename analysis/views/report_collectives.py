@@ -2,12 +2,14 @@
 one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward.
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
-html_page.write_page; each entry is (label, trace, CollectivesView of that trace).
+html_page.write_page; each entry (CollectivesEntry) is one trace: its label, trace, CollectivesView,
+the analysis' per-step frame and its implementation colour. Entries come fastest first.
 """
 
 from __future__ import annotations
 
 import html
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,49 +17,49 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import GPU_KERNEL, NS_PER_MS, Trace
-from analysis.measures.collective_calls import step_at
-from analysis.measures.phases import codes, launched_inside, ranges_named
+from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.measures import intervals as iv
+from analysis.measures.backward_span import backward_spans
+from analysis.measures.phases import find_steps
 from analysis.views import palette
+from analysis.views.call_chart import call_noun, calls_figure
+from analysis.views.lanes import representative_step
 
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
 
 WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = palette.WAITING, palette.TRANSFER, palette.ISSUE
-PALETTE = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948", "#9c755f")
 
 
-def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
-    """rank, step, start_ns, end_ns of each step's backward pass: on GPU traces the first start to last end
-    of the compute kernels launched inside `backward` ranges; on CPU traces the backward ranges."""
-    patterns = patterns or Patterns()
-    backward = ranges_named(trace.nvtx, patterns.regex("backward"))
-    ops = trace.gpu_ops
-    if len(ops):
-        mine = (codes(ops["kind"]) == GPU_KERNEL) & ~ops["is_comm"].to_numpy() & launched_inside(ops, backward)
-        work = ops.loc[mine, ["part", "pid", "device", "start", "end", "launch_start"]]
-        when, keys = work["launch_start"].to_numpy(), ["part", "pid", "device"]
-    else:
-        work = backward[["part", "pid", "start", "end"]]
-        when, keys = work["start"].to_numpy(), ["part", "pid"]
-    work = work.assign(step=step_at(trace, patterns, work["part"], work["pid"], when))
-    work = work[work["step"] >= 0].merge(trace.ranks[["rank", *keys]].drop_duplicates(keys), on=keys)
-    spans = work.groupby(["rank", "step"]).agg(start_ns=("start", "min"), end_ns=("end", "max"))
-    return spans.reset_index()
+@dataclass(frozen=True)
+class CollectivesEntry:
+    """One trace of the section: `steps` is its analysis' per-step frame (the table's figures come from
+    it, and so do the sentences); `colour` its implementation colour (palette.trace_colours)."""
+
+    label: str
+    trace: Trace
+    view: CollectivesView
+    steps: pd.DataFrame | None = None
+    colour: str | None = None
 
 
-def busbw_figure(calls: pd.DataFrame, peak_busbw: float | None = None) -> go.Figure:
-    """Every call with known bytes and transfer: busbw against message size, log-log, colour per trace."""
+def busbw_figure(
+    calls: pd.DataFrame, peak_busbw: float | None = None, colours: dict[str, str] | None = None
+) -> go.Figure:
+    """Every call with known bytes and transfer: busbw against message size, log-log, one colour per
+    trace (`colours` by label; the spare implementation colours where not given)."""
     known = calls[calls["busbw_gbps"].notna()]
+    labels = list(dict.fromkeys(known["label"]))
+    colours = colours or palette.implementation_colours(labels)
     fig = go.Figure()
-    for i, (label, group) in enumerate(known.groupby("label", sort=False)):
+    for label, group in known.groupby("label", sort=False):
         fig.add_trace(
             go.Scatter(
                 x=group["bytes"],
                 y=group["busbw_gbps"],
                 mode="markers",
                 name=str(label),
-                marker=dict(size=5, color=PALETTE[i % len(PALETTE)], opacity=0.6),
+                marker=dict(size=5, color=colours.get(str(label), palette.IDLE), opacity=0.6),
                 text=group["tag"],
                 hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.1f} GB/s",
             )
@@ -75,122 +77,144 @@ def busbw_figure(calls: pd.DataFrame, peak_busbw: float | None = None) -> go.Fig
     return fig
 
 
-def wait_transfer_figure(calls: pd.DataFrame, label: str) -> go.Figure:
-    """Per step and rank, stacked: time waiting for the last rank, and transfer time (paired calls)."""
-    paired = calls[calls["paired"] & (calls["step"] >= 0)]
-    per = paired.groupby(["step", "rank"])[["wait_ms", "transfer_ms"]].sum().reset_index()
+def step_time_split(calls: pd.DataFrame) -> pd.DataFrame:
+    """Per (step, rank), in ms of the step: `busy_ms`, the time at least one call ran (overlapping calls
+    counted once), split into `transfer_ms` (some call moving data, or unpaired) and `waiting_ms` (calls
+    running, all of them still waiting for the last rank)."""
+    mine = calls[calls["step"] >= 0]
+    keys, index = np.unique(mine[["step", "rank"]].to_numpy(np.int64), axis=0, return_inverse=True)
+    index = index.reshape(-1)
+    start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
+    wait_ns = np.rint(np.nan_to_num(mine["wait_ms"].to_numpy(float)) * NS_PER_MS).astype(np.int64)
+    busy = _union_ms(index, start, end, len(keys))
+    transfer = _union_ms(index, np.minimum(start + wait_ns, end), end, len(keys))
+    return pd.DataFrame(
+        {
+            "step": keys[:, 0],
+            "rank": keys[:, 1],
+            "busy_ms": busy,
+            "transfer_ms": transfer,
+            "waiting_ms": busy - transfer,
+        }
+    )
+
+
+def _union_ms(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int) -> np.ndarray:
+    k, s, e = iv.keyed_union(keys, starts, ends)
+    return iv.sum_by_key(k, e - s, n) / NS_PER_MS
+
+
+def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | None = None) -> go.Figure:
+    """Per step and rank, stacked in ms of the step: time some call moved data, and time calls only waited
+    for the last rank (overlapping calls counted once); the step's length beside them when `steps` is given."""
+    per = step_time_split(calls)
     x = [f"step {s} · rank {r}" for s, r in zip(per["step"], per["rank"], strict=True)]
+    noun = call_noun(calls)
     fig = go.Figure(
         [
-            go.Bar(name="waiting for the last rank", x=x, y=per["wait_ms"], marker_color=WAIT_COLOUR),
-            go.Bar(name="transfer (every rank in)", x=x, y=per["transfer_ms"], marker_color=TRANSFER_COLOUR),
+            go.Bar(name=f"{noun}s moving data (or unpaired)", x=x, y=per["transfer_ms"], marker_color=TRANSFER_COLOUR),
+            go.Bar(name=f"{noun}s only waiting for the last rank", x=x, y=per["waiting_ms"], marker_color=WAIT_COLOUR),
         ]
     )
+    if steps is not None and len(steps):
+        length = per.merge(steps[["step", "rank", "step_ms"]], on=["step", "rank"], how="left")["step_ms"]
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=length,
+                mode="markers",
+                marker=dict(symbol="line-ew-open", size=28, color="#555555", line_width=2),
+                name="the step's length",
+                hovertemplate="step %{y:.2f} ms<extra></extra>",
+            )
+        )
     fig.update_layout(
         barmode="stack",
         template="plotly_white",
         height=360,
-        yaxis_title="ms of collectives",
-        title=f"{label}: wait vs transfer per step",
+        yaxis=dict(title="ms of the step", rangemode="tozero"),
+        title=f"{html.escape(label)}: collectives per step, in ms of the step",
         margin=dict(t=60, b=80),
     )
     return fig
 
 
-def bucket_timeline_figure(calls: pd.DataFrame, spans: pd.DataFrame, step: int, rank: int, label: str) -> go.Figure:
-    """One rank's step: the backward pass, each call's issue (dot) and kernel span split into wait and
-    transfer, and the tail of communication after backward ends (ms from the backward start)."""
-    mine = calls[(calls["step"] == step) & (calls["rank"] == rank)].sort_values("start_ns")
+def step_starts(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
+    """rank, step, start_ns of every step range (the x origin of the per-call chart)."""
+    found = find_steps(trace.nvtx, patterns or Patterns())
+    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates(["part", "pid"])
+    return found.merge(ranks, on=["part", "pid"])[["rank", "step", "start"]].rename(columns={"start": "start_ns"})
+
+
+def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, int] | None:
+    """(step, rank) the per-call chart shows: the timelines' median step of the slowest rank when the
+    analysis has it and calls there, else the middle step of the lowest rank with calls."""
+    if steps is not None:
+        chosen = representative_step(steps)
+        if chosen is not None and ((calls["step"] == chosen[0]) & (calls["rank"] == chosen[1])).any():
+            return chosen
+    have = sorted(calls.loc[calls["step"] >= 0, "step"].unique())
+    if not have:
+        return None
+    step = int(have[len(have) // 2])
+    return step, int(calls.loc[calls["step"] == step, "rank"].min())
+
+
+def per_call_figure(entry: CollectivesEntry, patterns: Patterns | None = None) -> go.Figure | None:
+    """The per-call chart of one trace (views/call_chart.py), or None without numbered steps."""
+    calls = entry.view.calls
+    chosen = chosen_step(calls, entry.steps)
+    if chosen is None:
+        return None
+    step, rank = chosen
+    spans = backward_spans(entry.trace, patterns)
     span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
-    t0 = int(span["start_ns"].iloc[0]) if len(span) else int(mine["issue_ns"].min())
-    ms = lambda ns: (np.asarray(ns, dtype=float) - t0) / NS_PER_MS
-    names = [t or o for t, o in zip(mine["tag"], mine["op"], strict=True)]
-    wait = mine["wait_ms"].fillna(0).to_numpy()
-    fig = go.Figure(
-        [
-            go.Bar(
-                y=names,
-                x=wait,
-                base=ms(mine["start_ns"]),
-                orientation="h",
-                marker_color=WAIT_COLOUR,
-                name="kernel: waiting",
-            ),
-            go.Bar(
-                y=names,
-                x=mine["duration_ms"].to_numpy() - wait,
-                base=ms(mine["start_ns"]) + wait,
-                orientation="h",
-                marker_color=TRANSFER_COLOUR,
-                name="kernel: transfer (or unpaired)",
-            ),
-            go.Scatter(
-                y=names,
-                x=ms(mine["issue_ns"]),
-                mode="markers",
-                marker=dict(color=ISSUE_COLOUR, size=5),
-                name="issue (CPU)",
-            ),
-        ]
+    starts = step_starts(entry.trace, patterns)
+    start = starts.loc[(starts["step"] == step) & (starts["rank"] == rank), "start_ns"]
+    backward = (int(span["start_ns"].iloc[0]), int(span["end_ns"].iloc[0])) if len(span) else None
+    steps = entry.steps
+    return calls_figure(
+        calls,
+        step,
+        rank,
+        entry.label,
+        int(start.iloc[0]) if len(start) else None,
+        backward,
+        steps,
     )
-    title = f"{label}: step {step}, rank {rank}"
-    if len(span):
-        bwd_end = float(ms(span["end_ns"].iloc[0]))
-        fig.add_vrect(
-            x0=0,
-            x1=bwd_end,
-            fillcolor=palette.PHASE_COLOURS["backward"],
-            opacity=0.12,
-            line_width=0,
-            annotation_text="backward",
-            annotation_position="top left",
-        )
-        tail = max(0.0, float(ms(mine["end_ns"].max())) - bwd_end) if len(mine) else 0.0
-        if tail > 0:
-            fig.add_vrect(x0=bwd_end, x1=bwd_end + tail, fillcolor=TRANSFER_COLOUR, opacity=0.08, line_width=0)
-        title += f": communication runs {tail:.2f} ms past the end of backward"
-    fig.update_layout(
-        template="plotly_white",
-        barmode="overlay",
-        height=min(1600, 160 + 14 * len(mine)),
-        title=title,
-        xaxis_title="ms from the start of backward",
-        margin=dict(t=60, b=60),
-        yaxis=dict(autorange="reversed", tickfont=dict(size=9)),
-    )
-    return fig
 
 
 def collectives_section(
-    entries: list[tuple[str, Trace, CollectivesView]], peak_busbw: float | None = None, patterns: Patterns | None = None
+    entries: list[CollectivesEntry], peak_busbw: float | None = None, patterns: Patterns | None = None
 ) -> list:
-    """Blocks of the report's Collectives section for the traces given."""
+    """Blocks of the report's Collectives section for the traces given (in the order given: fastest first)."""
     if not entries:
         return []
-    calls = pd.concat([view.calls.assign(label=label) for label, _, view in entries], ignore_index=True)
+    calls = pd.concat([e.view.calls.assign(label=e.label) for e in entries], ignore_index=True)
+    colours = {e.label: e.colour for e in entries if e.colour is not None} or None
     blocks: list = [
         '<h2>Collectives</h2><p class="note">Each collective call per rank, paired across ranks '
         "(python -m analysis.collectives): <b>waiting</b> is the part of a call before the last rank "
         "arrived, <b>transfer</b> the rest. When ranks share one GPU, waiting includes time the "
         "partner's kernel could not start because the GPU was busy; on separate GPUs it is rank "
-        "imbalance.</p>"
+        "imbalance. Per step, overlapping calls count once, so the bars are ms of the step.</p>"
     ]
     if calls["busbw_gbps"].notna().any():
-        blocks.append(busbw_figure(calls, peak_busbw))
+        blocks.append(busbw_figure(calls, peak_busbw, colours))
     else:
         blocks.append(
             '<p class="note">No bus bandwidth: these traces carry no byte counts (the ddp wrappers '
             "record them as the comm:&lt;op&gt;:&lt;tag&gt; ranges' payloads; older traces lack them).</p>"
         )
-    for label, trace, view in entries:
-        for _, head in view.traces.iterrows():
+    for e in entries:
+        name = (palette.swatch_html(e.colour) if e.colour else "") + html.escape(e.label)
+        blocks.append(f'<h3 class="impl">{name}</h3>')
+        for _, head in e.view.traces.iterrows():
             if head["note"]:
-                blocks.append(f'<p class="note">{html.escape(label)}: {html.escape(head["note"])}</p>')
-        if (view.calls["paired"] & (view.calls["step"] >= 0)).any():
-            blocks.append(wait_transfer_figure(view.calls, label))
-        steps = sorted(view.calls.loc[view.calls["step"] >= 0, "step"].unique())
-        if steps:
-            step = int(steps[len(steps) // 2])
-            rank = int(view.calls["rank"].min())
-            blocks.append(bucket_timeline_figure(view.calls, backward_spans(trace, patterns), step, rank, label))
+                blocks.append(f'<p class="note">{html.escape(e.label)}: {html.escape(head["note"])}</p>')
+        if (e.view.calls["step"] >= 0).any():
+            blocks.append(wait_transfer_figure(e.view.calls, e.label, e.steps))
+        fig = per_call_figure(e, patterns)
+        if fig is not None:
+            blocks.append(fig)
     return blocks

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,6 +72,16 @@ def panel_title(implementation: str, path: str, view: str, fig: dict) -> str:
     )
 
 
+def with_backward(panel: Panel, trace: Trace, patterns: Patterns | None = None) -> Panel:
+    """The panel (and its whole-run overview) with each step's backward pass highlighted behind its rank's lanes."""
+    from analysis.measures.backward_span import backward_spans
+
+    spans = backward_spans(trace, patterns).rename(columns={"start_ns": "start", "end_ns": "end"})
+    spans = spans.loc[spans["rank"].isin(panel.lanes["rank"].unique()), ["rank", "start", "end"]]
+    overview = None if panel.overview is None else dataclasses.replace(panel.overview, highlight=spans)
+    return dataclasses.replace(panel, highlight=spans, overview=overview)
+
+
 def trace_panel(
     path: str | Path,
     selection: Selection,
@@ -101,7 +112,9 @@ def trace_panel(
     else:
         title = panel_title(trace.implementation, str(path), view_name(selection), fig)
     step = opening[0] if selection.step is None and opening is not None else None
-    panel = build_panel(trace, selection, patterns, title=title, width_px=width_px, opening_step=step)
+    panel = with_backward(
+        build_panel(trace, selection, patterns, title=title, width_px=width_px, opening_step=step), trace, patterns
+    )
     summary = PanelSummary(
         str(path),
         trace.implementation,
@@ -135,8 +148,10 @@ def write_timeline(
     intro = (
         "Lanes per rank: CPU step and phases, CPU communication ranges, then per GPU stream its compute "
         "(coloured by the phase that launched it) and its communication (coloured by collective), then "
-        "the rank's overlap strip: communication hidden under compute, or exposed. Work narrower than a "
-        "pixel is merged into blocks (the hover gives the count); zoom with the mouse."
+        "the rank's overlap strip: communication hidden under compute, or exposed. The outlined box over a "
+        "rank's lanes is its backward pass (first to last GPU kernel launched in backward; on CPU traces the "
+        "backward ranges): communication inside it overlaps backward. Work narrower than a pixel is merged "
+        "into blocks (the hover gives the count); zoom with the mouse."
         + (" It opens on one step; 'whole run' shows every step." if opening else "")
     )
     write_page(output, title, [fig], intro=intro, plotly_js=plotly_js)

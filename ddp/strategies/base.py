@@ -18,7 +18,7 @@ from contract import ALL_REDUCE, BROADCAST, GRAD_SYNC, comm_range
 from ddp.comm import nvtx_ranges
 from ddp.comm.collectives import all_reduce, check_collective
 from ddp.comm.timing import CommStats, CommTimer
-from ddp.strategies.memory import MemoryParts, storage_bytes
+from ddp.strategies.memory import MemoryParts, local, storage_bytes, storage_key
 
 # Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
 # into a tensor that is already on the wire.
@@ -111,26 +111,65 @@ class DataParallelBase(nn.Module):
         """One entry per collective of a step: {name: its tag, params: names, bytes: its payload}."""
         raise NotImplementedError
 
-    def memory_parts(self) -> MemoryParts:
-        """Bytes this rank holds now for the wrapped model, by part (ddp.strategies.memory.MemoryParts).
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter of `.module` in full under its name, copied (sharded strategies gather them:
+        then every rank must call it)."""
+        return {n: p.detach().clone() for n, p in self.module.named_parameters()}
 
-        The wrapper's own accounting: `parameters` (what this rank stores, with module buffers),
-        `gradients` (the .grad tensors), `gathered` (full-parameter buffers of a sharded strategy: the
-        most live at once in a step; 0 for the replicated ones) and `comm_buffers` (its communication
-        buffers, `comm_buffers()`, beyond what gradients already hold). Optimizer state and activations
-        are not the wrapper's: ddp.training.loop fills them in. Call it after a step, with gradients
-        present. A sharded strategy overrides it (FSDP: parameters = the local shards).
+    def sharded_layout(self) -> list[dict]:
+        """The `contract.sharded_entry` of each sharded module, in forward order; none for replicated strategies."""
+        return []
+
+    # ---- memory accounting (ddp.strategies.memory; what ddp.benchmark and ddp.meta report) ----------
+    def memory_parts(self) -> MemoryParts:
+        """Bytes this rank holds for the wrapped model now, by part: the wrapper's own accounting.
+
+        The contract every wrapper meets (each storage counted once, in the first part that holds it, from
+        `untyped_storage().nbytes()`, so padding and whole buckets count and a storage resized to 0 does not):
+        - `parameters`: what this rank stores of the model: its parameters (under FSDP the local shards,
+          padded, and the replicated parameters) and the module's buffers;
+        - `gradients`: the `.grad` of those parameters, as the optimizer sees them (a bucket whose views
+          they are counts here whole);
+        - `gathered`: `gathered_bytes()`, full-parameter buffers of a sharded strategy (0 when replicated);
+        - `comm_buffers`: `comm_buffers()` beyond what the parts above hold (flat buffers, flags, FSDP's
+          cast send buffers);
+        - `optimizer_state` and `activations` stay 0: they are not the wrapper's, ddp.training.loop
+          fills them in (ShardedOptimizer's state is this rank's share; activations are what forward
+          saves for backward, less what `holds_weights` claims).
+        Call it after a step (gradients present, before the next zero_grad). Replicated wrappers keep
+        this implementation and list their buffers in `comm_buffers()`; a sharded one makes
+        `parameters()`/`.module`'s parameters its shards and implements `gathered_bytes`,
+        `holds_weights` if needed, and `comm_buffers`, or overrides this method and keeps the same meanings.
         """
         seen: set[tuple[str, int]] = set()
         return MemoryParts(
             parameters=storage_bytes([*self.module.parameters(), *self.module.buffers()], seen),
             gradients=storage_bytes((p.grad for p in self.module.parameters()), seen),
+            gathered=self.gathered_bytes(),
             comm_buffers=storage_bytes(self.comm_buffers(), seen),
         )
 
     def comm_buffers(self) -> list[torch.Tensor]:
-        """The tensors this wrapper keeps for communicating (flat buffers, buckets, flags)."""
+        """The tensors this wrapper keeps for communicating between steps (flat buffers, buckets, flags)."""
         return []
+
+    def gathered_bytes(self) -> int:
+        """The most bytes of gathered full parameters alive at once in any step so far (a sharded
+        strategy's high-water mark over its gather buffers, in the dtype on the wire: for FSDP with
+        prefetch p about the largest p+1 units); 0 for a replicated strategy."""
+        return 0
+
+    def holds_weights(self, tensor: torch.Tensor) -> bool:
+        """Whether `tensor`, as forward saves it for backward, lies in weight memory this wrapper accounts
+        (`parameters` or `gathered`), so that the activation count skips it: by default when it shares storage
+        with one of `.module`'s parameters at that moment (a sharded strategy's gathered weights while the
+        unit runs, as FSDP2 registers them). A sharded strategy whose gathered weights are not `.module`'s
+        parameters during forward overrides it."""
+        key = storage_key(local(tensor))
+        return any(
+            key == storage_key(local(p)) for p in self.module.parameters() if local(p).untyped_storage().nbytes()
+        )
 
     def finish_gradient_synchronization(self) -> None:
         """Leave every trainable parameter's .grad equal to the mean over ranks."""

@@ -1,5 +1,8 @@
 """Memory accounting: the bytes one rank holds for training, by part, counted from the tensors themselves.
 
+The wrappers count their own parts (DataParallelBase.memory_parts: the contract), ddp.training.loop adds
+the optimizer's state and the activations; docs/memory.md gives the formula each strategy follows.
+
 Each storage is counted once, in the first part that holds it (parameters, then gradients, then
 communication buffers): a gradient that is a view into a bucket buffer is counted as a gradient, and
 the bucket only for what lies beyond the gradients (its flags).
@@ -7,10 +10,13 @@ the bucket only for what lies beyond the gradients (its flags).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, fields
 
 import torch
+from torch.distributed.tensor import DTensor
+
+from contract import MEMORY_PARTS, MEMORY_PEAK
 
 MIB = 2**20
 
@@ -27,25 +33,43 @@ class MemoryParts:
     activations: int = 0  # tensors forward saved for backward (parameters and gradients excepted)
 
     @property
-    def total(self) -> int:
-        """The sum of the parts: the peak if they all coexist (activations and a step's gradients only
-        partly do, as backward frees the one while it makes the other), so an upper bound of it."""
+    def peak(self) -> int:
+        """The accounted peak: the sum of the parts. The true peak of these tensors is at most this: all
+        parts coexist but activations and gradients, which only partly do (backward frees the one while
+        it makes the other; zero_grad(set_to_none) drops the gradients before forward)."""
         return sum(asdict(self).values())
 
+    def as_bytes(self) -> dict[str, int]:
+        """The parts and `peak`, in bytes (what ddp.meta records under `memory`: contract.MEMORY_PARTS)."""
+        return {**asdict(self), MEMORY_PEAK: self.peak}
+
     def as_mib(self) -> dict[str, float]:
-        return {**{k: round(v / MIB, 3) for k, v in asdict(self).items()}, "total": round(self.total / MIB, 3)}
+        """The parts and `peak`, in MiB (3 decimals)."""
+        return {k: round(v / MIB, 3) for k, v in self.as_bytes().items()}
+
+
+assert tuple(f.name for f in fields(MemoryParts)) == MEMORY_PARTS, "the contract names the parts ddp.meta records"
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """What this rank stores of `tensor`: a DTensor's local shard (FSDP2's parameters, their gradients and
+    optimizer state), any other tensor as it is."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[str, int]:
-    storage = tensor.untyped_storage()
-    return str(tensor.device), storage.data_ptr()
+    return str(tensor.device), tensor.untyped_storage().data_ptr()
 
 
 def storage_bytes(tensors: Iterable[torch.Tensor | None], seen: set[tuple[str, int]]) -> int:
-    """Bytes of the storages behind `tensors` not in `seen` (each once; `seen` is updated)."""
+    """Bytes of the storages behind `tensors` (DTensors: their local shards) not in `seen` (each once; `seen`
+    is updated); a storage resized to 0 bytes counts nothing."""
     total = 0
     for t in tensors:
-        if t is None or t.untyped_storage().nbytes() == 0:
+        if t is None:
+            continue
+        t = local(t)
+        if t.untyped_storage().nbytes() == 0:
             continue
         key = storage_key(t)
         if key not in seen:
@@ -54,18 +78,30 @@ def storage_bytes(tensors: Iterable[torch.Tensor | None], seen: set[tuple[str, i
     return total
 
 
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of the tensors in `optimizer.state` (each storage once; ShardedOptimizer's: this rank's share)."""
+    return storage_bytes(
+        (v for per_param in optimizer.state.values() for v in per_param.values() if torch.is_tensor(v)), set()
+    )
+
+
 class SavedTensorBytes:
     """Context manager counting the bytes of the tensors autograd saves for backward inside it (each
-    storage once), except those of `exclude` (parameters, gradients): the activations of a step."""
+    storage once): the activations of a step. Storages of `exclude` (parameters, buffers) are not
+    counted, nor tensors for which `skip(tensor)` is true (a sharded wrapper's gathered weights)."""
 
-    def __init__(self, exclude: Iterable[torch.Tensor | None] = ()):
+    def __init__(
+        self, exclude: Iterable[torch.Tensor | None] = (), skip: Callable[[torch.Tensor], bool] = lambda _t: False
+    ):
         self._seen: set[tuple[str, int]] = set()
         storage_bytes(exclude, self._seen)
+        self._skip = skip
         self.bytes = 0
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t)
 
     def _pack(self, tensor: torch.Tensor) -> torch.Tensor:
-        self.bytes += storage_bytes([tensor], self._seen)
+        if not self._skip(tensor):
+            self.bytes += storage_bytes([tensor], self._seen)
         return tensor
 
     def __enter__(self) -> SavedTensorBytes:

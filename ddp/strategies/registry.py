@@ -12,6 +12,7 @@ from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.torch_ddp import TorchDDP
+from ddp.strategies.torch_fsdp import TorchFSDP
 
 IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "naive": NaiveDDP,
@@ -19,9 +20,14 @@ IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "overlap": OverlapDDP,
     "overlap_bucket": OverlapBucketDDP,
     "torch": TorchDDP,
+    "torch_fsdp": TorchFSDP,
 }
 
 BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
+# The implementations that shard parameters, gradients and optimizer state (they take compute_dtype); the
+# others replicate them and all-reduce gradients.
+SHARDED = ("fsdp", "torch_fsdp")
+REPLICATED = tuple(n for n in IMPLEMENTATIONS if n not in SHARDED)
 
 
 def get(name: str) -> type[DataParallelBase]:

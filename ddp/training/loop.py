@@ -16,20 +16,20 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from contract import BACKWARD, FORWARD, OPTIMIZER, step_range
+from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, step_range
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
-from ddp.optim.sharded_optimizer import ShardedOptimizer, state_bytes
+from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
-from ddp.strategies.memory import SavedTensorBytes
+from ddp.strategies.memory import SavedTensorBytes, optimizer_state_bytes
 from ddp.training.config import OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model
@@ -48,8 +48,7 @@ class TrainResult:
     comm_in_flight_s: list[list[float]] = field(default_factory=list)  # union of in-flight intervals
     comm_hidden_s: list[list[float]] = field(default_factory=list)  # its part during backward
     comm_clock: str = "host"
-    memory: list[dict] = field(default_factory=list)  # per rank: MemoryParts as a dict (bytes)
-    cuda_max_allocated: list[int | None] = field(default_factory=list)  # per rank; None off CUDA
+    memory: list[dict] = field(default_factory=list)  # per rank: memory_figures after the last step (bytes)
 
     @staticmethod
     def _slowest_rank_mean(per_rank: list[list[float]]) -> float:
@@ -100,6 +99,12 @@ def make_optimizer(
     return cls(params, lr=lr, **kwargs)
 
 
+def run_optimizer(cfg: RunConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+    """`cfg`'s optimizer over `params`; `shard_optimizer` wraps it in ShardedOptimizer (ZeRO-1) for the replicated
+    strategies only: a sharded one (registry.SHARDED) steps only its own 1/W shards, so its state is split already."""
+    return make_optimizer(cfg.optimizer, params, cfg.lr, cfg.shard_optimizer and cfg.impl not in registry.SHARDED)
+
+
 def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     """Mean cross-entropy over every prediction (classes for toy, next tokens for the LM)."""
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
@@ -128,23 +133,36 @@ def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> 
     return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective)
 
 
-MeasuredRegion = Callable[[DataParallelBase], contextlib.AbstractContextManager]
+# (model, memory) -> the region: `memory` is this rank's `memory_figures` after the warm-up, None without warm-up
+MeasuredRegion = Callable[[DataParallelBase, dict | None], contextlib.AbstractContextManager]
+
+
+def memory_figures(model: DataParallelBase, optimizer: torch.optim.Optimizer, activations: SavedTensorBytes) -> dict:
+    """This rank's memory now, in bytes: the wrapper's parts (`memory_parts`, its contract) with the optimizer's
+    state (this rank's share when sharded) and the activations counted during the first step, their `peak`
+    (the sum), and `cuda_max_allocated` (torch.cuda.max_memory_allocated since the run began; None off CUDA)."""
+    parts = model.memory_parts()
+    parts.optimizer_state, parts.activations = optimizer_state_bytes(optimizer), activations.bytes
+    device = next(iter(model.module.parameters()), torch.empty(0)).device
+    cuda = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None
+    return {**parts.as_bytes(), MEMORY_CUDA: cuda}
 
 
 def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegion | None = None) -> TrainResult:
     """Train `cfg.warmup + cfg.steps` steps on this rank; time the last `cfg.steps`.
 
-    `measured_region(model)`, if given, is called once right before the first measured step and the
-    context manager it returns is held open until the last measured step ends: profiling uses it
-    to open the NVTX `profile` range and emit the `ddp.meta {json}` mark. Collective: every rank
+    `measured_region(model, memory)`, if given, is called once right before the first measured step
+    (`memory`: `memory_figures` then, None when there was no warm-up) and the context manager it returns
+    is held open until the last measured step ends: profiling uses it to open the NVTX `profile` range
+    and emit the `ddp.meta {json}` mark. Collective: every rank
     must call this; all ranks get the gathered result.
     """
     model = build_wrapped(ctx, cfg)
-    optimizer = make_optimizer(cfg.optimizer, model.module.parameters(), cfg.lr, cfg.shard_optimizer)
+    optimizer = run_optimizer(cfg, model.module.parameters())
     model.reset_comm_stats()
     if ctx.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(ctx.device)
-    activations = SavedTensorBytes(exclude=model.module.parameters())
+    activations = SavedTensorBytes([*model.module.parameters(), *model.module.buffers()], model.holds_weights)
     own: dict[str, Any] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     clock = "host"
     loss = torch.zeros(())
@@ -153,7 +171,8 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
             if step == cfg.warmup:
                 dist.barrier()  # measured steps start together on every rank
                 if measured_region is not None:
-                    region.enter_context(measured_region(model))
+                    memory = memory_figures(model, optimizer, activations) if cfg.warmup else None
+                    region.enter_context(measured_region(model, memory))
             batch = rank_batch(
                 cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
             )
@@ -171,10 +190,7 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 own["in_flight"].append(stats.in_flight_s)
                 own["hidden"].append(stats.hidden_s)
                 clock = stats.clock
-    memory = model.memory_parts()  # after the last step: its gradients and the optimizer's state exist
-    memory.optimizer_state, memory.activations = state_bytes(optimizer), activations.bytes
-    own["memory"] = asdict(memory)
-    own["cuda_max_allocated"] = torch.cuda.max_memory_allocated(ctx.device) if ctx.device.type == "cuda" else None
+    own["memory"] = memory_figures(model, optimizer, activations)  # after the last step: gradients, state exist
     # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
     # cyclic collector runs, before a sweep builds the next one.
     del model, optimizer
@@ -192,7 +208,6 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
         [g["hidden"] for g in gathered],
         clock,
         [g["memory"] for g in gathered],
-        [g["cuda_max_allocated"] for g in gathered],
     )
 
 

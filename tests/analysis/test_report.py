@@ -12,9 +12,12 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import report
+from analysis.engine.analyze import analyze_trace
+from analysis.engine.runs import load_trace
 from analysis.views import report_files
 from analysis.views.html_page import PLOTLY_FILE
 from analysis.views.html_report import breakdown
+from analysis.views.lanes import representative_step
 from tests.analysis.test_timeline_traces import write_trace
 
 
@@ -44,8 +47,8 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
         "results.db",
         "summary.csv",
         "timelines/naive.html",
-        "timelines/naive_vs_overlap.html",
         "timelines/overlap.html",
+        "timelines/side_by_side.html",
     ]
     rows = json.loads(stdout)
     assert {r["implementation"]: r["overlap_pct"] for r in rows} == {
@@ -56,11 +59,13 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     index = (out / "index.html").read_text()
     assert get_plotlyjs() not in index and f'src="{PLOTLY_FILE}"' in index  # plotly.js once for the folder
     assert f'src="../{PLOTLY_FILE}"' in (out / "timelines/naive.html").read_text()
-    assert 'href="timelines/naive_vs_overlap.html"' in index and 'href="timelines/overlap.html"' in index
+    assert 'href="timelines/side_by_side.html"' in index and 'href="timelines/overlap.html"' in index
     for heading in ("step ms", "comm ms", "exposed comm ms", "overlap %", "speedup over naive"):
         assert f"<th>{heading}</th>" in index
-    side = (out / "timelines/naive_vs_overlap.html").read_text()
-    assert "step 1, all ranks" in side  # the middle step common to both traces
+    side = (out / "timelines/side_by_side.html").read_text()
+    for trace in traces:  # each panel: the step the timelines open on (the median step of the slowest rank)
+        step, rank = representative_step(analyze_trace(load_trace([trace])).steps)
+        assert f"step {step}, rank {rank}: step " in side
 
 
 def test_summary_csv_matches_the_analysis(traces, tmp_path, capsys):
@@ -108,7 +113,7 @@ def test_per_rank_files_are_one_trace(traces, tmp_path, capsys):
     assert code == 0, err
     rows = json.loads(stdout)
     assert sorted((r["implementation"], r["ranks"]) for r in rows) == [("naive", 2), ("overlap", 2)]
-    assert (out / "timelines" / "naive.html").exists() and (out / "timelines" / "naive_vs_overlap.html").exists()
+    assert (out / "timelines" / "naive.html").exists() and (out / "timelines" / "side_by_side.html").exists()
 
 
 def test_refuses_to_overwrite_files_it_did_not_write(traces, tmp_path, capsys):
@@ -144,11 +149,11 @@ def _error_lines(err: str) -> list[str]:
 
 def test_a_foreign_side_by_side_page_is_refused_before_anything_is_written(traces, tmp_path, capsys):
     (tmp_path / "timelines").mkdir()
-    (tmp_path / "timelines" / "naive_vs_overlap.html").write_text("<html>mine</html>")
+    (tmp_path / "timelines" / "side_by_side.html").write_text("<html>mine</html>")
     code, _, err = run(capsys, *traces, "-o", tmp_path)
-    assert code == 2 and "naive_vs_overlap.html" in err and "refusing to overwrite" in err
-    assert (tmp_path / "timelines" / "naive_vs_overlap.html").read_text() == "<html>mine</html>"
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["naive_vs_overlap.html", "timelines"]
+    assert code == 2 and "side_by_side.html" in err and "refusing to overwrite" in err
+    assert (tmp_path / "timelines" / "side_by_side.html").read_text() == "<html>mine</html>"
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["side_by_side.html", "timelines"]
 
 
 def test_a_results_db_of_another_shape_is_one_error_and_nothing_else_is_written(traces, tmp_path, capsys):

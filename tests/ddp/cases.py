@@ -11,6 +11,7 @@ from torch import nn
 
 from ddp.launch.launcher import DistContext
 from ddp.strategies import registry
+from ddp.strategies.base import DataParallelBase
 from ddp.training.data import shard
 from ddp.training.loop import make_optimizer, train_step
 
@@ -133,9 +134,10 @@ def train_reference(model: str, optimizer: str, steps: int, batch_size: int) -> 
     return {k: v.detach().clone() for k, v in net.named_parameters()}
 
 
-def _spread(module: nn.Module) -> float:
-    """Largest difference between this rank's parameters+buffers and any other rank's."""
-    flat = torch.cat([t.detach().reshape(-1) for t in [*module.parameters(), *module.buffers()]])
+def _spread(wrapper: DataParallelBase) -> float:
+    """Largest difference between this rank's parameters (in full) + buffers and any other rank's."""
+    full = [*wrapper.gather_full_params().values(), *wrapper.module.buffers()]
+    flat = torch.cat([t.detach().reshape(-1) for t in full])
     everyone = [torch.empty_like(flat) for _ in range(dist.get_world_size())]
     dist.all_gather(everyone, flat)
     return max(float((o - flat).abs().max()) for o in everyone)
@@ -145,7 +147,7 @@ def run_case(ctx: DistContext, case: dict) -> dict:
     """Train one case from a rank-specific init; what the tests check about it."""
     module = build(case["model"], seed=ctx.rank)  # different on every rank until broadcast
     wrapper = registry.wrap(case["impl"], module, case.get("bucket_mb", 25), **case.get("kwargs", {}))
-    init_spread = _spread(module)
+    init_spread = _spread(wrapper)
     opt = make_optimizer(case["optimizer"], module.parameters(), LR[case["optimizer"]], case.get("shard", False))
     ops = []
     for step in range(case["steps"]):
@@ -153,10 +155,10 @@ def run_case(ctx: DistContext, case: dict) -> dict:
         train_step(wrapper, opt, local, step)
         ops.append(wrapper.reset_comm_stats().num_ops)
     return {
-        "params": {k: v.detach().clone() for k, v in module.named_parameters()},
+        "params": wrapper.gather_full_params(),
         "grad_is_none": {k: v.grad is None for k, v in module.named_parameters()},
         "init_spread": init_spread,
-        "final_spread": _spread(module),
+        "final_spread": _spread(wrapper),
         "ops": ops,
         "num_buckets": len(getattr(wrapper, "buckets", [])),
         "buckets": [list(b.names) for b in getattr(wrapper, "buckets", [])],

@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from contract import MEMORY_PARTS
 from ddp.benchmark import CSV_COLUMNS
+from ddp.strategies.registry import IMPLEMENTATIONS
 
 pytestmark = pytest.mark.slow  # each test runs a CLI in a subprocess (torch import; verify/benchmark spawn ranks)
 
@@ -25,7 +27,7 @@ def test_verify_passes_every_implementation():
     out = run("ddp.verify", "--impl", "all", "--world-size", "2", "--steps", "2", "--format", "json")
     assert out.returncode == 0, out.stderr
     records = json.loads(out.stdout)
-    assert [r["implementation"] for r in records] == ["naive", "flat", "overlap", "overlap_bucket", "torch"]
+    assert [r["implementation"] for r in records] == list(IMPLEMENTATIONS)
     assert all(r["result"] == "PASS" and r["elements_not_close"] == 0 for r in records)
 
 
@@ -90,6 +92,11 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
         assert r["avg_step_time_ms"] > 0 and 0 <= r["comm_fraction"] <= 1
         assert r["speedup_vs_naive"] == pytest.approx(records[0]["avg_step_time_ms"] / r["avg_step_time_ms"], rel=1e-2)
     assert "[benchmark 5/5]" in out.stderr  # progress goes to stderr
+    parts = [f"mem_{p}_mib" for p in MEMORY_PARTS]
+    for row, r in zip(rows, records, strict=True):  # memory: the largest rank's parts, their sum; no CUDA here
+        assert float(row["mem_peak_mib"]) == pytest.approx(sum(float(row[p]) for p in parts), abs=0.01)
+        assert float(row["mem_parameters_mib"]) > 0 and row["cuda_max_allocated_mib"] == ""
+        assert len(r["memory_per_rank"]) == 2 and r["memory_per_rank"][0]["cuda_max_allocated_mib"] is None
 
     again = run("ddp.benchmark", "--impl", "naive", "--model", "toy", "--csv", str(target))
     assert again.returncode == 2 and "exists: pass --overwrite" in again.stderr

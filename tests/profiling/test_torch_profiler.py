@@ -140,3 +140,22 @@ def test_plan_names_a_bad_profiler_and_builds_torch_commands():
     cmd = plan.torchrun_command("overlap")
     assert "profiling.session" not in cmd and cmd[cmd.index("--no-python") + 1 :] == plan.runner_command("overlap")
     assert "torch.profiler" in plan.describe()
+
+
+@pytest.mark.slow  # records with torch.profiler in spawned ranks
+def test_ddp_meta_records_each_ranks_memory(traces):
+    """ddp.meta's `memory`: the wrapper's accounting after the warm-up, against the model's own tensors."""
+    from ddp.training.models import build_model
+
+    net = build_model("tiny", context_length=64)
+    params = sum(p.numel() * p.element_size() for p in net.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in net.buffers())
+    for path in sorted(traces.glob("*.json.gz")):
+        meta = load(path)["ddp.meta"]
+        memory = meta["memory"]
+        assert memory["parameters"] == params + buffers, path.name
+        assert memory["gradients"] == sum(meta["param_bytes"].values()) == params, path.name  # all trainable
+        assert memory["optimizer_state"] == 0 and memory["gathered"] == 0  # plain SGD keeps no state
+        assert memory["activations"] > 0 and memory["cuda_max_allocated"] is None
+        parts = ("parameters", "gradients", "optimizer_state", "gathered", "comm_buffers", "activations")
+        assert memory["peak"] == sum(memory[p] for p in parts)

@@ -226,14 +226,14 @@ def test_no_collectives_is_not_an_error(tmp_path):
 def test_report_section_blocks(tmp_path):
     from analysis.engine.runs import load_trace
     from analysis.views.html_page import write_page
-    from analysis.views.report_collectives import backward_spans, collectives_section
+    from analysis.views.report_collectives import CollectivesEntry, backward_spans, collectives_section
 
     trace = load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite"))
     spans = backward_spans(trace)
     # backward = the compute kernels launched in backward: the one gemm of each rank
     assert spans.to_dict("list") == {"rank": [0, 1], "step": [0, 0], "start_ns": [1000, 1000], "end_ns": [5000, 4500]}
     view = analyze_collectives(trace.path)
-    blocks = collectives_section([("fixture", trace, view)], peak_busbw=100)
+    blocks = collectives_section([CollectivesEntry("fixture", trace, view)], peak_busbw=100)
     figures = [b for b in blocks if not isinstance(b, str)]
     assert [f.layout.title.text.split(":")[0] for f in figures] == [
         "Bus bandwidth vs message size (each call, each rank)",
@@ -261,6 +261,8 @@ def test_the_report_has_a_collectives_section(tmp_path, capsys):
     path = write_two_gpu_ranks(tmp_path / "two.sqlite")
     assert report.main([str(path), "-o", str(tmp_path / "out"), "--no-timelines", "--peak-busbw", "100"]) == 0
     page = (tmp_path / "out" / "index.html").read_text()
-    assert "<h2>Collectives</h2>" in page and "peak 100 GB" in page and "wait vs transfer per step" in page
+    assert (
+        "<h2>Collectives</h2>" in page and "peak 100 GB" in page and "collectives per step, in ms of the step" in page
+    )
     assert report.main([str(path), "-o", str(tmp_path / "bad"), "--peak-busbw", "0"]) == 2
     assert "--peak-busbw" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -6,11 +6,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ddp.optim.sharded_optimizer import state_bytes
+from contract import MEMORY_PARTS
+from ddp.launch.launcher import launch
 from ddp.strategies import registry
-from ddp.strategies.memory import MIB, MemoryParts, SavedTensorBytes
+from ddp.strategies.memory import MIB, MemoryParts, SavedTensorBytes, optimizer_state_bytes as state_bytes
 from ddp.training.loop import make_optimizer, train_step
+from ddp.training.models import build_model
 from tests.ddp import cases
+from tests.ddp.strategies import memory_cases
 
 F32 = 4
 
@@ -34,7 +37,7 @@ def expected_comm_and_flags(impl: str, sizes: list[int]) -> tuple[int, int]:
     }[impl]
 
 
-@pytest.mark.parametrize("impl", list(registry.IMPLEMENTATIONS))
+@pytest.mark.parametrize("impl", registry.REPLICATED)  # torch_fsdp: tests/ddp/strategies/test_torch_fsdp.py
 def test_parts_match_a_count_from_the_shapes(one_rank_group, impl):
     sizes = toy_sizes()
     model = registry.wrap(impl, cases.build("toy", 0))
@@ -61,10 +64,33 @@ def test_activations_are_what_forward_saved_for_backward():
     assert saved.bytes == F32 * (8 * 16 + 8 * 32 + 8 * 32 + 8 * 4) + 8 * 8 + F32
 
 
-def test_total_and_mib():
-    parts = MemoryParts(parameters=MIB, gradients=MIB, optimizer_state=2 * MIB, activations=MIB // 2)
-    assert parts.total == 4.5 * MIB
-    assert parts.as_mib()["total"] == 4.5 and parts.as_mib()["gathered"] == 0
+def test_peak_is_the_sum_of_the_parts():
+    parts = MemoryParts(parameters=MIB, gradients=MIB, optimizer_state=2 * MIB, activations=MIB // 2, comm_buffers=7)
+    assert parts.peak == 4.5 * MIB + 7
+    assert parts.as_bytes() == {
+        "parameters": MIB,
+        "gradients": MIB,
+        "optimizer_state": 2 * MIB,
+        "gathered": 0,
+        "comm_buffers": 7,
+        "activations": MIB // 2,
+        "peak": 4.5 * MIB + 7,
+    }
+    assert parts.as_mib()["peak"] == 4.5 and parts.as_mib()["gathered"] == 0
+
+
+def test_what_skip_claims_is_not_an_activation():
+    """A sharded wrapper's gathered weights, saved by the layers that use them, are `gathered`, not activations."""
+    weight = torch.randn(32, 16, requires_grad=True)
+    gathered = weight.detach().clone().requires_grad_()  # stands for a full weight gathered into a buffer
+    x = torch.randn(8, 16, requires_grad=True)
+    key = gathered.untyped_storage().data_ptr()
+    with SavedTensorBytes(skip=lambda t: t.untyped_storage().data_ptr() == key) as saved:
+        F.linear(x, gathered).sum().backward()
+    assert saved.bytes == F32 * 8 * 16  # linear saved x and the weight: only x counts
+    with SavedTensorBytes() as everything:
+        F.linear(x, gathered).sum().backward()
+    assert everything.bytes == F32 * (8 * 16 + 32 * 16)
 
 
 def test_a_tied_weight_is_counted_once(one_rank_group):
@@ -75,3 +101,95 @@ def test_a_tied_weight_is_counted_once(one_rank_group):
     unique = {id(p): p for p in model.module.parameters()}.values()
     assert model.memory_parts().parameters == F32 * sum(p.numel() for p in unique)
     assert torch.is_tensor(model.module.fc2.weight.grad)
+
+
+# ---- two ranks through the training loop: what ddp.benchmark and ddp.meta report ----------------------------
+def own_greedy_owners(sizes: list[int], world: int) -> list[int]:
+    """ShardedOptimizer's documented rule, written out here: largest first, to the rank owning least so far."""
+    loads, owners = [0] * world, [0] * len(sizes)
+    for i in sorted(range(len(sizes)), key=lambda i: (-sizes[i], i)):
+        owners[i] = loads.index(min(loads))
+        loads[owners[i]] += sizes[i]
+    return owners
+
+
+def expected_toy_figures(impl: str, shard: bool, rank: int, world: int, batch: int) -> dict[str, int]:
+    """Bytes one rank should account for the toy MLP trained with AdamW, from its parameters' shapes."""
+    net = build_model("toy")
+    sizes = [p.numel() for p in net.parameters()]
+    comm, flags = expected_comm_and_flags(impl, sizes)
+    owned = [s for s, o in zip(sizes, own_greedy_owners(sizes, world), strict=True) if not shard or o == rank]
+    b = batch // world
+    figures = {
+        "parameters": sum(p.numel() * p.element_size() for p in net.parameters()),
+        "gradients": F32 * (sum(sizes) + flags),
+        "optimizer_state": F32 * (2 * sum(owned) + len(owned)),  # exp_avg, exp_avg_sq; a float32 step each
+        "gathered": 0,
+        "comm_buffers": F32 * comm,
+        # as the test above counts, but a rank's inputs and targets are slices of the global batch's
+        # tensors: what they keep alive is the whole batch's storage
+        "activations": F32 * (batch * 16 + b * 32 + b * 32 + b * 4) + batch * 8 + F32,
+    }
+    return {**figures, "peak": sum(figures.values()), "cuda_max_allocated": None}
+
+
+TOY_RUN = {"model": "toy", "world_size": 2, "batch_size": 8, "steps": 1, "warmup": 1, "optimizer": "adamw"}
+
+
+def expected_sharded_toy_figures(world: int, batch: int) -> dict[str, int]:
+    """A sharded strategy's bytes for the toy MLP with AdamW: 1/W of every parameter (every dim 0 of the toy
+    divides by 2: no padding), its gradient and its state (a step counter per parameter on every rank)."""
+    sizes = [p.numel() for p in build_model("toy").parameters()]
+    figures = {
+        "parameters": F32 * sum(sizes) // world,
+        "gradients": F32 * sum(sizes) // world,
+        "optimizer_state": F32 * (2 * sum(sizes) // world + len(sizes)),
+        "comm_buffers": 0,
+        "activations": expected_toy_figures("naive", False, 0, world, batch)["activations"],
+    }
+    return figures
+
+
+@pytest.mark.slow
+def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_without_sharded_state():
+    impls = list(registry.IMPLEMENTATIONS)
+    configs = [{**TOY_RUN, "impl": impl, "shard_optimizer": shard} for impl in impls for shard in (False, True)]
+    runs = launch(memory_cases.memory_of_runs, 2, configs, timeout_s=180)
+    for run in runs:
+        impl, shard = run["settings"]["impl"], run["settings"]["shard_optimizer"]
+        if impl in registry.SHARDED:  # --shard-optimizer changes nothing: the state is the shards' already
+            expected = expected_sharded_toy_figures(2, 8)
+            units = [F32 * sum(p.numel() for p in m.parameters()) for m in build_model("toy").children()]
+            for rank in run["after"]:
+                assert {k: rank[k] for k in expected} == expected, (impl, shard)
+                assert max(units) <= rank["gathered"] <= sum(units)  # at least the largest unit gathered
+                assert rank["peak"] == sum(rank[k] for k in MEMORY_PARTS)
+        else:
+            expected_ranks = [expected_toy_figures(impl, shard, rank, 2, 8) for rank in range(2)]
+            assert run["after"] == expected_ranks, (impl, shard)
+        assert run["at_region"] == run["after"], (impl, shard)  # what ddp.meta records: the same after warm-up
+    by_shard = {(r["settings"]["impl"], r["settings"]["shard_optimizer"]): r["after"] for r in runs}
+    for impl in registry.REPLICATED:  # sharded: the ranks' states add up to the replicated state, each about half
+        full = by_shard[impl, False][0]["optimizer_state"]
+        shares = [rank["optimizer_state"] for rank in by_shard[impl, True]]
+        assert sum(shares) == full  # every parameter's state lives on exactly one rank
+        assert max(shares) <= full / 2 + F32 * (2 * 32 * 32 + 1)  # within one parameter (fc2.weight) of 1/W
+
+
+@pytest.mark.slow
+def test_an_lm_counts_its_buffers_as_parameters():
+    """The tiny LM (a buffer beside its parameters, tied weights if any): parameters and buffers counted once."""
+    settings = {**TOY_RUN, "model": "tiny", "impl": "flat", "batch_size": 2, "context_length": 16}
+    (run,) = launch(memory_cases.memory_of_runs, 2, [settings], timeout_s=120)
+    net = build_model("tiny", context_length=16)
+    params = sum(p.numel() * p.element_size() for p in net.parameters())
+    buffers = sum(b.numel() * b.element_size() for b in net.buffers())
+    trainable = [p for p in net.parameters() if p.requires_grad]
+    for rank in run["after"]:
+        assert rank["parameters"] == params + buffers
+        assert rank["gradients"] == F32 * sum(p.numel() for p in trainable)
+        assert rank["comm_buffers"] == F32 * (sum(p.numel() for p in trainable) + len(trainable))
+        assert rank["optimizer_state"] == F32 * (2 * sum(p.numel() for p in trainable) + len(trainable))
+        assert rank["activations"] > 0 and rank["peak"] == sum(
+            v for k, v in rank.items() if k not in ("peak", "cuda_max_allocated")
+        )

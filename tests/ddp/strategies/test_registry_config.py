@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp import FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP
+from ddp import FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP, TorchFSDP
 from ddp.strategies import registry
 from ddp.training.config import RunConfig
 
@@ -16,12 +16,14 @@ def test_registry_names_map_to_the_exported_classes():
         "overlap": OverlapDDP,
         "overlap_bucket": OverlapBucketDDP,
         "torch": TorchDDP,
+        "torch_fsdp": TorchFSDP,
     }
 
 
 def test_unknown_implementation_lists_choices():
     with pytest.raises(
-        ValueError, match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch"
+        ValueError,
+        match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch, torch_fsdp",
     ):
         registry.get("fast")
     with pytest.raises(ValueError, match="unknown implementation"):

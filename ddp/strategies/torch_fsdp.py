@@ -1,0 +1,245 @@
+"""TorchFSDP (registry name `torch_fsdp`): PyTorch's FSDP2 (`fully_shard`) behind the wrappers' interface.
+
+The reference for `fsdp`, as `torch` is for the DDP wrappers: every module matched by `shard` becomes one
+FSDP2 unit (`fully_shard` on it, then on the root for the parameters left over: norms, tied weights), so
+each rank stores 1/W of every parameter along dim 0 (a `DTensor`; FSDP2 pads each parameter's dim 0 to a
+multiple of W). FSDP2 all-gathers a unit before its forward and again before its backward, and
+reduce-scatters its gradient after; `compute_dtype` becomes `MixedPrecisionPolicy(param_dtype=...,
+reduce_dtype=float32)`: weights are cast before they are communicated, gradients reduced in float32.
+
+The collectives go through FSDP2's custom-comm hooks (`set_custom_all_gather`/`set_custom_reduce_scatter`),
+which issue exactly what FSDP2's defaults issue inside a `comm:all_gather:<unit>` / `comm:reduce_scatter:<unit>`
+range (payload in nccl-tests' convention: the gathered output, the scattered input), timed and tracked like
+every other wrapper's. A gloo group has no averaging reduce-scatter: there it sums, then divides by W.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter  # custom comms: not re-exported
+from torch.distributed.tensor import DTensor
+
+from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
+from ddp.comm import inflight, nvtx_ranges
+from ddp.strategies.base import DataParallelBase, nbytes
+from ddp.strategies.memory import MemoryParts, storage_bytes
+
+ShardSpec = tuple[type[nn.Module], ...] | Callable[[nn.Module], bool]
+COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
+# What FSDP2's defaults call (the older names warn in recent PyTorch, and older PyTorch lacks the new ones).
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+ROOT_UNIT = "root"  # the tag of the root unit's collectives (the parameters no matched module owns)
+
+
+class TorchFSDP(DataParallelBase):
+    """PyTorch's FSDP2 around `module`; see the module docstring.
+
+    Every rank must call the same units in the same order (FSDP2's rule: the collectives pair up by issue
+    order). A module whose parameters are shared with another module (tied weights) is left to the root
+    unit. `.module` is the model with its parameters replaced by FSDP2's `DTensor` shards under their
+    original names (what an optimizer steps); `gather_full_params()` returns them in full.
+    """
+
+    def __init__(
+        self,
+        module: nn.Module,
+        compute_dtype: torch.dtype | None = None,
+        *,
+        shard: ShardSpec = (nn.Linear, nn.Embedding),
+        collective: str = "torch",
+    ):
+        if collective != "torch":
+            raise ValueError(f"TorchFSDP runs FSDP2's own collectives: collective must be 'torch', got {collective!r}")
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype must be None, torch.float16 or torch.bfloat16, got {compute_dtype!r}")
+        if not (isinstance(shard, tuple) or callable(shard)):
+            raise ValueError(f"shard must be a tuple of module types or a predicate, got {shard!r}")
+        super().__init__(module, collective)  # rank 0's state everywhere before each rank keeps its slice
+        self.compute_dtype = compute_dtype
+        self.rank = dist.get_rank()
+        mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None)
+        self.units = [*unit_modules(module, shard), (ROOT_UNIT, module)]
+        for tag, unit in self.units:
+            fully_shard(unit, mp_policy=mp)
+            unit.set_custom_all_gather(TimedAllGather(self, tag))  # type: ignore[operator]
+            unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag))  # type: ignore[operator]
+        self._gathered_live = self._gathered_peak = 0  # bytes of all-gather outputs alive (TimedAllGather)
+        # FSDP2 replaced the parameters by DTensors: the base's list must name the new objects.
+        named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
+        self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
+
+    def comm_layout(self) -> list[dict]:
+        """No all-reduce: FSDP2 reduce-scatters every gradient (see `sharded_layout`)."""
+        return []
+
+    def _synchronize(self) -> None:
+        # FSDP2 waited for its reduce-scatters at the end of backward: nothing is left in flight.
+        pass
+
+    def sharded_layout(self) -> list[dict]:
+        """One `contract.sharded_entry` per FSDP2 unit with parameters, in registration order (root last)."""
+        comm_itemsize = torch.empty((), dtype=self.compute_dtype or torch.float32).element_size()
+        entries = []
+        for tag, unit in self.units:
+            own = unit_parameters(self.module, unit, self.units)
+            if not own:
+                continue
+            padded = sum(padded_numel(p.shape, self.world_size) for _, p in own)
+            entry = sharded_entry(
+                tag, [n for n, _ in own], sum(p.numel() for _, p in own), padded, comm_itemsize, 4, self.world_size
+            )
+            # Gradients are reduced in float32, and only the trainable parameters' (frozen ones are gathered).
+            trainable = sum(padded_numel(p.shape, self.world_size) for _, p in own if p.requires_grad)
+            entry["reduce_scatter_bytes"] = trainable * 4
+            entries.append(entry)
+        return entries
+
+    def memory_parts(self) -> MemoryParts:
+        """This rank's shards (padded, as FSDP2 stores them) and their gradients, and as `gathered` the most
+        bytes of all-gather outputs alive at once so far (FSDP2 copies each out into its unit's unsharded
+        parameters, which are not counted here)."""
+        seen: set[tuple[str, int]] = set()
+        return MemoryParts(
+            parameters=storage_bytes([*map(local, self.module.parameters()), *self.module.buffers()], seen),
+            gradients=storage_bytes((local(p.grad) for p in self.module.parameters() if p.grad is not None), seen),
+            gathered=self._gathered_peak,
+        )
+
+    def track_gathered(self, buffer: torch.Tensor) -> torch.Tensor:
+        """Count `buffer` (an all-gather output) as alive until it is garbage."""
+        size = nbytes(buffer)
+        self._gathered_live += size
+        self._gathered_peak = max(self._gathered_peak, self._gathered_live)
+        weakref.finalize(buffer, self._release_gathered, size)
+        return buffer
+
+    def _release_gathered(self, size: int) -> None:
+        self._gathered_live -= size
+
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter in full under its name in `.module` (collective: every rank calls it)."""
+        return {
+            n: (p.full_tensor() if isinstance(p, DTensor) else p).detach().clone()
+            for n, p in self.module.named_parameters()
+        }
+
+    # ---- the collectives FSDP2 issues through TimedAllGather / TimedReduceScatter ----------------
+    def timed_collective(self, name: str, size: int, issue: Callable[[], Any], async_op: bool) -> Any:
+        """Issue a collective inside range `name` (payload `size`), timed and tracked; its work if async."""
+        slot = self.comm.begin(size)
+        if not async_op:
+            with nvtx_ranges.range(name, payload=size):
+                seq = inflight.begin(name)
+                issue()
+                inflight.end(seq)
+                self.comm.end_blocking(slot)
+            return None
+        range_id = nvtx_ranges.start(name, payload=size)
+        seq = inflight.begin(name)
+        work = issue()
+        self.comm.track_async(slot, work, range_id)
+        return inflight.TrackedWork(work, seq)
+
+
+class TimedAllGather(AllGather):
+    """FSDP2's default all-gather of one unit, inside its `comm:all_gather:<unit>` range."""
+
+    def __init__(self, owner: TorchFSDP, tag: str):
+        self.owner, self.name = owner, comm_range(ALL_GATHER, tag)
+
+    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return self.owner.track_gathered(torch.empty(size, dtype=dtype, device=device))
+
+    def __call__(
+        self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False
+    ) -> Any:
+        def issue() -> Any:
+            return _all_gather(output_tensor, input_tensor, group=group, async_op=async_op)
+
+        return self.owner.timed_collective(self.name, nbytes(output_tensor), issue, async_op)
+
+
+class TimedReduceScatter(ReduceScatter):
+    """FSDP2's default reduce-scatter of one unit's gradient, inside its `comm:reduce_scatter:<unit>` range."""
+
+    def __init__(self, owner: TorchFSDP, tag: str):
+        self.owner, self.name = owner, comm_range(REDUCE_SCATTER, tag)
+
+    def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        return torch.empty(size, dtype=dtype, device=device)
+
+    def __call__(
+        self,
+        output_tensor: torch.Tensor,
+        input_tensor: torch.Tensor,
+        group: dist.ProcessGroup,
+        op: Any,
+        async_op: bool = False,
+    ) -> Any:
+        average = op == dist.ReduceOp.AVG and dist.get_backend(group) == "gloo"
+
+        def issue() -> Any:
+            return _reduce_scatter(
+                output_tensor, input_tensor, op=dist.ReduceOp.SUM if average else op, group=group, async_op=async_op
+            )
+
+        work = self.owner.timed_collective(self.name, nbytes(input_tensor), issue, async_op)
+        if average:
+            if work is not None:
+                work.wait()
+            output_tensor.div_(group.size())
+        return work
+
+
+def local(tensor: torch.Tensor) -> torch.Tensor:
+    """A DTensor's local shard; any other tensor as it is."""
+    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+
+
+def matches(shard: ShardSpec, module: nn.Module) -> bool:
+    return isinstance(module, shard) if isinstance(shard, tuple) else bool(shard(module))
+
+
+def unit_modules(root: nn.Module, shard: ShardSpec) -> list[tuple[str, nn.Module]]:
+    """The modules matched by `shard` that own parameters no other module shares, by name, in registration order."""
+    owners: dict[int, int] = {}  # parameter id -> how many distinct modules hold it directly
+    for _, m in root.named_modules():
+        for p in m.parameters(recurse=False):
+            owners[id(p)] = owners.get(id(p), 0) + 1
+    return [
+        (name, m)
+        for name, m in root.named_modules()
+        if m is not root
+        and matches(shard, m)
+        and any(True for _ in m.parameters())
+        and all(owners[id(p)] == 1 for p in m.parameters())
+    ]
+
+
+def unit_parameters(
+    root: nn.Module, unit: nn.Module, units: list[tuple[str, nn.Module]]
+) -> list[tuple[str, nn.Parameter]]:
+    """The parameters FSDP2 puts in `unit`'s group (frozen ones too), by their names in `root`: those under
+    `unit`, less those of the units inside it."""
+    inside = [other for _, other in units if other is not unit and any(m is other for m in unit.modules())]
+    inner = {id(p) for other in inside for p in other.parameters()}
+    mine = {id(p) for p in unit.parameters()}
+    return [(n, p) for n, p in root.named_parameters() if id(p) in mine and id(p) not in inner]
+
+
+def padded_numel(shape: torch.Size, world: int) -> int:
+    """Elements of one parameter's all-gather output: dim 0 padded to a multiple of `world` (FSDP2's chunking)."""
+    if not shape:
+        return world
+    rest = math.prod(shape[1:])
+    return math.ceil(shape[0] / world) * world * rest

@@ -1,0 +1,161 @@
+"""torch_fsdp (PyTorch's FSDP2 behind the wrappers' interface): trains bit for bit as torch DDP does, emits
+one contract range per collective whose payload is what `sharded_layout` (ddp.meta) says, and with a
+compute dtype stays within 1e-4 of one process casting the same way."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from ddp import TorchFSDP
+from ddp.launch.launcher import launch
+from ddp.strategies.torch_fsdp import padded_numel, unit_modules
+from tests.ddp import cases
+from tests.ddp.strategies import torch_fsdp_cases
+
+MODELS = ["toy", "tied", "frozen", "unused", "buffered", "reordered"]
+
+
+# ---- no process group needed ----------------------------------------------------------------------
+def test_padded_numel_pads_dim0_to_a_multiple_of_the_world():
+    assert padded_numel(torch.Size([33, 16]), 2) == 34 * 16
+    assert padded_numel(torch.Size([32, 16]), 2) == 32 * 16
+    assert padded_numel(torch.Size([4]), 3) == 6
+    assert padded_numel(torch.Size([1]), 4) == 4
+
+
+def test_modules_sharing_a_parameter_are_left_to_the_root_unit():
+    class TiedHead(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.mid, self.head = nn.Embedding(10, 8), nn.Linear(8, 8), nn.Linear(8, 10, bias=False)
+            self.head.weight = self.emb.weight  # one parameter, two modules
+
+    assert [name for name, _ in unit_modules(TiedHead(), (nn.Linear, nn.Embedding))] == ["mid"]
+    assert [name for name, _ in unit_modules(TiedHead(), lambda m: isinstance(m, nn.Linear))] == ["mid"]
+
+
+def test_needs_a_process_group():
+    with pytest.raises(RuntimeError, match=r"needs torch\.distributed initialised"):
+        TorchFSDP(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"collective": "ring"}, "collective must be 'torch', got 'ring'"),
+        ({"compute_dtype": torch.int8}, "compute_dtype must be None, torch.float16 or torch.bfloat16, got torch.int8"),
+        ({"shard": "Linear"}, "shard must be a tuple of module types or a predicate, got 'Linear'"),
+    ],
+)
+def test_bad_arguments_are_named(one_rank_group, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        TorchFSDP(cases.build("toy", 0), **kwargs)
+
+
+def test_one_rank_keeps_full_parameters_under_their_names(one_rank_group):
+    module = cases.build("tied", 0)
+    expected = {n: p.detach().clone() for n, p in module.named_parameters()}
+    model = TorchFSDP(module)
+    full = model.gather_full_params()
+    assert full.keys() == expected.keys()  # `again` is fc2: listed once, as single-process training does
+    assert all(torch.equal(full[n], v) for n, v in expected.items())
+    assert [e["name"] for e in model.sharded_layout()] == ["fc1", "fc2", "fc3"]
+    assert model.comm_layout() == []  # no all-reduce
+
+
+# ---- 2 gloo ranks ---------------------------------------------------------------------------------
+@pytest.mark.slow  # spawns 2 ranks
+def test_trains_bit_identically_to_torch_ddp():
+    """FSDP2's reduce-scatter (sum, then / 2) gives each rank's shard the same float32 mean gradient as DDP's
+    all-reduce: the parameters after every optimizer's steps must be equal bit for bit, not just close."""
+    runs = [
+        {
+            "impl": impl,
+            "model": model,
+            "optimizer": opt,
+            "steps": 3,
+            "batch_size": 8,
+            "kwargs": {"find_unused_parameters": True} if (impl, model) == ("torch", "unused") else {},
+        }
+        for model in MODELS
+        for opt in ("sgd", "adamw")
+        for impl in ("torch", "torch_fsdp")
+    ]
+    outcomes = launch(cases.cases_worker, 2, runs, timeout_s=240)
+    for i in range(0, len(runs), 2):
+        ddp, fsdp = outcomes[i]["params"], outcomes[i + 1]["params"]
+        key = (runs[i]["model"], runs[i]["optimizer"])
+        assert fsdp.keys() == ddp.keys(), key
+        assert all(torch.equal(fsdp[k], ddp[k]) for k in ddp), key
+        assert outcomes[i + 1]["final_spread"] == 0.0 and outcomes[i + 1]["init_spread"] == 0.0, key
+
+
+@pytest.fixture(scope="module")
+def payloads() -> dict:
+    runs = [("odd", None), ("toy", None), ("odd", torch.bfloat16)]
+    return dict(zip(runs, launch(torch_fsdp_cases.payloads_worker, 2, runs, timeout_s=240), strict=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [("odd", None), ("toy", None), ("odd", torch.bfloat16)], ids=str)
+def test_each_collective_is_one_contract_range_whose_payload_the_layout_states(payloads, run):
+    out = payloads[run]
+    layout = {e["name"]: e for e in out["layout"]}
+    for ranges, (num_ops, nbytes) in zip(out["steps"], out["stats"], strict=True):
+        gathers = [(n.removeprefix("comm:all_gather:"), p) for n, p in ranges if n.startswith("comm:all_gather:")]
+        scatters = [
+            (n.removeprefix("comm:reduce_scatter:"), p) for n, p in ranges if n.startswith("comm:reduce_scatter:")
+        ]
+        assert len(gathers) + len(scatters) == len(ranges) == num_ops  # nothing else, each counted once
+        assert sum(p for _, p in ranges) == nbytes
+        assert all(p == layout[tag]["all_gather_bytes"] for tag, p in gathers)
+        assert sorted(scatters) == sorted((tag, e["reduce_scatter_bytes"]) for tag, e in layout.items())
+        forward = {tag for tag, _ in gathers}
+        assert forward == set(layout)  # every unit gathered (again in backward, except the root)
+
+
+@pytest.mark.slow
+def test_layout_pads_and_names_units_as_fsdp2_does(payloads):
+    odd = {e["name"]: e for e in payloads[("odd", None)]["layout"]}
+    inp_numel = torch_fsdp_cases.ODD * (cases.FEATURES + 1)
+    assert odd["inp"]["params"] == ["inp.weight", "inp.bias"] and odd["inp"]["numel"] == inp_numel
+    assert odd["inp"]["padded_numel"] == 34 * (cases.FEATURES + 1)  # 33 rows padded to 34, weight and bias
+    assert odd["root"]["params"] == ["norm.weight", "norm.bias"]  # what no matched module owns
+    assert odd["inp"]["shard_bytes"] == 17 * (cases.FEATURES + 1) * 4
+    bf16 = {e["name"]: e for e in payloads[("odd", torch.bfloat16)]["layout"]}
+    assert bf16["inp"]["all_gather_bytes"] == odd["inp"]["all_gather_bytes"] // 2  # weights travel in bf16
+    assert bf16["inp"]["reduce_scatter_bytes"] == odd["inp"]["reduce_scatter_bytes"]  # gradients in float32
+
+
+@pytest.mark.slow
+def test_master_weights_and_gradients_stay_float32_under_a_compute_dtype(payloads):
+    master = payloads[("odd", torch.bfloat16)]["master"]
+    assert set(master.values()) == {("torch.float32", "torch.float32")}
+
+
+@pytest.mark.slow  # spawns 2 ranks
+def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way():
+    runs = [(model, dtype, 5, 0.01) for model in ("toy", "odd") for dtype in (torch.float16, torch.bfloat16)]
+    outcomes = launch(torch_fsdp_cases.mixed_worker, 2, runs, timeout_s=240)
+    for run, params in zip(runs, outcomes, strict=True):
+        reference = torch_fsdp_cases.reference_mixed(*run)
+        assert params.keys() == reference.keys()
+        worst = max(float((params[k] - ref).abs().max()) for k, ref in reference.items())
+        moved = max(
+            float((ref - torch_fsdp_cases.build(run[0], 0).state_dict()[k]).abs().max()) for k, ref in reference.items()
+        )
+        assert worst <= 1e-4 < moved, (run, worst, moved)  # close, and not because nothing trained
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("run", [("odd", None), ("odd", torch.bfloat16)], ids=str)
+def test_memory_parts_are_the_shards_and_the_gathered_units(payloads, run):
+    out = payloads[run]
+    layout, memory = out["layout"], out["memory"]
+    shards = sum(e["shard_bytes"] for e in layout)
+    assert memory.parameters == shards  # padded local shards; `odd` has no buffer
+    assert memory.gradients == shards  # float32 gradients of every (trainable) shard
+    gathers = sorted((e["all_gather_bytes"] for e in layout), reverse=True)
+    assert gathers[0] <= memory.gathered <= sum(gathers)  # at least the largest unit, at most all of them

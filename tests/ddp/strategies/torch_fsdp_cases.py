@@ -1,0 +1,94 @@
+"""Rank workers for the torch_fsdp tests (module level: spawned ranks import them)."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ddp.comm import nvtx_ranges
+from ddp.launch.launcher import DistContext
+from ddp.strategies import registry
+from ddp.training.data import shard
+from ddp.training.loop import train_step
+from tests.ddp import cases
+from tests.ddp.comm.test_nvtx_ranges import Recorder
+
+ODD = 33  # rows that 2 ranks cannot split evenly: FSDP2 pads them to 34
+
+
+class Odd(nn.Module):
+    """Linear layers with an odd number of rows (padded shards) and a norm left to the root unit."""
+
+    def __init__(self):
+        super().__init__()
+        self.inp = nn.Linear(cases.FEATURES, ODD)
+        self.norm = nn.LayerNorm(ODD)
+        self.out = nn.Linear(ODD, cases.CLASSES)
+
+    def forward(self, x):
+        return self.out(F.relu(self.norm(self.inp(x))))
+
+
+def build(model: str, seed: int) -> nn.Module:
+    if model == "odd":
+        torch.manual_seed(seed)
+        return Odd()
+    return cases.build(model, seed)
+
+
+def payloads_per_step(ctx: DistContext, model: str, dtype: torch.dtype | None, steps: int = 2) -> dict:
+    """The comm ranges (name, payload) of each step as the wrapper emitted them, its stats and its layout."""
+    module = build(model, seed=ctx.rank)
+    wrapper = registry.wrap("torch_fsdp", module, compute_dtype=dtype)
+    opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    rec = Recorder()
+    nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end = rec.range, rec.start, rec.end  # this process only
+    per_step, stats = [], []
+    for step in range(steps):
+        del rec.payloads[:]
+        train_step(wrapper, opt, shard(cases.batch(step, 8), ctx.rank, ctx.world_size), step)
+        torch.distributed.barrier()
+        per_step.append([(n, p) for n, p in rec.payloads if n.startswith("comm:")])
+        s = wrapper.reset_comm_stats()
+        stats.append((s.num_ops, s.bytes))
+    master = {
+        n: (str(p.dtype), str(p.grad.dtype) if p.grad is not None else None) for n, p in module.named_parameters()
+    }
+    memory = wrapper.memory_parts()
+    return {"steps": per_step, "stats": stats, "layout": wrapper.sharded_layout(), "master": master, "memory": memory}
+
+
+def train_mixed(ctx: DistContext, model: str, dtype: torch.dtype, steps: int, lr: float) -> dict[str, torch.Tensor]:
+    """torch_fsdp with compute_dtype `dtype`, SGD: every parameter in full after `steps` steps."""
+    module = build(model, seed=ctx.rank)
+    wrapper = registry.wrap("torch_fsdp", module, compute_dtype=dtype)
+    opt = torch.optim.SGD(module.parameters(), lr=lr)
+    for step in range(steps):
+        train_step(wrapper, opt, shard(cases.batch(step, 8), ctx.rank, ctx.world_size), step)
+    return wrapper.gather_full_params()
+
+
+def mixed_worker(ctx: DistContext, runs: list[tuple[str, torch.dtype, int, float]]) -> list[dict]:
+    return [train_mixed(ctx, *run) for run in runs]
+
+
+def payloads_worker(ctx: DistContext, runs: list[tuple[str, torch.dtype | None]]) -> list[dict]:
+    return [payloads_per_step(ctx, *run) for run in runs]
+
+
+def reference_mixed(model: str, dtype: torch.dtype, steps: int, lr: float) -> dict[str, torch.Tensor]:
+    """One process, whole batches, casting as the sharded strategies do: float32 master weights, a copy in
+    `dtype` for forward and backward (inputs cast too), its gradients cast to float32 for the update."""
+    master = build(model, seed=0)
+    opt = torch.optim.SGD(master.parameters(), lr=lr)
+    for step in range(steps):
+        low = copy.deepcopy(master).to(dtype)
+        x, y = cases.batch(step, 8)
+        F.cross_entropy(low(x.to(dtype)), y).backward()
+        for p, q in zip(master.parameters(), low.parameters(), strict=True):
+            p.grad = None if q.grad is None else q.grad.float()
+        opt.step()
+    return {k: v.detach().clone() for k, v in master.named_parameters()}

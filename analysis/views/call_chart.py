@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.frames.trace import NS_PER_MS
+from analysis.frames.trace import NS_PER_MS, RANGES
 from analysis.measures import intervals as iv
 from analysis.views import palette
 
@@ -20,7 +20,7 @@ ROW_PX = 22
 
 def is_range_source(source: object) -> bool:
     """Whether calls were measured from CPU comm ranges (CPU traces, gloo) rather than GPU kernels."""
-    return str(source).startswith("range")
+    return source == RANGES
 
 
 def call_noun(calls: pd.DataFrame) -> str:

@@ -85,7 +85,7 @@ def _others_bar(rest: pd.DataFrame, t0: int, noun: str) -> tuple[list[go.Bar], s
     """The calls not drawn on their own row, merged where they overlap, on one row."""
     if rest.empty:
         return [], None
-    name = f"others ({len(rest)} {noun}s)"
+    name = f"others ({len(rest)} {noun}{'' if len(rest) == 1 else 's'})"
     s, e = iv.union(rest["start_ns"].to_numpy(np.int64), rest["end_ns"].to_numpy(np.int64))
     total = float(rest["duration_ms"].sum())
     bar = go.Bar(

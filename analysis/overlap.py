@@ -157,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Measure, per rank and per step, how much gradient communication overlapped compute and "
         "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today) or torch.profiler "
         "JSON traces. Without GPU activity (CPU runs) the metrics come from the CPU ranges alone "
-        "(source: nvtx).",
+        "(source: ranges).",
         epilog=cli.EXIT_STATUS,
     )
     cli.add_input_options(p, "one summary row each")

@@ -1,4 +1,4 @@
-"""Timeline pages: one panel per trace with the analysis figures in its title, the page, the optional PNG."""
+"""Timeline pages: one panel per trace with the analysis figures in its title, and the page."""
 
 from __future__ import annotations
 
@@ -171,37 +171,3 @@ def check_output(output: Path, inputs: list[Path], explicit: bool = True, self_c
         raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
     if not self_contained:
         check_plotly_file(output.parent)
-
-
-def png_refusal(output: Path) -> str:
-    """Why `<output>.png` must not be written, or ''. An existing PNG is replaced only when it pairs
-    with an existing page at `output` that this tool wrote (a PNG from an earlier run of ours)."""
-    png = output.with_suffix(".png")
-    if not png.exists():
-        return ""
-    if png.is_file() and output.is_file() and written_by_us(output):
-        return ""
-    return f"{png} exists and does not pair with a page this tool wrote; not overwriting it"
-
-
-def export_png(fig: go.Figure, png: Path, width_px: int = 1600) -> str:
-    """Static PNG through kaleido with the system Chromium; returns '' or why it was skipped
-    (kaleido or Chromium missing, or any error they raise: the PNG is optional, the page is written)."""
-    from analysis.views.chromium import find_chromium
-
-    try:
-        import kaleido  # noqa: F401
-    except ImportError:
-        return "kaleido is not installed (pip install kaleido)"
-    chromium = find_chromium()
-    if chromium is None:
-        return "no system chromium (bash scripts/install_chromium.sh)"
-    import os
-
-    os.environ.setdefault("BROWSER_PATH", chromium)  # kaleido drives this Chromium, downloads none
-    try:
-        fig.write_image(str(png), width=width_px, height=int(fig.layout.height))
-    except Exception as e:  # kaleido/Chromium failures come in many types; none is worth a traceback
-        first = (str(e).strip().splitlines() or [""])[0]
-        return f"{type(e).__name__}: {first}"
-    return ""

@@ -38,10 +38,12 @@ from analysis.frames.trace import (
     GPU_KERNEL,
     GPU_MEMCPY,
     GPU_MEMSET,
+    KERNELS,
     NVTX_KIND_NAMES,
     NVTX_MARK,
     NVTX_PUSH_POP,
     NVTX_START_END,
+    RANGES,
     Trace,
 )
 from analysis.readers.nsys_db import (
@@ -318,7 +320,7 @@ def load_nsys(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         path=label,
         profiler="nsys",
         profiler_version=loaded[0][2],
-        source="gpu" if len(ops) else "nvtx",
+        source=KERNELS if len(ops) else RANGES,
         gpu_ops=ops,
         nvtx=nvtx,
         ranks=number_ranks(ops, nvtx, meta, implementation),

@@ -67,7 +67,7 @@ def test_json_has_the_agreed_keys(exports):
     done = run_cli(*exports, "--format", "json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
-    assert [t["source"] for t in doc["traces"]] == ["gpu", "nvtx"]
+    assert [t["source"] for t in doc["traces"]] == ["kernels", "ranges"]
     gpu = doc["traces"][0]
     assert {"path", "implementation", "source", "profiler", "ranks", "summary"} <= set(gpu)
     rank = gpu["ranks"][0]

@@ -105,10 +105,13 @@ def test_gpu_report_timeline_of_one_run(browser, gpu_report):
     assert shown(step) and shown(whole) and not shown(step) & shown(whole)  # the other level's traces
 
 
-def test_gpu_timeline_of_one_step(browser, gpu_trace, tmp_path):
+def test_gpu_timeline_of_one_step_self_contained(browser, gpu_trace, tmp_path):
+    """`--step 3 --self-contained`: a single file that needs nothing else, not even the folder's plotly.js."""
     page = tmp_path / "torch_step3.html"
-    assert timeline.main([str(gpu_trace("torch.sqlite")), "-o", str(page), "--step", "3"]) == 0
-    assert_timeline(inspect(browser, page), panels=1)
+    assert timeline.main([str(gpu_trace("torch.sqlite")), "-o", str(page), "--step", "3", "--self-contained"]) == 0
+    layout = inspect(browser, page)
+    assert_timeline(layout, panels=1)
+    assert layout.log.requests == [page.resolve().as_uri()]
 
 
 def test_cpu_report_pages(browser, cpu_traces, tmp_path):

@@ -82,13 +82,15 @@ def write_timelines(
     for r in results:
         t0 = time.perf_counter()
         trace = runs.trace(r.index)
-        panel, _ = trace_panel(r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns)
+        label = labels[str(r.path)]
+        panel, _ = trace_panel(
+            r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns, colour=colours[label]
+        )
         _, fig = write_timeline(
             [panel], out / names[r.path], f"Timeline: {trace.implementation}", selection, plotly_js=plotly_js
         )
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
-            label = labels[str(r.path)]
             compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, runs.patterns)
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if not compared:

@@ -31,6 +31,7 @@ from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import group_inputs
 from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE
+from analysis.views.export import Image, check_export, refuse_existing, write_images
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
@@ -38,6 +39,9 @@ from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_h
 from analysis.views.table import print_frame
 
 FORMATS = ("table", "csv", "json")
+FORMATS_IMG = ("png", "svg")  # --png / --svg
+IMAGES = "img"  # the report folder's image subfolder
+TIMELINE_PX = 1600  # image width of the timeline pages (the index's figures: export.DEFAULT_WIDTH_PX)
 
 
 def progress(message: str) -> None:
@@ -61,9 +65,10 @@ def write_timelines(
     summary: pd.DataFrame,
     patterns: Patterns | None = None,
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
-) -> tuple[dict, str | None]:
+) -> tuple[dict, str | None, list[Image]]:
     """One overview timeline per trace and, with two traces or more, the side-by-side page (one step of
-    each, fastest first); returns the per-trace links and the side-by-side page's name (or None)."""
+    each, fastest first); returns the per-trace links, the side-by-side page's name (or None) and the
+    pages' figures as images to export (img/<page name>)."""
     from analysis.views.compare_page import compare_panel, write_compare
     from analysis.views.html_report import label_colours
     from analysis.views.timeline_page import trace_panel, write_timeline
@@ -72,22 +77,25 @@ def write_timelines(
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
     colours = label_colours(summary)
     compared = {}
+    images = []
     for r in results:
         t0 = time.perf_counter()
         trace = loaded_trace(r, patterns)
         panel, _ = trace_panel(r.path, Selection(), trace=trace, steps=r.analysis.steps, patterns=patterns)
-        write_timeline(
+        _, fig = write_timeline(
             [panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection(), plotly_js=plotly_js
         )
+        images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
             label = labels[str(r.path)]
             compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, patterns)
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if not compared:
-        return names, None
+        return names, None, images
     order = [x for x in summary["label"] if x in compared]  # fastest first
-    write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js)
-    return names, COMPARE_PAGE
+    _, fig = write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js)
+    images.append(Image(fig, out / IMAGES / Path(COMPARE_PAGE).stem, TIMELINE_PX))
+    return names, COMPARE_PAGE, images
 
 
 def collectives_blocks(
@@ -178,6 +186,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="embed plotly.js in every page (+4.8 MB each) instead of writing plotly-<version>.min.js "
         "once into the folder",
     )
+    for fmt in FORMATS_IMG:
+        ap.add_argument(
+            f"--{fmt}",
+            action="store_true",
+            help=f"also write every figure as {fmt.upper()} into <output>/img/ (index_*, timeline_*, side_by_side), "
+            "through kaleido and the system Chromium, offline; exit 2 with one line when they are missing",
+        )
     cli.add_pattern_options(ap)
     return ap.parse_args(argv)
 
@@ -202,15 +217,21 @@ def _run(args: argparse.Namespace) -> int:
     if pages and len(inputs) > 1:
         pages.append(COMPARE_PAGE)
     check_out_dir(out, pages, args.self_contained)  # fail before the (slow) analysis when we can
+    formats = [f for f in FORMATS_IMG if getattr(args, f)]
+    chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before the analysis
     results, bad = analyze_all(inputs, args.jobs, args.dask, patterns)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)
+    check_out_dir(out, pages, args.self_contained)  # every output, before writing any
+    ours = (out / "index.html").is_file()  # check_out_dir let it pass: the folder is a report of ours
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
     plotly_js = PlotlyJs(self_contained=args.self_contained, folder=out)
-    links, side = ({}, None) if args.no_timelines else write_timelines(out, results, summary, patterns, plotly_js)
-    index = write_index(
+    links, side, images = (
+        ({}, None, []) if args.no_timelines else write_timelines(out, results, summary, patterns, plotly_js)
+    )
+    index, figures = write_index(
         out / "index.html",
         summary,
         steps_frame(results, summary),
@@ -221,6 +242,12 @@ def _run(args: argparse.Namespace) -> int:
     )
     summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
     progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")
+    if formats:
+        images += [Image(f, out / IMAGES / f"index_{f.layout.meta['image']}") for f in figures]
+        refuse_existing(images, formats, ours)
+        t0 = time.perf_counter()
+        written = write_images(images, formats, chromium)
+        progress(f"wrote {len(written)} images into {out / IMAGES} ({time.perf_counter() - t0:.1f} s)")
     cli.emit(lambda: print_summary(summary, args.format))
     return 0
 

@@ -1,11 +1,12 @@
 """Data-parallel training wrappers behind one protocol, plus models, launcher and CLIs.
 
-from ddp import NaiveDDP, FlatDDP, OverlapDDP, OverlapBucketDDP, TorchDDP, TorchFSDP, IMPLEMENTATIONS
+from ddp import NaiveDDP, FlatDDP, FSDP, OverlapDDP, OverlapBucketDDP, TorchDDP, TorchFSDP, IMPLEMENTATIONS
 """
 
 from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies.base import CommStats, DataParallelBase
 from ddp.strategies.flat import FlatDDP
+from ddp.strategies.fsdp import FSDP
 from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
@@ -14,6 +15,7 @@ from ddp.strategies.torch_ddp import TorchDDP
 from ddp.strategies.torch_fsdp import TorchFSDP
 
 __all__ = [
+    "FSDP",
     "IMPLEMENTATIONS",
     "CommStats",
     "DataParallelBase",

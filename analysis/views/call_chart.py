@@ -148,7 +148,7 @@ def calls_figure(
         y=names,
         x=(kept["issue_ns"].to_numpy(float) - t0) / NS_PER_MS,
         mode="markers",
-        marker=dict(color=palette.ISSUE, size=5),
+        marker=dict(symbol="line-ns-open", color=palette.ISSUE, size=11, line=dict(width=1.5, color=palette.ISSUE)),
         name="issue (CPU)",
         hovertemplate="%{y}<br>issued at %{x:.3f} ms<extra></extra>",
     )

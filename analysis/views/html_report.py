@@ -114,6 +114,7 @@ def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
         height=420,
         yaxis_title="ms per step (mean)",
         title="Where a step's time goes",
+        meta=dict(image="step_breakdown"),
         margin=dict(t=60, b=60),
         xaxis=label_ticks(parts["label"].tolist(), label_colours(summary)),
     )
@@ -146,6 +147,7 @@ def spread_figure(steps: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
         height=380,
         yaxis_title="step ms (each rank and step)",
         title="Per-step spread",
+        meta=dict(image="step_spread"),
         showlegend=False,
         margin=dict(t=60, b=60),
         xaxis=label_ticks([x for x in summary["label"] if x in groups], colours),
@@ -249,8 +251,9 @@ def write_index(
     side_by_side: tuple[str, str] | None,
     sections: Sequence[str | go.Figure] = (),
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
-) -> Path:
-    """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links."""
+) -> tuple[Path, list[go.Figure]]:
+    """Write reports/index.html; `sections`: further blocks (the Collectives section) before the links.
+    Returns the page and its figures in page order (for --png/--svg; each names its image in layout.meta)."""
     intro = (
         "Each figure is a mean per step over the ranks of a trace (analysis.overlap). A step lasts from its "
         "start to the next step's start on GPU traces (its CPU range on CPU-only traces). Exposed comm is "
@@ -264,4 +267,5 @@ def write_index(
         *sections,
         link_list(links, side_by_side, summary),
     ]
-    return write_page(path, "Data-parallel overlap report", blocks, intro=intro, plotly_js=plotly_js)
+    page = write_page(path, "Data-parallel overlap report", blocks, intro=intro, plotly_js=plotly_js)
+    return page, [b for b in blocks if isinstance(b, go.Figure)]

@@ -23,6 +23,7 @@ from analysis.measures.backward_span import backward_spans
 from analysis.measures.phases import find_steps
 from analysis.views import palette
 from analysis.views.call_chart import call_noun, calls_figure
+from analysis.views.export import image_name
 from analysis.views.lanes import representative_step
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ def busbw_figure(
         template="plotly_white",
         height=420,
         title="Bus bandwidth vs message size (each call, each rank)",
+        meta=dict(image="busbw"),
         xaxis=dict(type="log", title="bytes"),
         yaxis=dict(type="log", title="busbw GB/s"),
         margin=dict(t=60, b=60),
@@ -212,9 +214,11 @@ def collectives_section(
         for _, head in e.view.traces.iterrows():
             if head["note"]:
                 blocks.append(f'<p class="note">{html.escape(e.label)}: {html.escape(head["note"])}</p>')
+        stem = image_name(e.label)
         if (e.view.calls["step"] >= 0).any():
-            blocks.append(wait_transfer_figure(e.view.calls, e.label, e.steps))
+            fig = wait_transfer_figure(e.view.calls, e.label, e.steps)
+            blocks.append(fig.update_layout(meta=dict(image=f"{stem}_collectives_per_step")))
         fig = per_call_figure(e, patterns)
         if fig is not None:
-            blocks.append(fig)
+            blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))
     return blocks

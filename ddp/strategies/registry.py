@@ -8,6 +8,7 @@ from torch import nn
 
 from ddp.strategies.base import DataParallelBase
 from ddp.strategies.flat import FlatDDP
+from ddp.strategies.fsdp import FSDP
 from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
@@ -20,6 +21,7 @@ IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "overlap": OverlapDDP,
     "overlap_bucket": OverlapBucketDDP,
     "torch": TorchDDP,
+    "fsdp": FSDP,
     "torch_fsdp": TorchFSDP,
 }
 

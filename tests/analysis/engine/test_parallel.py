@@ -157,8 +157,10 @@ def test_clock_offsets_come_from_session_metadata_and_align_like_the_loader(rank
 def session_offset(path: Path) -> int:
     """UTC minus trace clock at session start, straight from the export's table."""
     with sqlite3.connect(path) as db:
-        utc, clock = db.execute("SELECT utcEpochNs, systemClockNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
-    return int(utc) - int(clock)
+        columns = {row[1] for row in db.execute("PRAGMA table_info(TARGET_INFO_SESSION_START_TIME)")}
+        clock = "systemClockNs" if "systemClockNs" in columns else "0"  # older exports: trace clock from 0
+        utc, at = db.execute(f"SELECT utcEpochNs, {clock} FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+    return int(utc) - int(at)
 
 
 def _step_ranges(path: Path) -> dict[int, tuple[int, int]]:

@@ -33,6 +33,19 @@ def expected_traces(paths, selection: Selection) -> int:
     return len(build_figure([trace_panel(p, selection, load_trace(p))[0] for p in paths]).data)
 
 
+def expected_side_by_side(paths) -> int:
+    """How many plotly traces the report's side-by-side page of these exports holds (built again in Python)."""
+    from analysis.engine.analyze import analyze_trace
+    from analysis.views.compare_page import compare_panel
+
+    traces = [load_trace(p) for p in paths]
+    panels = [
+        compare_panel(t.implementation, "#000000", str(p), t, analyze_trace(t).steps)
+        for p, t in zip(paths, traces, strict=True)
+    ]
+    return len(build_figure(panels).data)
+
+
 def assert_rendered(page: Path, traces: int, shot: str, height: int = 1000) -> dict:
     check = check_page(page, screenshot=SHOTS / shot, height=height)
     assert check.errors == []
@@ -97,14 +110,15 @@ def test_report_pages_render(traces, tmp_path):
     assert report.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(out)]) == 0
     check = check_page(out / "index.html", screenshot=SHOTS / "report_index.png", height=1500)
     assert check.errors == []
-    # breakdown, spread; Collectives: per trace wait vs transfer, and one step's calls (two bars + issue dots)
-    collectives = [(2, "bar"), (3, "bar")] * 2
+    # breakdown, spread; Collectives: per trace wait vs transfer (two bars + the step's length), and one
+    # step's calls (wait, all-reduce transfer, issue dots)
+    collectives = [(3, "bar"), (3, "bar")] * 2
     assert [(p["traces"], p["types"][0]) for p in check.plots] == [(4, "bar"), (2, "box"), *collectives]
     assert all(p["svg_layers"] >= 1 for p in check.plots)
     paths = [traces["naive"], traces["overlap"]]
     assert_rendered(
-        out / "timelines" / "naive_vs_overlap.html",
-        expected_traces(paths, Selection(step=1)),
+        out / "timelines" / "side_by_side.html",
+        expected_side_by_side(paths),
         "report_naive_vs_overlap.png",
     )
 

@@ -85,8 +85,7 @@ def test_gpu_report_index(browser, gpu_report):
 
 
 def test_gpu_report_comparison_page(browser, gpu_report):
-    (page,) = (gpu_report / "timelines").glob("naive_vs_*.html")
-    assert_timeline(inspect(browser, page), panels=2)
+    assert_timeline(inspect(browser, gpu_report / "timelines" / "side_by_side.html"), panels=len(GPU_RUNS))
 
 
 def test_gpu_report_timeline_of_one_run(browser, gpu_report):
@@ -108,7 +107,7 @@ def test_cpu_report_pages(browser, cpu_traces, tmp_path):
     index = inspect(browser, out / "index.html")
     assert_fine(index, len(index.plots))
     assert len(index.plots) >= 2
-    assert_timeline(inspect(browser, out / "timelines" / "naive_vs_overlap.html"), panels=2)
+    assert_timeline(inspect(browser, out / "timelines" / "side_by_side.html"), panels=2)
     assert_timeline(inspect(browser, out / "timelines" / "naive.html"), panels=1)
 
 

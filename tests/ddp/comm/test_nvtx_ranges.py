@@ -59,6 +59,7 @@ EXPECTED_COMM = {
     },
     "overlap_bucket": {"comm:all_reduce:bucket0", "comm:all_reduce:bucket1"},
     "torch": {"comm:all_reduce:bucket0"},
+    "fsdp": set(),  # all-gathers and reduce-scatters, no all-reduce: the toy has only Linear layers
     "torch_fsdp": set(),  # reduce-scatters, no all-reduce; and on one rank FSDP2 communicates nothing
 }
 ASYNC = {"overlap", "overlap_bucket", "torch"}

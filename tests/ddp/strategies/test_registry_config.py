@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp import FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP, TorchFSDP
+from ddp import FSDP, FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP, TorchFSDP
 from ddp.strategies import registry
 from ddp.training.config import RunConfig
 
@@ -16,6 +16,7 @@ def test_registry_names_map_to_the_exported_classes():
         "overlap": OverlapDDP,
         "overlap_bucket": OverlapBucketDDP,
         "torch": TorchDDP,
+        "fsdp": FSDP,
         "torch_fsdp": TorchFSDP,
     }
 
@@ -23,7 +24,7 @@ def test_registry_names_map_to_the_exported_classes():
 def test_unknown_implementation_lists_choices():
     with pytest.raises(
         ValueError,
-        match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch, torch_fsdp",
+        match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch, fsdp, torch_fsdp",
     ):
         registry.get("fast")
     with pytest.raises(ValueError, match="unknown implementation"):

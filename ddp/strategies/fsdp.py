@@ -1,0 +1,246 @@
+"""FSDP (registry name `fsdp`): fully sharded data parallelism (ZeRO-3), written with plain collectives.
+
+Every module matched by `shard` is a *unit* (ddp.strategies.shard_units): each rank stores 1/W of its trainable
+parameters (float32, padded) and the optimizer steps only that slice. Forward all-gathers a unit's weights
+(cast to `compute_dtype` first) right before it runs, `prefetch` units ahead, and frees them after; backward
+gathers them again in reverse order, and reduce-scatters each unit's gradient as soon as autograd has
+accumulated it, so that each rank's shard receives the mean gradient. Parameters outside units (norms, weights
+tied across modules) stay replicated and are all-reduced as their gradients arrive, as in `overlap`.
+
+Every rank must run the same units in the same order (as PyTorch's FSDP requires): the collectives pair up
+by issue order. A unit's collectives are `comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end
+ranges whose payload is the padded unit in the dtype on the wire (nccl-tests' convention, contract/names.py):
+weights travel in `compute_dtype`, gradients in float32 (reduced without rounding to the compute dtype).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
+from ddp.comm import inflight, nvtx_ranges
+from ddp.comm.completion_poll import CompletionPoll, FutureLess, has_future
+from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
+from ddp.strategies.shard_units import ShardSpec, find_units
+from ddp.strategies.unit_state import Pending, UnitState, cast_floating, cast_hooks
+
+COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+class FSDP(DataParallelBase):
+    """Fully sharded data parallelism; see the module docstring. `prefetch` >= 1: a unit's all-gather starts
+    once the unit `prefetch` places before it (in forward; after it, in backward) has finished, so 1 gathers
+    on demand and 2 (the default) keeps one gather in flight under the previous unit's compute."""
+
+    def __init__(
+        self,
+        module: nn.Module,
+        compute_dtype: torch.dtype | None = None,
+        *,
+        shard: ShardSpec = (nn.Linear, nn.Embedding),
+        prefetch: int = 2,
+        collective: str = "torch",
+    ):
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype must be None, torch.float16 or torch.bfloat16, got {compute_dtype!r}")
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 1:
+            raise ValueError(f"prefetch must be an integer >= 1, got {prefetch!r}")
+        if not (isinstance(shard, tuple) or callable(shard)):
+            raise ValueError(f"shard must be a tuple of module types or a predicate, got {shard!r}")
+        super().__init__(module, collective)
+        self.compute_dtype, self.prefetch = compute_dtype, prefetch
+        self.rank = dist.get_rank()
+        units = find_units(module, shard, self.world_size, self.rank)
+        sharded = {id(p.original) for u in units for p in u.params}
+        for unit in units:
+            unit.split()
+        # The base listed every trainable parameter; from here on only the replicated ones are all-reduced.
+        named = [(n, p) for n, p in zip(self.param_names, self.params, strict=True) if id(p) not in sharded]
+        self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
+        wire = compute_dtype or torch.float32
+        self.states = [UnitState(u, wire) for u in units]
+        self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
+        self._recorded = False
+        self._pending_ar: list[PendingAllReduce] = []
+        self._rs_issued: list[UnitState] = []
+        self._poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
+        self._names = {
+            id(s): (comm_range(ALL_GATHER, s.unit.name), comm_range(REDUCE_SCATTER, s.unit.name)) for s in self.states
+        }
+        for state in self.states:
+            state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
+            state.unit.module.register_forward_hook(self._post_forward(state))
+            state.sink.register_post_accumulate_grad_hook(lambda _t, s=state: self._post_backward(s))
+        if compute_dtype is not None:  # registered after the units' hooks: runs on what they put in place
+            cast_hooks(module, compute_dtype, skip=frozenset(id(p.piece) for u in units for p in u.params))
+        for name, p in named:
+            p.register_post_accumulate_grad_hook(lambda p, name=name: self._on_replicated_grad(p, name))
+
+    # ---- forward --------------------------------------------------------------------------
+    def forward(self, *args, **kwargs):
+        if self.compute_dtype is not None:
+            args, kwargs = cast_floating((args, kwargs), self.compute_dtype)
+        for state in self._order[: self.prefetch]:
+            self._issue_gather(state)
+        out = self.module(*args, **kwargs)
+        if self._order and torch.is_grad_enabled():
+            for t in _tensors(out):
+                if t.requires_grad:
+                    t.register_hook(self._backward_started)
+        self._recorded = self._recorded or bool(self._order)
+        return out
+
+    def _pre_forward(self, state: UnitState) -> Callable[[nn.Module, tuple, dict], None]:
+        def hook(_module: nn.Module, args: tuple, kwargs: dict) -> None:
+            if not self._recorded and state not in self._order:
+                self._order.append(state)
+            self._issue_gather(state)
+            self._wait_gather(state)
+            state.show_gathered(torch.is_grad_enabled())
+
+        return hook
+
+    def _post_forward(self, state: UnitState) -> Callable[[nn.Module, tuple, Any], None]:
+        def hook(_module: nn.Module, _args: tuple, out: Any) -> None:
+            state.show_pieces()
+            state.free()
+            if torch.is_grad_enabled():
+                for t in _tensors(out):
+                    if t.requires_grad:
+                        t.register_hook(lambda _g, s=state: self._pre_backward(s))
+            if self._recorded and state in self._order:
+                self._prefetch(self._order, self._order.index(state))
+
+        return hook
+
+    # ---- backward -------------------------------------------------------------------------
+    def _backward_started(self, _grad: torch.Tensor) -> None:
+        for state in self._order[::-1][: self.prefetch]:
+            self._issue_gather(state)
+
+    def _pre_backward(self, state: UnitState) -> None:
+        self._poll.poll()
+        self._issue_gather(state)
+        self._wait_gather(state)
+
+    def _post_backward(self, state: UnitState) -> None:
+        if state.reduce is not None:
+            raise RuntimeError(ACCUMULATION_ERROR)
+        self._poll.poll()
+        state.free()
+        grad = state.sink.grad
+        assert grad is not None
+        _, name = self._names[id(state)]
+        size = nbytes(grad)
+        slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
+        seq = inflight.begin(name)
+        work = self._track(_reduce_scatter(state.unit.grad, grad, group=self.group, async_op=True), seq, slot, range_id)
+        state.reduce = Pending(slot, work)
+        self._rs_issued.append(state)
+        if self._recorded and state in self._order:
+            backward_order = self._order[::-1]
+            self._prefetch(backward_order, backward_order.index(state))
+
+    def _on_replicated_grad(self, p: torch.Tensor, name: str) -> None:
+        if any(pending.tensor is p.grad for pending in self._pending_ar):
+            raise RuntimeError(ACCUMULATION_ERROR)
+        self._pending_ar.append(self.async_all_reduce(p.grad, name))  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def _synchronize(self) -> None:
+        for state in self._rs_issued:
+            assert state.reduce is not None
+            self.comm.wait(state.reduce.slot, state.reduce.work)
+            self._poll.settle(state.reduce.work)
+            state.reduce = None
+            state.take_mean_gradient(self.world_size)
+        for pending in self._pending_ar:
+            pending.wait().div_(self.world_size)
+        for state in self.states:
+            state.free()
+        self._rs_issued.clear()
+        self._pending_ar.clear()
+
+    # ---- gathers --------------------------------------------------------------------------
+    def _prefetch(self, order: list[UnitState], position: int) -> None:
+        if position + self.prefetch < len(order):
+            self._issue_gather(order[position + self.prefetch])
+
+    def _issue_gather(self, state: UnitState) -> None:
+        if state.gathered or state.gather is not None:
+            return
+        out, send = state.gather_buffers()
+        name, _ = self._names[id(state)]
+        size = nbytes(out)
+        slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
+        seq = inflight.begin(name)
+        work = self._track(_all_gather(out, send, group=self.group, async_op=True), seq, slot, range_id)
+        state.gather = Pending(slot, work)
+
+    def _track(self, work: Any, seq: int, slot: int, range_id: object) -> inflight.TrackedWork:
+        """Record an async collective's completion in the CommTimer and end its range there."""
+        if has_future(work) or self.comm.cuda:
+            tracked = inflight.TrackedWork(work, seq)
+            self.comm.track_async(slot, tracked, range_id)
+            return tracked
+        tracked = inflight.TrackedWork(FutureLess(work), seq)
+        self._poll.watch(tracked, self.comm.on_completion(slot, range_id))
+        return tracked
+
+    def _wait_gather(self, state: UnitState) -> None:
+        if state.gather is not None:
+            self.comm.wait(state.gather.slot, state.gather.work)
+            state.gather, state.gathered = None, True
+
+    # ---- what the rest of the project reads -----------------------------------------------
+    def comm_layout(self) -> list[dict]:
+        """The replicated parameters' all-reduces (one per parameter, tagged with its name)."""
+        return [
+            {"name": n, "params": [n], "bytes": nbytes(p)} for n, p in zip(self.param_names, self.params, strict=True)
+        ]
+
+    def sharded_layout(self) -> list[dict]:
+        """One `contract.sharded_entry` per unit, in forward order (registration order before the first step)."""
+        states = self._order or self.states
+        itemsize = torch.empty((), dtype=self.compute_dtype or torch.float32).element_size()
+        return [
+            sharded_entry(
+                s.unit.name,
+                [p.name for p in s.unit.params],
+                s.unit.numel,
+                s.unit.padded_numel,
+                itemsize,
+                s.unit.shard.element_size(),
+                self.world_size,
+            )
+            for s in states
+        ]
+
+    @torch.no_grad()
+    def gather_full_params(self) -> dict[str, torch.Tensor]:
+        """Every parameter in full, float32, under its name in `.module` (collective: every rank calls it)."""
+        full: dict[str, torch.Tensor] = {}
+        for state in self.states:
+            buffer = state.unit.shard.new_empty(state.unit.padded_numel)
+            _all_gather(buffer, state.unit.shard, group=self.group)
+            full.update(state.unit.full_params(buffer))
+        return {n: full[n] if n in full else p.detach().clone() for n, p in self.module.named_parameters()}
+
+
+def _tensors(out: Any) -> Iterable[torch.Tensor]:
+    """The tensors of a module's output (a tensor, or a tuple/list/dict holding some)."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for item in out:
+            yield from _tensors(item)
+    elif isinstance(out, dict):
+        for item in out.values():
+            yield from _tensors(item)

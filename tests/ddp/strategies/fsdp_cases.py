@@ -1,0 +1,156 @@
+"""Models, a reference trainer and rank workers for the sharded strategies' tests (module level: spawned
+ranks import them)."""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ddp.launch.launcher import DistContext
+from ddp.strategies import registry
+from ddp.strategies.unit_state import casting
+from ddp.training.data import shard
+
+VOCAB, DIM, HIDDEN, TOKENS = 40, 16, 24, 5
+LR = {"sgd": 0.5, "adamw": 0.01}
+
+
+class Mixed(nn.Module):
+    """Every feature the sharded strategies must get right: an Embedding, a LayerNorm, a Linear whose bias
+    is frozen, a frozen Linear, a Linear registered twice and applied twice, a head tied to the embedding."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.norm = nn.LayerNorm(DIM)
+        self.fc1 = nn.Linear(DIM, HIDDEN)
+        self.fc1.bias.requires_grad_(False)
+        self.frozen = nn.Linear(HIDDEN, HIDDEN).requires_grad_(False)
+        self.mid = nn.Linear(HIDDEN, HIDDEN)
+        self.mid_again = self.mid
+        self.fc2 = nn.Linear(HIDDEN, DIM)
+        self.head = nn.Linear(DIM, VOCAB, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc1(self.norm(self.emb(tokens))))
+        h = F.relu(self.mid_again(F.relu(self.mid(self.frozen(h)))))
+        return self.head(self.fc2(h))
+
+
+class Odd(nn.Module):
+    """Parameters whose sizes no world size divides: every unit is padded."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, 7)
+        self.fc = nn.Linear(7, 5)
+        self.head = nn.Linear(5, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.fc(self.emb(tokens))))
+
+
+MODELS = {"mixed": Mixed, "odd": Odd}
+
+
+def build(model: str, seed: int) -> nn.Module:
+    torch.manual_seed(seed)
+    return MODELS[model]()
+
+
+def batch(step: int, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(2000 + step)
+    tokens = torch.randint(0, VOCAB, (batch_size, TOKENS + 1), generator=gen)
+    return tokens[:, :-1], tokens[:, 1:]
+
+
+def loss_of(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, VOCAB).float(), targets.reshape(-1))
+
+
+def optimizer(name: str, params) -> torch.optim.Optimizer:
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=LR["sgd"])
+    return torch.optim.AdamW(params, lr=LR["adamw"], weight_decay=0.01)
+
+
+def train_reference(
+    model: str,
+    opt_name: str,
+    steps: int,
+    batch_size: int,
+    world: int,
+    dtype: torch.dtype | None = None,
+    threads: int = 1,
+) -> list[dict[str, torch.Tensor]]:
+    """Single-process training on whole global batches, the parameters after every step. Each step's
+    gradient is each rank's slice's gradient, summed in rank order, divided by the world size: the same
+    arithmetic as the ranks'. With `dtype`, every parameter and floating input is cast as FSDP casts.
+    `threads`: the ranks' intra-op threads (LayerNorm's backward sums per thread: its bits depend on it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _train_reference(model, opt_name, steps, batch_size, world, dtype)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_reference(
+    model: str, opt_name: str, steps: int, batch_size: int, world: int, dtype: torch.dtype | None
+) -> list[dict[str, torch.Tensor]]:
+    net = build(model, seed=0)
+    opt = optimizer(opt_name, net.parameters())
+    history = []
+    for step in range(steps):
+        total: dict[str, torch.Tensor] = {}
+        for r in range(world):
+            net.zero_grad(set_to_none=True)
+            x, y = shard(batch(step, batch_size), r, world)
+            with casting(net, dtype):
+                loss_of(net(x), y).backward()
+            for n, p in net.named_parameters():
+                if p.grad is not None:
+                    total[n] = total[n] + p.grad if n in total else p.grad.clone()
+        for n, p in net.named_parameters():
+            p.grad = total[n] / world if n in total else None
+        opt.step()
+        history.append({k: v.detach().clone() for k, v in net.named_parameters()})
+    return history
+
+
+def run_sharded(ctx: DistContext, case: dict) -> dict:
+    """Train one case with warnings as errors and deterministic algorithms; full parameters after each step."""
+    warnings.simplefilter("error")
+    torch.use_deterministic_algorithms(True)
+    module = build(case["model"], seed=ctx.rank)  # differs per rank until the wrapper broadcasts rank 0's
+    wrapper = registry.get(case["impl"])(module, **case.get("kwargs", {}))
+    opt = optimizer(case["optimizer"], wrapper.parameters())
+    history, layouts = [], []
+    for step in range(case["steps"]):
+        x, y = shard(batch(step, case["batch_size"]), ctx.rank, ctx.world_size)
+        opt.zero_grad(set_to_none=True)
+        loss_of(wrapper(x), y).backward()
+        wrapper.finish_gradient_synchronization()
+        opt.step()
+        wrapper.reset_comm_stats()
+        history.append(wrapper.gather_full_params())
+    shards = {
+        n: (tuple(p.shape), p.dtype, None if p.grad is None else (tuple(p.grad.shape), p.grad.dtype))
+        for n, p in wrapper.module.named_parameters()
+    }
+    layouts.append(getattr(wrapper, "sharded_layout", list)())
+    return {
+        "history": history,
+        "shards": shards,
+        "layout": layouts[0],
+        "rank": ctx.rank,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def sharded_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
+    return [run_sharded(ctx, case) for case in cases]

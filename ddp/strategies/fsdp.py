@@ -68,6 +68,7 @@ class FSDP(DataParallelBase):
         self.states = [UnitState(u, wire) for u in units]
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
         self._recorded = False
+        self._gathered_live = self._gathered_peak = 0  # bytes of gather buffers alive now / at most (memory_parts)
         self._pending_ar: list[PendingAllReduce] = []
         self._rs_issued: list[UnitState] = []
         self._poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
@@ -110,7 +111,7 @@ class FSDP(DataParallelBase):
     def _post_forward(self, state: UnitState) -> Callable[[nn.Module, tuple, Any], None]:
         def hook(_module: nn.Module, _args: tuple, out: Any) -> None:
             state.show_pieces()
-            state.free()
+            self._free(state)
             if torch.is_grad_enabled():
                 for t in _tensors(out):
                     if t.requires_grad:
@@ -134,7 +135,7 @@ class FSDP(DataParallelBase):
         if state.reduce is not None:
             raise RuntimeError(ACCUMULATION_ERROR)
         self._poll.poll()
-        state.free()
+        self._free(state)
         grad = state.sink.grad
         assert grad is not None
         _, name = self._names[id(state)]
@@ -164,7 +165,7 @@ class FSDP(DataParallelBase):
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
         for state in self.states:
-            state.free()
+            self._free(state)
         self._rs_issued.clear()
         self._pending_ar.clear()
 
@@ -176,7 +177,10 @@ class FSDP(DataParallelBase):
     def _issue_gather(self, state: UnitState) -> None:
         if state.gathered or state.gather is not None:
             return
+        held = state.full.untyped_storage().nbytes()
         out, send = state.gather_buffers()
+        self._gathered_live += out.untyped_storage().nbytes() - held
+        self._gathered_peak = max(self._gathered_peak, self._gathered_live)
         name, _ = self._names[id(state)]
         size = nbytes(out)
         slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
@@ -194,12 +198,26 @@ class FSDP(DataParallelBase):
         self._poll.watch(tracked, self.comm.on_completion(slot, range_id))
         return tracked
 
+    def _free(self, state: UnitState) -> None:
+        self._gathered_live -= state.full.untyped_storage().nbytes()
+        state.free()
+
     def _wait_gather(self, state: UnitState) -> None:
         if state.gather is not None:
             self.comm.wait(state.gather.slot, state.gather.work)
             state.gather, state.gathered = None, True
 
     # ---- what the rest of the project reads -----------------------------------------------
+    def gathered_bytes(self) -> int:
+        """The most bytes of gather buffers (`full`, in the dtype on the wire) alive at once so far: with
+        prefetch p, the largest p units in a row of the forward order (a unit is freed before the one p
+        places on is gathered; memory_parts, docs/memory.md)."""
+        return self._gathered_peak
+
+    def comm_buffers(self) -> list[torch.Tensor]:
+        """The cast copies of the shards sent by all-gathers under compute_dtype (none in float32: the shard itself)."""
+        return [s.send for s in self.states if s.send is not s.unit.shard]
+
     def comm_layout(self) -> list[dict]:
         """The replicated parameters' all-reduces (one per parameter, tagged with its name)."""
         return [

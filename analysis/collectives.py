@@ -21,6 +21,7 @@ import pandas as pd
 from analysis import cli
 from analysis.engine.collectives_view import CollectivesView, analyze_collectives
 from analysis.errors import TraceError
+from analysis.frames.trace import KERNELS
 from analysis.views.table import format_table
 from contract import COMM_FORM
 
@@ -90,9 +91,9 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
         shown = _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])
     out += ["stragglers per step (the rank the others waited for; paired collectives only):", shown]
     for head in view.traces.itertuples():
-        source = "kernels" if head.source == "kernel" else f"{COMM_FORM} ranges (no communication kernels)"
+        origin = "kernels" if head.source == KERNELS else f"{COMM_FORM} ranges (no communication kernels)"
         out.append(
-            f"\n{head.implementation}: {head.calls} calls from {source}, world size {head.world_size}, "
+            f"\n{head.implementation}: {head.calls} calls from {origin}, world size {head.world_size}, "
             f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
         )
         out.append(f"  phases: {head.phases}")

@@ -162,7 +162,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m analysis.overlap",
         description="Measure, per rank and per step, how much gradient communication overlapped compute and "
         "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today). Without CUPTI "
-        "tables (CPU runs) the metrics come from NVTX ranges alone (source: nvtx).",
+        "tables (CPU runs) the metrics come from NVTX ranges alone (source: ranges).",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr).",
     )
     p.add_argument(

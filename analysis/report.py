@@ -81,13 +81,15 @@ def write_timelines(
     for r in results:
         t0 = time.perf_counter()
         trace = loaded_trace(r, patterns)
-        panel, _ = trace_panel(r.path, Selection(), trace=trace, steps=r.analysis.steps, patterns=patterns)
+        label = labels[str(r.path)]
+        panel, _ = trace_panel(
+            r.path, Selection(), trace=trace, steps=r.analysis.steps, patterns=patterns, colour=colours[label]
+        )
         _, fig = write_timeline(
             [panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection(), plotly_js=plotly_js
         )
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
-            label = labels[str(r.path)]
             compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, patterns)
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if not compared:

@@ -11,28 +11,25 @@ compute. The page loads plotly.js from plotly-<version>.min.js beside it (writte
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 import pandas as pd
+import plotly.graph_objects as go
 
 from analysis import cli
-from analysis.views.html_page import PlotlyJs
+from analysis.views.export import Image, check_export, refuse_existing, write_images
+from analysis.views.html_page import PlotlyJs, written_by_us
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
-from analysis.views.timeline_page import (
-    PanelSummary,
-    check_output,
-    export_png,
-    png_refusal,
-    trace_panel,
-    write_timeline,
-)
+from analysis.views.timeline_page import PanelSummary, check_output, trace_panel, write_timeline
 
 FORMATS = ("table", "csv", "json")
+FORMATS_IMG = ("png", "svg")  # --png / --svg
 DEFAULT_OUTPUT = Path("reports/timeline.html")
 
 
@@ -77,13 +74,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="pixels across the full view; work narrower than one pixel is merged (default 1600)",
     )
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
-    ap.add_argument(
-        "--png",
-        action="store_true",
-        help="also write <output>.png, --width pixels wide (needs kaleido and a system Chromium; "
-        "skipped with a message when they are missing or fail, and when a PNG exists that "
-        "does not pair with a page this tool wrote)",
-    )
+    for fmt in FORMATS_IMG:
+        ap.add_argument(
+            f"--{fmt}",
+            action="store_true",
+            help=f"also write <output>.{fmt}, --width pixels wide, through kaleido and the system Chromium, "
+            f"offline (exit 2 with one line when they are missing or fail, or when a .{fmt} exists that does "
+            "not pair with a page this tool wrote)",
+        )
     ap.add_argument(
         "--self-contained",
         action="store_true",
@@ -113,6 +111,10 @@ def _run(args: argparse.Namespace) -> int:
         args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None, self_contained=args.self_contained
     )
     args.output = args.output or DEFAULT_OUTPUT
+    formats = [f for f in FORMATS_IMG if getattr(args, f)]
+    chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before any work
+    image = Image(go.Figure(), args.output.with_suffix(""), args.width)
+    refuse_existing([image], formats, ours=args.output.is_file() and written_by_us(args.output))
     panels, rows = [], []
     for inp in group_inputs(args.traces):
         t0 = time.perf_counter()
@@ -123,16 +125,15 @@ def _run(args: argparse.Namespace) -> int:
         rows.append(row)
         progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
     title = "Timeline: " + " vs ".join(r.implementation for r in rows)
-    png_why = png_refusal(args.output) if args.png else ""  # before the page is (re)written
     out, fig = write_timeline(
         panels, args.output, title, selection, args.width, PlotlyJs(self_contained=args.self_contained)
     )
     progress(
         f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {count_drawn_segments(fig)} segments drawn after merging)"
     )
-    if args.png:
-        why = png_why or export_png(fig, args.output.with_suffix(".png"), args.width)
-        progress(f"png skipped: {why}" if why else f"wrote {args.output.with_suffix('.png')}")
+    if formats:
+        written = write_images([dataclasses.replace(image, fig=fig)], formats, chromium)
+        progress("wrote " + ", ".join(map(str, written)))
     cli.emit(lambda: print_rows(rows, args.format))
     return 0
 

@@ -8,8 +8,9 @@ Builds each page with the project's own commands (analysis.report, analysis.time
 analysis.collectives --prefetch-chart) in a temporary folder, opens it in headless Chromium at
 1400 px wide (tests/support/devtools.py), checks it as the browser tests do (data in every figure,
 lanes >= 20 px, legends clear, no network request) and saves a PNG. Pages: a GPU timeline of one
-step, naive vs overlap_bucket side by side, the report's first screen and its collectives section
-(the five H100 runs of ../shared/data/gpu_h100); a CPU run's naive vs overlap timeline
+step, the side-by-side page of naive and overlap_bucket, the report's first screen, its collectives
+section and its side-by-side page (the five H100 runs of ../shared/data/gpu_h100); a CPU run's naive
+vs overlap timeline
 (run_nsys.sh); the prefetch chart of PyTorch FSDP2 recorded with plain torch.profiler
 (scripts/record_torch_fsdp2.py). Exit 0 when every picture was made and passed its checks, 1 when
 a check failed (the PNG is still written), 2 when an input is missing.
@@ -34,6 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from analysis import collectives, report, timeline  # noqa: E402
+from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE  # noqa: E402
 from tests.support.devtools import Browser  # noqa: E402
 from tests.support.page_layout import inspect, problems  # noqa: E402
 
@@ -93,22 +95,23 @@ def run_cli(main: Callable[[list[str]], int], args: list[str]) -> None:
 def shots(inputs: Callable[[str], Path]) -> list[Shot]:
     """The pictures; `inputs(group)` gives the (relative) folder of a group's traces, made on first use."""
 
-    reports: list[Path] = []  # made once per run, photographed twice
+    reports: dict[str, Path] = {}  # each report made once per run, photographed more than once
 
-    def gpu_report(_: Path) -> Path:
-        if not reports:
-            traces = [str(inputs("gpu") / f"{name}.sqlite") for name in GPU_RUNS]
-            run_cli(report.main, [*traces, "-o", "h100_report"])
-            reports.append(Path("h100_report", "index.html"))
-        return reports[0]
+    def gpu_report(runs: tuple[str, ...], folder: str) -> Path:
+        if folder not in reports:
+            shutil.rmtree(folder, ignore_errors=True)  # a folder of this run's work dir: no stale pages
+            run_cli(report.main, [*(str(inputs("gpu") / f"{name}.sqlite") for name in runs), "-o", folder])
+            reports[folder] = Path(folder)
+        return reports[folder]
+
+    def five_runs(page: str) -> Callable[[Path], Path]:
+        return lambda _: gpu_report(GPU_RUNS, "h100_report") / page
+
+    def naive_vs_overlap_bucket(_: Path) -> Path:
+        return gpu_report(("naive", "overlap_bucket"), "h100_naive_vs_overlap_bucket") / COMPARE_PAGE
 
     def gpu_step(out: Path) -> Path:  # opens on the median step of the slowest rank
         run_cli(timeline.main, [str(inputs("gpu") / "overlap_bucket.sqlite"), "-o", str(out)])
-        return out
-
-    def gpu_side_by_side(out: Path) -> Path:
-        traces = [str(inputs("gpu") / f"{name}.sqlite") for name in ("naive", "overlap_bucket")]
-        run_cli(timeline.main, [*traces, "-o", str(out)])
         return out
 
     def cpu_side_by_side(out: Path) -> Path:
@@ -123,9 +126,10 @@ def shots(inputs: Callable[[str], Path]) -> list[Shot]:
 
     return [
         Shot("timeline_gpu_step", "gpu", gpu_step),
-        Shot("timeline_naive_vs_overlap_bucket", "gpu", gpu_side_by_side),
-        Shot("report_first_screen", "gpu", gpu_report, region="screen"),
-        Shot("report_collectives", "gpu", gpu_report, region="h2:Collectives"),
+        Shot("side_by_side_naive_vs_overlap_bucket", "gpu", naive_vs_overlap_bucket),
+        Shot("report_first_screen", "gpu", five_runs("index.html"), region="screen"),
+        Shot("report_collectives", "gpu", five_runs("index.html"), region="h2:Collectives"),
+        Shot("report_side_by_side", "gpu", five_runs(COMPARE_PAGE)),
         Shot("timeline_cpu_naive_vs_overlap", "cpu", cpu_side_by_side),
         Shot("prefetch_chart_fsdp2", "fsdp", prefetch),
     ]

@@ -21,7 +21,7 @@ from analysis.engine.analyze import input_groups
 from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.bucket_layout import plan_buckets
 from analysis.measures.bucket_model import RecordedRun, fit_slowdown, place_in_buckets, replay
@@ -181,7 +181,7 @@ def recorded_run(trace: Trace, patterns: Patterns | None = None) -> tuple[Record
     if served.empty:
         raise TraceError(f"{trace.path}: no collective seen on every rank ({world}): give every rank's file (--merge)")
     cost = fit_cost(served["bytes"], served["transfer_ns"])
-    ready_col = "start_ns" if calls_found.source == "kernel" else "issue_ns"
+    ready_col = "start_ns" if calls_found.source == KERNELS else "issue_ns"
     calls = calls.assign(ready=calls[ready_col])
     per_step = measure_trace(trace, patterns, works)[0]
     windows = _backward_windows(works)

@@ -28,7 +28,7 @@ from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summ
 from analysis.engine.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.engine.file_task import FileResult
 from analysis.frames.run_info import shared_gpu_ranks
-from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.frames.trace import KERNELS, NS_PER_MS, RANGES, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, split_rows, with_comm_split
@@ -81,7 +81,7 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     """The per-file results of one run's files (in path order) as one merged analysis; a TraceError
     when torch.profiler files are not one job's."""
     check_one_job([(str(p), *r.job) for p, r in zip(paths, results, strict=True) if r.job is not None])
-    source = "gpu" if any(r.source == "gpu" for r in results) else "nvtx"
+    source = KERNELS if any(r.source == KERNELS for r in results) else RANGES
     kept = [i for i, r in enumerate(results) if r.source == source]  # a merge counts ranks with GPU work only
     ranks = _global_ranks(results, kept)
     run = _run_of(paths, results, source, ranks)
@@ -144,7 +144,7 @@ def _merged_calls(
     kept_calls = {i: c for i in kept if (c := results[i].calls) is not None}
     if len(kept_calls) < len(kept):
         raise ValueError("combine needs each file's collective calls (FileResult.calls)")
-    source = "kernel" if any(c.source == "kernel" for c in kept_calls.values()) else "range"
+    source = KERNELS if any(c.source == KERNELS for c in kept_calls.values()) else RANGES
     frames, compute = [], {}
     for i in kept:
         calls = kept_calls[i]

@@ -35,6 +35,9 @@ import pandas as pd
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
 CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a part's `info`: UTC ns minus that file's trace-clock ns
 CLOCK_NOTE_KEY = "clock_note"  # in info[0] of a run of several files: how their clocks were aligned
+# What a figure was measured from, the one meaning of `source` everywhere (Trace.source, the collective
+# calls' source, a rank's comm_source and compute_source): GPU kernels, or NVTX/annotation ranges.
+KERNELS, RANGES = "kernels", "ranges"
 # gpu_ops.kind categories and their codes
 GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
 GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))
@@ -99,7 +102,7 @@ class Trace:
     path: str
     profiler: str  # what recorded it: "nsys" (an nsys export) or "torch.profiler" (a Kineto trace)
     profiler_version: str | None  # nsys: the exporting nsys; torch.profiler: torch's, as ddp.meta recorded it
-    source: str  # "gpu" when there is GPU activity, else "nvtx"
+    source: str  # KERNELS when the trace has GPU activity, else RANGES (a CPU run: measured from its ranges)
     gpu_ops: pd.DataFrame
     nvtx: pd.DataFrame
     ranks: pd.DataFrame

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP, Trace
+from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, KERNELS, NVTX_MARK, NVTX_PUSH_POP, RANGES, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
 from analysis.measures.steps import step_windows, window_index
@@ -202,14 +202,14 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
         comm = of_process(ranges["comm"], part, pid)
         counted = comm["counted"].to_numpy(dtype=bool)
         mine = of_process(steps, part, pid)
-        if trace.source == "gpu":
+        if trace.source == KERNELS:
             rows = groups[(part, pid, device)]
             launch = np.r_[ops["launch_start"].to_numpy()[rows], comm["start"].to_numpy()]
             work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
             windows = step_windows(mine, True, launch, work_end)
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
             build = _gpu_builder(trace, rows, backward_mask, comm, counted, host)
-            sources = ("ranges" if host else "kernels", "kernels")
+            sources = (RANGES if host else KERNELS, KERNELS)
         else:
             phase = {name: of_process(frame, part, pid) for name, frame in ranges.items()}
             own = of_process(trace.nvtx, part, pid)
@@ -218,7 +218,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             launch, work_end = own["start"].to_numpy(), own["end"].to_numpy()
             windows = step_windows(mine, False, launch, work_end)
             build = partial(_nvtx_activity, phase, counted=counted, span=span)
-            sources = ("ranges", "ranges")
+            sources = (RANGES, RANGES)
         windows["work_end"] = _work_end(windows, launch, work_end)
         whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
         per_step = build(partial(window_index, windows))

@@ -1,14 +1,14 @@
 """Every collective call of every rank, before pairing: `find_calls(trace) -> Calls`.
 
 Two sources, chosen per trace:
-- "kernel" (GPU traces with communication kernels): one call per kernel whose name matches the
+- "kernels" (GPU traces with communication kernels): one call per kernel whose name matches the
   comm-kernel pattern (NCCL, RCCL, DeepEP, ...: frames/comm_families.py names each call's
   `family`). Arrival = kernel start, completion = kernel end. The call's
   `comm:<op>:<tag>` range (README contract) is the latest one opened on the launching thread before
   the launch and still open then: it gives the tag, the byte count (the range's integer payload) and
   the issue time (range start); without one, issue is the launch call's start and tag/bytes are unknown.
   A call's step is the step whose window (steps.py) holds its issue time, as for the overlap metrics.
-- "range" (CPU traces, and GPU traces whose collectives run on the host, e.g. gloo): one call per
+- "ranges" (CPU traces, and GPU traces whose collectives run on the host, e.g. gloo): one call per
   `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
 
@@ -29,7 +29,7 @@ from numpy.typing import ArrayLike
 
 from analysis.frames.comm_families import family_of_range, kernel_families
 from analysis.frames.patterns import Patterns, matches
-from analysis.frames.trace import GPU_KERNEL, NVTX_MARK, Trace
+from analysis.frames.trace import GPU_KERNEL, KERNELS, NVTX_MARK, RANGES, Trace
 from analysis.measures.activity import RankWork, compute_sets, rank_work
 from analysis.measures.phases import (
     codes,
@@ -82,7 +82,7 @@ class Calls:
     """One row per call (CALL_COLUMNS, sorted by rank then arrival), the source, and each rank's compute."""
 
     frame: pd.DataFrame
-    source: str  # "kernel" | "range"
+    source: str  # KERNELS | RANGES
     compute: dict  # rank -> canonical interval set (starts, ends) of that rank's compute
 
 
@@ -242,8 +242,8 @@ def call_times(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, str]:
     """(the calls with rank, part, op, step, issue/start/end ns and what else the source gives, but
     no bytes, phase or compute; the source): what clock alignment needs (engine/clocks.py)."""
     kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
-    source = "kernel" if len(kernels) else "range"
-    calls = kernels if source == "kernel" else _range_calls(trace)
+    source = KERNELS if len(kernels) else RANGES
+    calls = kernels if source == KERNELS else _range_calls(trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue)
     return calls, source

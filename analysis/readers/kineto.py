@@ -22,7 +22,7 @@ What goes where (see frames/trace.py for the frames):
             `Optimizer.step#...`) get ranges of their own: frames/phase_markers.py.
 `ranks`     one per file and device; rank and world size from `distributedInfo` (or our `ddp.meta`).
 `collectives` one row per `record_param_comms` op with its message sizes (kineto_comms.py).
-Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "nvtx"), as
+Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "ranges"), as
 CPU-only nsys exports are.
 """
 
@@ -40,7 +40,15 @@ from analysis.frames.merge import number_ranks, nvtx_frame, ops_frame, row_looku
 from analysis.frames.patterns import Patterns, matches
 from analysis.frames.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
 from analysis.frames.run_info import recorded
-from analysis.frames.trace import CLOCK_OFFSET_KEY, NVTX_KIND_NAMES, NVTX_PUSH_POP, NVTX_START_END, Trace
+from analysis.frames.trace import (
+    CLOCK_OFFSET_KEY,
+    KERNELS,
+    NVTX_KIND_NAMES,
+    NVTX_PUSH_POP,
+    NVTX_START_END,
+    RANGES,
+    Trace,
+)
 from analysis.readers.kineto_comms import collectives_frame
 from analysis.readers.kineto_json import KinetoFile, read_kineto
 
@@ -211,7 +219,7 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         path=label,
         profiler="torch.profiler",
         profiler_version=None if torch_version is None else str(torch_version),
-        source="gpu" if len(ops) else "nvtx",
+        source=KERNELS if len(ops) else RANGES,
         gpu_ops=ops,
         nvtx=nvtx,
         ranks=number_ranks(ops, nvtx, meta, implementation),

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.frames.trace import NS_PER_MS
+from analysis.frames.trace import NS_PER_MS, RANGES
 from analysis.measures import intervals as iv
 from analysis.views import palette
 
@@ -20,7 +20,7 @@ ROW_PX = 22
 
 def is_range_source(source: object) -> bool:
     """Whether calls were measured from CPU comm ranges (CPU traces, gloo) rather than GPU kernels."""
-    return str(source).startswith("range")
+    return source == RANGES
 
 
 def call_noun(calls: pd.DataFrame) -> str:
@@ -85,7 +85,7 @@ def _others_bar(rest: pd.DataFrame, t0: int, noun: str) -> tuple[list[go.Bar], s
     """The calls not drawn on their own row, merged where they overlap, on one row."""
     if rest.empty:
         return [], None
-    name = f"others ({len(rest)} {noun}s)"
+    name = f"others ({len(rest)} {noun}{'' if len(rest) == 1 else 's'})"
     s, e = iv.union(rest["start_ns"].to_numpy(np.int64), rest["end_ns"].to_numpy(np.int64))
     total = float(rest["duration_ms"].sum())
     bar = go.Bar(

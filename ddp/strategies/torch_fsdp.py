@@ -109,8 +109,8 @@ class TorchFSDP(DataParallelBase):
         parameters, which are not counted here)."""
         seen: set[tuple[str, int]] = set()
         return MemoryParts(
-            parameters=storage_bytes([*map(local, self.module.parameters()), *self.module.buffers()], seen),
-            gradients=storage_bytes((local(p.grad) for p in self.module.parameters() if p.grad is not None), seen),
+            parameters=storage_bytes([*self.module.parameters(), *self.module.buffers()], seen),
+            gradients=storage_bytes((p.grad for p in self.module.parameters()), seen),
             gathered=self._gathered_peak,
         )
 
@@ -199,11 +199,6 @@ class TimedReduceScatter(ReduceScatter):
                 work.wait()
             output_tensor.div_(group.size())
         return work
-
-
-def local(tensor: torch.Tensor) -> torch.Tensor:
-    """A DTensor's local shard; any other tensor as it is."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
 
 
 def matches(shard: ShardSpec, module: nn.Module) -> bool:

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import plotly.graph_objects as go
 import pytest
 from plotly.offline import get_plotlyjs
 
@@ -271,41 +270,54 @@ def test_real_h100_trace(tmp_path, capsys):
     assert np.isin(["comm:other", "nvtx"], seg["category"].unique()).all()  # NCCL's own ranges: send/recv
 
 
-def _fake_write_image(calls, fail=False):
-    def write_image(fig, path, **kwargs):
-        calls.append(kwargs)
-        if fail:
-            raise RuntimeError("Chromium crashed\nmore detail")
-        Path(path).write_bytes(b"png from us")
+def _fake_kaleido(monkeypatch, calls, fail=False):
+    """kaleido's one-session writer replaced: records each spec, writes b'image from us' or fails."""
+    import kaleido
 
-    return write_image
+    def write(specs, kopts):
+        calls.extend(specs)
+        if fail:
+            return (RuntimeError("Chromium crashed\nmore detail"),)
+        for spec in specs:
+            Path(spec["path"]).write_bytes(b"image from us")
+        return ()
+
+    monkeypatch.setattr(kaleido, "write_fig_from_object_sync", write)
+    monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
 
 
 @pytest.mark.slow  # writes three whole pages
-def test_png_is_width_wide_and_replaced_only_when_it_pairs_with_our_page(traces, tmp_path, capsys, monkeypatch):
+def test_images_are_width_wide_and_replaced_only_when_they_pair_with_our_page(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
-    calls = []
-    monkeypatch.setattr(go.Figure, "write_image", _fake_write_image(calls))
-    monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
-    out, png = tmp_path / "t.html", tmp_path / "t.png"
+    calls: list = []
+    _fake_kaleido(monkeypatch, calls)
+    out, png, svg = tmp_path / "t.html", tmp_path / "t.png", tmp_path / "t.svg"
     png.write_bytes(b"someone's png")
     code, _, err = run_cli(capsys, traces["naive"], "-o", out, "--png", "--width", 900)
-    assert code == 0 and out.exists() and "png skipped" in err and "not overwriting" in err
-    assert png.read_bytes() == b"someone's png" and calls == []
+    assert code == 2 and "t.png: exists and was not written by this tool" in err and len(err.strip().splitlines()) == 1
+    assert png.read_bytes() == b"someone's png" and calls == [] and not out.exists()  # refused before any work
     png.unlink()
-    assert run_cli(capsys, traces["naive"], "-o", out, "--png", "--width", 900)[0] == 0
-    assert png.read_bytes() == b"png from us" and calls[-1]["width"] == 900
+    assert run_cli(capsys, traces["naive"], "-o", out, "--png", "--svg", "--width", 900)[0] == 0
+    assert png.read_bytes() == svg.read_bytes() == b"image from us"
+    assert [c["opts"]["format"] for c in calls] == ["png", "svg"] and calls[-1]["opts"]["width"] == 900
     assert run_cli(capsys, traces["naive"], "-o", out, "--png")[0] == 0  # pairs with our page: replaced
-    assert len(calls) == 2 and calls[-1]["width"] == 1600
+    assert len(calls) == 3 and calls[-1]["opts"]["width"] == 1600
 
 
-def test_png_failure_is_one_non_fatal_line(traces, tmp_path, capsys, monkeypatch):
+def test_image_failure_is_one_line_and_exit_2(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
-    monkeypatch.setattr(go.Figure, "write_image", _fake_write_image([], fail=True))
-    monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: "/usr/bin/chromium")
+    _fake_kaleido(monkeypatch, [], fail=True)
     code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--png")
-    assert code == 0 and (tmp_path / "t.html").exists() and not (tmp_path / "t.png").exists()
-    assert "png skipped: RuntimeError: Chromium crashed" in err and "Traceback" not in err and "more detail" not in err
+    assert code == 2 and (tmp_path / "t.html").exists() and not (tmp_path / "t.png").exists()
+    assert "image export failed: RuntimeError: Chromium crashed" in err and "Traceback" not in err
+    assert "more detail" not in err
+
+
+def test_without_chromium_images_are_refused_before_any_work(traces, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("analysis.views.chromium.find_chromium", lambda: None)
+    code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--svg")
+    assert code == 2 and "--svg: needs a system Chromium" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "t.html").exists()
 
 
 def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):

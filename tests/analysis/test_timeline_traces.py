@@ -91,8 +91,8 @@ def test_the_synthetic_exports_load_as_two_rank_traces(tmp_path):
     from analysis.engine.runs import load_trace
 
     gpu = load_trace(write_trace(tmp_path / "overlap.sqlite", "overlap"))
-    assert gpu.source == "gpu" and gpu.ranks["rank"].tolist() == [0, 1]
+    assert gpu.source == "kernels" and gpu.ranks["rank"].tolist() == [0, 1]
     assert gpu.implementation == "overlap"
     assert int(gpu.gpu_ops["is_comm"].sum()) == 2 * 3 * 3
     cpu = load_trace(write_trace(tmp_path / "naive.sqlite", "naive", gpu=False))
-    assert cpu.source == "nvtx" and len(cpu.ranks) == 2 and len(cpu.gpu_ops) == 0
+    assert cpu.source == "ranges" and len(cpu.ranks) == 2 and len(cpu.gpu_ops) == 0

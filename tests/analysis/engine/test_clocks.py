@@ -22,7 +22,7 @@ def _trace(offsets: list[int]) -> Trace:
         path="a, b",
         profiler="nsys",
         profiler_version="x",
-        source="gpu",
+        source="kernels",
         gpu_ops=gpu,
         nvtx=nvtx,
         ranks=pd.DataFrame(),

@@ -123,7 +123,7 @@ def test_wait_transfer_and_exposed_parts(gpu_view, rank, tag, wait, transfer, ex
     assert (r["exposed_ms"] * 1e6, r["exposed_wait_ms"] * 1e6) == pytest.approx((exposed, exposed_wait))
     assert r["exposed_transfer_ms"] * 1e6 == pytest.approx(exposed - exposed_wait)
     assert r["paired"] and r["partners"] == 2 and r["last_rank"] == 1
-    assert (r["step"], r["phase"], r["source"]) == (0, "backward", "kernel")
+    assert (r["step"], r["phase"], r["source"]) == (0, "backward", "kernels")
 
 
 def test_bytes_from_either_payload_column_and_bus_bandwidth(gpu_view):
@@ -156,7 +156,7 @@ def test_straggler_and_summaries(gpu_view):
 
 def test_cpu_ranges_pair_on_issue_and_completion(tmp_path):
     view = analyze_collectives(write_two_cpu_ranks(tmp_path / "cpu.sqlite"))
-    assert view.traces["source"].iloc[0] == "range"
+    assert view.traces["source"].iloc[0] == "ranges"
     r0, r1 = row(view, 0, "x"), row(view, 1, "x")
     assert (r0["wait_ms"] * 1e6, r0["transfer_ms"] * 1e6, r1["wait_ms"], r1["transfer_ms"] * 1e6) == pytest.approx(
         (150, 150, 0, 150)

@@ -165,7 +165,7 @@ def test_tags_phase_and_exposed_part_match_the_raw_tables(gpu_trace, view_of):
 def test_host_collectives_of_gloo_on_cuda_come_from_the_ranges(view_of):
     view = view_of("gloo_cuda_overlap.sqlite")
     head = view.traces.iloc[0]
-    assert head["source"] == "range" and head["unpaired_calls"] == 0
+    assert head["source"] == "ranges" and head["unpaired_calls"] == 0
     calls = view.calls
     assert (calls["kernel"] == "").all() and (calls["start_ns"] == calls["issue_ns"]).all()
     assert np.allclose(calls["wait_ms"] + calls["transfer_ms"], calls["duration_ms"])

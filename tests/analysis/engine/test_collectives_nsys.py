@@ -55,7 +55,7 @@ def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
     path = nsys_cli.record_program(NSYS, tmp_path, PROGRAM, trace="nvtx")
     view = analyze_collectives(path)
     calls = view.calls.sort_values(["rank", "start_ns"])
-    assert view.traces["source"].iloc[0] == "range" and calls["paired"].all() and len(calls) == 8
+    assert view.traces["source"].iloc[0] == "ranges" and calls["paired"].all() and len(calls) == 8
     by_rank = comm_ranges(path)  # pids in order; rank 0 was started first
     assert [len(r) for r in by_rank] == [4, 4]
     want = []

@@ -27,7 +27,7 @@ def test_h100_trace_matches_the_independent_computation():
         assert row["compute_ms"] == pytest.approx(compute_ms, abs=1e-3)
         assert row["overlap_ms"] == 0 and row["overlap_pct"] == 0
     summary = result.summary.iloc[0]
-    assert (summary["source"], summary["profiler"]) == ("gpu", "nsys 2026.2.1.210")
+    assert (summary["source"], summary["profiler"]) == ("kernels", "nsys 2026.2.1.210")
 
 
 @pytest.mark.skipif(not H100.exists(), reason="../shared/data/nsys2026_2xH100_torchrun.sqlite not present")

@@ -86,7 +86,7 @@ def test_totals_cover_the_whole_capture(two_ranks):
 
 def test_summary_averages_steps_of_all_ranks(two_ranks):
     s = two_ranks.summary.iloc[0]
-    assert (s["ranks"], s["steps"], s["source"]) == (2, 3, "gpu")
+    assert (s["ranks"], s["steps"], s["source"]) == (2, 3, "kernels")
     assert s["comm_ms"] * 1e6 == pytest.approx((600 + 400 + 0) / 3)
     assert s["overlap_pct"] == pytest.approx(100 * (300 + 100) / (600 + 400))
 
@@ -100,7 +100,7 @@ def test_skip_steps_drops_each_ranks_first_steps(tmp_path):
 def test_cpu_only_export_uses_nvtx_ranges(tmp_path):
     result = analyze(write_cpu_only(tmp_path / "cpu.sqlite"))
     row = result.steps.iloc[0]
-    assert result.summary.iloc[0]["source"] == "nvtx"
+    assert result.summary.iloc[0]["source"] == "ranges"
     assert result.summary.iloc[0]["profiler"] == "nsys 2022.4.2.1"
     assert row_ns(row, TIMES) == {
         "step_ms": 1000,

@@ -90,7 +90,7 @@ def test_real_trace_totals_equal_plain_python(real):
     assert list(per_device) == [0] and per_device[0]["comm"] and per_device[0]["compute"]
 
     trace = load_trace(REAL)
-    assert trace.source == "gpu" and list(trace.ranks["rank"]) == [0]  # distributedInfo: rank 0 of 2
+    assert trace.source == "kernels" and list(trace.ranks["rank"]) == [0]  # distributedInfo: rank 0 of 2
     assert trace.meta[(0, int(trace.ranks["pid"][0]))]["world_size"] == 2
     _, totals = measure_trace(trace)
     row = totals.iloc[0]
@@ -203,7 +203,7 @@ def test_cpu_only_trace_is_measured_from_its_ranges(tmp_path):
     w.nvtx(5, 6, [base + 200_000], [base + 500_000], ["comm:all_reduce:bucket0"], kind=60)  # async
     w.close()
     trace = load_trace(tmp_path / "cpu.json")
-    assert trace.source == "nvtx" and len(trace.gpu_ops) == 0
+    assert trace.source == "ranges" and len(trace.gpu_ops) == 0
     per_step, _ = measure_trace(trace)
     assert per_step["comm_ms"].iloc[0] == pytest.approx(0.3) and per_step["overlap_pct"].iloc[0] == pytest.approx(100)
 

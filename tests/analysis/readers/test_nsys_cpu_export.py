@@ -33,7 +33,7 @@ def test_real_cpu_export_is_measured_from_nvtx(tmp_path):
     path = nsys_cli.record_program(NSYS, tmp_path, PROGRAM, trace="nvtx,osrt")
     result = analyze(path)
     summary = result.summary.iloc[0]
-    assert (summary["source"], summary["implementation"], summary["steps"]) == ("nvtx", "nsys_cpu", 2)
+    assert (summary["source"], summary["implementation"], summary["steps"]) == ("ranges", "nsys_cpu", 2)
     steps = result.steps
     assert steps["step"].tolist() == [0, 1] and (steps["comm_ranges"] == 2).all()
     # the async range (~20 ms) runs inside backward; the blocking one (~5 ms) is exposed

@@ -40,7 +40,7 @@ def test_frames_are_typed_and_sorted(tmp_path, flavour):
     assert ops.groupby("kind", observed=True).size().to_dict() == {"kernel": 11, "memcpy": 1, "memset": 1}
     key = ops[["part", "pid", "device", "start"]].to_records(index=False).tolist()
     assert key == sorted(key)  # written shuffled, loaded sorted
-    assert trace.source == "gpu"
+    assert trace.source == "kernels"
     assert trace.profiler == "nsys"
     assert trace.profiler_version == {"2022": "2022.4.2.1", "2026": "2026.2.1.210"}[flavour]
 
@@ -84,7 +84,7 @@ def test_ranks_fall_back_to_device_order_without_metadata(tmp_path):
 
 def test_cpu_only_export(tmp_path):
     trace = load_trace(write_cpu_only(tmp_path / "c.sqlite"))
-    assert trace.source == "nvtx" and len(trace.gpu_ops) == 0
+    assert trace.source == "ranges" and len(trace.gpu_ops) == 0
     assert trace.ranks[["rank", "pid", "device"]].values.tolist() == [[0, 300, -1]]
 
 

@@ -24,7 +24,8 @@ def test_registry_names_map_to_the_exported_classes():
 def test_unknown_implementation_lists_choices():
     with pytest.raises(
         ValueError,
-        match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch, fsdp, torch_fsdp",
+        match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch, fsdp, "
+        "torch_fsdp",
     ):
         registry.get("fast")
     with pytest.raises(ValueError, match="unknown implementation"):

@@ -26,8 +26,9 @@ from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll, FutureLess, has_future
 from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
+from ddp.strategies.memory import storage_key
 from ddp.strategies.shard_units import ShardSpec, find_units
-from ddp.strategies.unit_state import Pending, UnitState, cast_floating, cast_hooks
+from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, cast_floating, cast_hooks
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -65,10 +66,10 @@ class FSDP(DataParallelBase):
         named = [(n, p) for n, p in zip(self.param_names, self.params, strict=True) if id(p) not in sharded]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
         wire = compute_dtype or torch.float32
-        self.states = [UnitState(u, wire) for u in units]
+        self._meter = GatheredMeter()
+        self.states = [UnitState(u, wire, self._meter) for u in units]
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
         self._recorded = False
-        self._gathered_live = self._gathered_peak = 0  # bytes of gather buffers alive now / at most (memory_parts)
         self._pending_ar: list[PendingAllReduce] = []
         self._rs_issued: list[UnitState] = []
         self._poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
@@ -111,7 +112,7 @@ class FSDP(DataParallelBase):
     def _post_forward(self, state: UnitState) -> Callable[[nn.Module, tuple, Any], None]:
         def hook(_module: nn.Module, _args: tuple, out: Any) -> None:
             state.show_pieces()
-            self._free(state)
+            state.free()
             if torch.is_grad_enabled():
                 for t in _tensors(out):
                     if t.requires_grad:
@@ -128,6 +129,7 @@ class FSDP(DataParallelBase):
 
     def _pre_backward(self, state: UnitState) -> None:
         self._poll.poll()
+        self._drop_reduced_inputs()
         self._issue_gather(state)
         self._wait_gather(state)
 
@@ -135,7 +137,8 @@ class FSDP(DataParallelBase):
         if state.reduce is not None:
             raise RuntimeError(ACCUMULATION_ERROR)
         self._poll.poll()
-        self._free(state)
+        self._drop_reduced_inputs()
+        state.free()
         grad = state.sink.grad
         assert grad is not None
         _, name = self._names[id(state)]
@@ -148,6 +151,12 @@ class FSDP(DataParallelBase):
         if self._recorded and state in self._order:
             backward_order = self._order[::-1]
             self._prefetch(backward_order, backward_order.index(state))
+
+    def _drop_reduced_inputs(self) -> None:
+        """Let go of the flat gradients whose reduce-scatter completed (their part is in the shard's grad)."""
+        for state in self._rs_issued:
+            if state.sink.grad is not None and state.reduce is not None and state.reduce.work.is_completed():
+                state.sink.grad = None
 
     def _on_replicated_grad(self, p: torch.Tensor, name: str) -> None:
         if any(pending.tensor is p.grad for pending in self._pending_ar):
@@ -165,7 +174,7 @@ class FSDP(DataParallelBase):
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
         for state in self.states:
-            self._free(state)
+            state.free()
         self._rs_issued.clear()
         self._pending_ar.clear()
 
@@ -177,10 +186,7 @@ class FSDP(DataParallelBase):
     def _issue_gather(self, state: UnitState) -> None:
         if state.gathered or state.gather is not None:
             return
-        held = state.full.untyped_storage().nbytes()
         out, send = state.gather_buffers()
-        self._gathered_live += out.untyped_storage().nbytes() - held
-        self._gathered_peak = max(self._gathered_peak, self._gathered_live)
         name, _ = self._names[id(state)]
         size = nbytes(out)
         slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
@@ -198,26 +204,12 @@ class FSDP(DataParallelBase):
         self._poll.watch(tracked, self.comm.on_completion(slot, range_id))
         return tracked
 
-    def _free(self, state: UnitState) -> None:
-        self._gathered_live -= state.full.untyped_storage().nbytes()
-        state.free()
-
     def _wait_gather(self, state: UnitState) -> None:
         if state.gather is not None:
             self.comm.wait(state.gather.slot, state.gather.work)
             state.gather, state.gathered = None, True
 
     # ---- what the rest of the project reads -----------------------------------------------
-    def gathered_bytes(self) -> int:
-        """The most bytes of gather buffers (`full`, in the dtype on the wire) alive at once so far: with
-        prefetch p, the largest p units in a row of the forward order (a unit is freed before the one p
-        places on is gathered; memory_parts, docs/memory.md)."""
-        return self._gathered_peak
-
-    def comm_buffers(self) -> list[torch.Tensor]:
-        """The cast copies of the shards sent by all-gathers under compute_dtype (none in float32: the shard itself)."""
-        return [s.send for s in self.states if s.send is not s.unit.shard]
-
     def comm_layout(self) -> list[dict]:
         """The replicated parameters' all-reduces (one per parameter, tagged with its name)."""
         return [
@@ -225,21 +217,33 @@ class FSDP(DataParallelBase):
         ]
 
     def sharded_layout(self) -> list[dict]:
-        """One `contract.sharded_entry` per unit, in forward order (registration order before the first step)."""
-        states = self._order or self.states
+        """One `contract.sharded_entry` per unit, in forward order (registration order before the first step);
+        gradients are reduce-scattered in float32 whatever the compute dtype."""
         itemsize = torch.empty((), dtype=self.compute_dtype or torch.float32).element_size()
-        return [
-            sharded_entry(
-                s.unit.name,
-                [p.name for p in s.unit.params],
-                s.unit.numel,
-                s.unit.padded_numel,
-                itemsize,
-                s.unit.shard.element_size(),
-                self.world_size,
-            )
-            for s in states
-        ]
+        entries = []
+        for s in self._order or self.states:
+            unit = s.unit
+            entry = sharded_entry(
+                unit.name, [p.name for p in unit.params], unit.numel, unit.padded_numel, itemsize,
+                unit.shard.element_size(), self.world_size,
+            )  # fmt: skip
+            entry["reduce_scatter_bytes"] = unit.padded_numel * unit.grad.element_size()
+            entries.append(entry)
+        return entries
+
+    # ---- memory (ddp.strategies.memory's contract; parameters and gradients as the base counts them) ----
+    def gathered_bytes(self) -> int:
+        """The most bytes of gathered weights (in the dtype on the wire) alive at once in any step so far."""
+        return self._meter.peak
+
+    def comm_buffers(self) -> list[torch.Tensor]:
+        """The shards cast to `compute_dtype` for sending (none in fp32: the shard itself is sent)."""
+        return [s.send for s in self.states if s.send is not s.unit.shard]
+
+    def holds_weights(self, tensor: torch.Tensor) -> bool:
+        """Saved for backward inside a unit's gathered weights (counted in `gathered`), or the base's rule."""
+        key = storage_key(tensor)
+        return any(key == storage_key(s.full) for s in self.states) or super().holds_weights(tensor)
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:

@@ -22,7 +22,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's analysis, not an installed one
 
-from analysis.engine.analyze import analyze
+from analysis import analyze
 from analysis.engine.runs import load_trace
 from analysis.frames.trace import GPU_KERNEL, Trace
 from analysis.measures.metrics import SPLIT_METRICS

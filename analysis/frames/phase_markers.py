@@ -11,7 +11,8 @@ steps     1. ranges the step pattern matches: ours (`step N`), torch.profiler's 
              forward`, FSDP2's `FSDP::root_pre_forward`): step k runs from forward k's start to forward
              k+1's, the last to the end of the last range of the process after its start;
           3. none: the whole capture is one window.
-forward   ours (forward pattern); else DDP's `DistributedDataParallel.forward` record_function ranges
+forward   ours (forward pattern); else the outermost of DDP's `DistributedDataParallel.forward` or
+          FSDP1's `FullyShardedDataParallel.forward` record_function ranges
           (FSDP2's forward hooks begin steps but make no forward range: see _forward_markers).
 backward  ours (backward pattern); else per step the span of the autograd engine's ops
           (`autograd::engine::evaluate_function: ...`: torch.profiler's cpu_ops, or the NVTX ranges of
@@ -41,7 +42,8 @@ NONE_FOUND = "none found (no step or phase markers: the whole capture is one win
 
 AUTOGRAD_OP = re.compile(r"^autograd::engine::evaluate_function: ")
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+")
-DDP_FORWARD = re.compile(r"^DistributedDataParallel\.forward(?:,|$)")
+# the wrapper's forward: DDP's, and FSDP1's (nested, one per wrapped module: the outermost is the model's)
+DDP_FORWARD = re.compile(r"^(?:DistributedDataParallel|FullyShardedDataParallel)\.forward(?:,|$)")
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#\w+\.step(?:,|$)")
 # FSDP2's record_function ranges (torch/distributed/fsdp/_fully_shard/*.py), most suffixed " (<module>)"
 FSDP_ROOT_FORWARD = re.compile(r"^FSDP::root_pre_forward\b")
@@ -146,9 +148,18 @@ def _forward_markers(mine: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, str, 
     if len(mine["forward"]):
         return mine["forward"], _named_source(mine["forward"], "forward"), None
     if len(mine["ddp_forward"]):
-        ddp = mine["ddp_forward"]
-        return ddp, "DistributedDataParallel.forward", ddp[RANGE_COLUMNS].assign(text=FORWARD)
+        ddp = _outermost(mine["ddp_forward"])
+        name = str(ddp["text"].iloc[0]).split(",")[0]
+        return ddp, name, ddp[RANGE_COLUMNS].assign(text=FORWARD)
     return mine["fsdp_root"], "", None
+
+
+def _outermost(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The ranges (of one process) that lie inside no other of them."""
+    ordered = ranges.sort_values(["start", "end"], ascending=[True, False], kind="stable")
+    end = ordered["end"].to_numpy(np.int64)
+    before = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(end)[:-1]]
+    return ordered[end > before]
 
 
 def _named_source(ranges: pd.DataFrame, phase: str) -> str:

@@ -305,7 +305,9 @@ def build_figure(
     fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels))
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
     top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
-    fig.update_annotations(x=0, xanchor="left", xref="paper", align="left")  # titles from the plot's left edge, clear of the legend
+    fig.update_annotations(
+        x=0, xanchor="left", xref="paper", align="left"
+    )  # titles from the plot's left edge, clear of the legend
     fig.update_layout(
         height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
         template="plotly_white",

@@ -39,7 +39,7 @@ def test_verify_compute_dtype_runs_the_sharded_strategies_against_a_cast_referen
     assert out.returncode == 0, out.stderr
     records = json.loads(out.stdout)
     assert [r["implementation"] for r in records] == list(SHARDED)  # all: the ones compute_dtype applies to
-    assert all("casting to fp16" in r["compared"] and r["max_abs_diff_vs_single"] <= 1e-4 for r in records)
+    assert all("cast to fp16" in r["compared"] and r["max_abs_diff_vs_single"] <= 1e-4 for r in records)
 
 
 def test_verify_fails_when_tolerance_cannot_be_met():

@@ -18,6 +18,7 @@ import pandas as pd
 
 from analysis import cli
 from analysis.engine.analyze import METADATA, Analysis, per_rank_table
+from analysis.frames.run_info import MEMORY_COLUMNS
 from analysis.views.table import format_table, plain_records
 
 TABLE_COLUMNS = {
@@ -128,14 +129,30 @@ def op_phase_lines(result: Analysis) -> list[str]:
     return lines
 
 
+def memory_line(row: dict) -> str:
+    """'memory per rank (MiB, largest rank): peak 114.8 = parameters 11.8 + ...' from a summary row ('' without)."""
+    peak = row.get("mem_peak_mib")
+    if peak is None or peak != peak:
+        return ""
+    parts = " + ".join(
+        f"{name.removeprefix('mem_').removesuffix('_mib')} {row[name]:g}" for name in MEMORY_COLUMNS[:-2]
+    )
+    cuda = row.get("cuda_max_allocated_mib")
+    on_cuda = "n/a (not CUDA)" if cuda is None or cuda != cuda else f"{cuda:g}"
+    return f"memory per rank (MiB, largest rank): peak {peak:g} = {parts}; CUDA max allocated {on_cuda}"
+
+
 def notes(result: Analysis) -> list[str]:
     """Per run: its metadata, a warning where ranks share a GPU, and a note when ranks are missing."""
     lines = []
     for row in result.summary.to_dict("records"):  # one per trace
-        about = {k: row.get(k) for k in METADATA if k != "shared_gpus"}
+        about = {k: row.get(k) for k in METADATA if k != "shared_gpus" and k not in MEMORY_COLUMNS}
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")
+        memory = memory_line(row)
+        if memory:
+            lines.append(f"  {memory}")
         if isinstance(row.get("phases"), str) and row["phases"]:
             lines.append(f"  phases: {row['phases']}")
         for note in ("comm_note", "clock_note"):

@@ -13,7 +13,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.phase_markers import phases_of
-from analysis.frames.run_info import profiler_label, trace_metadata
+from analysis.frames.run_info import MEMORY_COLUMNS, profiler_label, trace_metadata
 from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
@@ -41,6 +41,7 @@ METADATA = [
     "world_size",
     "model",
     "shared_gpus",
+    *MEMORY_COLUMNS,
 ]  # summary columns from run_info.trace_metadata
 
 

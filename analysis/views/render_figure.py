@@ -25,6 +25,7 @@ LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
 TOP_PX, BOTTOM_PX = 120, 60  # room above the first panel (buttons, title, toolbar) and for the time axis
 TOP_NO_BUTTONS_PX = 70  # above the first panel when there are no step/whole-run buttons: title and toolbar
+LEGEND_ROW_PX = 27  # one legend entry at font size 11, with plotly's spacing
 LEGEND_PX = 230  # right margin holding the legend, clear of the plot and the toolbar above it
 LEGEND_RANK = {c: i for i, c in enumerate(CATEGORY_COLOURS)}  # the legend in the palette's order
 STEP_LABEL_MIN_PX = 40  # a step range narrower than this at full view is not labelled
@@ -308,7 +309,7 @@ def build_figure(
         x=0, xanchor="left", xref="paper", align="left"
     )  # titles from the plot's left edge, clear of the legend
     fig.update_layout(
-        height=plot_px + top + BOTTOM_PX,
+        height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
         template="plotly_white",
         hovermode="closest",
         margin=dict(l=170, r=LEGEND_PX, t=top, b=BOTTOM_PX),

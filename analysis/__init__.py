@@ -4,18 +4,21 @@ overlapped compute, per rank and step.
 The package follows the data: `readers/` (one module per trace format) -> `frames/` (the typed
 `Trace` both readers produce, the name patterns) -> `measures/` (interval algebra, steps, overlap
 metrics, collective calls) -> `views/` (tables, timelines, HTML pages); `engine/` is the API on top
-(`load_trace`, `analyze`, analyses over many files); the CLIs on top are `overlap`, `timeline`, `report`, `collectives`
-(`python -m analysis.<name>`).
+(`open_runs`: runs read once and asked for overlap, collectives and timelines; `load_trace`); the
+CLIs on top are `overlap`, `timeline`, `report`, `collectives` (`python -m analysis.<name>`).
 
-    from analysis import analyze, load_trace
-    result = analyze(["traces/overlap.sqlite"])          # .steps, .totals, .summary DataFrames
+    from analysis import open_runs
+    runs = open_runs(["traces/overlap.sqlite"])          # read once, asked many times
+    runs.overlap().steps                                 # .steps, .totals, .summary DataFrames
+    runs.collectives().by_rank                           # the collectives view of the same load
 
 Recording (`ddp/`, `profiling/`) never imports this package, so it may load pandas at once.
 """
 
-from analysis.engine.analyze import Analysis, analyze, analyze_trace
-from analysis.engine.collectives_view import CollectivesView, analyze_collectives, collectives_of
-from analysis.engine.runs import load_trace
+from analysis.engine.analyze import Analysis, analyze_trace
+from analysis.engine.collectives_view import CollectivesView, collectives_of
+from analysis.engine.runs import find_runs, load_trace
+from analysis.engine.session import OpenRuns, analyze, analyze_collectives, open_runs
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
@@ -25,6 +28,7 @@ from analysis.measures.metrics import measure_trace
 __all__ = [
     "Analysis",
     "CollectivesView",
+    "OpenRuns",
     "Patterns",
     "Trace",
     "TraceError",
@@ -32,7 +36,9 @@ __all__ = [
     "analyze_collectives",
     "analyze_trace",
     "collectives_of",
+    "find_runs",
     "load_trace",
     "measure_trace",
+    "open_runs",
     "rank_work",
 ]

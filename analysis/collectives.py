@@ -4,8 +4,8 @@
 
 One row per collective call per rank (collective_calls.py finds them, pairing.py pairs them across
 ranks into wait and transfer, collective_stats.py adds bandwidths and summaries). Python API:
-`analyze_collectives(paths) -> CollectivesView` with `.calls`, `.by_size`, `.by_rank`, `.stragglers`
-and `.traces` DataFrames; `collectives_of(trace)` does one loaded trace (engine/collectives_view.py).
+`open_runs(paths).collectives() -> CollectivesView` with `.calls`, `.by_size`, `.by_rank`,
+`.stragglers` and `.traces` DataFrames (engine/session.py); `collectives_of([trace])` does loaded traces.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import cli
-from analysis.engine.collectives_view import CollectivesView, analyze_collectives
+from analysis.engine.collectives_view import CollectivesView
 from analysis.errors import TraceError
 from analysis.frames.trace import KERNELS
 from analysis.views.table import format_table
@@ -70,8 +70,11 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
     out = []
     several = len(view.traces) > 1
     lead = ["implementation"] if several else []
+    if view.traces["implementation"].duplicated().any():  # names collide: say which run
+        lead = ["trace", "implementation"]
+    trace = dict(zip(view.traces["path"], view.traces["path"].map(cli.short_trace), strict=True))
     if not summary_only:
-        calls = _with_bytes_text(view.calls[lead + list(TABLE_ROWS)])
+        calls = _with_bytes_text(view.calls.assign(trace=view.calls["path"].map(trace))[lead + list(TABLE_ROWS)])
         out += ["calls (one row per collective call per rank):", _fmt(calls, TABLE_ROWS), ""]
     impl = dict(zip(view.traces["path"], view.traces["implementation"], strict=True))
     for title, frame, keys in (
@@ -82,12 +85,13 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
             out += [title, "(none)", ""]
             continue
         extra = [c for c in ("median_busbw_pct_peak",) if c in frame]
-        shown = frame.assign(implementation=frame["path"].map(impl))[[*lead, *keys, *SUMMARY_TABLE, *extra]]
+        named = frame.assign(implementation=frame["path"].map(impl), trace=frame["path"].map(trace))
+        shown = named[[*lead, *keys, *SUMMARY_TABLE, *extra]]
         out += [title, _fmt(_with_bytes_text(shown)), ""]
     strag = view.stragglers
     shown = "(none)"
     if not strag.empty:
-        strag = strag.assign(implementation=strag["path"].map(impl))
+        strag = strag.assign(implementation=strag["path"].map(impl), trace=strag["path"].map(trace))
         shown = _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])
     out += ["stragglers per step (the rank the others waited for; paired collectives only):", shown]
     for head in view.traces.itertuples():
@@ -104,16 +108,17 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis.collectives",
-        description="Every collective call of every rank in Nsight Systems SQLite exports: op, tag (parameter or "
+        description="Every collective call of every rank in Nsight Systems SQLite exports or torch.profiler "
+        "JSON traces: op, tag (parameter or "
         "bucket), bytes, issue time, kernel start/end, and, paired across ranks (the k-th call of an "
         "op in a step on each rank is one collective), the wait for the last rank to arrive, the "
         "transfer after it, bus bandwidth (nccl-tests factors) and the part with no compute under it. "
         "Summaries per op and message size, per rank, and the straggler rank of each step. Times are "
         "ms on the trace's clock. Traces without communication kernels (CPU, gloo) use the "
         f"{COMM_FORM} ranges: arrival = issue, end = completion as seen by the rank.",
-        epilog="Exit status: 0 ok, 2 bad input (message on stderr).",
+        epilog=cli.EXIT_STATUS,
     )
-    p.add_argument("paths", nargs="+", metavar="TRACE", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")
+    cli.add_input_options(p, "their calls")
     p.add_argument(
         "--format",
         choices=["table", "csv", "json"],
@@ -121,8 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="table: calls then summaries; csv: the per-call rows, every column; json: calls, summaries "
         "and stragglers per trace",
     )
-    p.add_argument("--rank", type=int, metavar="R", help="only rank R's calls (pairing still uses every rank)")
-    p.add_argument("--step", type=int, metavar="N", help="only the calls issued in step N")
     p.add_argument(
         "--peak-busbw",
         type=float,
@@ -139,10 +142,6 @@ def build_parser() -> argparse.ArgumentParser:
         "one per trace (plotly.js written beside the page; an existing file is replaced only if this "
         "tool wrote it)",
     )
-    p.add_argument(
-        "--merge", action="store_true", help="treat all TRACEs as one run (one rank per file, clocks aligned)"
-    )
-    cli.add_pattern_options(p)
     return p
 
 
@@ -160,22 +159,22 @@ def _check_chart_path(path: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.session import report_failures
+
     if args.prefetch_chart:
         _check_chart_path(args.prefetch_chart)
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    view = analyze_collectives(
-        args.paths,
-        cli.patterns_from(args),
-        merge=args.merge,
-        rank=args.rank,
-        step=args.step,
-        peak_busbw=args.peak_busbw,
-    )
+    runs = cli.open_from_args(args, "[collectives]", keep_traces=False, needs_events=True)
+    bad = report_failures(runs.results())
+    if not runs.good():
+        return 2
+    runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have
+    view = runs.collectives(rank=args.rank, step=args.step, peak_busbw=args.peak_busbw)
     if args.prefetch_chart:
         _write_prefetch_chart(args.prefetch_chart, view, args.rank)
     cli.emit(lambda: _print(args, view))
-    return 0
+    return 2 if bad else 0
 
 
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:

@@ -1,10 +1,10 @@
 """How much gradient communication overlapped compute and the backward pass, per rank and step.
 
-    python -m analysis.overlap traces/overlap.sqlite [more.sqlite ...] [--format table|csv|json] [--jobs N]
+    python -m analysis.overlap TRACE... [--merge] [--format table|csv|json] [--jobs N] [--step N] [--rank R]
 
-Python API (notebooks): `analyze(paths) -> Analysis` with `.steps`, `.totals`, `.summary`
-DataFrames and `.to_json()` (the CLI's JSON), in engine/analyze.py. See measures/metrics.py for
-what each metric means.
+Python API (notebooks): `open_runs(paths).overlap() -> Analysis` with `.steps`, `.totals`,
+`.summary` DataFrames and `.to_json()` (the CLI's JSON), in engine/session.py. See
+measures/metrics.py for what each metric means.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import cli
-from analysis.engine.analyze import METADATA, Analysis, input_groups, per_rank_table
-from analysis.errors import TraceError
+from analysis.engine.analyze import METADATA, Analysis, per_rank_table
+from analysis.frames.run_info import MEMORY_COLUMNS
 from analysis.views.table import format_table, plain_records
 
 TABLE_COLUMNS = {
@@ -37,14 +37,24 @@ def _fmt(frame: pd.DataFrame) -> str:
     return format_table(frame, TABLE_COLUMNS)
 
 
+def _lead(result: Analysis) -> list[str]:
+    """['trace', 'implementation'] when two runs share an implementation name, else ['implementation']."""
+    return ["trace", "implementation"] if result.summary["implementation"].duplicated().any() else ["implementation"]
+
+
+def _with_trace(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame.assign(trace=frame["path"].map(cli.short_trace))
+
+
 def render_table(result: Analysis, per_step: bool) -> str:
     out = []
-    table = per_rank_table(result)
+    lead = _lead(result)
+    table = _with_trace(per_rank_table(result))
     out.append(
         _fmt(
             table[
                 [
-                    "implementation",
+                    *lead,
                     "rank",
                     "steps",
                     "step_ms",
@@ -59,7 +69,7 @@ def render_table(result: Analysis, per_step: bool) -> str:
     )
     if per_step:
         cols = [
-            "implementation",
+            *lead,
             "rank",
             "step",
             "step_ms",
@@ -71,17 +81,17 @@ def render_table(result: Analysis, per_step: bool) -> str:
             "exposed_comm_ms",
             "overlap_pct",
         ]
-        steps = result.steps[cols].astype({"step": object})
+        steps = _with_trace(result.steps)[cols].astype({"step": object})
         steps["step"] = steps["step"].where(result.steps["step"].notna(), "all")  # no step ranges: whole capture
         out += ["", "per step:", _fmt(steps)]
     out += op_phase_lines(result)
     out += ["", "summary (mean per step over ranks):"]
-    summary = result.summary.assign(rank="all")
+    summary = _with_trace(result.summary).assign(rank="all")
     out.append(
         _fmt(
             summary[
                 [
-                    "implementation",
+                    *lead,
                     "source",
                     "rank",
                     "steps",
@@ -119,14 +129,30 @@ def op_phase_lines(result: Analysis) -> list[str]:
     return lines
 
 
+def memory_line(row: dict) -> str:
+    """'memory per rank (MiB, largest rank): peak 114.8 = parameters 11.8 + ...' from a summary row ('' without)."""
+    peak = row.get("mem_peak_mib")
+    if peak is None or peak != peak:
+        return ""
+    parts = " + ".join(
+        f"{name.removeprefix('mem_').removesuffix('_mib')} {row[name]:g}" for name in MEMORY_COLUMNS[:-2]
+    )
+    cuda = row.get("cuda_max_allocated_mib")
+    on_cuda = "n/a (not CUDA)" if cuda is None or cuda != cuda else f"{cuda:g}"
+    return f"memory per rank (MiB, largest rank): peak {peak:g} = {parts}; CUDA max allocated {on_cuda}"
+
+
 def notes(result: Analysis) -> list[str]:
-    """Per trace: the run's metadata, and a warning where ranks share a GPU."""
+    """Per run: its metadata, a warning where ranks share a GPU, and a note when ranks are missing."""
     lines = []
     for row in result.summary.to_dict("records"):  # one per trace
-        about = {k: row.get(k) for k in METADATA if k != "shared_gpus"}
+        about = {k: row.get(k) for k in METADATA if k != "shared_gpus" and k not in MEMORY_COLUMNS}
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")
+        memory = memory_line(row)
+        if memory:
+            lines.append(f"  {memory}")
         if isinstance(row.get("phases"), str) and row["phases"]:
             lines.append(f"  phases: {row['phases']}")
         for note in ("comm_note", "clock_note"):
@@ -137,6 +163,8 @@ def notes(result: Analysis) -> list[str]:
                 f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
                 "exclusive GPU time, and one rank's kernels slow the other's"
             )
+        if row.get("ranks_note"):
+            lines.append(f"  note: {row['ranks_note']}")
     return lines
 
 
@@ -144,50 +172,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m analysis.overlap",
         description="Measure, per rank and per step, how much gradient communication overlapped compute and "
-        "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today). Without CUPTI "
-        "tables (CPU runs) the metrics come from NVTX ranges alone (source: ranges).",
-        epilog="Exit status: 0 ok, 2 bad input (message on stderr).",
+        "the backward pass in Nsight Systems SQLite exports (nsys 2022.4 to today) or torch.profiler "
+        "JSON traces. Without GPU activity (CPU runs) the metrics come from the CPU ranges alone "
+        "(source: ranges).",
+        epilog=cli.EXIT_STATUS,
     )
-    p.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="nsys SQLite export(s) (`nsys export --type sqlite`) or torch.profiler JSON trace(s) "
-        "(.json/.json.gz, one per rank: give one job's ranks with --merge)",
-    )
+    cli.add_input_options(p, "one summary row each")
     p.add_argument(
         "--format",
         choices=["table", "csv", "json"],
         default="table",
-        help="table: per-rank rows + per-trace summary; csv: the table's per-rank rows with every metric "
+        help="table: per-rank rows + per-run summary; csv: the table's per-rank rows with every metric "
         "(or per-step rows); json: everything, with each rank's whole-capture total",
     )
     p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
-    p.add_argument(
-        "--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)"
-    )
-    cli.add_pattern_options(p)
-    p.add_argument(
-        "--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)"
-    )
-    p.add_argument(
-        "--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found"
-    )
-    p.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
-        "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)",
-    )
-    p.add_argument(
-        "--dask",
-        metavar="ADDRESS",
-        help="run the per-file tasks on the Dask cluster at ADDRESS (tcp://host:8786; 'local': a "
-        "LocalCluster of --jobs workers); paths must be visible to the workers. Needs "
-        "dask[distributed]",
-    )
     return p
 
 
@@ -197,44 +195,46 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.groups import analyze_groups, concat_analyses, report_failures
-    from analysis.engine.parallel import Progress, check_jobs, default_jobs
+    from analysis.engine.session import report_failures
 
-    patterns = cli.patterns_from(args)
-    check_jobs(args.jobs)
-    if args.skip_steps < 0:
-        raise TraceError(f"skip_steps={args.skip_steps}: must be >= 0")
-    groups = input_groups(args.paths, args.merge, args.export)
-    files = [p for g in groups for p in g]
-    big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
-    progress = Progress(len(files), "[overlap]", after_s=0 if big else None)
-    done = analyze_groups(groups, patterns, args.skip_steps, args.jobs or default_jobs(files), args.dask, progress)
-    bad = report_failures(done)
-    good = [g.merged for g in done if g.merged is not None]
+    runs = cli.open_from_args(args, "[overlap]", keep_traces=False)
+    bad = report_failures(runs.results())
+    good = runs.good()
     if not good:
         return 2
-    result = concat_analyses([m.analysis for m in good])
-    cli.emit(lambda: _print(args, result, good[0].across_ranks))
+    result = runs.overlap(args.step, args.rank)
+    spread = [_across_selected(r.across_ranks, args.step) for r in good if len(r.run.paths) > 1]
+    cli.emit(lambda: _print(args, result, spread))
     return 2 if bad else 0
 
 
-def _print(args: argparse.Namespace, result: Analysis, across_ranks: pd.DataFrame) -> None:
+def _across_selected(across_ranks: pd.DataFrame, step: int | None) -> pd.DataFrame:
+    return across_ranks if step is None or across_ranks.empty else across_ranks[across_ranks["step"] == step]
+
+
+def _print(args: argparse.Namespace, result: Analysis, spread: list[pd.DataFrame]) -> None:
     if args.format == "json":
         doc = result.to_json()
-        if args.merge:  # the per-step view across the run's ranks
-            doc["traces"][0]["steps_across_ranks"] = plain_records(across_ranks)
+        by_path = {str(f["path"].iloc[0]): f for f in spread if len(f)}
+        for trace in doc["traces"]:  # a run of several files: the per-step view across its ranks
+            if trace["path"] in by_path:
+                trace["steps_across_ranks"] = plain_records(by_path[trace["path"]].drop(columns="path"))
         print(json.dumps(doc))  # compact: the C encoder (indent= falls back to pure Python)
     elif args.format == "csv":
         frame = result.steps if args.per_step else per_rank_table(result)  # the table's rows
+        if args.per_step:  # the per-rank rows carry the notes already (per_rank_table)
+            notes = result.summary.set_index("path")["ranks_note"]
+            frame = frame.assign(ranks_note=frame["path"].map(notes))
         print(frame.to_csv(index=False), end="")
     else:
         print(render_table(result, args.per_step))
-        if args.merge and args.per_step and len(across_ranks):
+        shown = [f for f in spread if len(f)]
+        if args.per_step and shown:
             print(
                 "\nper step across ranks (a step is as slow as its slowest rank; skew: last minus first "
                 "rank to start/end it, clocks aligned):"
             )
-            print(_fmt(across_ranks.drop(columns="path")))
+            print(_fmt(pd.concat(shown, ignore_index=True).drop(columns="path")))
 
 
 if __name__ == "__main__":

@@ -21,15 +21,15 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import cli
-from analysis.engine.report_runs import AnalyzedTrace, analyze_all, loaded_trace, steps_frame, summary_frame
+from analysis.engine.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
+from analysis.engine.session import OpenRuns
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
-from analysis.readers.load import group_inputs
 from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE
 from analysis.views.export import Image, check_export, refuse_existing, write_images
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
@@ -61,9 +61,10 @@ def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
 
 def write_timelines(
     out: Path,
+    runs: OpenRuns,
     results: list[AnalyzedTrace],
     summary: pd.DataFrame,
-    patterns: Patterns | None = None,
+    selection: Selection,
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
 ) -> tuple[dict, str | None, list[Image]]:
     """One overview timeline per trace and, with two traces or more, the side-by-side page (one step of
@@ -80,15 +81,17 @@ def write_timelines(
     images = []
     for r in results:
         t0 = time.perf_counter()
-        trace = loaded_trace(r, patterns)
-        panel, _ = trace_panel(r.path, Selection(), trace=trace, steps=r.analysis.steps, patterns=patterns)
+        trace = runs.trace(r.index)
+        label = labels[str(r.path)]
+        panel, _ = trace_panel(
+            r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns, colour=colours[label]
+        )
         _, fig = write_timeline(
-            [panel], out / names[r.path], f"Timeline: {trace.implementation}", Selection(), plotly_js=plotly_js
+            [panel], out / names[r.path], f"Timeline: {trace.implementation}", selection, plotly_js=plotly_js
         )
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
-            label = labels[str(r.path)]
-            compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, patterns)
+            compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, runs.patterns)
         progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if not compared:
         return names, None, images
@@ -99,47 +102,52 @@ def write_timelines(
 
 
 def collectives_blocks(
-    results: list[AnalyzedTrace], summary: pd.DataFrame, peak_busbw: float | None, patterns: Patterns | None = None
+    runs: OpenRuns,
+    results: list[AnalyzedTrace],
+    summary: pd.DataFrame,
+    peak_busbw: float | None,
+    args: argparse.Namespace,
 ) -> list:
-    """The index page's Collectives section (views/report_collectives.py), one entry per trace, fastest first."""
-    from analysis.engine.collectives_view import collectives_of
+    """The index page's Collectives section (views/report_collectives.py), one entry per run, fastest
+    first, from the same loaded runs."""
     from analysis.views.html_report import label_colours
     from analysis.views.report_collectives import CollectivesEntry, collectives_section
 
     by_trace = {str(r.path): r for r in results}
     colours = label_colours(summary)
+    view = runs.collectives(rank=args.rank, step=args.step)
     entries = []
-    for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per trace
+    for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per run
         r = by_trace[path]
-        t = loaded_trace(r, patterns)  # the analysis ran file by file and kept no events
-        entries.append(CollectivesEntry(label, t, collectives_of([t], patterns), r.analysis.steps, colours[label]))
-    return collectives_section(entries, peak_busbw, patterns)
+        mine = view.only(r.analysis.summary["path"].iloc[0])
+        entries.append(CollectivesEntry(label, runs.trace(r.index), mine, r.analysis.steps, colours[label]))
+    return collectives_section(entries, peak_busbw, runs.patterns)
 
 
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
+    """The summary rows; as a table without the hash, each run's note (missing ranks) under it."""
     shown = summary[SUMMARY_COLUMNS]
-    print_frame(shown.drop(columns=["sha256"]) if fmt == "table" else shown, fmt, headings=False, indent=2)
+    if fmt != "table":
+        print_frame(shown, fmt, headings=False, indent=2)
+        return
+    print_frame(shown.drop(columns=["sha256", "ranks_note"]), fmt, headings=False, indent=2)
+    for label, note in zip(summary["label"], summary["ranks_note"], strict=True):
+        if note:
+            print(f"note: {label}: {note}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
-        epilog="Exit codes: 0 written (with --baseline: no limit passed), 1 a --fail-if limit passed, 2 bad input "
-        "(the message says which). Progress goes to stderr.",
+        epilog=f"{cli.EXIT_STATUS[:-1]}; with --baseline, 1: a --fail-if limit passed. Progress goes to "
+        "stderr; results.db is written by this process alone.",
         description="Compare implementations from nsys SQLite exports or torch.profiler JSON traces: "
         "writes index.html (ranking table, per-step time breakdown, step spread, timeline links), one "
         "timeline per trace, a side-by-side page (one step of each implementation), summary.csv and "
         "results.db into the -o folder, "
         "and nothing outside it. Prints the summary table.",
     )
-    ap.add_argument(
-        "traces",
-        nargs="+",
-        type=Path,
-        help="nsys SQLite exports or torch.profiler JSON traces, one per implementation; "
-        "<impl>.rank<N>.sqlite (or .json.gz) files of one folder (run_nsys.sh --per-rank, --profiler torch) "
-        "are merged into one trace",
-    )
+    cli.add_input_options(ap, "one row each, ranked")
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
@@ -148,21 +156,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         metavar="GBPS",
         help="draw this peak bus bandwidth (GB/s) on the Collectives section's bandwidth plot",
-    )
-    ap.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="analyse files in N processes (default: the usable cores, at most one per file, fewer when "
-        "memory cannot hold that many at once; 1 for inputs under 64 MB in all); results.db is "
-        "written by this process alone",
-    )
-    ap.add_argument(
-        "--dask",
-        metavar="ADDRESS",
-        help="analyse the files on the Dask cluster at ADDRESS (tcp://host:8786, or 'local'); paths must "
-        "be visible to the workers. Needs dask[distributed]",
     )
     ap.add_argument(
         "--baseline",
@@ -193,7 +186,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             help=f"also write every figure as {fmt.upper()} into <output>/img/ (index_*, timeline_*, side_by_side), "
             "through kaleido and the system Chromium, offline; exit 2 with one line when they are missing",
         )
-    cli.add_pattern_options(ap)
     return ap.parse_args(argv)
 
 
@@ -203,23 +195,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.report_runs import hashed_file
+
     if args.baseline is not None or args.fail_if:
         from analysis.report_gate import run_gate  # the CI gate: compare two runs, write nothing
 
         return run_gate(args)
     out, patterns = args.output, cli.patterns_from(args)
-    if len({p.resolve() for p in args.traces}) != len(args.traces):
-        raise TraceError("the same trace is given twice")
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    inputs = group_inputs(args.traces)
-    pages = [] if args.no_timelines else list(timeline_names([(i.label, i.name) for i in inputs]).values())
-    if pages and len(inputs) > 1:
+    runs = cli.open_from_args(args, "[report]", task=partial(hashed_file, patterns=patterns), needs_events=True)
+    pages = [] if args.no_timelines else list(timeline_names([(r.label, r.name) for r in runs.runs]).values())
+    if pages and len(runs.runs) > 1:
         pages.append(COMPARE_PAGE)
     check_out_dir(out, pages, args.self_contained)  # fail before the (slow) analysis when we can
     formats = [f for f in FORMATS_IMG if getattr(args, f)]
     chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before the analysis
-    results, bad = analyze_all(inputs, args.jobs, args.dask, patterns)
+    results, bad = analyze_all(runs, args.step, args.rank)
     if bad:
         return 2  # each bad file's error is printed above; nothing is written
     summary = summary_frame(results)
@@ -227,9 +219,10 @@ def _run(args: argparse.Namespace) -> int:
     ours = (out / "index.html").is_file()  # check_out_dir let it pass: the folder is a report of ours
     out.mkdir(parents=True, exist_ok=True)
     record_history(out / "results.db", results, summary)  # first: the one that can refuse late
+    selection = Selection(step=args.step, rank=args.rank)
     plotly_js = PlotlyJs(self_contained=args.self_contained, folder=out)
     links, side, images = (
-        ({}, None, []) if args.no_timelines else write_timelines(out, results, summary, patterns, plotly_js)
+        ({}, None, []) if args.no_timelines else write_timelines(out, runs, results, summary, selection, plotly_js)
     )
     index, figures = write_index(
         out / "index.html",
@@ -237,7 +230,7 @@ def _run(args: argparse.Namespace) -> int:
         steps_frame(results, summary),
         links,
         (side, "Side by side: " + ", ".join(summary["label"])) if side else None,
-        collectives_blocks(results, summary, args.peak_busbw, patterns),
+        collectives_blocks(runs, results, summary, args.peak_busbw, args),
         plotly_js,
     )
     summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)

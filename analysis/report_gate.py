@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import pandas as pd
 
@@ -37,9 +38,9 @@ def run_gate(args: argparse.Namespace) -> int:
         rules = [parse_rule(text) for text in args.fail_if]
     except ValueError as e:
         raise TraceError(str(e)) from None
-    if {p.resolve() for p in args.traces} & {p.resolve() for p in args.baseline}:
+    if {Path(p).resolve() for p in args.paths} & {p.resolve() for p in args.baseline}:
         raise TraceError("a trace is given as both new and baseline")
-    result = compare(args.traces, args.baseline, rules, cli.patterns_from(args))
+    result = compare([Path(p) for p in args.paths], args.baseline, rules, cli.patterns_from(args))
     rows = result.rows()
     if args.format == "json":
         cli.emit(lambda: print(json.dumps(result.to_json())))

@@ -5,7 +5,7 @@
 One panel per trace, time zero at each trace's chosen step (or its first step); lanes per rank for
 CPU NVTX phases, communication ranges and GPU streams; shading where communication overlaps
 compute. The page loads plotly.js from plotly-<version>.min.js beside it (written once;
---self-contained embeds it instead) and opens offline. Exit codes: 0 written, 2 bad input.
+--self-contained embeds it instead) and opens offline. Exit status: 0 ok, 2 bad input.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
-import time
 from dataclasses import asdict
 from pathlib import Path
 
@@ -26,7 +25,7 @@ from analysis.views.html_page import PlotlyJs, written_by_us
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
-from analysis.views.timeline_page import PanelSummary, check_output, trace_panel, write_timeline
+from analysis.views.timeline_page import PanelSummary, check_output, write_timeline
 
 FORMATS = ("table", "csv", "json")
 FORMATS_IMG = ("png", "svg")  # --png / --svg
@@ -37,36 +36,30 @@ def progress(message: str) -> None:
     print(f"[timeline] {message}", file=sys.stderr, flush=True)
 
 
-def print_rows(rows: list[PanelSummary], fmt: str) -> None:
-    """The summary on stdout as an aligned table, CSV or JSON."""
-    print_frame(
-        pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__)),
-        fmt,
-        headings=False,
-        indent=2,
-    )
+def print_rows(rows: list[PanelSummary], notes: list[str], fmt: str) -> None:
+    """The summary on stdout as an aligned table, CSV or JSON, with each run's note (missing ranks)."""
+    frame = pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__))
+    if fmt != "table":
+        print_frame(frame.assign(ranks_note=notes), fmt, headings=False, indent=2)
+        return
+    print_frame(frame, fmt, headings=False)
+    for row, note in zip(rows, notes, strict=True):
+        if note:
+            print(f"note: {row.trace}: {note}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
-        epilog="Exit codes: 0 written, 2 bad input (the message says which). Progress goes to stderr.",
-        description="Write an interactive HTML timeline (opens offline) of nsys SQLite exports: one panel "
-        "per trace, stacked on a shared time axis, with lanes per rank for CPU NVTX phases, "
-        "communication ranges and GPU streams, and shading where communication overlaps compute. "
+        epilog=f"{cli.EXIT_STATUS} Progress goes to stderr.",
+        description="Write an interactive HTML timeline (opens offline) of nsys SQLite exports or "
+        "torch.profiler JSON traces: one panel per run, stacked on a shared time axis, with lanes per "
+        "rank for CPU NVTX phases, communication ranges and GPU streams, and shading where "
+        "communication overlaps compute. "
         "Prints one summary row per panel.",
     )
-    ap.add_argument(
-        "traces",
-        nargs="+",
-        type=Path,
-        help="nsys SQLite exports or torch.profiler JSON traces, one panel each in this order; "
-        "<impl>.rank<N>.sqlite (or .json.gz) files of one folder (run_nsys.sh --per-rank, --profiler torch) "
-        "are merged into one panel",
-    )
+    cli.add_input_options(ap, "one panel each, in this order")
     ap.add_argument("-o", "--output", type=Path, help="HTML file to write (default: reports/timeline.html)")
-    ap.add_argument("--step", type=int, help="draw only step N of every trace (default: all steps)")
-    ap.add_argument("--rank", type=int, help="draw only rank R (default: all ranks)")
     ap.add_argument(
         "--width",
         type=int,
@@ -88,7 +81,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="embed plotly.js in the page (+4.8 MB) instead of loading it from "
         "plotly-<version>.min.js, written once beside the page",
     )
-    cli.add_pattern_options(ap)
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
         ap.error(f"--width {args.width}: expected 100..20000 pixels")
@@ -101,29 +93,30 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.analyze import analyze_trace
-    from analysis.engine.runs import load_trace
-    from analysis.readers.load import group_inputs
+    from analysis.engine.session import report_failures
 
-    patterns = cli.patterns_from(args)
     selection = Selection(step=args.step, rank=args.rank)
     check_output(
-        args.output or DEFAULT_OUTPUT, args.traces, explicit=args.output is not None, self_contained=args.self_contained
+        args.output or DEFAULT_OUTPUT,
+        [Path(p) for p in args.paths],
+        explicit=args.output is not None,
+        self_contained=args.self_contained,
     )
     args.output = args.output or DEFAULT_OUTPUT
     formats = [f for f in FORMATS_IMG if getattr(args, f)]
     chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before any work
     image = Image(go.Figure(), args.output.with_suffix(""), args.width)
     refuse_existing([image], formats, ours=args.output.is_file() and written_by_us(args.output))
+    runs = cli.open_from_args(args, "[timeline]", needs_events=True)
+    if report_failures(runs.results()):
+        return 2  # each bad run's error is printed above; nothing is written
+    runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have
     panels, rows = [], []
-    for inp in group_inputs(args.traces):
-        t0 = time.perf_counter()
-        trace = load_trace(list(inp.paths), patterns)
-        steps = analyze_trace(trace, patterns).steps
-        panel, row = trace_panel(inp.label, selection, trace=trace, width_px=args.width, steps=steps, patterns=patterns)
+    for panel, row in runs.timeline_panels(selection, args.width):
         panels.append(panel)
         rows.append(row)
-        progress(f"{inp.label}: {row.segments} segments in view ({time.perf_counter() - t0:.1f} s)")
+        progress(f"{row.trace}: {row.segments} segments in view")
+    notes = [r.analysis.summary["ranks_note"].iloc[0] for r in runs.good() if r.analysis is not None]
     title = "Timeline: " + " vs ".join(r.implementation for r in rows)
     out, fig = write_timeline(
         panels, args.output, title, selection, args.width, PlotlyJs(self_contained=args.self_contained)
@@ -134,7 +127,7 @@ def _run(args: argparse.Namespace) -> int:
     if formats:
         written = write_images([dataclasses.replace(image, fig=fig)], formats, chromium)
         progress("wrote " + ", ".join(map(str, written)))
-    cli.emit(lambda: print_rows(rows, args.format))
+    cli.emit(lambda: print_rows(rows, notes, args.format))
     return 0
 
 

@@ -20,8 +20,9 @@ learning rate: expect a handful of elements out of millions outside the default 
 from __future__ import annotations
 
 import argparse
+import warnings
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.distributed as dist
@@ -33,13 +34,16 @@ from ddp.training.config import RunConfig
 from ddp.training.data import global_batch, rank_batch
 from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, train_step
 from ddp.training.models import build_model
+from ddp.training.reference import deterministic, train_rank_slices
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
+CAST_TOLERANCE = 1e-4  # fp16/bf16 compute: every parameter after every step this close to the cast reference
 COLUMNS = [
     "implementation",
     "compared",
     "max_abs_diff_vs_single",
     "elements_not_close",
+    "steps_bit_identical",
     "max_abs_diff_between_ranks",
     "sharded_equals_unsharded",
     "result",
@@ -48,7 +52,19 @@ COLUMNS = [
 
 def how_compared(cfg: RunConfig, rtol: float, atol: float) -> str:
     """What a row's checks were: against whom, with which optimizer, how close."""
-    text = f"vs 1 process, {cfg.optimizer} (allclose rtol {rtol:g} atol {atol:g})"
+    slices = f"each step vs 1 process adding the {cfg.world_size} rank slices' gradients"
+    strict = "deterministic, warnings as errors"
+    if cfg.compute_dtype is not None:
+        text = f"{slices}, cast to {cfg.compute_dtype} alike (|diff| <= {CAST_TOLERANCE:g}; {strict})"
+    else:
+        text = f"vs 1 process, {cfg.optimizer} (allclose rtol {rtol:g} atol {atol:g})"
+        if cfg.impl in registry.SHARDED:
+            only = (
+                ""
+                if cfg.world_size == 2
+                else f", not required on {cfg.world_size} ranks: gloo may add in another order"
+            )
+            text += f"; {slices} (torch.equal{only}; {strict})"
     if cfg.shard_optimizer and cfg.impl in registry.SHARDED:
         text += "; optimizer state sharded by the strategy itself: the same run twice (torch.equal)"
     elif cfg.shard_optimizer:
@@ -69,22 +85,32 @@ def train_single_process(cfg: RunConfig) -> dict[str, torch.Tensor]:
 
 
 def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
-    """Train `cfg` on this rank's shards from a rank-specific init; rank 0's params and the rank spread."""
-    model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
-    optimizer = run_optimizer(cfg, model.module.parameters())
-    for step in range(cfg.steps):
-        batch = rank_batch(
-            cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
-        )
-        train_step(model, optimizer, batch, step)
-    params = {k: v.cpu() for k, v in model.gather_full_params().items()}  # sharded strategies gather theirs
+    """Train `cfg` on this rank's shards from a rank-specific init; rank 0's params and the rank spread.
+
+    A sharded strategy runs with deterministic algorithms and warnings raised as errors, and its parameters
+    are kept after every step (`history`), for the bit-for-bit check."""
+    sharded = cfg.impl in registry.SHARDED
+    with warnings.catch_warnings(), deterministic(sharded):
+        if sharded:
+            warnings.simplefilter("error")
+        model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
+        optimizer = run_optimizer(cfg, model.module.parameters())
+        history = []
+        for step in range(cfg.steps):
+            batch = rank_batch(
+                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
+            )
+            train_step(model, optimizer, batch, step)
+            if sharded:
+                history.append({k: v.cpu() for k, v in model.gather_full_params().items()})
+        params = {k: v.cpu() for k, v in model.gather_full_params().items()}  # sharded strategies gather theirs
     flat = torch.cat([v.reshape(-1) for v in params.values()])
     if ctx.backend == "nccl":  # NCCL gathers device tensors only
         flat = flat.to(ctx.device)
     everyone = [torch.empty_like(flat) for _ in range(ctx.world_size)]
     dist.all_gather(everyone, flat)
     spread = max(float((other - flat).abs().max()) for other in everyone) if flat.numel() else 0.0
-    return {"params": params, "rank_spread": spread}
+    return {"params": params, "rank_spread": spread, "history": history, "threads": torch.get_num_threads()}
 
 
 def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | None:
@@ -99,6 +125,27 @@ def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | No
             outcome["unsharded"] = train_data_parallel(ctx, replace(cfg, shard_optimizer=False))["params"]
         results.append(outcome)
     return results if ctx.is_main else None
+
+
+@dataclass
+class StepComparison:
+    """A sharded run's parameters after each step against the rank-slice reference's."""
+
+    equal_steps: int  # steps after which every parameter is torch.equal to the reference's
+    max_abs_diff: float  # over all steps and parameters
+    elements_over: int  # elements beyond CAST_TOLERANCE, summed over steps (cast runs' criterion)
+
+
+def compare_steps(
+    reference: list[dict[str, torch.Tensor]], history: list[dict[str, torch.Tensor]], exact: bool
+) -> StepComparison:
+    """Step by step: torch.equal for fp32 runs, |difference| <= CAST_TOLERANCE for cast runs."""
+    equal, worst, over = 0, 0.0, 0
+    for want, got in zip(reference, history, strict=True):
+        equal += all(torch.equal(got[k], v) for k, v in want.items())
+        worst = max([worst, *(float((got[k] - v).abs().max()) for k, v in want.items() if v.numel())])
+        over += sum(int(((got[k] - v).abs() > CAST_TOLERANCE).sum()) for k, v in want.items())
+    return StepComparison(equal, worst, 0 if exact else over)
 
 
 def compare(
@@ -150,14 +197,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         RunConfig(impl=name, world_size=world, warmup=0, **settings)
         for name in registry.resolve(impls)
         if not (name == "torch" and settings["collective"] != "torch" and "all" in impls)
+        and not (name not in registry.SHARDED and settings["compute_dtype"] is not None and "all" in impls)
     ]
     outcomes = launch(verify_worker, world, configs, backend=args.backend, share_gpus=args.share_gpus)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
-    reference = train_single_process(configs[0])
+    reference = train_single_process(configs[0]) if configs[0].compute_dtype is None else {}
+    slices: dict[int, list[dict[str, torch.Tensor]]] = {}  # the rank-slice reference, per thread count
     records = []
     for cfg, outcome in zip(configs, outcomes, strict=True):
-        diff, not_close = compare(reference, outcome["params"], args.rtol, args.atol)
+        if reference:
+            diff, not_close = compare(reference, outcome["params"], args.rtol, args.atol)
+        else:  # cast runs are compared with the cast reference only
+            diff, not_close = 0.0, 0
+        exact = None
+        if cfg.impl in registry.SHARDED:
+            threads = outcome["threads"]
+            if threads not in slices:
+                slices[threads] = train_rank_slices(cfg, threads)
+            steps = compare_steps(slices[threads], outcome["history"], cfg.compute_dtype is None)
+            exact = f"{steps.equal_steps}/{cfg.steps}" if cfg.compute_dtype is None else None
+            if cfg.compute_dtype is not None:
+                diff, not_close = steps.max_abs_diff, steps.elements_over
+            elif cfg.world_size == 2 and steps.equal_steps != cfg.steps:
+                not_close += 1  # bit-identity is required where the sum over ranks cannot depend on order
         same_ranks = outcome["rank_spread"] <= RANK_TOLERANCE
         unsharded = outcome.get("unsharded")
         as_unsharded = unsharded is None or all(torch.equal(v, unsharded[k]) for k, v in outcome["params"].items())
@@ -167,6 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "compared": how_compared(cfg, args.rtol, args.atol),
                 "max_abs_diff_vs_single": diff,
                 "elements_not_close": not_close,
+                "steps_bit_identical": exact,
                 "max_abs_diff_between_ranks": outcome["rank_spread"],
                 "sharded_equals_unsharded": None if unsharded is None else as_unsharded,
                 "result": "PASS" if not_close == 0 and same_ranks and as_unsharded else "FAIL",

@@ -17,8 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.engine.analyze import input_groups
-from analysis.engine.runs import load_trace
+from analysis.engine.runs import find_runs, load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
@@ -294,7 +293,5 @@ def advise(
     merge: bool = False,
     patterns: Patterns | None = None,
 ) -> list[Advice]:
-    """One Advice per run: each path its own run, or (merge=True) all paths one run's per-rank files."""
-    return [
-        advise_trace(load_trace(group, patterns), bucket_mb, patterns) for group in input_groups(paths, merge, False)
-    ]
+    """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files)."""
+    return [advise_trace(load_trace(run.paths, patterns), bucket_mb, patterns) for run in find_runs(paths, merge)]

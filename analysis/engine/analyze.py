@@ -1,20 +1,19 @@
-"""The Python API behind `python -m analysis.overlap`: `analyze(paths) -> Analysis`, `analyze_trace(trace)`.
+"""The overlap metrics of one loaded run: `analyze_trace(trace) -> Analysis` (session.py opens runs).
 
 See measures/metrics.py for what each metric means.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
 
 import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.phase_markers import phases_of
-from analysis.frames.run_info import profiler_label, trace_metadata
+from analysis.frames.run_info import MEMORY_COLUMNS, profiler_label, trace_metadata
 from analysis.frames.trace import CLOCK_NOTE_KEY, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.collective_calls import Calls, find_calls
@@ -23,7 +22,6 @@ from analysis.measures.comm_recognition import unrecognised_comm_note
 from analysis.measures.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.measures.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
 from analysis.measures.pairing import world_size
-from analysis.readers.nsys_export import export_report, is_report, report_error
 from analysis.views.table import plain_records
 
 TRACE_KEYS = ["path", "implementation", "source", "profiler"]
@@ -43,12 +41,14 @@ METADATA = [
     "world_size",
     "model",
     "shared_gpus",
+    *MEMORY_COLUMNS,
 ]  # summary columns from run_info.trace_metadata
 
 
 # summary columns of what the reader should know: where the phases came from (frames/phase_markers.py),
-# and notes ('' when nothing to say)
-NOTES = ["phases", "comm_note", "clock_note"]
+# then notes ('' when nothing to say): communication not recognised (comm_recognition.py), ranks of
+# the run missing from the input (missing_ranks_note), how the files' clocks were aligned (clocks.clock_note)
+NOTES = ["phases", "comm_note", "ranks_note", "clock_note"]
 
 
 @dataclass(frozen=True)
@@ -97,11 +97,27 @@ class Analysis:
         return {"traces": traces}
 
 
-def _skip_first_steps(per_step: pd.DataFrame, n: int) -> pd.DataFrame:
+def _skip_first_steps(per_step: pd.DataFrame, n: int, path: str) -> pd.DataFrame:
+    """Each rank's rows without its first n steps; a TraceError when that leaves no step at all."""
     if n <= 0:
         return per_step
+    stepped = per_step[per_step["step"].notna()]
+    counts = stepped.groupby("rank").size()
+    if len(counts) and n >= int(counts.max()):
+        raise TraceError(f"--skip-steps {n}: {path} has {_steps_text(stepped)} per rank; no step would be left")
     order = per_step.groupby("rank").cumcount()
     return per_step[(order >= n) | per_step["step"].isna()].reset_index(drop=True)
+
+
+def _steps_text(steps: pd.DataFrame) -> str:
+    """'10 steps (0-9)', '3 steps (2, 5, 9)' or 'no steps'."""
+    have = sorted({int(s) for s in steps["step"].dropna()})
+    if not have:
+        return "no steps"
+    counts = steps[steps["step"].notna()].groupby("rank").size()
+    n = int(counts.min()) if counts.min() == counts.max() else f"{int(counts.min())}-{int(counts.max())}"
+    listed = f"{have[0]}-{have[-1]}" if have == list(range(have[0], have[-1] + 1)) else ", ".join(map(str, have))
+    return f"{n} steps ({listed})"
 
 
 def analyze_trace(
@@ -110,16 +126,18 @@ def analyze_trace(
     skip_steps: int = 0,
     calls: Calls | None = None,
     works: list[RankWork] | None = None,
+    rows: pd.DataFrame | None = None,
 ) -> Analysis:
     """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, `works`: its
-    activity.rank_work, when the caller has them already)."""
+    activity.rank_work, `rows`: its collective_rows.call_rows rows, when the caller has them already)."""
     if works is None:  # the interval sets both the metrics and the collectives' split use
         works = rank_work(trace, patterns)
     per_step, totals = measure_trace(trace, patterns, works)
     calls = calls if calls is not None else find_calls(trace, patterns, works)
-    rows = call_rows(trace, patterns, works, calls)[0]
+    if rows is None:
+        rows = call_rows(trace, patterns, works, calls)[0]
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
-    per_step = _skip_first_steps(per_step, skip_steps)
+    per_step = _skip_first_steps(per_step, skip_steps, trace.path)
     summary = trace_summary(trace, per_step)
     summary["comm_note"] = unrecognised_comm_note(
         trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
@@ -156,54 +174,59 @@ def trace_keys(trace: Trace) -> dict:
 
 
 def trace_summary(trace: Trace, per_step: pd.DataFrame) -> pd.DataFrame:
-    """One row: the trace keys, the run's metadata (METADATA) and the metrics averaged over per_step.
-    Needs only the trace's ranks, meta and info (rank_merge calls it on a merged run's)."""
+    """One row: the trace keys, the run's metadata (METADATA), the metrics averaged over per_step and
+    ranks_note (missing ranks). Needs only the trace's ranks, meta and info (rank_merge calls it on
+    a merged run's)."""
     about = trace_metadata(trace)
     about["shared_gpus"] = "; ".join(",".join(map(str, g)) for g in about["shared_gpus"] or []) or None
-    return pd.DataFrame([{**trace_keys(trace), **{k: about[k] for k in METADATA}, **summarise(per_step)}])
+    note = missing_ranks_note(trace.ranks["rank"].tolist(), about["world_size"])
+    return pd.DataFrame(
+        [{**trace_keys(trace), **{k: about[k] for k in METADATA}, **summarise(per_step), "ranks_note": note}]
+    )
 
 
-def _resolve(path: Path, export: bool) -> Path:
-    if is_report(path) and path.exists():
-        if not export:
-            raise report_error(path)
-        return export_report(path)
-    return path
+def missing_ranks_note(ranks: list[int], world_size: object) -> str:
+    """'ranks 0 of 2: ...' when the run recorded a larger world size than the ranks given, else ''."""
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or len(ranks) >= world_size:
+        return ""
+    listed = ", ".join(str(int(r)) for r in sorted(ranks))
+    return (
+        f"ranks {listed} of {world_size}: the run's other ranks are not in the input "
+        "(give every rank's file, with --merge for files not named <run>.rank<N>)"
+    )
 
 
-def analyze(
-    paths: str | Path | Iterable[str | Path],
-    patterns: Patterns | None = None,
-    skip_steps: int = 0,
-    merge: bool = False,
-    export: bool = False,
-    progress: Callable[[str], object] | None = None,
-    jobs: int = 1,
-    dask: str | None = None,
-) -> Analysis:
-    """Analyse each path as its own trace, or (merge=True) all paths as one-rank files of one run;
-    files run in `jobs` processes or on the Dask cluster at `dask` (see parallel.py, groups.py).
-    Raises TraceError naming every file that failed."""
-    from analysis.engine.groups import analyze_groups, concat_analyses  # deferred: it builds on this module
-    from analysis.engine.parallel import Progress
-
-    if skip_steps < 0:
-        raise TraceError(f"skip_steps={skip_steps}: must be >= 0")
-    groups = input_groups(paths, merge, export)
-    shown = Progress(sum(map(len, groups)), "", after_s=0, write=progress) if progress else None
-    done = analyze_groups(groups, patterns, skip_steps, jobs, dask, shown)
-    errors = [e for g in done for e in g.errors]
-    if errors:
-        raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} files failed: {'; '.join(errors)}")
-    return concat_analyses([g.merged.analysis for g in done if g.merged is not None])
+def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
+    """Several analyses as one, rows in the given order."""
+    return Analysis(
+        **{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True) for f in fields(Analysis)}
+    )
 
 
-def input_groups(paths: str | Path | Iterable[str | Path], merge: bool, export: bool) -> list[list[Path]]:
-    given = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    if not given:
-        raise TraceError("no trace path given")
-    resolved = [_resolve(p, export) for p in given]
-    return [resolved] if merge else [[p] for p in resolved]
+def selected(result: Analysis, step: int | None = None, rank: int | None = None) -> Analysis:
+    """Only step `step` and rank `rank` (None: all), the summary averaged over what is kept; a
+    TraceError naming the steps or ranks present when one is not."""
+    if step is None and rank is None:
+        return result
+    steps, totals, split = result.steps, result.totals, result.by_op_phase
+    if rank is not None:
+        have = sorted({int(r) for r in totals["rank"]})
+        if rank not in have:
+            raise TraceError(f"--rank {rank}: the input has ranks {', '.join(map(str, have))}")
+        steps, totals, split = (
+            steps[steps["rank"] == rank],
+            totals[totals["rank"] == rank],
+            split[split["rank"] == rank],
+        )
+    if step is not None:
+        if step not in set(steps["step"].dropna().astype(int)):
+            raise TraceError(f"--step {step}: the input has {_steps_text(steps)}")
+        steps, split = steps[steps["step"] == step], split[split["step"] == step]
+    rows = []
+    for head in result.summary.to_dict("records"):  # one per trace
+        rows.append({**head, **summarise(steps[steps["path"] == head["path"]])})
+    summary = pd.DataFrame(rows, columns=result.summary.columns)
+    return Analysis(steps.reset_index(drop=True), totals.reset_index(drop=True), summary, split.reset_index(drop=True))
 
 
 PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]

@@ -1,21 +1,20 @@
-"""The Python API behind `python -m analysis.collectives`: `analyze_collectives(paths) -> CollectivesView`."""
+"""The collectives view of runs' call rows: `collectives_of(traces)`, `view_of_rows(rows)` -> CollectivesView."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
-from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.phase_markers import phases_of
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
+from analysis.measures.activity import RankWork
+from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import call_rows
 from analysis.measures.in_time import in_time_sentences
 from analysis.measures.op_phase import phase_labels
@@ -47,6 +46,14 @@ class CollectivesView:
             out.append({**head, **mine})
         return {"traces": out}
 
+    def only(self, path: str) -> CollectivesView:
+        """The view of one run (its `path`)."""
+        calls, by_size, by_rank, strag, traces, prefetch = (
+            f[f["path"] == path].reset_index(drop=True)
+            for f in (self.calls, self.by_size, self.by_rank, self.stragglers, self.traces, self.prefetch)
+        )
+        return CollectivesView(calls, by_size, by_rank, strag, traces, prefetch)
+
 
 def _records(frame: pd.DataFrame) -> list[dict]:
     """Rows as JSON-safe dicts (NaN -> None), encoded by pandas in C rather than row by row."""
@@ -74,16 +81,47 @@ def collectives_of(
     rank: int | None = None,
     step: int | None = None,
     peak_busbw: float | None = None,
+    skip_steps: int = 0,
 ) -> CollectivesView:
-    """The view of loaded traces; rank/step keep only that rank's/step's calls (stragglers use every
-    rank of the kept steps); peak_busbw (GB/s) adds busbw as % of that peak."""
-    rows, facts, prefetch = zip(*(_with_in_time(t, *call_rows(t, patterns), patterns) for t in traces), strict=True)
-    calls = pd.concat(rows, ignore_index=True)
+    """The view of loaded traces (see view_of_rows for the options)."""
+    return view_of_rows((trace_call_rows(t, patterns) for t in traces), rank, step, peak_busbw, skip_steps)
+
+
+def _skip_first_steps(calls: pd.DataFrame, n: int) -> pd.DataFrame:
+    """The calls without each trace's ranks' first n step numbers (calls outside steps stay); a
+    TraceError when that leaves no step at all."""
+    if n <= 0:
+        return calls
+    stepped = calls[calls["step"].notna()]
+    order = stepped.groupby(["path", "rank"])["step"].rank(method="dense")
+    counts = order.groupby([stepped["path"], stepped["rank"]]).max()
+    if len(counts) and n >= int(counts.max()):
+        have = sorted({int(s) for s in stepped["step"]})
+        raise TraceError(f"--skip-steps {n}: the calls fall in {len(have)} steps ({have[0]}-{have[-1]}) per rank")
+    keep = pd.Series(True, index=calls.index)
+    keep[stepped.index] = order > n
+    return calls[keep]
+
+
+def view_of_rows(
+    triples: Iterable[tuple[pd.DataFrame, dict, pd.DataFrame]],
+    rank: int | None = None,
+    step: int | None = None,
+    peak_busbw: float | None = None,
+    skip_steps: int = 0,
+) -> CollectivesView:
+    """The view of runs' call rows, facts and prefetch rows (trace_call_rows of each); rank/step keep
+    only that rank's/step's calls (stragglers use every rank of the kept steps), skip_steps leaves
+    each rank's first steps out; peak_busbw (GB/s) adds busbw as % of that peak. A step or rank the
+    calls do not have is a TraceError naming those they have."""
+    rows, facts, prefetch = zip(*triples, strict=True)
+    calls = _skip_first_steps(pd.concat(rows, ignore_index=True), skip_steps)
     gathers = pd.concat(prefetch, ignore_index=True)
     for name, value in (("step", step), ("rank", rank)):
-        have = sorted(calls[name].unique().tolist())
+        have = sorted(int(v) for v in calls[name].dropna().unique())
         if value is not None and value not in have:
-            raise TraceError(f"--{name} {value}: no collective call has it (the trace(s) have {name}s {have})")
+            listed = ", ".join(map(str, have)) or "none"
+            raise TraceError(f"--{name} {value}: no collective call has it (the calls have {name}s {listed})")
     if step is not None:
         calls = calls[calls["step"] == step]
     if peak_busbw:
@@ -99,6 +137,14 @@ def collectives_of(
     return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, facts_frame, gathers)
 
 
+def trace_call_rows(
+    trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None, calls: Calls | None = None
+) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """collective_rows.call_rows of a loaded trace, its facts with `in_time` and its prefetch rows
+    (see _with_in_time)."""
+    return _with_in_time(trace, *call_rows(trace, patterns, works, calls), patterns)
+
+
 def _with_in_time(
     trace: Trace, rows: pd.DataFrame, facts: dict, patterns: Patterns | None
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
@@ -110,12 +156,3 @@ def _with_in_time(
     phases = phase_labels(trace, where, patterns)
     gathers = prefetch_rows(trace, rows, phases).assign(path=trace.path)
     return rows, {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(rows, phases)}, gathers
-
-
-def analyze_collectives(
-    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, merge: bool = False, **options: Any
-) -> CollectivesView:
-    """Each path its own trace, or (merge=True) all paths one run (one rank per file); options as collectives_of."""
-    paths = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
-    groups = [paths] if merge else [[p] for p in paths]
-    return collectives_of((load_trace(g, patterns) for g in groups), patterns, **options)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from analysis.engine.parallel import Outcome, call_task, failure_line
+from analysis.engine.tasks import Outcome, call_task, failure_line
 from analysis.errors import TraceError
 
 DASK_CONNECT_TIMEOUT = "20s"

@@ -34,8 +34,7 @@ class FileResult:
     export's target info): what the run's metadata and the shared-GPU flags of the merged run are
     computed from; `calls`: the file's collective calls on its own clock, compute cut to the calls
     (`calls_to_ship`), for the wait/transfer split; `name`: the trace's implementation as the loader
-    names the file alone; `job`: a torch.profiler file's (rank, world size, implementation) as it
-    records them, which the merge checks as the loader does (kineto.check_one_job), None for nsys."""
+    names the file alone."""
 
     path: str
     analysis: Analysis
@@ -51,7 +50,6 @@ class FileResult:
     sha256: str = ""
     calls: Calls | None = None
     name: str = ""
-    job: tuple | None = None
 
 
 def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
@@ -68,11 +66,7 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
     steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
-    kineto = trace.profiler == "torch.profiler"  # the reader knew the format: no second sniff
     offset = recorded_clocks(trace)[0].recorded_offset_ns  # as the reader recorded it: no second read
-    # a torch.profiler file holds one process, whose meta the loader gives distributedInfo's rank and
-    # world size over ddp.meta's: the (rank, world size, implementation) of kineto.job_of
-    meta: dict = next(iter(trace.meta.values()), {})
     return FileResult(
         str(path),
         analysis,
@@ -87,7 +81,6 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
         trace.info.get(0, {}),
         calls=calls_to_ship(calls),
         name=trace.implementation,
-        job=(meta.get("rank"), meta.get("world_size"), meta.get("implementation")) if kineto else None,
     )
 
 

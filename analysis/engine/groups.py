@@ -4,23 +4,20 @@ A group is one trace (one file) or one run's per-rank files (`--merge`, the repo
 `<impl>.rank<N>` groups). Every file of every group is its own task (file_task.analyze_file), run
 serially, in a process pool or on a Dask cluster (parallel.run_tasks); each group's results are
 then merged (rank_merge.combine), torch.profiler runs as nsys ones. One bad file fails its group
-with a one-line error; the other groups still finish (`report_failures` prints the errors).
+with a one-line error; the other groups still finish.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-import pandas as pd
-
-from analysis.engine.analyze import Analysis
 from analysis.engine.file_task import FileResult, analyze_file
-from analysis.engine.parallel import Outcome, Progress, run_tasks
+from analysis.engine.parallel import Progress, run_tasks
 from analysis.engine.rank_merge import Merged, combine
+from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.readers.load import one_format
@@ -83,23 +80,3 @@ def _format_error(group: Sequence[Path]) -> str | None:
     except TraceError as e:
         return str(e)
     return None
-
-
-def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
-    """Several analyses as one, rows in the given order."""
-    return Analysis(
-        **{f.name: pd.concat([getattr(a, f.name) for a in analyses], ignore_index=True) for f in fields(Analysis)}
-    )
-
-
-def report_failures(groups: Sequence[GroupOutcome]) -> list[str]:
-    """Print each failed file's (or merged run's) one-line error, then, when there were several, a
-    closing line naming every failed file; returns the failed files."""
-    for g in groups:
-        for error in g.errors:
-            print(f"error: {error}", file=sys.stderr, flush=True)
-    bad = [str(p) for g in groups for p in g.failed]
-    if sum(len(g.errors) for g in groups) > 1:  # one error line already names its file(s)
-        total = sum(len(g.paths) for g in groups)
-        print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
-    return bad

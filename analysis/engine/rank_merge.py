@@ -8,8 +8,9 @@ may share a GPU), the summary over every rank-step. The collectives' wait/transf
 (metrics.SPLIT_METRICS) pairs every rank's calls: the files' calls are shifted onto the first
 file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
 collective_rows.split_rows: only the columns the split needs, op as a code shared by the files).
-torch.profiler files merge the same way, on their baseTimeNanoseconds clocks, after the check the
-loader makes that they are one job's (kineto.check_one_job, from each file's recorded identity).
+torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
+runs are refused by the loader's own check (runs.check_one_run, from each file's recorded identity),
+and the files' clocks come from the loader's one rule (clocks.clock_shifts).
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
 its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
 finished it.
@@ -27,6 +28,7 @@ import pandas as pd
 from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
 from analysis.engine.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.engine.file_task import FileResult
+from analysis.engine.runs import check_one_run, file_identity
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import KERNELS, NS_PER_MS, RANGES, Trace
 from analysis.measures import intervals as iv
@@ -34,7 +36,6 @@ from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, split_rows, with_comm_split
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
-from analysis.readers.kineto import check_one_job
 
 
 @dataclass(frozen=True)
@@ -79,8 +80,8 @@ def _keyed(frame: pd.DataFrame, keys: dict) -> pd.DataFrame:
 
 def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merged:
     """The per-file results of one run's files (in path order) as one merged analysis; a TraceError
-    when torch.profiler files are not one job's."""
-    check_one_job([(str(p), *r.job) for p, r in zip(paths, results, strict=True) if r.job is not None])
+    when the files are not one run's."""
+    check_one_run([file_identity(p, r.meta.values()) for p, r in zip(paths, results, strict=True)])
     source = KERNELS if any(r.source == KERNELS for r in results) else RANGES
     kept = [i for i, r in enumerate(results) if r.source == source]  # a merge counts ranks with GPU work only
     ranks = _global_ranks(results, kept)

@@ -1,39 +1,34 @@
-"""The report's inputs analysed, hashed and ranked: what `python -m analysis.report` writes out.
+"""The report's runs analysed, hashed and ranked: what `python -m analysis.report` writes out.
 
-Each input (a trace, or one run's per-rank files) is analysed file by file through
-`groups.analyze_groups` (here, in --jobs processes or on a Dask cluster), every file with the
-sha256 of its bytes, which keys the report's results.db rows; `summary_frame` ranks the inputs and
-`steps_frame` lists their steps.
+The runs come from session.OpenRuns (read once: in one piece, or file by file in --jobs processes
+or on a Dask cluster), each with the sha256 of its files' bytes, which keys the report's results.db
+rows; `summary_frame` ranks the runs and `steps_frame` lists their steps.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from analysis.engine.analyze import Analysis
+from analysis.engine.analyze import Analysis, selected
 from analysis.engine.file_task import FileResult, analyze_file
-from analysis.engine.groups import analyze_groups, report_failures
-from analysis.engine.parallel import Progress, check_jobs, default_jobs
-from analysis.engine.runs import load_trace
+from analysis.engine.session import OpenRuns, report_failures
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import Trace
-from analysis.readers.load import TraceInput
 
 
 @dataclass(frozen=True)
 class AnalyzedTrace:
-    """One input trace: its label (the path, or the rank files' pattern), content hash, trace, analysis."""
+    """One run of the report: its label (the path, or the rank files' pattern), name, content hash,
+    analysis, files, and its index among the OpenRuns' runs (what loads its trace)."""
 
     path: str
     name: str
     sha256: str
-    trace: Trace | None  # None: the analysis ran file by file and the timelines load the trace again
+    index: int
     analysis: Analysis
     paths: tuple = ()
 
@@ -58,39 +53,33 @@ def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
 
 
 def analyze_all(
-    inputs: list[TraceInput], jobs: int | None, dask: str | None, patterns: Patterns | None = None
+    runs: OpenRuns, step: int | None = None, rank: int | None = None
 ) -> tuple[list[AnalyzedTrace], list[str]]:
-    """Every file of every input analysed on its own (here, in --jobs processes or on --dask), per-rank
-    files merged from their results; prints each bad file's error and returns (results, bad files)."""
-    check_jobs(jobs)
-    files = [p for inp in inputs for p in inp.paths]
-    done = analyze_groups(
-        [list(inp.paths) for inp in inputs],
-        patterns,
-        jobs=jobs or default_jobs(files),
-        dask=dask,
-        progress=Progress(len(files), "[report]"),
-        task=partial(hashed_file, patterns=patterns),
-    )
+    """Every run analysed (runs.results()) and hashed, only step/rank when given (a TraceError naming
+    what the runs have when they lack it); prints each bad run's error and returns (results, bad files)."""
+    done = runs.results()
     bad = report_failures(done)
-    results = [
-        AnalyzedTrace(
-            inp.label,
-            inp.name,
-            group_sha256([f.sha256 for f in g.files] or [content_hash(p) for p in inp.paths]),  # merged runs
-            None,
-            g.merged.analysis,
-            inp.paths,
-        )
-        for inp, g in zip(inputs, done, strict=True)
-        if g.merged is not None
-    ]
+    if bad:
+        return [], bad
+    runs.overlap(step, rank)  # the one check of step and rank, across every run
+    results = []
+    for i, r in enumerate(done):
+        if r.analysis is None:
+            continue
+        hashes = [f.sha256 for f in r.files if f.sha256] or [content_hash(p) for p in r.run.paths]
+        if not _has(r.analysis, step, rank):
+            continue  # a run without that rank or step: another has it
+        mine = selected(r.analysis, step, rank)
+        results.append(AnalyzedTrace(r.run.label, r.run.name, group_sha256(hashes), i, mine, r.run.paths))
     return results, bad
 
 
-def loaded_trace(result: AnalyzedTrace, patterns: Patterns | None = None) -> Trace:
-    """The result's trace, loaded again when the analysis did not keep it."""
-    return result.trace if result.trace is not None else load_trace(list(result.paths), patterns)
+def _has(result: Analysis, step: int | None, rank: int | None) -> bool:
+    """Whether the run has rank `rank` and (on that rank) step `step`, None meaning any."""
+    steps = result.steps if rank is None else result.steps[result.steps["rank"] == rank]
+    if rank is not None and rank not in set(result.totals["rank"]):
+        return False
+    return step is None or step in set(steps["step"].dropna().astype(int))
 
 
 def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:

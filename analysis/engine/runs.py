@@ -1,28 +1,155 @@
-"""Runs: which input files form one run, and a run loaded ready to measure.
+"""Runs: which input files form one run, whether files given together belong together, and a run
+loaded ready to measure.
 
-`find_runs(paths, merge)` is the one rule every analysis CLI and the Python API use to turn paths into
-runs; `load_trace(paths)` reads a run's file(s) (readers/load.py: either format), puts every file on
-the first file's clock (clocks.align_on_collectives) and decides once which GPU work is communication, by
-the rule in measures/phases.py (`communication_mask`): gpu_ops.is_comm is what every measure and
-view reads.
+`find_runs(paths, merge)` is the one rule every analysis CLI and the Python API use to turn paths
+into runs: each path is a run, except `<run>.rank<N>.*` files of one folder (run_nsys.sh --per-rank,
+--profiler torch), which form one; with merge=True all paths are one run. `check_one_run` refuses
+files that are not ranks of one run (two implementations or world sizes, the same rank twice), in
+either format, from what each file records (`ddp.meta`, torch.profiler's distributedInfo);
+`load_trace(paths)` reads a run's file(s) (readers/load.py), checks them, decides once which GPU work
+is communication (measures/phases.communication_mask: gpu_ops.is_comm is what every measure and view
+reads) and puts every file on the first file's clock (clocks.align_on_collectives).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.engine.clocks import align_on_collectives
+from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures.phases import communication_mask
 from analysis.readers.load import read_trace
+from analysis.readers.nsys_export import export_report, is_report, report_error
+
+# run_nsys.sh --per-rank: <run>.rank<N>.sqlite; --profiler torch: <run>.rank<N>.json(.gz)
+RANK_FILE = re.compile(r"^(?P<run>.+)\.rank\d+(?:\.json)?$")
+
+
+@dataclass(frozen=True)
+class RunFiles:
+    """One run given on a command line: a single file, or the one-rank files of a per-rank run."""
+
+    name: str  # file stem, or <run> of <run>.rank<N>.sqlite
+    paths: tuple[Path, ...]
+
+    @property
+    def label(self) -> str:
+        """The path, or for several files their pattern and count."""
+        if len(self.paths) == 1:
+            return str(self.paths[0])
+        found = RANK_FILE.match(self.paths[0].stem)
+        if found and all(p.parent == self.paths[0].parent for p in self.paths):
+            suffix = re.sub(r"^.*\.rank\d+", "", self.paths[0].name)  # .sqlite, .json.gz, ...
+            return str(self.paths[0].parent / f"{self.name}.rank*{suffix}") + f" ({len(self.paths)} files)"
+        return ", ".join(str(p) for p in self.paths)
+
+
+def _stem(path: Path) -> str:
+    return path.stem.removesuffix(".json")
+
+
+def _exported(path: Path, export: bool) -> Path:
+    """An nsys report's SQLite export (made when `export`), else the path itself."""
+    if is_report(path) and path.exists():
+        if not export:
+            raise report_error(path)
+        return export_report(path)
+    return path
+
+
+def find_runs(paths: str | Path | Iterable[str | Path], merge: bool = False, export: bool = False) -> list[RunFiles]:
+    """The runs the paths hold, in the order given: every path its own run except `<run>.rank<N>.*`
+    files of one folder, which form one; merge=True: all paths one run. A file given twice is a
+    TraceError; `export`: .nsys-rep reports are exported first (else they are a TraceError)."""
+    given = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
+    if not given:
+        raise TraceError("no trace path given")
+    seen: dict[Path, Path] = {}
+    for p in given:
+        if p.resolve() in seen:
+            raise TraceError(f"{p}: given twice (as {seen[p.resolve()]} too)")
+        seen[p.resolve()] = p
+    files = [_exported(p, export) for p in given]
+    if merge:
+        found = RANK_FILE.match(files[0].stem)
+        return [RunFiles(found["run"] if found else _stem(files[0]), tuple(files))]
+    groups: dict[tuple, list[Path]] = {}
+    for path in files:  # a handful of command-line paths
+        found = RANK_FILE.match(path.stem)
+        groups.setdefault((str(path.parent), found["run"]) if found else (str(path),), []).append(path)
+    return [RunFiles(k[1] if len(k) == 2 else _stem(g[0]), tuple(g)) for k, g in groups.items()]
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What one file records about the run it belongs to; None where it does not say."""
+
+    path: str
+    implementation: str | None
+    world_size: int | None
+    ranks: tuple[int, ...]  # the ranks its processes record
+
+    def describe(self) -> str:
+        """'naive.sqlite is run naive, 2 ranks' (as much as the file says)."""
+        what = [f"run {self.implementation}" if self.implementation else "a run"]
+        if self.world_size is not None:
+            what.append(f"{self.world_size} ranks")
+        return f"{Path(self.path).name} is {', '.join(what)}"
+
+
+def file_identity(path: str | Path, metas: Iterable[Mapping]) -> FileIdentity:
+    """A file's identity from its processes' run metadata (ddp.meta, or a torch.profiler file's
+    distributedInfo, which its reader puts first)."""
+    metas = list(metas)
+    impl = next((str(m["implementation"]) for m in metas if m.get("implementation")), None)
+    world = next((m["world_size"] for m in metas if _whole(m.get("world_size"))), None)
+    ranks = tuple(int(m["rank"]) for m in metas if _whole(m.get("rank")))
+    return FileIdentity(str(path), impl, world, ranks)
+
+
+def _whole(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_one_run(files: Sequence[FileIdentity]) -> None:
+    """Files given together must be ranks of one run: one implementation and world size where the
+    files say, and no rank in two files. A TraceError naming both files otherwise."""
+    if len(files) < 2:
+        return
+    for what in ("implementation", "world_size"):
+        said = [f for f in files if getattr(f, what) is not None]
+        other = next((f for f in said if getattr(f, what) != getattr(said[0], what)), None)
+        if other is not None:
+            raise TraceError(
+                f"cannot merge files of different runs: {said[0].describe()}; {other.describe()} "
+                "(give one run's files together)"
+            )
+    seen: dict[int, str] = {}
+    for f in files:
+        for rank in set(f.ranks):
+            if rank in seen:
+                raise TraceError(
+                    f"{seen[rank]} and {f.path} both hold rank {rank}: files of different runs (or one file twice)"
+                )
+            seen[rank] = f.path
+
+
+def trace_identities(trace: Trace, paths: Sequence[str | Path]) -> list[FileIdentity]:
+    """Each part's identity, from the loaded trace's ddp.meta (part i is paths[i])."""
+    return [file_identity(p, (m for (part, _), m in trace.meta.items() if part == i)) for i, p in enumerate(paths)]
 
 
 def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
-    """Load one file, or several one-rank files of the same run on the first file's clock, with
-    gpu_ops.is_comm set by `patterns`."""
+    """Load one file, or several one-rank files of one run on the first file's clock (check_one_run
+    refuses files of different runs), with gpu_ops.is_comm set by `patterns`."""
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     patterns = patterns or Patterns()
-    trace = read_trace(paths, patterns)
+    trace = read_trace(files, patterns)
+    check_one_run(trace_identities(trace, files))
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return align_on_collectives(trace, patterns)  # the calls it checks the clocks with need is_comm

@@ -11,12 +11,15 @@ steps     1. ranges the step pattern matches: ours (`step N`), torch.profiler's 
              forward`, FSDP2's `FSDP::root_pre_forward`): step k runs from forward k's start to forward
              k+1's, the last to the end of the last range of the process after its start;
           3. none: the whole capture is one window.
-forward   ours (forward pattern); else DDP's `DistributedDataParallel.forward` record_function ranges
+forward   ours (forward pattern); else the outermost of DDP's `DistributedDataParallel.forward` or
+          FSDP1's `FullyShardedDataParallel.forward` record_function ranges
           (FSDP2's forward hooks begin steps but make no forward range: see _forward_markers).
 backward  ours (backward pattern); else per step the span of the autograd engine's ops
           (`autograd::engine::evaluate_function: ...`: torch.profiler's cpu_ops, or the NVTX ranges of
           `nsys --pytorch=autograd-nvtx` / `torch.autograd.profiler.emit_nvtx`, which end in
-          `, seq = N, ...`); else per step the span of FSDP2's `FSDP::pre_backward/post_backward_*`.
+          `, seq = N, ...`); else the GPU launches of the autograd engine's thread (nsys exports name
+          it `pt_autograd_<device>`): per step their span, without steps each run of them that no
+          other thread interrupts; else per step the span of FSDP2's `FSDP::pre_backward/post_backward_*`.
 optimizer ours (optimizer pattern); else torch.optim's `Optimizer.step#<Class>.step` ranges.
 A phase spans its markers per step: [start of the first, end of the last that starts in the step,
 i.e. in [step start, next step's start)]; markers before the first step are left out.
@@ -39,7 +42,8 @@ NONE_FOUND = "none found (no step or phase markers: the whole capture is one win
 
 AUTOGRAD_OP = re.compile(r"^autograd::engine::evaluate_function: ")
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+")
-DDP_FORWARD = re.compile(r"^DistributedDataParallel\.forward(?:,|$)")
+# the wrapper's forward: DDP's, and FSDP1's (nested, one per wrapped module: the outermost is the model's)
+DDP_FORWARD = re.compile(r"^(?:DistributedDataParallel|FullyShardedDataParallel)\.forward(?:,|$)")
 OPTIMIZER_STEP = re.compile(r"^Optimizer\.step#\w+\.step(?:,|$)")
 # FSDP2's record_function ranges (torch/distributed/fsdp/_fully_shard/*.py), most suffixed " (<module>)"
 FSDP_ROOT_FORWARD = re.compile(r"^FSDP::root_pre_forward\b")
@@ -56,11 +60,15 @@ def phases_of(trace: Trace) -> str:
 
 
 def derive_phases(
-    nvtx: pd.DataFrame, patterns: Patterns, autograd: pd.DataFrame | None = None
+    nvtx: pd.DataFrame,
+    patterns: Patterns,
+    autograd: pd.DataFrame | None = None,
+    launches: pd.DataFrame | None = None,
 ) -> tuple[pd.DataFrame, str]:
     """(nvtx with the derived ranges added, the phases sentence); `autograd`: the autograd engine's
     ops (RANGE_COLUMNS) where the reader keeps them out of nvtx (torch.profiler's cpu_ops), else they
-    are looked for among the nvtx ranges."""
+    are looked for among the nvtx ranges; `launches`: every GPU launch (part, pid, tid, t, autograd:
+    whether its thread is the autograd engine's), where the reader knows the threads' names."""
     ranges = nvtx[nvtx["kind"].cat.codes.to_numpy() != NVTX_MARK]
     texts = ranges["text"].astype("category")
     named = lambda regex: ranges[matches(texts, regex)]
@@ -75,13 +83,17 @@ def derive_phases(
         "fsdp_backward": named(FSDP_BACKWARD),
         "optimizer_step": named(OPTIMIZER_STEP),
         "autograd": ops,
+        "autograd_thread": autograd_thread_runs(launches),
     }
     added: list[pd.DataFrame] = []
     said: dict[str, list[tuple[int, int]]] = {}
-    for part, pid in ranges[["part", "pid"]].drop_duplicates().itertuples(index=False):  # one pass per process
+    spans = [ranges[["part", "pid", "end"]]]
+    if launches is not None:
+        spans.append(launches[["part", "pid"]].assign(end=launches["t"]))
+    last_end = pd.concat(spans).groupby(["part", "pid"], sort=True)["end"].max()
+    for (part, pid), end in last_end.items():  # one pass per process
         mine = {k: v[(v["part"].to_numpy() == part) & (v["pid"].to_numpy() == pid)] for k, v in found.items()}
-        end = int(ranges["end"][(ranges["part"].to_numpy() == part) & (ranges["pid"].to_numpy() == pid)].max())
-        new, sources = _process_phases(mine, end)
+        new, sources = _process_phases(mine, int(end))
         added += new
         said.setdefault(sentence(sources), []).append((int(part), int(pid)))
     return _with_ranges(nvtx, added), _joined(said)
@@ -109,6 +121,10 @@ def _process_phases(mine: dict[str, pd.DataFrame], last_end: int) -> tuple[list[
     elif len(mine["autograd"]):
         sources["backward"] = "autograd::engine::evaluate_function ops"
         new.append(_spans(mine["autograd"], starts, BACKWARD))
+    elif len(mine["autograd_thread"]):
+        sources["backward"] = "the launches of the autograd engine's thread (pt_autograd_N)"
+        runs = mine["autograd_thread"]
+        new.append(_spans(runs, starts, BACKWARD) if starts.size else runs.assign(text=BACKWARD))
     elif len(mine["fsdp_backward"]):
         sources["backward"] = "FSDP::pre_backward/post_backward ranges"
         new.append(_spans(mine["fsdp_backward"], starts, BACKWARD))
@@ -132,9 +148,18 @@ def _forward_markers(mine: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, str, 
     if len(mine["forward"]):
         return mine["forward"], _named_source(mine["forward"], "forward"), None
     if len(mine["ddp_forward"]):
-        ddp = mine["ddp_forward"]
-        return ddp, "DistributedDataParallel.forward", ddp[RANGE_COLUMNS].assign(text=FORWARD)
+        ddp = _outermost(mine["ddp_forward"])
+        name = str(ddp["text"].iloc[0]).split(",")[0]
+        return ddp, name, ddp[RANGE_COLUMNS].assign(text=FORWARD)
     return mine["fsdp_root"], "", None
+
+
+def _outermost(ranges: pd.DataFrame) -> pd.DataFrame:
+    """The ranges (of one process) that lie inside no other of them."""
+    ordered = ranges.sort_values(["start", "end"], ascending=[True, False], kind="stable")
+    end = ordered["end"].to_numpy(np.int64)
+    before = np.r_[np.iinfo(np.int64).min, np.maximum.accumulate(end)[:-1]]
+    return ordered[end > before]
 
 
 def _named_source(ranges: pd.DataFrame, phase: str) -> str:
@@ -181,6 +206,24 @@ def _spans(markers: pd.DataFrame, starts: np.ndarray, text: str) -> pd.DataFrame
         end=("end", "max"),
     )
     return out.reset_index(drop=True)[RANGE_COLUMNS].assign(text=text)
+
+
+def autograd_thread_runs(launches: pd.DataFrame | None) -> pd.DataFrame:
+    """One range (RANGE_COLUMNS) per run of GPU launches from an autograd engine thread that no other
+    thread of the process launches in between: from the run's first launch to just after its last.
+    PyTorch's engine runs a CUDA backward on its own device thread (`pt_autograd_<device>`) while the
+    calling thread waits in `backward()`, so each run is one backward pass's launches."""
+    if launches is None or not launches["autograd"].any():
+        return pd.DataFrame(columns=RANGE_COLUMNS)
+    ordered = launches.sort_values(["part", "pid", "t"], kind="stable")
+    is_ag = ordered["autograd"].to_numpy(bool)
+    key = ordered["part"].to_numpy(np.int64) * (1 << 32) + ordered["pid"].to_numpy(np.int64)
+    boundary = np.r_[True, (is_ag[1:] != is_ag[:-1]) | (key[1:] != key[:-1])]
+    runs = ordered.assign(run=np.cumsum(boundary))[is_ag]
+    out = runs.groupby("run", sort=True).agg(
+        part=("part", "first"), pid=("pid", "first"), tid=("tid", "first"), start=("t", "min"), end=("t", "max")
+    )
+    return out.assign(end=out["end"] + 1).reset_index(drop=True)[RANGE_COLUMNS]
 
 
 def sentence(sources: dict[str, str]) -> str:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from analysis.frames.trace import Trace
+from contract import MEMORY_CUDA, MEMORY_KEY, MEMORY_PARTS, MEMORY_PEAK
 
 META_FIELDS = {
     "backend": ("backend",),
@@ -21,6 +22,9 @@ META_FIELDS = {
     "nccl": ("versions", "nccl"),
     "cuda": ("versions", "cuda"),
 }
+MIB = 2**20
+# ddp.meta `memory` (bytes, per rank) as summary columns in MiB: the parts, their sum and CUDA's own peak
+MEMORY_COLUMNS = [f"mem_{part}_mib" for part in (*MEMORY_PARTS, MEMORY_PEAK)] + [f"{MEMORY_CUDA}_mib"]
 # what older runs wrote where a value was missing (str(None), "none"): read as missing
 MISSING = (None, "", "None", "none")
 
@@ -49,6 +53,20 @@ def recorded(metas: Iterable[dict], path: tuple[str, ...]) -> str | int | None:
     return _distinct(_meta_value(m, path) for m in metas)
 
 
+def largest_rank_memory(metas: Iterable[dict]) -> dict[str, float | None]:
+    """MEMORY_COLUMNS of the rank whose ddp.meta `memory` has the largest peak (a run is as big as its biggest
+    rank), in MiB; None each when no rank recorded memory (older runs, --warmup 0, foreign traces)."""
+    recorded = [m[MEMORY_KEY] for m in metas if isinstance(m.get(MEMORY_KEY), dict)]
+    if not recorded:
+        return dict.fromkeys(MEMORY_COLUMNS)
+    top = max(recorded, key=lambda memory: memory.get(MEMORY_PEAK) or 0)
+    keys = [*MEMORY_PARTS, MEMORY_PEAK, MEMORY_CUDA]
+    return {
+        column: None if top.get(key) is None else round(top[key] / MIB, 3)
+        for column, key in zip(MEMORY_COLUMNS, keys, strict=True)
+    }
+
+
 def profiler_label(trace: Trace) -> str:
     """What recorded the trace and its version: 'nsys 2025.3.2.0', 'torch.profiler 2.11.0+cu130', or the
     profiler's name alone when its version is unknown."""
@@ -69,7 +87,8 @@ def _used_gpus(trace: Trace) -> list[str]:
 
 def trace_metadata(trace: Trace) -> dict:
     """gpus, driver, cuda_driver, cuda (torch's build), nccl, torch, backend, world_size, model,
-    shared_gpus; None where unknown (a CPU run: no gpus, driver, cuda_driver, cuda or nccl).
+    shared_gpus, and the largest rank's memory (MEMORY_COLUMNS); None where unknown (a CPU run: no gpus,
+    driver, cuda_driver, cuda, nccl or CUDA memory).
     nccl is the version torch reports (its build's); a preloaded NCCL library may differ."""
     metas = list(trace.meta.values())
     infos = list(trace.info.values())
@@ -81,6 +100,7 @@ def trace_metadata(trace: Trace) -> dict:
     out.update({name: recorded(metas, path) for name, path in META_FIELDS.items()})
     groups = shared_gpu_groups(trace)
     out["shared_gpus"] = [sorted(g) for g in groups] or None
+    out.update(largest_rank_memory(metas))
     return out
 
 

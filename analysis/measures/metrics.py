@@ -149,12 +149,20 @@ def measure_trace(
     return pd.concat(step_rows, ignore_index=True), pd.concat(total_rows, ignore_index=True)
 
 
+def _mean(column: pd.Series) -> float | None:
+    """The mean of a column's non-NaN values, summed in a contiguous copy: numpy sums a contiguous
+    array pairwise but a strided one in sequence, so a frame's memory layout (how it was built: one
+    load or merged files) would otherwise change the last bits."""
+    values = np.ascontiguousarray(column.to_numpy(dtype=np.float64, na_value=np.nan))
+    kept = values[~np.isnan(values)]
+    return float(kept.sum() / kept.size) if kept.size else float("nan")
+
+
 def summarise(per_step: pd.DataFrame) -> dict:
     """Metrics averaged over the given steps of all ranks; overlap_pct from the averaged times."""
     if len(per_step) == 0:
         return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
-    means = per_step[[m for m in METRICS if m in per_step]].mean(numeric_only=True)
-    out = {m: float(means[m]) if m in means else None for m in METRICS if m != "overlap_pct"}
+    out = {m: _mean(per_step[m]) if m in per_step else None for m in METRICS if m != "overlap_pct"}
     overlap, comm = out["overlap_ms"], out["comm_ms"]
     out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None and comm and comm > 0 else None
     steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)

@@ -2,7 +2,7 @@
 
 `analysis.readers.load.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
 here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
-several files are one job's ranks, merged onto the first file's clock (baseTimeNanoseconds).
+several files are one job's ranks, each on its own clock (baseTimeNanoseconds recorded per part).
 
 What goes where (see frames/trace.py for the frames):
 `gpu_ops`   kernel / gpu_memcpy / gpu_memset events: device and stream from args, names as Kineto
@@ -29,7 +29,6 @@ CPU-only nsys exports are.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -145,34 +144,6 @@ def _identity(f: KinetoFile) -> tuple[object, object]:
     return d.get("rank", m.get("rank")), d.get("world_size", m.get("world_size"))
 
 
-def job_of(f: KinetoFile) -> tuple[object, object, object]:
-    """(rank, world size, implementation) as the file records them: what `check_one_job` compares."""
-    return (*_identity(f), f.meta.get("implementation"))
-
-
-def check_one_job(files: Sequence[tuple[object, object, object, object]]) -> None:
-    """Files given together must be ranks of one job: same world size and implementation, distinct
-    ranks. Each file as (path, rank, world size, implementation), None where it does not say."""
-    if len(files) < 2:
-        return
-    first = files[0]
-    for f in files[1:]:
-        for what, a, b in (("world size", first[2], f[2]), ("implementation", first[3], f[3])):
-            if a is not None and b is not None and a != b:
-                raise TraceError(
-                    f"{first[0]} ({what} {a}) and {f[0]} ({what} {b}) are from different jobs: "
-                    "give one job's files together"
-                )
-    seen: dict = {}
-    for f in files:
-        rank = f[1]
-        if rank is not None and rank in seen:
-            raise TraceError(
-                f"{seen[rank]} and {f[0]} both hold rank {rank}: files of different jobs (or one file twice)"
-            )
-        seen[rank] = f[0]
-
-
 def _implementation(files: list[KinetoFile], first: Path) -> str:
     named = [f.meta["implementation"] for f in files if f.meta.get("implementation")]
     if named:
@@ -188,7 +159,6 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     its baseTimeNanoseconds in info[part][CLOCK_OFFSET_KEY] (engine/clocks.py aligns them)."""
     patterns = patterns or Patterns()
     files = [read_kineto(p) for p in paths]
-    check_one_job([(f.path, *job_of(f)) for f in files])
     gpu_parts, nvtx_parts, autograd, meta, calls = [], [], [], {}, []
     for part, f in enumerate(files):
         host_pid = int(f.host_pids[0]) if f.host_pids.size else 0

@@ -256,21 +256,45 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
     return meta
 
 
-def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dict]:
-    """(gpu columns, nvtx frame, nsys version, clock offset, target info) of one file; the file is
-    closed after."""
+AUTOGRAD_THREAD = r"^pt_autograd_\d+$"  # PyTorch's autograd engine names its device threads so
+
+
+def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
+    """(gpu columns, nvtx frame, nsys version, clock offset, target info, autograd threads: part, pid,
+    tid) of one file; the file is closed after."""
     ex = NsysExport(path)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
         nvtx = _shape_nvtx(_read_nvtx(ex))
         nvtx.insert(0, "part", np.int64(part))
-        return ops, nvtx, ex.version(), ex.clock_offset(), ex.target_info()
+        pid, tid = ex.threads_named(AUTOGRAD_THREAD)
+        threads = pd.DataFrame({"part": np.full(pid.size, part, np.int64), "pid": pid, "tid": tid})
+        return ops, nvtx, ex.version(), ex.clock_offset(), ex.target_info(), threads
     except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as e:
         # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
         raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
     finally:
         ex.conn.close()
+
+
+def _launches_by_thread(ops: pd.DataFrame, autograd_threads: pd.DataFrame) -> pd.DataFrame | None:
+    """Every GPU launch (part, pid, tid, t) and whether its thread is an autograd engine thread; None
+    when the export names no such thread."""
+    if len(autograd_threads) == 0 or len(ops) == 0:
+        return None
+    launched = ops[ops["launch_start"].to_numpy() >= 0]
+    frame = pd.DataFrame(
+        {
+            "part": launched["part"].to_numpy(np.int64),
+            "pid": launched["pid"].to_numpy(np.int64),
+            "tid": launched["launch_tid"].to_numpy(np.int64),
+            "t": launched["launch_start"].to_numpy(np.int64),
+        }
+    )
+    threads = autograd_threads.drop_duplicates().assign(autograd=True)
+    known = frame.merge(threads, on=["part", "pid", "tid"], how="left")  # a left merge keeps frame's order
+    return frame.assign(autograd=known["autograd"].fillna(False).to_numpy(bool))
 
 
 def load_nsys(paths: list[Path], patterns: Patterns | None = None) -> Trace:
@@ -288,7 +312,8 @@ def load_nsys(paths: list[Path], patterns: Patterns | None = None) -> Trace:
             "NVTX ranges only under `nsys profile --pytorch=autograd-nvtx` or torch.autograd.profiler.emit_nvtx, "
             "both of which need a CUDA build of torch; on the CPU record with torch.profiler)"
         )
-    nvtx, phases = derive_phases(nvtx, patterns or Patterns())
+    threads = pd.concat([part[5] for part in loaded], ignore_index=True)
+    nvtx, phases = derive_phases(nvtx, patterns or Patterns(), launches=_launches_by_thread(ops, threads))
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")), paths[0].stem)
     return Trace(

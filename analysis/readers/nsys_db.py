@@ -8,6 +8,7 @@ target description (TARGET_INFO_GPU, TARGET_INFO_SYSTEM_ENV) where the export ha
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import numpy as np
@@ -78,6 +79,17 @@ class NsysExport:
                 cols = self.read("SELECT id, value FROM StringIds", ["id", "value"])
                 self._strings = dict(zip(cols["id"].tolist(), cols["value"].tolist(), strict=True))
         return self._strings
+
+    def threads_named(self, regex: str) -> tuple[np.ndarray, np.ndarray]:
+        """(pid, tid) of the threads whose ThreadNames name matches (re.search); empty when none or no table."""
+        if not self.has("ThreadNames", "nameId", "globalTid"):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        cols = self.read("SELECT globalTid, nameId FROM ThreadNames", ["globalTid", "nameId"])
+        strings, pattern = self.strings(), re.compile(regex)
+        names = np.array([strings.get(int(i), "") for i in cols["nameId"].tolist()], dtype=object)
+        hit = np.array([pattern.search(str(n)) is not None for n in names], dtype=bool)  # a few dozen threads
+        gtid = cols["globalTid"].astype(np.int64)[hit]
+        return pid_of(gtid), tid_of(gtid)
 
     def version(self) -> str:
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):

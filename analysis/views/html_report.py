@@ -7,7 +7,7 @@ the per-step frame of the analysis; output is one self-contained HTML page.
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -157,6 +157,7 @@ def spread_figure(steps: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
 
 RUN_COLUMNS = {
     "label": "implementation",
+    "step_ms": "step ms",
     "gpus": "GPU",
     "driver": "driver",
     "cuda_driver": "CUDA (driver)",
@@ -170,16 +171,34 @@ RUN_COLUMNS = {
     "phases": "steps and phases from",
     "shared_gpus": "ranks sharing a GPU",
 }
+# ddp.meta's memory, the largest rank's (run_info.MEMORY_COLUMNS), beside the step time; shown when a trace has it
+MEMORY_RUN_COLUMNS = {
+    "mem_peak_mib": "memory peak MiB/rank",
+    "mem_parameters_mib": "params MiB",
+    "mem_gradients_mib": "grads MiB",
+    "mem_optimizer_state_mib": "optimizer state MiB",
+    "mem_gathered_mib": "gathered MiB",
+    "mem_comm_buffers_mib": "comm buffers MiB",
+    "mem_activations_mib": "activations MiB",
+    "cuda_max_allocated_mib": "CUDA max allocated MiB",
+}
 
 
 def runs_html(summary: pd.DataFrame) -> str:
-    """What each trace ran on (run_info.trace_metadata): the facts a reader needs to trust its figures."""
+    """What each trace ran on (run_info.trace_metadata): the facts a reader needs to trust its figures, and
+    its step time beside its memory (ddp.meta's, when recorded; CUDA's max allocated n/a off CUDA)."""
+    titles = {**RUN_COLUMNS, **MEMORY_RUN_COLUMNS}
+    has_memory = "mem_peak_mib" in summary and summary["mem_peak_mib"].notna().any()
     columns = [c for c in RUN_COLUMNS if c in summary]
-    head = "".join(f"<th>{html.escape(RUN_COLUMNS[c])}</th>" for c in columns)
+    after = columns.index("step_ms") + 1 if "step_ms" in columns else 1
+    columns[after:after] = [c for c in MEMORY_RUN_COLUMNS if c in summary] if has_memory else []  # beside time
+    head = "".join(f"<th>{html.escape(titles[c])}</th>" for c in columns)
     whole = lambda v: int(v) if isinstance(v, float) and v.is_integer() else v  # world size 2, not 2.0
     colours = label_colours(summary)
+    formats = {"step_ms": "{:.2f}"}
     cell = lambda rec, c: (
-        (palette.swatch_html(colours[rec["label"]]) if c == "label" else "") + _cell(whole(rec.get(c)), "{}")
+        (palette.swatch_html(colours[rec["label"]]) if c == "label" else "")
+        + _run_cell(rec, c, formats.get(c, "{}"), whole)
     )
     rows = [
         "<tr>" + "".join(f"<td>{cell(rec, c)}</td>" for c in columns) + "</tr>" for rec in summary.to_dict("records")
@@ -193,6 +212,16 @@ def runs_html(summary: pd.DataFrame) -> str:
     return (
         f'<h2>Runs</h2><table class="data"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>{note}'
     )
+
+
+def _known(value: object) -> bool:
+    return value is not None and value is not pd.NA and not (isinstance(value, float) and np.isnan(value))
+
+
+def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object]) -> str:
+    if column == "cuda_max_allocated_mib" and _known(rec.get("mem_peak_mib")) and not _known(rec.get(column)):
+        return "n/a"  # memory recorded, but not on CUDA: no CUDA allocator to ask
+    return _cell(whole(rec.get(column)), fmt)
 
 
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None, summary: pd.DataFrame) -> str:

@@ -49,7 +49,6 @@ MEMORY = "#999933"  # olive: memcpy / memset
 
 # A collective call split at the last rank's arrival (report's Collectives section).
 WAITING = "#DDCC77"  # sand: before the last rank arrived
-TRANSFER = COLLECTIVE_COLOURS["all_reduce"]  # data moving: the call's collective colour is used where known
 ISSUE = "#222222"  # the CPU issue mark
 OTHER_CALLS = "#888888"  # grey: the shorter calls merged on a per-call chart's "others" row
 BACKWARD_SPAN = "rgba(230, 159, 0, 0.14)"  # the backward pass behind per-call charts (backward, faint)

@@ -24,6 +24,8 @@ from contract import BACKWARD
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
 TOP_PX, BOTTOM_PX = 120, 60  # room above the first panel (buttons, title, toolbar) and for the time axis
+TOP_NO_BUTTONS_PX = 70  # above the first panel when there are no step/whole-run buttons: title and toolbar
+LEGEND_ROW_PX = 27  # one legend entry at font size 11, with plotly's spacing
 LEGEND_PX = 230  # right margin holding the legend, clear of the plot and the toolbar above it
 LEGEND_RANK = {c: i for i, c in enumerate(CATEGORY_COLOURS)}  # the legend in the palette's order
 STEP_LABEL_MIN_PX = 40  # a step range narrower than this at full view is not labelled
@@ -302,12 +304,15 @@ def build_figure(
     # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
     fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels))
     fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
-    fig.update_annotations(x=0, xanchor="left", xref="paper")  # titles from the plot's left edge, clear of the legend
+    top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
+    fig.update_annotations(
+        x=0, xanchor="left", xref="paper", align="left"
+    )  # titles from the plot's left edge, clear of the legend
     fig.update_layout(
-        height=plot_px + TOP_PX + BOTTOM_PX,
+        height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
         template="plotly_white",
         hovermode="closest",
-        margin=dict(l=170, r=LEGEND_PX, t=TOP_PX, b=BOTTOM_PX),
+        margin=dict(l=170, r=LEGEND_PX, t=top, b=BOTTOM_PX),
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
     )
     if any(is_overview):

@@ -29,7 +29,7 @@ from analysis.views.lanes import representative_step
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
 
-WAIT_COLOUR, TRANSFER_COLOUR, ISSUE_COLOUR = palette.WAITING, palette.TRANSFER, palette.ISSUE
+WAIT_COLOUR = palette.WAITING
 
 
 @dataclass(frozen=True)
@@ -82,15 +82,18 @@ def busbw_figure(
 def step_time_split(calls: pd.DataFrame) -> pd.DataFrame:
     """Per (step, rank), in ms of the step: `busy_ms`, the time at least one call ran (overlapping calls
     counted once), split into `transfer_ms` (some call moving data, or unpaired) and `waiting_ms` (calls
-    running, all of them still waiting for the last rank)."""
+    running, all of them still waiting for the last rank). `transfer_ms` is split again by collective
+    family (palette.collective_of) into `transfer_<family>_ms`, in COLLECTIVE_COLOURS' order, time when
+    two families move data at once going to the first (so the parts add up to `transfer_ms`)."""
     mine = calls[calls["step"] >= 0]
     keys, index = np.unique(mine[["step", "rank"]].to_numpy(np.int64), axis=0, return_inverse=True)
     index = index.reshape(-1)
     start, end = mine["start_ns"].to_numpy(np.int64), mine["end_ns"].to_numpy(np.int64)
     wait_ns = np.rint(np.nan_to_num(mine["wait_ms"].to_numpy(float)) * NS_PER_MS).astype(np.int64)
+    moving = np.minimum(start + wait_ns, end)
     busy = _union_ms(index, start, end, len(keys))
-    transfer = _union_ms(index, np.minimum(start + wait_ns, end), end, len(keys))
-    return pd.DataFrame(
+    transfer = _union_ms(index, moving, end, len(keys))
+    out = pd.DataFrame(
         {
             "step": keys[:, 0],
             "rank": keys[:, 1],
@@ -99,6 +102,16 @@ def step_time_split(calls: pd.DataFrame) -> pd.DataFrame:
             "waiting_ms": busy - transfer,
         }
     )
+    family = mine["op"].map(palette.collective_of).to_numpy()
+    so_far, before = np.zeros(len(family), dtype=bool), np.zeros(len(keys))
+    for fam in palette.COLLECTIVE_COLOURS:  # five families: each adds what the ones before did not cover
+        if not (family == fam).any():
+            continue
+        so_far |= family == fam
+        covered = _union_ms(index[so_far], moving[so_far], end[so_far], len(keys))
+        out[f"transfer_{fam}_ms"] = covered - before
+        before = covered
+    return out
 
 
 def _union_ms(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int) -> np.ndarray:
@@ -107,17 +120,24 @@ def _union_ms(keys: np.ndarray, starts: np.ndarray, ends: np.ndarray, n: int) ->
 
 
 def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | None = None) -> go.Figure:
-    """Per step and rank, stacked in ms of the step: time some call moved data, and time calls only waited
-    for the last rank (overlapping calls counted once); the step's length beside them when `steps` is given."""
+    """Per step and rank, stacked in ms of the step: time some call moved data (by collective, in its
+    colour), and time calls only waited for the last rank (overlapping calls counted once); the step's
+    length beside them when `steps` is given."""
     per = step_time_split(calls)
     x = [f"step {s} · rank {r}" for s, r in zip(per["step"], per["rank"], strict=True)]
     noun = call_noun(calls)
-    fig = go.Figure(
-        [
-            go.Bar(name=f"{noun}s moving data (or unpaired)", x=x, y=per["transfer_ms"], marker_color=TRANSFER_COLOUR),
-            go.Bar(name=f"{noun}s only waiting for the last rank", x=x, y=per["waiting_ms"], marker_color=WAIT_COLOUR),
-        ]
-    )
+    moving = [
+        go.Bar(
+            name=f"{noun}s moving data: {palette.COLLECTIVE_LABELS[fam]} (or unpaired)",
+            x=x,
+            y=per[f"transfer_{fam}_ms"],
+            marker_color=palette.COLLECTIVE_COLOURS[fam],
+        )
+        for fam in palette.COLLECTIVE_COLOURS
+        if f"transfer_{fam}_ms" in per
+    ]
+    waiting = go.Bar(name=f"{noun}s only waiting for the last rank", x=x, y=per["waiting_ms"], marker_color=WAIT_COLOUR)
+    fig = go.Figure([*moving, waiting])
     if steps is not None and len(steps):
         length = per.merge(steps[["step", "rank", "step_ms"]], on=["step", "rank"], how="left")["step_ms"]
         fig.add_trace(

@@ -31,6 +31,7 @@ SUMMARY_COLUMNS = [
     "idle_ms",
     "overlap_pct",
     "speedup_vs_naive",
+    "ranks_note",
     "sha256",
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import html
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -11,6 +12,7 @@ import plotly.graph_objects as go
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+from analysis.views import palette
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
 from analysis.views.lanes import Selection, build_panel, representative_step
 from analysis.views.render_figure import Panel, build_figure
@@ -63,11 +65,14 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
-def panel_title(implementation: str, path: str, view: str, fig: dict) -> str:
-    """Implementation, file, view and the analysis's overlap figures (mean per step and rank)."""
+def panel_title(implementation: str, path: str, view: str, fig: dict, colour: str | None = None) -> str:
+    """Implementation (after a square of its colour: `colour`, else the palette's for that name), file,
+    view and the analysis's overlap figures (mean per step and rank)."""
     pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
+    colour = colour or palette.implementation_colours([implementation])[implementation]
+    name = palette.coloured_name(f"<b>{html.escape(implementation)}</b>", colour)
     return (
-        f"<b>{implementation}</b> — {Path(path).name} — {view}<br>step {_ms(fig.get('step_ms'))},"
+        f"{name} — {Path(path).name} — {view}<br>step {_ms(fig.get('step_ms'))},"
         f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}"
     )
 
@@ -89,12 +94,14 @@ def trace_panel(
     width_px: int = 1600,
     steps: pd.DataFrame | None = None,
     patterns: Patterns | None = None,
+    colour: str | None = None,
 ) -> tuple[Panel, PanelSummary]:
     """The trace's panel (labelled with `path`) plus the summary row; `steps` reuses an existing
     analysis of the trace (analyze_trace(trace).steps) instead of measuring it again.
 
     Without a step selected the panel opens on the median step of the slowest rank, its title giving
-    that step's figures, with the whole run one click away; the summary row is the whole selection's."""
+    that step's figures, with the whole run one click away; the summary row is the whole selection's.
+    `colour`: the implementation's colour in the title (a report's, where two traces share a name)."""
     patterns = patterns or Patterns()
     if steps is None:
         from analysis.measures.metrics import measure_trace
@@ -108,9 +115,10 @@ def trace_panel(
             f"step {opening[0]} (median step of the slowest rank, r{opening[1]}), "
             + view_name(selection).split(", ")[1]
         )
-        title = panel_title(trace.implementation, str(path), view, analysis_figures(trace, shown, steps, patterns))
+        figures = analysis_figures(trace, shown, steps, patterns)
+        title = panel_title(trace.implementation, str(path), view, figures, colour)
     else:
-        title = panel_title(trace.implementation, str(path), view_name(selection), fig)
+        title = panel_title(trace.implementation, str(path), view_name(selection), fig, colour)
     step = opening[0] if selection.step is None and opening is not None else None
     panel = with_backward(
         build_panel(trace, selection, patterns, title=title, width_px=width_px, opening_step=step), trace, patterns

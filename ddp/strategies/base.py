@@ -156,8 +156,8 @@ class DataParallelBase(nn.Module):
 
     def gathered_bytes(self) -> int:
         """The most bytes of gathered full parameters alive at once in any step so far (a sharded
-        strategy's high-water mark over its gather buffers, in the dtype on the wire: for FSDP with
-        prefetch p about the largest p+1 units); 0 for a replicated strategy."""
+        strategy's high-water mark over its gather buffers, in the dtype on the wire: for `fsdp` with
+        prefetch p the largest p units in a row); 0 for a replicated strategy."""
         return 0
 
     def holds_weights(self, tensor: torch.Tensor) -> bool:

@@ -26,8 +26,9 @@ from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll, FutureLess, has_future
 from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
+from ddp.strategies.memory import storage_key
 from ddp.strategies.shard_units import ShardSpec, find_units
-from ddp.strategies.unit_state import Pending, UnitState, cast_floating, cast_hooks
+from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, cast_floating, cast_hooks
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -65,7 +66,8 @@ class FSDP(DataParallelBase):
         named = [(n, p) for n, p in zip(self.param_names, self.params, strict=True) if id(p) not in sharded]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
         wire = compute_dtype or torch.float32
-        self.states = [UnitState(u, wire) for u in units]
+        self._meter = GatheredMeter()
+        self.states = [UnitState(u, wire, self._meter) for u in units]
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
         self._recorded = False
         self._pending_ar: list[PendingAllReduce] = []
@@ -127,6 +129,7 @@ class FSDP(DataParallelBase):
 
     def _pre_backward(self, state: UnitState) -> None:
         self._poll.poll()
+        self._drop_reduced_inputs()
         self._issue_gather(state)
         self._wait_gather(state)
 
@@ -134,6 +137,7 @@ class FSDP(DataParallelBase):
         if state.reduce is not None:
             raise RuntimeError(ACCUMULATION_ERROR)
         self._poll.poll()
+        self._drop_reduced_inputs()
         state.free()
         grad = state.sink.grad
         assert grad is not None
@@ -147,6 +151,12 @@ class FSDP(DataParallelBase):
         if self._recorded and state in self._order:
             backward_order = self._order[::-1]
             self._prefetch(backward_order, backward_order.index(state))
+
+    def _drop_reduced_inputs(self) -> None:
+        """Let go of the flat gradients whose reduce-scatter completed (their part is in the shard's grad)."""
+        for state in self._rs_issued:
+            if state.sink.grad is not None and state.reduce is not None and state.reduce.work.is_completed():
+                state.sink.grad = None
 
     def _on_replicated_grad(self, p: torch.Tensor, name: str) -> None:
         if any(pending.tensor is p.grad for pending in self._pending_ar):
@@ -207,21 +217,33 @@ class FSDP(DataParallelBase):
         ]
 
     def sharded_layout(self) -> list[dict]:
-        """One `contract.sharded_entry` per unit, in forward order (registration order before the first step)."""
-        states = self._order or self.states
+        """One `contract.sharded_entry` per unit, in forward order (registration order before the first step);
+        gradients are reduce-scattered in float32 whatever the compute dtype."""
         itemsize = torch.empty((), dtype=self.compute_dtype or torch.float32).element_size()
-        return [
-            sharded_entry(
-                s.unit.name,
-                [p.name for p in s.unit.params],
-                s.unit.numel,
-                s.unit.padded_numel,
-                itemsize,
-                s.unit.shard.element_size(),
-                self.world_size,
-            )
-            for s in states
-        ]
+        entries = []
+        for s in self._order or self.states:
+            unit = s.unit
+            entry = sharded_entry(
+                unit.name, [p.name for p in unit.params], unit.numel, unit.padded_numel, itemsize,
+                unit.shard.element_size(), self.world_size,
+            )  # fmt: skip
+            entry["reduce_scatter_bytes"] = unit.padded_numel * unit.grad.element_size()
+            entries.append(entry)
+        return entries
+
+    # ---- memory (ddp.strategies.memory's contract; parameters and gradients as the base counts them) ----
+    def gathered_bytes(self) -> int:
+        """The most bytes of gathered weights (in the dtype on the wire) alive at once in any step so far."""
+        return self._meter.peak
+
+    def comm_buffers(self) -> list[torch.Tensor]:
+        """The shards cast to `compute_dtype` for sending (none in fp32: the shard itself is sent)."""
+        return [s.send for s in self.states if s.send is not s.unit.shard]
+
+    def holds_weights(self, tensor: torch.Tensor) -> bool:
+        """Saved for backward inside a unit's gathered weights (counted in `gathered`), or the base's rule."""
+        key = storage_key(tensor)
+        return any(key == storage_key(s.full) for s in self.states) or super().holds_weights(tensor)
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:

@@ -48,16 +48,28 @@ class Unflatten(torch.autograd.Function):
         return flat, None, None
 
 
+@dataclass
+class GatheredMeter:
+    """Bytes of gathered weights alive now, and the most alive at once so far (FSDP's `gathered` memory)."""
+
+    live: int = 0
+    peak: int = 0
+
+    def grow(self, size: int) -> None:
+        self.live += size
+        self.peak = max(self.peak, self.live)
+
+
 class UnitState:
     """A unit's buffers (allocated once) and its collectives of the current step."""
 
-    def __init__(self, unit: ShardUnit, wire: torch.dtype):
-        self.unit = unit
+    def __init__(self, unit: ShardUnit, wire: torch.dtype, meter: GatheredMeter):
+        self.unit, self.meter = unit, meter
         like = unit.shard
         self.full = torch.empty(unit.padded_numel, dtype=wire, device=like.device)
         self.raw = self.full.data  # same storage, no version counter shared with `full`
         self._bytes = self.full.untyped_storage().nbytes()
-        self.free()
+        self.full.untyped_storage().resize_(0)  # gathered on demand (`gather_buffers`)
         # Autograd's leaf for the unit: float32, the gathered shape, no memory of its own; its .grad is the
         # unit's flat gradient and its post-accumulate hook fires once the unit's backward is over.
         self.sink = torch.empty(unit.padded_numel, dtype=like.dtype, device=like.device).requires_grad_()
@@ -72,6 +84,7 @@ class UnitState:
         storage = self.full.untyped_storage()
         if storage.nbytes() != self._bytes:
             storage.resize_(self._bytes)
+            self.meter.grow(self._bytes)
         if self.send is not self.unit.shard:
             self.send.copy_(self.unit.shard)
         return self.raw, self.send
@@ -79,7 +92,10 @@ class UnitState:
     def free(self) -> None:
         """Give back the gathered weights' memory (the views saved for backward see them again on regather)."""
         assert getattr(self, "gather", None) is None, ("free while pending", self.unit.name)
-        self.full.untyped_storage().resize_(0)
+        storage = self.full.untyped_storage()
+        if storage.nbytes():
+            self.meter.live -= storage.nbytes()
+            storage.resize_(0)
         self.gathered = False
 
     def show_gathered(self, grad_enabled: bool) -> None:

@@ -12,12 +12,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import torch
+
 from ddp.comm.collectives import COLLECTIVES
 from ddp.strategies import registry
 from ddp.training.data import check_divisible
 from ddp.training.models import MODEL_NAMES
 
 OPTIMIZERS = ("sgd", "adamw")
+COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compute-dtype's names
 BACKENDS = ("gloo", "nccl")
 
 
@@ -92,6 +95,14 @@ class RunConfig:
     shard_optimizer: bool = setting(
         False, "shard the optimizer state across ranks (ddp.ShardedOptimizer, ZeRO-1), with any strategy", check=_flag
     )
+    compute_dtype: str | None = setting(
+        None,
+        "the sharded strategies' compute dtype: weights cast before they are communicated and used; master "
+        "weights, the gradients the optimizer sees and the update stay fp32 (unset: fp32 throughout)",
+        choices=list(COMPUTE_DTYPES),
+        label="compute dtype",
+        optional=True,
+    )
     backend: str | None = setting(
         None,
         "process-group backend (unset: nccl when every local rank has a GPU, else gloo)",
@@ -105,6 +116,11 @@ class RunConfig:
         check_divisible(self.batch_size, self.world_size)
         if self.impl == "torch" and self.collective != "torch":
             raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
+        if self.compute_dtype is not None and self.impl not in registry.SHARDED:
+            raise ValueError(
+                f"compute_dtype={self.compute_dtype!r} applies to the sharded strategies "
+                f"({', '.join(registry.SHARDED)}), not to {self.impl!r}"
+            )
 
 
 SETTINGS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunConfig)}

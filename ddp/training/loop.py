@@ -30,7 +30,7 @@ from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
 from ddp.strategies.memory import SavedTensorBytes, optimizer_state_bytes
-from ddp.training.config import OPTIMIZERS, RunConfig
+from ddp.training.config import COMPUTE_DTYPES, OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model
 
@@ -130,7 +130,8 @@ def train_step(
 def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> DataParallelBase:
     """The model of `cfg` on this rank's device inside implementation `cfg.impl`."""
     model = build_model(cfg.model, cfg.context_length, cfg.seed if seed is None else seed).to(ctx.device)
-    return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective)
+    kwargs = {"compute_dtype": COMPUTE_DTYPES[cfg.compute_dtype]} if cfg.compute_dtype is not None else {}
+    return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective, **kwargs)
 
 
 # (model, memory) -> the region: `memory` is this rank's `memory_figures` after the warm-up, None without warm-up

@@ -91,7 +91,8 @@ def test_table_shows_one_row_per_rank_and_a_summary(capsys, exports):
         "  phases: pid 100: our NVTX ranges; pid 200: steps from our NVTX ranges, no forward found, "
         "backward from our NVTX ranges, no optimizer found"
     )
-    assert done.stderr == ""
+    # nothing on stderr but, on a machine slow enough to take over 3 s, the progress line
+    assert all(" files done" in line for line in done.stderr.splitlines())
 
 
 def test_table_says_which_profiler_recorded_a_kineto_trace(capsys, tmp_path):
@@ -123,7 +124,7 @@ def test_csv_rows_are_the_tables_per_rank_means_over_kept_steps(capsys, exports)
     rows = {int(r["rank"]): r for r in csv.DictReader(io.StringIO(done.stdout))}
     steps = run_main(capsys, exports[0], "--format", "csv", "--per-step", "--skip-steps", "1")
     kept = list(csv.DictReader(io.StringIO(steps.stdout)))
-    assert set(METRIC_KEYS) <= set(rows[0]) and len(kept) == 1
+    assert METRIC_KEYS - {"by_op_phase"} <= set(rows[0]) and len(kept) == 1  # the split is JSON only
     one = kept[0]
     assert rows[int(one["rank"])]["steps"] == "1"
     assert float(rows[int(one["rank"])]["step_ms"]) == pytest.approx(float(one["step_ms"]))
@@ -137,10 +138,9 @@ def test_patterns_from_the_command_line(capsys, exports):
     assert rank["steps"][0]["step"] is None and rank["total"]["comm_kernels"] == 1
 
 
-def test_merge_treats_files_as_one_run(capsys, exports, tmp_path):
+def test_merge_refuses_one_file_given_twice(capsys, exports, tmp_path):
     done = run_main(capsys, exports[0], exports[0], "--merge", "--format", "json")
-    doc = json.loads(done.stdout)
-    assert len(doc["traces"]) == 1 and len(doc["traces"][0]["ranks"]) == 4
+    assert_one_line_error(done, "given twice")
 
 
 def assert_one_line_error(done, *words):
@@ -196,7 +196,7 @@ def test_export_with_nothing_to_measure(tmp_path):
 @pytest.mark.slow  # a subprocess per bad input
 def test_bad_options(exports):
     assert_one_line_error(run_cli(exports[0], "--comm-pattern", "(unclosed"), "comm_kernel")
-    assert_one_line_error(run_cli(exports[0], "--skip-steps", "-1"), "skip_steps")
+    assert_one_line_error(run_cli(exports[0], "--skip-steps", "-1"), "--skip-steps")
 
 
 @pytest.mark.slow  # a subprocess

@@ -109,3 +109,78 @@ def test_load_trace_classifies_communication(tmp_path):
     names = trace.gpu_ops["name"].astype(str)
     assert trace.gpu_ops["is_comm"].to_numpy().tolist() == names.str.startswith("nccl").tolist()
     assert trace.gpu_ops["is_comm"].any() and not trace.gpu_ops["is_comm"].all()
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """The analysis modules a module imports at run time, deferred imports inside functions included
+    (TYPE_CHECKING-only imports aside): `from analysis.x import y` counts analysis.x.y when that is a
+    module, else analysis.x."""
+    tree = ast.parse(path.read_text())
+    typing_only = {
+        id(node)
+        for branch in ast.walk(tree)
+        if isinstance(branch, ast.If) and ast.unparse(branch.test).endswith("TYPE_CHECKING")
+        for stmt in branch.body
+        for node in ast.walk(stmt)
+    }
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("analysis"):
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if _module_path(sub) else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("analysis")}
+    return {m for m in found if _module_path(m)}
+
+
+def _module_path(name: str) -> Path | None:
+    base = PACKAGE.parent / Path(*name.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Every cycle found by a depth-first walk of the graph, each as the modules along it."""
+    cycles, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == "open":
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return cycles
+
+
+def package_graph() -> dict[str, set[str]]:
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = runtime_imports(path)
+    modules.pop("analysis", None)  # the package's lazy names: it imports nothing at run time
+    return {m: {d for d in deps if d != "analysis"} for m, deps in modules.items()}
+
+
+def test_no_module_of_the_package_imports_itself_back():
+    """No import cycle anywhere in analysis/, engine/ included, deferred imports counted too: a
+    module that needs a function-level import to avoid a cycle is in the wrong place."""
+    assert import_cycles(package_graph()) == []
+
+
+def test_the_cycle_check_sees_a_deferred_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert import_cycles(graph) == [["a", "b", "c", "a"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []

@@ -112,7 +112,7 @@ def test_torch_profiler_phases_are_pytorchs_own_markers(recorded):
 
 
 def test_collectives_say_where_the_phases_came_from(recorded):
-    from analysis.engine.collectives_view import analyze_collectives
+    from analysis import analyze_collectives
 
     view = analyze_collectives(sorted(recorded.glob("plain_ddp.rank*.json")), merge=True)
     assert view.traces["phases"].tolist() == [EXPECTED]

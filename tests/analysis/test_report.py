@@ -182,4 +182,4 @@ def test_a_report_file_gets_the_export_command(traces, tmp_path, capsys):
     rep.write_bytes(b"not really a report")
     code, _, err = run(capsys, rep, traces[1], "-o", tmp_path / "r")
     assert code == 2 and f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {rep}" in err
-    assert "--export" not in err and len(_error_lines(err)) == 1 and not (tmp_path / "r").exists()
+    assert "--export" in err and len(_error_lines(err)) == 1 and not (tmp_path / "r").exists()

@@ -12,9 +12,8 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import analyze_trace, timeline
-from analysis.engine.runs import load_trace
+from analysis.engine.runs import find_runs, load_trace
 from analysis.frames.patterns import Patterns
-from analysis.readers.load import group_inputs
 from analysis.views.html_page import PLOTLY_FILE
 from analysis.views.lane_segments import FROM_GPU, FROM_NVTX, GPU_COMM, GPU_COMPUTE, STRIP
 from analysis.views.lanes import Selection, build_panel
@@ -182,7 +181,7 @@ def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
 def test_per_rank_files_of_one_run_form_one_panel(tmp_path, capsys):
     files = [write_trace(tmp_path / f"naive.rank{r}.sqlite", "naive", ranks=1, first_rank=r) for r in (0, 1)]
     other = write_trace(tmp_path / "overlap.sqlite", "overlap")
-    inputs = group_inputs([*files, other])
+    inputs = find_runs([*files, other])
     assert [(i.name, len(i.paths)) for i in inputs] == [("naive", 2), ("overlap", 1)]
     code, stdout, _ = run_cli(capsys, *files, other, "-o", tmp_path / "t.html", "--step", 1, "--format", "json")
     rows = json.loads(stdout)
@@ -194,8 +193,8 @@ def test_per_rank_files_of_one_run_form_one_panel(tmp_path, capsys):
     "args, message",
     [
         (["missing.sqlite"], "no such file"),
-        (["{naive}", "--step", "7"], "no step 7 (steps present: 0..2)"),
-        (["{naive}", "--rank", "4"], "no rank 4"),
+        (["{naive}", "--step", "7"], "--step 7: the input has 3 steps (0-2)"),
+        (["{naive}", "--rank", "4"], "--rank 4: the input has ranks 0, 1"),
         (["{naive}", "--step", "-1"], "--step -1"),
     ],
 )
@@ -212,7 +211,7 @@ def test_a_report_file_gets_the_export_command(tmp_path, capsys):
     rep.write_bytes(b"not really a report")
     code, _, err = run_cli(capsys, rep, "-o", tmp_path / "x.html")
     assert code == 2 and f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {rep}" in err
-    assert "--export" not in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.html").exists()
+    assert "--export" in err and len(err.strip().splitlines()) == 1 and not (tmp_path / "x.html").exists()
 
 
 def test_refuses_to_overwrite_an_input_or_write_non_html(traces, capsys):

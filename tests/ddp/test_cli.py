@@ -12,7 +12,7 @@ import pytest
 
 from contract import MEMORY_PARTS
 from ddp.benchmark import CSV_COLUMNS
-from ddp.strategies.registry import IMPLEMENTATIONS
+from ddp.strategies.registry import IMPLEMENTATIONS, SHARDED
 
 pytestmark = pytest.mark.slow  # each test runs a CLI in a subprocess (torch import; verify/benchmark spawn ranks)
 
@@ -29,6 +29,17 @@ def test_verify_passes_every_implementation():
     records = json.loads(out.stdout)
     assert [r["implementation"] for r in records] == list(IMPLEMENTATIONS)
     assert all(r["result"] == "PASS" and r["elements_not_close"] == 0 for r in records)
+    sharded = [r for r in records if r["implementation"] in SHARDED]
+    assert sharded and all(r["steps_bit_identical"] == "2/2" and "torch.equal" in r["compared"] for r in sharded)
+    assert all(r["steps_bit_identical"] is None for r in records if r["implementation"] not in SHARDED)
+
+
+def test_verify_compute_dtype_runs_the_sharded_strategies_against_a_cast_reference():
+    out = run("ddp.verify", "--impl", "all", "--compute-dtype", "fp16", "--steps", "2", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    records = json.loads(out.stdout)
+    assert [r["implementation"] for r in records] == list(SHARDED)  # all: the ones compute_dtype applies to
+    assert all("cast to fp16" in r["compared"] and r["max_abs_diff_vs_single"] <= 1e-4 for r in records)
 
 
 def test_verify_fails_when_tolerance_cannot_be_met():
@@ -113,6 +124,7 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
         (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
         (["ddp.benchmark", "--world-size", "0"], "world_size=0: must be a positive integer"),
         (["ddp.verify", "--world-size", "-1"], "world_size=-1: must be a positive integer"),
+        (["ddp.verify", "--impl", "flat", "--compute-dtype", "bf16"], "applies to the sharded strategies"),
         (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
     ],
 )

@@ -51,6 +51,7 @@ MEASURE = r"""
         modebar: box(gd.querySelector('.modebar')),
         buttons: Array.from(gd.querySelectorAll('.updatemenu-container .updatemenu-button')).map(box),
         gl_canvases: gd.querySelectorAll('canvas').length,
+        x_range: fl.xaxis ? fl.xaxis.range : null,
         lanes: lanes,
       };
     }),
@@ -97,14 +98,34 @@ def screenshot_region(
     raise ValueError(f"region {region!r}: expected screen, page or h2:<heading>")
 
 
+def measure(tab: Tab, page: Path) -> PageLayout:
+    """The open page as drawn now."""
+    measured = tab.evaluate(MEASURE)
+    return PageLayout(Path(page), measured["plots"], tab.log(), tuple(measured["page"]), measured["load_ms"])
+
+
 def inspect(browser: Browser, page: Path, screenshot: Path | None = None, region: str = "screen") -> PageLayout:
     """Open the page, measure it once drawn, optionally save a screenshot of one region of it
     (see screenshot_region)."""
     tab = browser.open(page)
-    measured = tab.evaluate(MEASURE)
+    layout = measure(tab, page)
     if screenshot is not None:
-        tab.screenshot(screenshot, screenshot_region(tab, tuple(measured["page"]), region, browser.height))
-    return PageLayout(Path(page), measured["plots"], tab.log(), tuple(measured["page"]), measured["load_ms"])
+        tab.screenshot(screenshot, screenshot_region(tab, layout.size, region, browser.height))
+    return layout
+
+
+# Clicks the plotly button (updatemenu) with this label the way a mouse does; false when there is none.
+CLICK_BUTTON = """(async () => {
+  const b = Array.from(document.querySelectorAll('.updatemenu-button')).find(e => e.textContent.trim() === %s);
+  if (!b) return false;
+  b.dispatchEvent(new MouseEvent('click', {bubbles: true}));
+  await new Promise(r => setTimeout(r, 200));
+  return true; })()"""
+
+
+def click_button(tab: Tab, label: str) -> bool:
+    """Click the figure button labelled `label`; False when the page has none."""
+    return bool(tab.evaluate(CLICK_BUTTON % json.dumps(label)))
 
 
 def overlap_px(a: list[float] | None, b: list[float] | None) -> float:

@@ -137,10 +137,12 @@ def write_ddp_trace(
     first_rank: int = 0,
     world_size: int = 0,
     session_start_utc_ns: int | None = None,
+    implementation: str = "synthetic",
 ) -> Path:
     """Write a DDP-shaped export (see module docstring); kernels split evenly over ranks and steps.
     first_rank/world_size: ranks first_rank.. of a run of world_size (default n_ranks) ranks, as one
-    rank's file of `run_nsys.sh --per-rank` holds; session_start_utc_ns: the export's capture start."""
+    rank's file of `run_nsys.sh --per-rank` holds; session_start_utc_ns: the export's capture start;
+    implementation: what its ddp.meta marks name the run."""
     shape = DdpShape(n_kernels, n_ranks, n_steps, comm_per_step)
     w = (
         NsysWriter(path, flavour=flavour, shuffle=shuffle, seed=seed)
@@ -156,7 +158,7 @@ def write_ddp_trace(
             pid,
             pid,
             t - 2 * LAUNCH_LEAD,
-            implementation="synthetic",
+            implementation=implementation,
             rank=rank,
             world_size=world_size or n_ranks,
             local_rank=rank,

@@ -17,9 +17,10 @@ from analysis import analyze, analyze_trace, overlap, report
 from analysis.engine import dask_run, parallel
 from analysis.engine.clocks import PartClock, clock_shifts
 from analysis.engine.file_task import analyze_file
-from analysis.engine.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
+from analysis.engine.parallel import Progress, default_jobs, run_tasks, task_memory
 from analysis.engine.rank_merge import combine
 from analysis.engine.runs import load_trace
+from analysis.engine.tasks import Outcome
 from analysis.measures.metrics import SPLIT_METRICS
 from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
@@ -212,7 +213,9 @@ def test_cli_jobs_2_output_is_byte_identical(rank_files, capsys):
 def test_one_bad_file_is_named_and_the_others_finish(rank_files, noise, capsys):
     code, out, err = cli(capsys, rank_files[0], noise, rank_files[1], "--format", "json", "--jobs", "2")
     assert code == 2 and "Traceback" not in err
-    assert [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[0]), str(rank_files[1])]
+    # run.rank0 and run.rank1 are one run (<run>.rank<N> files of one folder), with a note on rank 2
+    (run,) = json.loads(out)["traces"]
+    assert run["path"] == f"{rank_files[0]}, {rank_files[1]}" and run["ranks_note"].startswith("ranks 0, 1 of 3:")
     errors = [line for line in err.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: {noise}: not an SQLite file"]
 
@@ -487,5 +490,5 @@ def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     assert_split_paired(merged.analysis)
     assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(whole))  # what the CLIs run
     other = write_kineto_ddp_trace(tmp_path / "other", n_kernels=1_000, n_ranks=2, n_steps=1)[1]
-    with pytest.raises(TraceError, match="are from different jobs"):
+    with pytest.raises(TraceError, match="cannot merge files of different runs"):
         combine([paths[0], other], [results[0], analyze_file(other)])

@@ -139,3 +139,19 @@ def test_a_users_own_step_pattern_is_named_by_its_ranges():
     before = nvtx([(9, 1, 0, 100, "train_step 0"), (9, 1, 100, 200, "train_step 1")])
     _, said = derive_phases(before, Patterns())
     assert said.startswith("steps from 'train_step 0' ranges, no forward found")
+
+
+def test_fsdp1_forward_ranges_nest_and_the_outermost_is_the_models():
+    rows = []
+    for t0 in (0, 100):
+        rows += [
+            (9, 1, t0 + 1, t0 + 40, "FullyShardedDataParallel.forward"),
+            (9, 1, t0 + 5, t0 + 15, "FullyShardedDataParallel.forward"),  # a wrapped layer inside the model
+            (9, 1, t0 + 20, t0 + 30, "FullyShardedDataParallel.forward"),
+        ]
+    before = nvtx(rows)
+    out, said = derive_phases(before, Patterns())
+    assert said.startswith("steps from the starts of FullyShardedDataParallel.forward, forward from Fully")
+    got = added(before, out)
+    assert [r[2:] for r in got if r[0] == "forward"] == [(1, 40), (101, 140)]
+    assert [r[2:] for r in got if r[0].startswith("step")] == [(1, 101), (101, 140)]

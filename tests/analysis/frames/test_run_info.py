@@ -4,7 +4,7 @@ the profiler is named with its version."""
 import pandas as pd
 
 from analysis.engine.runs import load_trace
-from analysis.frames.run_info import profiler_label, trace_metadata
+from analysis.frames.run_info import MEMORY_COLUMNS, profiler_label, trace_metadata
 from analysis.views.table import format_table
 from tests.support.synthetic import NsysWriter
 
@@ -44,3 +44,23 @@ def test_tables_show_every_kind_of_missing_value_as_a_dash():
     lines = format_table(frame).splitlines()
     assert lines[1].split() == ["-", "-", "-", "-"] and lines[2].split() == ["x", "1.000", "3", "True"]
     assert "<NA>" not in format_table(frame) and "None" not in format_table(frame)
+
+
+def _memory(scale: int) -> dict:
+    """A rank's ddp.meta `memory` in bytes: parts 1..6 MiB times `scale`, their sum, no CUDA."""
+    parts = ["parameters", "gradients", "optimizer_state", "gathered", "comm_buffers", "activations"]
+    memory = {name: (i + 1) * scale * 2**20 for i, name in enumerate(parts)}
+    return {**memory, "peak": sum(memory.values()), "cuda_max_allocated": None}
+
+
+def test_memory_is_the_largest_ranks_in_mib_and_missing_without_it(tmp_path):
+    w = NsysWriter(tmp_path / "mem.sqlite", cupti=False)
+    for rank, pid in enumerate((300, 301)):
+        w.process(pid)
+        w.meta_mark(pid, pid, 1, implementation="x", rank=rank, world_size=2, memory=_memory(rank + 1))
+        w.nvtx(pid, pid, [0], [100], ["step 0"], registered=True)
+    about = trace_metadata(load_trace(w.close()))
+    assert about["mem_parameters_mib"] == 2 and about["mem_activations_mib"] == 12  # rank 1: twice rank 0's
+    assert about["mem_peak_mib"] == 2 * 21 and about["cuda_max_allocated_mib"] is None
+    old = trace_metadata(load_trace(_cpu_export(tmp_path / "old.sqlite", {"torch": "2.13.0+cpu"})))
+    assert all(old[c] is None for c in MEMORY_COLUMNS)  # runs before memory was recorded

@@ -3,7 +3,7 @@
 import numpy as np
 import pandas as pd
 
-from analysis.engine.collectives_view import analyze_collectives
+from analysis import analyze_collectives
 from analysis.measures import intervals as iv
 from analysis.measures.in_time import in_time_sentence, waited_ns
 from tests.analysis.measures.test_op_phase import write_fsdp_shaped

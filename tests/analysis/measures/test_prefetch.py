@@ -3,8 +3,7 @@ and phases from FSDP2's markers, when each module's forward began (measures/pref
 
 import numpy as np
 
-from analysis import collectives
-from analysis.engine.collectives_view import analyze_collectives
+from analysis import analyze_collectives, collectives
 from tests.support.synthetic import START_END, NsysWriter
 
 MS = 1_000_000

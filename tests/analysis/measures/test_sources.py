@@ -3,8 +3,8 @@ its collective calls, each rank's comm and compute), in the frames and in every 
 
 import pytest
 
+from analysis import analyze_collectives
 from analysis.engine.analyze import analyze_trace
-from analysis.engine.collectives_view import analyze_collectives
 from analysis.engine.runs import load_trace
 from analysis.frames.trace import KERNELS, RANGES
 from analysis.measures.activity import rank_work

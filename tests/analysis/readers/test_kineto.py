@@ -15,10 +15,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.engine.runs import load_trace
+from analysis.engine.runs import find_runs, load_trace
 from analysis.errors import TraceError
 from analysis.measures.metrics import measure_trace
-from analysis.readers.load import group_inputs
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
 
@@ -191,7 +190,7 @@ def test_same_run_measures_the_same_in_both_formats(both_formats):
 
 def test_rank_files_of_one_run_group_into_one_trace(both_formats):
     _, kineto = both_formats
-    groups = group_inputs(kineto)
+    groups = find_runs(kineto)
     assert len(groups) == 1 and groups[0].name == "run" and len(groups[0].paths) == 2
 
 

@@ -20,7 +20,7 @@ from profiling.nsys import NsysError, find_nsys
 from tests import small_run
 from tests.analysis.measures.test_prefetch import write_fsdp2_shaped
 from tests.support.devtools import Browser
-from tests.support.page_layout import MIN_LANE_PX, PageLayout, inspect, problems
+from tests.support.page_layout import MIN_LANE_PX, PageLayout, click_button, inspect, measure, problems
 
 try:
     NSYS: str | None = find_nsys()
@@ -89,16 +89,29 @@ def test_gpu_report_comparison_page(browser, gpu_report):
 
 
 def test_gpu_report_timeline_of_one_run(browser, gpu_report):
-    """The biggest page (overlap: 1096 all-reduce kernels a rank): one step shown, the whole run a button away."""
-    layout = inspect(browser, gpu_report / "timelines" / "overlap.html")
-    assert_timeline(layout, panels=1)
-    assert len(layout.plots[0]["buttons"]) == 2  # one step / whole run
+    """The biggest page (overlap: 1096 all-reduce kernels a rank): one step shown, and the "whole run"
+    button shows every step on the same lanes, still with data, lanes and a clear legend."""
+    page = gpu_report / "timelines" / "overlap.html"
+    tab = browser.open(page)
+    step = measure(tab, page)
+    assert_timeline(step, panels=1)
+    assert len(step.plots[0]["buttons"]) == 2  # one step / whole run
+    assert click_button(tab, "whole run")
+    whole = measure(tab, page)
+    assert_timeline(whole, panels=1)
+    (lo, hi), (whole_lo, whole_hi) = step.plots[0]["x_range"], whole.plots[0]["x_range"]
+    assert whole_hi - whole_lo > 4 * (hi - lo)  # 10 steps, or at least 5 of them, in view
+    shown = lambda layout: {i for i, t in enumerate(layout.plots[0]["traces"]) if t["visible"] is True}
+    assert shown(step) and shown(whole) and not shown(step) & shown(whole)  # the other level's traces
 
 
-def test_gpu_timeline_of_one_step(browser, gpu_trace, tmp_path):
+def test_gpu_timeline_of_one_step_self_contained(browser, gpu_trace, tmp_path):
+    """`--step 3 --self-contained`: a single file that needs nothing else, not even the folder's plotly.js."""
     page = tmp_path / "torch_step3.html"
-    assert timeline.main([str(gpu_trace("torch.sqlite")), "-o", str(page), "--step", "3"]) == 0
-    assert_timeline(inspect(browser, page), panels=1)
+    assert timeline.main([str(gpu_trace("torch.sqlite")), "-o", str(page), "--step", "3", "--self-contained"]) == 0
+    layout = inspect(browser, page)
+    assert_timeline(layout, panels=1)
+    assert layout.log.requests == [page.resolve().as_uri()]
 
 
 def test_cpu_report_pages(browser, cpu_traces, tmp_path):

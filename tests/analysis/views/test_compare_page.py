@@ -46,3 +46,26 @@ def test_panels_stack_in_the_order_given_each_one_step_of_one_rank_with_backward
     assert all(a.xanchor == "left" and a.x == 0 for a in fig.layout.annotations)  # titles clear of the legend
     page = path.read_text()
     assert "<title>Side by side: overlap, naive</title>" in page
+
+
+def test_timeline_titles_carry_the_implementation_colour(runs):
+    from analysis.views.lanes import Selection
+    from analysis.views.timeline_page import trace_panel
+
+    trace, steps = runs["naive"]
+    panel, _ = trace_panel(str(trace.path), Selection(), trace=trace, steps=steps)
+    assert f"color:{palette.IMPLEMENTATION_COLOURS['naive']}" in panel.title and "<b>naive</b>" in panel.title
+    spare = palette.SPARE_IMPLEMENTATION_COLOURS[0]  # a report's second naive run
+    assert (
+        f"color:{spare}" in trace_panel(str(trace.path), Selection(), trace=trace, steps=steps, colour=spare)[0].title
+    )
+
+
+def test_the_plot_is_tall_enough_for_its_legend(runs, tmp_path):
+    from analysis.views.render_figure import LEGEND_ROW_PX
+
+    trace, steps = runs["overlap"]
+    _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", "o", trace, steps)], ["o"])
+    entries = sum(bool(t.showlegend) for t in fig.data) + sum(bool(s.showlegend) for s in fig.layout.shapes)
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert entries >= 8 and plot_px >= LEGEND_ROW_PX * entries  # no scrolling legend beside a short plot

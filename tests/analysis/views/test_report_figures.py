@@ -122,10 +122,12 @@ def test_cpu_traces_say_comm_range_not_kernel():
     assert names and not any("kernel" in n for n in names) and any(n.startswith("comm range:") for n in names)
     bars = wait_transfer_figure(_calls(5, source=RANGES), "naive")
     assert all("comm range" in t.name for t in bars.data)
+    assert [t.marker.color for t in bars.data] == [palette.COLLECTIVE_COLOURS["all_reduce"], palette.WAITING]
 
 
 def test_step_split_counts_overlapping_calls_once_in_ms_of_the_step():
     calls = pd.concat([_calls(40), _calls(30).assign(rank=1), _calls(10).assign(step=2)], ignore_index=True)
+    calls["op"] = np.where(np.arange(len(calls)) % 3 == 0, "_allgather_base", "all_reduce")
     split = step_time_split(calls).set_index(["step", "rank"])
     for (step, rank), mine in calls.groupby(["step", "rank"]):
         busy = np.zeros(400_000, dtype=bool)
@@ -138,6 +140,14 @@ def test_step_split_counts_overlapping_calls_once_in_ms_of_the_step():
         assert got["busy_ms"] == pytest.approx(busy.sum() / 1000)
         assert got["transfer_ms"] == pytest.approx(moving.sum() / 1000)
         assert got["waiting_ms"] == pytest.approx((busy & ~moving).sum() / 1000)
+        # by collective: all-reduce first (palette order), all-gather gets only what all-reduce left
+        reduce_only = np.zeros(400_000, dtype=bool)
+        is_reduce = (mine["op"] == "all_reduce").to_numpy()
+        reduce = mine[is_reduce]
+        for s, e, w in zip(reduce["start_ns"] // 1000, reduce["end_ns"] // 1000, wait_us[is_reduce], strict=True):
+            reduce_only[s + w : e] = True
+        assert got["transfer_all_reduce_ms"] == pytest.approx(reduce_only.sum() / 1000)
+        assert got["transfer_all_gather_ms"] == pytest.approx((moving & ~reduce_only).sum() / 1000)
 
 
 @pytest.fixture(scope="module")

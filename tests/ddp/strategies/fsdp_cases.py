@@ -3,6 +3,7 @@ ranks import them)."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import torch
@@ -54,7 +55,24 @@ class Odd(nn.Module):
         return self.head(torch.tanh(self.fc(self.emb(tokens))))
 
 
-MODELS = {"mixed": Mixed, "odd": Odd}
+class Stack(nn.Module):
+    """Six units in a row (an Embedding, four Linears between LayerNorms, a head): prefetching shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.layers = nn.ModuleList(nn.Linear(DIM, DIM) for _ in range(4))
+        self.norms = nn.ModuleList(nn.LayerNorm(DIM) for _ in range(4))
+        self.head = nn.Linear(DIM, VOCAB)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.emb(tokens)
+        for layer, norm in zip(self.layers, self.norms, strict=True):
+            h = h + F.relu(layer(norm(h)))
+        return self.head(h)
+
+
+MODELS = {"mixed": Mixed, "odd": Odd, "stack": Stack}
 
 
 def build(model: str, seed: int) -> nn.Module:
@@ -154,3 +172,110 @@ def run_sharded(ctx: DistContext, case: dict) -> dict:
 
 def sharded_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
     return [run_sharded(ctx, case) for case in cases]
+
+
+def every_rank_worker(ctx: DistContext, cases: list[dict]) -> list[list[dict]] | None:
+    """`sharded_worker`'s outcomes of every rank, gathered on rank 0 (others return None)."""
+    import torch.distributed as dist
+
+    mine = sharded_worker(ctx, cases)
+    everyone: list = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    return everyone if ctx.rank == 0 else None
+
+
+class EventLog:
+    """Stands in for NVTX (ddp.comm.nvtx_ranges' range/start/end) and logs, in order, each comm range's start
+    (name, payload) and end, and each unit's forward start and end."""
+
+    def __init__(self):
+        self.events: list[tuple[str, str, int | None]] = []  # (kind, name, payload)
+        self._names: dict[int, str] = {}
+
+    def range(self, name, cache=True, payload=None):
+        return contextlib.nullcontext()
+
+    def start(self, name, payload=None):
+        rid = len(self._names) + 1
+        self._names[rid] = name
+        self.events.append(("start", name, payload))
+        return rid
+
+    def end(self, rid):
+        self.events.append(("end", self._names[rid], None))
+
+    def mark(self, text):
+        pass
+
+    def watch(self, module: nn.Module, name: str) -> None:
+        """Log `module`'s forward start and end (hooks registered before the wrapper's run before them)."""
+        module.register_forward_pre_hook(lambda *_: self.events.append(("forward_start", name, None)))
+        module.register_forward_hook(lambda *_: self.events.append(("forward_end", name, None)))
+
+
+def log_steps(ctx: DistContext, case: dict) -> dict:
+    """Two steps of `case` with every comm range and unit forward logged; the second step's log, the
+    wrapper's memory parts and sharded layout after it, and whether every range ended."""
+    from ddp.comm import nvtx_ranges
+
+    log = EventLog()
+    module = build(case["model"], seed=0)
+    units = [n for n, m in module.named_modules() if isinstance(m, (nn.Linear, nn.Embedding))]
+    for name in units:
+        log.watch(module.get_submodule(name), name)
+    wrapper = registry.get(case["impl"])(module, **case.get("kwargs", {}))
+    opt = optimizer(case["optimizer"], wrapper.parameters())
+    saved = {name: getattr(nvtx_ranges, name) for name in ("range", "start", "end")}
+    for name in saved:  # in place of NVTX, payloads included (record_with passes names only)
+        setattr(nvtx_ranges, name, getattr(log, name))
+    try:
+        for step in range(2):
+            del log.events[:]
+            x, y = shard(batch(step, case["batch_size"]), ctx.rank, ctx.world_size)
+            opt.zero_grad(set_to_none=True)
+            loss_of(wrapper(x), y).backward()
+            wrapper.finish_gradient_synchronization()
+            opt.step()
+            stats = wrapper.reset_comm_stats()
+    finally:
+        for name, function in saved.items():
+            setattr(nvtx_ranges, name, function)
+    return {
+        "events": list(log.events),
+        "memory": wrapper.memory_parts().as_bytes(),
+        "layout": wrapper.sharded_layout(),
+        "ops": stats.num_ops,
+        "bytes": stats.bytes,
+        "replicated_bytes": sum(p.numel() * 4 for p in wrapper.params),
+        "buffers": sum(b.numel() * b.element_size() for b in module.buffers()),
+    }
+
+
+def log_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
+    return [log_steps(ctx, case) for case in cases]
+
+
+def behaviours(ctx: DistContext) -> dict:
+    """What FSDP does around plain training: a forward without grad (eval), and a second backward before
+    finish_gradient_synchronization (refused)."""
+    from ddp.strategies.base import ACCUMULATION_ERROR
+
+    module = build("stack", seed=0)
+    wrapper = registry.get("fsdp")(module)
+    x, y = shard(batch(0, 8), ctx.rank, ctx.world_size)
+    with torch.no_grad():
+        before = wrapper(x)
+    free_after_eval = all(s.full.untyped_storage().nbytes() == 0 for s in wrapper.states)
+    params_after_eval = {n: tuple(p.shape) for n, p in wrapper.module.named_parameters()}
+    loss_of(wrapper(x), y).backward()
+    try:
+        loss_of(wrapper(x), y).backward()
+        refused = ""
+    except RuntimeError as err:
+        refused = str(err)
+    return {
+        "eval_logits_shape": tuple(before.shape),
+        "free_after_eval": free_after_eval,
+        "params_after_eval": params_after_eval,
+        "refused": refused == ACCUMULATION_ERROR,
+    }

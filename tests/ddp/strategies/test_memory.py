@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -136,18 +138,49 @@ def expected_toy_figures(impl: str, shard: bool, rank: int, world: int, batch: i
 TOY_RUN = {"model": "toy", "world_size": 2, "batch_size": 8, "steps": 1, "warmup": 1, "optimizer": "adamw"}
 
 
-def expected_sharded_toy_figures(world: int, batch: int) -> dict[str, int]:
-    """A sharded strategy's bytes for the toy MLP with AdamW: 1/W of every parameter (every dim 0 of the toy
-    divides by 2: no padding), its gradient and its state (a step counter per parameter on every rank)."""
-    sizes = [p.numel() for p in build_model("toy").parameters()]
+def fsdp_toy_layout(world: int) -> list[tuple[int, list[tuple[int, int]]]]:
+    """fsdp's flat layout of each toy Linear, as ddp/strategies/shard_units.py documents it: (padded elements,
+    [(offset, numel) per parameter]); each parameter starts on a multiple of 64 elements, the vector is
+    padded to a multiple of world * 64."""
+    layout = []
+    for linear in build_model("toy").children():
+        places, offset = [], 0
+        for p in linear.parameters():
+            places.append((offset, p.numel()))
+            offset += -(-p.numel() // 64) * 64
+        end = places[-1][0] + places[-1][1]
+        layout.append((-(-end // (world * 64)) * world * 64, places))
+    return layout
+
+
+def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -> dict[str, int]:
+    """A sharded strategy's bytes for the toy MLP with AdamW: this rank's slice of every parameter (padded as
+    the strategy pads), its gradient, AdamW's two moments of the slice's real elements and a float32 step
+    counter per parameter; the gathered buffers of two units in a row (prefetch 2, fsdp only: torch_fsdp's
+    are checked against bounds in the test)."""
+    net = build_model("toy")
+    if impl == "fsdp":
+        layout = fsdp_toy_layout(world)
+        shard = sum(padded // world for padded, _ in layout)
+        lo = [(rank * padded // world, (rank + 1) * padded // world) for padded, _ in layout]
+        owned = sum(
+            max(0, min(hi, off + n) - max(start, off))
+            for (start, hi), (_, places) in zip(lo, layout, strict=True)
+            for off, n in places
+        )
+        gathered = F32 * max(a[0] + b[0] for a, b in itertools.pairwise(layout))
+    else:  # torch_fsdp: FSDP2 pads each parameter's dim 0 to a multiple of the world size (the toy's need none)
+        shard = owned = sum(p.numel() for p in net.parameters()) // world
+        gathered = None
+    count = len(list(net.parameters()))
     figures = {
-        "parameters": F32 * sum(sizes) // world,
-        "gradients": F32 * sum(sizes) // world,
-        "optimizer_state": F32 * (2 * sum(sizes) // world + len(sizes)),
+        "parameters": F32 * shard,
+        "gradients": F32 * shard,
+        "optimizer_state": F32 * (2 * owned + count),
         "comm_buffers": 0,
         "activations": expected_toy_figures("naive", False, 0, world, batch)["activations"],
     }
-    return figures
+    return figures if gathered is None else {**figures, "gathered": gathered}
 
 
 @pytest.mark.slow
@@ -158,11 +191,12 @@ def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_with
     for run in runs:
         impl, shard = run["settings"]["impl"], run["settings"]["shard_optimizer"]
         if impl in registry.SHARDED:  # --shard-optimizer changes nothing: the state is the shards' already
-            expected = expected_sharded_toy_figures(2, 8)
             units = [F32 * sum(p.numel() for p in m.parameters()) for m in build_model("toy").children()]
-            for rank in run["after"]:
-                assert {k: rank[k] for k in expected} == expected, (impl, shard)
-                assert max(units) <= rank["gathered"] <= sum(units)  # at least the largest unit gathered
+            for r, rank in enumerate(run["after"]):
+                expected = expected_sharded_toy_figures(impl, r, 2, 8)
+                assert {k: rank[k] for k in expected} == expected, (impl, shard, r)
+                if impl == "torch_fsdp":  # FSDP2's all-gather outputs: at least the largest unit, at most all
+                    assert max(units) <= rank["gathered"] <= sum(units)
                 assert rank["peak"] == sum(rank[k] for k in MEMORY_PARTS)
         else:
             expected_ranks = [expected_toy_figures(impl, shard, rank, 2, 8) for rank in range(2)]

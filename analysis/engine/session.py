@@ -1,0 +1,266 @@
+"""The Python API every analysis CLI is a veneer over: `open_runs(paths) -> OpenRuns`, read once, asked many times.
+
+    from analysis import open_runs
+    runs = open_runs(["traces/naive.rank0.sqlite", "traces/naive.rank1.sqlite"])  # one run, two files
+    runs.overlap().steps            # a DataFrame: one row per rank and step
+    runs.collectives().by_rank      # the collectives view
+    runs.timeline_panels()          # the timeline's panels (views/timeline_page.write_timeline draws them)
+
+Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one folder, or every
+path with merge=True, are one run; files of different runs are refused). Each run is read once:
+serially (jobs=1, no Dask) its files are loaded in one piece and the loaded trace serves the
+metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each file is a
+task (groups.analyze_groups) and the run's results are merged by the loader's rules
+(rank_merge.combine); the collectives view and the timeline, which need the run's events, then
+read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a TraceError naming
+what they have.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.engine.analyze import Analysis, analyze_trace, concat_analyses, selected
+from analysis.engine.collectives_view import CollectivesView, trace_call_rows, view_of_rows
+from analysis.engine.file_task import FileResult
+from analysis.engine.parallel import Progress
+from analysis.engine.rank_merge import across_ranks
+from analysis.engine.runs import RunFiles, find_runs, load_trace
+from analysis.engine.tasks import Outcome
+from analysis.errors import TraceError
+from analysis.frames.patterns import Patterns
+from analysis.frames.trace import Trace
+from analysis.measures.activity import rank_work
+from analysis.measures.collective_calls import find_calls
+from analysis.measures.phases import find_steps
+from analysis.views.lanes import Selection
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run's analysis: the run, its Analysis, its per-step view across ranks, and (per-file
+    path) the files' results; `error`: the one-line error when it failed (then analysis is None)."""
+
+    run: RunFiles
+    analysis: Analysis | None
+    across_ranks: pd.DataFrame
+    files: tuple[FileResult, ...] = ()
+    error: str | None = None
+    failed: tuple[Path, ...] = ()
+    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
+
+
+def _across_ranks_of(trace: Trace, steps: pd.DataFrame, patterns: Patterns) -> pd.DataFrame:
+    """rank_merge.across_ranks of a run loaded in one piece (its parts share one clock already)."""
+    ranges = find_steps(trace.nvtx, patterns)[["part", "pid", "step", "start", "end"]]
+    with_part = steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
+    parts = sorted(int(p) for p in trace.ranks["part"].unique())
+    by_part = {p: ranges[ranges["part"] == p].drop(columns="part") for p in parts}
+    return across_ranks(with_part, by_part, dict.fromkeys(parts, 0))
+
+
+class OpenRuns:
+    """Runs opened once; each is loaded (or analysed file by file) the first time it is asked for."""
+
+    def __init__(
+        self,
+        runs: Sequence[RunFiles],
+        patterns: Patterns | None = None,
+        skip_steps: int = 0,
+        jobs: int = 1,
+        dask: str | None = None,
+        progress: Progress | None = None,
+        keep_traces: bool = True,
+        task: Callable | None = None,
+    ):
+        if skip_steps < 0:
+            raise TraceError(f"--skip-steps {skip_steps}: must be >= 0")
+        self.runs = list(runs)
+        self.patterns = patterns or Patterns()
+        self.skip_steps = skip_steps
+        self.jobs, self.dask = jobs, dask
+        self.progress = progress
+        self.keep_traces = keep_traces
+        self.task = task
+        self._traces: dict[int, Trace] = {}
+        self._results: list[RunResult] | None = None
+
+    @property
+    def per_file(self) -> bool:
+        """Whether the runs are analysed file by file (in processes or on Dask) rather than in one piece."""
+        return self.jobs > 1 or self.dask is not None
+
+    def trace(self, i: int) -> Trace:
+        """Run i loaded (read once per OpenRuns when traces are kept)."""
+        if i in self._traces:
+            return self._traces[i]
+        trace = load_trace(self.runs[i].paths, self.patterns)
+        if self.keep_traces:
+            self._traces[i] = trace
+        return trace
+
+    def results(self) -> list[RunResult]:
+        """Every run's RunResult (computed once); failed runs carry their error."""
+        if self._results is None:
+            self._results = self._per_file() if self.per_file else [self._one_piece(i) for i in range(len(self.runs))]
+        return self._results
+
+    def _one_piece(self, i: int) -> RunResult:
+        run = self.runs[i]
+        try:
+            trace = self.trace(i)
+            works = rank_work(trace, self.patterns)
+            calls = find_calls(trace, self.patterns, works)
+            rows = trace_call_rows(trace, self.patterns, works, calls)
+            analysis = analyze_trace(trace, self.patterns, self.skip_steps, calls, works, rows[0])
+            spread = _across_ranks_of(trace, analysis.steps, self.patterns)
+        except TraceError as e:
+            self._tick(run, str(e))
+            return RunResult(run, None, pd.DataFrame(), error=str(e), failed=run.paths)
+        self._tick(run, None)
+        return RunResult(run, analysis, spread, call_rows=rows)
+
+    def _tick(self, run: RunFiles, error: str | None) -> None:
+        if self.progress is not None:
+            for path in run.paths:
+                self.progress.tick(Outcome(path, error=error))
+
+    def _per_file(self) -> list[RunResult]:
+        from analysis.engine.groups import analyze_groups
+
+        done = analyze_groups(
+            [list(r.paths) for r in self.runs],
+            self.patterns,
+            self.skip_steps,
+            self.jobs,
+            self.dask,
+            self.progress,
+            self.task,
+        )
+        out = []
+        for run, g in zip(self.runs, done, strict=True):
+            if g.merged is None:
+                out.append(RunResult(run, None, pd.DataFrame(), g.files, "; ".join(g.errors), g.failed))
+            else:
+                out.append(RunResult(run, g.merged.analysis, g.merged.across_ranks, g.files))
+        return out
+
+    def errors(self) -> list[str]:
+        """The one-line error of every run that failed."""
+        return [r.error for r in self.results() if r.error is not None]
+
+    def good(self) -> list[RunResult]:
+        return [r for r in self.results() if r.analysis is not None]
+
+    def overlap(self, step: int | None = None, rank: int | None = None) -> Analysis:
+        """The overlap metrics of every run that loaded (analyze.Analysis), only step/rank when given."""
+        analyses = [r.analysis for r in self.good() if r.analysis is not None]
+        if not analyses:
+            raise TraceError(self.errors()[0] if len(self.errors()) == 1 else "; ".join(self.errors()))
+        return selected(concat_analyses(analyses), step, rank)
+
+    def collectives(
+        self, rank: int | None = None, step: int | None = None, peak_busbw: float | None = None
+    ) -> CollectivesView:
+        """The collectives view of every run that loaded (collectives_view.CollectivesView)."""
+        pairs = [
+            r.call_rows if r.call_rows is not None else trace_call_rows(self.trace(i), self.patterns)
+            for i, r in enumerate(self.results())
+            if r.analysis is not None
+        ]
+        if not pairs:
+            raise TraceError("; ".join(self.errors()) or "no run")
+        return view_of_rows(pairs, rank=rank, step=step, peak_busbw=peak_busbw, skip_steps=self.skip_steps)
+
+    def timeline_panels(self, selection: Selection | None = None, width_px: int = 1600) -> list[tuple]:
+        """(panel, PanelSummary) per run that loaded, for views/timeline_page.write_timeline."""
+        from analysis.views.timeline_page import trace_panel
+
+        selection = selection or Selection()
+        out = []
+        for i, r in enumerate(self.results()):
+            if r.analysis is None:
+                continue
+            trace = self.trace(i)
+            out.append(
+                trace_panel(
+                    r.run.label,
+                    selection,
+                    trace=trace,
+                    width_px=width_px,
+                    steps=r.analysis.steps,
+                    patterns=self.patterns,
+                )
+            )
+        return out
+
+
+def report_failures(results: Sequence[RunResult]) -> list[str]:
+    """Print each failed run's one-line error, then, when there were several, a closing line naming
+    every failed file; returns the failed files."""
+    errors = [r.error for r in results if r.error is not None]
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+    bad = [str(p) for r in results for p in r.failed]
+    if len(errors) > 1:  # one error line already names its file(s)
+        total = sum(len(r.run.paths) for r in results)
+        print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
+    return bad
+
+
+def open_runs(
+    paths: str | Path | Iterable[str | Path],
+    merge: bool = False,
+    patterns: Patterns | None = None,
+    skip_steps: int = 0,
+    jobs: int = 1,
+    dask: str | None = None,
+    export: bool = False,
+    progress: Progress | None = None,
+    keep_traces: bool = True,
+    task: Callable | None = None,
+) -> OpenRuns:
+    """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
+    timelines; nothing is read until asked. jobs/dask: analyse file by file (module docstring);
+    `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult)."""
+    return OpenRuns(find_runs(paths, merge, export), patterns, skip_steps, jobs, dask, progress, keep_traces, task)
+
+
+def analyze(
+    paths: str | Path | Iterable[str | Path],
+    patterns: Patterns | None = None,
+    skip_steps: int = 0,
+    merge: bool = False,
+    export: bool = False,
+    progress: Callable[[str], object] | None = None,
+    jobs: int = 1,
+    dask: str | None = None,
+) -> Analysis:
+    """open_runs(...).overlap(): every run's metrics; a TraceError naming every run that failed.
+    `progress`: called with a 'files done / total' line as files finish."""
+    found = find_runs(paths, merge, export)
+    shown = None
+    if progress is not None:
+        shown = Progress(sum(len(r.paths) for r in found), "", after_s=0, write=progress)
+    runs = OpenRuns(found, patterns, skip_steps, jobs, dask, shown, keep_traces=False)
+    errors = runs.errors()
+    if errors:
+        raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} runs failed: {'; '.join(errors)}")
+    return runs.overlap()
+
+
+def analyze_collectives(
+    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, merge: bool = False, **options: Any
+) -> CollectivesView:
+    """open_runs(paths, merge).collectives(**options): every run's collectives; a TraceError naming
+    every run that failed."""
+    runs = open_runs(paths, merge, patterns, keep_traces=False)
+    if runs.errors():
+        raise TraceError("; ".join(runs.errors()))
+    return runs.collectives(**options)

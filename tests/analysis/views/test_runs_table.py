@@ -1,0 +1,50 @@
+"""The report's Runs table: what each trace ran on, its step time, and beside it the memory ddp.meta recorded."""
+
+from __future__ import annotations
+
+import re
+
+import pandas as pd
+
+from analysis.views.html_report import runs_html
+
+
+def _cells(page: str) -> tuple[list[str], list[list[str]]]:
+    head = re.findall(r"<th>(.*?)</th>", page)
+    rows = [re.findall(r"<td>(.*?)</td>", row) for row in re.findall(r"<tr>(.*?)</tr>", page) if "<td>" in row]
+    rows = [[re.sub(r"<[^>]+>", "", cell) for cell in row] for row in rows]  # the implementation's colour swatch
+    return head, rows
+
+
+def _summary(**memory: list) -> pd.DataFrame:
+    base = {
+        "implementation": ["overlap", "naive"],
+        "label": ["overlap", "naive"],
+        "step_ms": [12.345, 20.0],
+        "backend": ["gloo", "gloo"],
+        "world_size": [2.0, 2.0],
+    }
+    return pd.DataFrame({**base, **memory})
+
+
+def test_memory_sits_beside_the_step_time_and_cuda_is_na_off_cuda():
+    memory = {
+        "mem_parameters_mib": [11.8, 11.8],
+        "mem_optimizer_state_mib": [11.768, 23.536],
+        "mem_peak_mib": [114.772, 126.54],
+        "cuda_max_allocated_mib": [None, None],
+    }
+    head, rows = _cells(runs_html(_summary(**memory)))
+    assert head[:4] == ["implementation", "step ms", "memory peak MiB/rank", "params MiB"]
+    assert head[-2:] == ["backend", "world size"]
+    by_column = [dict(zip(head, row, strict=True)) for row in rows]
+    assert [r["step ms"] for r in by_column] == ["12.35", "20.00"]
+    assert [r["memory peak MiB/rank"] for r in by_column] == ["114.772", "126.54"]
+    assert [r["optimizer state MiB"] for r in by_column] == ["11.768", "23.536"]
+    assert [r["CUDA max allocated MiB"] for r in by_column] == ["n/a", "n/a"]
+
+
+def test_traces_without_memory_show_no_memory_columns():
+    head, rows = _cells(runs_html(_summary(mem_peak_mib=[None, None], cuda_max_allocated_mib=[None, None])))
+    assert head == ["implementation", "step ms", "backend", "world size"]
+    assert rows[0] == ["overlap", "12.35", "gloo", "2"]

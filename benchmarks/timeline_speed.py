@@ -12,6 +12,8 @@ exit code 1 when a target is missed.
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import subprocess
 import sys
 import time
@@ -22,6 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support.html_check import check_page, find_chromium  # noqa: E402
 
+CPU_S: list[float] = []  # CPU seconds of each timed command: on a shared machine wall time says little
 TARGETS = {"step_s": 10.0, "overview_s": 20.0, "html_mb": 20.0, "render_s": 5.0}
 
 
@@ -51,6 +54,8 @@ def middle_step(trace: Path) -> int:
 
 
 def time_cli(args: list[str]) -> float:
+    """Wall seconds of one `python -m analysis.timeline` run; its CPU seconds (user + sys) go to CPU_S."""
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "analysis.timeline", *args, "--format", "csv"],
@@ -60,6 +65,8 @@ def time_cli(args: list[str]) -> float:
         timeout=600,
     )
     wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU_S.append(r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime)
     if done.returncode != 0:
         raise SystemExit(f"timeline failed: {done.stderr.strip()}")
     print(done.stderr.strip(), file=sys.stderr)
@@ -87,6 +94,7 @@ def main() -> int:
     rows: list[tuple[str, str, float | None]] = [
         ("one step's timeline (s)", f"{figures['step_s']:.1f}", TARGETS["step_s"]),
         ("whole-trace overview (s)", f"{figures['overview_s']:.1f}", TARGETS["overview_s"]),
+        ("CPU time (user + sys), step / overview (s)", " / ".join(f"{c:.1f}" for c in CPU_S), None),
         ("HTML, step / overview (MB)", f"{sizes['step']:.1f} / {sizes['overview']:.1f}", TARGETS["html_mb"]),
     ]
     if not args.no_browser and find_chromium():
@@ -106,6 +114,7 @@ def main() -> int:
         if errors:
             rows.append(("console errors", str(len(errors)), None))
     print(f"trace: {trace} ({trace.stat().st_size / 1e6:.0f} MB), step {step}")
+    print(f"load average at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
     width = max(len(r[0]) for r in rows)
     for name, value, limit in rows:
         print(f"{name:<{width}}  {value:>13}  {'<= ' + str(limit) if limit else ''}")

@@ -7,8 +7,14 @@ import os
 import sys
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
+
+# Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
+# hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 # The scripts the tests start (run_nsys.sh) run with $PYTHON: make it the interpreter running the tests.
 os.environ["PYTHON"] = sys.executable

@@ -91,7 +91,8 @@ def test_table_shows_one_row_per_rank_and_a_summary(capsys, exports):
         "  phases: pid 100: our NVTX ranges; pid 200: steps from our NVTX ranges, no forward found, "
         "backward from our NVTX ranges, no optimizer found"
     )
-    assert done.stderr == ""
+    # nothing on stderr but, on a machine slow enough to take over 3 s, the progress line
+    assert all(" files done" in line for line in done.stderr.splitlines())
 
 
 def test_table_says_which_profiler_recorded_a_kineto_trace(capsys, tmp_path):

@@ -59,3 +59,13 @@ def test_timeline_titles_carry_the_implementation_colour(runs):
     assert (
         f"color:{spare}" in trace_panel(str(trace.path), Selection(), trace=trace, steps=steps, colour=spare)[0].title
     )
+
+
+def test_the_plot_is_tall_enough_for_its_legend(runs, tmp_path):
+    from analysis.views.render_figure import LEGEND_ROW_PX
+
+    trace, steps = runs["overlap"]
+    _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", "o", trace, steps)], ["o"])
+    entries = sum(bool(t.showlegend) for t in fig.data) + sum(bool(s.showlegend) for s in fig.layout.shapes)
+    plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    assert entries >= 8 and plot_px >= LEGEND_ROW_PX * entries  # no scrolling legend beside a short plot

@@ -174,6 +174,16 @@ def sharded_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
     return [run_sharded(ctx, case) for case in cases]
 
 
+def every_rank_worker(ctx: DistContext, cases: list[dict]) -> list[list[dict]] | None:
+    """`sharded_worker`'s outcomes of every rank, gathered on rank 0 (others return None)."""
+    import torch.distributed as dist
+
+    mine = sharded_worker(ctx, cases)
+    everyone: list = [None] * ctx.world_size
+    dist.all_gather_object(everyone, mine)
+    return everyone if ctx.rank == 0 else None
+
+
 class EventLog:
     """Stands in for NVTX (ddp.comm.nvtx_ranges' range/start/end) and logs, in order, each comm range's start
     (name, payload) and end, and each unit's forward start and end."""
@@ -243,3 +253,29 @@ def log_steps(ctx: DistContext, case: dict) -> dict:
 
 def log_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
     return [log_steps(ctx, case) for case in cases]
+
+
+def behaviours(ctx: DistContext) -> dict:
+    """What FSDP does around plain training: a forward without grad (eval), and a second backward before
+    finish_gradient_synchronization (refused)."""
+    from ddp.strategies.base import ACCUMULATION_ERROR
+
+    module = build("stack", seed=0)
+    wrapper = registry.get("fsdp")(module)
+    x, y = shard(batch(0, 8), ctx.rank, ctx.world_size)
+    with torch.no_grad():
+        before = wrapper(x)
+    free_after_eval = all(s.full.untyped_storage().nbytes() == 0 for s in wrapper.states)
+    params_after_eval = {n: tuple(p.shape) for n, p in wrapper.module.named_parameters()}
+    loss_of(wrapper(x), y).backward()
+    try:
+        loss_of(wrapper(x), y).backward()
+        refused = ""
+    except RuntimeError as err:
+        refused = str(err)
+    return {
+        "eval_logits_shape": tuple(before.shape),
+        "free_after_eval": free_after_eval,
+        "params_after_eval": params_after_eval,
+        "refused": refused == ACCUMULATION_ERROR,
+    }

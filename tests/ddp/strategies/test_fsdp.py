@@ -185,3 +185,24 @@ def test_memory_parts_count_shards_and_the_gathered_high_water_mark(logs, case):
     depth = 1 if case == "prefetch1" else 2
     assert units[0] <= memory["gathered"] <= sum(units[:depth])  # at most `prefetch` units gathered at once
     assert memory["comm_buffers"] == (shards // 2 if case == "bf16" else 0)  # the shards cast for sending
+
+
+# ---- 3 ranks, and around plain training -------------------------------------------------------------------
+def test_three_ranks_train_like_one_process_and_agree():
+    case = {"impl": "fsdp", "model": "mixed", "optimizer": "adamw", "steps": STEPS, "batch_size": 6}
+    everyone = launch(fsdp_cases.every_rank_worker, 3, [case], timeout_s=240)
+    reference = fsdp_cases.train_reference("mixed", "adamw", STEPS, 6, 3, threads=everyone[0][0]["threads"])
+    for rank_outcomes in everyone:
+        for got, want in zip(rank_outcomes[0]["history"], reference, strict=True):
+            for name, value in want.items():  # gloo may add 3 gradients in another order: close, not equal
+                assert torch.allclose(got[name], value, rtol=1e-5, atol=1e-7), name
+    finals = [outcomes[0]["history"][-1] for outcomes in everyone]
+    assert all(torch.equal(f[n], finals[0][n]) for f in finals for n in finals[0])  # ranks agree exactly
+
+
+def test_eval_forward_frees_its_gathers_and_a_second_backward_is_refused():
+    outcome = launch(fsdp_cases.behaviours, WORLD, timeout_s=120)
+    assert outcome["eval_logits_shape"] == (BATCH // WORLD, 5, fsdp_cases.VOCAB)
+    assert outcome["free_after_eval"]
+    assert all(len(shape) == 1 for n, shape in outcome["params_after_eval"].items() if "norms" not in n)
+    assert outcome["refused"]

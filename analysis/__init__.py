@@ -11,6 +11,7 @@ CLIs on top are `overlap`, `timeline`, `report`, `collectives` (`python -m analy
     runs = open_runs(["traces/overlap.sqlite"])          # read once, asked many times
     runs.overlap().steps                                 # .steps, .totals, .summary DataFrames
     runs.collectives().by_rank                           # the collectives view of the same load
+    runs.timeline("reports/t.html", step=3)              # the timeline page, from the same load
 
 Recording (`ddp/`, `profiling/`) never imports this package, so it may load pandas at once.
 """
@@ -18,7 +19,7 @@ Recording (`ddp/`, `profiling/`) never imports this package, so it may load pand
 from analysis.engine.analyze import Analysis, analyze_trace
 from analysis.engine.collectives_view import CollectivesView, collectives_of
 from analysis.engine.runs import find_runs, load_trace
-from analysis.engine.session import OpenRuns, analyze, analyze_collectives, open_runs
+from analysis.engine.session import OpenRuns, TimelinePage, analyze, analyze_collectives, open_runs
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
@@ -31,6 +32,7 @@ __all__ = [
     "OpenRuns",
     "Patterns",
     "Trace",
+    "TimelinePage",
     "TraceError",
     "analyze",
     "analyze_collectives",

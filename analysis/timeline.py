@@ -21,11 +21,10 @@ import plotly.graph_objects as go
 
 from analysis import cli
 from analysis.views.export import Image, check_export, refuse_existing, write_images
-from analysis.views.html_page import PlotlyJs, written_by_us
-from analysis.views.lanes import Selection
+from analysis.views.html_page import written_by_us
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
-from analysis.views.timeline_page import PanelSummary, check_output, write_timeline
+from analysis.views.timeline_page import PanelSummary, check_output
 
 FORMATS = ("table", "csv", "json")
 FORMATS_IMG = ("png", "svg")  # --png / --svg
@@ -95,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from analysis.engine.session import report_failures
 
-    selection = Selection(step=args.step, rank=args.rank)
     check_output(
         args.output or DEFAULT_OUTPUT,
         [Path(p) for p in args.paths],
@@ -110,17 +108,10 @@ def _run(args: argparse.Namespace) -> int:
     runs = cli.open_from_args(args, "[timeline]", needs_events=True)
     if report_failures(runs.results()):
         return 2  # each bad run's error is printed above; nothing is written
-    runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have
-    panels, rows = [], []
-    for panel, row in runs.timeline_panels(selection, args.width):
-        panels.append(panel)
-        rows.append(row)
+    page = runs.timeline(args.output, args.step, args.rank, args.width, args.self_contained)
+    rows, notes, out, fig = page.panels, page.notes, page.path, page.figure
+    for row in rows:
         progress(f"{row.trace}: {row.segments} segments in view")
-    notes = [r.analysis.summary["ranks_note"].iloc[0] for r in runs.good() if r.analysis is not None]
-    title = "Timeline: " + " vs ".join(r.implementation for r in rows)
-    out, fig = write_timeline(
-        panels, args.output, title, selection, args.width, PlotlyJs(self_contained=args.self_contained)
-    )
     progress(
         f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {count_drawn_segments(fig)} segments drawn after merging)"
     )

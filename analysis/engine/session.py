@@ -200,6 +200,43 @@ class OpenRuns:
             )
         return out
 
+    def timeline(
+        self,
+        output: str | Path,
+        step: int | None = None,
+        rank: int | None = None,
+        width_px: int = 1600,
+        self_contained: bool = False,
+    ) -> TimelinePage:
+        """Write the runs' timeline page to `output` (one panel per run, only step/rank when given:
+        a TraceError naming what the runs have when they lack it) from the runs as loaded; returns
+        the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
+        the CLI checks it (timeline_page.check_output) before any work."""
+        from analysis.views.html_page import PlotlyJs
+        from analysis.views.timeline_page import write_timeline
+
+        self.overlap(step, rank)  # a step or rank the runs lack: the one error naming what they have
+        selection = Selection(step=step, rank=rank)
+        panels, rows = [], []
+        for panel, row in self.timeline_panels(selection, width_px):
+            panels.append(panel)
+            rows.append(row)
+        title = "Timeline: " + " vs ".join(r.implementation for r in rows)
+        path, fig = write_timeline(panels, Path(output), title, selection, width_px, PlotlyJs(self_contained))
+        notes = [r.analysis.summary["ranks_note"].iloc[0] for r in self.good() if r.analysis is not None]
+        return TimelinePage(path, fig, rows, notes)
+
+
+@dataclass(frozen=True)
+class TimelinePage:
+    """A written timeline page: its path, the plotly figure, one PanelSummary per run and each run's
+    missing-ranks note ('' when none)."""
+
+    path: Path
+    figure: Any
+    panels: list
+    notes: list[str]
+
 
 def report_failures(results: Sequence[RunResult]) -> list[str]:
     """Print each failed run's one-line error, then, when there were several, a closing line naming

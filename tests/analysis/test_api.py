@@ -1,0 +1,62 @@
+"""The Python API the CLIs are thin over (analysis.open_runs): one run read once, asked for its
+overlap per rank and step, its collectives and its timeline, with the figures the CLIs print."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from analysis import open_runs, overlap, timeline
+from analysis.engine import runs as runs_module
+from tests.support.synthetic_ddp import write_ddp_trace
+
+T0 = 1_700_000_000_000_000_000
+
+
+@pytest.fixture(scope="module")
+def rank_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("api")
+    return [
+        write_ddp_trace(
+            d / f"naive.rank{r}.sqlite",
+            n_kernels=2_000,
+            n_ranks=1,
+            n_steps=3,
+            first_rank=r,
+            world_size=2,
+            seed=r,
+            session_start_utc_ns=T0 + r * 1_000_000,
+            implementation="naive",
+        )
+        for r in range(2)
+    ]
+
+
+def test_one_open_serves_overlap_collectives_and_timeline_from_one_read(rank_files, tmp_path, capsys, monkeypatch):
+    reads: list[str] = []
+    real = runs_module.read_trace
+
+    def counted(paths, patterns=None):
+        reads.extend(str(p) for p in paths)
+        return real(paths, patterns)
+
+    monkeypatch.setattr(runs_module, "read_trace", counted)
+    runs = open_runs(rank_files)  # <run>.rank<N> files: one run
+    steps = runs.overlap().steps
+    assert sorted(set(zip(steps["rank"], steps["step"], strict=True))) == [(r, s) for r in (0, 1) for s in range(3)]
+    by_rank = runs.collectives().by_rank
+    assert sorted(by_rank["rank"]) == [0, 1]
+    page = runs.timeline(tmp_path / "t.html", step=1)
+    assert page.path.is_file() and [p.ranks for p in page.panels] == [2] and page.notes == [""]
+    assert sorted(reads) == sorted(map(str, rank_files))  # each file read once for all three
+
+    # the CLIs print the same figures
+    assert overlap.main([*map(str, rank_files), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["traces"][0]["summary"]["step_ms"] == pytest.approx(runs.overlap().summary["step_ms"].iloc[0])
+    assert (
+        timeline.main([*map(str, rank_files), "--step", "1", "-o", str(tmp_path / "c.html"), "--format", "json"]) == 0
+    )
+    (row,) = json.loads(capsys.readouterr().out)
+    assert row["segments"] == page.panels[0].segments

@@ -49,8 +49,10 @@ def add_input_options(parser: argparse.ArgumentParser, what: str = "one result e
         type=int,
         default=None,
         metavar="N",
-        help="analyse files in N processes (default: the usable cores, at most one per file, fewer "
-        "when memory cannot hold that many files at once; 1 for inputs under 64 MB in all)",
+        help="analyse files in N processes (overlap's default: the usable cores, at most one per file, "
+        "fewer when memory cannot hold that many files at once, 1 for inputs under 64 MB in all; "
+        "collectives, timeline and report, which need every run's events, default to 1: each run read "
+        "once, here)",
     )
     parser.add_argument(
         "--dask",
@@ -62,10 +64,16 @@ def add_input_options(parser: argparse.ArgumentParser, what: str = "one result e
 
 
 def open_from_args(
-    args: argparse.Namespace, prefix: str, keep_traces: bool = True, task: Callable | None = None
+    args: argparse.Namespace,
+    prefix: str,
+    keep_traces: bool = True,
+    task: Callable | None = None,
+    needs_events: bool = False,
 ) -> OpenRuns:
     """The runs the input options name (session.OpenRuns), with progress lines on stderr for inputs
-    of more than 200 MB (or any input analysed file by file)."""
+    of more than 200 MB (or any input analysed file by file). needs_events: the command draws or
+    pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
+    once in this process rather than analysed file by file and read again for its events."""
     from analysis.engine.parallel import Progress, check_jobs, default_jobs
     from analysis.engine.runs import find_runs
     from analysis.engine.session import OpenRuns
@@ -79,7 +87,7 @@ def open_from_args(
     files = [p for r in runs for p in r.paths]
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
-    jobs = args.jobs or default_jobs(files)
+    jobs = args.jobs or (1 if needs_events else default_jobs(files))
     return OpenRuns(runs, patterns_from(args), args.skip_steps, jobs, args.dask, progress, keep_traces, task)
 
 

@@ -165,7 +165,7 @@ def _run(args: argparse.Namespace) -> int:
         _check_chart_path(args.prefetch_chart)
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    runs = cli.open_from_args(args, "[collectives]", keep_traces=False)
+    runs = cli.open_from_args(args, "[collectives]", keep_traces=False, needs_events=True)
     bad = report_failures(runs.results())
     if not runs.good():
         return 2

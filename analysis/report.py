@@ -204,7 +204,7 @@ def _run(args: argparse.Namespace) -> int:
     out, patterns = args.output, cli.patterns_from(args)
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    runs = cli.open_from_args(args, "[report]", task=partial(hashed_file, patterns=patterns))
+    runs = cli.open_from_args(args, "[report]", task=partial(hashed_file, patterns=patterns), needs_events=True)
     pages = [] if args.no_timelines else list(timeline_names([(r.label, r.name) for r in runs.runs]).values())
     if pages and len(runs.runs) > 1:
         pages.append(COMPARE_PAGE)

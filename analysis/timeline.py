@@ -107,7 +107,7 @@ def _run(args: argparse.Namespace) -> int:
     chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before any work
     image = Image(go.Figure(), args.output.with_suffix(""), args.width)
     refuse_existing([image], formats, ours=args.output.is_file() and written_by_us(args.output))
-    runs = cli.open_from_args(args, "[timeline]")
+    runs = cli.open_from_args(args, "[timeline]", needs_events=True)
     if report_failures(runs.results()):
         return 2  # each bad run's error is printed above; nothing is written
     runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have

@@ -305,23 +305,34 @@ def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
 
 
+# Ours against PyTorch's, the tuning targets: one step-time ratio line per pair found in the sweep.
+RATIO_PAIRS = (("overlap_bucket", "torch"), ("fsdp", "torch_fsdp"))
+
+
 def summary_line(records: list[dict]) -> str:
-    """overlap_bucket vs torch step-time ratio for each matching row pair (the tuning target)."""
-    ours = {
-        (r["batch_size"], r["context_length"], r["bucket_mb"]): r
-        for r in records
-        if r["implementation"] == "overlap_bucket" and r["collective"] == "torch"
-    }
-    pairs = [
-        (k, ours[k]["avg_step_time_ms"] / r["avg_step_time_ms"])
-        for r in records
-        if r["implementation"] == "torch" and (k := (r["batch_size"], r["context_length"], r["bucket_mb"])) in ours
-    ]
-    if not pairs:
-        return ""
-    return "overlap_bucket / torch step time: " + ", ".join(
-        f"{ratio:.2f} (batch {b}, context {c}, bucket {m:g} MiB)" for (b, c, m), ratio in pairs
-    )
+    """The step-time ratio of each RATIO_PAIRS pair for each matching row pair (same batch, context
+    length and bucket size), one line per pair."""
+
+    def key(r: dict) -> tuple:
+        return r["batch_size"], r["context_length"], r["bucket_mb"]
+
+    lines = []
+    for ours_name, theirs_name in RATIO_PAIRS:
+        ours = {key(r): r for r in records if r["implementation"] == ours_name and r["collective"] == "torch"}
+        pairs = [
+            (k, ours[k]["avg_step_time_ms"] / r["avg_step_time_ms"])
+            for r in records
+            if r["implementation"] == theirs_name and (k := key(r)) in ours
+        ]
+        if pairs:
+            lines.append(
+                f"{ours_name} / {theirs_name} step time: "
+                + ", ".join(
+                    f"{ratio:.2f} (batch {b}, context {c}" + (f", bucket {m:g} MiB)" if m is not None else ")")
+                    for (b, c, m), ratio in pairs
+                )
+            )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

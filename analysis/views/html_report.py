@@ -172,26 +172,33 @@ RUN_COLUMNS = {
     "shared_gpus": "ranks sharing a GPU",
 }
 # ddp.meta's memory, the largest rank's (run_info.MEMORY_COLUMNS), beside the step time; shown when a trace has it
+MEMORY_PARTS_CELL = "memory_parts"  # not a summary column: the parts, drawn into one cell
 MEMORY_RUN_COLUMNS = {
     "mem_peak_mib": "memory peak MiB/rank",
-    "mem_parameters_mib": "params MiB",
-    "mem_gradients_mib": "grads MiB",
-    "mem_optimizer_state_mib": "optimizer state MiB",
-    "mem_gathered_mib": "gathered MiB",
-    "mem_comm_buffers_mib": "comm buffers MiB",
-    "mem_activations_mib": "activations MiB",
+    MEMORY_PARTS_CELL: "its parts MiB",
     "cuda_max_allocated_mib": "CUDA max allocated MiB",
+}
+MEMORY_PARTS = {  # summary column -> its name in the parts cell, one part a line (keeps the table narrow)
+    "mem_parameters_mib": "params",
+    "mem_gradients_mib": "grads",
+    "mem_optimizer_state_mib": "optimizer",
+    "mem_gathered_mib": "gathered",
+    "mem_comm_buffers_mib": "comm buffers",
+    "mem_activations_mib": "activations",
 }
 
 
 def runs_html(summary: pd.DataFrame) -> str:
-    """What each trace ran on (run_info.trace_metadata): the facts a reader needs to trust its figures, and
-    its step time beside its memory (ddp.meta's, when recorded; CUDA's max allocated n/a off CUDA)."""
+    """What each trace ran on (run_info.trace_metadata): the facts a reader needs to trust its figures (those
+    no trace has are left out), and its step time beside its memory (ddp.meta's, when recorded; CUDA's max
+    allocated n/a off CUDA)."""
     titles = {**RUN_COLUMNS, **MEMORY_RUN_COLUMNS}
     has_memory = "mem_peak_mib" in summary and summary["mem_peak_mib"].notna().any()
-    columns = [c for c in RUN_COLUMNS if c in summary]
+    # a fact no trace has (a CPU run's GPU, driver, CUDA, NCCL) is left out rather than shown as a column of dashes
+    columns = [c for c in RUN_COLUMNS if c in summary and (c in ("label", "step_ms") or summary[c].notna().any())]
     after = columns.index("step_ms") + 1 if "step_ms" in columns else 1
-    columns[after:after] = [c for c in MEMORY_RUN_COLUMNS if c in summary] if has_memory else []  # beside time
+    memory = [c for c in MEMORY_RUN_COLUMNS if c in summary or c == MEMORY_PARTS_CELL]
+    columns[after:after] = memory if has_memory else []  # beside the time
     head = "".join(f"<th>{html.escape(titles[c])}</th>" for c in columns)
     whole = lambda v: int(v) if isinstance(v, float) and v.is_integer() else v  # world size 2, not 2.0
     colours = label_colours(summary)
@@ -219,6 +226,9 @@ def _known(value: object) -> bool:
 
 
 def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object]) -> str:
+    if column == MEMORY_PARTS_CELL:
+        lines = "<br>".join(f"{name} {_cell(rec.get(c), '{:g}')}" for c, name in MEMORY_PARTS.items())
+        return f'<span style="white-space:nowrap">{lines}</span>'  # a part's name and figure on one line
     if column == "cuda_max_allocated_mib" and _known(rec.get("mem_peak_mib")) and not _known(rec.get(column)):
         return "n/a"  # memory recorded, but not on CUDA: no CUDA allocator to ask
     return _cell(whole(rec.get(column)), fmt)

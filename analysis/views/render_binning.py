@@ -53,14 +53,14 @@ def merge_subpixel(segments: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
     start = small["start"].to_numpy()
     new_run = np.ones(len(small), dtype=bool)
     new_run[1:] = (group_id[1:] != group_id[:-1]) | (start[1:] >= reach[:-1] + pixel_ns)
-    small = small.assign(_run=np.cumsum(new_run))
-    keys = ["lane", "category", "_run"]
-    rest = {c: (c, "first") for c in seg.columns if c not in (*keys, "start", "end", "count", "busy")}
-    blocks = (
-        small.groupby(keys, sort=False, observed=True)
-        .agg(start=("start", "min"), end=("end", "max"), count=("count", "sum"), busy=("busy", "sum"), **rest)
-        .reset_index()
-        .drop(columns="_run")
+    # The runs are contiguous in `small`: reduce each one at its first row (numpy reduceat) instead
+    # of a pandas groupby, which spent most of a report's timeline time on the "first" columns.
+    first = np.flatnonzero(new_run)
+    blocks = small.iloc[first].assign(
+        start=np.minimum.reduceat(start, first),
+        end=np.maximum.reduceat(small["end"].to_numpy(), first),
+        count=np.add.reduceat(small["count"].to_numpy(), first),
+        busy=np.add.reduceat(small["busy"].to_numpy(), first),
     )
     out = pd.concat([wide, blocks[wide.columns]], ignore_index=True)
     return out.sort_values(["lane", "start"], kind="stable").reset_index(drop=True)

@@ -16,10 +16,9 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.views.palette import BACKWARD_SPAN, PHASE_COLOURS
 from analysis.views.render_binning import check_segments, merge_subpixel
+from analysis.views.render_highlight import highlight_bands
 from analysis.views.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
-from contract import BACKWARD
 
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
@@ -181,47 +180,6 @@ def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
             )
 
 
-MAX_BANDS = 400  # more highlight bands than this (a long run's steps x ranks) are not drawn at all
-BAND_COLOUR = PHASE_COLOURS[BACKWARD]
-
-
-def _highlight_bands(fig: go.Figure, panel: Panel, row: int, in_legend: set[str]) -> None:
-    """Each highlight span as a band behind its rank's lanes, outlined so it shows where lanes cover it;
-    one legend entry for all panels."""
-    lo, hi = (panel.overview or panel).window_ns  # what the panel can show: its step, or its whole run
-    spans = panel.highlight.assign(
-        start=panel.highlight["start"].clip(lower=lo), end=panel.highlight["end"].clip(upper=hi)
-    )
-    lanes = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
-    spans = spans.loc[spans["rank"].isin(lanes.index) & (spans["end"] > spans["start"])]
-    if spans.empty or len(spans) > MAX_BANDS:
-        return
-    top = lanes.loc[spans["rank"], "min"].to_numpy() - 0.5
-    bottom = lanes.loc[spans["rank"], "max"].to_numpy() + 0.5
-    x0 = (spans["start"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
-    x1 = (spans["end"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
-    for a, b, t, u in zip(x0, x1, top, bottom, strict=True):  # one per step and rank shown: a handful
-        key = "highlight: " + panel.highlight_name  # apart from the category of the same name
-        first = key not in in_legend
-        in_legend.add(key)
-        fig.add_shape(
-            type="rect",
-            x0=a,
-            x1=b,
-            y0=t,
-            y1=u,
-            row=row,
-            col=1,
-            fillcolor=BACKWARD_SPAN,
-            line=dict(color=BAND_COLOUR, width=1.5),
-            layer="below",
-            name=panel.highlight_name,
-            legendgroup="highlight",
-            showlegend=first,
-            legendrank=-1,
-        )
-
-
 def _ms_range(panels: list[Panel]) -> list[float]:
     lo = min((p.window_ns[0] - p.origin_ns) / 1e6 for p in panels)
     hi = max((p.window_ns[1] - p.origin_ns) / 1e6 for p in panels)
@@ -287,7 +245,7 @@ def build_figure(
                 fig.add_trace(trace, row=row, col=1)
                 is_overview.append(not visible)
         _rank_bands(fig, panel, row)
-        _highlight_bands(fig, panel, row, in_legend)
+        highlight_bands(fig, panel, row, in_legend)
         n_lanes = max(len(panel.lanes), 1)
         fig.update_yaxes(
             row=row,

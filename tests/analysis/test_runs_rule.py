@@ -147,7 +147,37 @@ def test_two_runs_with_one_name_get_a_trace_column(files, tmp_path, capsys):
     assert header[:2] == ["trace", "implementation"] and "first.sqlite" in out and "naive.rank0.sqlite" in out
 
 
-def test_analysis_report_reads_each_file_once(files, tmp_path, capsys, monkeypatch):
+@pytest.mark.parametrize("name", ["report", "timeline", "collectives"])
+def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path, capsys, monkeypatch):
+    """Even where overlap would analyse the files in processes (default_jobs made 2 here), a command
+    that draws or pairs the events reads each file once, in this process: no per-file tasks (whose
+    reads a worker would make unseen here) and one read_trace per file, timelines and collectives
+    included."""
+    from analysis.engine import groups, parallel
+
+    reads: list[str] = []
+    real = runs_module.read_trace
+
+    def counted(paths, patterns=None):
+        reads.extend(str(p) for p in paths)
+        return real(paths, patterns)
+
+    def no_tasks(*args, **kwargs):
+        raise AssertionError("the files were analysed file by file")
+
+    monkeypatch.setattr(runs_module, "read_trace", counted)
+    monkeypatch.setattr(parallel, "default_jobs", lambda paths: 2)
+    monkeypatch.setattr(groups, "analyze_groups", no_tasks)
+    given = [files["naive0"], files["naive1"], files["overlap0"], files["overlap1"]]
+    code, _, err = run(name, *given, tmp_path=tmp_path, capsys=capsys)
+    assert code == 0, err
+    assert sorted(reads) == sorted(map(str, given))
+
+
+@pytest.mark.slow  # worker processes
+def test_report_with_jobs_reads_each_file_in_a_task_and_once_more_here(files, tmp_path, capsys, monkeypatch):
+    """--jobs 2 asks for per-file tasks: the metrics come from the workers, and the pages' events
+    are read once more in this process (what the --jobs help says)."""
     reads: list[str] = []
     real = runs_module.read_trace
 
@@ -156,9 +186,10 @@ def test_analysis_report_reads_each_file_once(files, tmp_path, capsys, monkeypat
         return real(paths, patterns)
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
-    given = [files["naive0"], files["naive1"], files["overlap0"], files["overlap1"]]
-    code, _, _ = run("report", *given, "--jobs", "1", tmp_path=tmp_path, capsys=capsys)
-    assert code == 0 and sorted(reads) == sorted(map(str, given))  # timelines and collectives included
+    given = [files["naive0"], files["naive1"]]
+    code, _, err = run("report", *given, "--jobs", "2", tmp_path=tmp_path, capsys=capsys)
+    assert code == 0, err
+    assert sorted(reads) == sorted(map(str, given))  # the workers' reads are theirs
 
 
 def test_find_runs_groups_rank_files_and_merge_takes_all():

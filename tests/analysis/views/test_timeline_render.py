@@ -50,6 +50,52 @@ def test_merging_twice_at_the_same_resolution_changes_nothing():
     pd.testing.assert_frame_equal(merge_subpixel(once, pixel_ns=10_000), once)
 
 
+def brute_force_blocks(seg: pd.DataFrame, pixel_ns: int) -> list[tuple]:
+    """The merge in plain Python: per (lane, category), narrow segments by start, a new block where
+    the next starts a pixel or more after everything so far ended; wide segments kept as they are."""
+    out = []
+    for (lane, category), mine in seg.groupby(["lane", "category"], sort=True):
+        block = None
+        for s, e, name in sorted(zip(mine["start"], mine["end"], mine["name"], strict=True), key=lambda x: x[0]):
+            if e - s >= pixel_ns:
+                out.append((lane, s, e, category, name, 1, e - s))
+                continue
+            if block is not None and s < block[2] + pixel_ns:
+                block = (lane, block[1], max(block[2], e), category, block[4], block[5] + 1, block[6] + e - s)
+                continue
+            if block is not None:
+                out.append(block)
+            block = (lane, s, e, category, name, 1, e - s)
+        if block is not None:
+            out.append(block)
+    return sorted(out, key=lambda b: (b[0], b[1], b[3]))
+
+
+def test_merge_matches_a_plain_python_merge_on_random_lanes():
+    rng = np.random.default_rng(7)
+    n = 3_000
+    starts = rng.integers(0, 50_000_000, n)
+    seg = segments(starts, rng.integers(10, 40_000, n)).assign(
+        lane=rng.integers(0, 3, n), category=rng.choice(["compute", "comm"], n), name=rng.choice(["a", "b"], n)
+    )
+    for pixel_ns in (1_000, 20_000, 500_000):
+        out = merge_subpixel(seg, pixel_ns)
+        got = sorted(
+            zip(
+                out["lane"],
+                out["start"],
+                out["end"],
+                out["category"],
+                out["name"],
+                out["count"],
+                out["busy"],
+                strict=True,
+            ),
+            key=lambda b: (b[0], b[1], b[3]),
+        )
+        assert got == brute_force_blocks(seg, pixel_ns), pixel_ns
+
+
 def test_merging_does_not_touch_the_callers_frame():
     seg = segments(np.arange(0, 100_000, 10), np.full(10_000, 5))
     before = seg.copy()

@@ -1,0 +1,53 @@
+"""A timeline panel's highlight spans (each step's backward pass) as outlined bands behind one rank's lanes."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from analysis.views.palette import BACKWARD_SPAN, PHASE_COLOURS
+from contract import BACKWARD
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+    from analysis.views.render_figure import Panel
+
+MAX_BANDS = 400  # more highlight bands than this (a long run's steps x ranks) are not drawn at all
+BAND_COLOUR = PHASE_COLOURS[BACKWARD]
+
+
+def highlight_bands(fig: go.Figure, panel: Panel, row: int, in_legend: set[str]) -> None:
+    """Each highlight span as a band behind its rank's lanes, outlined so it shows where lanes cover it;
+    one legend entry for all panels."""
+    lo, hi = (panel.overview or panel).window_ns  # what the panel can show: its step, or its whole run
+    spans = panel.highlight.assign(
+        start=panel.highlight["start"].clip(lower=lo), end=panel.highlight["end"].clip(upper=hi)
+    )
+    lanes = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
+    spans = spans.loc[spans["rank"].isin(lanes.index) & (spans["end"] > spans["start"])]
+    if spans.empty or len(spans) > MAX_BANDS:
+        return
+    top = lanes.loc[spans["rank"], "min"].to_numpy() - 0.5
+    bottom = lanes.loc[spans["rank"], "max"].to_numpy() + 0.5
+    x0 = (spans["start"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
+    x1 = (spans["end"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
+    for a, b, t, u in zip(x0, x1, top, bottom, strict=True):  # one per step and rank shown: a handful
+        key = "highlight: " + panel.highlight_name  # apart from the category of the same name
+        first = key not in in_legend
+        in_legend.add(key)
+        fig.add_shape(
+            type="rect",
+            x0=a,
+            x1=b,
+            y0=t,
+            y1=u,
+            row=row,
+            col=1,
+            fillcolor=BACKWARD_SPAN,
+            line=dict(color=BAND_COLOUR, width=1.5),
+            layer="below",
+            name=panel.highlight_name,
+            legendgroup="highlight",
+            showlegend=first,
+            legendrank=-1,
+        )

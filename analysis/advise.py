@@ -4,7 +4,7 @@ overlap, the floor, and the recommended size, from one recorded run.
     python -m analysis.advise traces/overlap_bucket.sqlite [--bucket-mb 1 5 25 ...] [--format table|csv|json]
     python -m analysis.advise --merge traces/torch.rank0.json.gz traces/torch.rank1.json.gz
 
-Python API: `analysis.engine.advise.advise(paths, bucket_mb) -> list[Advice]`. The model and its
+Python API: `analysis.engine.advice.advise(paths, bucket_mb) -> list[Advice]`. The model and its
 assumptions: docs/advise.md.
 """
 
@@ -119,7 +119,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.advise import advise
+    from analysis.engine.advice import advise
 
     bad = [mb for mb in args.bucket_mb or [] if not mb > 0 or mb != mb or mb == float("inf")]
     if bad:

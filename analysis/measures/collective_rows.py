@@ -120,6 +120,8 @@ def _note(rows: pd.DataFrame, world: int, ranks: int) -> str:
         return "no collective calls found (no NCCL/RCCL kernels and no comm:<op>:<tag> ranges)"
     if rows["paired"].all():
         return ""
+    if world <= 1 and ranks == 1:  # a one-process job: its calls have no partners, nothing is missing
+        return "one rank in the job (world size 1): no partner to wait for, so no wait or transfer split"
     if ranks < 2 or ranks < world:
         return (
             f"{ranks} of {world} ranks in this trace: wait and transfer need every rank's calls; give all "

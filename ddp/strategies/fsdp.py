@@ -7,13 +7,14 @@ gathers them again in reverse order, and reduce-scatters each unit's gradient as
 accumulated it, so that each rank's shard receives the mean gradient. Parameters outside units (norms, weights
 tied across modules) stay replicated and are all-reduced as their gradients arrive, as in `overlap`.
 
-Every rank must run the same units in the same order, and give every replicated parameter a gradient or none
-on all ranks alike (as PyTorch's FSDP requires): the collectives pair up by issue order, so a unit or
-parameter used on some ranks only stalls the step until the process-group timeout (the launcher then names
-the collective). A step allocates the gather buffers' memory, and each unit's flat float32 gradient, which
-is let go once its reduce-scatter is seen complete (on gloo: at `finish_gradient_synchronization()`). A unit's collectives are `comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end
-ranges whose payload is the padded unit in the dtype on the wire (nccl-tests' convention, contract/names.py):
-weights travel in `compute_dtype`, gradients in float32 (reduced without rounding to the compute dtype).
+Every rank must run the same units in the same order, and give every replicated parameter a gradient or none on all
+ranks alike (as PyTorch's FSDP requires): the collectives pair up by issue order, so a unit or parameter used on
+some ranks only stalls the step until the process-group timeout (the launcher then names the collective). A step
+allocates the gather buffers' memory, and each unit's flat float32 gradient, which is let go once its
+reduce-scatter is seen complete (on gloo: at `finish_gradient_synchronization()`). A unit's collectives are
+`comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end ranges whose payload is the padded unit in the
+dtype on the wire (nccl-tests' convention, contract/names.py): weights travel in `compute_dtype`, gradients in
+float32 (reduced without rounding to the compute dtype).
 """
 
 from __future__ import annotations

@@ -266,3 +266,12 @@ def test_the_report_has_a_collectives_section(tmp_path, capsys):
     )
     assert report.main([str(path), "-o", str(tmp_path / "bad"), "--peak-busbw", "0"]) == 2
     assert "--peak-busbw" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_a_one_process_job_is_not_asked_for_missing_ranks(tmp_path):
+    from tests.analysis.overlap_fixtures import write_cpu_only
+
+    view = analyze_collectives(write_cpu_only(tmp_path / "one.sqlite"))  # its ddp.meta says world size 1
+    head = view.traces.iloc[0]
+    assert (head["world_size"], head["ranks"]) == (1, 1) and not view.calls["paired"].any()
+    assert "world size 1" in head["note"] and "--merge" not in head["note"]

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from analysis.engine.advise import advise
+from analysis.engine.advice import advise
 from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, comm_range, step_range
 from tests.profiling.test_nsys import REPO
 from tests.support.synthetic import PUSH_POP, START_END, NsysWriter

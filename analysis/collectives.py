@@ -189,7 +189,11 @@ def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -
         if chosen is None:
             raise TraceError(f"{head.path}: no forward all-gather to chart (--prefetch-chart needs sharded modules)")
         figures.append(prefetch_figure(rows, *chosen, head.implementation))
-    intro = ". ".join(s for sentences in view.traces["in_time"] for s in sentences)
+    intro = " ".join(  # one sentence per trace, named: several traces' answers must not run together
+        f"{head.implementation} ({Path(head.path).name}): {'; '.join(head.in_time)}."
+        for head in view.traces.itertuples()
+        if head.in_time
+    )
     write_page(path, "Prefetch: forward all-gathers", figures, intro)
     print(f"wrote {path}", file=sys.stderr)
 

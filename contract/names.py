@@ -11,6 +11,9 @@ OPTIMIZER = "optimizer"
 # TorchDDP also marks DDP's wait inside backward() as a start/end range of this name).
 GRAD_SYNC = "grad_sync"
 COMPUTE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+# push/pop `comm_wait:<op>:<tag>` around a rank blocking on one in-flight async collective mid-phase (fsdp waits
+# for a unit's all-gather inside forward/backward): the rank is not computing there, whatever phase holds it.
+COMM_WAIT_PREFIX = "comm_wait:"
 
 # One range per collective call, `comm:<op>:<tag>`: push/pop when blocking, start/end when async (it may end on
 # another thread). Its integer payload (NVTX_EVENTS.int64Value in nsys exports) is the collective's byte count.
@@ -45,6 +48,11 @@ def comm_range(op: str, tag: str) -> str:
     if not op or ":" in op:
         raise ValueError(f"collective op {op!r}: expected a non-empty name without ':'")
     return f"{COMM_PREFIX}{op}:{tag}"
+
+
+def comm_wait_range(op: str, tag: str) -> str:
+    """The name of a rank's wait for one in-flight collective: `comm_wait:all_gather:layers.0.attn`."""
+    return COMM_WAIT_PREFIX + comm_range(op, tag)[len(COMM_PREFIX) :]
 
 
 def is_comm_range(name: str) -> bool:

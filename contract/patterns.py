@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from contract.names import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER, STEP_PREFIX
+from contract.names import BACKWARD, COMM_PREFIX, COMM_WAIT_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER, STEP_PREFIX
 
 COMM_RANGE = rf"^{re.escape(COMM_PREFIX)}|^nccl[A-Z]|^gloo|^c10d::|^ProcessGroup"
 # the first group is the step number
@@ -20,3 +20,5 @@ OPTIMIZER_PHASE = rf"(?i)^\W*(?:{OPTIMIZER}|optim)(?:[ _.]step)?\W*$"
 # Where a rank waits for gradient synchronisation; on CPU-only traces this is never compute, even
 # when it lies inside backward (PyTorch DDP waits for its buckets at the end of backward).
 SYNC_WAIT = rf"^{re.escape(GRAD_SYNC)}$"
+# A rank blocked on one in-flight collective inside a phase (names.COMM_WAIT_PREFIX): never compute either.
+COMM_WAIT = rf"^{re.escape(COMM_WAIT_PREFIX)}"

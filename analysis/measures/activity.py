@@ -24,6 +24,7 @@ from analysis.measures import intervals as iv
 from analysis.measures.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
 from analysis.measures.steps import step_windows, window_index
 from analysis.measures.torch_calls import FSDP_WAIT
+from contract.patterns import COMM_WAIT
 
 Windowing = Callable[[np.ndarray], np.ndarray]  # times -> index of their window (-1: in none)
 
@@ -119,7 +120,7 @@ def _nvtx_activity(
     ranges: dict[str, pd.DataFrame], window_of: Windowing, counted: np.ndarray, span: tuple[int, int]
 ) -> RankActivity:
     """CPU-only traces: comm = comm ranges in flight; compute = forward/backward/optimizer ranges minus
-    blocking comm and gradient-sync waits."""
+    blocking comm, gradient-sync waits and waits for one in-flight collective (comm_wait ranges)."""
 
     def items(frame: pd.DataFrame) -> Items:
         s, e = frame["start"].to_numpy(), frame["end"].to_numpy()
@@ -127,11 +128,11 @@ def _nvtx_activity(
 
     comm = items(ranges["comm"])
     blocking = ranges["comm"][codes(ranges["comm"]["kind"]) == NVTX_PUSH_POP]
-    waits = pd.concat([blocking, ranges["sync_wait"], ranges["fsdp_wait"]])
+    waits = pd.concat([blocking, ranges["sync_wait"], ranges["fsdp_wait"], ranges["comm_wait"]])
     blocked = iv.union(waits["start"].to_numpy(), waits["end"].to_numpy())
 
-    # a rank waiting in a blocking collective or for its gradients is not computing, even inside a
-    # backward range
+    # a rank waiting in a blocking collective, for its gradients or for one in-flight collective
+    # (comm_wait:<op>:<tag>) is not computing, even inside a forward or backward range
     compute = _cut(items(pd.concat([ranges[p] for p in ("forward", "backward", "optimizer")])), blocked)
     backward = _cut(items(ranges["backward"]), blocked)
     none = comm.where(np.zeros(len(comm.start), bool))
@@ -167,6 +168,7 @@ def _ranges_by_phase(trace: Trace, patterns: Patterns) -> dict[str, pd.DataFrame
     fields = [("comm", "comm_range"), *((p, p) for p in ("forward", "backward", "optimizer", "sync_wait"))]
     ranges = {phase: ranges_named(trace.nvtx, patterns.regex(field)) for phase, field in fields}
     ranges["fsdp_wait"] = ranges_named(trace.nvtx, re.compile(FSDP_WAIT))  # torch_calls.FSDP_WAIT: why
+    ranges["comm_wait"] = ranges_named(trace.nvtx, re.compile(COMM_WAIT))
     return ranges
 
 

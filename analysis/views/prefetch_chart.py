@@ -62,6 +62,7 @@ def prefetch_figure(rows: pd.DataFrame, step: int, rank: int, label: str) -> go.
     fig.update_layout(
         title={"text": f"{label}: forward all-gathers of step {step}, rank {rank}", "y": 0.97},
         barmode="overlay",
+        template="plotly_white",  # as every other page
         xaxis_title="ms from the step's first all-gather issue",
         yaxis={"autorange": "reversed", "title": "module (forward order)"},
         height=max(360, 170 + 34 * len(mine)),

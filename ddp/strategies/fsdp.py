@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
+from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, comm_wait_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll, FutureLess, has_future
 from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
@@ -80,6 +80,7 @@ class FSDP(DataParallelBase):
         self._names = {
             id(s): (comm_range(ALL_GATHER, s.unit.name), comm_range(REDUCE_SCATTER, s.unit.name)) for s in self.states
         }
+        self._wait_names = {id(s): comm_wait_range(ALL_GATHER, s.unit.name) for s in self.states}
         for state in self.states:
             state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
             state.unit.module.register_forward_hook(self._post_forward(state))
@@ -210,7 +211,9 @@ class FSDP(DataParallelBase):
 
     def _wait_gather(self, state: UnitState) -> None:
         if state.gather is not None:
-            self.comm.wait(state.gather.slot, state.gather.work)
+            # marked: the time this rank blocks here is not compute, though it lies inside forward/backward
+            with nvtx_ranges.range(self._wait_names[id(state)]):
+                self.comm.wait(state.gather.slot, state.gather.work)
             state.gather, state.gathered = None, True
 
     # ---- what the rest of the project reads -----------------------------------------------

@@ -7,6 +7,7 @@ from analysis import analyze_collectives
 from analysis.measures import intervals as iv
 from analysis.measures.in_time import in_time_sentence, waited_ns
 from tests.analysis.measures.test_op_phase import write_fsdp_shaped
+from tests.support.synthetic import START_END, NsysWriter
 
 
 def brute_waited(start, end, busy: set) -> int:
@@ -61,3 +62,28 @@ def test_collectives_view_gives_each_call_its_wait_and_the_trace_its_answer(tmp_
     assert facts["in_time"] == [
         "all-gathers in time for 0 of 2 layers in forward; the late ones cost 0.15 ms/step; worst: layers.0 (0.1 ms)"
     ]
+
+
+def write_waited_gather(path, marked: bool):
+    """One CPU rank, step 0 [0, 1000) µs with forward [0, 600): an async comm:all_gather:layers.1 [100, 400)
+    (issued on t500, ended on t501) that the rank blocks on from 250 (comm_wait:all_gather:layers.1 [250, 400)
+    when `marked`), so compute is [0, 250) and [400, 600)."""
+    w = NsysWriter(path, flavour="2022", cupti=False, seed=3)
+    w.process(500, threads={500: "python3", 501: "gloo"})
+    w.meta_mark(500, 500, 1, implementation="fsdp_fixture", rank=0, world_size=1)
+    names = ["step 0", "forward", *(["comm_wait:all_gather:layers.1"] if marked else [])]
+    w.nvtx(500, 500, 1000 * np.array([0, 0, 250][: len(names)]), 1000 * np.array([1000, 600, 400][: len(names)]),
+           np.array(names, dtype=object))  # fmt: skip
+    w.nvtx(500, 500, np.array([100_000]), np.array([400_000]), np.array(["comm:all_gather:layers.1"], dtype=object),
+           kind=START_END, end_tid=501, payload=np.array([4096]))  # fmt: skip
+    return w.close()
+
+
+def test_a_marked_wait_for_an_async_gather_is_not_compute(tmp_path):
+    marked = analyze_collectives(write_waited_gather(tmp_path / "marked.sqlite", marked=True))
+    (waited,) = marked.calls.loc[marked.calls["op"] == "all_gather", "waited_ms"]
+    assert waited == 0.15  # the rank stopped computing at 250 µs and the gather ended at 400 µs
+    assert marked.to_json()["traces"][0]["in_time"][0].startswith("all-gathers in time for 0 of 1 layers in forward")
+    # without the mark, the time blocked inside forward reads as compute: the gather looks in time
+    unmarked = analyze_collectives(write_waited_gather(tmp_path / "unmarked.sqlite", marked=False))
+    assert unmarked.calls.loc[unmarked.calls["op"] == "all_gather", "waited_ms"].tolist() == [0.0]

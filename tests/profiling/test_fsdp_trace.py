@@ -109,14 +109,16 @@ def expected_rows(rank_rows: list[tuple]) -> dict[tuple[int, str, str], dict]:
     """(step, op, phase) -> calls, bytes, comm_ms, hidden_ms from one rank's NVTX rows, as the analysis
     defines them (analysis/measures/op_phase.py): a call is a `comm:<op>:<tag>` range; its step and phase
     are the `step N` and forward/backward/optimizer ranges holding its start (`grad_sync`: after
-    backward); compute is the phase ranges less blocking (push/pop) comm ranges and `grad_sync`."""
+    backward); compute is the phase ranges less blocking (push/pop) comm ranges, `grad_sync` and
+    `comm_wait:<op>:<tag>` ranges."""
     ranges = [(kind, name, s, e, payload) for _, kind, name, s, e, payload in rank_rows if kind != MARK]
     steps = [(int(name.split()[1]), s, e) for kind, name, s, e, _ in ranges if name.startswith("step ")]
     phases = [(PHASES[name], s, e) for kind, name, s, e, _ in ranges if name in PHASES]
     syncs = [(s, e) for kind, name, s, e, _ in ranges if name == "grad_sync"]
+    waits = [(s, e) for kind, name, s, e, _ in ranges if name.startswith("comm_wait:")]  # fsdp's gather waits
     comm = [(name, kind, s, e, payload) for kind, name, s, e, payload in ranges if name.startswith("comm:")]
     blocking = [(s, e) for _, kind, s, e, _ in comm if kind == PUSH_POP]
-    compute = subtract([(s, e) for _, s, e in phases], blocking + syncs)
+    compute = subtract([(s, e) for _, s, e in phases], blocking + syncs + waits)
     groups: dict[tuple[int, str, str], list] = defaultdict(list)
     for name, _, s, e, payload in comm:
         step = next((n for n, ss, se in steps if ss <= s < se), None)

@@ -55,13 +55,13 @@ BACKWARD_SPAN = "rgba(230, 159, 0, 0.14)"  # the backward pass behind per-call c
 
 # One colour per implementation, the same on every chart and page (the registry's names; fsdp's two).
 IMPLEMENTATION_COLOURS: dict[str, str] = {
-    "naive": "#222255",  # navy
+    "naive": "#997700",  # ochre (navy read as torch's black in a table swatch)
     "flat": "#66CCEE",  # cyan
     "overlap": "#225522",  # dark green
     "overlap_bucket": "#EE8866",  # salmon
     "torch": "#000000",  # black: the reference
     "fsdp": "#994F88",  # plum
-    "torch_fsdp": "#7BAFDE",  # light blue
+    "torch_fsdp": "#BB5566",  # rose (light blue was flat's cyan to a colour-blind eye)
 }
 # Implementations not named above take these in order of first appearance.
 SPARE_IMPLEMENTATION_COLOURS = ("#5E4FA2", "#72190E", "#225555", "#666633", "#AAAA00")

@@ -64,6 +64,7 @@ SHOWN_TOGETHER = {  # colours one figure shows side by side, and the least CIELA
         {k: palette.IMPLEMENTATION_COLOURS[k] for k in ("naive", "flat", "overlap", "overlap_bucket", "torch")},
         20,
     ),
+    "all seven (bash run.sh's report)": (palette.IMPLEMENTATION_COLOURS, 15),
 }
 
 

@@ -213,6 +213,8 @@ def test_cpu_only_trace_is_measured_from_its_ranges(tmp_path):
 def _bad_inputs(d: Path) -> dict:
     good = write_kineto_ddp_trace(d / "ok", n_kernels=400, n_ranks=1, n_steps=1, comm_per_step=2, gz=True)[0]
     other = write_kineto_ddp_trace(d / "other", n_kernels=800, n_ranks=2, n_steps=1, comm_per_step=2, gz=True)[1]
+    twin = d / "twin.rank0.json.gz"  # the same rank of the same job under another name
+    twin.write_bytes(good.read_bytes())
     (d / "truncated.json.gz").write_bytes(good.read_bytes()[:2000])
     (d / "malformed.json").write_text('{"traceEvents": [{"ph": "X", "ts": 1,')
     (d / "not_a_trace.json").write_text('{"hello": "world"}')
@@ -226,8 +228,8 @@ def _bad_inputs(d: Path) -> dict:
         "array": ([d / "array.json"], "not a torch.profiler (Kineto) trace"),
         "wrong_types": ([d / "wrong_types.json"], "not a torch.profiler (Kineto) trace"),
         "empty": ([d / "empty_trace.json"], "neither GPU kernels nor user_annotation"),
-        "two_jobs": ([good, other], "different jobs"),
-        "same_rank_twice": ([good, good], "both hold rank 0"),
+        "two_jobs": ([good, other], "cannot merge files of different runs"),
+        "same_rank_twice": ([good, twin], "both hold rank 0"),
         "mixed_formats": ([good, write_ddp_trace(d / "n.sqlite", 400, 1, 1, 2)], "cannot merge"),
     }
 

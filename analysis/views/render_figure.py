@@ -27,7 +27,9 @@ TOP_NO_BUTTONS_PX = 70  # above the first panel when there are no step/whole-run
 LEGEND_ROW_PX = 27  # one legend entry at font size 11, with plotly's spacing
 LEGEND_PX = 230  # right margin holding the legend, clear of the plot and the toolbar above it
 LEGEND_RANK = {c: i for i, c in enumerate(CATEGORY_COLOURS)}  # the legend in the palette's order
-STEP_LABEL_MIN_PX = 40  # a step range narrower than this at full view is not labelled
+# a step range is labelled when its visible part holds the label with room to spare: the text is WebGL, not
+# clipped to the plot, so a label wider than its range would spill over its neighbours and the axis labels
+STEP_LABEL_CHAR_PX, STEP_LABEL_PAD_PX = 7, 24  # per character of the 11 px font, and the room either side
 HOVER_PX = 4  # hover labels are merged like the lines, at this many pixels: a mouse cannot pick finer
 
 
@@ -120,11 +122,12 @@ def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str, visible: bool
 
 
 def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) -> go.Scattergl | None:
-    """The step number written on each step range wide enough to hold it, in the middle of its visible part."""
+    """The step number written on each step range whose visible part holds it, in the middle of that part."""
     steps = seg.loc[seg["category"] == "step"]
     lo, hi = panel.window_ns
     s, e = np.maximum(steps["start"].to_numpy(), lo), np.minimum(steps["end"].to_numpy(), hi)
-    wide = (e - s) >= STEP_LABEL_MIN_PX * panel_pixel_ns(panel, width_px)
+    label_px = STEP_LABEL_CHAR_PX * steps["name"].astype(str).str.len().to_numpy() + STEP_LABEL_PAD_PX
+    wide = (e - s) >= label_px * panel_pixel_ns(panel, width_px)
     if not wide.any():
         return None
     return go.Scattergl(  # WebGL like the lanes: SVG text would sit under their canvas

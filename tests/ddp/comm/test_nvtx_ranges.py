@@ -7,6 +7,7 @@ import threading
 import pytest
 import torch.distributed as dist
 
+from contract import COMM_WAIT_PREFIX
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import launch
 from ddp.strategies import registry
@@ -71,9 +72,14 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     assert recorder.pushed == ["comm:broadcast:params"]
     opt = make_optimizer("sgd", model.module.parameters(), 0.1)
     train_step(model, opt, cases.batch(0, 4), step=7)
-    assert recorder.pushed[1:5] == ["step 7", "forward", "backward", "grad_sync"]
-    assert recorder.pushed[-1] == "optimizer"
+    waits = [n for n in recorder.pushed if n.startswith(COMM_WAIT_PREFIX)]
+    phases = [n for n in recorder.pushed if not n.startswith(COMM_WAIT_PREFIX)]
+    assert phases[1:5] == ["step 7", "forward", "backward", "grad_sync"]
+    assert phases[-1] == "optimizer"
     comm = set(recorder.pushed) | set(recorder.started.values())
+    # fsdp marks its waits for a unit's all-gather (forward and backward), each naming a gather it issued
+    gathers = {n for n in comm if n.startswith("comm:all_gather:")}
+    assert {"comm:" + w[len(COMM_WAIT_PREFIX) :] for w in waits} == (gathers if impl == "fsdp" else set())
     assert {n for n in comm if n.startswith("comm:all_reduce:")} == EXPECTED_COMM[impl]
     if impl in ASYNC:  # start/end ranges, each closed exactly once
         assert recorder.started and not any(n.startswith("comm:all_reduce") for n in recorder.pushed)

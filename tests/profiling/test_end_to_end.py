@@ -151,7 +151,7 @@ def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces):
     assert about["torch"].endswith("+cpu") and (about["backend"], about["world_size"]) == ("gloo", 2)
     assert trace["profiler"] == f"nsys {exported_by['EXPORT_PRODUCT_VERSION']}"
     table = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO).stdout
-    about_line = table.splitlines()[-1]
+    about_line = next(line for line in table.splitlines() if line.startswith("naive.sqlite: "))  # notes follow it
     assert about_line.startswith("naive.sqlite: torch ") and about_line.endswith(f"; profiler {trace['profiler']}")
     for word in ("gpus", "driver", "cuda", "nccl", "None", "none", "<NA>"):
         assert word not in about_line, about_line

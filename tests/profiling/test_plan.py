@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 from contract import nsys_cli as nsys_mod  # where the install locations are looked up
+from ddp.strategies.registry import IMPLEMENTATIONS
 from profiling import plan as plan_mod, record
 from profiling.plan import ProfilePlan
 from tests.profiling.test_nsys import REPO
@@ -167,7 +168,7 @@ def test_dry_run_on_a_gpu_machine_prints_the_cuda_command(tmp_path):
     res = run_nsys("all", "--gpus", "2", "--dry-run", "-o", str(tmp_path), "--", "--optimizer", "adamw")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == 5  # one per implementation
+    assert len(lines) == len(IMPLEMENTATIONS)  # one per registered implementation (seven)
     first = shlex.split(lines[0])
     assert first[0] == "NSYS_NVTX_PROFILER_REGISTER_ONLY=0"
     assert value_after(first, "--trace") == "cuda,nvtx,osrt"

@@ -1,15 +1,16 @@
 """What a collective of n bytes costs: latency + n / bandwidth, fitted from a trace's own calls.
 
 The calls of one run are serial on their rank's communication stream (GPU: one NCCL stream; CPU: gloo's
-worker runs one collective at a time), so a call's service time is measured from its *effective* start,
-the later of its arrival and the end of the rank's previous call, to its end, minus the time it waited
-for the last rank to arrive (pairing.py). Those transfer times are fitted by least squares, one line per
-message-size range (the distinct sizes, smallest first, grouped greedily into ranges at most RANGE_FACTOR
-wide; a range gets a line when its sizes span at least MIN_SPREAD), and one line over all calls. A size
-inside a range's sizes takes that range's line; above every range, the largest range's line (large
-messages are bandwidth-bound there too); below every range, the smallest's; between ranges, the
-overall line. Latency and per-byte time are clamped at zero: a line that would need a negative one is
-refitted with it at zero.
+worker runs one collective at a time), so a call's service time is measured from its *effective* start, the
+later of its arrival and the end of the rank's previous call, to its end, minus the time it waited for the
+last rank to arrive (pairing.py). Those transfer times are fitted by least squares, one line per message-size
+range (the distinct sizes, smallest first, grouped greedily into ranges at most RANGE_FACTOR wide; a range
+gets a line when its sizes span at least MIN_SPREAD), and one line over all calls. A size inside a range's
+sizes takes that range's line; above every range, the largest range's line if that range holds the largest
+recorded size (large messages are bandwidth-bound there too); below every range, the smallest's if it holds
+the smallest recorded size; anywhere else (between ranges, or beyond a range past recorded sizes that made no
+line of their own), the overall line. Latency and per-byte time are clamped at zero: a line that would need a
+negative one is refitted with it at zero.
 """
 
 from __future__ import annotations
@@ -59,8 +60,12 @@ class CommCost:
         if not self.ranges:
             return out
         lowest, highest = self.ranges[0], self.ranges[-1]
-        out = np.where(n < lowest.lo_bytes, lowest.predict_ns(n), out)
-        out = np.where(n > highest.hi_bytes, highest.predict_ns(n), out)
+        # beyond the ranges, a range's line extends only past the recorded sizes it holds itself: sizes
+        # recorded outside every range (too few to make a line) are known to the overall line alone
+        if lowest.lo_bytes <= self.overall.lo_bytes:
+            out = np.where(n < lowest.lo_bytes, lowest.predict_ns(n), out)
+        if highest.hi_bytes >= self.overall.hi_bytes:
+            out = np.where(n > highest.hi_bytes, highest.predict_ns(n), out)
         for line in self.ranges:
             inside = (n >= line.lo_bytes) & (n <= line.hi_bytes)
             out = np.where(inside, line.predict_ns(n), out)

@@ -251,4 +251,6 @@ def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorde
     print(
         f"overall {line.latency_ns / 1e3:.1f} us + {line.bandwidth_gbps:.3f} GB/s; median error {np.median(errors):.2f}"
     )
-    assert np.median(np.abs(result.cost.predict_ns(sizes) - medians) / medians) < 0.5
+    # (a size whose calls all ended before their rank's previous one has median transfer 0: no ratio to take)
+    moved = medians > 0
+    assert np.median(np.abs(result.cost.predict_ns(sizes[moved]) - medians[moved]) / medians[moved]) < 0.5

@@ -66,6 +66,20 @@ def test_each_message_size_range_gets_its_own_line():
     np.testing.assert_allclose(cost.predict_ns(sizes), ns, rtol=1e-9)
     # a size between the ranges comes from the overall line
     assert cost.predict_ns([1e5])[0] == pytest.approx(cost.overall.predict_ns([1e5])[0])
+    # beyond the ranges, a range's line extends from the recorded extreme it holds
+    assert cost.predict_ns([1.6e7])[0] == pytest.approx(50_000 + 1.6e7 * 0.25)
+    assert cost.predict_ns([500])[0] == pytest.approx(5_000 + 500 * 2.0)
+
+
+def test_a_size_recorded_beyond_every_range_is_predicted_by_the_overall_line():
+    # 64-256 KiB make a range; 5 MiB was recorded alone (no line of its own): the range's flat line must
+    # not be stretched 20x over it, as it had been (a recorded 10.7 ms all-reduce predicted at 1.0 ms)
+    sizes = np.array([65_536, 131_072, 262_144, 5_120_000, 5_120_000])
+    ns = np.array([439_000, 446_000, 467_000, 10_696_000, 10_700_000])
+    cost = fit_cost(sizes, ns)
+    assert [(r.lo_bytes, r.hi_bytes) for r in cost.ranges] == [(65_536, 262_144)]
+    assert cost.predict_ns([5_120_000])[0] == pytest.approx(cost.overall.predict_ns([5_120_000])[0])
+    assert cost.predict_ns([5_120_000])[0] == pytest.approx(10_698_000, rel=0.05)
 
 
 def test_serial_starts_wait_for_the_previous_call_on_the_same_rank():

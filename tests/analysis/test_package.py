@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import analysis
+from tests.support.imports import runtime_import_nodes
 
 PACKAGE = Path(analysis.__file__).parent
 # what each folder may import from the package (type-only imports under `if TYPE_CHECKING:` aside)
@@ -59,18 +60,8 @@ def test_the_package_check_sees_profiling_import_analysis(tmp_path):
 
 def imported_stages(path: Path) -> set[str]:
     """The analysis sub-packages a module imports at run time (any depth, not under TYPE_CHECKING)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for branch in ast.walk(tree)
-        if isinstance(branch, ast.If) and ast.unparse(branch.test).endswith("TYPE_CHECKING")
-        for stmt in branch.body
-        for node in ast.walk(stmt)
-    }
     names = []
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in runtime_import_nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module)
         elif isinstance(node, ast.Import):
@@ -115,18 +106,8 @@ def runtime_imports(path: Path) -> set[str]:
     """The analysis modules a module imports at run time, deferred imports inside functions included
     (TYPE_CHECKING-only imports aside): `from analysis.x import y` counts analysis.x.y when that is a
     module, else analysis.x."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for branch in ast.walk(tree)
-        if isinstance(branch, ast.If) and ast.unparse(branch.test).endswith("TYPE_CHECKING")
-        for stmt in branch.body
-        for node in ast.walk(stmt)
-    }
     found = set()
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in runtime_import_nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("analysis"):
             for alias in node.names:
                 sub = f"{node.module}.{alias.name}"

@@ -8,6 +8,7 @@ import pytest
 
 import ddp
 from ddp.strategies import registry
+from tests.support.imports import runtime_import_nodes
 
 PACKAGE = Path(ddp.__file__).parent
 # what each folder may import from the package at run time
@@ -24,18 +25,8 @@ MODULE_OF = {"torch": "torch_ddp"}
 
 def imported_folders(path: Path) -> set[str]:
     """The ddp sub-packages a module imports (at any depth in the module, TYPE_CHECKING blocks aside)."""
-    tree = ast.parse(path.read_text())
-    typing_only = {
-        id(node)
-        for branch in ast.walk(tree)
-        if isinstance(branch, ast.If) and ast.unparse(branch.test).endswith("TYPE_CHECKING")
-        for stmt in branch.body
-        for node in ast.walk(stmt)
-    }
     names = []
-    for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
+    for node in runtime_import_nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             names += [node.module] if node.module != "ddp" else [f"ddp.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):

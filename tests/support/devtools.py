@@ -21,21 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from analysis.views.chromium import find_chromium
+from tests.support.html_check import CHROMIUM_FLAGS
 
 FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
+    *CHROMIUM_FLAGS,  # headless, offline, WebGL (plotly's scattergl) in software without a GPU
     "--disable-extensions",
     "--disable-default-apps",
-    "--enable-unsafe-swiftshader",  # WebGL (plotly's scattergl) in software, without a GPU
-    "--use-angle=swiftshader",
-    "--hide-scrollbars",
     "--mute-audio",
     # Any host name resolves to nothing: a page that tries the network fails fast instead of waiting.
     "--host-resolver-rules=MAP * ~NOTFOUND",

@@ -9,6 +9,7 @@ of every implementation, fastest first, on one time scale, backward outlined), p
 results.db (SQLite: tables traces, ranks, steps keyed by trace path + content hash, so re-runs add
 history without duplicating rows).
 Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
+A veneer over the library: `open_runs(paths).report(folder)` (engine/report_folder.py) writes the same.
 
     python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
 
@@ -20,108 +21,21 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from analysis import cli
-from analysis.engine.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
-from analysis.engine.session import OpenRuns
-from analysis.errors import TraceError
-from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE
-from analysis.views.export import Image, check_export, refuse_existing, write_images
-from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.views.html_report import write_index
-from analysis.views.lanes import Selection
-from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_history
+from analysis.views.report_files import SUMMARY_COLUMNS
 from analysis.views.table import print_frame
 
 FORMATS = ("table", "csv", "json")
 FORMATS_IMG = ("png", "svg")  # --png / --svg
-IMAGES = "img"  # the report folder's image subfolder
-TIMELINE_PX = 1600  # image width of the timeline pages (the index's figures: export.DEFAULT_WIDTH_PX)
 
 
 def progress(message: str) -> None:
     print(f"[report] {message}", file=sys.stderr, flush=True)
-
-
-def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
-    """timelines/<name>.html per (label, name) of a trace, numbered when two traces share a name."""
-    names: dict[str, str] = {}
-    seen: dict[str, int] = {}
-    for label, name in traces:
-        n = seen.get(name, 0)
-        seen[name] = n + 1
-        names[label] = f"timelines/{name}{'' if n == 0 else f'_{n}'}.html"
-    return names
-
-
-def write_timelines(
-    out: Path,
-    runs: OpenRuns,
-    results: list[AnalyzedTrace],
-    summary: pd.DataFrame,
-    selection: Selection,
-    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
-) -> tuple[dict, str | None, list[Image]]:
-    """One overview timeline per trace and, with two traces or more, the side-by-side page (one step of
-    each, fastest first); returns the per-trace links, the side-by-side page's name (or None) and the
-    pages' figures as images to export (img/<page name>)."""
-    from analysis.views.compare_page import compare_panel, write_compare
-    from analysis.views.html_report import label_colours
-    from analysis.views.timeline_page import trace_panel, write_timeline
-
-    names = timeline_names([(r.path, r.name) for r in results])
-    labels = dict(zip(summary["trace"], summary["label"], strict=True))
-    colours = label_colours(summary)
-    compared = {}
-    images = []
-    for r in results:
-        t0 = time.perf_counter()
-        trace = runs.trace(r.index)
-        label = labels[str(r.path)]
-        panel, _ = trace_panel(
-            r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns, colour=colours[label]
-        )
-        _, fig = write_timeline(
-            [panel], out / names[r.path], f"Timeline: {trace.implementation}", selection, plotly_js=plotly_js
-        )
-        images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
-        if len(results) > 1:
-            compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, runs.patterns)
-        progress(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
-    if not compared:
-        return names, None, images
-    order = [x for x in summary["label"] if x in compared]  # fastest first
-    _, fig = write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js)
-    images.append(Image(fig, out / IMAGES / Path(COMPARE_PAGE).stem, TIMELINE_PX))
-    return names, COMPARE_PAGE, images
-
-
-def collectives_blocks(
-    runs: OpenRuns,
-    results: list[AnalyzedTrace],
-    summary: pd.DataFrame,
-    peak_busbw: float | None,
-    args: argparse.Namespace,
-) -> list:
-    """The index page's Collectives section (views/report_collectives.py), one entry per run, fastest
-    first, from the same loaded runs."""
-    from analysis.views.html_report import label_colours
-    from analysis.views.report_collectives import CollectivesEntry, collectives_section
-
-    by_trace = {str(r.path): r for r in results}
-    colours = label_colours(summary)
-    view = runs.collectives(rank=args.rank, step=args.step)
-    entries = []
-    for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per run
-        r = by_trace[path]
-        mine = view.only(r.analysis.summary["path"].iloc[0])
-        entries.append(CollectivesEntry(label, runs.trace(r.index), mine, r.analysis.steps, colours[label]))
-    return collectives_section(entries, peak_busbw, runs.patterns)
 
 
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
@@ -195,53 +109,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analysis.engine.report_folder import RunsFailed
     from analysis.engine.report_runs import hashed_file
+    from analysis.engine.session import report_failures
 
     if args.baseline is not None or args.fail_if:
         from analysis.report_gate import run_gate  # the CI gate: compare two runs, write nothing
 
         return run_gate(args)
-    out, patterns = args.output, cli.patterns_from(args)
-    if args.peak_busbw is not None and not args.peak_busbw > 0:
-        raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
-    runs = cli.open_from_args(args, "[report]", task=partial(hashed_file, patterns=patterns), needs_events=True)
-    pages = [] if args.no_timelines else list(timeline_names([(r.label, r.name) for r in runs.runs]).values())
-    if pages and len(runs.runs) > 1:
-        pages.append(COMPARE_PAGE)
-    check_out_dir(out, pages, args.self_contained)  # fail before the (slow) analysis when we can
-    formats = [f for f in FORMATS_IMG if getattr(args, f)]
-    chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before the analysis
-    results, bad = analyze_all(runs, args.step, args.rank)
-    if bad:
-        return 2  # each bad file's error is printed above; nothing is written
-    summary = summary_frame(results)
-    check_out_dir(out, pages, args.self_contained)  # every output, before writing any
-    ours = (out / "index.html").is_file()  # check_out_dir let it pass: the folder is a report of ours
-    out.mkdir(parents=True, exist_ok=True)
-    record_history(out / "results.db", results, summary)  # first: the one that can refuse late
-    selection = Selection(step=args.step, rank=args.rank)
-    plotly_js = PlotlyJs(self_contained=args.self_contained, folder=out)
-    links, side, images = (
-        ({}, None, []) if args.no_timelines else write_timelines(out, runs, results, summary, selection, plotly_js)
-    )
-    index, figures = write_index(
-        out / "index.html",
-        summary,
-        steps_frame(results, summary),
-        links,
-        (side, "Side by side: " + ", ".join(summary["label"])) if side else None,
-        collectives_blocks(runs, results, summary, args.peak_busbw, args),
-        plotly_js,
-    )
-    summary[SUMMARY_COLUMNS].to_csv(out / "summary.csv", index=False)
-    progress(f"wrote {out / 'results.db'}, {index}, {out / 'summary.csv'}")
-    if formats:
-        images += [Image(f, out / IMAGES / f"index_{f.layout.meta['image']}") for f in figures]
-        refuse_existing(images, formats, ours)
-        t0 = time.perf_counter()
-        written = write_images(images, formats, chromium)
-        progress(f"wrote {len(written)} images into {out / IMAGES} ({time.perf_counter() - t0:.1f} s)")
-    cli.emit(lambda: print_summary(summary, args.format))
+    task = partial(hashed_file, patterns=cli.patterns_from(args))  # files analysed in tasks come back hashed
+    runs = cli.open_from_args(args, "[report]", task=task, needs_events=True)
+    try:
+        result = runs.report(
+            args.output,
+            step=args.step,
+            rank=args.rank,
+            timelines=not args.no_timelines,
+            peak_busbw=args.peak_busbw,
+            self_contained=args.self_contained,
+            images=[f for f in FORMATS_IMG if getattr(args, f)],
+            progress=progress,
+        )
+    except RunsFailed as e:
+        report_failures(e.results)  # each failed run's error, one line each, as every CLI prints them
+        return 2
+    cli.emit(lambda: print_summary(result.summary, args.format))
     return 0
 
 

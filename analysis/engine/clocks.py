@@ -21,7 +21,7 @@ import pandas as pd
 
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import CLOCK_NOTE_KEY, CLOCK_OFFSET_KEY, Trace
-from analysis.measures.clock_offsets import OffsetEstimate, collective_ends, estimate_offsets
+from analysis.measures.clock_offsets import OffsetEstimate, collective_times, estimate_offsets
 from analysis.measures.collective_calls import call_times
 
 
@@ -65,9 +65,9 @@ def clock_alignment(parts: Sequence[PartClock]) -> list[PartAlignment]:
     if not parts:
         return []
     first = parts[0].recorded_offset_ns
-    ends = [collective_ends(p.calls) if p.calls is not None and len(p.calls) else None for p in parts]
+    times = [collective_times(p.calls) if p.calls is not None and len(p.calls) else None for p in parts]
     out = []
-    for part, estimate in zip(parts, estimate_offsets(ends), strict=True):
+    for part, estimate in zip(parts, estimate_offsets(times), strict=True):
         recorded = int(part.recorded_offset_ns - first)
         trusted = estimate.samples >= MIN_SAMPLES and estimate.error_ns <= MAX_TRUSTED_ERROR_NS
         disagrees = trusted and abs(estimate.offset_ns - recorded) > estimate.error_ns

@@ -10,14 +10,18 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import Analysis, selected
 from analysis.engine.file_task import FileResult, analyze_file
-from analysis.engine.session import OpenRuns, report_failures
+from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+
+if TYPE_CHECKING:
+    from analysis.engine.session import OpenRuns
 
 
 @dataclass(frozen=True)
@@ -52,15 +56,12 @@ def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
     return replace(analyze_file(path, patterns), sha256=content_hash(path))
 
 
-def analyze_all(
-    runs: OpenRuns, step: int | None = None, rank: int | None = None
-) -> tuple[list[AnalyzedTrace], list[str]]:
-    """Every run analysed (runs.results()) and hashed, only step/rank when given (a TraceError naming
-    what the runs have when they lack it); prints each bad run's error and returns (results, bad files)."""
+def analyze_all(runs: OpenRuns, step: int | None = None, rank: int | None = None) -> list[AnalyzedTrace]:
+    """Every run analysed (runs.results()) and hashed, only step/rank when given; a TraceError naming
+    what the runs have when they lack it, or the failed runs' errors when a run failed."""
     done = runs.results()
-    bad = report_failures(done)
-    if bad:
-        return [], bad
+    if runs.errors():
+        raise TraceError("; ".join(runs.errors()))
     runs.overlap(step, rank)  # the one check of step and rank, across every run
     results = []
     for i, r in enumerate(done):
@@ -71,7 +72,7 @@ def analyze_all(
             continue  # a run without that rank or step: another has it
         mine = selected(r.analysis, step, rank)
         results.append(AnalyzedTrace(r.run.label, r.run.name, group_sha256(hashes), i, mine, r.run.paths))
-    return results, bad
+    return results
 
 
 def _has(result: Analysis, step: int | None, rank: int | None) -> bool:

@@ -5,6 +5,7 @@
     runs.overlap().steps            # a DataFrame: one row per rank and step
     runs.collectives().by_rank      # the collectives view
     runs.timeline_panels()          # the timeline's panels (views/timeline_page.write_timeline draws them)
+    runs.report("reports/")         # the report folder analysis.report writes (engine/report_folder.py)
 
 Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one folder, or every
 path with merge=True, are one run; files of different runs are refused). Each run is read once:
@@ -13,7 +14,8 @@ metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster 
 task (groups.analyze_groups) and the run's results are merged by the loader's rules
 (rank_merge.combine); the collectives view and the timeline, which need the run's events, then
 read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a TraceError naming
-what they have.
+what they have. Every CLI is a veneer over one of these methods: overlap (.overlap), collectives
+(.collectives), timeline (.timeline), report (.report).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -40,6 +42,9 @@ from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.phases import find_steps
 from analysis.views.lanes import Selection
+
+if TYPE_CHECKING:
+    from analysis.engine.report_folder import ReportResult
 
 
 @dataclass(frozen=True)
@@ -225,6 +230,39 @@ class OpenRuns:
         path, fig = write_timeline(panels, Path(output), title, selection, width_px, PlotlyJs(self_contained))
         notes = [r.analysis.summary["ranks_note"].iloc[0] for r in self.good() if r.analysis is not None]
         return TimelinePage(path, fig, rows, notes)
+
+    def report(
+        self,
+        out_dir: str | Path,
+        *,
+        step: int | None = None,
+        rank: int | None = None,
+        timelines: bool = True,
+        peak_busbw: float | None = None,
+        self_contained: bool = False,
+        images: Sequence[str] = (),
+        progress: Callable[[str], object] | None = None,
+    ) -> ReportResult:
+        """Write the comparison report folder `python -m analysis.report` writes (index.html, one
+        timeline per run and a side-by-side page unless timelines=False, summary.csv, results.db,
+        plotly.js beside the pages unless self_contained, img/*.png|svg for images=("png", "svg"))
+        from the runs as loaded, only step/rank when given; `progress`: called with a line per page.
+        Files in `out_dir` that this tool did not write are refused (a TraceError) before anything is
+        read or written; a run that failed raises report_folder.RunsFailed naming it. Returns what was
+        written (report_folder.ReportResult)."""
+        from analysis.engine.report_folder import write_report
+
+        return write_report(
+            self,
+            Path(out_dir),
+            step=step,
+            rank=rank,
+            timelines=timelines,
+            peak_busbw=peak_busbw,
+            self_contained=self_contained,
+            images=images,
+            progress=progress,
+        )
 
 
 @dataclass(frozen=True)

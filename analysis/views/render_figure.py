@@ -75,7 +75,17 @@ def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def _size(b: float) -> str:
-    return "" if np.isnan(b) else f" · {b / 1e6:.2f} MB" if b >= 1e5 else f" · {b / 1e3:.1f} kB"
+    return f" · {b / 1e6:.2f} MB" if b >= 1e5 else f" · {b / 1e3:.1f} kB"
+
+
+def _sizes(seg: pd.DataFrame) -> np.ndarray:
+    """' · <bytes>' of each segment that carries a byte count (NVTX comm ranges), '' elsewhere."""
+    out = np.full(len(seg), "", dtype=object)
+    if "bytes" in seg:
+        b = seg["bytes"].to_numpy(dtype=float)
+        known = np.flatnonzero(~np.isnan(b))  # formatted one by one, but only the few that have bytes
+        out[known] = [_size(x) for x in b[known]]
+    return out
 
 
 def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -87,41 +97,49 @@ def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     name = seg["name"].astype(str).str.slice(0, 80)
     merged = seg["count"] > 1
     name = name.where(~merged, seg["count"].astype(str) + " merged, first: " + name)
-    size = [_size(b) for b in seg["bytes"].to_numpy(dtype=float)] if "bytes" in seg else [""] * len(seg)
-    where = seg["phase"].astype(str) + "; " + seg["stream"].astype(str) + pd.Series(size, index=seg.index)
+    where = seg["phase"].astype(str) + "; " + seg["stream"].astype(str) + pd.Series(_sizes(seg), index=seg.index)
     return name.to_numpy(), where.to_numpy()
 
 
-def _hover_trace(seg: pd.DataFrame, origin_ns: int, category: str, visible: bool) -> go.Scattergl:
-    """Invisible markers at segment middles that carry the hover label of each segment.
+def _hover_traces(hover: pd.DataFrame, origin_ns: int, visible: bool) -> dict[str, dict]:
+    """Per category, invisible markers at segment middles that carry the hover label of each segment
+    (a scattergl trace as a dict: plotly validates it once, when the figure takes it). The labels are
+    built for the whole level at once, then split.
 
-    One per category, so the colour is a scalar: per-point colour arrays cost plotly a Python-level
-    validation per point.
+    One trace per category, so the colour is a scalar: per-point colour arrays cost plotly a
+    Python-level validation per point.
     """
-    start_ms = (seg["start"].to_numpy() - origin_ns) / 1e6
-    dur_ms = (seg["end"] - seg["start"]).to_numpy() / 1e6
-    custom = np.column_stack([start_ms, dur_ms, seg["count"].to_numpy(), seg["busy"].to_numpy() / 1e6])
-    names, where = _hover_text(seg)
-    return go.Scattergl(
-        x=(start_ms + dur_ms / 2).astype(np.float32),
-        y=seg["lane"].to_numpy(dtype=np.float32),
-        mode="markers",
-        marker=dict(size=8, opacity=0, color=category_colour(category)),
-        text=names,
-        hovertext=where,
-        customdata=custom.astype(np.float32),
-        hovertemplate=(
-            "<b>%{text}</b><br>%{hovertext}<br>start: %{customdata[0]:.3f} ms<br>duration: %{customdata[1]:.3f} ms"
-            "<br>count: %{customdata[2]}, busy %{customdata[3]:.3f} ms<extra></extra>"
-        ),
-        showlegend=False,
-        legendgroup=category,
-        name="hover",
-        visible=visible,
-    )
+    start, end = hover["start"].to_numpy(), hover["end"].to_numpy()
+    start_ms, dur_ms = (start - origin_ns) / 1e6, (end - start) / 1e6
+    custom = np.column_stack([start_ms, dur_ms, hover["count"].to_numpy(), hover["busy"].to_numpy() / 1e6])
+    custom = custom.astype(np.float32)
+    middle = (start_ms + dur_ms / 2).astype(np.float32)
+    lane = hover["lane"].to_numpy(dtype=np.float32)
+    names, where = _hover_text(hover)
+    return {
+        category: dict(
+            type="scattergl",
+            x=middle[rows],
+            y=lane[rows],
+            mode="markers",
+            marker=dict(size=8, opacity=0, color=category_colour(category)),
+            text=names[rows],
+            hovertext=where[rows],
+            customdata=custom[rows],
+            hovertemplate=(
+                "<b>%{text}</b><br>%{hovertext}<br>start: %{customdata[0]:.3f} ms<br>duration: %{customdata[1]:.3f} ms"
+                "<br>count: %{customdata[2]}, busy %{customdata[3]:.3f} ms<extra></extra>"
+            ),
+            showlegend=False,
+            legendgroup=category,
+            name="hover",
+            visible=visible,
+        )
+        for category, rows in _category_rows(hover).items()
+    }
 
 
-def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) -> go.Scattergl | None:
+def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) -> dict | None:
     """The step number written on each step range whose visible part holds it, in the middle of that part."""
     steps = seg.loc[seg["category"] == "step"]
     lo, hi = panel.window_ns
@@ -130,7 +148,8 @@ def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) 
     wide = (e - s) >= label_px * panel_pixel_ns(panel, width_px)
     if not wide.any():
         return None
-    return go.Scattergl(  # WebGL like the lanes: SVG text would sit under their canvas
+    return dict(  # WebGL like the lanes: SVG text would sit under their canvas
+        type="scattergl",
         x=((s + e)[wide] / 2 - panel.origin_ns) / 1e6,
         y=steps["lane"].to_numpy()[wide],
         mode="text",
@@ -143,16 +162,26 @@ def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) 
     )
 
 
-def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str]) -> list:
-    """Every trace of one level of a panel: per category its lines and hover markers, and step labels."""
+def _category_rows(seg: pd.DataFrame) -> dict[str, np.ndarray]:
+    """The positions of each category's segments, in their order."""
+    return seg.groupby(seg["category"].astype(str), sort=False).indices
+
+
+def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str]) -> list[dict]:
+    """Every trace of one level of a panel (dicts, validated once by the figure): per category its
+    lines and hover markers, and step labels."""
     pixel_ns = panel_pixel_ns(panel, width_px)
     seg = panel.segments if panel.merged_pixel_ns == pixel_ns else merge_subpixel(panel.segments, pixel_ns)
-    out: list = []
-    for category in category_order(seg["category"].astype(str).unique()):
-        part = seg.loc[seg["category"] == category]
-        x, y = _line_xy(part, panel.origin_ns)
+    # One label per few pixels is all a mouse can pick. Merging runs per (lane, category), so one merge
+    # of the whole level gives each category what merging it alone would.
+    hover = _hover_traces(merge_subpixel(seg, pixel_ns * HOVER_PX), panel.origin_ns, visible)
+    lines = _category_rows(seg)
+    out: list[dict] = []
+    for category in category_order(list(lines)):
+        x, y = _line_xy(seg.iloc[lines[category]], panel.origin_ns)
         out.append(
-            go.Scattergl(
+            dict(
+                type="scattergl",
                 x=x,
                 y=y,
                 mode="lines",
@@ -167,20 +196,36 @@ def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str
         )
         if visible:
             in_legend.add(category)
-        hover = merge_subpixel(part, pixel_ns * HOVER_PX)  # one label per few pixels is all a mouse can pick
-        out.append(_hover_trace(hover, panel.origin_ns, category, visible))
+        out.append(hover[category])
     labels = _step_labels(seg, panel, width_px, visible)
     return [*out, labels] if labels is not None else out
 
 
-def _rank_bands(fig: go.Figure, panel: Panel, row: int) -> None:
-    """A faint band behind every other rank's lanes, so the eye keeps ranks apart (one shape per rank)."""
+def _rank_bands(panel: Panel, axes: tuple[str, str]) -> list[dict]:
+    """A faint band behind every other rank's lanes, so the eye keeps ranks apart (one shape per rank,
+    as plotly's add_hrect draws it: the subplot's whole width)."""
     span = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
-    for i, (top, bottom) in enumerate(zip(span["min"], span["max"], strict=True)):
-        if i % 2:
-            fig.add_hrect(
-                y0=top - 0.5, y1=bottom + 0.5, row=row, col=1, fillcolor="#f3f3f3", line_width=0, layer="below"
-            )
+    return [
+        dict(
+            fillcolor="#f3f3f3",
+            layer="below",
+            line=dict(width=0),
+            type="rect",
+            x0=0,
+            x1=1,
+            xref=f"{axes[0]} domain",
+            y0=top - 0.5,
+            y1=bottom + 0.5,
+            yref=axes[1],
+        )
+        for i, (top, bottom) in enumerate(zip(span["min"], span["max"], strict=True))
+        if i % 2
+    ]
+
+
+def _axes(row: int) -> tuple[str, str]:
+    """The x and y axis references ('x2', 'y2') of the figure's subplot at (row, 1) of one column."""
+    return ("x", "y") if row == 1 else (f"x{row}", f"y{row}")
 
 
 def _ms_range(panels: list[Panel]) -> list[float]:
@@ -241,18 +286,23 @@ def build_figure(
     )
     in_legend: set[str] = set()
     is_overview: list[bool] = []
+    traces: list[dict] = []
+    shapes: list[dict] = []
+    axes_layout: dict[str, dict] = {}
     for row, panel in enumerate(panels, start=1):
+        axes = _axes(row)
         levels = [(panel, True), *([(panel.overview, False)] if panel.overview is not None else [])]
+        drawn = 0
         for level, visible in levels:
             for trace in _panel_traces(level, width_px, visible, in_legend):
-                fig.add_trace(trace, row=row, col=1)
+                traces.append({**trace, "xaxis": axes[0], "yaxis": axes[1]})
                 is_overview.append(not visible)
-        _rank_bands(fig, panel, row)
-        highlight_bands(fig, panel, row, in_legend)
+                drawn += 1
+        if drawn:  # add_hrect skipped subplots without traces
+            shapes += _rank_bands(panel, axes)
+        shapes += highlight_bands(panel, axes, in_legend)
         n_lanes = max(len(panel.lanes), 1)
-        fig.update_yaxes(
-            row=row,
-            col=1,
+        axes_layout["yaxis" if row == 1 else f"yaxis{row}"] = dict(
             tickmode="array",
             tickvals=panel.lanes["lane"].tolist(),
             ticktext=panel.lanes["label"].tolist(),
@@ -262,14 +312,20 @@ def build_figure(
             zeroline=False,
             tickfont=dict(size=10),
         )
-    # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
-    fig.update_xaxes(showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels))
-    fig.update_xaxes(title_text=x_title, row=len(panels), col=1)
+        # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
+        axes_layout["xaxis" if row == 1 else f"xaxis{row}"] = dict(
+            showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels)
+        )
+    axes_layout["xaxis" if len(panels) == 1 else f"xaxis{len(panels)}"]["title"] = dict(text=x_title)
+    # Everything in one go: each add_trace, add_shape or update re-validates what the figure holds.
+    fig.add_traces(traces)
     top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
     fig.update_annotations(
         x=0, xanchor="left", xref="paper", align="left"
     )  # titles from the plot's left edge, clear of the legend
     fig.update_layout(
+        **axes_layout,
+        shapes=shapes,
         height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
         template="plotly_white",
         hovermode="closest",

@@ -8,17 +8,15 @@ from analysis.views.palette import BACKWARD_SPAN, PHASE_COLOURS
 from contract import BACKWARD
 
 if TYPE_CHECKING:
-    import plotly.graph_objects as go
-
     from analysis.views.render_figure import Panel
 
 MAX_BANDS = 400  # more highlight bands than this (a long run's steps x ranks) are not drawn at all
 BAND_COLOUR = PHASE_COLOURS[BACKWARD]
 
 
-def highlight_bands(fig: go.Figure, panel: Panel, row: int, in_legend: set[str]) -> None:
-    """Each highlight span as a band behind its rank's lanes, outlined so it shows where lanes cover it;
-    one legend entry for all panels."""
+def highlight_bands(panel: Panel, axes: tuple[str, str], in_legend: set[str]) -> list[dict]:
+    """Each highlight span as a band (a layout shape on the panel's `axes`, 'x2', 'y2') behind its rank's
+    lanes, outlined so it shows where lanes cover it; one legend entry for all panels."""
     lo, hi = (panel.overview or panel).window_ns  # what the panel can show: its step, or its whole run
     spans = panel.highlight.assign(
         start=panel.highlight["start"].clip(lower=lo), end=panel.highlight["end"].clip(upper=hi)
@@ -26,7 +24,7 @@ def highlight_bands(fig: go.Figure, panel: Panel, row: int, in_legend: set[str])
     lanes = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
     spans = spans.loc[spans["rank"].isin(lanes.index) & (spans["end"] > spans["start"])]
     if spans.empty or len(spans) > MAX_BANDS:
-        return
+        return []
     top = lanes.loc[spans["rank"], "min"].to_numpy() - 0.5
     bottom = lanes.loc[spans["rank"], "max"].to_numpy() + 0.5
     x0 = (spans["start"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
@@ -34,8 +32,8 @@ def highlight_bands(fig: go.Figure, panel: Panel, row: int, in_legend: set[str])
     key = "highlight: " + panel.highlight_name  # apart from the category of the same name
     first = key not in in_legend
     in_legend.add(key)
-    xref, yref = _axis_refs(fig, row)
-    bands = [
+    xref, yref = axes
+    return [
         dict(
             type="rect",
             xref=xref,
@@ -54,12 +52,3 @@ def highlight_bands(fig: go.Figure, panel: Panel, row: int, in_legend: set[str])
         )
         for i, (a, b, t, u) in enumerate(zip(x0, x1, top, bottom, strict=True))
     ]
-    # one assignment: fig.add_shape re-validates every shape already there, so a band per call made a
-    # whole run's 400 bands cost ~40 s of CPU; the list costs ~0.1 s
-    fig.update_layout(shapes=[*fig.layout.shapes, *bands])
-
-
-def _axis_refs(fig: go.Figure, row: int) -> tuple[str, str]:
-    """The x and y axis references ('x2', 'y2') of the figure's subplot at (row, 1)."""
-    subplot = fig.get_subplot(row, 1)
-    return subplot.xaxis.plotly_name.replace("axis", ""), subplot.yaxis.plotly_name.replace("axis", "")

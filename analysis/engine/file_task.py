@@ -22,6 +22,7 @@ from analysis.frames.patterns import Patterns
 from analysis.measures import intervals as iv
 from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import Calls, find_calls
+from analysis.measures.comm_recognition import CommEvidence, comm_evidence
 from analysis.measures.phases import find_steps
 
 
@@ -34,7 +35,8 @@ class FileResult:
     export's target info): what the run's metadata and the shared-GPU flags of the merged run are
     computed from; `calls`: the file's collective calls on its own clock, compute cut to the calls
     (`calls_to_ship`), for the wait/transfer split; `name`: the trace's implementation as the loader
-    names the file alone."""
+    names the file alone; `comm`: what the run's "no communication recognised" note is written from
+    (comm_recognition.merged_evidence of the run's files)."""
 
     path: str
     analysis: Analysis
@@ -50,6 +52,7 @@ class FileResult:
     sha256: str = ""
     calls: Calls | None = None
     name: str = ""
+    comm: CommEvidence | None = None
 
 
 def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
@@ -81,6 +84,7 @@ def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps:
         trace.info.get(0, {}),
         calls=calls_to_ship(calls),
         name=trace.implementation,
+        comm=comm_evidence(trace, patterns or Patterns()),
     )
 
 

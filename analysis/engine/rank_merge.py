@@ -34,6 +34,7 @@ from analysis.frames.trace import KERNELS, NS_PER_MS, RANGES, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import Calls
 from analysis.measures.collective_rows import SPLIT_CALL_COLUMNS, split_rows, with_comm_split
+from analysis.measures.comm_recognition import comm_note, merged_evidence
 from analysis.measures.metrics import SPLIT_METRICS
 from analysis.measures.pairing import world_size
 
@@ -108,7 +109,7 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     spread = across_ranks(frames["steps"], {i: results[i].step_ranges for i in kept}, {i: shifts[i] for i in kept})
     frames = {name: frame.drop(columns="part") for name, frame in frames.items()}
     summary = trace_summary(run, frames["steps"])
-    summary["comm_note"] = _run_comm_note([results[i].analysis.summary for i in kept])
+    summary["comm_note"] = _run_comm_note([results[i] for i in kept], world_size(run.meta, len(run.ranks)))
     ranks_of_part = {int(p): sorted(g["global_rank"].tolist()) for p, g in ranks.groupby("part")}
     summary["clock_note"] = clock_note(alignment, ranks_of_part)
     summary["phases"] = run_phases(
@@ -117,10 +118,12 @@ def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merge
     return Merged(Analysis(**frames, summary=summary), spread)
 
 
-def _run_comm_note(summaries: Sequence[pd.DataFrame]) -> str:
-    """The files' "no communication recognised" note when every file has one (the first's), else ''."""
-    notes = [str(s["comm_note"].iloc[0]) if "comm_note" in s and len(s) else "" for s in summaries]
-    return notes[0] if notes and all(notes) else ""
+def _run_comm_note(results: Sequence[FileResult], world: int) -> str:
+    """The run's "no communication recognised" note, written from its files' evidence merged exactly as
+    a one-piece load writes it from the whole run (comm_recognition.comm_note)."""
+    if any(r.comm is None for r in results):
+        raise ValueError("combine needs each file's communication evidence (FileResult.comm)")
+    return comm_note(merged_evidence([r.comm for r in results if r.comm is not None]), world)
 
 
 def run_phases(summaries: Sequence[pd.DataFrame], ranks: Sequence[list[int]]) -> str:

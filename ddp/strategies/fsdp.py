@@ -9,9 +9,11 @@ tied across modules) stay replicated and are all-reduced as their gradients arri
 
 Every rank must run the same units in the same order, and give every replicated parameter a gradient or none on all
 ranks alike (as PyTorch's FSDP requires): the collectives pair up by issue order, so a unit or parameter used on
-some ranks only stalls the step until the process-group timeout (the launcher then names the collective). A step
-allocates the gather buffers' memory, and each unit's flat float32 gradient, which is let go once its
-reduce-scatter is seen complete (on gloo: at `finish_gradient_synchronization()`). A unit's collectives are
+some ranks only stalls the step until the process-group timeout (the launcher then names the collective). After the
+first step, a step allocates nothing of its own but the gather buffers' memory (each all-gather regrows its unit's
+buffer, each free gives it back): a unit's flat float32 gradient is written into one of a few buffers allocated once
+and shared by the units in turn (ddp.strategies.gradient_buffers), the reduce-scatter writes into the shard's
+gradient, the cast send buffers are the unit's own. A unit's collectives are
 `comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end ranges whose payload is the padded unit in the
 dtype on the wire (nccl-tests' convention, contract/names.py): weights travel in `compute_dtype`, gradients in
 float32 (reduced without rounding to the compute dtype).
@@ -30,6 +32,7 @@ from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, comm_wait_range, sh
 from ddp.comm import inflight, nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll, FutureLess, has_future
 from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
+from ddp.strategies.gradient_buffers import GradientBuffers
 from ddp.strategies.memory import storage_key
 from ddp.strategies.shard_units import ShardSpec, find_units
 from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, cast_floating, cast_hooks
@@ -71,7 +74,10 @@ class FSDP(DataParallelBase):
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
         wire = compute_dtype or torch.float32
         self._meter = GatheredMeter()
-        self.states = [UnitState(u, wire, self._meter) for u in units]
+        like = units[0].shard if units else torch.empty(0)
+        largest = max((u.padded_numel for u in units), default=0)
+        self._grad_buffers = GradientBuffers(largest, like.dtype, like.device, self._reclaim_gradient_buffer)
+        self.states = [UnitState(u, wire, self._meter, self._grad_buffers) for u in units]
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
         self._recorded = False
         self._pending_ar: list[PendingAllReduce] = []
@@ -139,29 +145,44 @@ class FSDP(DataParallelBase):
         self._wait_gather(state)
 
     def _post_backward(self, state: UnitState) -> None:
-        if state.reduce is not None:
+        if state.scattered:
             raise RuntimeError(ACCUMULATION_ERROR)
         self._poll.poll()
         self._drop_reduced_inputs()
         state.free()
-        grad = state.sink.grad
+        grad = state.flat
         assert grad is not None
         _, name = self._names[id(state)]
         size = nbytes(grad)
         slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
         seq = inflight.begin(name)
         work = self._track(_reduce_scatter(state.unit.grad, grad, group=self.group, async_op=True), seq, slot, range_id)
-        state.reduce = Pending(slot, work)
+        state.reduce, state.scattered = Pending(slot, work), True
         self._rs_issued.append(state)
         if self._recorded and state in self._order:
             backward_order = self._order[::-1]
             self._prefetch(backward_order, backward_order.index(state))
 
     def _drop_reduced_inputs(self) -> None:
-        """Let go of the flat gradients whose reduce-scatter completed (their part is in the shard's grad)."""
+        """Give back the flat gradient buffers whose reduce-scatter completed (their part is in the shard's grad)."""
         for state in self._rs_issued:
-            if state.sink.grad is not None and state.reduce is not None and state.reduce.work.is_completed():
-                state.sink.grad = None
+            if state.flat is not None and state.reduce is not None and state.reduce.work.is_completed():
+                state.let_go_of_gradient()
+
+    def _reclaim_gradient_buffer(self) -> bool:
+        """Wait for the oldest reduce-scatter whose input buffer is still held, and give that buffer back."""
+        for state in self._rs_issued:
+            if state.flat is not None:
+                self._finish_reduce(state)
+                return True
+        return False
+
+    def _finish_reduce(self, state: UnitState) -> None:
+        if state.reduce is not None:
+            self.comm.wait(state.reduce.slot, state.reduce.work)
+            self._poll.settle(state.reduce.work)
+            state.reduce = None
+        state.let_go_of_gradient()
 
     def _on_replicated_grad(self, p: torch.Tensor, name: str) -> None:
         if any(pending.tensor is p.grad for pending in self._pending_ar):
@@ -171,10 +192,7 @@ class FSDP(DataParallelBase):
     @torch.no_grad()
     def _synchronize(self) -> None:
         for state in self._rs_issued:
-            assert state.reduce is not None
-            self.comm.wait(state.reduce.slot, state.reduce.work)
-            self._poll.settle(state.reduce.work)
-            state.reduce = None
+            self._finish_reduce(state)
             state.take_mean_gradient(self.world_size)
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
@@ -244,8 +262,9 @@ class FSDP(DataParallelBase):
         return self._meter.peak
 
     def comm_buffers(self) -> list[torch.Tensor]:
-        """The shards cast to `compute_dtype` for sending (none in fp32: the shard itself is sent)."""
-        return [s.send for s in self.states if s.send is not s.unit.shard]
+        """The flat float32 gradient buffers (ddp.strategies.gradient_buffers), and the shards cast to
+        `compute_dtype` for sending (none in fp32: the shard itself is sent)."""
+        return [*self._grad_buffers.buffers, *(s.send for s in self.states if s.send is not s.unit.shard)]
 
     def holds_weights(self, tensor: torch.Tensor) -> bool:
         """Saved for backward inside a unit's gathered weights (counted in `gathered`), or the base's rule."""

@@ -93,6 +93,16 @@ class ShardUnit:
         """Each parameter as a view of the gathered flat vector `full`, in its own shape."""
         return [full[p.offset : p.offset + p.numel].view(p.shape) for p in self.params]
 
+    def gaps(self) -> list[tuple[int, int]]:
+        """The [start, stop) ranges of the flat vector no parameter covers (alignment and padding)."""
+        ends = [(p.offset, p.offset + p.numel) for p in self.params] + [(self.padded_numel, self.padded_numel)]
+        gaps, at = [], 0
+        for start, stop in ends:
+            if start > at:
+                gaps.append((at, start))
+            at = stop
+        return gaps
+
     def full_params(self, full: torch.Tensor) -> dict[str, torch.Tensor]:
         """The gathered float32 vector cut into parameters, under their names (copies)."""
         return {p.name: view.clone() for p, view in zip(self.params, self.views(full), strict=True)}

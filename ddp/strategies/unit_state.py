@@ -1,12 +1,12 @@
 """One FSDP unit at run time (ddp.strategies.fsdp): its gather buffer, what is in flight for it, and the casts of
 `compute_dtype`.
 
-The gathered weights live in `full`, a leaf tensor that requires grad: the module's parameters are views
-of it during forward, so autograd accumulates one flat float32 gradient in `sink.grad` however often the unit runs, and
-the post-accumulate hook of `sink` says when the unit's backward is over. Between uses its storage is resized to
-0 bytes (the saved views stay valid and see the data again once it is regathered); the collectives write
-through `raw`, an alias without autograd's version counter, so regathering is not an in-place change that
-autograd would refuse.
+The gathered weights live in `full`; during forward the module's parameters are views of it made by `Unflatten`,
+whose backward writes their gradients into one flat float32 buffer however often the unit runs, and the
+post-accumulate hook of the empty leaf `sink` (an input of every `Unflatten` call) says when the unit's backward
+is over. Between uses the storage of `full` is resized to 0 bytes (the saved views stay valid and see the data
+again once it is regathered); the collectives write through `raw`, an alias without autograd's version
+counter, so regathering is not an in-place change that autograd would refuse.
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ddp.strategies.base import ACCUMULATION_ERROR
+from ddp.strategies.gradient_buffers import GradientBuffers
 from ddp.strategies.shard_units import ShardUnit
 
 
@@ -31,21 +33,37 @@ class Pending:
 
 
 class Unflatten(torch.autograd.Function):
-    """The gathered flat vector -> its parameters as views; backward assembles one float32 flat gradient
-    (zeros in the padding): gradients are reduced in float32 whatever the compute dtype."""
+    """The gathered flat vector -> its parameters as views. Backward writes their gradients, in float32 whatever
+    the compute dtype, into the unit's flat gradient buffer (`UnitState.flat`, taken from the shared
+    GradientBuffers on the unit's first gradient of the step, zeros between and after the parameters) and adds
+    those of later calls of the same unit to it. The leaf `sink` gets an empty gradient: it is there for its
+    post-accumulate hook, which autograd runs once every call's backward has contributed."""
 
     @staticmethod
-    def forward(ctx: Any, sink: torch.Tensor, full: torch.Tensor, unit: ShardUnit) -> tuple[torch.Tensor, ...]:
-        ctx.unit = unit
-        return tuple(unit.views(full))
+    def forward(ctx: Any, sink: torch.Tensor, full: torch.Tensor, state: UnitState) -> tuple[torch.Tensor, ...]:
+        ctx.state = state
+        ctx.set_materialize_grads(False)  # a parameter the unit did not use: nothing to allocate for it
+        return tuple(state.unit.views(full))
 
     @staticmethod
-    def backward(ctx: Any, *grads: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        unit: ShardUnit = ctx.unit
-        flat = grads[0].new_zeros(unit.padded_numel, dtype=unit.shard.dtype)
-        for p, g in zip(unit.params, grads, strict=True):
-            flat[p.offset : p.offset + p.numel].copy_(g.reshape(-1))
-        return flat, None, None
+    @torch.no_grad()
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> tuple[torch.Tensor, None, None]:
+        state: UnitState = ctx.state
+        if state.scattered:  # its gradient is already on the wire, from the buffer this would write into
+            raise RuntimeError(ACCUMULATION_ERROR)
+        flat, first = state.flat, state.flat is None
+        if flat is None:
+            flat = state.flat = state.buffers.take(state)[: state.unit.padded_numel]
+            for start, stop in state.gaps:
+                flat[start:stop].zero_()
+        for view, g in zip(state.unit.views(flat), grads, strict=True):
+            if g is not None and first:
+                view.copy_(g)
+            elif g is not None:
+                view.add_(g)
+            elif first:
+                view.zero_()
+        return state.no_grad, None, None
 
 
 @dataclass
@@ -63,17 +81,19 @@ class GatheredMeter:
 class UnitState:
     """A unit's buffers (allocated once) and its collectives of the current step."""
 
-    def __init__(self, unit: ShardUnit, wire: torch.dtype, meter: GatheredMeter):
-        self.unit, self.meter = unit, meter
+    def __init__(self, unit: ShardUnit, wire: torch.dtype, meter: GatheredMeter, buffers: GradientBuffers):
+        self.unit, self.meter, self.buffers = unit, meter, buffers
         like = unit.shard
         self.full = torch.empty(unit.padded_numel, dtype=wire, device=like.device)
         self.raw = self.full.data  # same storage, no version counter shared with `full`
         self._bytes = self.full.untyped_storage().nbytes()
         self.full.untyped_storage().resize_(0)  # gathered on demand (`gather_buffers`)
-        # Autograd's leaf for the unit: float32, the gathered shape, no memory of its own; its .grad is the
-        # unit's flat gradient and its post-accumulate hook fires once the unit's backward is over.
-        self.sink = torch.empty(unit.padded_numel, dtype=like.dtype, device=like.device).requires_grad_()
-        self.sink.untyped_storage().resize_(0)
+        # Autograd's leaf for the unit, empty: its post-accumulate hook fires once the unit's backward is over.
+        self.sink = torch.empty(0, dtype=like.dtype, device=like.device).requires_grad_()
+        self.no_grad = torch.empty(0, dtype=like.dtype, device=like.device)  # the gradient Unflatten gives it
+        self.flat: torch.Tensor | None = None  # this step's flat float32 gradient (a GradientBuffers buffer)
+        self.gaps = unit.gaps()
+        self.scattered = False  # its reduce-scatter was issued this step
         self.send = torch.empty(unit.shard_numel, dtype=wire, device=like.device) if wire != like.dtype else unit.shard
         self.gather: Pending | None = None
         self.reduce: Pending | None = None
@@ -100,7 +120,7 @@ class UnitState:
 
     def show_gathered(self, grad_enabled: bool) -> None:
         """Point the module's parameter attributes at views of the gathered weights."""
-        views = Unflatten.apply(self.sink, self.full, self.unit) if grad_enabled else self.unit.views(self.full)
+        views = Unflatten.apply(self.sink, self.full, self) if grad_enabled else self.unit.views(self.full)
         for p, view in zip(self.unit.params, views, strict=True):
             self.unit.show(p, view)
 
@@ -110,10 +130,17 @@ class UnitState:
             assert p.piece is not None
             self.unit.show(p, p.piece)
 
+    def let_go_of_gradient(self) -> None:
+        """Its reduce-scatter completed: the flat gradient's buffer may serve another unit."""
+        if self.flat is not None:
+            self.buffers.give_back(self)
+            self.flat = None
+
     def take_mean_gradient(self, world_size: int) -> None:
         """After the reduce-scatter: the shard's float32 gradient is the mean; the pieces point at it."""
         self.unit.grad.div_(world_size)
         self.sink.grad = None
+        self.scattered = False
         self.unit.give_grads()
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from analysis import analyze, analyze_trace, overlap, report
-from analysis.engine import dask_run, parallel
+from analysis.engine import dask_run, parallel, report_folder
 from analysis.engine.clocks import PartClock, clock_shifts
 from analysis.engine.file_task import analyze_file
 from analysis.engine.parallel import Progress, default_jobs, run_tasks, task_memory
@@ -328,8 +328,8 @@ def _db_rows(path: Path) -> dict:
 @pytest.mark.slow  # starts a process pool
 def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files, tmp_path, capsys, monkeypatch):
     writers = []
-    real = report.record_history
-    monkeypatch.setattr(report, "record_history", lambda *a: writers.append(os.getpid()) or real(*a))
+    real = report_folder.record_history
+    monkeypatch.setattr(report_folder, "record_history", lambda *a: writers.append(os.getpid()) or real(*a))
     inputs = [*rank_files, rank_files[0].parent / "single.sqlite"]
     write_ddp_trace(inputs[-1], n_kernels=4_000, n_ranks=2, n_steps=2)
     for jobs in ("1", "2"):

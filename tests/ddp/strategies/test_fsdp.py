@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from ddp.launch.launcher import launch
+from ddp.strategies.gradient_buffers import KEEP
 from tests.ddp.strategies import fsdp_cases
 
 pytestmark = pytest.mark.slow  # every test reads the runs of spawned ranks (module fixture)
@@ -184,7 +185,8 @@ def test_memory_parts_count_shards_and_the_gathered_high_water_mark(logs, case):
     units = sorted((e["all_gather_bytes"] for e in layout), reverse=True)
     depth = 1 if case == "prefetch1" else 2
     assert units[0] <= memory["gathered"] <= sum(units[:depth])  # at most `prefetch` units gathered at once
-    assert memory["comm_buffers"] == (shards // 2 if case == "bf16" else 0)  # the shards cast for sending
+    largest = max(e["padded_numel"] for e in layout) * 4  # the flat float32 gradient buffers, KEEP of them
+    assert memory["comm_buffers"] == KEEP * largest + (shards // 2 if case == "bf16" else 0)  # + shards cast to send
 
 
 # ---- 3 ranks, and around plain training -------------------------------------------------------------------

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from contract import MEMORY_PARTS
 from ddp.launch.launcher import launch
 from ddp.strategies import registry
+from ddp.strategies.gradient_buffers import KEEP
 from ddp.strategies.memory import MIB, MemoryParts, SavedTensorBytes, optimizer_state_bytes as state_bytes
 from ddp.training.loop import make_optimizer, train_step
 from ddp.training.models import build_model
@@ -169,15 +170,16 @@ def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -
             for off, n in places
         )
         gathered = F32 * max(a[0] + b[0] for a, b in itertools.pairwise(layout))
+        comm = KEEP * F32 * max(padded for padded, _ in layout)  # the flat gradient buffers the units share
     else:  # torch_fsdp: FSDP2 pads each parameter's dim 0 to a multiple of the world size (the toy's need none)
         shard = owned = sum(p.numel() for p in net.parameters()) // world
-        gathered = None
+        gathered, comm = None, 0
     count = len(list(net.parameters()))
     figures = {
         "parameters": F32 * shard,
         "gradients": F32 * shard,
         "optimizer_state": F32 * (2 * owned + count),
-        "comm_buffers": 0,
+        "comm_buffers": comm,
         "activations": expected_toy_figures("naive", False, 0, world, batch)["activations"],
     }
     return figures if gathered is None else {**figures, "gathered": gathered}

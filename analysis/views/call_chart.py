@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 from analysis.frames.trace import NS_PER_MS, RANGES
 from analysis.measures import intervals as iv
 from analysis.views import palette
+from analysis.views.figure_dicts import trusted_figure
 
 TOP_CALLS = 20  # calls drawn on their own row; the rest share the "others" row
 ROW_PX = 22
@@ -152,7 +153,7 @@ def calls_figure(
         name="issue (CPU)",
         hovertemplate="%{y}<br>issued at %{x:.3f} ms<extra></extra>",
     )
-    fig = go.Figure([*_bars(kept, names, t0, noun), *others, issue])
+    fig = trusted_figure([*_bars(kept, names, t0, noun), *others, issue])
     tail = None
     if backward is not None:
         b0, b1 = ((np.asarray(backward, dtype=float) - t0) / NS_PER_MS).tolist()
@@ -185,12 +186,11 @@ def calls_figure(
     if row is not None and step_start_ns is not None:
         ends.append(float(row["step_ms"]))
     fig.update_layout(
-        template="plotly_white",
         barmode="overlay",
         height=max(300, 170 + ROW_PX * len(order)),
-        title=dict(text=step_sentence(label, step, rank, row, mean, tail, noun), font_size=14),
+        title=dict(text=step_sentence(label, step, rank, row, mean, tail, noun), font=dict(size=14)),
         xaxis=dict(
-            title="ms from the step's start" if step_start_ns is not None else "ms from the first issue",
+            title=dict(text="ms from the step's start" if step_start_ns is not None else "ms from the first issue"),
             range=[0, max(ends) * 1.02],
         ),
         margin=dict(t=90, b=60),

@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.views import palette
+from analysis.views.figure_dicts import trusted_figure
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, write_page
 
 TABLE_COLUMNS = {  # summary column -> heading, format
@@ -96,7 +97,7 @@ def table_html(summary: pd.DataFrame, links: dict[str, str]) -> str:
 def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
     """Stacked bars: where a mean step's time goes, per implementation."""
     parts = breakdown(summary)
-    fig = go.Figure(
+    fig = trusted_figure(
         [
             go.Bar(
                 name=label,
@@ -110,10 +111,9 @@ def breakdown_figure(summary: pd.DataFrame) -> go.Figure:
     )
     fig.update_layout(
         barmode="stack",
-        template="plotly_white",
         height=420,
-        yaxis_title="ms per step (mean)",
-        title="Where a step's time goes",
+        yaxis=dict(title=dict(text="ms per step (mean)")),
+        title=dict(text="Where a step's time goes"),
         meta=dict(image="step_breakdown"),
         margin=dict(t=60, b=60),
         xaxis=label_ticks(parts["label"].tolist(), label_colours(summary)),
@@ -126,7 +126,7 @@ def spread_figure(steps: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
     summary's order (fastest first) and the implementations' colours."""
     colours = label_colours(summary)
     groups = dict(tuple(steps.groupby("label", sort=False)))
-    fig = go.Figure(
+    fig = trusted_figure(
         [
             go.Box(
                 y=groups[label]["step_ms"],
@@ -143,10 +143,9 @@ def spread_figure(steps: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
         ]
     )
     fig.update_layout(
-        template="plotly_white",
         height=380,
-        yaxis_title="step ms (each rank and step)",
-        title="Per-step spread",
+        yaxis=dict(title=dict(text="step ms (each rank and step)")),
+        title=dict(text="Per-step spread"),
         meta=dict(image="step_spread"),
         showlegend=False,
         margin=dict(t=60, b=60),

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
+from analysis.views.figure_dicts import subplot_layout, trusted_figure
 from analysis.views.render_binning import check_segments, merge_subpixel
 from analysis.views.render_highlight import highlight_bands
 from analysis.views.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
@@ -234,9 +234,9 @@ def _ms_range(panels: list[Panel]) -> list[float]:
     return [lo, hi]
 
 
-def _level_buttons(fig: go.Figure, panels: list[Panel], is_overview: list[bool], plot_px: int) -> None:
+def _level_buttons(layout: dict, panels: list[Panel], is_overview: list[bool], plot_px: int) -> list[dict]:
     """Buttons above the first panel: each panel's step, or each panel's whole run (x range and traces)."""
-    axes = [k for k in fig.layout if k.startswith("xaxis")]
+    axes = [k for k in layout if k.startswith("xaxis")]
     whole = [p.overview or p for p in panels]
     step_label = "one step" + (" each" if len(panels) > 1 else "")
     buttons = [
@@ -250,22 +250,20 @@ def _level_buttons(fig: go.Figure, panels: list[Panel], is_overview: list[bool],
             ("whole run", True, _ms_range(whole)),
         )
     ]
-    fig.update_layout(
-        updatemenus=[
-            dict(
-                type="buttons",
-                direction="right",
-                buttons=buttons,
-                x=0,
-                xanchor="left",
-                y=1 + 62 / plot_px,
-                yanchor="bottom",
-                pad=dict(t=0, b=0, l=0, r=0),
-                showactive=True,
-                active=0,
-            )
-        ]
-    )
+    return [
+        dict(
+            type="buttons",
+            direction="right",
+            buttons=buttons,
+            x=0,
+            xanchor="left",
+            y=1 + 62 / plot_px,
+            yanchor="bottom",
+            pad=dict(t=0, b=0, l=0, r=0),
+            showactive=True,
+            active=0,
+        )
+    ]
 
 
 def build_figure(
@@ -276,7 +274,7 @@ def build_figure(
         raise ValueError("build_figure needs at least one panel")
     heights = [max(len(p.lanes), 1) * LANE_PX + PANEL_GAP_PX for p in panels]
     plot_px = sum(heights)
-    fig = make_subplots(
+    layout = subplot_layout(
         rows=len(panels),
         cols=1,
         shared_xaxes=True,
@@ -288,7 +286,6 @@ def build_figure(
     is_overview: list[bool] = []
     traces: list[dict] = []
     shapes: list[dict] = []
-    axes_layout: dict[str, dict] = {}
     for row, panel in enumerate(panels, start=1):
         axes = _axes(row)
         levels = [(panel, True), *([(panel.overview, False)] if panel.overview is not None else [])]
@@ -302,7 +299,7 @@ def build_figure(
             shapes += _rank_bands(panel, axes)
         shapes += highlight_bands(panel, axes, in_legend)
         n_lanes = max(len(panel.lanes), 1)
-        axes_layout["yaxis" if row == 1 else f"yaxis{row}"] = dict(
+        layout["yaxis" if row == 1 else f"yaxis{row}"].update(
             tickmode="array",
             tickvals=panel.lanes["lane"].tolist(),
             ticktext=panel.lanes["label"].tolist(),
@@ -313,28 +310,25 @@ def build_figure(
             tickfont=dict(size=10),
         )
         # Start on the chosen window, not on the neighbouring steps' ranges that reach into it.
-        axes_layout["xaxis" if row == 1 else f"xaxis{row}"] = dict(
+        layout["xaxis" if row == 1 else f"xaxis{row}"].update(
             showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels)
         )
-    axes_layout["xaxis" if len(panels) == 1 else f"xaxis{len(panels)}"]["title"] = dict(text=x_title)
-    # Everything in one go: each add_trace, add_shape or update re-validates what the figure holds.
-    fig.add_traces(traces)
+    layout["xaxis" if len(panels) == 1 else f"xaxis{len(panels)}"]["title"] = dict(text=x_title)
+    for title in layout["annotations"]:  # titles from the plot's left edge, clear of the legend
+        title.update(x=0, xanchor="left", xref="paper", align="left")
     top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
-    fig.update_annotations(
-        x=0, xanchor="left", xref="paper", align="left"
-    )  # titles from the plot's left edge, clear of the legend
-    fig.update_layout(
-        **axes_layout,
+    layout.update(
         shapes=shapes,
         height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
-        template="plotly_white",
         hovermode="closest",
         margin=dict(l=170, r=LEGEND_PX, t=top, b=BOTTOM_PX),
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
     )
     if any(is_overview):
-        _level_buttons(fig, panels, is_overview, plot_px)
-    return fig
+        layout["updatemenus"] = _level_buttons(layout, panels, is_overview, plot_px)
+    # One unchecked hand-over (figure_dicts.py): every add_trace, add_shape or update call re-validates
+    # what the figure holds, and the panels' traces are many.
+    return trusted_figure(traces, layout)
 
 
 def count_drawn_segments(fig: go.Figure) -> int:

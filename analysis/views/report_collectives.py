@@ -24,6 +24,7 @@ from analysis.measures.phases import find_steps
 from analysis.views import palette
 from analysis.views.call_chart import call_noun, calls_figure
 from analysis.views.export import image_name
+from analysis.views.figure_dicts import trusted_figure
 from analysis.views.lanes import representative_step
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def busbw_figure(
     known = calls[calls["busbw_gbps"].notna()]
     labels = list(dict.fromkeys(known["label"]))
     colours = colours or palette.implementation_colours(labels)
-    fig = go.Figure()
+    fig = trusted_figure()
     for label, group in known.groupby("label", sort=False):
         fig.add_trace(
             go.Scatter(
@@ -68,12 +69,11 @@ def busbw_figure(
     if peak_busbw:
         fig.add_hline(y=peak_busbw, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
     fig.update_layout(
-        template="plotly_white",
         height=420,
-        title="Bus bandwidth vs message size (each call, each rank)",
+        title=dict(text="Bus bandwidth vs message size (each call, each rank)"),
         meta=dict(image="busbw"),
-        xaxis=dict(type="log", title="bytes"),
-        yaxis=dict(type="log", title="busbw GB/s"),
+        xaxis=dict(type="log", title=dict(text="bytes")),
+        yaxis=dict(type="log", title=dict(text="busbw GB/s")),
         margin=dict(t=60, b=60),
     )
     return fig
@@ -137,7 +137,7 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | 
         if f"transfer_{fam}_ms" in per
     ]
     waiting = go.Bar(name=f"{noun}s only waiting for the last rank", x=x, y=per["waiting_ms"], marker_color=WAIT_COLOUR)
-    fig = go.Figure([*moving, waiting])
+    fig = trusted_figure([*moving, waiting])
     if steps is not None and len(steps):
         length = per.merge(steps[["step", "rank", "step_ms"]], on=["step", "rank"], how="left")["step_ms"]
         fig.add_trace(
@@ -152,10 +152,9 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | 
         )
     fig.update_layout(
         barmode="stack",
-        template="plotly_white",
         height=360,
-        yaxis=dict(title="ms of the step", rangemode="tozero"),
-        title=f"{html.escape(label)}: collectives per step, in ms of the step",
+        yaxis=dict(title=dict(text="ms of the step"), rangemode="tozero"),
+        title=dict(text=f"{html.escape(label)}: collectives per step, in ms of the step"),
         margin=dict(t=60, b=80),
     )
     return fig

@@ -15,7 +15,6 @@ import pandas as pd
 
 from analysis import cli
 from analysis.errors import TraceError
-from analysis.measures.gate import parse_rule
 from analysis.views.table import format_table
 
 COLUMNS = {
@@ -30,16 +29,12 @@ COLUMNS = {
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    from analysis.engine.compare import compare
+    from analysis.engine.compare import check_apart, compare, rules_of
 
     if args.baseline is None:
         raise TraceError("--fail-if needs --baseline OLD...: the run to compare against")
-    try:
-        rules = [parse_rule(text) for text in args.fail_if]
-    except ValueError as e:
-        raise TraceError(str(e)) from None
-    if {Path(p).resolve() for p in args.paths} & {p.resolve() for p in args.baseline}:
-        raise TraceError("a trace is given as both new and baseline")
+    rules = rules_of(args.fail_if)
+    check_apart(args.paths, args.baseline)
     result = compare([Path(p) for p in args.paths], args.baseline, rules, cli.patterns_from(args))
     rows = result.rows()
     if args.format == "json":

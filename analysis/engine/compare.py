@@ -19,9 +19,9 @@ from analysis.engine.analyze import analyze_trace
 from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import NS_PER_MS
+from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures.collective_calls import find_calls
-from analysis.measures.gate import Rule, breached, change, unknown_metrics
+from analysis.measures.gate import Rule, breached, change, parse_rule, unknown_metrics
 
 RUN_METRICS = ["step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "backward_overlap_ms", "idle_ms"]
 IDENTITY = ["implementation", "model", "world_size"]
@@ -119,7 +119,11 @@ def run_figures(paths: Iterable[str | Path], patterns: Patterns | None = None) -
     files = tuple(str(p) for p in paths)
     if not files:
         raise TraceError("no trace path given")
-    trace = load_trace(files, patterns)
+    return trace_figures(load_trace(files, patterns), files, patterns)
+
+
+def trace_figures(trace: Trace, paths: Iterable[str | Path], patterns: Patterns | None = None) -> RunFigures:
+    """The metrics of a run already loaded from `paths` (its whole capture: no step, rank or skip)."""
     analysis = analyze_trace(trace, patterns)
     summary = analysis.summary.iloc[0].to_dict()
     metrics = {k: float(summary[k]) for k in RUN_METRICS if k in summary}
@@ -130,7 +134,7 @@ def run_figures(paths: Iterable[str | Path], patterns: Patterns | None = None) -
     for op, ns in calls.assign(ns=durations).groupby("op")["ns"].sum().items():  # one per collective kind
         metrics[f"comm_ms:{op}"] = float(ns / NS_PER_MS / rank_steps)
     about = {k: _plain_id(summary.get(k)) for k in IDENTITY}
-    return RunFigures(files, about, metrics)
+    return RunFigures(tuple(str(p) for p in paths), about, metrics)
 
 
 def _plain_id(value: object) -> object:
@@ -148,9 +152,42 @@ def compare(
     patterns: Patterns | None = None,
 ) -> Comparison:
     """The new run against the baseline; a rule naming a metric neither run has is a TraceError."""
-    result = Comparison(run_figures(new, patterns), run_figures(baseline, patterns), tuple(rules))
+    return compare_figures(run_figures(new, patterns), run_figures(baseline, patterns), rules)
+
+
+def compare_figures(new: RunFigures, baseline: RunFigures, rules: Iterable[Rule] = ()) -> Comparison:
+    """The Comparison of two runs' figures; a rule naming a metric neither run has is a TraceError."""
+    result = Comparison(new, baseline, tuple(rules))
     missing = unknown_metrics(list(result.rules), {**result.new.metrics, **result.baseline.metrics})
     if missing:
         known = ", ".join(sorted({*result.new.metrics, *result.baseline.metrics}))
         raise TraceError(f"--fail-if: no metric {missing[0]!r} in these runs (known: {known})")
     return result
+
+
+def rules_of(texts: Iterable[str | Rule]) -> list[Rule]:
+    """--fail-if texts (or Rules) as Rules; a TraceError naming a malformed one."""
+    try:
+        return [parse_rule(t) if isinstance(t, str) else t for t in texts]
+    except ValueError as e:
+        raise TraceError(str(e)) from None
+
+
+def check_apart(new: Iterable[str | Path], baseline: Iterable[str | Path]) -> None:
+    """Refuse a file given as both the new run and the baseline."""
+    if {Path(p).resolve() for p in new} & {Path(p).resolve() for p in baseline}:
+        raise TraceError("a trace is given as both new and baseline")
+
+
+def compare_loaded(
+    trace: Trace,
+    paths: Iterable[str | Path],
+    baseline: Iterable[str | Path],
+    fail_if: Iterable[str | Rule] = (),
+    patterns: Patterns | None = None,
+) -> Comparison:
+    """The gate for a new run already loaded from `paths` (read no more) against the baseline's files."""
+    rules = rules_of(fail_if)
+    old = [Path(p) for p in baseline]
+    check_apart(paths, old)
+    return compare_figures(trace_figures(trace, paths, patterns), run_figures(old, patterns), rules)

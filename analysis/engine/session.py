@@ -6,6 +6,7 @@
     runs.collectives().by_rank      # the collectives view
     runs.timeline_panels()          # the timeline's panels (views/timeline_page.write_timeline draws them)
     runs.report("reports/")         # the report folder analysis.report writes (engine/report_folder.py)
+    runs.compare(["old.sqlite"], ["step_ms:+5%"])  # the baseline gate (analysis.report --baseline)
 
 Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one folder, or every
 path with merge=True, are one run; files of different runs are refused). Each run is read once:
@@ -13,14 +14,14 @@ serially (jobs=1, no Dask) its files are loaded in one piece and the loaded trac
 metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each file is a
 task (groups.analyze_groups) and the run's results are merged by the loader's rules
 (rank_merge.combine); the collectives view and the timeline, which need the run's events, then
-read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a TraceError naming
-what they have. Every CLI is a veneer over one of these methods: overlap (.overlap), collectives
-(.collectives), timeline (.timeline), report (.report).
+read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a
+TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
+(.overlap), collectives (.collectives), timeline (.timeline), report (.report; with --baseline,
+engine/compare.compare, whose figures .compare shares).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,7 @@ from analysis.measures.phases import find_steps
 from analysis.views.lanes import Selection
 
 if TYPE_CHECKING:
+    from analysis.engine.compare import Comparison
     from analysis.engine.report_folder import ReportResult
 
 
@@ -264,6 +266,16 @@ class OpenRuns:
             progress=progress,
         )
 
+    def compare(self, baseline: Iterable[str | Path], fail_if: Iterable[str] = ()) -> Comparison:
+        """The baseline gate (`analysis.report NEW --baseline OLD`) for these runs, which must be one run:
+        per-metric deltas, `.verdict()` and `.failed` for the `fail_if` rules ("exposed_comm_ms:+10%"),
+        the new run's figures from its load here (engine/compare.py); writes nothing."""
+        from analysis.engine.compare import compare_loaded
+
+        if len(self.runs) != 1:
+            raise TraceError(f"the gate compares one run; these paths are {len(self.runs)} runs")
+        return compare_loaded(self.trace(0), self.runs[0].paths, baseline, fail_if, self.patterns)
+
 
 @dataclass(frozen=True)
 class TimelinePage:
@@ -274,19 +286,6 @@ class TimelinePage:
     figure: Any
     panels: list
     notes: list[str]
-
-
-def report_failures(results: Sequence[RunResult]) -> list[str]:
-    """Print each failed run's one-line error, then, when there were several, a closing line naming
-    every failed file; returns the failed files."""
-    errors = [r.error for r in results if r.error is not None]
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-    bad = [str(p) for r in results for p in r.failed]
-    if len(errors) > 1:  # one error line already names its file(s)
-        total = sum(len(r.run.paths) for r in results)
-        print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
-    return bad
 
 
 def open_runs(

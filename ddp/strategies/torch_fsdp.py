@@ -16,7 +16,6 @@ every other wrapper's. A gloo group has no averaging reduce-scatter: there it su
 from __future__ import annotations
 
 import math
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -30,6 +29,7 @@ from torch.distributed.tensor import DTensor
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
 from ddp.strategies.base import DataParallelBase, nbytes
+from ddp.strategies.fsdp2_gathered import GatheredMemory, fsdp_params_of
 from ddp.strategies.memory import MemoryParts, storage_bytes
 
 ShardSpec = tuple[type[nn.Module], ...] | Callable[[nn.Module], bool]
@@ -72,7 +72,7 @@ class TorchFSDP(DataParallelBase):
             fully_shard(unit, mp_policy=mp)
             unit.set_custom_all_gather(TimedAllGather(self, tag))  # type: ignore[operator]
             unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag))  # type: ignore[operator]
-        self._gathered_live = self._gathered_peak = 0  # bytes of all-gather outputs alive (TimedAllGather)
+        self.gathered = GatheredMemory(fsdp_params_of(unit for _, unit in self.units))
         # FSDP2 replaced the parameters by DTensors: the base's list must name the new objects.
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
@@ -104,26 +104,14 @@ class TorchFSDP(DataParallelBase):
         return entries
 
     def memory_parts(self) -> MemoryParts:
-        """This rank's shards (padded, as FSDP2 stores them) and their gradients, and as `gathered` the most
-        bytes of all-gather outputs alive at once so far (FSDP2 copies each out into its unit's unsharded
-        parameters, which are not counted here)."""
+        """This rank's shards (padded, as FSDP2 stores them) and their gradients, and as `gathered` the most bytes
+        of all-gather outputs and unsharded parameter copies alive at once so far (ddp.strategies.fsdp2_gathered)."""
         seen: set[tuple[str, int]] = set()
         return MemoryParts(
             parameters=storage_bytes([*self.module.parameters(), *self.module.buffers()], seen),
             gradients=storage_bytes((p.grad for p in self.module.parameters()), seen),
-            gathered=self._gathered_peak,
+            gathered=self.gathered.peak,
         )
-
-    def track_gathered(self, buffer: torch.Tensor) -> torch.Tensor:
-        """Count `buffer` (an all-gather output) as alive until it is garbage."""
-        size = nbytes(buffer)
-        self._gathered_live += size
-        self._gathered_peak = max(self._gathered_peak, self._gathered_live)
-        weakref.finalize(buffer, self._release_gathered, size)
-        return buffer
-
-    def _release_gathered(self, size: int) -> None:
-        self._gathered_live -= size
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
@@ -158,7 +146,7 @@ class TimedAllGather(AllGather):
         self.owner, self.name = owner, comm_range(ALL_GATHER, tag)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return self.owner.track_gathered(torch.empty(size, dtype=dtype, device=device))
+        return self.owner.gathered.track_flat(torch.empty(size, dtype=dtype, device=device))
 
     def __call__(
         self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup, async_op: bool = False

@@ -119,7 +119,30 @@ def test_bad_options_and_a_step_the_runs_lack_write_nothing(traces, tmp_path):
 def test_a_run_that_fails_is_named_and_nothing_is_written(traces, tmp_path):
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a trace")
-    with pytest.raises(RunsFailed, match="bad.sqlite") as caught:
+    with pytest.raises(RunsFailed, match=r"bad\.sqlite") as caught:
         open_runs([traces[0], bad]).report(tmp_path / "r")
     assert [r.error is not None for r in caught.value.results] == [False, True]
     assert not (tmp_path / "r").exists()
+
+
+def test_the_gate_on_open_runs_says_what_the_cli_gate_says(traces, tmp_path, capsys, reads):
+    """runs.compare(baseline): the same JSON as `analysis.report NEW --baseline OLD --format json`, the
+    new run's figures from the load the report already made (one read of each file in all)."""
+    import json
+
+    rule = "exposed_comm_ms:+10%"
+    code = report.main([str(traces[1]), "--baseline", str(traces[0]), "--fail-if", rule, "--format", "json"])
+    by_cli = json.loads(capsys.readouterr().out)
+    reads.clear()
+    runs = open_runs([traces[1]])
+    runs.report(tmp_path / "r", timelines=False)
+    result = runs.compare([traces[0]], fail_if=[rule])
+    assert sorted(reads) == sorted(map(str, traces))  # the new run once (report and gate), the baseline once
+    assert result.to_json() == by_cli and code == (1 if result.failed else 0)
+    assert result.verdict() == by_cli["verdict"]
+    with pytest.raises(TraceError, match="both new and baseline"):
+        runs.compare([traces[1]])
+    with pytest.raises(TraceError, match="METRIC:LIMIT"):
+        runs.compare([traces[0]], fail_if=["step_ms"])
+    with pytest.raises(TraceError, match="one run; these paths are 2 runs"):
+        open_runs(traces).compare([traces[0]])

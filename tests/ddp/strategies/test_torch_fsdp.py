@@ -10,7 +10,7 @@ from torch import nn
 
 from ddp import TorchFSDP
 from ddp.launch.launcher import launch
-from ddp.strategies.torch_fsdp import padded_numel, unit_modules
+from ddp.strategies.torch_fsdp import ROOT_UNIT, padded_numel, unit_modules
 from tests.ddp import cases
 from tests.ddp.strategies import torch_fsdp_cases
 
@@ -150,12 +150,28 @@ def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("run", [("odd", None), ("odd", torch.bfloat16)], ids=str)
+@pytest.mark.parametrize("run", [("odd", None), ("toy", None), ("odd", torch.bfloat16)], ids=str)
 def test_memory_parts_are_the_shards_and_the_gathered_units(payloads, run):
     out = payloads[run]
     layout, memory = out["layout"], out["memory"]
     shards = sum(e["shard_bytes"] for e in layout)
     assert memory.parameters == shards  # padded local shards; `odd` has no buffer
     assert memory.gradients == shards  # float32 gradients of every (trainable) shard
-    gathers = sorted((e["all_gather_bytes"] for e in layout), reverse=True)
-    assert gathers[0] <= memory.gathered <= sum(gathers)  # at least the largest unit, at most all of them
+    padded = {e["name"]: e["all_gather_bytes"] for e in layout}
+    assert all(size == padded.get(tag, 0) for tag, size in out["at_forward"])  # a forward sees the padded unit
+    assert memory.gathered == fsdp2_gathered_peak(out["at_forward"])
+
+
+def fsdp2_gathered_peak(at_forward: list[tuple[str, int]]) -> int:
+    """The most bytes of full parameters FSDP2 holds at once, from each unit's unsharded parameter bytes seen at
+    its forward (in forward order, the root first) and FSDP2's documented lifetimes on a synchronous (CPU)
+    group: the root's parameters stay unsharded from its forward to its backward; every other unit's only
+    during its forward (and again in backward); a unit's flat all-gather output has its unsharded size and
+    lives until the next unit's copy-out has finished. So at unit i's copy-out FSDP2 holds the root, unit
+    i-1's all-gather output and unit i twice (output and copy); backward holds less (one unit and its output,
+    or one unit and the next one's prefetched output)."""
+    sizes = dict(at_forward)
+    root = sizes.get(ROOT_UNIT, 0)
+    order = [tag for tag, _ in at_forward if tag != ROOT_UNIT]
+    previous = [root, *(sizes[tag] for tag in order[:-1])]
+    return root + max((before + 2 * sizes[tag] for before, tag in zip(previous, order, strict=True)), default=0)

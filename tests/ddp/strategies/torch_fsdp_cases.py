@@ -11,6 +11,7 @@ from torch import nn
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
 from ddp.strategies import registry
+from ddp.strategies.torch_fsdp import unit_parameters
 from ddp.training.data import shard
 from ddp.training.loop import train_step
 from tests.ddp import cases
@@ -44,11 +45,12 @@ def payloads_per_step(ctx: DistContext, model: str, dtype: torch.dtype | None, s
     module = build(model, seed=ctx.rank)
     wrapper = registry.wrap("torch_fsdp", module, compute_dtype=dtype)
     opt = torch.optim.SGD(module.parameters(), lr=0.01)
+    at_forward = watch_unsharded_at_forward(wrapper)
     rec = Recorder()
     nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end = rec.range, rec.start, rec.end  # this process only
     per_step, stats = [], []
     for step in range(steps):
-        del rec.payloads[:]
+        del rec.payloads[:], at_forward[:]
         train_step(wrapper, opt, shard(cases.batch(step, 8), ctx.rank, ctx.world_size), step)
         torch.distributed.barrier()
         per_step.append([(n, p) for n, p in rec.payloads if n.startswith("comm:")])
@@ -58,7 +60,29 @@ def payloads_per_step(ctx: DistContext, model: str, dtype: torch.dtype | None, s
         n: (str(p.dtype), str(p.grad.dtype) if p.grad is not None else None) for n, p in module.named_parameters()
     }
     memory = wrapper.memory_parts()
-    return {"steps": per_step, "stats": stats, "layout": wrapper.sharded_layout(), "master": master, "memory": memory}
+    return {
+        "steps": per_step,
+        "stats": stats,
+        "layout": wrapper.sharded_layout(),
+        "master": master,
+        "memory": memory,
+        "at_forward": at_forward,
+    }
+
+
+def watch_unsharded_at_forward(wrapper) -> list[tuple[str, int]]:
+    """A list that each unit's forward fills with (its tag, the bytes of the storages behind its own parameters
+    then): a forward pre-hook registered after FSDP2's, which has put the unsharded parameters in place."""
+    seen: list[tuple[str, int]] = []
+    for tag, unit in wrapper.units:
+        names = [n for n, _ in unit_parameters(wrapper.module, unit, wrapper.units)]
+
+        def hook(_m, _args, tag=tag, names=names) -> None:
+            tensors = [wrapper.module.get_parameter(n) for n in names]
+            seen.append((tag, sum(t.untyped_storage().nbytes() for t in tensors)))
+
+        unit.register_forward_pre_hook(hook)
+    return seen
 
 
 def train_mixed(ctx: DistContext, model: str, dtype: torch.dtype, steps: int, lr: float) -> dict[str, torch.Tensor]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +16,7 @@ from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.engine.session import OpenRuns
+    from analysis.engine.session import OpenRuns, RunResult
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 TRACE_HELP = (
@@ -131,6 +131,19 @@ def short_trace(path: str) -> str:
     `trace` column tables add when two runs share an implementation name)."""
     files = str(path).split(", ")
     return Path(files[0]).name + (f" (+{len(files) - 1} files)" if len(files) > 1 else "")
+
+
+def report_failures(results: Sequence[RunResult]) -> list[str]:
+    """Print each failed run's one-line error, then, when there were several, a closing line naming
+    every failed file; returns the failed files."""
+    errors = [r.error for r in results if r.error is not None]
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+    bad = [str(p) for r in results for p in r.failed]
+    if len(errors) > 1:  # one error line already names its file(s)
+        total = sum(len(r.run.paths) for r in results)
+        print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
+    return bad
 
 
 def fail(message: str) -> int:

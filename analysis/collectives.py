@@ -159,14 +159,13 @@ def _check_chart_path(path: Path) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.session import report_failures
 
     if args.prefetch_chart:
         _check_chart_path(args.prefetch_chart)
     if args.peak_busbw is not None and not args.peak_busbw > 0:
         raise TraceError(f"--peak-busbw {args.peak_busbw}: must be a positive number of GB/s")
     runs = cli.open_from_args(args, "[collectives]", keep_traces=False, needs_events=True)
-    bad = report_failures(runs.results())
+    bad = cli.report_failures(runs.results())
     if not runs.good():
         return 2
     runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have

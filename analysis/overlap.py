@@ -195,10 +195,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.session import report_failures
 
     runs = cli.open_from_args(args, "[overlap]", keep_traces=False)
-    bad = report_failures(runs.results())
+    bad = cli.report_failures(runs.results())
     good = runs.good()
     if not good:
         return 2

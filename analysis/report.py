@@ -111,7 +111,6 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace) -> int:
     from analysis.engine.report_folder import RunsFailed
     from analysis.engine.report_runs import hashed_file
-    from analysis.engine.session import report_failures
 
     if args.baseline is not None or args.fail_if:
         from analysis.report_gate import run_gate  # the CI gate: compare two runs, write nothing
@@ -131,7 +130,7 @@ def _run(args: argparse.Namespace) -> int:
             progress=progress,
         )
     except RunsFailed as e:
-        report_failures(e.results)  # each failed run's error, one line each, as every CLI prints them
+        cli.report_failures(e.results)  # each failed run's error, one line each, as every CLI prints them
         return 2
     cli.emit(lambda: print_summary(result.summary, args.format))
     return 0

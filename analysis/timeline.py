@@ -92,7 +92,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from analysis.engine.session import report_failures
 
     check_output(
         args.output or DEFAULT_OUTPUT,
@@ -106,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     image = Image(go.Figure(), args.output.with_suffix(""), args.width)
     refuse_existing([image], formats, ours=args.output.is_file() and written_by_us(args.output))
     runs = cli.open_from_args(args, "[timeline]", needs_events=True)
-    if report_failures(runs.results()):
+    if cli.report_failures(runs.results()):
         return 2  # each bad run's error is printed above; nothing is written
     page = runs.timeline(args.output, args.step, args.rank, args.width, args.self_contained)
     rows, notes, out, fig = page.panels, page.notes, page.path, page.figure

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -60,19 +60,19 @@ def _records(frame: pd.DataFrame) -> list[dict]:
     return json.loads(frame.to_json(orient="records", double_precision=15))
 
 
-def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    by_size, by_rank, strag = [], [], []
-    for path, mine in calls.groupby("path", sort=False):  # one iteration per trace
-        by_size.append(stats.by_size(mine).assign(path=path))
-        by_rank.append(stats.by_rank(mine).assign(path=path))
-        strag.append(stats.stragglers(mine).assign(path=path))
-    frames = [
-        pd.concat(f, ignore_index=True) if f else pd.DataFrame(columns=["path"]) for f in (by_size, by_rank, strag)
-    ]
+def _per_trace(calls: pd.DataFrame, summary: Callable[[pd.DataFrame], pd.DataFrame]) -> pd.DataFrame:
+    """summary() of each trace's calls, with its path."""
+    parts = [summary(mine).assign(path=path) for path, mine in calls.groupby("path", sort=False)]  # per trace
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["path"])
+
+
+def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(by size, by rank) of each trace's calls; with `peak`, median busbw as % of it."""
+    frames = _per_trace(calls, stats.by_size), _per_trace(calls, stats.by_rank)
     if peak:
-        for f in frames[:2]:
+        for f in frames:
             f["median_busbw_pct_peak"] = 100.0 * f["median_busbw_gbps"] / peak
-    return frames[0], frames[1], frames[2]
+    return frames
 
 
 def collectives_of(
@@ -129,8 +129,8 @@ def view_of_rows(
     every_rank = calls
     if rank is not None:
         calls = calls[calls["rank"] == rank]
-    by_size, by_rank, _ = _summaries(calls, peak_busbw)
-    stragglers = _summaries(every_rank, None)[2]
+    by_size, by_rank = _summaries(calls, peak_busbw)
+    stragglers = _per_trace(every_rank, stats.stragglers)  # every rank of the kept steps, whatever `rank`
     if step is not None:
         gathers = gathers[gathers["step"] == step]
     facts_frame = pd.DataFrame(list(facts))

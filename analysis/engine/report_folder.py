@@ -60,7 +60,7 @@ class ReportResult:
 
 class RunsFailed(TraceError):
     """Some runs could not be analysed; `results`: every session.RunResult, the failed ones carrying
-    their one-line error (session.report_failures prints them as the CLIs do)."""
+    their one-line error (cli.report_failures prints them as the CLIs do)."""
 
     def __init__(self, results: Sequence):
         self.results = list(results)

@@ -14,14 +14,14 @@ serially (jobs=1, no Dask) its files are loaded in one piece and the loaded trac
 metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each file is a
 task (groups.analyze_groups) and the run's results are merged by the loader's rules
 (rank_merge.combine); the collectives view and the timeline, which need the run's events, then
-read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a TraceError naming
-what they have. Every CLI is a veneer over one of these methods: overlap (.overlap), collectives
-(.collectives), timeline (.timeline), report (.report; with --baseline, engine/compare.compare, whose figures .compare shares).
+read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a
+TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
+(.overlap), collectives (.collectives), timeline (.timeline), report (.report; with --baseline,
+engine/compare.compare, whose figures .compare shares).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -286,19 +286,6 @@ class TimelinePage:
     figure: Any
     panels: list
     notes: list[str]
-
-
-def report_failures(results: Sequence[RunResult]) -> list[str]:
-    """Print each failed run's one-line error, then, when there were several, a closing line naming
-    every failed file; returns the failed files."""
-    errors = [r.error for r in results if r.error is not None]
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr, flush=True)
-    bad = [str(p) for r in results for p in r.failed]
-    if len(errors) > 1:  # one error line already names its file(s)
-        total = sum(len(r.run.paths) for r in results)
-        print(f"error: {len(bad)} of {total} files failed: {', '.join(bad)}", file=sys.stderr, flush=True)
-    return bad
 
 
 def open_runs(

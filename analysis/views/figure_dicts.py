@@ -17,7 +17,6 @@ from typing import Any
 import plotly.graph_objects as go
 import plotly.io as pio
 from plotly.basedatatypes import BaseTraceType
-from plotly.subplots import make_subplots
 
 TEMPLATE = "plotly_white"
 
@@ -35,9 +34,47 @@ def trusted_figure(data: Sequence[dict | BaseTraceType] = (), layout: dict[str, 
     return go.Figure(data=list(data), layout=layout, _validate=False)
 
 
-def subplot_layout(**grid: Any) -> dict[str, Any]:
-    """The layout make_subplots(**grid) lays out (axes and their domains, subplot titles), as a dict
-    without plotly's default template (trusted_figure sets TEMPLATE)."""
-    layout: dict[str, Any] = make_subplots(**grid).layout.to_plotly_json()
-    layout.pop("template", None)
+def _clamped(y: float) -> float:
+    """A domain end a float error put just outside [0, 1], put back (as make_subplots does)."""
+    return 0.0 if -0.01 < y < 0.0 else 1.0 if 1.0 < y < 1.01 else y
+
+
+def stacked_layout(titles: Sequence[str], heights: Sequence[float], spacing: float) -> dict[str, Any]:
+    """The layout plotly's make_subplots(rows=len(titles), cols=1, shared_xaxes=True, row_heights=heights,
+    vertical_spacing=spacing, subplot_titles=titles) lays out, computed the way it computes it but
+    without building and validating a figure (a test compares the two): per row, top to bottom, an x
+    axis (all matching the bottom one, whose tick labels alone show) and a y axis on its share of the
+    height, and each non-empty title centred above its row."""
+    rows = len(titles)
+    if len(heights) != rows:
+        raise ValueError(f"{rows} titles but {len(heights)} heights")
+    total = float(sum(heights))
+    shares = [(1.0 - spacing * (rows - 1)) * (h / total) for h in reversed(heights)]  # bottom row first
+    layout: dict[str, Any] = {}
+    annotations = []
+    for r, title in enumerate(titles):  # r = 0: the top row
+        up = rows - 1 - r  # rows below this one
+        bottom = sum(shares[:up]) + up * spacing
+        domain = [_clamped(bottom), _clamped(bottom + shares[-1 - r])]
+        x, y = ("x", "y") if r == 0 else (f"x{r + 1}", f"y{r + 1}")
+        layout[f"xaxis{'' if r == 0 else r + 1}"] = {"anchor": y, "domain": [0.0, 1.0]}
+        layout[f"yaxis{'' if r == 0 else r + 1}"] = {"anchor": x, "domain": domain}
+        if r < rows - 1:
+            layout[f"xaxis{'' if r == 0 else r + 1}"].update(matches=f"x{rows}", showticklabels=False)
+        if title:
+            annotations.append(
+                {
+                    "font": {"size": 16},
+                    "showarrow": False,
+                    "text": title,
+                    "x": 0.5,
+                    "xanchor": "center",
+                    "xref": "paper",
+                    "y": domain[1],
+                    "yanchor": "bottom",
+                    "yref": "paper",
+                }
+            )
+    if annotations:
+        layout["annotations"] = annotations
     return layout

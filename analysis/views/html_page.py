@@ -98,15 +98,27 @@ def written_by_us(path: Path) -> bool:
         return GENERATOR in f.read(4096)
 
 
+# Bundles found to be ours in this process, by (path, size, mtime): a report's pages share one, read once.
+_VERIFIED: set[tuple[str, int, int]] = set()
+
+
+def _identity(target: Path) -> tuple[str, int, int]:
+    st = target.stat()
+    return str(target.resolve()), st.st_size, st.st_mtime_ns
+
+
 def check_plotly_file(folder: Path) -> None:
     """Refuse a folder whose PLOTLY_FILE exists with other content (a file this tool did not write)."""
     target = Path(folder) / PLOTLY_FILE
     if not target.exists():
         return
+    if target.is_file() and _identity(target) in _VERIFIED:  # unchanged since this process checked it
+        return
     if not target.is_file() or target.stat().st_size != len(plotly_bundle().encode()):
         raise TraceError(f"{target}: exists and is not this plotly.js bundle; refusing to overwrite it")
     if target.read_text(encoding="utf-8", errors="replace") != plotly_bundle():
         raise TraceError(f"{target}: exists and is not this plotly.js bundle; refusing to overwrite it")
+    _VERIFIED.add(_identity(target))
 
 
 def write_plotly_file(folder: Path) -> Path:
@@ -118,6 +130,7 @@ def write_plotly_file(folder: Path) -> Path:
         partial = target.with_name(target.name + ".partial")
         partial.write_text(plotly_bundle(), encoding="utf-8")
         partial.replace(target)  # whole or not at all
+        _VERIFIED.add(_identity(target))
     return target
 
 

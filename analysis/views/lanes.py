@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.frames.memo import once_per_trace
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures.activity import RankWork, rank_work
@@ -101,13 +102,21 @@ def _lanes(seg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"lane": np.arange(uniq.size), "label": labels, "rank": u_rank, "key": uniq})
 
 
+@once_per_trace  # a report draws each trace twice (its timeline page, its side-by-side panel)
+def trace_segments(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(cpu segments, the segments of every rank with GPU compute coloured by phase) of the whole trace,
+    numbers only (computed once per trace object: frames/memo.py; shared, not to be modified)."""
+    cpu = nvtx_segments(trace, patterns)
+    seg = pd.concat([cpu, gpu_segments(trace)], ignore_index=True)
+    seg = seg.loc[seg["rank"].to_numpy() >= 0]
+    return cpu, colour_by_phase(seg, cpu)  # a segment's colour depends on its own rank's phases alone
+
+
 def _in_view(
     trace: Trace, selection: Selection, patterns: Patterns
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[RankWork], str]:
     """(cpu segments, all segments, rank work) of the selected ranks, and the trace's name for messages."""
-    cpu = nvtx_segments(trace, patterns)
-    seg = pd.concat([cpu, gpu_segments(trace)], ignore_index=True)
-    seg = seg.loc[seg["rank"].to_numpy() >= 0]
+    cpu, seg = trace_segments(trace, patterns)
     where = str(trace.path)
     if selection.rank is not None:
         if selection.rank not in set(seg["rank"].tolist()):
@@ -129,11 +138,11 @@ class _View:
     hi: int
 
 
-def _level(trace: Trace, cpu: pd.DataFrame, seg: pd.DataFrame, works: list[RankWork], view: _View) -> pd.DataFrame:
-    """The segments of one view, strip included, not yet on lanes."""
+def _level(seg: pd.DataFrame, works: list[RankWork], view: _View) -> pd.DataFrame:
+    """The segments of one view (coloured by phase already), strip included, not yet on lanes."""
     seg = seg.loc[(seg["end"].to_numpy() > view.lo) & (seg["start"].to_numpy() < view.hi)]
     strip = strip_segments(works, view.step, view.lo, view.hi)
-    return pd.concat([colour_by_phase(seg, cpu), strip], ignore_index=True) if len(strip) else colour_by_phase(seg, cpu)
+    return pd.concat([seg, strip], ignore_index=True) if len(strip) else seg
 
 
 def _placed(trace: Trace, cpu: pd.DataFrame, seg: pd.DataFrame, lanes: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
@@ -168,7 +177,7 @@ def build_panel(
     if step is not None:
         origin, s_lo, s_hi = _window(cpu, seg, step, where, works)
         views["step"] = _View(step, s_lo, s_hi)
-    levels = {name: _level(trace, cpu, seg, works, v) for name, v in views.items()}
+    levels = {name: _level(seg, works, v) for name, v in views.items()}
     lanes = _lanes(pd.concat(list(levels.values()), ignore_index=True))
     panels = {}
     for name, view in views.items():

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.views.figure_dicts import subplot_layout, trusted_figure
+from analysis.views.figure_dicts import stacked_layout, trusted_figure
 from analysis.views.render_binning import check_segments, merge_subpixel
 from analysis.views.render_highlight import highlight_bands
 from analysis.views.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
@@ -274,14 +274,8 @@ def build_figure(
         raise ValueError("build_figure needs at least one panel")
     heights = [max(len(p.lanes), 1) * LANE_PX + PANEL_GAP_PX for p in panels]
     plot_px = sum(heights)
-    layout = subplot_layout(
-        rows=len(panels),
-        cols=1,
-        shared_xaxes=True,
-        row_heights=heights,
-        vertical_spacing=PANEL_GAP_PX / plot_px * 0.8 if len(panels) > 1 else 0.0,
-        subplot_titles=[p.title for p in panels],
-    )
+    spacing = PANEL_GAP_PX / plot_px * 0.8 if len(panels) > 1 else 0.0
+    layout = stacked_layout([p.title for p in panels], heights, spacing)  # make_subplots' grid, unvalidated
     in_legend: set[str] = set()
     is_overview: list[bool] = []
     traces: list[dict] = []
@@ -314,7 +308,7 @@ def build_figure(
             showgrid=True, gridcolor="#eeeeee", zeroline=False, range=_ms_range(panels)
         )
     layout["xaxis" if len(panels) == 1 else f"xaxis{len(panels)}"]["title"] = dict(text=x_title)
-    for title in layout["annotations"]:  # titles from the plot's left edge, clear of the legend
+    for title in layout.get("annotations", []):  # titles from the plot's left edge, clear of the legend
         title.update(x=0, xanchor="left", xref="paper", align="left")
     top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
     layout.update(

@@ -49,7 +49,8 @@ def kernel_ns_by_name(paths: list[Path]) -> dict[str, int]:
     for path in paths:
         with sqlite3.connect(path) as db:
             rows = db.execute(
-                "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName"
+                "SELECT s.value, k.end - k.start FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.shortName"
             )
             for name, ns in rows:
                 total[name] += ns

@@ -119,7 +119,7 @@ def test_bad_options_and_a_step_the_runs_lack_write_nothing(traces, tmp_path):
 def test_a_run_that_fails_is_named_and_nothing_is_written(traces, tmp_path):
     bad = tmp_path / "bad.sqlite"
     bad.write_bytes(b"not a trace")
-    with pytest.raises(RunsFailed, match="bad.sqlite") as caught:
+    with pytest.raises(RunsFailed, match=r"bad\.sqlite") as caught:
         open_runs([traces[0], bad]).report(tmp_path / "r")
     assert [r.error is not None for r in caught.value.results] == [False, True]
     assert not (tmp_path / "r").exists()

@@ -7,9 +7,11 @@ import json
 
 import plotly.graph_objects as go
 import plotly.io as pio
+import pytest
+from plotly.subplots import make_subplots
 
 from analysis import open_runs
-from analysis.views.figure_dicts import TEMPLATE, trusted_figure
+from analysis.views.figure_dicts import TEMPLATE, stacked_layout, trusted_figure
 from tests.analysis.test_timeline_traces import write_trace
 
 
@@ -58,3 +60,30 @@ def test_every_figure_of_a_report_is_unchanged_by_plotly_validation(tmp_path):
             kinds |= {t["type"] for t in fig["data"]}
             assert fig["layout"]["template"] == white, page  # every chart in the one template
     assert {"scattergl", "bar", "scatter", "box"} <= kinds  # timelines, per-call and per-step charts, spread
+
+
+@pytest.mark.parametrize(
+    "heights, spacing",
+    [
+        ([100], 0.0),
+        ([100, 200], 0.0),
+        ([100, 200], 0.1),
+        ([232, 80, 166, 400, 212], 80 / 1090 * 0.8),
+        ([1, 1000, 3], 0.01),
+    ],
+)
+def test_stacked_layout_is_what_make_subplots_lays_out(heights, spacing):
+    for titles in (
+        [f"panel {i}<br>figures" for i in range(len(heights))],
+        ["" if i % 2 else "t" for i in range(len(heights))],
+    ):
+        grid = make_subplots(
+            rows=len(heights),
+            cols=1,
+            shared_xaxes=True,
+            row_heights=heights,
+            vertical_spacing=spacing,
+            subplot_titles=titles,
+        ).layout.to_plotly_json()
+        grid.pop("template")
+        assert json.loads(json.dumps(stacked_layout(titles, heights, spacing))) == json.loads(json.dumps(grid))

@@ -132,8 +132,8 @@ class DataParallelBase(nn.Module):
         - `gradients`: the `.grad` of those parameters, as the optimizer sees them (a bucket whose views
           they are counts here whole);
         - `gathered`: `gathered_bytes()`, full-parameter buffers of a sharded strategy (0 when replicated);
-        - `comm_buffers`: `comm_buffers()` beyond what the parts above hold (flat buffers, flags, FSDP's
-          cast send buffers);
+        - `comm_buffers`: `comm_buffers()` beyond what the parts above hold (flat buffers, flags; fsdp's flat
+          gradient buffers, cast send buffers and cast parameter copies);
         - `optimizer_state` and `activations` stay 0: they are not the wrapper's, ddp.training.loop
           fills them in (ShardedOptimizer's state is this rank's share; activations are what forward
           saves for backward, less what `holds_weights` claims).

@@ -35,7 +35,7 @@ from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAll
 from ddp.strategies.gradient_buffers import GradientBuffers
 from ddp.strategies.memory import storage_key
 from ddp.strategies.shard_units import ShardSpec, find_units
-from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, cast_floating, cast_hooks
+from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, WeightCast, cast_floating, cast_hooks
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
@@ -91,8 +91,10 @@ class FSDP(DataParallelBase):
             state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
             state.unit.module.register_forward_hook(self._post_forward(state))
             state.sink.register_post_accumulate_grad_hook(lambda _t, s=state: self._post_backward(s))
+        self._casts: dict[int, WeightCast] = {}  # the other parameters' copies in compute_dtype
         if compute_dtype is not None:  # registered after the units' hooks: runs on what they put in place
-            cast_hooks(module, compute_dtype, skip=frozenset(id(p.piece) for u in units for p in u.params))
+            pieces = frozenset(id(p.piece) for u in units for p in u.params)
+            cast_hooks(module, compute_dtype, skip=pieces, casts=self._casts)
         for name, p in named:
             p.register_post_accumulate_grad_hook(lambda p, name=name: self._on_replicated_grad(p, name))
 
@@ -262,14 +264,17 @@ class FSDP(DataParallelBase):
         return self._meter.peak
 
     def comm_buffers(self) -> list[torch.Tensor]:
-        """The flat float32 gradient buffers (ddp.strategies.gradient_buffers), and the shards cast to
-        `compute_dtype` for sending (none in fp32: the shard itself is sent)."""
-        return [*self._grad_buffers.buffers, *(s.send for s in self.states if s.send is not s.unit.shard)]
+        """The flat float32 gradient buffers (ddp.strategies.gradient_buffers); with a `compute_dtype`, the shards
+        cast for sending and the other parameters' copies forward computes with (none in fp32)."""
+        sends = [s.send for s in self.states if s.send is not s.unit.shard]
+        return [*self._grad_buffers.buffers, *sends, *(c.out for c in self._casts.values())]
 
     def holds_weights(self, tensor: torch.Tensor) -> bool:
-        """Saved for backward inside a unit's gathered weights (counted in `gathered`), or the base's rule."""
+        """Saved for backward inside a unit's gathered weights (counted in `gathered`) or a parameter's copy in
+        `compute_dtype` (in `comm_buffers`), or the base's rule."""
         key = storage_key(tensor)
-        return any(key == storage_key(s.full) for s in self.states) or super().holds_weights(tensor)
+        mine = [s.full for s in self.states] + [c.out for c in self._casts.values()]
+        return any(key == storage_key(t) for t in mine) or super().holds_weights(tensor)
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:

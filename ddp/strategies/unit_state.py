@@ -157,19 +157,53 @@ def cast_floating(tree: Any, dtype: torch.dtype) -> Any:
     return tree
 
 
-def cast_hooks(module: nn.Module, dtype: torch.dtype, skip: frozenset[int] = frozenset()) -> list[Any]:
+class WeightCast:
+    """A parameter's copy in the compute dtype, kept from call to call: `out` is what forward computes with (as
+    views), `raw` the alias it is written through, without autograd's version counter (a second call in the
+    same step rewrites the same values under views saved by the first)."""
+
+    def __init__(self, p: torch.Tensor, dtype: torch.dtype):
+        self.out = torch.empty_like(p, dtype=dtype)
+        self.raw = self.out.data
+
+
+class CastCopy(torch.autograd.Function):
+    """`p` cast into its WeightCast, differentiable: backward hands the gradient back in the compute dtype and
+    autograd casts it to `p`'s float32, as it does for `p.to(dtype)`."""
+
+    @staticmethod
+    def forward(ctx: Any, p: torch.Tensor, cast: WeightCast) -> torch.Tensor:
+        cast.raw.copy_(p)
+        return cast.out.view_as(cast.out)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None
+
+
+def cast_hooks(
+    module: nn.Module,
+    dtype: torch.dtype,
+    skip: frozenset[int] = frozenset(),
+    casts: dict[int, WeightCast] | None = None,
+) -> list[Any]:
     """Run every submodule that holds parameters in `dtype`: each call casts its floating inputs and reads its
-    own parameters (but those whose id is in `skip`) as casts made for that call, differentiable, so gradients
+    own parameters (but those whose id is in `skip`) as casts written for that call into buffers kept in
+    `casts` (by parameter id, one per parameter however many modules hold it), differentiable, so gradients
     reach the float32 parameters, one contribution per call. The hooks' handles."""
+    casts = {} if casts is None else casts
     handles = []
     for sub in dict.fromkeys(module.modules()):
         own = [(attr, p) for attr, p in sub._parameters.items() if p is not None and id(p) not in skip]
         if not sub._parameters:
             continue
+        for _, p in own:
+            if p.dtype != dtype and id(p) not in casts:
+                casts[id(p)] = WeightCast(p, dtype)
 
         def pre(_m: nn.Module, args: tuple, kwargs: dict, own: list = own, sub: nn.Module = sub) -> tuple[tuple, dict]:
             for attr, p in own:
-                sub._parameters[attr] = p.to(dtype)
+                sub._parameters[attr] = CastCopy.apply(p, casts[id(p)]) if id(p) in casts else p
             return cast_floating((args, kwargs), dtype)
 
         def post(_m: nn.Module, _args: tuple, _out: Any, own: list = own, sub: nn.Module = sub) -> None:

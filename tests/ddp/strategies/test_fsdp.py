@@ -186,7 +186,8 @@ def test_memory_parts_count_shards_and_the_gathered_high_water_mark(logs, case):
     depth = 1 if case == "prefetch1" else 2
     assert units[0] <= memory["gathered"] <= sum(units[:depth])  # at most `prefetch` units gathered at once
     largest = max(e["padded_numel"] for e in layout) * 4  # the flat float32 gradient buffers, KEEP of them
-    assert memory["comm_buffers"] == KEEP * largest + (shards // 2 if case == "bf16" else 0)  # + shards cast to send
+    casts = (shards + log["replicated_bytes"]) // 2 if case == "bf16" else 0  # shards to send, norms to compute with
+    assert memory["comm_buffers"] == KEEP * largest + casts
 
 
 # ---- 3 ranks, and around plain training -------------------------------------------------------------------

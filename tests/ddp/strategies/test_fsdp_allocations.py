@@ -22,6 +22,7 @@ CASES = {
     "stack": {"model": "stack", "optimizer": "sgd"},
     "stack-prefetch1": {"model": "stack", "optimizer": "sgd", "kwargs": {"prefetch": 1}},
     "mixed": {"model": "mixed", "optimizer": "adamw"},  # a unit called twice, tied and frozen parameters
+    "mixed-bf16": {"model": "mixed", "optimizer": "adamw", "kwargs": {"compute_dtype": torch.bfloat16}},
 }
 
 
@@ -44,12 +45,15 @@ def padded_bytes(module: torch.nn.Module, itemsize: int) -> int:
 def test_a_steady_state_step_allocates_only_one_gather_buffer_per_all_gather(runs, case):
     run = runs[case]
     model = fsdp_cases.build(CASES[case]["model"], seed=0)
+    wire = torch.empty((), dtype=CASES[case].get("kwargs", {}).get("compute_dtype", torch.float32)).element_size()
     for step in run["steps"][1:]:
         # each unit is gathered before each forward call, and once more for its backward (then kept until its
         # gradient is complete, whatever the calls)
         expected = collections.Counter()
         for name in run["units"]:
-            expected[("UntypedStorage.resize_", padded_bytes(model.get_submodule(name), 4))] += step["calls"][name] + 1
+            expected[("UntypedStorage.resize_", padded_bytes(model.get_submodule(name), wire))] += (
+                step["calls"][name] + 1
+            )
         mine = [a for a in step["allocations"] if a.where.startswith(STRATEGY)]
         assert collections.Counter((a.op, a.nbytes) for a in mine) == expected
         assert all(a.where == "ddp/strategies/unit_state.py:gather_buffers" for a in mine)

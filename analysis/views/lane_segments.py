@@ -172,30 +172,34 @@ def colour_by_phase(seg: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
 def strip_segments(works: list[RankWork], step: int | None, lo: int, hi: int) -> pd.DataFrame:
     """Per rank its overlap strip: the communication launched in `step` (all when None) inside [lo, hi),
     hidden under its compute or exposed (activity.overlap_periods / exposed_periods)."""
-    parts = []
-    for w in works:  # one pass per rank
+    ranks, starts, ends, codes = [], [], [], []
+    for w in works:  # one pass per rank; one frame for all of them
         for category, (s, e) in (
             (HIDDEN, overlap_periods(w, step, lo, hi)),
             (EXPOSED, exposed_periods(w, step, lo, hi)),
         ):
-            parts.append(
-                pd.DataFrame(
-                    {
-                        "rank": np.full(len(s), w.rank, dtype=np.int64),
-                        "start": s,
-                        "end": e,
-                        "category": pd.Categorical([category] * len(s), categories=CATEGORIES),
-                        "step": -1,
-                        "group": STRIP,
-                        "stream_id": STRIP_STREAM,
-                        "when": s,
-                        "src": FROM_STRIP,
-                        "row": -1,
-                        "bytes": np.nan,
-                    }
-                )
-            )
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+            ranks.append(np.full(len(s), w.rank, dtype=np.int64))
+            starts.append(np.asarray(s))
+            ends.append(np.asarray(e))
+            codes.append(np.full(len(s), CATEGORIES.index(category)))
+    if not ranks:
+        return pd.DataFrame()
+    start = np.concatenate(starts)
+    return pd.DataFrame(
+        {
+            "rank": np.concatenate(ranks),
+            "start": start,
+            "end": np.concatenate(ends),
+            "category": pd.Categorical.from_codes(np.concatenate(codes), categories=CATEGORIES),
+            "step": -1,
+            "group": STRIP,
+            "stream_id": STRIP_STREAM,
+            "when": start,
+            "src": FROM_STRIP,
+            "row": -1,
+            "bytes": np.nan,
+        }
+    )
 
 
 def names_of(trace: Trace, seg: pd.DataFrame) -> np.ndarray:
@@ -226,22 +230,38 @@ def streams_of(trace: Trace, seg: pd.DataFrame) -> np.ndarray:
     return out
 
 
-def phase_labels(cpu: pd.DataFrame, seg: pd.DataFrame, names: np.ndarray) -> np.ndarray:
-    """'step N · phase' around each segment's start (launch time for GPU work), per rank."""
+RankRanges = dict[int, tuple[tuple[pd.DataFrame, np.ndarray], ...]]
+
+
+def rank_ranges(cpu: pd.DataFrame) -> RankRanges:
+    """Per rank, its step ranges and its phase ranges (each sorted by start) with their labels ('step N',
+    the phase): what phase_labels looks segments up in."""
+    out: RankRanges = {}
+    for rank, mine in cpu.groupby("rank", sort=False):  # one pass per rank
+        found = []
+        for kinds, label in (
+            (["step"], lambda r: "step " + r["step"].astype(str)),
+            (list(PHASE_CATEGORIES), lambda r: r["category"].astype(str)),
+        ):
+            ranges = mine.loc[mine["category"].isin(kinds)].sort_values("start", kind="stable")
+            found.append((ranges, label(ranges).to_numpy().astype(object)))
+        out[int(rank)] = tuple(found)
+    return out
+
+
+def phase_labels(ranges: RankRanges, seg: pd.DataFrame, names: np.ndarray) -> np.ndarray:
+    """'step N · phase' around each segment's start (launch time for GPU work), per rank (`ranges`:
+    rank_ranges of the CPU segments)."""
     when = seg["when"].to_numpy()
     step_label = np.full(len(seg), "", dtype=object)
     phase_label = np.full(len(seg), "", dtype=object)
-    for rank in np.unique(seg["rank"].to_numpy()):  # one pass per rank, vectorised inside
-        mine = seg["rank"].to_numpy() == rank
-        for kinds, out, label in (
-            (["step"], step_label, lambda r: "step " + r["step"].astype(str)),
-            (list(PHASE_CATEGORIES), phase_label, lambda r: r["category"].astype(str)),
-        ):
-            ranges = cpu.loc[(cpu["rank"] == rank) & cpu["category"].isin(kinds)].sort_values("start")
-            if ranges.empty:
+    rank = seg["rank"].to_numpy()
+    for r in np.unique(rank):  # one pass per rank, vectorised inside
+        mine = rank == r
+        for (found, labels), out in zip(ranges.get(int(r), ()), (step_label, phase_label), strict=True):
+            if found.empty:
                 continue
-            i = _containing(ranges, when[mine])
-            labels = label(ranges).to_numpy().astype(object)
+            i = _containing(found, when[mine])
             out[mine] = np.where(i >= 0, labels[np.maximum(i, 0)], "")
     joined = pd.Series(step_label) + np.where((step_label != "") & (phase_label != ""), " · ", "") + phase_label
     own = np.isin(seg["group"].to_numpy(), [STEP, PHASES])

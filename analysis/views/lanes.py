@@ -29,11 +29,13 @@ from analysis.measures.activity import RankWork, rank_work
 from analysis.views.lane_segments import (
     GROUP_LABELS,
     STRIP,
+    RankRanges,
     colour_by_phase,
     gpu_segments,
     names_of,
     nvtx_segments,
     phase_labels,
+    rank_ranges,
     streams_of,
     strip_segments,
 )
@@ -112,6 +114,12 @@ def trace_segments(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, pd.D
     return cpu, colour_by_phase(seg, cpu)  # a segment's colour depends on its own rank's phases alone
 
 
+@once_per_trace
+def _cpu_ranges(trace: Trace, patterns: Patterns) -> RankRanges:
+    """Each rank's step and phase ranges, labelled, looked up by every view of the trace (computed once)."""
+    return rank_ranges(trace_segments(trace, patterns)[0])
+
+
 def _in_view(
     trace: Trace, selection: Selection, patterns: Patterns
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[RankWork], str]:
@@ -145,12 +153,12 @@ def _level(seg: pd.DataFrame, works: list[RankWork], view: _View) -> pd.DataFram
     return pd.concat([seg, strip], ignore_index=True) if len(strip) else seg
 
 
-def _placed(trace: Trace, cpu: pd.DataFrame, seg: pd.DataFrame, lanes: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
+def _placed(trace: Trace, ranges: RankRanges, seg: pd.DataFrame, lanes: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
     """Segments on their lanes, sub-pixel work merged, then labelled (strings built only for what is drawn)."""
     lane = np.searchsorted(lanes["key"].to_numpy(), _lane_keys(seg))
     seg = merge_subpixel(seg.assign(lane=lane), pixel_ns)
     names = names_of(trace, seg)
-    return seg.assign(name=names, stream=streams_of(trace, seg), phase=phase_labels(cpu, seg, names))
+    return seg.assign(name=names, stream=streams_of(trace, seg), phase=phase_labels(ranges, seg, names))
 
 
 def build_panel(
@@ -185,7 +193,7 @@ def build_panel(
         hidden = levels[name].loc[levels[name]["category"] == HIDDEN]  # before merging: exact periods
         panels[name] = Panel(
             title=title or where,
-            segments=_placed(trace, cpu, levels[name], lanes, pixel_ns),
+            segments=_placed(trace, _cpu_ranges(trace, patterns), levels[name], lanes, pixel_ns),
             lanes=lanes[["lane", "label", "rank"]],
             origin_ns=origin,
             window_ns=(view.lo, view.hi),

@@ -123,8 +123,8 @@ def _hover_traces(hover: pd.DataFrame, origin_ns: int, visible: bool) -> dict[st
             y=lane[rows],
             mode="markers",
             marker=dict(size=8, opacity=0, color=category_colour(category)),
-            text=names[rows],
-            hovertext=where[rows],
+            text=names[rows].astype(str),  # fixed-width strings: plotly deep-copies an object array item by item
+            hovertext=where[rows].astype(str),
             customdata=custom[rows],
             hovertemplate=(
                 "<b>%{text}</b><br>%{hovertext}<br>start: %{customdata[0]:.3f} ms<br>duration: %{customdata[1]:.3f} ms"

@@ -14,7 +14,7 @@ from plotly.offline import get_plotlyjs
 
 from analysis.measures import intervals
 from analysis.views.html_page import page_html
-from analysis.views.render_binning import merge_subpixel
+from analysis.views.render_binning import _cummax_by_run, merge_subpixel
 from analysis.views.render_figure import Panel, build_figure, count_drawn_segments
 from analysis.views.render_style import CATEGORY_COLOURS
 
@@ -248,3 +248,18 @@ def test_page_embeds_plotly_once_and_fetches_nothing():
     assert text.count(get_plotlyjs()) == 1
     assert len(re.findall(r"<script[^>]*>", text)) == 3  # the library + one newPlot per figure
     assert not re.search(r"<script[^>]+src=", text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(-(2**61), 2**61), st.booleans()), min_size=1, max_size=40),
+    st.sampled_from([0, 10**18]),
+)
+def test_running_maximum_restarts_at_each_run(items, offset):
+    values = np.array([v // 4 + offset for v, _ in items], dtype=np.int64)
+    starts = np.array([i == 0 or s for i, (_, s) in enumerate(items)])
+    expected, best = [], None
+    for v, s in zip(values.tolist(), starts.tolist(), strict=True):
+        best = v if s else max(best, v)
+        expected.append(best)
+    assert _cummax_by_run(values, starts).tolist() == expected

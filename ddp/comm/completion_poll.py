@@ -9,7 +9,8 @@ finds it complete, or at the owner's own wait, whichever comes first.
 On gloo (torch 2.13) that is the wait: its reduce-scatter reports `is_completed()` False until waited for
 (measured: still False 0.5 s after issue on 2 ranks), and it is not fully asynchronous either: on 64 MiB the
 call itself took 0.44 s and the wait 0.30 s more after a 3 s sleep. So on CPU a reduce-scatter range spans
-issue to `finish_gradient_synchronization()`. NCCL's has a future: there it ends at completion.
+issue to the owner's wait (fsdp's: in backward when a later unit needs the gradient buffer it reads, else in
+`finish_gradient_synchronization()`). NCCL's has a future: there it ends at completion.
 """
 
 from __future__ import annotations

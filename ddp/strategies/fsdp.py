@@ -10,10 +10,9 @@ tied across modules) stay replicated and are all-reduced as their gradients arri
 Every rank must run the same units in the same order, and give every replicated parameter a gradient or none on all
 ranks alike (as PyTorch's FSDP requires): the collectives pair up by issue order, so a unit or parameter used on
 some ranks only stalls the step until the process-group timeout (the launcher then names the collective). After the
-first step, a step allocates nothing of its own but the gather buffers' memory (each all-gather regrows its unit's
-buffer, each free gives it back): a unit's flat float32 gradient is written into one of a few buffers allocated once
-and shared by the units in turn (ddp.strategies.gradient_buffers), the reduce-scatter writes into the shard's
-gradient, the cast send buffers are the unit's own. A unit's collectives are
+first step, a step allocates nothing of its own but the gather buffers (each all-gather regrows its unit's, each
+free gives it back): gradients go through flat buffers the units share (ddp.strategies.gradient_buffers) into the
+shards' own; casts are written into buffers kept from step to step. A unit's collectives are
 `comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end ranges whose payload is the padded unit in the
 dtype on the wire (nccl-tests' convention, contract/names.py): weights travel in `compute_dtype`, gradients in
 float32 (reduced without rounding to the compute dtype).
@@ -74,8 +73,7 @@ class FSDP(DataParallelBase):
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
         wire = compute_dtype or torch.float32
         self._meter = GatheredMeter()
-        like = units[0].shard if units else torch.empty(0)
-        largest = max((u.padded_numel for u in units), default=0)
+        largest, like = max((u.padded_numel for u in units), default=0), units[0].shard if units else torch.empty(0)
         self._grad_buffers = GradientBuffers(largest, like.dtype, like.device, self._reclaim_gradient_buffer)
         self.states = [UnitState(u, wire, self._meter, self._grad_buffers) for u in units]
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
@@ -86,7 +84,10 @@ class FSDP(DataParallelBase):
         self._names = {
             id(s): (comm_range(ALL_GATHER, s.unit.name), comm_range(REDUCE_SCATTER, s.unit.name)) for s in self.states
         }
-        self._wait_names = {id(s): comm_wait_range(ALL_GATHER, s.unit.name) for s in self.states}
+        self._wait_names = {
+            id(s): (comm_wait_range(ALL_GATHER, s.unit.name), comm_wait_range(REDUCE_SCATTER, s.unit.name))
+            for s in self.states
+        }
         for state in self.states:
             state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
             state.unit.module.register_forward_hook(self._post_forward(state))
@@ -175,7 +176,9 @@ class FSDP(DataParallelBase):
         """Wait for the oldest reduce-scatter whose input buffer is still held, and give that buffer back."""
         for state in self._rs_issued:
             if state.flat is not None:
-                self._finish_reduce(state)
+                # marked: in the middle of backward, the time this rank blocks here is not compute
+                with nvtx_ranges.range(self._wait_names[id(state)][1]):
+                    self._finish_reduce(state)
                 return True
         return False
 
@@ -232,7 +235,7 @@ class FSDP(DataParallelBase):
     def _wait_gather(self, state: UnitState) -> None:
         if state.gather is not None:
             # marked: the time this rank blocks here is not compute, though it lies inside forward/backward
-            with nvtx_ranges.range(self._wait_names[id(state)]):
+            with nvtx_ranges.range(self._wait_names[id(state)][0]):
                 self.comm.wait(state.gather.slot, state.gather.work)
             state.gather, state.gathered = None, True
 

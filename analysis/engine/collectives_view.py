@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import pandas as pd
 
@@ -22,20 +23,61 @@ from analysis.measures.prefetch import PREFETCH_COLUMNS, prefetch_rows
 from analysis.views.table import plain_records
 
 
+class Summaries:
+    """Per trace: `by_size` and `by_rank` of the kept calls, `stragglers` of every rank's calls of the kept
+    steps (collective_stats.py); each computed the first time it is asked for (the report draws from the
+    calls alone, the collectives CLI prints them)."""
+
+    def __init__(self, calls: pd.DataFrame, every_rank: pd.DataFrame, peak_busbw: float | None = None):
+        self._calls, self._every_rank, self._peak = calls, every_rank, peak_busbw
+
+    def _with_peak(self, frame: pd.DataFrame) -> pd.DataFrame:
+        if self._peak and "median_busbw_gbps" in frame:
+            frame["median_busbw_pct_peak"] = 100.0 * frame["median_busbw_gbps"] / self._peak
+        return frame
+
+    @cached_property
+    def by_size(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_size))
+
+    @cached_property
+    def by_rank(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_rank))
+
+    @cached_property
+    def stragglers(self) -> pd.DataFrame:
+        return _per_trace(self._every_rank, stats.stragglers)
+
+
 @dataclass(frozen=True)
 class CollectivesView:
     """`calls`: one row per call per rank (ROW_COLUMNS); `by_size`: per trace, op and size class;
-    `by_rank`: per trace and rank; `stragglers`: per trace and step; `traces`: per trace, with
-    source, world size, ranks present, a note when calls lack partners, `phases` (where the steps and
-    phases came from) and `in_time` (the all-gather answer in words); `prefetch`: per trace, each
-    forward all-gather (measures/prefetch.py)."""
+    `by_rank`: per trace and rank; `stragglers`: per trace and step (those three computed when first
+    asked for: Summaries); `traces`: per trace, with source, world size, ranks present, a note when
+    calls lack partners, `phases` (where the steps and phases came from) and `in_time` (the all-gather
+    answer in words); `prefetch`: per trace, each forward all-gather (measures/prefetch.py); `path`:
+    the one trace this view keeps (only), None for every trace."""
 
     calls: pd.DataFrame
-    by_size: pd.DataFrame
-    by_rank: pd.DataFrame
-    stragglers: pd.DataFrame
     traces: pd.DataFrame
+    summaries: Summaries
     prefetch: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *PREFETCH_COLUMNS]))
+    path: str | None = None
+
+    def _mine(self, frame: pd.DataFrame) -> pd.DataFrame:
+        return frame if self.path is None else frame[frame["path"] == self.path].reset_index(drop=True)
+
+    @property
+    def by_size(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_size)
+
+    @property
+    def by_rank(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_rank)
+
+    @property
+    def stragglers(self) -> pd.DataFrame:
+        return self._mine(self.summaries.stragglers)
 
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...]}]}."""
@@ -48,11 +90,10 @@ class CollectivesView:
 
     def only(self, path: str) -> CollectivesView:
         """The view of one run (its `path`)."""
-        calls, by_size, by_rank, strag, traces, prefetch = (
-            f[f["path"] == path].reset_index(drop=True)
-            for f in (self.calls, self.by_size, self.by_rank, self.stragglers, self.traces, self.prefetch)
+        calls, traces, prefetch = (
+            f[f["path"] == path].reset_index(drop=True) for f in (self.calls, self.traces, self.prefetch)
         )
-        return CollectivesView(calls, by_size, by_rank, strag, traces, prefetch)
+        return CollectivesView(calls, traces, self.summaries, prefetch, path)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -64,15 +105,6 @@ def _per_trace(calls: pd.DataFrame, summary: Callable[[pd.DataFrame], pd.DataFra
     """summary() of each trace's calls, with its path."""
     parts = [summary(mine).assign(path=path) for path, mine in calls.groupby("path", sort=False)]  # per trace
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["path"])
-
-
-def _summaries(calls: pd.DataFrame, peak: float | None) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(by size, by rank) of each trace's calls; with `peak`, median busbw as % of it."""
-    frames = _per_trace(calls, stats.by_size), _per_trace(calls, stats.by_rank)
-    if peak:
-        for f in frames:
-            f["median_busbw_pct_peak"] = 100.0 * f["median_busbw_gbps"] / peak
-    return frames
 
 
 def collectives_of(
@@ -129,12 +161,11 @@ def view_of_rows(
     every_rank = calls
     if rank is not None:
         calls = calls[calls["rank"] == rank]
-    by_size, by_rank = _summaries(calls, peak_busbw)
-    stragglers = _per_trace(every_rank, stats.stragglers)  # every rank of the kept steps, whatever `rank`
+    summaries = Summaries(calls, every_rank, peak_busbw)  # stragglers: every rank of the kept steps, whatever `rank`
     if step is not None:
         gathers = gathers[gathers["step"] == step]
     facts_frame = pd.DataFrame(list(facts))
-    return CollectivesView(calls.reset_index(drop=True), by_size, by_rank, stragglers, facts_frame, gathers)
+    return CollectivesView(calls.reset_index(drop=True), facts_frame, summaries, gathers)
 
 
 def trace_call_rows(

@@ -164,7 +164,12 @@ def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) 
 
 def _category_rows(seg: pd.DataFrame) -> dict[str, np.ndarray]:
     """The positions of each category's segments, in their order."""
-    return seg.groupby(seg["category"].astype(str), sort=False).indices
+    category = seg["category"]
+    if not isinstance(category.dtype, pd.CategoricalDtype):
+        return seg.groupby(category.astype(str), sort=False).indices
+    names = category.cat.categories.astype(str)  # group the integer codes, not a string per segment
+    by_code = pd.Series(category.cat.codes.to_numpy()).groupby(category.cat.codes.to_numpy(), sort=False).indices
+    return {names[code]: rows for code, rows in by_code.items()}
 
 
 def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str]) -> list[dict]:

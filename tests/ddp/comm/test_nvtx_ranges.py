@@ -77,9 +77,15 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     assert phases[1:5] == ["step 7", "forward", "backward", "grad_sync"]
     assert phases[-1] == "optimizer"
     comm = set(recorder.pushed) | set(recorder.started.values())
-    # fsdp marks its waits for a unit's all-gather (forward and backward), each naming a gather it issued
+    # fsdp marks its waits for each unit's all-gather (forward and backward) and, when every gradient buffer
+    # is taken, for the oldest reduce-scatter; each names a collective it issued
+    waited = {"comm:" + w[len(COMM_WAIT_PREFIX) :] for w in waits}
     gathers = {n for n in comm if n.startswith("comm:all_gather:")}
-    assert {"comm:" + w[len(COMM_WAIT_PREFIX) :] for w in waits} == (gathers if impl == "fsdp" else set())
+    scatters = {n for n in comm if n.startswith("comm:reduce_scatter:")}
+    if impl == "fsdp":
+        assert gathers and gathers <= waited and waited <= gathers | scatters
+    else:
+        assert waited == set()
     assert {n for n in comm if n.startswith("comm:all_reduce:")} == EXPECTED_COMM[impl]
     if impl in ASYNC:  # start/end ranges, each closed exactly once
         assert recorder.started and not any(n.startswith("comm:all_reduce") for n in recorder.pushed)

@@ -9,7 +9,7 @@ import pytest
 
 from analysis import open_runs, overlap, timeline
 from analysis.engine import runs as runs_module
-from tests.support.synthetic_ddp import write_ddp_trace
+from tests.support.synthetic_ddp import write_rank_files
 
 T0 = 1_700_000_000_000_000_000
 
@@ -17,20 +17,7 @@ T0 = 1_700_000_000_000_000_000
 @pytest.fixture(scope="module")
 def rank_files(tmp_path_factory):
     d = tmp_path_factory.mktemp("api")
-    return [
-        write_ddp_trace(
-            d / f"naive.rank{r}.sqlite",
-            n_kernels=2_000,
-            n_ranks=1,
-            n_steps=3,
-            first_rank=r,
-            world_size=2,
-            seed=r,
-            session_start_utc_ns=T0 + r * 1_000_000,
-            implementation="naive",
-        )
-        for r in range(2)
-    ]
+    return write_rank_files(d, "naive", [2_000, 2_000], n_steps=3, t0=T0, implementation="naive")
 
 
 def test_one_open_serves_overlap_collectives_and_timeline_from_one_read(rank_files, tmp_path, capsys, monkeypatch):

@@ -15,7 +15,7 @@ from analysis import collectives, overlap, report, timeline
 from analysis.engine import runs as runs_module
 from analysis.engine.runs import FileIdentity, check_one_run, find_runs
 from analysis.errors import TraceError
-from tests.support.synthetic_ddp import write_ddp_trace
+from tests.support.synthetic_ddp import write_ddp_trace, write_rank_files
 
 CLIS = {
     "overlap": (overlap.main, []),
@@ -32,18 +32,8 @@ def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("runs")
     out = {}
     for impl in ("naive", "overlap"):
-        for r in range(2):
-            out[f"{impl}{r}"] = write_ddp_trace(
-                d / f"{impl}.rank{r}.sqlite",
-                n_kernels=3_000,
-                n_ranks=1,
-                n_steps=4,
-                first_rank=r,
-                world_size=2,
-                seed=r,
-                session_start_utc_ns=T0 + r * 1_000_000,
-                implementation=impl,
-            )
+        written = write_rank_files(d, impl, [3_000, 3_000], n_steps=4, t0=T0, implementation=impl)
+        out.update({f"{impl}{r}": path for r, path in enumerate(written)})
     (d / "again").mkdir()
     out["naive0_again"] = write_ddp_trace(
         d / "again" / "first.sqlite", n_kernels=3_000, n_ranks=1, n_steps=4, world_size=2, implementation="naive"

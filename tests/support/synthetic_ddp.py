@@ -11,6 +11,7 @@ independent computation) and by the speed benchmarks.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -170,3 +171,32 @@ def write_ddp_trace(
             t = _write_step(w, rng, pid, rank, step, t, shape)
         w.nvtx(pid, pid, [first - 2 * LAUNCH_LEAD + 100], [t], PROFILE)
     return w.close()
+
+
+def write_rank_files(
+    folder: Path,
+    run: str,
+    kernels: Sequence[int],
+    n_steps: int,
+    t0: int,
+    shifts_ns: Sequence[int] | None = None,
+    implementation: str = "synthetic",
+) -> list[Path]:
+    """`<run>.rank<N>.sqlite` in `folder`, one file per rank as `run_nsys.sh --per-rank` writes them: rank r
+    holds kernels[r] kernels (seed r) of a run of len(kernels) ranks, its capture started at t0 + shifts_ns[r]
+    (default r ms)."""
+    shifts = list(shifts_ns) if shifts_ns is not None else [r * 1_000_000 for r in range(len(kernels))]
+    return [
+        write_ddp_trace(
+            folder / f"{run}.rank{r}.sqlite",
+            n_kernels=n,
+            n_ranks=1,
+            n_steps=n_steps,
+            first_rank=r,
+            world_size=len(kernels),
+            seed=r,
+            session_start_utc_ns=t0 + shifts[r],
+            implementation=implementation,
+        )
+        for r, n in enumerate(kernels)
+    ]

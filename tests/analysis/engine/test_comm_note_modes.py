@@ -13,7 +13,7 @@ import pytest
 
 from analysis import overlap
 from analysis.measures.comm_recognition import COMM_WORDS
-from tests.support.synthetic_ddp import write_ddp_trace
+from tests.support.synthetic_ddp import write_rank_files
 
 T0 = 1_779_782_330_000_000_000
 NOTHING = ["--comm-pattern", "^matches-no-kernel$", "--comm-range-pattern", "^matches-no-range$"]
@@ -23,19 +23,7 @@ NOTHING = ["--comm-pattern", "^matches-no-kernel$", "--comm-range-pattern", "^ma
 def rank_files(tmp_path_factory):
     """run.rank<N>.sqlite of a 3-rank run whose files hold different numbers of kernels."""
     folder = tmp_path_factory.mktemp("comm_note")
-    return [
-        write_ddp_trace(
-            folder / f"run.rank{r}.sqlite",
-            n_kernels=n,
-            n_ranks=1,
-            n_steps=4,
-            first_rank=r,
-            world_size=3,
-            seed=r,
-            session_start_utc_ns=T0 + r * 1_000_000,
-        )
-        for r, n in enumerate([6_000, 2_000, 3_000])
-    ]
+    return write_rank_files(folder, "run", [6_000, 2_000, 3_000], n_steps=4, t0=T0)
 
 
 def cli(capsys, *argv) -> tuple[int, str]:

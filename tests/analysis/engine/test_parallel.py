@@ -24,7 +24,7 @@ from analysis.engine.tasks import Outcome
 from analysis.measures.metrics import SPLIT_METRICS
 from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
-from tests.support.synthetic_ddp import write_ddp_trace
+from tests.support.synthetic_ddp import write_ddp_trace, write_rank_files
 
 REPO = Path(__file__).resolve().parents[3]
 T0 = 1_779_782_330_000_000_000
@@ -50,19 +50,9 @@ def rank_files(tmp_path_factory):
     """run.rank<N>.sqlite of a 3-rank run whose captures started 0, 7 and 3 ms apart; rank 0 is the biggest
     so that it finishes last in a pool."""
     folder = tmp_path_factory.mktemp("ranks")
-    return [
-        write_ddp_trace(
-            folder / f"run.rank{r}.sqlite",
-            n_kernels=n,
-            n_ranks=1,
-            n_steps=4,
-            first_rank=r,
-            world_size=WORLD,
-            seed=r,
-            session_start_utc_ns=T0 + shift,
-        )
-        for r, (n, shift) in enumerate([(20_000, 0), (2_000, 7_000_000), (2_000, 3_000_000)])
-    ]
+    return write_rank_files(
+        folder, "run", [20_000, 2_000, 2_000], n_steps=4, t0=T0, shifts_ns=[0, 7_000_000, 3_000_000]
+    )
 
 
 @pytest.fixture(scope="module")

@@ -11,18 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from profiling.nsys import NsysError, find_nsys
 from tests import small_run
 from tests.profiling.test_nsys import REPO
+from tests.support.nsys import RECORDS_WITH_NSYS
 
-try:
-    NSYS = find_nsys()
-except NsysError:
-    NSYS = None
-pytestmark = [
-    pytest.mark.slow,  # runs run_nsys.sh under the real nsys
-    pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)"),
-]
+pytestmark = RECORDS_WITH_NSYS
 
 STEPS, WARMUP = 3, 1
 PHASES = ("forward", "backward", "grad_sync", "optimizer")

@@ -6,16 +6,12 @@ from __future__ import annotations
 import json
 import subprocess
 
-import pytest
-
 from ddp.launch.launcher import free_port
-from tests.profiling.test_end_to_end import NSYS, rows_by_rank
+from tests.profiling.test_end_to_end import rows_by_rank
 from tests.profiling.test_nsys import REPO
+from tests.support.nsys import RECORDS_WITH_NSYS
 
-pytestmark = [
-    pytest.mark.slow,  # two torchrun agents under the real nsys
-    pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)"),
-]
+pytestmark = RECORDS_WITH_NSYS  # two torchrun agents under the real nsys
 
 
 def node_command(node_rank: int, port: int, out) -> list[str]:

@@ -10,18 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from profiling.nsys import NsysError, find_nsys
 from tests import small_run
+from tests.support.nsys import RECORDS_WITH_NSYS
 
 REPO = Path(__file__).resolve().parents[3]
-try:
-    NSYS = find_nsys()
-except NsysError:
-    NSYS = None
-pytestmark = [
-    pytest.mark.slow,  # runs run_nsys.sh under the real nsys
-    pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)"),
-]
+pytestmark = RECORDS_WITH_NSYS
 
 IMPLS = ("flat", "overlap_bucket", "torch")
 STEPS, WARMUP = 2, 2  # torch's buckets are final from its second step (DDP rebuilds them once)

@@ -22,6 +22,7 @@ from analysis import cli
 from analysis.engine.collectives_view import CollectivesView
 from analysis.errors import TraceError
 from analysis.frames.trace import KERNELS
+from analysis.views.in_time_table import units_text
 from analysis.views.table import format_table
 from contract import COMM_FORM
 
@@ -66,7 +67,7 @@ def _with_bytes_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(bytes=np.where(np.isnan(b), "-", np.nan_to_num(b).astype(np.int64).astype(str)))
 
 
-def render_table(view: CollectivesView, summary_only: bool) -> str:
+def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
     out = []
     several = len(view.traces) > 1
     lead = ["implementation"] if several else []
@@ -102,6 +103,7 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
         )
         out.append(f"  phases: {head.phases}")
         out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
+    out += units_text(view, units, rank)
     return "\n".join(out)
 
 
@@ -133,6 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="the interconnect's peak bus bandwidth in GB/s: adds busbw as %% of it",
     )
     p.add_argument("--summary", action="store_true", help="table: summaries only, no per-call rows")
+    p.add_argument(
+        "--units",
+        type=int,
+        default=10,
+        metavar="N",
+        help="table: the N worst sharded units' all-gathers per trace (per phase and unit: held ms per step, "
+        "late gathers, their main cause; -1: all, 0: none; default 10); json has every gather row",
+    )
     p.add_argument(
         "--prefetch-chart",
         type=Path,
@@ -207,7 +217,7 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
             if head.note:
                 print(f"note: {head.path}: {head.note}", file=sys.stderr)
     else:
-        print(render_table(view, args.summary))
+        print(render_table(view, args.summary, args.units, args.rank))
 
 
 if __name__ == "__main__":

@@ -1,23 +1,25 @@
 """Why an all-gather held its unit's compute stream: `with_causes(rows)` (GPU traces; gather_held.py).
 
-A gather is late when held > LATE_NS (10 µs). Its held time [ready, end] is cut, at the gather's own
-launch, its kernel's start and the last rank's arrival, into four consecutive parts that add up to it:
+A gather is late when held > LATE_NS (10 µs). Its held time [ready, end] is cut into four
+consecutive parts that add up to it:
 
-    not_issued  ready .. its kernel's launch          the host had not yet launched the gather
-    queued      launch .. its kernel's start           launched, but behind earlier work on its stream
-                                                       (the collective before it: `queued_behind`)
-    partner     start .. the last rank's arrival       running, waiting for another rank's matching call
-    moving      arrival .. end                         moving data
+    not_started  ready .. its kernel's start, less `queued`: not yet launched by the host, or launched
+                 onto a free stream but not yet running (a GPU busy with other work)
+    queued       its launch .. the end of the op before it on its stream, when that ended after the
+                 launch and before the start: waiting behind an earlier collective (`queued_behind`)
+    partner      its start .. the last rank's arrival: running, waiting for another rank's call
+    moving       the last arrival .. end: moving data
 
-(each part clipped to [ready, end]). The cause of a late gather, the first rule that holds:
+(each time clipped to [ready, end]). The cause of a late gather, the first rule that holds:
 
   1. queued       the queued part is the largest: it started only when an earlier collective on its
                   stream ended (the reduce-scatters in backward, the gather before it in forward)
   2. partner      the partner part is the largest: the other rank's call started later
   3. slow         its bus bandwidth is under SLOW_SHARE (half) of the run's median for the same op and
                   byte count (`typical_busbw_gbps`): the transfer itself was slow
-  4. issued late  otherwise: issued too close to its use to hide even a normal transfer (prefetch
-                  depth: `hide_ms`, issue to ready, is the compute it had to hide under)
+  4. issued late  otherwise (not_started + moving is the largest, at a normal bandwidth): issued too
+                  close to its use to start and finish in time (prefetch depth: `hide_ms`, issue to
+                  ready, is the compute it had to hide under)
 
 Not late (held <= LATE_NS): `host` when the unit's first compute op was launched after the gather had
 ended and its stream sat idle more than LATE_NS before that launch (the GPU waited for the CPU, not for
@@ -59,26 +61,26 @@ CAUSE_TEXT = {
 
 
 def held_parts(rows: pd.DataFrame) -> pd.DataFrame:
-    """not_issued_ns, queued_ns, partner_ns, moving_ns of each row (ready_ns, gather_launch_ns,
-    start_ns, last_arrival_ns, end_ns, held_ns): the held time cut at launch, start and arrival."""
-    ready = rows["ready_ns"].to_numpy(np.int64)
+    """not_started_ns, queued_ns, partner_ns, moving_ns of each row (ready_ns, gather_launch_ns,
+    queue_end_ns, start_ns, last_arrival_ns, end_ns, held_ns): the held time cut as the module says."""
     end = rows["end_ns"].to_numpy(np.int64)
-    late = rows["held_ns"].to_numpy(np.int64) > 0
-    lo = np.where(late, ready, end)  # nothing held: every part 0
+    lo = np.where(rows["held_ns"].to_numpy(np.int64) > 0, rows["ready_ns"].to_numpy(np.int64), end)
 
-    def at(col: str, fallback: np.ndarray) -> np.ndarray:
-        t = rows[col].to_numpy(np.int64)
-        return np.clip(np.where(t >= 0, t, fallback), lo, end)
+    def clip(t: np.ndarray) -> np.ndarray:
+        return np.clip(t, lo, end)
 
-    start = rows["start_ns"].to_numpy(np.int64)
-    launch = at("gather_launch_ns", start)
-    begun = np.maximum(at("start_ns", start), launch)
-    arrival = np.maximum(at("last_arrival_ns", start), begun)
+    start = clip(rows["start_ns"].to_numpy(np.int64))
+    raw_launch = rows["gather_launch_ns"].to_numpy(np.int64)
+    launch = clip(np.where(raw_launch >= 0, raw_launch, rows["start_ns"].to_numpy(np.int64)))
+    queue_end = rows["queue_end_ns"].to_numpy(np.int64)
+    behind = (queue_end > raw_launch) & (raw_launch >= 0)
+    queued = np.where(behind, np.maximum(np.minimum(clip(queue_end), start) - np.minimum(launch, start), 0), 0)
+    arrival = np.maximum(clip(rows["last_arrival_ns"].to_numpy(np.int64)), start)
     return pd.DataFrame(
         {
-            "not_issued_ns": launch - lo,
-            "queued_ns": begun - launch,
-            "partner_ns": arrival - begun,
+            "not_started_ns": start - lo - queued,
+            "queued_ns": queued,
+            "partner_ns": arrival - start,
             "moving_ns": end - arrival,
         },
         index=rows.index,
@@ -96,7 +98,7 @@ def causes(rows: pd.DataFrame, parts: pd.DataFrame, typical: np.ndarray) -> np.n
     ready_ns, busbw_gbps; parts: held_parts)."""
     held = rows["held_ns"].to_numpy(np.int64)
     q, p = parts["queued_ns"].to_numpy(), parts["partner_ns"].to_numpy()
-    own = parts["not_issued_ns"].to_numpy() + parts["moving_ns"].to_numpy()
+    own = parts["not_started_ns"].to_numpy() + parts["moving_ns"].to_numpy()
     busbw = rows["busbw_gbps"].to_numpy(float)
     slow = busbw < SLOW_SHARE * typical  # NaN compares False: unknown bandwidth is never "slow"
     late_cause = np.select(

@@ -147,10 +147,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--prefetch-chart",
         type=Path,
         metavar="HTML",
-        help="also write the prefetch chart: each sharded module's forward all-gather (issue to end, the "
-        "part compute waited for, when its forward began) for --step/--rank, else rank 0's median step; "
-        "one per trace (plotly.js written beside the page; an existing file is replaced only if this "
-        "tool wrote it)",
+        help="also write the prefetch chart: per sharded unit in forward order, the time its all-gathers held "
+        "its compute (GPU) or the rank waited (CPU) per step, by cause, forward and backward; with up to 40 "
+        "units also one step's forward all-gathers (issue to end, the held part, when its forward began) "
+        "for --step/--rank, else rank 0's median step; one per trace (plotly.js written beside the page; an "
+        "existing file is replaced only if this tool wrote it)",
     )
     return p
 
@@ -188,22 +189,29 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
     from analysis.views.html_page import write_page
-    from analysis.views.prefetch_chart import pick_step, prefetch_figure
+    from analysis.views.prefetch_chart import STEP_CHART_UNITS, pick_step, prefetch_figure
+    from analysis.views.unit_chart import units_figure
 
-    figures = []
-    for head in view.traces.itertuples():  # one chart per trace
+    figures: list = []
+    for head in view.traces.itertuples():  # per trace: the per-unit chart, and one step's when it stays readable
+        gathers = view.gathers[view.gathers["path"] == head.path]
+        gathers = gathers if rank is None else gathers[gathers["rank"] == rank]
         rows = view.prefetch[view.prefetch["path"] == head.path]
         rows = rows if rank is None else rows[rows["rank"] == rank]
         chosen = pick_step(rows)
         if chosen is None:
             raise TraceError(f"{head.path}: no forward all-gather to chart (--prefetch-chart needs sharded modules)")
-        figures.append(prefetch_figure(rows, *chosen, head.implementation))
+        figures.append(units_figure(gathers, head.implementation))
+        if rows["tag"].nunique() <= STEP_CHART_UNITS:
+            gpu = "GPU" in str(gathers["definition"].iloc[0])
+            held = "compute stream held for it (GPU)" if gpu else "compute waited for it (CPU)"
+            figures.append(prefetch_figure(rows, *chosen, head.implementation, held))
     intro = " ".join(  # one sentence per trace, named: several traces' answers must not run together
         f"{head.implementation} ({Path(head.path).name}): {'; '.join(head.in_time)}."
         for head in view.traces.itertuples()
         if head.in_time
     )
-    write_page(path, "Prefetch: forward all-gathers", figures, intro)
+    write_page(path, "Prefetch: did the all-gathers arrive in time?", figures, intro)
     print(f"wrote {path}", file=sys.stderr)
 
 

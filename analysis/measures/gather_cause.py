@@ -107,9 +107,7 @@ def causes(rows: pd.DataFrame, parts: pd.DataFrame, typical: np.ndarray) -> np.n
     launch, end = rows["kernel_launch_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64)
     idle_before = launch - rows["stream_free_ns"].to_numpy(np.int64) > LATE_NS
     host = (launch >= end) & idle_before
-    return np.select(
-        [held < 0, held > LATE_NS, host], [UNMARKED, late_cause, HOST], IN_TIME
-    ).astype(object)
+    return np.select([held < 0, held > LATE_NS, host], [UNMARKED, late_cause, HOST], IN_TIME).astype(object)
 
 
 def with_causes(rows: pd.DataFrame) -> pd.DataFrame:

@@ -101,6 +101,10 @@ def gather_rows(trace: Trace, rows: pd.DataFrame, phases: np.ndarray) -> pd.Data
     where = out[["rank"]].merge(ranks, on="rank", how="left")
     forward = out["phase"].to_numpy() == "forward"
     reached = forward_reached(
-        trace, where["part"].to_numpy(np.int64), where["pid"].to_numpy(np.int64), out["unit"], out["issue_ns"].to_numpy()
+        trace,
+        where["part"].to_numpy(np.int64),
+        where["pid"].to_numpy(np.int64),
+        out["unit"],
+        out["issue_ns"].to_numpy(),
     )
     return out.assign(needed_ns=np.where(forward, reached, -1))[GATHER_COLUMNS]

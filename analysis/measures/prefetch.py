@@ -3,8 +3,9 @@ gather_rows.py for its `needed_ns`), and PREFETCH_COLUMNS, the forward gathers' 
 collectives view's `prefetch` gives (rank, step, tag, issue_ns, end_ns, waited_ns: the row's held or
 waited time, needed_ns).
 
-needed_ns: when the rank reached the module's forward, where the trace says so: the start of FSDP2's `FSDP::pre_forward (<module>)` range (the first of the module's ranges
-in the process that ends after the call's issue); -1 where the trace has no such range (this
+needed_ns: when the rank reached the module's forward, where the trace says so: the start of FSDP2's
+`FSDP::pre_forward (<module>)` range (the first of the module's ranges in the process that ends after
+the call's issue); -1 where the trace has no such range (this
 project's `fsdp` marks its collectives, not each module's forward: there, the time compute waited
 says how late the gather was). Times on the trace's clock.
 """

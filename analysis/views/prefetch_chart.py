@@ -23,7 +23,9 @@ def pick_step(rows: pd.DataFrame) -> tuple[int, int] | None:
     return int(waits.index[len(waits) // 2]), rank
 
 
-def prefetch_figure(rows: pd.DataFrame, step: int, rank: int, label: str, held: str = "compute waited for it") -> go.Figure:
+def prefetch_figure(
+    rows: pd.DataFrame, step: int, rank: int, label: str, held: str = "compute waited for it"
+) -> go.Figure:
     """The chart of `rows` (the view's prefetch) for one step and rank; `held`: the name of the part
     compute was held for."""
     mine = rows[(rows["step"] == step) & (rows["rank"] == rank)].sort_values("issue_ns", kind="stable")
@@ -63,8 +65,15 @@ def prefetch_figure(rows: pd.DataFrame, step: int, rank: int, label: str, held: 
             hovertemplate="%{y}: forward reached at %{x:.3f} ms<extra></extra>",
         )
     fig.update_layout(
-        title={"text": f"{label}: forward all-gathers of step {step}, rank {rank}", "x": 0, "xanchor": "left",
-               "y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 12}},  # fmt: skip
+        title={
+            "text": f"{label}: forward all-gathers of step {step}, rank {rank}",
+            "x": 0,
+            "xanchor": "left",
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 12},
+        },
         barmode="overlay",
         template="plotly_white",  # as every other page
         xaxis_title="ms from the step's first all-gather issue",

@@ -31,7 +31,9 @@ def _per_unit(gathers: pd.DataFrame) -> pd.DataFrame:
         late=gathers["cause"].isin([*LATE_CAUSES, CPU_LATE]),
         host=gathers["cause"] == HOST,
     )
-    counts = g.groupby(["phase", "unit"], sort=False).agg(late=("late", "sum"), host=("host", "sum"), n=("late", "size"))
+    counts = g.groupby(["phase", "unit"], sort=False).agg(
+        late=("late", "sum"), host=("host", "sum"), n=("late", "size")
+    )
     held = g[g["late"]].groupby(["phase", "unit", "cause"], sort=False)["held_ms"].sum().rename("ms").reset_index()
     held["ms"] = held["ms"] / held["phase"].map(rank_steps).to_numpy()
     keys = g[["phase", "unit", "order"]].drop_duplicates(["phase", "unit"])
@@ -52,21 +54,37 @@ def units_figure(gathers: pd.DataFrame, label: str) -> go.Figure:
         units = mine.drop_duplicates("unit").sort_values("order")
         hover = [
             f"{html.escape(u)} (#{o})<br>{late} of {n} gathers late, {host} host-bound"
-            for u, o, late, host, n in zip(units["unit"], units["order"], units["late"], units["host"], units["n"],
-                                           strict=True)  # fmt: skip
+            for u, o, late, host, n in zip(
+                units["unit"], units["order"], units["late"], units["host"], units["n"], strict=True
+            )
         ]
         for cause in (*LATE_CAUSES, CPU_LATE):
             part = units[["unit", "order"]].merge(mine[mine["cause"] == cause][["unit", "ms"]], on="unit", how="left")
             if part["ms"].notna().any():
-                fig.add_bar(x=part["order"], y=part["ms"].fillna(0), name=CAUSE_TEXT[cause], legendgroup=cause,
-                            marker_color=palette.GATHER_CAUSE_COLOURS[cause], showlegend=cause not in shown,
-                            customdata=hover, hovertemplate="%{customdata}<br>%{y:.3f} ms/step<extra>" + cause + "</extra>",
-                            row=row, col=1)  # fmt: skip
+                fig.add_bar(
+                    x=part["order"],
+                    y=part["ms"].fillna(0),
+                    name=CAUSE_TEXT[cause],
+                    legendgroup=cause,
+                    marker_color=palette.GATHER_CAUSE_COLOURS[cause],
+                    showlegend=cause not in shown,
+                    customdata=hover,
+                    hovertemplate="%{customdata}<br>%{y:.3f} ms/step<extra>" + cause + "</extra>",
+                    row=row,
+                    col=1,
+                )
                 shown.add(cause)
         _label_worst(fig, mine, row)
     fig.update_layout(
-        title={"text": f"{html.escape(label)}: all-gathers per unit, {html.escape(definition)}", "x": 0, "xanchor": "left",
-               "y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 12}},  # fmt: skip
+        title={
+            "text": f"{html.escape(label)}: all-gathers per unit, {html.escape(definition)}",
+            "x": 0,
+            "xanchor": "left",
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 12},
+        },
         barmode="stack",
         bargap=0.1,
         template="plotly_white",
@@ -103,5 +121,15 @@ def _label_worst(fig: go.Figure, mine: pd.DataFrame, row: int) -> None:
     total = mine.groupby(["unit", "order"], sort=False)["ms"].sum().reset_index()
     worst = total[total["ms"] > 0].sort_values("ms", ascending=False, kind="stable").head(LABELLED)
     for unit, order, ms in zip(worst["unit"], worst["order"], worst["ms"], strict=True):
-        fig.add_annotation(x=order, y=ms, text=html.escape(str(unit)), showarrow=True, arrowhead=0, ax=0, ay=-18,
-                           font={"size": 11}, row=row, col=1)  # fmt: skip
+        fig.add_annotation(
+            x=order,
+            y=ms,
+            text=html.escape(str(unit)),
+            showarrow=True,
+            arrowhead=0,
+            ax=0,
+            ay=-18,
+            font={"size": 11},
+            row=row,
+            col=1,
+        )

@@ -41,26 +41,48 @@ class Gather:
 
 
 def _kernel(w: NsysWriter, pid: int, device: int, stream: int, start: int, end: int, name: str, launch: int) -> None:
-    w.kernels(pid, pid, device, stream, np.array([start * US]), np.array([end * US]), name, launch=np.array([launch * US]))
+    w.kernels(
+        pid, pid, device, stream, np.array([start * US]), np.array([end * US]), name, launch=np.array([launch * US])
+    )
 
 
-def write_gathers(path: str | Path, per_rank: tuple[list[Gather], list[Gather]], queue: tuple[int, int] | None = None) -> Path:
+def write_gathers(
+    path: str | Path, per_rank: tuple[list[Gather], list[Gather]], queue: tuple[int, int] | None = None
+) -> Path:
     """Both ranks' gathers (per_rank[r]); `queue` = (start, end) µs: a reduce-scatter of unit `prev`
     issued at 1, launched at 2, running on each rank's NCCL stream before the gathers."""
     w = NsysWriter(path, flavour="2026", shuffle=True, seed=21)
     for rank, (pid, gathers) in enumerate(zip(PIDS, per_rank, strict=True)):
         w.process(pid)
         w.meta_mark(pid, pid, 0, implementation="fsdp", rank=rank, world_size=2, backend="nccl")
-        w.nvtx(pid, pid, np.array([0, 0]), np.array([1000, 900]) * US, np.array([step_range(0), "forward"], dtype=object))
+        w.nvtx(
+            pid, pid, np.array([0, 0]), np.array([1000, 900]) * US, np.array([step_range(0), "forward"], dtype=object)
+        )
         if queue is not None:
-            w.nvtx(pid, pid, np.array([1 * US]), np.array([999 * US]), comm_range(REDUCE_SCATTER, "prev"),
-                   kind=START_END, payload=np.array([BYTES]))  # fmt: skip
+            w.nvtx(
+                pid,
+                pid,
+                np.array([1 * US]),
+                np.array([999 * US]),
+                comm_range(REDUCE_SCATTER, "prev"),
+                kind=START_END,
+                payload=np.array([BYTES]),
+            )
             _kernel(w, pid, rank, 20, queue[0], queue[1], "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL", 2)
         for g in gathers:
-            w.nvtx(pid, pid, np.array([g.issue * US]), np.array([999 * US]), comm_range(ALL_GATHER, g.unit),
-                   kind=START_END, payload=np.array([BYTES]))  # fmt: skip
+            w.nvtx(
+                pid,
+                pid,
+                np.array([g.issue * US]),
+                np.array([999 * US]),
+                comm_range(ALL_GATHER, g.unit),
+                kind=START_END,
+                payload=np.array([BYTES]),
+            )
             _kernel(w, pid, rank, 20, g.start, g.end, GATHER_KERNEL, g.issue + 1)
-            w.nvtx(pid, pid, np.array([g.wait * US]), np.array([(g.wait + 5) * US]), comm_wait_range(ALL_GATHER, g.unit))
+            w.nvtx(
+                pid, pid, np.array([g.wait * US]), np.array([(g.wait + 5) * US]), comm_wait_range(ALL_GATHER, g.unit)
+            )
             _kernel(w, pid, rank, 7, g.busy_from, g.busy_until, "gemm", max(g.busy_from - 5, 0))
             use_start = g.use_start if g.use_start is not None else max(g.use + 2, g.end, g.busy_until)
             _kernel(w, pid, rank, 7, use_start, use_start + 20, "gemm", g.use)

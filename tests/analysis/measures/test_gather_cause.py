@@ -63,8 +63,12 @@ def test_partner_when_the_other_rank_starts_its_call_later(tmp_path):
 
 def test_slow_when_the_transfer_runs_under_half_the_runs_bandwidth_for_its_size(tmp_path):
     slow = Gather("u", 100, 105, 300, 150, 160, 50, 100)  # 195 µs for what the others move in 20
-    fast = [Gather(n, 400 + 150 * k, 405 + 150 * k, 425 + 150 * k, 430 + 150 * k, 440 + 150 * k,
-                   330 + 150 * k, 450 + 150 * k) for k, n in enumerate("abc")]  # fmt: skip
+    fast = [
+        Gather(
+            n, 400 + 150 * k, 405 + 150 * k, 425 + 150 * k, 430 + 150 * k, 440 + 150 * k, 330 + 150 * k, 450 + 150 * k
+        )
+        for k, n in enumerate("abc")
+    ]
     g = rows_of(write_gathers(tmp_path / "s.sqlite", both(slow, *fast)))
     assert g["cause"].tolist() == ["slow", "slow"]
     assert g["held_ms"].tolist() == pytest.approx([0.14, 0.14])

@@ -190,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
     from analysis.views.html_page import write_page
     from analysis.views.prefetch_chart import STEP_CHART_UNITS, pick_step, prefetch_figure
-    from analysis.views.unit_chart import units_figure
+    from analysis.views.unit_chart import measured, units_figure
 
     figures: list = []
     for head in view.traces.itertuples():  # per trace: the per-unit chart, and one step's when it stays readable
@@ -201,7 +201,8 @@ def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -
         chosen = pick_step(rows)
         if chosen is None:
             raise TraceError(f"{head.path}: no forward all-gather to chart (--prefetch-chart needs sharded modules)")
-        figures.append(units_figure(gathers, head.implementation))
+        if measured(gathers):
+            figures.append(units_figure(gathers, head.implementation))
         if rows["tag"].nunique() <= STEP_CHART_UNITS:
             gpu = "GPU" in str(gathers["definition"].iloc[0])
             held = "compute stream held for it (GPU)" if gpu else "compute waited for it (CPU)"

@@ -74,9 +74,15 @@ def in_time_sentence(gathers: pd.DataFrame, phase: str) -> str:
     """'waited (CPU): all-gathers in time for 46 of 48 layers in forward; the late ones cost 1.9 ms/step;
     worst: layers.0.attn.wq (1.2 ms)' from one phase's gather rows (gather_rows.py: rank, step, unit,
     held_ms, cause, definition); GPU rows add the count of late gathers per cause."""
-    layers = layer_waits(gathers)
-    late = layers[layers["held_ms"] > LATE_NS / NS_PER_MS]
     definition = str(gathers["definition"].iloc[0]) if len(gathers) else ""
+    measured = gathers[gathers["cause"] != UNMARKED]
+    if measured.empty:
+        return (
+            f"{definition}: not measured for the {len(gathers)} all-gathers in {phase}: the trace marks no "
+            "comm_wait:all_gather ranges (PyTorch's FSDP2 does not; see docs/fsdp.md)"
+        )
+    layers = layer_waits(measured)
+    late = layers[layers["held_ms"] > LATE_NS / NS_PER_MS]
     head = f"{definition}: all-gathers in time for {len(layers) - len(late)} of {len(layers)} layers in {phase}"
     tail = _cause_counts(gathers)
     if late.empty:

@@ -13,7 +13,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analysis.measures.gather_cause import CAUSE_TEXT, CPU_LATE, HOST, LATE_CAUSES
+from analysis.measures.gather_cause import CAUSE_TEXT, CPU_LATE, HOST, LATE_CAUSES, UNMARKED
 from analysis.views import palette
 
 PHASES = ("forward", "backward")
@@ -74,6 +74,17 @@ def units_figure(gathers: pd.DataFrame, label: str) -> go.Figure:
                     col=1,
                 )
                 shown.add(cause)
+        if mine["ms"].isna().all():  # nothing late in this phase: zero bars, so the units are still drawn
+            fig.add_bar(
+                x=units["order"],
+                y=np.zeros(len(units)),
+                name="no late gather",
+                marker_color=palette.IDLE,
+                customdata=hover,
+                hovertemplate="%{customdata}<extra></extra>",
+                row=row,
+                col=1,
+            )
         _label_worst(fig, mine, row)
     fig.update_layout(
         title={
@@ -98,6 +109,11 @@ def units_figure(gathers: pd.DataFrame, label: str) -> go.Figure:
     return fig
 
 
+def measured(gathers: pd.DataFrame) -> bool:
+    """Whether any gather row has a held (or waited) time: not every one `unmarked`."""
+    return bool((gathers["cause"] != UNMARKED).any())
+
+
 def _counts(mine: pd.DataFrame) -> str:
     """'829 of 1700 gathers late, 871 host-bound' of one phase's per-unit rows."""
     units = mine.drop_duplicates("unit")
@@ -108,7 +124,7 @@ def _counts(mine: pd.DataFrame) -> str:
 def in_time_blocks(gathers: pd.DataFrame, sentences: list[str], label: str, stem: str) -> list:
     """The report's blocks for one trace's all-gathers: its sentences and the per-unit chart ([] when
     the trace has no sharded units' gathers)."""
-    if gathers.empty:
+    if not measured(gathers):
         return []
     text = "<br>".join(html.escape(s) for s in sentences)
     note = f'<p class="note">Did the all-gathers arrive in time? {text}</p>' if text else ""

@@ -33,7 +33,7 @@ class Gather:
     issue: int
     start: int
     end: int
-    wait: int
+    wait: int | None  # None: no comm_wait range (as PyTorch's FSDP2)
     use: int
     busy_from: int = 10
     busy_until: int = 100
@@ -80,9 +80,9 @@ def write_gathers(
                 payload=np.array([BYTES]),
             )
             _kernel(w, pid, rank, 20, g.start, g.end, GATHER_KERNEL, g.issue + 1)
-            w.nvtx(
-                pid, pid, np.array([g.wait * US]), np.array([(g.wait + 5) * US]), comm_wait_range(ALL_GATHER, g.unit)
-            )
+            if g.wait is not None:
+                wait = comm_wait_range(ALL_GATHER, g.unit)
+                w.nvtx(pid, pid, np.array([g.wait * US]), np.array([(g.wait + 5) * US]), wait)
             _kernel(w, pid, rank, 7, g.busy_from, g.busy_until, "gemm", max(g.busy_from - 5, 0))
             use_start = g.use_start if g.use_start is not None else max(g.use + 2, g.end, g.busy_until)
             _kernel(w, pid, rank, 7, use_start, use_start + 20, "gemm", g.use)

@@ -75,3 +75,11 @@ def test_slow_when_the_transfer_runs_under_half_the_runs_bandwidth_for_its_size(
     assert (g["busbw_gbps"] < 0.5 * g["typical_busbw_gbps"]).all()
     others = rows_of(write_gathers(tmp_path / "s2.sqlite", both(slow, *fast)), unit="a")
     assert others["cause"].tolist() == ["in time", "in time"]
+
+
+def test_a_gather_without_a_wait_range_is_not_measured_and_the_sentence_says_so(tmp_path):
+    path = write_gathers(tmp_path / "u.sqlite", both(Gather("u", 100, 105, 330, None, 160, 50, 100)))
+    g = rows_of(path)
+    assert g["cause"].tolist() == ["unmarked", "unmarked"] and g["held_ms"].isna().all()
+    (sentence,) = analyze_collectives(path).traces["in_time"].iloc[0]
+    assert sentence.startswith(f"{HELD}: not measured for the 2 all-gathers in forward")

@@ -65,3 +65,9 @@ def test_the_cli_prints_the_phase_sentences_and_the_worst_units(tmp_path, capsys
     assert line.split() == ["forward", "u", "1", "0.160", "2", "2", "queued", "0", "reduce_scatter:prev"]
     assert collectives.main([str(path), "--summary", "--units", "0"]) == 0
     assert "per unit and phase" not in capsys.readouterr().out
+
+
+def test_a_phase_with_nothing_late_still_draws_its_units():
+    rows = many_units(4).assign(cause="in time", held_ms=0.0)
+    fig = units_figure(rows, "fsdp")
+    assert [(t.name, len(t.x)) for t in fig.data] == [("no late gather", 4), ("no late gather", 4)]

@@ -38,10 +38,11 @@ def units_text(view: CollectivesView, limit: int, rank: int | None = None) -> li
         shown = table if limit < 0 else table.head(limit)
         what = "all" if len(shown) == len(table) else f"the {len(shown)} worst of {len(table)}"
         definition = mine["definition"].iloc[0]
-        held = "held ms/step: mean per rank and step" if "GPU" in definition else "waited ms/step (CPU)"
+        gpu = "GPU" in definition
+        names = UNIT_NAMES if gpu else {**UNIT_NAMES, "held_ms_per_step": "waited ms/step"}
         out += [
-            f"\n{head.implementation}: all-gathers per unit and phase, worst first ({what}; {definition}; {held}; "
-            "order: forward order):",
-            format_table(shown, UNIT_NAMES),
+            f"\n{head.implementation}: all-gathers per unit and phase, worst first ({what}; {definition}; "
+            f"{'held' if gpu else 'waited'} ms/step: mean per rank and step; order: forward order):",
+            format_table(shown, names),
         ]
     return out

@@ -1,5 +1,6 @@
-"""The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step, and
-one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward.
+"""The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step,
+one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward,
+and for sharded runs whether each unit's all-gathers arrived in time and why not (unit_chart.py).
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
 html_page.write_page; each entry (CollectivesEntry) is one trace: its label, trace, CollectivesView,
@@ -26,6 +27,7 @@ from analysis.views.call_chart import call_noun, calls_figure
 from analysis.views.export import image_name
 from analysis.views.figure_dicts import trusted_figure
 from analysis.views.lanes import representative_step
+from analysis.views.unit_chart import in_time_blocks
 
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
@@ -240,4 +242,6 @@ def collectives_section(
         fig = per_call_figure(e, patterns)
         if fig is not None:
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))
+        sentences = [s for t in e.view.traces["in_time"] for s in (t or [])] if "in_time" in e.view.traces else []
+        blocks += in_time_blocks(e.view.gathers, sentences, e.label, stem)
     return blocks

@@ -51,6 +51,11 @@ def _grid(base: pd.DataFrame, frame: pd.DataFrame, cols: list[str], shape: tuple
     return merged.to_numpy(dtype=float).reshape(*shape, len(cols))
 
 
+def _covered(set_starts: np.ndarray, set_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """iv.covered_before for an array of times of any shape."""
+    return iv.covered_before(set_starts, set_ends, np.asarray(t, dtype=np.int64).ravel()).reshape(np.shape(t))
+
+
 def gpu_run(trace: Trace, run: RecordedRun, base: pd.DataFrame, served: pd.DataFrame) -> GpuRun:
     """The GPU inputs of a recorded run (base: its rank-steps sorted by step then rank, as in advice.py)."""
     shape = run.step_ns.shape
@@ -66,8 +71,7 @@ def gpu_run(trace: Trace, run: RecordedRun, base: pd.DataFrame, served: pd.DataF
     for r in range(shape[1]):  # one pass per rank: its communication kernels as one interval set
         own = comm[comm["rank"] == base["rank"].to_numpy()[r]]
         s, e = iv.union(own["start"].to_numpy(), own["end"].to_numpy())
-        at = lambda t: iv.covered_before(s, e, np.asarray(t, dtype=np.int64).ravel()).reshape(np.shape(t))
-        before[:, r, :] = at(run.ready[:, r, :]) - at(b0[:, r])[:, None]
+        before[:, r, :] = _covered(s, e, run.ready[:, r, :]) - _covered(s, e, b0[:, r])[:, None]
 
     calls = served[served["step"].isin(base["step"].unique())].sort_values(["rank", "step", "start_ns"])
     first = calls.groupby(["rank", "step"]).head(1)
@@ -78,7 +82,13 @@ def gpu_run(trace: Trace, run: RecordedRun, base: pd.DataFrame, served: pd.DataF
 
 
 def predict_gpu(
-    gpu: GpuRun, run: RecordedRun, rows: np.ndarray, lam: np.ndarray, wait: np.ndarray, buckets, cost_ns: np.ndarray
+    gpu: GpuRun,
+    run: RecordedRun,
+    rows: np.ndarray,
+    lam: np.ndarray,
+    wait: np.ndarray,
+    buckets: list[np.ndarray],
+    cost_ns: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per replayed step and rank (N, R): the predicted step, the change in communication in flight under
     backward and the change in tail, at the given buckets. rows (N): the recorded steps replayed; lam,

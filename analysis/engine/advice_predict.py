@@ -50,7 +50,9 @@ def fit(run: RecordedRun, served: pd.DataFrame, steps: np.ndarray, gpu: GpuRun |
         calls = pd.concat([by_step[i] for i in pick], ignore_index=True)
         costs.append(fit_cost(calls["bytes"], calls["transfer_ns"]))
         if gpu is None:
-            lam.append(fit_slowdown(run.backward_end[pick] - run.backward_start[pick], run.comm_under_backward_ns[pick]))
+            lam.append(
+                fit_slowdown(run.backward_end[pick] - run.backward_start[pick], run.comm_under_backward_ns[pick])
+            )
             wait.append(0.0)
         else:
             lam.append(gpu.slowdown(pick))
@@ -89,7 +91,11 @@ def predictor(
         cost_ns = np.repeat(np.stack([c.predict_ns(nbytes) for c in fitted.costs]), steps, axis=0)
         if gpu is None:
             r = replay(sub, buckets, cost_ns)
-            step, d_comm, d_tail = r.step_ns, r.comm_under_backward_ns - sub.comm_under_backward_ns, r.tail_ns - sub.tail_ns
+            step, d_comm, d_tail = (
+                r.step_ns,
+                r.comm_under_backward_ns - sub.comm_under_backward_ns,
+                r.tail_ns - sub.tail_ns,
+            )
         else:
             step, d_comm, d_tail = predict_gpu(gpu, run, flat, lam, wait, buckets, cost_ns)
         exposed = np.maximum(exposed_ns[flat] + (1.0 - overlapped) * d_comm + d_tail, 0.0)

@@ -65,7 +65,14 @@ def step_sums(kernels: pd.DataFrame, comm: pd.DataFrame, windows: pd.DataFrame) 
         work_out = np.bincount(w, weights=work * (1 - share), minlength=n)
         out.append(
             pd.DataFrame(
-                {"rank": rank, "step": steps, "work_in": work_in, "work_out": work_out, "comm_ns": comm_in, "span_ns": span}
+                {
+                    "rank": rank,
+                    "step": steps,
+                    "work_in": work_in,
+                    "work_out": work_out,
+                    "comm_ns": comm_in,
+                    "span_ns": span,
+                }
             )
         )
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["rank", "step", *SUMS])

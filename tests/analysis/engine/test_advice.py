@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from analysis.engine.advice import advise
@@ -211,8 +212,6 @@ def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rul
 def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorded):
     import sqlite3
 
-    import numpy as np
-
     path = recorded / "overlap.sqlite"
     con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     rows = con.execute(COMM_ROWS).fetchall()
@@ -239,18 +238,37 @@ def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorde
             transfers.setdefault(nbytes, []).append(max(min(end - last, end - start), 0))
     sizes = np.array(sorted(transfers), dtype=float)
     medians = np.array([np.median(transfers[int(b)]) for b in sizes])
-    slope, intercept = np.polyfit(sizes, medians, 1)
     (result,) = advise([path], [1.0])
-    line = result.cost.overall
     assert len(sizes) >= 3
-    if intercept >= 0 and slope >= 0:  # else the fit is clamped (comm_cost.fit_line)
-        assert line.latency_ns == pytest.approx(intercept, rel=1e-6, abs=1.0)
-        assert line.ns_per_byte == pytest.approx(slope, rel=1e-6)
-    # and the line describes the calls: its predictions against each size's median transfer
-    errors = np.abs(line.predict_ns(sizes) - medians) / medians
+    # every line is the least-squares line of its sizes' medians, under the documented clamps (latency and
+    # per-byte time >= 0), computed here independently: exact, however noisy the machine made the calls
+    lines = [(result.cost.overall, np.ones(len(sizes), bool))]
+    lines += [(line, (sizes >= line.lo_bytes) & (sizes <= line.hi_bytes)) for line in result.cost.ranges]
+    for line, inside in lines:
+        latency, per_byte = least_squares(sizes[inside], medians[inside])
+        assert line.latency_ns == pytest.approx(latency, rel=1e-6, abs=1.0)
+        assert line.ns_per_byte == pytest.approx(per_byte, rel=1e-6, abs=1e-12)
+        # and no allowed line nearby describes those medians better (the fit is the optimum, not a guess)
+        sse = lambda lat, pb, b=sizes[inside], t=medians[inside]: float(np.sum((lat + pb * b - t) ** 2))
+        best = sse(line.latency_ns, line.ns_per_byte)
+        for f_lat, f_pb in ((1.05, 1), (0.95, 1), (1, 1.05), (1, 0.95), (1.05, 0.95), (0.95, 1.05)):
+            lat, pb = line.latency_ns * f_lat, line.ns_per_byte * f_pb
+            assert best <= sse(lat, pb) * (1 + 1e-9) or (lat == line.latency_ns and pb == line.ns_per_byte)
+    errors = np.abs(result.cost.overall.predict_ns(sizes) - medians) / np.maximum(medians, 1)
     print(
-        f"overall {line.latency_ns / 1e3:.1f} us + {line.bandwidth_gbps:.3f} GB/s; median error {np.median(errors):.2f}"
+        f"overall {result.cost.overall.latency_ns / 1e3:.1f} us + {result.cost.overall.bandwidth_gbps:.3f} GB/s; "
+        f"median error {np.median(errors):.2f} (as the machine allowed: not a pass/fail figure)"
     )
-    # (a size whose calls all ended before their rank's previous one has median transfer 0: no ratio to take)
-    moved = medians > 0
-    assert np.median(np.abs(result.cost.predict_ns(sizes[moved]) - medians[moved]) / medians[moved]) < 0.5
+
+
+def least_squares(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
+    """(latency, per-byte) of t ~ latency + per_byte * b by least squares; a negative latency refitted
+    through the origin, then a negative slope made flat (the rule comm_cost documents)."""
+    if len(b) == 1:
+        return 0.0, float(t[0] / b[0])
+    slope, intercept = np.polyfit(b, t, 1)
+    if intercept < 0:
+        return 0.0, max(float(np.dot(b, t) / np.dot(b, b)), 0.0)
+    if slope < 0:
+        return float(np.mean(t)), 0.0
+    return float(intercept), float(slope)

@@ -31,6 +31,7 @@ from analysis.measures.collective_calls import find_calls
 from analysis.measures.comm_cost import CommCost, fit_cost, transfer_times
 from analysis.measures.metrics import measure_trace
 from analysis.measures.pairing import world_size
+from analysis.readers.meta_peek import declared_implementations
 
 DEFAULT_BUCKETS_MB = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 FLAG_BYTES = 4  # every wrapper but `torch` sends a 4-byte "had a gradient" flag per parameter
@@ -43,14 +44,26 @@ def run_meta(trace: Trace) -> dict:
     return next(iter(trace.meta.values()), {}) if trace.meta else {}
 
 
+def _unsupported(path: str, impl: str) -> TraceError:
+    return TraceError(
+        f"{path}: implementation {impl}: advise predicts DDP's bucket size, from a run of "
+        f"{', '.join(STRATEGIES)}; sharded runs (fsdp, torch_fsdp) and runs without overlap are not modelled"
+    )
+
+
 def _implementation(trace: Trace) -> str:
     impl = trace.implementation or next((str(m.get("implementation")) for m in trace.meta.values()), "")
     if impl not in STRATEGIES:
-        raise TraceError(
-            f"{trace.path}: implementation {impl or 'unknown (no ddp.meta mark)'}: advise needs a run that overlaps "
-            f"communication with backward ({', '.join(STRATEGIES)})"
-        )
+        raise _unsupported(trace.path, impl or "unknown (no ddp.meta mark)")
     return impl
+
+
+def _check_declared(paths: Sequence[Path]) -> None:
+    """Refuse a run whose nsys exports declare only strategies advise does not model, before loading it."""
+    for path in paths:
+        declared = declared_implementations(path)
+        if declared and not declared & set(STRATEGIES):
+            raise _unsupported(str(path), ", ".join(sorted(declared)))
 
 
 def _backward_windows(works: list[RankWork]) -> pd.DataFrame:
@@ -268,4 +281,7 @@ def advise(
     patterns: Patterns | None = None,
 ) -> list[Advice]:
     """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files)."""
-    return [advise_trace(load_trace(run.paths, patterns), bucket_mb, patterns) for run in find_runs(paths, merge)]
+    runs = find_runs(paths, merge)
+    for run in runs:
+        _check_declared(run.paths)
+    return [advise_trace(load_trace(run.paths, patterns), bucket_mb, patterns) for run in runs]

@@ -40,7 +40,7 @@ class Recommendation:
     @property
     def reason(self) -> str:
         if self.gain_ms is None:
-            return "the fastest predicted (no recorded size among the candidates to keep)"
+            return "the fastest predicted; no recorded size to keep"
         gain = f"{self.gain_ms:.3f} ± {self.gain_ms_err:.3f} ms"
         if self.kept and self.best_bucket_mb != self.bucket_mb:
             return f"kept: {self.best_bucket_mb:g} MiB would gain {gain}, within the uncertainty"

@@ -139,13 +139,27 @@ def test_cli_json_has_the_documented_shape(overlap_run):
         assert key in run
     assert run["implementation"] == "overlap" and run["recommended_bucket_mb"] == 0.1
     assert [c["bucket_mb"] for c in run["candidates"]] == [0.1, 100.0]
-    assert set(run["candidates"][0]) >= {"bucket_mb", "predicted_step_ms", "predicted_exposed_comm_ms"}
+    assert set(run["candidates"][0]) >= {
+        "setting",
+        "bucket_mb",
+        "recorded",
+        "predicted_step_ms",
+        "predicted_step_ms_err",
+        "predicted_exposed_comm_ms",
+        "predicted_exposed_comm_ms_err",
+    }
+    assert run["candidates"][0]["setting"] == {"bucket_mb": 0.1} and run["knob"] == "bucket_mb"
+    # a per-parameter run has no recorded bucket size to keep: the fastest is recommended
+    assert run["recommended"]["setting"] == {"bucket_mb": 0.1} and run["recommended"]["kept"] is False
 
 
 def test_cli_table_marks_the_recommendation(overlap_run):
     res = advise_cli(str(overlap_run), "--bucket-mb", "0.1", "100")
     assert res.returncode == 0, res.stderr
-    assert "recommended" in res.stdout and res.stdout.rstrip().endswith("recommended bucket size: 0.1 MiB")
+    last = res.stdout.rstrip().splitlines()[-1]
+    assert last == "recommended bucket size: 0.1 MiB (the fastest predicted; no recorded size to keep)"
+    # every prediction with its 95% interval (identical synthetic steps: 0)
+    assert " ± 0.000" in res.stdout and "±: 95% interval, 200 bootstrap resamples of the recorded steps" in res.stdout
 
 
 @pytest.mark.parametrize(
@@ -168,6 +182,26 @@ def test_a_run_that_does_not_overlap_is_refused(tmp_path):
     w.close()
     res = advise_cli(str(tmp_path / "naive.sqlite"))
     assert res.returncode == 2 and "implementation naive" in res.stderr and len(res.stderr.splitlines()) == 1
+
+
+def test_a_sharded_run_is_refused_before_its_trace_is_loaded(tmp_path, monkeypatch):
+    from analysis.engine import advice as advice_module
+    from analysis.errors import TraceError
+
+    w = NsysWriter(tmp_path / "fsdp.sqlite", cupti=False)
+    w.process(7)
+    w.meta_mark(7, 7, 10, implementation="fsdp", rank=0, world_size=2)
+    w.nvtx(7, 7, 0, 100, step_range(0), kind=PUSH_POP)
+    w.close()
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the trace was loaded")
+
+    monkeypatch.setattr(advice_module, "load_trace", no_loading)
+    with pytest.raises(TraceError, match=r"implementation fsdp: advise predicts DDP's bucket size, from a run of "):
+        advise([tmp_path / "fsdp.sqlite"])
+    res = advise_cli(str(tmp_path / "fsdp.sqlite"))
+    assert res.returncode == 2 and "sharded runs (fsdp, torch_fsdp)" in res.stderr and len(res.stderr.splitlines()) == 1
 
 
 # --- real CPU recordings (slow): the layout rules and the fitted cost against the recorded calls ---

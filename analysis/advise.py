@@ -1,5 +1,6 @@
-"""What-if for DDP's bucket size: the step predicted at other bucket sizes, the bound with perfect
-overlap, the floor, and the recommended size, from one recorded run.
+"""What-if for DDP's bucket size: the step predicted at other bucket sizes (each ± its 95 % interval),
+the bound with perfect overlap, the floor, and the recommended size (the recorded one kept unless a
+gain exceeds its uncertainty), from one recorded run.
 
     python -m analysis.advise traces/overlap_bucket.sqlite [--bucket-mb 1 5 25 ...] [--format table|csv|json]
     python -m analysis.advise --merge traces/torch.rank0.json.gz traces/torch.rank1.json.gz
@@ -117,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m analysis.advise",
         description="Predict a DDP run's step time and exposed communication at other bucket sizes "
         "from one recorded run (per-parameter overlap, overlap_bucket or torch; nsys export or "
-        "torch.profiler JSON, CPU or GPU), with the bound under perfect overlap and the floor.",
+        "torch.profiler JSON, CPU or GPU), each with its 95% interval, the bound under perfect overlap and "
+        "the floor; the recorded size is kept unless another's gain exceeds its uncertainty.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr). The model: docs/advise.md.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")

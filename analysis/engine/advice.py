@@ -5,7 +5,10 @@ bucketed `overlap_bucket` or `torch`) it builds the model's inputs (measures/buc
 and predicts the step at each candidate bucket size. Gradient ready times: per-parameter runs have
 one collective per parameter, issued when its gradient arrived; bucketed runs have one per bucket, and
 the bucket's parameters (from `ddp.meta`'s bucket layout) are placed by size in their arrival order
-between the previous bucket's issue and their own. On GPU traces a collective's time is its kernel's.
+between the previous bucket's issue and their own. On GPU traces a collective's time is its kernel's,
+and the replay is the GPU one (advice_gpu.py: compute stalled by the rank's NCCL kernels, per-call waits);
+on CPU traces, bucket_model.replay. Every prediction comes with its bootstrap interval (advice_predict.py)
+and the recommendation keeps the recorded size unless a gain exceeds it (advice_result.py).
 """
 
 from __future__ import annotations

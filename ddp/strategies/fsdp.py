@@ -167,10 +167,13 @@ class FSDP(DataParallelBase):
             self._prefetch(backward_order, backward_order.index(state))
 
     def _drop_reduced_inputs(self) -> None:
-        """Give back the flat gradient buffers whose reduce-scatter completed (their part is in the shard's grad)."""
+        """Give back the flat gradient buffers whose reduce-scatter completed (their part is in the shard's grad),
+        each after its work was waited for on the current stream (rule 2 of docs/fsdp.md's "Streams and buffer
+        lifetimes": on CUDA `is_completed()` is the host's view only; the wait orders the stream that rewrites the
+        buffer after the collective, and costs nothing once the work is complete)."""
         for state in self._rs_issued:
             if state.flat is not None and state.reduce is not None and state.reduce.work.is_completed():
-                state.let_go_of_gradient()
+                self._finish_reduce(state)
 
     def _reclaim_gradient_buffer(self) -> bool:
         """Wait for the oldest reduce-scatter whose input buffer is still held, and give that buffer back."""
@@ -202,6 +205,7 @@ class FSDP(DataParallelBase):
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
         for state in self.states:
+            self._wait_gather(state)  # a gather prefetched for a unit whose backward never ran: wait before freeing
             state.free()
         self._rs_issued.clear()
         self._pending_ar.clear()

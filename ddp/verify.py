@@ -1,7 +1,8 @@
 """Check every chosen implementation against single-process training on the same global batches.
 
     python -m ddp.verify --impl all --world-size 2 [--model toy|tiny] [--steps N] [--optimizer sgd|adamw]
-        [--collective torch|ring|reduce_broadcast] [--shard-optimizer]
+        [--collective torch|ring|reduce_broadcast] [--shard-optimizer] [--compute-dtype fp16|bf16]
+        [--prefetch N] [--separate-reduce-scatter]
 
 Each rank starts from a different random initialisation (seed + rank), so a pass also shows that
 construction broadcast rank 0's state. With --shard-optimizer each rank keeps and steps the optimizer
@@ -30,7 +31,7 @@ import torch.distributed as dist
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
-from ddp.training.config import RunConfig
+from ddp.training.config import SHARDED_ONLY, RunConfig
 from ddp.training.data import global_batch, rank_batch
 from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, train_step
 from ddp.training.models import build_model
@@ -75,6 +76,10 @@ def how_compared(cfg: RunConfig, rtol: float, atol: float, device: str = "cpu", 
         if cfg.impl in registry.SHARDED:
             only = "" if skipped is None else f"; bit-identity skipped: {skipped}, allclose decides"
             text += f"; {slices} (torch.equal{only}; {strict})"
+    if cfg.prefetch is not None:
+        text += f"; prefetch {cfg.prefetch}"
+    if cfg.separate_reduce_scatter:
+        text += "; reduce-scatters on their own process group"
     if cfg.shard_optimizer and cfg.impl in registry.SHARDED:
         text += "; optimizer state sharded by the strategy itself: the same run twice (torch.equal)"
     elif cfg.shard_optimizer:
@@ -229,11 +234,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = cli.resolve_world_size(settings.pop("world_size"))
     if settings["batch_size"] is None:
         settings["batch_size"] = 4 * world
+    sharded_only = any(settings[name] not in (None, False) for name in SHARDED_ONLY)  # all: fsdp and torch_fsdp
     configs = [
         RunConfig(impl=name, world_size=world, warmup=0, **settings)
         for name in registry.resolve(impls)
         if not (name == "torch" and settings["collective"] != "torch" and "all" in impls)
-        and not (name not in registry.SHARDED and settings["compute_dtype"] is not None and "all" in impls)
+        and not (name not in registry.SHARDED and sharded_only and "all" in impls)
     ]
     outcomes = launch(verify_worker, world, configs, backend=args.backend, share_gpus=args.share_gpus)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports

@@ -21,6 +21,7 @@ CASES = {
     "host_sees_complete": {"model": "stack", "kwargs": {}, "host_sees_complete": True},
     "dangling": {"model": "dangling", "kwargs": {}},
     "mixed": {"model": "mixed", "kwargs": {}, "host_sees_complete": True},
+    "separate_rs": {"model": "stack", "kwargs": {"separate_reduce_scatter": True}, "host_sees_complete": True},
 }
 
 
@@ -66,9 +67,24 @@ def test_no_buffer_is_freed_reused_or_rewritten_before_the_collective_using_it_w
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["host_sees_complete", "dangling", "mixed", "prefetch3"])
+@pytest.mark.parametrize("case", ["host_sees_complete", "dangling", "mixed", "prefetch3", "separate_rs"])
 def test_the_logged_runs_still_train_bit_for_bit_like_one_process(logs, case):
     outcome, model = logs[case], CASES[case]["model"]
     reference = fsdp_cases.train_reference(model, "sgd", STEPS, BATCH, WORLD, threads=outcome["threads"])
     for got, want in zip(outcome["history"], reference, strict=True):
         assert all(torch.equal(got[n], v) for n, v in want.items())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["prefetch2", "separate_rs"])
+def test_reduce_scatters_go_through_their_own_group_only_when_asked(logs, case):
+    outcome = logs[case]
+    ops = [s[0] for kind, _, s in outcome["events"] if kind == "issue"]
+    by_op = {op: {g for o, g in zip(ops, outcome["work_groups"], strict=True) if o == op} for op in set(ops)}
+    default = outcome["groups"]["default"]
+    assert by_op["all_gather"] == {default}
+    if case == "separate_rs":
+        assert by_op["reduce_scatter"] == {outcome["groups"]["reduce_scatter"]} != {default}
+        assert ops.count("reduce_scatter") == STEPS * len(fsdp_cases.Stack().layers) + 2 * STEPS  # + emb, head
+    else:
+        assert by_op["reduce_scatter"] == {default} and "reduce_scatter" not in outcome["groups"]

@@ -68,8 +68,7 @@ class FSDP(DataParallelBase):
             raise ValueError(f"separate_reduce_scatter must be True or False, got {separate_reduce_scatter!r}")
         super().__init__(module, collective)
         self.compute_dtype, self.prefetch = compute_dtype, prefetch
-        # Reduce-scatters on a group of their own (same ranks, same backend): on NCCL its own communicator and
-        # stream, so a backward all-gather does not queue behind them. Created once, by every rank alike.
+        # Same ranks and backend: on NCCL its own communicator and stream (created once, by every rank alike).
         self.separate_reduce_scatter = separate_reduce_scatter
         self.rs_group = dist.new_group(list(range(self.world_size))) if separate_reduce_scatter else None
         self.rank = dist.get_rank()
@@ -177,10 +176,8 @@ class FSDP(DataParallelBase):
             self._prefetch(backward_order, backward_order.index(state))
 
     def _drop_reduced_inputs(self) -> None:
-        """Give back the flat gradient buffers whose reduce-scatter completed (their part is in the shard's grad),
-        each after its work was waited for on the current stream (rule 2 of docs/fsdp.md's "Streams and buffer
-        lifetimes": on CUDA `is_completed()` is the host's view only; the wait orders the stream that rewrites the
-        buffer after the collective, and costs nothing once the work is complete)."""
+        """Give back the flat gradient buffers whose reduce-scatter completed, each once its work was waited for on
+        the current stream (docs/fsdp.md, "Streams and buffer lifetimes", rule 2: is_completed() is the host's view)."""
         for state in self._rs_issued:
             if state.flat is not None and state.reduce is not None and state.reduce.work.is_completed():
                 self._finish_reduce(state)

@@ -59,6 +59,9 @@ KERNEL_OPS = (
     ("combine", "all_to_all"),
 )
 PHASES = ((GRAD_SYNC, "sync_wait"), (OPTIMIZER, "optimizer"), (BACKWARD, "backward"), (FORWARD, "forward"))
+# the phase of a call issued outside every step of a process that has steps (the closing barrier, a
+# set-up broadcast): not a training collective, listed but left out of the summaries (collectives_view)
+OUTSIDE_STEPS = "outside steps"
 CALL_COLUMNS = [
     "rank",
     "part",
@@ -238,6 +241,14 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
     return out
 
 
+def outside_steps(trace: Trace, patterns: Patterns, calls: pd.DataFrame) -> np.ndarray:
+    """Per call (part, pid, step): whether it lies outside every step (-1) of a process that has steps
+    (in a process without step ranges every call is -1 and the whole capture is what is measured)."""
+    steps = find_steps(trace.nvtx, patterns)
+    stepped = np.isin(process_key(calls["part"], calls["pid"]), process_key(steps["part"], steps["pid"]))
+    return stepped & (calls["step"].to_numpy() < 0)
+
+
 def call_times(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, str]:
     """(the calls with rank, part, op, step, issue/start/end ns and what else the source gives, but
     no bytes, phase or compute; the source): what clock alignment needs (engine/clocks.py)."""
@@ -257,6 +268,7 @@ def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankW
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
+    calls.loc[outside_steps(trace, patterns, calls), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns))
     return Calls(frame=frame, source=source, compute=compute)

@@ -70,15 +70,6 @@ def test_overlap_keeps_the_barrier_out_of_the_steps_and_labels_it(noticed_late, 
 # --- the real H200 traces ---------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def h200(request, tmp_path_factory):
-    if not gpu_traces.available(gpu_traces.GPU_H200):
-        pytest.skip("../shared/data/gpu_h200 not present")
-    cache = getattr(request.config, "cache", None)
-    folder = cache.mkdir("gpu_h200") if cache is not None else tmp_path_factory.mktemp("gpu_h200")
-    return lambda name: gpu_traces.decompress(name, folder, gpu_traces.GPU_H200)
-
-
 def _plain_steps(path):
     """Per rank, from the SQLite tables in plain Python: each step's (start, CPU end), the end of the GPU
     work launched in the last step's CPU range, the end of the comm ranges opened in it (where the host
@@ -90,7 +81,8 @@ def _plain_steps(path):
         start, cpu_end = steps[-1]
         mine = [o for o in ops if o["pid"] == pid]
         gpu_end = max(o["end"] for o in mine if start <= o["launch"][0] < cpu_end)
-        noticed = max(r["end"] for r in ranges if r["pid"] == pid and r["text"].startswith("comm:") and start <= r["start"] < cpu_end)
+        comm = [r for r in ranges if r["pid"] == pid and r["text"].startswith("comm:")]
+        noticed = max(r["end"] for r in comm if start <= r["start"] < cpu_end)
         bounds = [(s, steps[k + 1][0]) for k, (s, _) in enumerate(steps[:-1])] + [(start, cpu_end)]
         outside = [
             o for o in mine if o["name"].startswith("nccl") and not any(s <= o["launch"][0] < e for s, e in bounds)
@@ -101,8 +93,8 @@ def _plain_steps(path):
 
 @pytest.mark.slow  # reads the whole H200 traces twice (analysis and plain Python)
 @pytest.mark.parametrize("name", ["fsdp_bf16.sqlite", "torch.sqlite"])
-def test_h200_steps_end_at_their_gpu_work_and_agree_with_the_run_timer(h200, name):
-    path = h200(name)
+def test_h200_steps_end_at_their_gpu_work_and_agree_with_the_run_timer(gpu_h200_trace, name):
+    path = gpu_h200_trace(name)
     plain = _plain_steps(path)
     steps = analyze(path).steps
     for rank, p in plain.items():
@@ -115,13 +107,14 @@ def test_h200_steps_end_at_their_gpu_work_and_agree_with_the_run_timer(h200, nam
 
 @pytest.mark.slow  # reads the whole H200 traces twice (analysis and plain Python)
 @pytest.mark.parametrize("name", ["fsdp_bf16.sqlite", "torch.sqlite"])
-def test_h200_closing_barrier_is_outside_the_training_collectives(h200, name):
-    path = h200(name)
+def test_h200_closing_barrier_is_outside_the_training_collectives(gpu_h200_trace, name):
+    path = gpu_h200_trace(name)
     plain = _plain_steps(path)
     view = collectives_of([load_trace(path)])
     calls = view.calls
     outside = calls[calls["phase"] == OUTSIDE]
-    assert int(view.traces["outside_steps_calls"].iloc[0]) == len(outside) == sum(len(p["outside"]) for p in plain.values())
+    expected = sum(len(p["outside"]) for p in plain.values())
+    assert int(view.traces["outside_steps_calls"].iloc[0]) == len(outside) == expected
     assert len(outside) == 2  # one barrier per rank
     by_rank = view.by_rank.set_index("rank")["calls"].to_dict()
     for rank, p in plain.items():

@@ -12,8 +12,9 @@ Two sources, chosen per trace:
   `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
 
-Bytes come from the range payload, else from `ddp.meta`'s bucket layout (tag = bucket name), else
-stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is the analysis' own
+Bytes come from the range payload, else from the kernel's own args (torch.profiler records the element
+counts and dtype on NCCL kernels: gpu_ops.comm_bytes), else from `ddp.meta`'s bucket layout (tag =
+bucket name), else stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is the analysis' own
 (activity.rank_work): its compute kernels (also when its collectives run on the host), or on
 CPU-only traces its forward/backward/optimizer ranges minus blocking comm ranges and `grad_sync` waits.
 """
@@ -118,9 +119,12 @@ def _bucket_layout(trace: Trace) -> pd.DataFrame:
 
 
 def _bytes(frame: pd.DataFrame, trace: Trace) -> np.ndarray:
-    """The call's range payload where >= 0, else its bucket's bytes in the layout, else NaN."""
+    """The call's range payload where >= 0, else the size its kernel's args record (Kineto's NCCL
+    kernels: max(in, out) bytes, nccl-tests' convention like the payload), else its bucket's bytes in the
+    layout, else NaN."""
     payload = frame["payload"].to_numpy()
-    out = np.where(payload >= 0, payload, np.nan).astype(float)
+    kernel = frame["kernel_bytes"].to_numpy() if "kernel_bytes" in frame else np.full(len(frame), -1)
+    out = np.where(payload >= 0, payload, np.where(kernel >= 0, kernel, np.nan)).astype(float)
     layout = _bucket_layout(trace)
     if len(layout) and np.isnan(out).any():
         found = frame[["part", "pid", "tag"]].merge(layout, on=["part", "pid", "tag"], how="left")["layout_bytes"]
@@ -144,7 +148,7 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
         & ops["is_comm"].to_numpy()
         & matches(ops["name"], patterns.regex("comm_kernel"))
     )
-    k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name"]]
+    k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name", "comm_bytes"]]
     k = k.assign(kernel=k["name"].astype(str), tkey=thread_key(k["part"], k["pid"], np.maximum(k["launch_tid"], 0)))
     k = k.drop(columns="name").sort_values("launch_start", kind="stable")
     ranges = _comm_ranges(trace)
@@ -173,6 +177,7 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
             "op": np.where(kernel_op != "", kernel_op, np.where(hit, range_op, "unknown")),
             "tag": np.where(hit, m["tag"].fillna("").to_numpy(dtype=object), ""),
             "payload": np.where(hit, m["payload"].fillna(-1).to_numpy(), -1).astype(np.int64),
+            "kernel_bytes": m["comm_bytes"].to_numpy(np.int64),
             "issue_ns": np.where(
                 hit, m["r_start"].fillna(0).to_numpy(), np.where(launch >= 0, launch, m["start"])
             ).astype(np.int64),

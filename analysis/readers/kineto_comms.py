@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from itertools import repeat
 from operator import attrgetter, is_not
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -63,7 +64,7 @@ def _group(name: object, desc: object) -> str:
     return f"{name}:{desc}" if desc not in (None, "") else name
 
 
-def _sizes(args: Sequence) -> dict[str, np.ndarray]:
+def _sizes(args: Sequence) -> dict[str, Any]:
     """dtype, element_bytes, in/out_nelems and in/out_bytes (-1 unknown) of each args (collective,
     in_nelems, out_nelems, dtype attributes). One Python pass per collective call: thousands, not millions."""
     dtype = [str(a.dtype) if a.dtype is not None else "" for a in args]

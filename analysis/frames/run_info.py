@@ -92,7 +92,7 @@ def nccl_label(loaded: object, build: object) -> str | None:
     the build marked as such when only it was recorded (older runs); None when neither is known."""
     loaded, build = (None if _missing(v) or v != v else v for v in (loaded, build))  # v != v: NaN
     if loaded is None:
-        return None if build is None else f"{build} (torch's build; the library loaded was not recorded)"
+        return None if build is None else f"{build} (torch's build; loaded library not recorded)"
     return str(loaded) if build is None or build == loaded else f"{loaded} (torch built with {build})"
 
 

@@ -233,6 +233,10 @@ def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object
     if column == MEMORY_PARTS_CELL:
         lines = "<br>".join(f"{name} {_cell(rec.get(c), '{:g}')}" for c, name in MEMORY_PARTS.items())
         return f'<span style="white-space:nowrap">{lines}</span>'  # a part's name and figure on one line
+    if column == "nccl" and isinstance(rec.get(column), str):  # the version, then what torch was built with
+        version, _, beside = rec[column].partition(" ")
+        small = f'<br><span style="white-space:nowrap;font-size:smaller">{html.escape(beside)}</span>'
+        return html.escape(version) + (small if beside else "")
     if column == "cuda_max_allocated_mib" and _known(rec.get("mem_peak_mib")) and not _known(rec.get(column)):
         return "n/a"  # memory recorded, but not on CUDA: no CUDA allocator to ask
     return _cell(whole(rec.get(column)), fmt)

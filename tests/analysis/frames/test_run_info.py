@@ -87,7 +87,7 @@ def test_nccl_is_the_library_loaded_with_torchs_build_beside_it(tmp_path):
     page = runs_html(result.summary.assign(label="x"))
     assert "<th>NCCL</th>" in page and "2.32.3 (torch built with 2.28.9)" in page
     assert nccl_label("2.32.3", "2.32.3") == nccl_label("2.32.3", None) == "2.32.3"
-    assert nccl_label(None, "2.28.9") == "2.28.9 (torch's build; the library loaded was not recorded)"
+    assert nccl_label(None, "2.28.9") == "2.28.9 (torch's build; loaded library not recorded)"
     assert nccl_label(None, None) is None and nccl_label("none", float("nan")) is None
     old = trace_metadata(load_trace(_cpu_export(tmp_path / "old.sqlite", {"nccl": "2.28.9"})))
     assert (old["nccl"], old["nccl_build"]) == (None, "2.28.9")  # runs before the loaded one was recorded

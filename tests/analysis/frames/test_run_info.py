@@ -85,7 +85,7 @@ def test_nccl_is_the_library_loaded_with_torchs_build_beside_it(tmp_path):
     result = analyze_trace(trace)
     assert "nccl 2.32.3 (torch built with 2.28.9)" in notes(result)[0]
     page = runs_html(result.summary.assign(label="x"))
-    assert "<th>NCCL</th>" in page and "2.32.3 (torch built with 2.28.9)" in page
+    assert "<th>NCCL</th>" in page and "<td>2.32.3<br>" in page and "(torch built with 2.28.9)</span>" in page
     assert nccl_label("2.32.3", "2.32.3") == nccl_label("2.32.3", None) == "2.32.3"
     assert nccl_label(None, "2.28.9") == "2.28.9 (torch's build; loaded library not recorded)"
     assert nccl_label(None, None) is None and nccl_label("none", float("nan")) is None

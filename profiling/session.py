@@ -26,7 +26,7 @@ from pathlib import Path
 
 from contract import PROFILE
 from contract.nsys_cli import partial_name
-from profiling import nsys_layout
+from profiling import nsys_layout, processes
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
@@ -129,8 +129,9 @@ def run_forwarding_output(
     """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
 
     Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given;
-    `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C the whole group
-    (nsys and every rank under it) is killed.
+    `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C everything the run
+    started is stopped (profiling.processes): its process group, the program nsys runs in a session of
+    its own, and nsys's agent; an agent left by an nsys that exited is stopped too.
     """
     proc = subprocess.Popen(
         list(cmd),
@@ -167,6 +168,7 @@ def run_forwarding_output(
         raise
     finally:
         watchdog.cancel()
+    processes.stop_leftovers(set(), proc.pid)  # an nsys that failed may leave its agent running
     if expired.is_set():
         raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped")
     return rc
@@ -179,7 +181,9 @@ def nsys_failed_to_start(output: str) -> bool:
 
 
 def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL."""
+    """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL; then
+    whatever it started outside that group (profiling.processes)."""
+    started = processes.run_tree(proc.pid)  # now, while the parent links still lead to them
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -187,6 +191,10 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
             break
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace_s)
+    left = processes.stop_leftovers(started, proc.pid, grace_s)
+    if left:
+        pids = ", ".join(str(pid) for pid, _ in sorted(left))
+        print(f"[profiling] could not stop process(es) {pids} of the run", file=sys.stderr)
 
 
 def exit_on_sigterm() -> None:

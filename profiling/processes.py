@@ -1,0 +1,107 @@
+"""The processes a profiled run started, read from /proc, so that a stopped run leaves none of them behind.
+
+Killing nsys's process group is not enough with nsys 2022.4: it starts the program through nsys-launcher
+in a session of its own (the program and its ranks are outside nsys's group), and its agent,
+`nsys --start-agent --session-name=profile-<program>-<nsys pid>`, is a daemon (parent 1, its own session)
+that an interrupted nsys often leaves running for good. Each process is known by (pid, start time), so
+that a pid reused meanwhile is never signalled. Without /proc (not Linux) every set here is empty.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+Key = tuple[int, int]  # (pid, start time in clock ticks since boot)
+Row = tuple[int, int, str, list[str]]  # parent pid, start time, state, argv
+Table = dict[int, Row]
+AGENT_FLAG = "--start-agent"
+
+
+def _read(pid: int) -> Row | None:
+    """(parent pid, start time, state, argv) of `pid`, or None when it is gone or unreadable."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ..., starttime
+    return int(fields[1]), int(fields[19]), fields[0], argv
+
+
+def _table() -> Table:
+    """Every process that can be read now, by pid."""
+    if not os.path.isdir("/proc"):
+        return {}
+    rows = {int(e): _read(int(e)) for e in os.listdir("/proc") if e.isdigit()}
+    return {pid: row for pid, row in rows.items() if row is not None}
+
+
+def agent_session(argv: list[str]) -> str | None:
+    """The session an nsys agent serves (`profile-python-1234`), None for any other command line."""
+    if AGENT_FLAG not in argv:
+        return None
+    return next((a.split("=", 1)[1] for a in argv if a.startswith("--session-name=")), None)
+
+
+def run_tree(root: int) -> set[Key]:
+    """The live descendants of `root` (itself left out), and the nsys agents named after one of them or `root`."""
+    table = _table()
+    ours = _descendants({root}, table)
+    return _keys((ours - {root}) | _agents_of(ours, table), table)
+
+
+def _descendants(roots: set[int], table: Table) -> set[int]:
+    """`roots` and every process below them in `table`."""
+    ours, frontier = set(roots), set(roots)
+    while frontier:
+        frontier = {pid for pid, row in table.items() if row[0] in frontier} - ours
+        ours |= frontier
+    return ours
+
+
+def _agents_of(pids: set[int], table: Table) -> set[int]:
+    """The nsys agents whose session is named after one of `pids` (`profile-<program>-<pid>`)."""
+    tails = {f"-{pid}" for pid in pids}
+    return {pid for pid, row in table.items() if (name := agent_session(row[3])) and name[name.rfind("-") :] in tails}
+
+
+def _keys(pids: set[int], table: Table) -> set[Key]:
+    return {(pid, table[pid][1]) for pid in pids if pid in table and table[pid][2] != "Z"}
+
+
+def alive(keys: Iterable[Key]) -> set[Key]:
+    """Those of `keys` still running (same pid and start time, not a zombie)."""
+    left = set()
+    for pid, started in keys:
+        row = _read(pid)
+        if row is not None and row[1] == started and row[2] != "Z":
+            left.add((pid, started))
+    return left
+
+
+def stop(keys: Iterable[Key], grace_s: float = 5.0) -> set[Key]:
+    """SIGTERM `keys`, SIGKILL those still running after `grace_s`; return any that survived both."""
+    left = alive(keys)
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 2.0)):
+        for pid, _ in left:
+            with contextlib.suppress(OSError):  # gone meanwhile, or not ours to signal
+                os.kill(pid, sig)
+        deadline = time.monotonic() + wait_s
+        while (left := alive(left)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not left:
+            break
+    return left
+
+
+def stop_leftovers(started: set[Key], root: int, grace_s: float = 5.0) -> set[Key]:
+    """After `root` has exited: stop what it started that still runs (`started`, taken while it ran, what
+    those started since, and every nsys agent named after one of them or `root`); return any that survived."""
+    table = _table()
+    ours = _descendants({pid for pid, _ in alive(started)}, table)
+    return stop(_keys(ours | _agents_of(ours | {root}, table), table), grace_s)

@@ -18,6 +18,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract import PROFILE
-from contract.nsys_cli import partial_name
+from contract.nsys_cli import partial_name, sqlite_export_command
 from profiling import nsys_layout, processes
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
 
@@ -197,6 +198,18 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
         print(f"[profiling] could not stop process(es) {pids} of the run", file=sys.stderr)
 
 
+def prepare_output_folder(folder: Path) -> None:
+    """Make `folder` if needed and prove it takes a new file (a probe, written and removed): ValueError
+    naming the folder and the cause otherwise. Permission bits do not say it for root, a read-only
+    filesystem or an immutable folder; only a write does."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-", suffix=".partial"):
+            pass
+    except OSError as err:
+        raise ValueError(f"output folder {folder} cannot be written to: {err.strerror or err}") from None
+
+
 def exit_on_sigterm() -> None:
     """Turn SIGTERM into SystemExit, so that a stopped process still stops the runs it started."""
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
@@ -215,8 +228,7 @@ def record(
     Both are written under temporary names first: a failed or interrupted run leaves the previous
     outputs (if any) as they were and no partial file behind.
     """
-    report, sqlite = Path(f"{stem}.nsys-rep"), Path(f"{stem}.sqlite")
-    tmp_report = partial_name(report, ".nsys-rep")
+    report, sqlite, tmp_report = _names(stem)
     t0 = time.monotonic()
     cmd = profile_command(nsys, opts, tmp_report, program)
     run_env = profiled_env(env, f"nsys {nsys_version(nsys)}")
@@ -244,9 +256,30 @@ def record(
         export_sqlite(nsys, tmp_report, sqlite)
         os.replace(tmp_report, report)
     finally:
-        tmp_report.unlink(missing_ok=True)
-        tmp_report.with_suffix(".qdstrm").unlink(missing_ok=True)
+        for partial in (tmp_report, tmp_report.with_suffix(".qdstrm")):
+            with contextlib.suppress(OSError):  # absent, or a folder turned read-only: not the error to report
+                partial.unlink(missing_ok=True)
     return Recorded(report, sqlite, time.monotonic() - t0)
+
+
+def _names(stem: Path) -> tuple[Path, Path, Path]:
+    """The report, the SQLite export and the report's temporary name while nsys writes it."""
+    report = Path(f"{stem}.nsys-rep")
+    return report, Path(f"{stem}.sqlite"), partial_name(report, ".nsys-rep")
+
+
+def planned_commands(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path) -> list[str]:
+    """The shell lines `record` runs (--dry-run): nsys profile and nsys export under temporary names,
+    then the renames to the final names. The temporary names carry the recording process's id."""
+    report, sqlite, tmp_report = _names(stem)
+    env = profiled_env({}, f"nsys {nsys_version(nsys)}")  # what record adds to the environment
+    tmp_sqlite = partial_name(sqlite, ".sqlite")
+    return [
+        shlex.join([*(f"{k}={v}" for k, v in env.items()), *profile_command(nsys, opts, tmp_report, program)]),
+        shlex.join(sqlite_export_command(nsys, tmp_report, tmp_sqlite)),
+        shlex.join(["mv", "-f", str(tmp_sqlite), str(sqlite)]),
+        shlex.join(["mv", "-f", str(tmp_report), str(report)]),
+    ]
 
 
 def import_or_keep(nsys: Path, capture: Path, keep: Path, importer_said: list[str], timeout_s: float) -> None:
@@ -312,6 +345,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if "{rank}" in args.stem and "RANK" not in os.environ:
             raise ValueError("--stem has {rank} but RANK is not set (run this under torchrun)")
         stem = Path(args.stem.replace("{rank}", os.environ.get("RANK", "")))
+        prepare_output_folder(stem.parent)
         done = record(find_nsys(), NsysOptions(args.trace, args.sample), program, stem, args.timeout)
     except (NsysError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)

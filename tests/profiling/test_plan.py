@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 
@@ -168,11 +169,14 @@ def test_dry_run_on_a_gpu_machine_prints_the_cuda_command(tmp_path):
     res = run_nsys("all", "--gpus", "2", "--dry-run", "-o", str(tmp_path), "--", "--optimizer", "adamw")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == len(IMPLEMENTATIONS)  # one per registered implementation (seven)
+    assert len(lines) == 4 * len(IMPLEMENTATIONS)  # profile, export, two renames per implementation (seven)
     first = shlex.split(lines[0])
     assert first[0] == "NSYS_NVTX_PROFILER_REGISTER_ONLY=0"
     assert value_after(first, "--trace") == "cuda,nvtx,osrt"
-    assert value_after(first, "--output") == str(tmp_path / "naive.nsys-rep")
+    assert re.fullmatch(
+        re.escape(str(tmp_path / ".naive.nsys-rep.partial-")) + r"\d+\.nsys-rep", value_after(first, "--output")
+    )
+    assert shlex.split(lines[3]) == ["mv", "-f", value_after(first, "--output"), str(tmp_path / "naive.nsys-rep")]
     assert value_after(first, "--backend") == "nccl" and value_after(first, "--world-size") == "2"
     assert first[-2:] == ["--optimizer", "adamw"]
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing

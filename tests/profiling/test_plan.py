@@ -228,3 +228,22 @@ def test_output_folder_that_is_a_file_is_one_line_and_exit_2(tmp_path):
 def test_unknown_model_is_refused_before_profiling():
     res = run_nsys("naive", "--model", "bogus")
     assert res.returncode == 2 and "invalid choice: 'bogus'" in res.stderr and "Traceback" not in res.stderr
+
+
+def option_help(help_text: str, flag: str) -> str:
+    """The help of one option (`--steps STEPS ...`) in argparse's --help output, its lines joined."""
+    flat = " ".join(help_text.split())
+    found = re.search(rf"{flag} [A-Z_]+ (.*?)(?= -{{1,2}}[a-z]|$)", flat)
+    assert found, flag
+    return found.group(1)
+
+
+@pytest.mark.parametrize("field", ["steps", "warmup", "batch_size", "context_length", "bucket_mb", "lr", "optimizer"])
+def test_help_shows_the_default_each_run_setting_takes(capsys, field):
+    from profiling import run as runner
+
+    with pytest.raises(SystemExit):
+        record.main(["--help"])
+    shown = option_help(capsys.readouterr().out, "--" + field.replace("_", "-"))
+    taken = getattr(runner.parse_args(["--impl", "naive"]), field)  # what profiling.run runs when not told
+    assert shown.endswith(f"default: {taken}"), shown

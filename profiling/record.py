@@ -50,6 +50,7 @@ from profiling.plan import DEVICES, PROFILERS, ProfilePlan
 from profiling.run import run_config
 from profiling.session import (
     exit_on_sigterm,
+    parse_result,
     planned_commands,
     prepare_output_folder,
     profiled_env,
@@ -177,7 +178,7 @@ def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
     if not written:
         raise NsysError(f"torchrun finished but no rank reported a trace in {plan.out_dir}")
     # This node's ranks, as each one's profiling.session reported them.
-    return [_output(impl, Path(line.split("\t")[0]), float(line.split("\t")[2])) for line in sorted(written)]
+    return [_output(impl, done.report, done.wall_s) for done in map(parse_result, sorted(written))]
 
 
 def _output(impl: str, report: Path, wall_s: float) -> Output:

@@ -34,7 +34,7 @@ PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it i
 # nsys 2022.4's own failures (a C++ exception from its QuadD/boost internals), as opposed to the program's.
 _NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function")
 START_ATTEMPTS = 3
-RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB wall seconds
+RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB "in <wall seconds> s" (result_line)
 KNOWN_TRACES = {
     "cuda",
     "nvtx",
@@ -54,6 +54,12 @@ KNOWN_TRACES = {
 _NSYS_CHATTER = re.compile(
     r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
     r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)"
+)
+# Kineto's static-tracepoint markers, two per rank under torch.profiler. Kineto logs them at its USDT
+# level, above ERROR, so KINETO_LOG_LEVEL can only silence them with its errors: they are cut out here
+# (anywhere in a line: ranks writing at once run into each other's lines) and nothing else is.
+_KINETO_MARKER = re.compile(
+    r"USDT:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ SyncActivityProfilerHandler\.cpp:\d+\] profiler_(?:start|stop)"
 )
 
 
@@ -156,7 +162,7 @@ def run_forwarding_output(
     try:
         assert proc.stdout is not None
         for line in proc.stdout:
-            for part in line.rstrip("\n").split("\r"):
+            for part in _KINETO_MARKER.sub("", line.rstrip("\n")).split("\r"):
                 if keep is not None and part.startswith(RESULT_PREFIX):
                     keep.append(part[len(RESULT_PREFIX) :])
                 elif part.strip() and not _NSYS_CHATTER.match(part):
@@ -173,6 +179,18 @@ def run_forwarding_output(
     if expired.is_set():
         raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped")
     return rc
+
+
+def result_line(done: Recorded) -> str:
+    """What a per-rank session prints when done: RESULT_PREFIX, report TAB sqlite TAB "in 7.469 s" (the
+    wall time of its recording and export); parse_result reads it back."""
+    return f"{RESULT_PREFIX}{done.report}\t{done.sqlite}\tin {done.wall_s:.3f} s"
+
+
+def parse_result(kept: str) -> Recorded:
+    """A result_line, less its RESULT_PREFIX (as run_forwarding_output keeps it), as a Recorded."""
+    report, sqlite, took = kept.split("\t")
+    return Recorded(Path(report), Path(sqlite), float(took.split()[1]))
 
 
 def nsys_failed_to_start(output: str) -> bool:
@@ -350,7 +368,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except (NsysError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) else 1
-    print(f"{RESULT_PREFIX}{done.report}\t{done.sqlite}\t{done.wall_s:.3f}", flush=True)
+    print(result_line(done), flush=True)
     return 0
 
 

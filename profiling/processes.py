@@ -5,21 +5,42 @@ in a session of its own (the program and its ranks are outside nsys's group), an
 `nsys --start-agent --session-name=profile-<program>-<nsys pid>`, is a daemon (parent 1, its own session)
 that an interrupted nsys often leaves running for good. Each process is known by (pid, start time), so
 that a pid reused meanwhile is never signalled. Without /proc (not Linux) every set here is empty.
+
+run_forwarding_output runs a profiled program this way: its output passed on (minus nsys's chatter and
+Kineto's markers), and on timeout, Ctrl-C or SIGTERM everything it started stopped.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from contract.nsys_cli import NsysError
 
 Key = tuple[int, int]  # (pid, start time in clock ticks since boot)
 Row = tuple[int, int, str, list[str]]  # parent pid, start time, state, argv
 Table = dict[int, Row]
 AGENT_FLAG = "--start-agent"
+
+# nsys's own chatter (progress bars, file names); everything else the run prints is passed on.
+_NSYS_CHATTER = re.compile(
+    r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
+    r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)"
+)
+# Kineto's static-tracepoint markers, two per rank under torch.profiler. Kineto logs them at its USDT
+# level, above ERROR, so KINETO_LOG_LEVEL can only silence them with its errors: they are cut out here
+# (anywhere in a line: ranks writing at once run into each other's lines) and nothing else is.
+_KINETO_MARKER = re.compile(
+    r"USDT:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ SyncActivityProfilerHandler\.cpp:\d+\] profiler_(?:start|stop)"
+)
 
 
 def _read(pid: int) -> Row | None:
@@ -105,3 +126,82 @@ def stop_leftovers(started: set[Key], root: int, grace_s: float = 5.0) -> set[Ke
     table = _table()
     ours = _descendants({pid for pid, _ in alive(started)}, table)
     return stop(_keys(ours | _agents_of(ours | {root}, table), table), grace_s)
+
+
+def run_forwarding_output(
+    cmd: Sequence[str],
+    env: dict[str, str],
+    timeout_s: float,
+    keep: list[str] | None = None,
+    tail: list[str] | None = None,
+    keep_prefix: str = "",
+) -> int:
+    """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
+
+    Lines starting with `keep_prefix` (what per-rank sessions report: profiling.session.RESULT_PREFIX) go
+    to `keep` instead, without it, when given;
+    `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C everything the run
+    started is stopped (profiling.processes): its process group, the program nsys runs in a session of
+    its own, and nsys's agent; an agent left by an nsys that exited is stopped too.
+    """
+    proc = subprocess.Popen(
+        list(cmd),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        errors="replace",
+        start_new_session=True,
+    )
+    # A watchdog, because a hung run prints nothing for the read loop to notice.
+    expired = threading.Event()
+
+    def on_timeout() -> None:
+        expired.set()
+        _stop_group(proc)
+
+    watchdog = threading.Timer(timeout_s, on_timeout)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            for part in _KINETO_MARKER.sub("", line.rstrip("\n")).split("\r"):
+                if keep is not None and keep_prefix and part.startswith(keep_prefix):
+                    keep.append(part[len(keep_prefix) :])
+                elif part.strip() and not _NSYS_CHATTER.match(part):
+                    print(part, file=sys.stderr, flush=True)
+                    if tail is not None:
+                        tail[:] = [*tail[-49:], part]
+        rc = proc.wait()
+    except BaseException:
+        _stop_group(proc)
+        raise
+    finally:
+        watchdog.cancel()
+    stop_leftovers(set(), proc.pid)  # an nsys that failed may leave its agent running
+    if expired.is_set():
+        raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped")
+    return rc
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL; then
+    whatever it started outside that group (profiling.processes)."""
+    started = run_tree(proc.pid)  # now, while the parent links still lead to them
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace_s)
+    left = stop_leftovers(started, proc.pid, grace_s)
+    if left:
+        pids = ", ".join(str(pid) for pid, _ in sorted(left))
+        print(f"[profiling] could not stop process(es) {pids} of the run", file=sys.stderr)
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that a stopped process still stops the runs it started."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))

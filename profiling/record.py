@@ -47,15 +47,15 @@ from ddp.strategies import registry
 from ddp.training.config import check_settings
 from profiling.nsys import NsysError, find_nsys
 from profiling.plan import DEVICES, PROFILERS, ProfilePlan
+from profiling.processes import exit_on_sigterm, run_forwarding_output
 from profiling.run import run_config
 from profiling.session import (
-    exit_on_sigterm,
+    RESULT_PREFIX,
     parse_result,
     planned_commands,
     prepare_output_folder,
     profiled_env,
     record,
-    run_forwarding_output,
 )
 
 
@@ -172,7 +172,9 @@ def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
         done = record(nsys, plan.nsys_options, plan.runner_command(impl), plan.stem(impl), plan.timeout_s)
         return [_output(impl, done.report, done.wall_s)]
     written: list[str] = []
-    rc = run_forwarding_output(plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60, keep=written)
+    rc = run_forwarding_output(
+        plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60, keep=written, keep_prefix=RESULT_PREFIX
+    )
     if rc != 0:
         raise NsysError(f"torchrun failed (exit {rc}); see the ranks' output above")
     if not written:

@@ -15,11 +15,8 @@ import contextlib
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,8 +24,9 @@ from pathlib import Path
 
 from contract import PROFILE
 from contract.nsys_cli import partial_name, sqlite_export_command
-from profiling import nsys_layout, processes
+from profiling import nsys_layout
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
+from profiling.processes import exit_on_sigterm, run_forwarding_output
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
 # nsys 2022.4's own failures (a C++ exception from its QuadD/boost internals), as opposed to the program's.
@@ -49,18 +47,6 @@ KNOWN_TRACES = {
     "vulkan",
     "none",
 }
-
-# nsys's own chatter (progress bars, file names); everything else the run prints is passed on.
-_NSYS_CHATTER = re.compile(
-    r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
-    r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)"
-)
-# Kineto's static-tracepoint markers, two per rank under torch.profiler. Kineto logs them at its USDT
-# level, above ERROR, so KINETO_LOG_LEVEL can only silence them with its errors: they are cut out here
-# (anywhere in a line: ranks writing at once run into each other's lines) and nothing else is.
-_KINETO_MARKER = re.compile(
-    r"USDT:\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ SyncActivityProfilerHandler\.cpp:\d+\] profiler_(?:start|stop)"
-)
 
 
 @dataclass(frozen=True)
@@ -126,61 +112,6 @@ def profiled_env(base: dict[str, str] | None = None, profiler: str | None = None
     return env
 
 
-def run_forwarding_output(
-    cmd: Sequence[str],
-    env: dict[str, str],
-    timeout_s: float,
-    keep: list[str] | None = None,
-    tail: list[str] | None = None,
-) -> int:
-    """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
-
-    Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given;
-    `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C everything the run
-    started is stopped (profiling.processes): its process group, the program nsys runs in a session of
-    its own, and nsys's agent; an agent left by an nsys that exited is stopped too.
-    """
-    proc = subprocess.Popen(
-        list(cmd),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-    )
-    # A watchdog, because a hung run prints nothing for the read loop to notice.
-    expired = threading.Event()
-
-    def on_timeout() -> None:
-        expired.set()
-        _stop_group(proc)
-
-    watchdog = threading.Timer(timeout_s, on_timeout)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            for part in _KINETO_MARKER.sub("", line.rstrip("\n")).split("\r"):
-                if keep is not None and part.startswith(RESULT_PREFIX):
-                    keep.append(part[len(RESULT_PREFIX) :])
-                elif part.strip() and not _NSYS_CHATTER.match(part):
-                    print(part, file=sys.stderr, flush=True)
-                    if tail is not None:
-                        tail[:] = [*tail[-49:], part]
-        rc = proc.wait()
-    except BaseException:
-        _stop_group(proc)
-        raise
-    finally:
-        watchdog.cancel()
-    processes.stop_leftovers(set(), proc.pid)  # an nsys that failed may leave its agent running
-    if expired.is_set():
-        raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped")
-    return rc
-
-
 def result_line(done: Recorded) -> str:
     """What a per-rank session prints when done: RESULT_PREFIX, report TAB sqlite TAB "in 7.469 s" (the
     wall time of its recording and export); parse_result reads it back."""
@@ -199,23 +130,6 @@ def nsys_failed_to_start(output: str) -> bool:
     return bool(_NSYS_LAUNCH_FAILURE.search(output))
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL; then
-    whatever it started outside that group (profiling.processes)."""
-    started = processes.run_tree(proc.pid)  # now, while the parent links still lead to them
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-    left = processes.stop_leftovers(started, proc.pid, grace_s)
-    if left:
-        pids = ", ".join(str(pid) for pid, _ in sorted(left))
-        print(f"[profiling] could not stop process(es) {pids} of the run", file=sys.stderr)
-
-
 def prepare_output_folder(folder: Path) -> None:
     """Make `folder` if needed and prove it takes a new file (a probe, written and removed): ValueError
     naming the folder and the cause otherwise. Permission bits do not say it for root, a read-only
@@ -226,11 +140,6 @@ def prepare_output_folder(folder: Path) -> None:
             pass
     except OSError as err:
         raise ValueError(f"output folder {folder} cannot be written to: {err.strerror or err}") from None
-
-
-def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that a stopped process still stops the runs it started."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
 
 
 def record(

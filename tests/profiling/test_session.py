@@ -12,6 +12,7 @@ import pytest
 
 from contract.nsys_cli import is_complete_sqlite
 from profiling.nsys import NsysError
+from profiling.processes import run_forwarding_output
 from profiling.session import (
     RESULT_PREFIX,
     NsysOptions,
@@ -20,7 +21,6 @@ from profiling.session import (
     profile_command,
     record,
     result_line,
-    run_forwarding_output,
 )
 from tests.profiling.test_nsys import REPO, fake_nsys
 

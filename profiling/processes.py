@@ -29,6 +29,7 @@ Key = tuple[int, int]  # (pid, start time in clock ticks since boot)
 Row = tuple[int, int, str, list[str]]  # parent pid, start time, state, argv
 Table = dict[int, Row]
 AGENT_FLAG = "--start-agent"
+NSYS_SEMAPHORE = "/dev/shm/sem.nsys_sem_"  # + the pid of `nsys profile`
 
 # nsys's own chatter (progress bars, file names); everything else the run prints is passed on.
 _NSYS_CHATTER = re.compile(
@@ -122,10 +123,14 @@ def stop(keys: Iterable[Key], grace_s: float = 5.0) -> set[Key]:
 
 def stop_leftovers(started: set[Key], root: int, grace_s: float = 5.0) -> set[Key]:
     """After `root` has exited: stop what it started that still runs (`started`, taken while it ran, what
-    those started since, and every nsys agent named after one of them or `root`); return any that survived."""
+    those started since, and every nsys agent named after one of them or `root`), remove the semaphore an
+    nsys `root` leaves when stopped; return any process that survived."""
     table = _table()
     ours = _descendants({pid for pid, _ in alive(started)}, table)
-    return stop(_keys(ours | _agents_of(ours | {root}, table), table), grace_s)
+    left = stop(_keys(ours | _agents_of(ours | {root}, table), table), grace_s)
+    with contextlib.suppress(OSError):  # the named semaphore a stopped nsys leaves (nsys removes it on a normal exit)
+        Path(f"{NSYS_SEMAPHORE}{root}").unlink(missing_ok=True)
+    return left
 
 
 def run_forwarding_output(

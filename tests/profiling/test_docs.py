@@ -32,6 +32,9 @@ def test_run_nsys_all_is_documented_as_every_registered_implementation():
 
 
 def test_every_run_nsys_option_is_documented(capsys):
+    """Its own options by name; the run settings (one per RunConfig field, a list that grows) by the
+    sentence that sends the reader to RunConfig and --help."""
+    from ddp.training.config import SETTINGS
     from profiling import record
 
     with pytest.raises(SystemExit):
@@ -40,7 +43,9 @@ def test_every_run_nsys_option_is_documented(capsys):
     options = {o for head in heads for o in re.findall(r"--[a-z][a-z-]+", head)} - {"--help"}
     assert {"--steps", "--per-rank", "--dry-run"} <= options
     page = (REPO / "docs/profiling.md").read_text()
-    assert sorted(o for o in options if f"`{o}" not in page) == []
+    own = options - {"--" + name.replace("_", "-") for name in SETTINGS}
+    assert sorted(o for o in own if f"`{o}" not in page) == []
+    assert "the other run settings of\n`ddp.training.config.RunConfig`" in page and "`--help` shows each" in page
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="not a git checkout")

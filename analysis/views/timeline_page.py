@@ -167,15 +167,17 @@ def write_timeline(
 
 
 def check_output(output: Path, inputs: list[Path], explicit: bool = True, self_contained: bool = False) -> None:
-    """Refuse outputs that would clobber an input or are not HTML; without an explicit -o, also any
-    existing page this tool did not write; unless self-contained, a plotly.js beside it that is not ours."""
+    """Refuse outputs that would clobber an input or are not HTML, any existing file this tool did not
+    write (html_page.written_by_us, the check the report folder uses: an explicit -o is no permission
+    to replace someone's own page), and unless self-contained, a plotly.js beside it that is not ours."""
     if output.suffix.lower() not in (".html", ".htm"):
         raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
     if output.exists() and output.is_dir():
         raise TraceError(f"-o {output}: is a directory; give a file path ending in .html")
     if any(output.resolve() == p.resolve() for p in inputs):
         raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
-    if not explicit and output.is_file() and not written_by_us(output):
-        raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
+    if output.is_file() and not written_by_us(output):
+        how = "choose another -o" if explicit else "pass -o to choose the output"
+        raise TraceError(f"{output}: exists and was not written by this tool; refusing to overwrite it ({how})")
     if not self_contained:
         check_plotly_file(output.parent)

@@ -236,6 +236,25 @@ def test_default_output_never_replaces_a_foreign_page(traces, tmp_path, monkeypa
     assert run_cli(capsys, traces["naive"])[0] == 0  # its own page it may replace
 
 
+@pytest.mark.parametrize("extra", [[], ["--self-contained"]])
+def test_an_explicit_output_never_replaces_a_foreign_page(traces, tmp_path, capsys, extra):
+    mine = tmp_path / "mine.html"
+    mine.write_text("<html>my notes</html>")
+    code, out, err = run_cli(capsys, traces["naive"], "-o", mine, *extra)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "mine.html: exists and was not written by this tool" in lines[0]
+    assert mine.read_text() == "<html>my notes</html>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.html"]  # nothing written beside it either
+
+
+def test_an_explicit_output_replaces_its_own_page(traces, tmp_path, capsys):
+    page = tmp_path / "t.html"
+    assert run_cli(capsys, traces["naive"], "-o", page)[0] == 0
+    assert run_cli(capsys, traces["overlap"], "-o", page)[0] == 0
+    assert "overlap.sqlite" in page.read_text()
+
+
 @pytest.mark.slow  # a subprocess
 def test_module_entry_point_and_help():
     done = subprocess.run(

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -371,6 +372,23 @@ def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_clu
     assert code == 2 and [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[1])]
     errors = [line for line in err.splitlines() if line.startswith("error")]
     assert errors == [f"error: {noise.resolve()}: not an SQLite file"]
+
+
+@pytest.mark.parametrize("missing", ["distributed", "dask"])
+@pytest.mark.parametrize("main", [overlap.main, report.main], ids=["overlap", "report"])
+def test_dask_without_the_extra_is_one_line_naming_it(rank_files, tmp_path, capsys, monkeypatch, missing, main):
+    """--dask with dask or distributed not importable (None in sys.modules makes `import` raise
+    ModuleNotFoundError, as when the extra is not installed): one line naming the extra, exit 2, no output."""
+    for name in [m for m in list(sys.modules) if m == missing or m.startswith(missing + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)
+    extra = ["-o", str(tmp_path / "r")] if main is report.main else []
+    code = main([*map(str, rank_files), "--dask", "local", *extra])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if not line.startswith("[")]
+    assert code == 2 and out == "" and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == f"error: {dask_run.MISSING_EXTRA}" and "pip install 'ddp-overlap[dask]'" in lines[0]
+    assert not (tmp_path / "r").exists()
 
 
 def worker_settings() -> tuple:

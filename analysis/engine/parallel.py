@@ -145,7 +145,26 @@ def run_tasks(
             out.append(call_task(fn, item))
             tick(out[-1])
         return out
-    return _run_pool(fn, items, jobs, tick)
+    try:
+        return _run_pool(fn, items, jobs, tick)
+    finally:
+        stop_helpers()
+
+
+def stop_helpers() -> None:
+    """Stop the fork server the pools' workers forked from and the resource tracker, and wait for both:
+    left running they (and a worker not yet reaped by the fork server) outlive the pool until the
+    interpreter exits, so a caller timing the command would not see their CPU and memory. Either
+    starts again when a later pool needs it. Uses multiprocessing's own stop methods (what its tests
+    call); a Python without them keeps its helpers until exit, as before."""
+    import gc
+    from multiprocessing import forkserver, resource_tracker
+
+    gc.collect()  # the pools' semaphores unregister from the tracker when collected: before it stops
+    for helper in (getattr(forkserver, "_forkserver", None), getattr(resource_tracker, "_resource_tracker", None)):
+        stop = getattr(helper, "_stop", None)
+        if callable(stop):
+            stop()
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:

@@ -351,6 +351,54 @@ def test_report_with_a_bad_file_names_it_and_writes_nothing(rank_files, noise, t
     assert not (tmp_path / "r").exists()
 
 
+CHILDREN_AFTER_MAIN = """
+import os, sys
+from analysis import overlap
+
+def children(pid):
+    \"\"\"Live or defunct processes whose parent is pid, and theirs (from /proc: no psutil needed).\"\"\"
+    parent = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # not a process, or gone meanwhile
+        parent[int(entry)] = int(fields[1])
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
+
+code = overlap.main(sys.argv[1:])
+print(code, children(os.getpid()), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow  # starts a process pool in a subprocess
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_no_worker_process_outlives_the_command(rank_files, tmp_path):
+    """A pool's fork server, resource tracker and workers are gone when main returns, so a caller
+    timing the command sees all their CPU and memory."""
+    import subprocess
+    import sys as _sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [_sys.executable, "-c", CHILDREN_AFTER_MAIN, *map(str, rank_files), "--jobs", "2", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=170,
+        cwd=tmp_path,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "0 []", done.stderr
+
+
 # --- Dask -----------------------------------------------------------------------------------------
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.engine.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
+from analysis.engine.runs import shown_files
 from analysis.errors import TraceError
 from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE
 from analysis.views.export import FORMATS as IMAGE_FORMATS, Image, check_export, refuse_existing, write_images
@@ -184,6 +185,7 @@ def write_timelines(
 
     names = timeline_names([(r.path, r.name) for r in results])
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
+    shown = dict(zip([r.path for r in results], shown_files([r.path for r in results]), strict=True))
     colours = label_colours(summary)
     compared = {}
     images = []
@@ -192,11 +194,15 @@ def write_timelines(
         trace = runs.trace(r.index)
         label = labels[str(r.path)]
         panel, _ = trace_panel(
-            r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns, colour=colours[label]
+            r.path,
+            selection,
+            trace=trace,
+            steps=r.analysis.steps,
+            patterns=runs.patterns,
+            colour=colours[label],
+            file_name=shown[r.path],
         )
-        _, fig = write_timeline(
-            [panel], out / names[r.path], f"Timeline: {trace.implementation}", selection, plotly_js=plotly_js
-        )
+        _, fig = write_timeline([panel], out / names[r.path], f"Timeline: {label}", selection, plotly_js=plotly_js)
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
             compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, runs.patterns)

@@ -49,6 +49,32 @@ class RunFiles:
         return ", ".join(str(p) for p in self.paths)
 
 
+def distinct_names(runs: Sequence[RunFiles]) -> list[str]:
+    """A short name per run, unique among `runs`: the run's name, with as many of its folders in front
+    as it takes to tell it from the others' (a/fsdp and b/fsdp); the whole label when even that is not
+    enough (find_runs makes labels unique)."""
+    names = unique_tails([(*r.paths[0].parent.resolve().parts, r.name) for r in runs])
+    return names if len(set(names)) == len(names) else [r.label for r in runs]
+
+
+def shown_files(labels: Sequence[str]) -> list[str]:
+    """How pages name each run's file(s): the file name, with folders in front where two runs' files
+    share a name (unique_tails of the run labels)."""
+    return unique_tails([Path(label).parts for label in labels])
+
+
+def unique_tails(parts: Sequence[Sequence[str]]) -> list[str]:
+    """Each sequence's last part, or where two would read the same, as many of its last parts joined
+    by '/' as tell it from the others (a/fsdp, b/fsdp); duplicates stay when the whole sequences are."""
+    names = [p[-1] if p else "" for p in parts]
+    for n in range(2, max((len(p) for p in parts), default=0) + 1):
+        counts = [names.count(x) for x in names]
+        if all(c == 1 for c in counts):
+            break
+        names = ["/".join(p[-n:]) if c > 1 else x for p, x, c in zip(parts, names, counts, strict=True)]
+    return names
+
+
 def _stem(path: Path) -> str:
     return path.stem.removesuffix(".json")
 

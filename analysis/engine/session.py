@@ -34,7 +34,7 @@ from analysis.engine.collectives_view import CollectivesView, trace_call_rows, v
 from analysis.engine.file_task import FileResult
 from analysis.engine.parallel import Progress
 from analysis.engine.rank_merge import across_ranks
-from analysis.engine.runs import RunFiles, find_runs, load_trace
+from analysis.engine.runs import RunFiles, find_runs, load_trace, shown_files
 from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
@@ -190,6 +190,7 @@ class OpenRuns:
         from analysis.views.timeline_page import trace_panel
 
         selection = selection or Selection()
+        shown = shown_files([r.run.label for r in self.results()])  # two a/fsdp.sqlite, b/fsdp.sqlite: told apart
         out = []
         for i, r in enumerate(self.results()):
             if r.analysis is None:
@@ -203,6 +204,7 @@ class OpenRuns:
                     width_px=width_px,
                     steps=r.analysis.steps,
                     patterns=self.patterns,
+                    file_name=shown[i],
                 )
             )
         return out

@@ -246,13 +246,14 @@ class OpenRuns:
         self_contained: bool = False,
         images: Sequence[str] = (),
         progress: Callable[[str], object] | None = None,
+        overwrite: bool = False,
     ) -> ReportResult:
         """Write the comparison report folder `python -m analysis.report` writes (index.html, one
         timeline per run and a side-by-side page unless timelines=False, summary.csv, results.db,
         plotly.js beside the pages unless self_contained, img/*.png|svg for images=("png", "svg"))
         from the runs as loaded, only step/rank when given; `progress`: called with a line per page.
         Files in `out_dir` that this tool did not write are refused (a TraceError) before anything is
-        read or written; a run that failed raises report_folder.RunsFailed naming it. Returns what was
+        read or written, and so is a report of other runs there unless `overwrite`; a run that failed raises report_folder.RunsFailed naming it. Returns what was
         written (report_folder.ReportResult)."""
         from analysis.engine.report_folder import write_report
 
@@ -266,6 +267,7 @@ class OpenRuns:
             self_contained=self_contained,
             images=images,
             progress=progress,
+            overwrite=overwrite,
         )
 
     def compare(self, baseline: Iterable[str | Path], fail_if: Iterable[str] = ()) -> Comparison:

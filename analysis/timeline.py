@@ -53,7 +53,8 @@ def drawn_note(rows: list[PanelSummary], drawn: int) -> str:
     opening = sum(r.segments for r in rows)
     said = f"{drawn} segments drawn, work narrower than a pixel merged"
     if drawn > opening:
-        return f"{said}: {opening} in the step{'s' if len(rows) > 1 else ''} it opens on, {drawn - opening} behind 'whole run'"
+        steps = "steps" if len(rows) > 1 else "step"
+        return f"{said}: {opening} in the {steps} it opens on, {drawn - opening} behind 'whole run'"
     return said
 
 

@@ -78,9 +78,7 @@ def _whole(value: object) -> bool:
 
 def _refuse(a: FileIdentity, b: FileIdentity, why: str, said_a: str = "", said_b: str = "") -> TraceError:
     first, second = a.describe(*filter(None, [said_a])), b.describe(*filter(None, [said_b]))
-    return TraceError(
-        f"cannot merge files of different runs: {first}; {second} ({why}; give one run's files together)"
-    )
+    return TraceError(f"cannot merge files of different runs: {first}; {second} ({why}; give one run's files together)")
 
 
 def _first_difference(files: Sequence[FileIdentity], what: str) -> tuple[FileIdentity, FileIdentity] | None:

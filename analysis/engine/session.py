@@ -253,8 +253,8 @@ class OpenRuns:
         plotly.js beside the pages unless self_contained, img/*.png|svg for images=("png", "svg"))
         from the runs as loaded, only step/rank when given; `progress`: called with a line per page.
         Files in `out_dir` that this tool did not write are refused (a TraceError) before anything is
-        read or written, and so is a report of other runs there unless `overwrite`; a run that failed raises report_folder.RunsFailed naming it. Returns what was
-        written (report_folder.ReportResult)."""
+        read or written, and so is a report of other runs there unless `overwrite`; a run that failed
+        raises report_folder.RunsFailed naming it. Returns what was written (report_folder.ReportResult)."""
         from analysis.engine.report_folder import write_report
 
         return write_report(

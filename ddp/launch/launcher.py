@@ -22,7 +22,7 @@ import sys
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.queues import Queue
@@ -61,12 +61,12 @@ class DistContext:
         return self.rank == 0
 
 
-def run_id(env: dict[str, str] | None = None) -> str | None:
+def run_id(env: Mapping[str, str] | None = None) -> str | None:
     """This run's id, the same on every rank (ddp.meta's run_id): the one `launch` handed its ranks, else
     torchrun's rendezvous id (a uuid with --standalone), else None."""
-    env = os.environ if env is None else env
-    rendezvous = env.get("TORCHELASTIC_RUN_ID", "")
-    return env.get(RUN_ID_ENV) or (rendezvous if rendezvous not in ("", "none") else None)
+    said: Mapping[str, str] = os.environ if env is None else env
+    rendezvous = said.get("TORCHELASTIC_RUN_ID", "")
+    return said.get(RUN_ID_ENV) or (rendezvous if rendezvous not in ("", "none") else None)
 
 
 def in_torchrun() -> bool:

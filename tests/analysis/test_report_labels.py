@@ -12,8 +12,8 @@ import pytest
 
 from analysis import report, timeline
 from analysis.engine.runs import RunFiles, distinct_names, shown_files, unique_tails
-from tests.support.synthetic_ddp import write_ddp_trace
 from tests.analysis.views.test_figure_dicts import page_figures
+from tests.support.synthetic_ddp import write_ddp_trace
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def _text(fig: dict) -> str:
 
 @pytest.mark.slow  # writes a whole report with its timelines
 def test_a_report_keeps_two_runs_of_one_name_apart_everywhere(twins, tmp_path, capsys):
-    root, paths = twins
+    _, paths = twins
     out = tmp_path / "r"
     assert report.main([*map(str, paths), "-o", str(out), "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)

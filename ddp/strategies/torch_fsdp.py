@@ -22,9 +22,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
-from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter  # custom comms: not re-exported
 from torch.distributed.tensor import DTensor
+
+try:  # FSDP2 with its custom-comm hooks (torch >= 2.9; AllGather/ReduceScatter are not re-exported)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+    FSDP2_MISSING = ""
+except ImportError as missing:  # an older torch: the other strategies still import, TorchFSDP refuses in one line
+    AllGather = ReduceScatter = object  # type: ignore[misc,assignment]
+    FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not {torch.__version__}: {missing}"
 
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
@@ -57,6 +64,8 @@ class TorchFSDP(DataParallelBase):
         shard: ShardSpec = (nn.Linear, nn.Embedding),
         collective: str = "torch",
     ):
+        if FSDP2_MISSING:
+            raise RuntimeError(FSDP2_MISSING)
         if collective != "torch":
             raise ValueError(f"TorchFSDP runs FSDP2's own collectives: collective must be 'torch', got {collective!r}")
         if compute_dtype not in COMPUTE_DTYPES:

@@ -6,10 +6,13 @@ scripts/test_torch_versions.sh runs."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from ddp import TorchFSDP, benchmark
 from ddp.cli import format_records
@@ -94,3 +97,18 @@ def test_fsdp_params_not_found_trains_and_reads_na_in_the_tables_and_null_in_jso
     assert row["mem_gathered_mib"] == row["mem_peak_mib"] == row["cuda_max_allocated_mib"] == "n/a"
     assert row["mem_parameters_mib"] == pytest.approx(figures["parameters"] / 2**20, abs=1e-3)
     assert "n/a" in format_records([row], "table", benchmark.MEMORY_TABLE)
+
+
+def test_on_a_torch_without_fsdp2s_custom_collectives_torch_fsdp_imports_and_refuses_in_one_line(monkeypatch):
+    # torch < 2.9 has no _fsdp_api.AllGather: load a second copy of torch_fsdp.py as if the import failed there
+    monkeypatch.setitem(sys.modules, "torch.distributed.fsdp._fully_shard._fsdp_api", None)  # import -> ImportError
+    spec = importlib.util.spec_from_file_location("torch_fsdp_on_old_torch", torch_fsdp.__file__)
+    assert spec is not None and spec.loader is not None
+    old = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(old)
+    assert old.FSDP2_MISSING.startswith(
+        f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not {torch.__version__}"
+    )
+    with pytest.raises(RuntimeError, match=r"^torch_fsdp needs torch>=2\.9 [^\n]*$"):
+        old.TorchFSDP(cases.build("toy", 0))  # before anything else: no process group is needed to be told
+    assert torch_fsdp.FSDP2_MISSING == ""  # this torch has them

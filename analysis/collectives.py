@@ -22,6 +22,8 @@ from analysis import cli
 from analysis.engine.collectives_view import CollectivesView
 from analysis.errors import TraceError
 from analysis.frames.trace import KERNELS
+from analysis.measures.collective_calls import OUTSIDE_STEPS
+from analysis.views.in_time_table import units_text
 from analysis.views.table import format_table
 from contract import COMM_FORM
 
@@ -66,7 +68,7 @@ def _with_bytes_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(bytes=np.where(np.isnan(b), "-", np.nan_to_num(b).astype(np.int64).astype(str)))
 
 
-def render_table(view: CollectivesView, summary_only: bool) -> str:
+def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
     out = []
     several = len(view.traces) > 1
     lead = ["implementation"] if several else []
@@ -101,7 +103,14 @@ def render_table(view: CollectivesView, summary_only: bool) -> str:
             f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
         )
         out.append(f"  phases: {head.phases}")
+        outside = getattr(head, "outside_steps_calls", 0)
+        if outside:
+            out.append(
+                f"  {outside} calls outside the measured steps (e.g. the closing barrier): listed with phase "
+                f"'{OUTSIDE_STEPS}', left out of the summaries and stragglers"
+            )
         out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
+    out += units_text(view, units, rank)
     return "\n".join(out)
 
 
@@ -134,13 +143,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--summary", action="store_true", help="table: summaries only, no per-call rows")
     p.add_argument(
+        "--units",
+        type=int,
+        default=10,
+        metavar="N",
+        help="table: the N worst sharded units' all-gathers per trace (per phase and unit: held ms per step, "
+        "late gathers, their main cause; -1: all, 0: none; default 10); json has every gather row",
+    )
+    p.add_argument(
         "--prefetch-chart",
         type=Path,
         metavar="HTML",
-        help="also write the prefetch chart: each sharded module's forward all-gather (issue to end, the "
-        "part compute waited for, when its forward began) for --step/--rank, else rank 0's median step; "
-        "one per trace (plotly.js written beside the page; an existing file is replaced only if this "
-        "tool wrote it)",
+        help="also write the prefetch chart: per sharded unit in forward order, the time its all-gathers held "
+        "its compute (GPU) or the rank waited (CPU) per step, by cause, forward and backward; with up to 40 "
+        "units also one step's forward all-gathers (issue to end, the held part, when its forward began) "
+        "for --step/--rank, else rank 0's median step; one per trace (plotly.js written beside the page; an "
+        "existing file is replaced only if this tool wrote it)",
     )
     return p
 
@@ -178,22 +196,30 @@ def _run(args: argparse.Namespace) -> int:
 
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
     from analysis.views.html_page import write_page
-    from analysis.views.prefetch_chart import pick_step, prefetch_figure
+    from analysis.views.prefetch_chart import STEP_CHART_UNITS, pick_step, prefetch_figure
+    from analysis.views.unit_chart import measured, units_figure
 
-    figures = []
-    for head in view.traces.itertuples():  # one chart per trace
+    figures: list = []
+    for head in view.traces.itertuples():  # per trace: the per-unit chart, and one step's when it stays readable
+        gathers = view.gathers[view.gathers["path"] == head.path]
+        gathers = gathers if rank is None else gathers[gathers["rank"] == rank]
         rows = view.prefetch[view.prefetch["path"] == head.path]
         rows = rows if rank is None else rows[rows["rank"] == rank]
         chosen = pick_step(rows)
         if chosen is None:
             raise TraceError(f"{head.path}: no forward all-gather to chart (--prefetch-chart needs sharded modules)")
-        figures.append(prefetch_figure(rows, *chosen, head.implementation))
+        if measured(gathers):
+            figures.append(units_figure(gathers, head.implementation))
+        if rows["tag"].nunique() <= STEP_CHART_UNITS:
+            gpu = "GPU" in str(gathers["definition"].iloc[0])
+            held = "compute stream held for it (GPU)" if gpu else "compute waited for it (CPU)"
+            figures.append(prefetch_figure(rows, *chosen, head.implementation, held))
     intro = " ".join(  # one sentence per trace, named: several traces' answers must not run together
         f"{head.implementation} ({Path(head.path).name}): {'; '.join(head.in_time)}."
         for head in view.traces.itertuples()
         if head.in_time
     )
-    write_page(path, "Prefetch: forward all-gathers", figures, intro)
+    write_page(path, "Prefetch: did the all-gathers arrive in time?", figures, intro)
     print(f"wrote {path}", file=sys.stderr)
 
 
@@ -207,7 +233,7 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
             if head.note:
                 print(f"note: {head.path}: {head.note}", file=sys.stderr)
     else:
-        print(render_table(view, args.summary))
+        print(render_table(view, args.summary, args.units, args.rank))
 
 
 if __name__ == "__main__":

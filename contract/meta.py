@@ -12,6 +12,9 @@ META_KEY = "ddp.meta"  # the top-level key of a torch.profiler (Kineto) JSON tra
 # torch.profiler traces: our recorder's async ranges are `user_annotation` events with args {ddp.kind: start_end}
 ASYNC_KIND_KEY = "ddp.kind"
 ASYNC_KIND = "start_end"
+# torch.profiler traces: a comm range's integer payload (its collective's bytes, names.COMM_PAYLOAD), which nsys
+# stores in NVTX_EVENTS.int64Value, is the args value of this key on the range's `user_annotation` event
+PAYLOAD_KEY = "ddp.payload"
 
 # Sharded strategies (fsdp, torch_fsdp) list their sharded modules under this key, one entry per module in forward
 # order: {"name": module name (the tag of its comm:all_gather / comm:reduce_scatter ranges), "params": the
@@ -20,6 +23,13 @@ ASYNC_KIND = "start_end"
 # "shard_bytes": what each rank stores of it (float32 master weights)}. Replicated strategies omit the key.
 SHARDED_KEY = "sharded"
 SHARDED_FIELDS = ("name", "params", "numel", "padded_numel", "all_gather_bytes", "reduce_scatter_bytes", "shard_bytes")
+
+# Sharded strategies' settings under this key: {"prefetch": a unit's all-gather is issued once the unit that many
+# places before it has finished (1: on demand; null: torch_fsdp left at FSDP2's own prefetching),
+# "separate_reduce_scatter": whether the reduce-scatters ran on a process group of their own (on NCCL: their own
+# communicator and stream, not queued behind the all-gathers)}. Replicated strategies omit the key.
+SHARDING_KEY = "sharding"
+SHARDING_FIELDS = ("prefetch", "separate_reduce_scatter")
 
 # Each rank's memory after the warm-up, in bytes (docs/memory.md): the parts of ddp.strategies.memory.MemoryParts,
 # their sum `peak`, and `cuda_max_allocated` (torch.cuda.max_memory_allocated; null off CUDA).

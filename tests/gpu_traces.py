@@ -11,6 +11,7 @@ import shutil
 from pathlib import Path
 
 GPU_H100 = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "gpu_h100"
+GPU_H200 = GPU_H100.parent / "gpu_h200"  # fsdp_bf16 and torch on one H200 (PROVENANCE.md)
 
 # ms/step printed by each run's own timer (PROVENANCE.md, section gpu_h100): the truth for step times.
 RUN_TIMER_MS = {
@@ -27,14 +28,19 @@ RUN_TIMER_MS = {
 }
 
 
-def available() -> bool:
-    return GPU_H100.is_dir() and any(GPU_H100.glob("*.sqlite.xz"))
+# ms/step printed by the H200 runs' own timers (PROVENANCE.md, section gpu_h200).
+H200_RUN_TIMER_MS = {"fsdp_bf16.sqlite": 413.9, "torch.sqlite": 147.0}
 
 
-def decompress(name: str, into: Path) -> Path:
-    """Decompress GPU_H100/<name>.xz into `into` and return the path of the SQLite file. A copy already
-    there is used when it is newer than its .xz; the copy is made read-only, so no test changes it."""
-    source = GPU_H100 / f"{name}.xz"
+def available(folder: Path = GPU_H100) -> bool:
+    return folder.is_dir() and any(folder.glob("*.sqlite.xz"))
+
+
+def decompress(name: str, into: Path, folder: Path = GPU_H100) -> Path:
+    """Decompress <folder>/<name>.xz (default GPU_H100) into `into` and return the path of the SQLite
+    file. A copy already there is used when it is newer than its .xz; the copy is made read-only, so no
+    test changes it."""
+    source = folder / f"{name}.xz"
     target = into / name
     if not source.exists():
         raise FileNotFoundError(source)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
@@ -15,11 +16,12 @@ from analysis.frames.phase_markers import phases_of
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
-from analysis.measures.collective_calls import Calls
+from analysis.measures.collective_calls import OUTSIDE_STEPS, Calls
 from analysis.measures.collective_rows import call_rows
+from analysis.measures.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.measures.in_time import in_time_sentences
 from analysis.measures.op_phase import phase_labels
-from analysis.measures.prefetch import PREFETCH_COLUMNS, prefetch_rows
+from analysis.measures.prefetch import PREFETCH_COLUMNS
 from analysis.views.table import plain_records
 
 
@@ -51,18 +53,29 @@ class Summaries:
 
 @dataclass(frozen=True)
 class CollectivesView:
-    """`calls`: one row per call per rank (ROW_COLUMNS); `by_size`: per trace, op and size class;
-    `by_rank`: per trace and rank; `stragglers`: per trace and step (those three computed when first
-    asked for: Summaries); `traces`: per trace, with source, world size, ranks present, a note when
-    calls lack partners, `phases` (where the steps and phases came from) and `in_time` (the all-gather
-    answer in words); `prefetch`: per trace, each forward all-gather (measures/prefetch.py); `path`:
+    """`calls`: one row per call per rank (ROW_COLUMNS; a call issued outside the steps of a rank that
+    has steps, such as the closing barrier, has phase "outside steps" and is left out of the summaries);
+    `by_size`: per trace, op and size class; `by_rank`: per trace and rank; `stragglers`: per trace and
+    step (those three computed when first asked for: Summaries); `traces`: per trace, with source,
+    world size, ranks present, a note when calls lack partners, `outside_steps_calls`, `phases` (where
+    the steps and phases came from) and `in_time` (the all-gather answer in words); `gathers`: per
+    trace, each all-gather of a step's forward or backward per rank, whether it was in time and why not
+    (measures/gather_rows.py); `prefetch`: its forward rows as measures/prefetch.py's columns; `path`:
     the one trace this view keeps (only), None for every trace."""
 
     calls: pd.DataFrame
     traces: pd.DataFrame
     summaries: Summaries
-    prefetch: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *PREFETCH_COLUMNS]))
+    gathers: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *GATHER_COLUMNS]))
     path: str | None = None
+
+    @property
+    def prefetch(self) -> pd.DataFrame:
+        """The forward gathers as PREFETCH_COLUMNS (waited_ns: the rows' held or waited time, in ns)."""
+        mine = self.gathers[self.gathers["phase"] == "forward"]
+        held = np.round(mine["held_ms"].fillna(0).to_numpy(float) * 1e6).astype(np.int64)
+        out = mine.assign(tag=mine["unit"], waited_ns=held)
+        return out[["path", *PREFETCH_COLUMNS]].reset_index(drop=True)
 
     def _mine(self, frame: pd.DataFrame) -> pd.DataFrame:
         return frame if self.path is None else frame[frame["path"] == self.path].reset_index(drop=True)
@@ -80,8 +93,15 @@ class CollectivesView:
         return self._mine(self.summaries.stragglers)
 
     def to_json(self) -> dict:
-        """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...]}]}."""
-        parts = {"calls": self.calls, "by_size": self.by_size, "by_rank": self.by_rank, "stragglers": self.stragglers}
+        """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
+        "gathers": [...]}]}."""
+        parts = {
+            "calls": self.calls,
+            "by_size": self.by_size,
+            "by_rank": self.by_rank,
+            "stragglers": self.stragglers,
+            "gathers": self.gathers.drop(columns=["issue_ns", "end_ns", "needed_ns"]),
+        }
         out = []
         for head in plain_records(self.traces):
             mine = {name: _records(f[f["path"] == head["path"]].drop(columns="path")) for name, f in parts.items()}
@@ -90,10 +110,10 @@ class CollectivesView:
 
     def only(self, path: str) -> CollectivesView:
         """The view of one run (its `path`)."""
-        calls, traces, prefetch = (
-            f[f["path"] == path].reset_index(drop=True) for f in (self.calls, self.traces, self.prefetch)
+        calls, traces, gathers = (
+            f[f["path"] == path].reset_index(drop=True) for f in (self.calls, self.traces, self.gathers)
         )
-        return CollectivesView(calls, traces, self.summaries, prefetch, path)
+        return CollectivesView(calls, traces, self.summaries, gathers, path)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -142,7 +162,7 @@ def view_of_rows(
     peak_busbw: float | None = None,
     skip_steps: int = 0,
 ) -> CollectivesView:
-    """The view of runs' call rows, facts and prefetch rows (trace_call_rows of each); rank/step keep
+    """The view of runs' call rows, facts and gather rows (trace_call_rows of each); rank/step keep
     only that rank's/step's calls (stragglers use every rank of the kept steps), skip_steps leaves
     each rank's first steps out; peak_busbw (GB/s) adds busbw as % of that peak. A step or rank the
     calls do not have is a TraceError naming those they have."""
@@ -161,17 +181,22 @@ def view_of_rows(
     every_rank = calls
     if rank is not None:
         calls = calls[calls["rank"] == rank]
-    summaries = Summaries(calls, every_rank, peak_busbw)  # stragglers: every rank of the kept steps, whatever `rank`
+    # calls outside the steps (the closing barrier) are listed, labelled, but are not training collectives
+    training = lambda frame: frame[frame["phase"] != OUTSIDE_STEPS]
+    summaries = Summaries(training(calls), training(every_rank), peak_busbw)  # stragglers: every rank, whatever `rank`
     if step is not None:
         gathers = gathers[gathers["step"] == step]
+    outside = calls.loc[calls["phase"] == OUTSIDE_STEPS, "path"].value_counts()
     facts_frame = pd.DataFrame(list(facts))
+    if "path" in facts_frame:
+        facts_frame["outside_steps_calls"] = facts_frame["path"].map(outside).fillna(0).astype(int)
     return CollectivesView(calls.reset_index(drop=True), facts_frame, summaries, gathers)
 
 
 def trace_call_rows(
     trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None, calls: Calls | None = None
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
-    """collective_rows.call_rows of a loaded trace, its facts with `in_time` and its prefetch rows
+    """collective_rows.call_rows of a loaded trace, its facts with `in_time` and its gather rows
     (see _with_in_time)."""
     return _with_in_time(trace, *call_rows(trace, patterns, works, calls), patterns)
 
@@ -181,9 +206,10 @@ def _with_in_time(
 ) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
     """The trace's rows; its facts with `in_time`: whether its all-gathers came in time, in words
     (in_time.py) and `phases`: where its steps and phases came from (frames/phase_markers.py); its
-    forward all-gathers' prefetch rows (prefetch.py)."""
+    all-gathers' rows (gather_rows.py)."""
     ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
-    gathers = prefetch_rows(trace, rows, phases).assign(path=trace.path)
-    return rows, {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(rows, phases)}, gathers
+    gathers = gather_rows(trace, rows, phases)
+    facts = {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(gathers)}
+    return rows, facts, gathers.assign(path=trace.path)

@@ -1,5 +1,6 @@
-"""Did each collective finish in time for the compute that needed it? `waited_ns` per call, and
-`in_time_sentences`: the answer for sharded weights' all-gathers, per phase, in words.
+"""Did each collective finish in time for the compute that needed it? `waited_ns` per call (the CPU
+definition); from the gather rows (gather_rows.py, either definition) `in_time_sentences`: the answer
+for sharded weights' all-gathers, per phase, in words, and `unit_table`: per phase and unit, worst first.
 
 waited  how long before the call completed its rank had stopped computing: end - max(start, the end of
         the rank's last compute at or before the call's end); 0 when compute ran right up to the
@@ -9,7 +10,8 @@ waited  how long before the call completed its rank had stopped computing: end -
 late    waited > LATE_NS (10 µs: the gaps between consecutive kernels or ops are not waiting).
 Per phase (forward, backward), over the all-gathers of one rank in one step, averaged over every
 rank-step: a layer (the call's tag, its module; "(root)" where it has none) is late when its mean
-wait per rank-step exceeds LATE_NS; the late ones cost the sum of their mean waits per step.
+held (GPU) or waited (CPU) time per rank-step exceeds LATE_NS; the late ones cost the sum of their
+means per step. Each sentence starts with the definition its figures use.
 """
 
 from __future__ import annotations
@@ -20,8 +22,9 @@ from numpy.typing import ArrayLike
 
 from analysis.frames.trace import NS_PER_MS
 from analysis.measures import intervals as iv
+from analysis.measures.gather_cause import CAUSE_TEXT, CPU_LATE, HOST, IN_TIME, LATE_CAUSES, LATE_NS, UNMARKED
 
-LATE_NS = 10_000
+UNIT_COLUMNS = ["phase", "unit", "order", "held_ms_per_step", "late", "gathers", "cause", "host", "queued_behind"]
 
 
 def waited_ns(start: ArrayLike, end: ArrayLike, compute: iv.Set) -> np.ndarray:
@@ -47,36 +50,87 @@ def waited_by_rank(rows: pd.DataFrame, compute: dict) -> np.ndarray:
     return out
 
 
-def layer_waits(calls: pd.DataFrame) -> pd.DataFrame:
-    """Per layer (tag) of all-gather calls (rank, step, tag, waited_ms): mean wait per rank-step, sorted
-    worst first. Rank-steps: those with any of these calls."""
-    rank_steps = len(calls[["rank", "step"]].drop_duplicates())
-    tags = calls["tag"].astype(str).replace("", "(root)")
-    per = calls.assign(tag=tags).groupby("tag")["waited_ms"].sum() / max(rank_steps, 1)
-    return per.rename("waited_ms").sort_values(ascending=False, kind="stable").reset_index()
+def layer_waits(gathers: pd.DataFrame) -> pd.DataFrame:
+    """Per unit of one phase's gather rows (rank, step, unit, held_ms): mean held (or waited) ms per
+    rank-step, sorted worst first. Rank-steps: those with any of these rows."""
+    rank_steps = len(gathers[["rank", "step"]].drop_duplicates())
+    per = gathers.groupby("unit", sort=False)["held_ms"].sum() / max(rank_steps, 1)
+    return per.rename("held_ms").sort_values(ascending=False, kind="stable").reset_index()
 
 
-def in_time_sentence(calls: pd.DataFrame, phase: str) -> str:
-    """'all-gathers in time for 46 of 48 layers in forward; the late ones cost 1.9 ms/step; worst:
-    layers.0.attn.wq (1.2 ms)' from one phase's all-gather calls (rank, step, tag, waited_ms)."""
-    layers = layer_waits(calls)
-    late = layers[layers["waited_ms"] > LATE_NS / NS_PER_MS]
-    head = f"all-gathers in time for {len(layers) - len(late)} of {len(layers)} layers in {phase}"
+def _cause_counts(gathers: pd.DataFrame) -> str:
+    """'late gathers by cause: partner 828, issued late 1; host 871 (...)' ('' on CPU rows)."""
+    counts = gathers["cause"].value_counts()
+    late = [f"{c} {int(counts[c])}" for c in LATE_CAUSES if counts.get(c, 0)]
+    out = f"; late gathers by cause: {', '.join(late)}" if late else ""
+    if counts.get(HOST, 0):
+        out += f"; {HOST} {int(counts[HOST])} ({CAUSE_TEXT[HOST]}: held 0)"
+    if counts.get(UNMARKED, 0):
+        out += f"; {int(counts[UNMARKED])} {CAUSE_TEXT[UNMARKED]}"
+    return out
+
+
+def in_time_sentence(gathers: pd.DataFrame, phase: str) -> str:
+    """'waited (CPU): all-gathers in time for 46 of 48 layers in forward; the late ones cost 1.9 ms/step;
+    worst: layers.0.attn.wq (1.2 ms)' from one phase's gather rows (gather_rows.py: rank, step, unit,
+    held_ms, cause, definition); GPU rows add the count of late gathers per cause."""
+    definition = str(gathers["definition"].iloc[0]) if len(gathers) else ""
+    measured = gathers[gathers["cause"] != UNMARKED]
+    if measured.empty:
+        return (
+            f"{definition}: not measured for the {len(gathers)} all-gathers in {phase}: the trace marks no "
+            "comm_wait:all_gather ranges (PyTorch's FSDP2 does not; see docs/fsdp.md)"
+        )
+    layers = layer_waits(measured)
+    late = layers[layers["held_ms"] > LATE_NS / NS_PER_MS]
+    head = f"{definition}: all-gathers in time for {len(layers) - len(late)} of {len(layers)} layers in {phase}"
+    tail = _cause_counts(gathers)
     if late.empty:
-        return head
+        return head + tail
     worst = late.iloc[0]
-    cost = float(late["waited_ms"].sum())
-    return f"{head}; the late ones cost {cost:.3g} ms/step; worst: {worst['tag']} ({worst['waited_ms']:.3g} ms)"
+    cost = float(late["held_ms"].sum())
+    return f"{head}; the late ones cost {cost:.3g} ms/step; worst: {worst['unit']} ({worst['held_ms']:.3g} ms){tail}"
 
 
-def in_time_sentences(calls: pd.DataFrame, phases: np.ndarray) -> list[str]:
-    """The sentence for the all-gathers of each phase (forward, then backward) that has any; `calls`:
-    rows with op, rank, step, tag, waited_ms; `phases`: each row's phase (op_phase.phase_labels)."""
-    gathers = calls["op"].to_numpy() == "all_gather"
-    in_steps = calls["step"].to_numpy() >= 0
+def in_time_sentences(gathers: pd.DataFrame) -> list[str]:
+    """The sentence for each phase (forward, then backward) that has gather rows (gather_rows.py)."""
     out = []
     for phase in ("forward", "backward"):
-        mine = calls[gathers & in_steps & (phases == phase)]
+        mine = gathers[gathers["phase"] == phase]
         if len(mine):
             out.append(in_time_sentence(mine, phase))
     return out
+
+
+def unit_table(gathers: pd.DataFrame) -> pd.DataFrame:
+    """Per phase and unit of gather rows, worst first: held ms per rank-step, gathers late of all, the
+    most frequent cause among the late ones (else host when any, else in time), the collective the
+    late ones most often queued behind, and the unit's place in forward order (`order`, from 1)."""
+    if gathers.empty:
+        return pd.DataFrame(columns=UNIT_COLUMNS)
+    rank_steps = gathers.groupby("phase")[["rank", "step"]].apply(lambda f: len(f.drop_duplicates()))
+    late = gathers["cause"].isin([*LATE_CAUSES, CPU_LATE])
+    g = gathers.assign(late=late, host=gathers["cause"] == HOST)
+    per = g.groupby(["phase", "unit"], sort=False).agg(
+        held=("held_ms", "sum"), late=("late", "sum"), gathers=("held_ms", "size"), host=("host", "sum"),
+        first=("issue_ns", "min"),
+    )  # fmt: skip
+    per["held_ms_per_step"] = per.pop("held") / per.index.get_level_values("phase").map(rank_steps).to_numpy()
+    main = _most_frequent(g[late], "cause")
+    behind = _most_frequent(g[late & (g["queued_behind"] != "")], "queued_behind")
+    per = per.join(main.rename("cause")).join(behind.rename("queued_behind")).reset_index()
+    fallback = np.where(per["host"] > 0, HOST, IN_TIME)
+    per["cause"] = per["cause"].fillna(pd.Series(fallback, index=per.index))
+    per["queued_behind"] = per["queued_behind"].fillna("")
+    forward = per[per["phase"] == "forward"].sort_values("first")
+    order = dict(zip(forward["unit"], range(1, len(forward) + 1), strict=True))
+    per["order"] = per["unit"].map(order).fillna(0).astype(int)
+    per = per.sort_values(["held_ms_per_step", "phase"], ascending=[False, False], kind="stable")
+    return per[UNIT_COLUMNS].reset_index(drop=True)
+
+
+def _most_frequent(frame: pd.DataFrame, column: str) -> pd.Series:
+    """Per (phase, unit): the most frequent value of `column` (first in the frame's order on a tie)."""
+    counts = frame.groupby(["phase", "unit", column], sort=False).size().rename("n").reset_index()
+    top = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(["phase", "unit"])
+    return top.set_index(["phase", "unit"])[column]

@@ -1,10 +1,11 @@
-"""Each sharded module's forward all-gather in one step: when it was issued, when it ended, how long
-compute waited for it, and when the module's forward began: `prefetch_rows(trace, rows)`.
+"""When each sharded module's forward began, where the trace says so: `forward_reached` (used by
+gather_rows.py for its `needed_ns`), and PREFETCH_COLUMNS, the forward gathers' columns the
+collectives view's `prefetch` gives (rank, step, tag, issue_ns, end_ns, waited_ns: the row's held or
+waited time, needed_ns).
 
-Columns: rank, step, tag (the module; "(root)" where the call names none), issue_ns, end_ns,
-waited_ns (in_time.py), needed_ns: when the rank reached the module's forward, where the trace says
-so: the start of FSDP2's `FSDP::pre_forward (<module>)` range (the first of the module's ranges
-in the process that ends after the call's issue); -1 where the trace has no such range (this
+needed_ns: when the rank reached the module's forward, where the trace says so: the start of FSDP2's
+`FSDP::pre_forward (<module>)` range (the first of the module's ranges in the process that ends after
+the call's issue); -1 where the trace has no such range (this
 project's `fsdp` marks its collectives, not each module's forward: there, the time compute waited
 says how late the gather was). Times on the trace's clock.
 """
@@ -52,26 +53,3 @@ def forward_reached(trace: Trace, part: np.ndarray, pid: np.ndarray, tag: pd.Ser
     has = found["start"].notna().to_numpy()
     out[found["i"].to_numpy()[has]] = found["start"].to_numpy()[has].astype(np.int64)
     return out
-
-
-def prefetch_rows(trace: Trace, rows: pd.DataFrame, phases: np.ndarray) -> pd.DataFrame:
-    """PREFETCH_COLUMNS of the forward all-gathers among the collectives view's rows (rank, step, op,
-    tag, issue_ns, end_ns, waited_ms) whose phase (op_phase.phase_labels) is forward."""
-    mine = rows[(rows["op"].to_numpy() == "all_gather") & (phases == "forward") & (rows["step"].to_numpy() >= 0)]
-    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates("rank")
-    where = mine[["rank"]].merge(ranks, on="rank", how="left")
-    issue = mine["issue_ns"].to_numpy(np.int64)
-    needed = forward_reached(
-        trace, where["part"].to_numpy(np.int64), where["pid"].to_numpy(np.int64), mine["tag"], issue
-    )
-    return pd.DataFrame(
-        {
-            "rank": mine["rank"].to_numpy(),
-            "step": mine["step"].to_numpy(),
-            "tag": mine["tag"].astype(str).replace("", "(root)").to_numpy(),
-            "issue_ns": issue,
-            "end_ns": mine["end_ns"].to_numpy(np.int64),
-            "waited_ns": np.round(mine["waited_ms"].to_numpy() * 1e6).astype(np.int64),
-            "needed_ns": needed,
-        }
-    )

@@ -49,6 +49,14 @@ MEMORY = "#999933"  # olive: memcpy / memset
 
 # A collective call split at the last rank's arrival (report's Collectives section).
 WAITING = "#DDCC77"  # sand: before the last rank arrived
+# why an all-gather held its unit's compute (measures/gather_cause.py); `late` is a CPU trace's, no cause
+GATHER_CAUSE_COLOURS = {
+    "queued": "#AA4499",  # purple, as the reduce-scatters it mostly queues behind
+    "partner": WAITING,
+    "slow": "#117733",  # green
+    "issued late": "#882255",  # wine, the all-gather's own colour
+    "late": "#EE3377",  # magenta, as exposed communication
+}
 ISSUE = "#222222"  # the CPU issue mark
 OTHER_CALLS = "#888888"  # grey: the shorter calls merged on a per-call chart's "others" row
 BACKWARD_SPAN = "rgba(230, 159, 0, 0.14)"  # the backward pass behind per-call charts (backward, faint)

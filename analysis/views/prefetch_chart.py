@@ -11,6 +11,7 @@ from analysis.frames.trace import NS_PER_MS
 from analysis.views import palette
 
 GATHER = palette.COLLECTIVE_COLOURS["all_gather"]
+STEP_CHART_UNITS = 40
 
 
 def pick_step(rows: pd.DataFrame) -> tuple[int, int] | None:
@@ -22,12 +23,16 @@ def pick_step(rows: pd.DataFrame) -> tuple[int, int] | None:
     return int(waits.index[len(waits) // 2]), rank
 
 
-def prefetch_figure(rows: pd.DataFrame, step: int, rank: int, label: str) -> go.Figure:
-    """The chart of `rows` (prefetch_rows) for one step and rank."""
+def prefetch_figure(
+    rows: pd.DataFrame, step: int, rank: int, label: str, held: str = "compute waited for it"
+) -> go.Figure:
+    """The chart of `rows` (the view's prefetch) for one step and rank; `held`: the name of the part
+    compute was held for."""
     mine = rows[(rows["step"] == step) & (rows["rank"] == rank)].sort_values("issue_ns", kind="stable")
     t0 = int(mine["issue_ns"].min()) if len(mine) else 0
     ms = lambda ns: (ns - t0) / NS_PER_MS
     y = [f"{i + 1}. {t}" for i, t in enumerate(mine["tag"])]
+    height = max(360, 170 + 34 * len(mine))
     fig = go.Figure()
     fig.add_bar(
         y=y,
@@ -46,8 +51,8 @@ def prefetch_figure(rows: pd.DataFrame, step: int, rank: int, label: str) -> go.
         orientation="h",
         marker_color=palette.EXPOSED_COMM,
         width=0.35,
-        name="compute waited for it",
-        hovertemplate="%{y}: compute waited %{x:.3f} ms<extra></extra>",
+        name=held,
+        hovertemplate="%{y}: " + held + " %{x:.3f} ms<extra></extra>",
     )
     known = mine["needed_ns"] >= 0
     if known.any():
@@ -60,13 +65,21 @@ def prefetch_figure(rows: pd.DataFrame, step: int, rank: int, label: str) -> go.
             hovertemplate="%{y}: forward reached at %{x:.3f} ms<extra></extra>",
         )
     fig.update_layout(
-        title={"text": f"{label}: forward all-gathers of step {step}, rank {rank}", "y": 0.97},
+        title={
+            "text": f"{label}: forward all-gathers of step {step}, rank {rank}",
+            "x": 0,
+            "xanchor": "left",
+            "y": 1,
+            "yref": "container",
+            "yanchor": "top",
+            "pad": {"t": 12},
+        },
         barmode="overlay",
         template="plotly_white",  # as every other page
         xaxis_title="ms from the step's first all-gather issue",
         yaxis={"autorange": "reversed", "title": "module (forward order)"},
-        height=max(360, 170 + 34 * len(mine)),
-        legend={"orientation": "h", "x": 0, "y": 1.0, "yanchor": "bottom"},
+        height=height,
+        legend={"orientation": "h", "x": 0, "y": 1 - 45 / height, "yanchor": "top", "yref": "container"},
         margin={"l": 200, "t": 110},
     )
     return fig

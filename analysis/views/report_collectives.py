@@ -1,5 +1,6 @@
-"""The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step, and
-one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward.
+"""The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step,
+one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward,
+and for sharded runs whether each unit's all-gathers arrived in time and why not (unit_chart.py).
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
 html_page.write_page; each entry (CollectivesEntry) is one trace: its label, trace, CollectivesView,
@@ -20,12 +21,14 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.backward_span import backward_spans
+from analysis.measures.collective_calls import OUTSIDE_STEPS
 from analysis.measures.phases import find_steps
 from analysis.views import palette
 from analysis.views.call_chart import call_noun, calls_figure
 from analysis.views.export import image_name
 from analysis.views.figure_dicts import trusted_figure
 from analysis.views.lanes import representative_step
+from analysis.views.unit_chart import in_time_blocks
 
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
@@ -212,6 +215,7 @@ def collectives_section(
     if not entries:
         return []
     calls = pd.concat([e.view.calls.assign(label=e.label) for e in entries], ignore_index=True)
+    calls = calls[calls["phase"] != OUTSIDE_STEPS]  # the closing barrier is no training collective
     colours = {e.label: e.colour for e in entries if e.colour is not None} or None
     blocks: list = [
         '<h2>Collectives</h2><p class="note">Each collective call per rank, paired across ranks '
@@ -240,4 +244,6 @@ def collectives_section(
         fig = per_call_figure(e, patterns)
         if fig is not None:
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))
+        sentences = [s for t in e.view.traces["in_time"] for s in (t or [])] if "in_time" in e.view.traces else []
+        blocks += in_time_blocks(e.view.gathers, sentences, e.label, stem)
     return blocks

@@ -5,6 +5,7 @@ import pandas as pd
 
 from analysis import analyze_collectives
 from analysis.measures import intervals as iv
+from analysis.measures.gather_rows import WAITED
 from analysis.measures.in_time import in_time_sentence, waited_ns
 from tests.analysis.measures.test_op_phase import write_fsdp_shaped
 from tests.support.synthetic import START_END, NsysWriter
@@ -41,12 +42,15 @@ def test_sentence_counts_layers_late_on_average_and_names_the_worst():
                 (rank, step, "layers.0.wv", 0.0),
                 (rank, step, "", 0.000001),  # the root: 1 ns, under the 10 µs tolerance
             ]
-    calls = pd.DataFrame(rows, columns=["rank", "step", "tag", "waited_ms"])
-    assert in_time_sentence(calls, "forward") == (
-        "all-gathers in time for 2 of 4 layers in forward; the late ones cost 1.6 ms/step; worst: layers.0.wq (1.2 ms)"
+    calls = pd.DataFrame(rows, columns=["rank", "step", "unit", "held_ms"]).assign(
+        unit=lambda f: f["unit"].replace("", "(root)"), definition=WAITED, cause="late"
     )
-    calls["waited_ms"] = 0.0
-    assert in_time_sentence(calls, "backward") == "all-gathers in time for 4 of 4 layers in backward"
+    assert in_time_sentence(calls, "forward") == (
+        "waited (CPU): all-gathers in time for 2 of 4 layers in forward; the late ones cost 1.6 ms/step; "
+        "worst: layers.0.wq (1.2 ms)"
+    )
+    calls["held_ms"] = 0.0
+    assert in_time_sentence(calls, "backward") == "waited (CPU): all-gathers in time for 4 of 4 layers in backward"
 
 
 def test_collectives_view_gives_each_call_its_wait_and_the_trace_its_answer(tmp_path):
@@ -60,7 +64,8 @@ def test_collectives_view_gives_each_call_its_wait_and_the_trace_its_answer(tmp_
     assert rs.loc["layers.1", "waited_ms"] == 0 and rs.loc["layers.0", "waited_ms"] == 0.05
     (facts,) = view.to_json()["traces"]
     assert facts["in_time"] == [
-        "all-gathers in time for 0 of 2 layers in forward; the late ones cost 0.15 ms/step; worst: layers.0 (0.1 ms)"
+        "waited (CPU): all-gathers in time for 0 of 2 layers in forward; the late ones cost 0.15 ms/step; "
+        "worst: layers.0 (0.1 ms)"
     ]
 
 
@@ -83,7 +88,9 @@ def test_a_marked_wait_for_an_async_gather_is_not_compute(tmp_path):
     marked = analyze_collectives(write_waited_gather(tmp_path / "marked.sqlite", marked=True))
     (waited,) = marked.calls.loc[marked.calls["op"] == "all_gather", "waited_ms"]
     assert waited == 0.15  # the rank stopped computing at 250 µs and the gather ended at 400 µs
-    assert marked.to_json()["traces"][0]["in_time"][0].startswith("all-gathers in time for 0 of 1 layers in forward")
+    assert marked.to_json()["traces"][0]["in_time"][0].startswith(
+        "waited (CPU): all-gathers in time for 0 of 1 layers in forward"
+    )
     # without the mark, the time blocked inside forward reads as compute: the gather looks in time
     unmarked = analyze_collectives(write_waited_gather(tmp_path / "unmarked.sqlite", marked=False))
     assert unmarked.calls.loc[unmarked.calls["op"] == "all_gather", "waited_ms"].tolist() == [0.0]

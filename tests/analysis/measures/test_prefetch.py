@@ -52,7 +52,8 @@ def test_forward_gathers_their_modules_and_when_the_forward_began(tmp_path):
     # nothing in this trace is compute before the backward: compute waited for each gather all along
     assert list(rows["waited_ns"]) == [int(1.7 * MS), int(1.98 * MS)]
     assert view.traces["in_time"].iloc[0] == [
-        "all-gathers in time for 0 of 2 layers in forward; the late ones cost 3.68 ms/step; worst: layers.1 (1.98 ms)"
+        "waited (CPU): all-gathers in time for 0 of 2 layers in forward; the late ones cost 3.68 ms/step; "
+        "worst: layers.1 (1.98 ms)"
     ]
 
 

@@ -129,8 +129,9 @@ def test_prefetch_chart_page(browser, tmp_path):
     page = tmp_path / "prefetch.html"
     assert collectives.main([str(trace), "--prefetch-chart", str(page)]) == 0
     layout = inspect(browser, page)
-    assert_fine(layout, 1)
-    assert [t["points"] for t in layout.plots[0]["traces"]] == [2, 2, 2]  # gathers, waits, forward began
+    assert_fine(layout, 2)
+    assert [t["points"] for t in layout.plots[0]["traces"]] == [2]  # per unit: both late (CPU: waited)
+    assert [t["points"] for t in layout.plots[1]["traces"]] == [2, 2, 2]  # gathers, waits, forward began
 
 
 def test_the_checks_catch_what_they_look_for(browser, tmp_path):

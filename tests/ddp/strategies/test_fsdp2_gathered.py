@@ -99,7 +99,9 @@ def test_fsdp_params_not_found_trains_and_reads_na_in_the_tables_and_null_in_jso
     assert "n/a" in format_records([row], "table", benchmark.MEMORY_TABLE)
 
 
-def test_on_a_torch_without_fsdp2s_custom_collectives_torch_fsdp_imports_and_refuses_in_one_line(monkeypatch):
+def test_on_a_torch_without_fsdp2s_custom_collectives_torch_fsdp_imports_and_refuses_in_one_line_before_ranks_start(
+    monkeypatch,
+):
     # torch < 2.9 has no _fsdp_api.AllGather: load a second copy of torch_fsdp.py as if the import failed there
     monkeypatch.setitem(sys.modules, "torch.distributed.fsdp._fully_shard._fsdp_api", None)  # import -> ImportError
     spec = importlib.util.spec_from_file_location("torch_fsdp_on_old_torch", torch_fsdp.__file__)
@@ -109,6 +111,8 @@ def test_on_a_torch_without_fsdp2s_custom_collectives_torch_fsdp_imports_and_ref
     assert old.FSDP2_MISSING.startswith(
         f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not {torch.__version__}"
     )
-    with pytest.raises(RuntimeError, match=r"^torch_fsdp needs torch>=2\.9 [^\n]*$"):
-        old.TorchFSDP(cases.build("toy", 0))  # before anything else: no process group is needed to be told
+    with pytest.raises(ValueError, match=r"^torch_fsdp needs torch>=2\.9 [^\n]*$"):
+        old.TorchFSDP(cases.build("toy", 0))  # no process group is needed to be told
+    with pytest.raises(ValueError, match=r"^torch_fsdp needs torch>=2\.9 "):
+        old.check_fsdp2_settings(None, False)  # what RunConfig calls: refused before any rank starts
     assert torch_fsdp.FSDP2_MISSING == ""  # this torch has them

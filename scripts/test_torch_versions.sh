@@ -2,15 +2,16 @@
 # Runs the project on several torch releases: for each VERSION, a virtual environment with PyPI's
 # torch==VERSION (its default build, CUDA, which runs on a CPU-only machine too) and the project's
 # dependencies (pyproject.toml: `dependencies`, the `train` extra, pytest and hypothesis), then, with
-# PYTHONPATH at this repository, `python -m ddp.verify --impl all --world-size 2` and the strategy tests
-# (pytest tests/ddp/strategies, the slow ones included). One line per version: PASS or FAIL, the torch
-# it ran, the times; exit 1 when any version failed. A developer's check (CI does not download three
-# torch builds): about 2 minutes to install a version the first time, then 1 to 4 minutes to run it.
+# PYTHONPATH at this repository, `python -m ddp.verify --impl all --world-size 2` and the tests that depend
+# on torch's version (TESTS: the strategies, the run settings, verify's rules; the slow ones included).
+# One line per version: PASS or FAIL, the torch it ran, the times; exit 1 when any version failed. A
+# developer's check (CI does not download three torch builds): 4 to 6 minutes to install a version the
+# first time on the 2-core VM, then about 5 minutes to run it (docs/fsdp.md#which-torch).
 # The environments are kept and reused (torch-VERSION under the cache folder); the logs go beside them.
 #   usage: bash scripts/test_torch_versions.sh [--quick] [VERSION ...]
 #     VERSION   a torch release, e.g. 2.11.0 (default: 2.9.0 2.11.0 2.14.1: the declared minimum,
 #               what the GPU machines here ship, the newest installable here)
-#     --quick   the strategy tests without the slow ones (no spawned ranks; verify still spawns 2)
+#     --quick   those tests without the slow ones (no spawned ranks; verify still spawns 2)
 #   environment: TORCH_VERSIONS_CACHE (default ${XDG_CACHE_HOME:-~/.cache}/ddp-overlap),
 #                BASE_PYTHON (the interpreter the environments are made from; default python3, >= 3.11)
 set -euo pipefail
@@ -18,6 +19,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${TORCH_VERSIONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddp-overlap}
 BASE_PYTHON=${BASE_PYTHON:-python3}
 DEFAULT_VERSIONS=(2.9.0 2.11.0 2.14.1)
+TESTS=(tests/ddp/strategies tests/ddp/training tests/ddp/test_verify_rules.py)
 
 error() { echo "error: $*" >&2; exit 2; }
 
@@ -85,12 +87,12 @@ run_version() {
     verify_s=$(seconds "$start")
     start=$(date +%s)
     (cd "$ROOT" && PYTHONPATH=$ROOT timeout 2400 "$venv/bin/python" -m pytest -q -p no:cacheprovider \
-        ${marks[@]+"${marks[@]}"} tests/ddp/strategies) >>"$log" 2>&1 || ok=0
+        ${marks[@]+"${marks[@]}"} "${TESTS[@]}") >>"$log" 2>&1 || ok=0
     tests_s=$(seconds "$start")
     local tally verdict=PASS where=""
     tally=$(grep -E '^=* ?[0-9]+ (passed|failed|error)' "$log" | tail -1 | sed -E 's/=//g; s/ in [0-9.]+s.*//' | xargs)
     [ $ok = 1 ] || { verdict=FAIL; where=" (log: $log)"; }
-    echo "$verdict  torch $torch_seen  verify ${verify_s} s, strategy tests ${tests_s} s (${tally:-no tally})," \
+    echo "$verdict  torch $torch_seen  verify ${verify_s} s, tests ${tests_s} s (${tally:-no tally})," \
         "install ${install_s} s$where"
     [ $ok = 1 ]
 }

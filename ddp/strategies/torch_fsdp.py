@@ -29,9 +29,9 @@ try:  # FSDP2 with its custom-comm hooks (torch >= 2.9; AllGather/ReduceScatter 
     from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
 
     FSDP2_MISSING = ""
-except ImportError as missing:  # an older torch: the other strategies still import, torch_fsdp refuses in one line
+except ImportError:  # an older torch: the other strategies still import, torch_fsdp refuses in one line
     AllGather = ReduceScatter = FSDPModule = object  # type: ignore[misc,assignment]
-    FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not {torch.__version__}: {missing}"
+    FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
 
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges

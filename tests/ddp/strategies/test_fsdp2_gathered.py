@@ -108,8 +108,8 @@ def test_on_a_torch_without_fsdp2s_custom_collectives_torch_fsdp_imports_and_ref
     assert spec is not None and spec.loader is not None
     old = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(old)
-    assert old.FSDP2_MISSING.startswith(
-        f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not {torch.__version__}"
+    assert (
+        old.FSDP2_MISSING == f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
     )
     with pytest.raises(ValueError, match=r"^torch_fsdp needs torch>=2\.9 [^\n]*$"):
         old.TorchFSDP(cases.build("toy", 0))  # no process group is needed to be told

@@ -1,5 +1,6 @@
-"""What-if for DDP's bucket size: the step predicted at other bucket sizes, the bound with perfect
-overlap, the floor, and the recommended size, from one recorded run.
+"""What-if for DDP's bucket size: the step predicted at other bucket sizes (each ± its 95 % interval),
+the bound with perfect overlap, the floor, and the recommended size (the recorded one kept unless a
+gain exceeds its uncertainty), from one recorded run.
 
     python -m analysis.advise traces/overlap_bucket.sqlite [--bucket-mb 1 5 25 ...] [--format table|csv|json]
     python -m analysis.advise --merge traces/torch.rank0.json.gz traces/torch.rank1.json.gz
@@ -24,22 +25,33 @@ from analysis.views.table import format_table
 TABLE_COLUMNS = {
     "bucket_mb": "bucket MiB",
     "buckets": "buckets",
-    "predicted_step_ms": "predicted step ms",
-    "predicted_exposed_comm_ms": "predicted exposed comm ms",
+    "step": "predicted step ms",
+    "exposed": "predicted exposed comm ms",
     "note": "note",
 }
 RUN_KEYS = ["implementation", "trace", "measured_step_ms", "ideal_step_ms", "floor_step_ms", "recommended_bucket_mb"]
+CSV_DROP = ["setting"]  # the same as bucket_mb in a column of its own
 
 
 def candidate_frame(run: dict) -> pd.DataFrame:
-    """One row per candidate of a run's JSON, with 'recorded' / 'recommended' marks."""
+    """One row per candidate of a run's JSON: predictions as 'value ± 95 % half-width', with
+    'recorded' / 'recommended' marks."""
     frame = pd.DataFrame(run["candidates"])
     marks = []
     for mb in frame["bucket_mb"]:
         mark = ["recorded"] if mb == run["recorded_bucket_mb"] else []
         mark += ["recommended"] if mb == run["recommended_bucket_mb"] else []
         marks.append(", ".join(mark))
-    return frame.assign(note=marks)
+    pm = lambda v, e: [f"{a:.3f} ± {b:.3f}" for a, b in zip(frame[v], frame[e], strict=True)]
+    return pd.DataFrame(
+        {
+            "bucket_mb": frame["bucket_mb"],
+            "buckets": frame["buckets"],
+            "step": pm("predicted_step_ms", "predicted_step_ms_err"),
+            "exposed": pm("predicted_exposed_comm_ms", "predicted_exposed_comm_ms_err"),
+            "note": marks,
+        }
+    )
 
 
 def render_table(runs: list[dict]) -> str:
@@ -52,16 +64,25 @@ def render_table(runs: list[dict]) -> str:
             f"{'n/a' if c['bandwidth_gb_s'] is None else format(c['bandwidth_gb_s'], '.3f')} GB/s"
             for c in _distinct_lines(run["comm_cost"])
         )
+        wait = run["call_wait_ms"]
+        model = (
+            f"GPU kernels: compute loses {run['compute_slowdown']:.3f} ± {run['compute_slowdown_err']:.3f} of its "
+            f"progress while the rank's collectives are in flight; each call waits {wait:.3f} ms for the other ranks"
+            if run["model"] == "stalls"
+            else f"compute slowdown {run['compute_slowdown']:.3f} ± {run['compute_slowdown_err']:.3f} ms per ms of "
+            "communication under backward"
+        )
+        rec = run["recommended"]
         out += [
             f"{run['trace']}: {run['implementation']}, {size}, {run['steps']} rank-steps",
             f"  measured step {run['measured_step_ms']:.3f} ms, exposed communication "
             f"{run['measured_exposed_comm_ms']:.3f} ms",
             f"  perfect overlap (step - exposed): {run['ideal_step_ms']:.3f} ms; floor (max of compute, "
             f"communication): {run['floor_step_ms']:.3f} ms",
-            f"  model: collective cost (overall, then per message-size range) {lines}; compute slowdown "
-            f"{run['compute_slowdown']:.3f} ms per ms of communication under backward",
+            f"  model: collective cost (overall, then per message-size range) {lines}; {model}",
+            f"  ±: {run['uncertainty']}",
             format_table(candidate_frame(run), TABLE_COLUMNS),
-            f"recommended bucket size: {run['recommended_bucket_mb']:g} MiB",
+            f"recommended bucket size: {run['recommended_bucket_mb']:g} MiB ({rec['reason']})",
             "",
         ]
     return "\n".join(out).rstrip()
@@ -84,7 +105,11 @@ def _bytes(n: float | None) -> str:
 
 
 def render_csv(runs: list[dict]) -> str:
-    rows = [{**{k: run[k] for k in RUN_KEYS}, **c} for run in runs for c in run["candidates"]]
+    rows = [
+        {**{k: run[k] for k in RUN_KEYS}, **{k: v for k, v in c.items() if k not in CSV_DROP}}
+        for run in runs
+        for c in run["candidates"]
+    ]
     return pd.DataFrame(rows).to_csv(index=False)
 
 
@@ -93,7 +118,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m analysis.advise",
         description="Predict a DDP run's step time and exposed communication at other bucket sizes "
         "from one recorded run (per-parameter overlap, overlap_bucket or torch; nsys export or "
-        "torch.profiler JSON, CPU or GPU), with the bound under perfect overlap and the floor.",
+        "torch.profiler JSON, CPU or GPU), each with its 95% interval, the bound under perfect overlap and "
+        "the floor; the recorded size is kept unless another's gain exceeds its uncertainty.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr). The model: docs/advise.md.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")

@@ -75,7 +75,7 @@ def table(result: dict, measured: dict[float, dict], recorded: float) -> list[st
         f"recorded {result['implementation']} at {recorded:g} MiB: {result['measured_step_ms']:.1f} ms/step in the "
         f"trace; perfect overlap {result['ideal_step_ms']:.1f}, floor {result['floor_step_ms']:.1f}; compute "
         f"slowdown {result['compute_slowdown']:.3f}",
-        f"{'bucket MiB':>10} {'buckets':>7} {'predicted ms':>12} {'measured ms':>11} {'error %':>8} "
+        f"{'bucket MiB':>10} {'buckets':>7} {'predicted ms':>12} {'± ms':>6} {'measured ms':>11} {'error %':>8} "
         f"{'pred. exposed ms':>16} {'meas. comm after bwd ms':>23} {'vs recorded: pred.':>18} {'meas.':>6} "
         f"{'error %':>7}",
     ]
@@ -91,7 +91,8 @@ def table(result: dict, measured: dict[float, dict], recorded: float) -> list[st
         meas_ratio = m["avg_step_time_ms"] / measured[recorded]["avg_step_time_ms"]
         mark = " (recorded)" if float(c["bucket_mb"]) == recorded else ""
         lines.append(
-            f"{c['bucket_mb']:>10g} {c['buckets']:>7} {c['predicted_step_ms']:>12.1f} {m['avg_step_time_ms']:>11.1f} "
+            f"{c['bucket_mb']:>10g} {c['buckets']:>7} {c['predicted_step_ms']:>12.1f} "
+            f"{c.get('predicted_step_ms_err', 0.0):>6.1f} {m['avg_step_time_ms']:>11.1f} "
             f"{err:>+8.1f} {c['predicted_exposed_comm_ms']:>16.1f} {m['avg_comm_time_ms']:>23.1f} {pred_ratio:>18.3f} "
             f"{meas_ratio:>6.3f} {100 * (pred_ratio / meas_ratio - 1):>+7.1f}{mark}"
         )
@@ -107,6 +108,7 @@ def table(result: dict, measured: dict[float, dict], recorded: float) -> list[st
         f"recommended {result['recommended_bucket_mb']:g} MiB measured {chosen['avg_step_time_ms']:.1f} ms, best "
         f"measured {best['bucket_mb']:g} MiB {best['avg_step_time_ms']:.1f} ms: {gap:.1f}% slower (target 5%): "
         f"{met(gap <= 5)}",
+        f"(advise: {(result.get('recommended') or {}).get('reason', 'the fastest predicted')})",
     ]
     return lines
 

@@ -5,29 +5,36 @@ bucketed `overlap_bucket` or `torch`) it builds the model's inputs (measures/buc
 and predicts the step at each candidate bucket size. Gradient ready times: per-parameter runs have
 one collective per parameter, issued when its gradient arrived; bucketed runs have one per bucket, and
 the bucket's parameters (from `ddp.meta`'s bucket layout) are placed by size in their arrival order
-between the previous bucket's issue and their own. On GPU traces a collective's time is its kernel's.
+between the previous bucket's issue and their own. On GPU traces a collective's time is its kernel's,
+and the replay is the GPU one (advice_gpu.py: compute stalled by the rank's NCCL kernels, per-call waits);
+on CPU traces, bucket_model.replay. Every prediction comes with its bootstrap interval (advice_predict.py)
+and the recommendation keeps the recorded size unless a gain exceeds it (advice_result.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from analysis.engine.advice_gpu import GpuRun, gpu_run
+from analysis.engine.advice_predict import fit, predictor, resamples
+from analysis.engine.advice_result import Z95, Advice, Candidate, choose
 from analysis.engine.runs import find_runs, load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
 from analysis.measures.activity import RankWork, rank_work
 from analysis.measures.bucket_layout import plan_buckets
-from analysis.measures.bucket_model import RecordedRun, fit_slowdown, place_in_buckets, replay
+from analysis.measures.bucket_model import RecordedRun, fit_slowdown, place_in_buckets
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.comm_cost import CommCost, fit_cost, transfer_times
 from analysis.measures.metrics import measure_trace
 from analysis.measures.pairing import world_size
+from analysis.readers.meta_peek import declared_implementations
 
 DEFAULT_BUCKETS_MB = (1.0, 2.0, 5.0, 10.0, 25.0, 50.0, 100.0)
 FLAG_BYTES = 4  # every wrapper but `torch` sends a 4-byte "had a gradient" flag per parameter
@@ -35,84 +42,31 @@ FLAG_BYTES = 4  # every wrapper but `torch` sends a 4-byte "had a gradient" flag
 STRATEGIES = {"overlap": ("param", "before"), "overlap_bucket": ("bucket", "before"), "torch": ("bucket", "after")}
 
 
-@dataclass(frozen=True)
-class Candidate:
-    bucket_mb: float
-    buckets: int
-    predicted_step_ms: float
-    predicted_exposed_comm_ms: float
-
-
-@dataclass(frozen=True)
-class Advice:
-    """One run's measured figures, bounds and predictions (see docs/advise.md)."""
-
-    implementation: str
-    trace: str
-    recorded_bucket_mb: float | None
-    steps: int  # rank-steps the figures average over
-    measured_step_ms: float
-    measured_exposed_comm_ms: float
-    ideal_step_ms: float
-    floor_step_ms: float
-    slowdown: float
-    cost: CommCost
-    candidates: list[Candidate] = field(default_factory=list)
-
-    @property
-    def recommended_bucket_mb(self) -> float | None:
-        if not self.candidates:
-            return None
-        return min(self.candidates, key=lambda c: c.predicted_step_ms).bucket_mb
-
-    def to_json(self) -> dict:
-        lines = [self.cost.overall, *self.cost.ranges]
-        return {
-            "implementation": self.implementation,
-            "trace": self.trace,
-            "recorded_bucket_mb": self.recorded_bucket_mb,
-            "steps": self.steps,
-            "measured_step_ms": round(self.measured_step_ms, 3),
-            "measured_exposed_comm_ms": round(self.measured_exposed_comm_ms, 3),
-            "ideal_step_ms": round(self.ideal_step_ms, 3),
-            "floor_step_ms": round(self.floor_step_ms, 3),
-            "compute_slowdown": round(self.slowdown, 4),
-            "comm_cost": [
-                {
-                    "min_bytes": line.lo_bytes,
-                    "max_bytes": None if np.isinf(line.hi_bytes) else line.hi_bytes,
-                    "latency_us": round(line.latency_ns / 1e3, 3),
-                    "bandwidth_gb_s": None if np.isinf(line.bandwidth_gbps) else round(line.bandwidth_gbps, 4),
-                    "calls": line.calls,
-                }
-                for line in lines
-            ],
-            "candidates": [
-                {
-                    "bucket_mb": c.bucket_mb,
-                    "buckets": c.buckets,
-                    "predicted_step_ms": round(c.predicted_step_ms, 3),
-                    "predicted_exposed_comm_ms": round(c.predicted_exposed_comm_ms, 3),
-                }
-                for c in self.candidates
-            ],
-            "recommended_bucket_mb": self.recommended_bucket_mb,
-        }
-
-
 def run_meta(trace: Trace) -> dict:
     """The first rank's `ddp.meta` (every rank records the same layout), or {}."""
     return next(iter(trace.meta.values()), {}) if trace.meta else {}
 
 
+def _unsupported(path: str, impl: str) -> TraceError:
+    return TraceError(
+        f"{path}: implementation {impl}: advise predicts DDP's bucket size, from a run of "
+        f"{', '.join(STRATEGIES)}; sharded runs (fsdp, torch_fsdp) and runs without overlap are not modelled"
+    )
+
+
 def _implementation(trace: Trace) -> str:
     impl = trace.implementation or next((str(m.get("implementation")) for m in trace.meta.values()), "")
     if impl not in STRATEGIES:
-        raise TraceError(
-            f"{trace.path}: implementation {impl or 'unknown (no ddp.meta mark)'}: advise needs a run that overlaps "
-            f"communication with backward ({', '.join(STRATEGIES)})"
-        )
+        raise _unsupported(trace.path, impl or "unknown (no ddp.meta mark)")
     return impl
+
+
+def _check_declared(paths: Sequence[Path]) -> None:
+    """Refuse a run whose nsys exports declare only strategies advise does not model, before loading it."""
+    for path in paths:
+        declared = declared_implementations(path)
+        if declared and not declared & set(STRATEGIES):
+            raise _unsupported(str(path), ", ".join(sorted(declared)))
 
 
 def _backward_windows(works: list[RankWork]) -> pd.DataFrame:
@@ -158,8 +112,21 @@ def _complete(frame: pd.DataFrame, ranks: int) -> pd.DataFrame:
     return frame[counts == ranks].sort_values(["step", "rank"]).reset_index(drop=True)
 
 
-def recorded_run(trace: Trace, patterns: Patterns | None = None) -> tuple[RecordedRun, pd.DataFrame, CommCost]:
-    """The model's inputs from a loaded trace, the per rank-step measured figures it kept, and the fitted cost."""
+@dataclass(frozen=True)
+class Recorded:
+    """The model's inputs from one loaded trace: the run, its rank-steps' measured figures (`base`, sorted
+    by step then rank), the cost fitted on all of its calls, the calls' transfers (`served`) and, when its
+    collectives are GPU kernels, the GPU inputs."""
+
+    run: RecordedRun
+    base: pd.DataFrame
+    cost: CommCost
+    served: pd.DataFrame
+    gpu: GpuRun | None
+
+
+def recorded_run(trace: Trace, patterns: Patterns | None = None) -> Recorded:
+    """The model's inputs from a loaded trace (Recorded)."""
     impl = _implementation(trace)
     kind, _ = STRATEGIES[impl]
     flags = 0 if impl == "torch" else FLAG_BYTES
@@ -193,7 +160,8 @@ def recorded_run(trace: Trace, patterns: Patterns | None = None) -> tuple[Record
     inflight = pd.DataFrame(
         {"rank": served["rank"], "start": served["end_ns"] - served["transfer_ns"], "end": served["end_ns"]}
     )
-    base = per_step[["rank", "step", "step_ms", "exposed_comm_ms", "compute_ms"]].merge(windows, on=["rank", "step"])
+    keep = ["rank", "step", "step_ms", "exposed_comm_ms", "compute_ms", "backward_overlap_ms"]
+    base = per_step[keep].merge(windows, on=["rank", "step"])
     base = base.merge(end, on=["rank", "step"])
     if kind == "param":
         order_step = calls[calls["step"] == calls["step"].min()]
@@ -240,7 +208,8 @@ def recorded_run(trace: Trace, patterns: Patterns | None = None) -> tuple[Record
         flag_bytes=flags,
         slowdown=fit_slowdown(b1 - b0, under_b),
     )
-    return run, base, cost
+    gpu = gpu_run(trace, run, base, served) if calls_found.source == KERNELS else None
+    return Recorded(run, base, cost, served, gpu)
 
 
 def _under_backward(segments: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
@@ -253,25 +222,41 @@ def _under_backward(segments: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
 
 
 def advise_trace(trace: Trace, bucket_mb: Iterable[float] | None = None, patterns: Patterns | None = None) -> Advice:
-    """Predictions for one loaded trace at each bucket size (default DEFAULT_BUCKETS_MB and the recorded one)."""
+    """Predictions for one loaded trace at each bucket size (default DEFAULT_BUCKETS_MB and the recorded
+    one), each with its uncertainty, and the recommendation (advice_result.choose)."""
     impl = _implementation(trace)
-    run, base, cost = recorded_run(trace, patterns)
+    rec = recorded_run(trace, patterns)
+    run, base, gpu = rec.run, rec.base, rec.gpu
     meta = run_meta(trace)
     recorded = meta.get("bucket_mb") if impl != "overlap" else None
     recorded = float(recorded) if isinstance(recorded, (int, float)) else None
-    sizes = sorted({*(bucket_mb or DEFAULT_BUCKETS_MB), *([recorded] if recorded and not bucket_mb else [])})
+    sizes = sorted({*(bucket_mb or DEFAULT_BUCKETS_MB), *([recorded] if recorded else [])})
+    steps = base["step"].unique()
+    fitted = fit(run, rec.served, steps, gpu, resamples(len(steps)))
+    under = run.comm_under_backward_ns if gpu is None else gpu.comm_under_ns
+    overlapped = min(float(base["backward_overlap_ms"].sum() * NS_PER_MS / max(under.sum(), 1.0)), 1.0)
+    exposed_ns = base["exposed_comm_ms"].to_numpy(dtype=float).reshape(run.step_ns.shape) * NS_PER_MS
+    predict = predictor(run, fitted, gpu, exposed_ns, overlapped)
     rule = STRATEGIES[impl][1]
-    candidates = []
-    for mb in sizes:  # one replay per candidate size
+    step_rows, exposed_rows, counts = [], [], []
+    for mb in sizes:  # one replay per candidate size (every bootstrap replicate at once)
         buckets = plan_buckets(run.param_bytes, mb, rule)
-        r = replay(run, buckets, cost)
-        candidates.append(
-            Candidate(mb, len(buckets), float(r.step_ns.mean() / NS_PER_MS), float(r.tail_ns.mean() / NS_PER_MS))
+        step_ms, exposed_ms = predict(buckets)
+        step_rows.append(step_ms)
+        exposed_rows.append(exposed_ms)
+        counts.append(len(buckets))
+    steps_ms, exposed_all = np.stack(step_rows, axis=1), np.stack(exposed_rows, axis=1)
+    err = lambda a: Z95 * a[1:].std(axis=0) if len(a) > 2 else np.zeros(a.shape[1])
+    candidates = [
+        Candidate(mb, n, float(s), float(e), float(se), float(ee))
+        for mb, n, s, e, se, ee in zip(
+            sizes, counts, steps_ms[0], exposed_all[0], err(steps_ms), err(exposed_all), strict=True
         )
+    ]
+    lam = float(fitted.slowdown[0])
     measured = float(base["step_ms"].mean())
     exposed = float(base["exposed_comm_ms"].mean())
-    slowdown_ms = run.slowdown * run.comm_under_backward_ns.mean() / NS_PER_MS
-    compute = float(base["compute_ms"].mean()) - slowdown_ms
+    compute = float(base["compute_ms"].mean()) - lam * under.mean() / NS_PER_MS
     return Advice(
         implementation=impl,
         trace=trace.path,
@@ -281,9 +266,14 @@ def advise_trace(trace: Trace, bucket_mb: Iterable[float] | None = None, pattern
         measured_exposed_comm_ms=exposed,
         ideal_step_ms=measured - exposed,
         floor_step_ms=max(compute, float(base["transfer_ms"].mean())),
-        slowdown=run.slowdown,
-        cost=cost,
+        slowdown=lam,
+        cost=rec.cost,
         candidates=candidates,
+        recommendation=choose(sizes, steps_ms, recorded),
+        model="replay" if gpu is None else "stalls",
+        slowdown_err=float(err(fitted.slowdown[:, None])[0]),
+        call_wait_ms=None if gpu is None else float(fitted.wait_ns[0] / NS_PER_MS),
+        replicates=len(fitted.rows) - 1,
     )
 
 
@@ -294,4 +284,7 @@ def advise(
     patterns: Patterns | None = None,
 ) -> list[Advice]:
     """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files)."""
-    return [advise_trace(load_trace(run.paths, patterns), bucket_mb, patterns) for run in find_runs(paths, merge)]
+    runs = find_runs(paths, merge)
+    for run in runs:
+        _check_declared(run.paths)
+    return [advise_trace(load_trace(run.paths, patterns), bucket_mb, patterns) for run in runs]

@@ -38,7 +38,7 @@ class RecordedRun:
     ready: np.ndarray
     param_bytes: np.ndarray
     flag_bytes: int  # extra bytes per parameter in each collective (the "had a gradient" flags)
-    slowdown: float  # extra compute ns per ns of communication in flight under it
+    slowdown: float | np.ndarray  # extra compute ns per ns of communication in flight under it (or per step, (S, 1))
 
 
 @dataclass(frozen=True)
@@ -76,13 +76,14 @@ def place_in_buckets(
 
 def serial_collectives(launch: np.ndarray, cost_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(start, end), each (S, K): collective k starts once every rank launched it (launch: S, R, K)
-    and collective k-1 ended, and lasts cost_ns[k]."""
+    and collective k-1 ended, and lasts cost_ns[k] (or cost_ns[s, k], one cost per step)."""
     arrive = launch.max(axis=1)
+    cost_ns = np.broadcast_to(np.asarray(cost_ns, dtype=float), arrive.shape)
     start, end = np.zeros_like(arrive, dtype=float), np.zeros_like(arrive, dtype=float)
     previous = np.full(arrive.shape[0], -np.inf)
     for k in range(arrive.shape[1]):  # one pass per bucket
         start[:, k] = np.maximum(arrive[:, k], previous)
-        end[:, k] = start[:, k] + cost_ns[k]
+        end[:, k] = start[:, k] + cost_ns[:, k]
         previous = end[:, k]
     return start, end
 
@@ -94,10 +95,16 @@ def under(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) ->
     return (e - s).sum(axis=2)
 
 
-def replay(run: RecordedRun, buckets: list[np.ndarray], cost: CommCost) -> Replay:
-    """The model's figures for the run with the given buckets (index arrays over its parameters)."""
-    nbytes = np.array([run.param_bytes[b].sum() + run.flag_bytes * len(b) for b in buckets], dtype=float)
-    cost_ns = cost.predict_ns(nbytes)
+def bucket_bytes(run: RecordedRun, buckets: list[np.ndarray]) -> np.ndarray:
+    """Each bucket's payload: its parameters' gradient bytes and their flags."""
+    return np.array([run.param_bytes[b].sum() + run.flag_bytes * len(b) for b in buckets], dtype=float)
+
+
+def replay(run: RecordedRun, buckets: list[np.ndarray], cost: CommCost | np.ndarray) -> Replay:
+    """The model's figures for the run with the given buckets (index arrays over its parameters); the
+    calls' cost from the fitted line, or given per bucket (K) or per step and bucket (S, K)."""
+    nbytes = bucket_bytes(run, buckets)
+    cost_ns = cost.predict_ns(nbytes) if isinstance(cost, CommCost) else np.asarray(cost, dtype=float)
     bucket_ready = np.stack([run.ready[:, :, b].max(axis=2) for b in buckets], axis=2)
     launch = np.maximum.accumulate(bucket_ready, axis=2)  # in order: a bucket waits for earlier ones
     start, end = serial_collectives(launch, cost_ns)

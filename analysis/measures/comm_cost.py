@@ -129,9 +129,10 @@ def serial_starts(calls: pd.DataFrame) -> np.ndarray:
 
 
 def transfer_times(calls: pd.DataFrame, world: int) -> pd.DataFrame:
-    """rank, step, op, bytes, end_ns and transfer_ns of every paired call with known bytes (serial
-    starts, then pairing.pair)."""
+    """rank, step, op, tag, bytes, start_ns (serial start), end_ns, wait_ns (for the last rank) and
+    transfer_ns of every paired call with known bytes (serial starts, then pairing.pair)."""
     served = calls.assign(start_ns=serial_starts(calls))
     paired = pair(served, world)
     ok = paired["paired"].to_numpy() & paired["bytes"].notna().to_numpy()
-    return paired.loc[ok, ["rank", "step", "op", "bytes", "end_ns", "transfer_ns"]].reset_index(drop=True)
+    cols = ["rank", "step", "op", "tag", "bytes", "start_ns", "end_ns", "wait_ns", "transfer_ns"]
+    return paired.loc[ok, [c for c in cols if c in paired.columns]].reset_index(drop=True)

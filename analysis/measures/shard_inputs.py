@@ -42,7 +42,7 @@ def _waits(trace: Trace, prefix: str) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "key": process_key(own["part"], own["pid"]),
-            "tag": text[hit].str.slice(len(prefix)).to_numpy(),
+            "tag": text[hit].str.slice(len(prefix)).to_numpy(dtype=object),
             "start": own["start"].to_numpy(np.int64),
             "end": own["end"].to_numpy(np.int64),
         }
@@ -59,7 +59,7 @@ def _cpu_need(trace: Trace, gathers: pd.DataFrame) -> tuple[np.ndarray, np.ndarr
     """need, resume per gather from the first `comm_wait:all_gather:<unit>` range at or after its issue."""
     waits = _waits(trace, GATHER_WAIT)
     left = pd.DataFrame(
-        {"key": _keys(trace, gathers["rank"]), "tag": gathers["unit"].astype(str).to_numpy(),
+        {"key": _keys(trace, gathers["rank"]), "tag": gathers["unit"].astype(str).to_numpy(dtype=object),
          "t": gathers["issue_ns"].to_numpy(np.int64), "i": np.arange(len(gathers))}
     ).sort_values("t")  # fmt: skip
     right = waits.rename(columns={"start": "t"}).assign(need=lambda f: f["t"]).sort_values("t")

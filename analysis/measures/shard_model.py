@@ -20,7 +20,8 @@ backward in reverse unit order), the rules of `ddp/strategies/fsdp.py`:
      taken as one busy period from the span's start to the latest end queued on any lane);
   6. after backward, the step waits for every collective (the tail); the step is `other` (what the
      replay does not touch: loss, optimizer, the gap between forward and backward) plus the forward,
-     backward and tail replayed.
+     backward and tail replayed. Each rank's forward starts at its recorded `offset` after the first
+     rank's (the ranks' skew at the step's start, which the first collectives absorb).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ class ShardRun:
     scatter_ns: np.ndarray
     reduce_ns: np.ndarray
     slowdown: np.ndarray  # (N,) extra compute ns per ns of communication beside it
+    offset: np.ndarray | None = None  # (N, R) when each rank's forward starts (None: all at 0)
     lanes: int = 1
 
 
@@ -160,15 +162,15 @@ def replay(run: ShardRun, setting: Setting) -> Replayed:
     comms = (shared, Communicator(shape, run.lanes) if setting.separate else shared)
     units = run.gather_ns.shape[1]
     forward_order, backward_order = np.arange(units), np.arange(units)[::-1]
-    zero = np.zeros(shape)
-    f_end, f_wait = _phase(run, run.forward, zero, forward_order, setting, False, comms)
+    origin = np.zeros(shape) if run.offset is None else run.offset.astype(float)
+    f_end, f_wait = _phase(run, run.forward, origin, forward_order, setting, False, comms)
     b_start = f_end + run.gap
     b_end, b_wait = _phase(run, run.backward, b_start, backward_order, setting, True, comms)
     done = np.maximum(comms[0].busy_until(), comms[1].busy_until())
     tail = np.maximum(done - b_end, 0.0)
     return Replayed(
-        step=run.other + b_end + tail,
-        forward=f_end,
+        step=run.other + b_end - origin + tail,
+        forward=f_end - origin,
         backward=b_end - b_start,
         tail=tail,
         forward_wait=f_wait,
@@ -176,19 +178,24 @@ def replay(run: ShardRun, setting: Setting) -> Replayed:
     )
 
 
-def fit_slowdown(span_ns: np.ndarray, beside_ns: np.ndarray, unit: np.ndarray, min_points: int = 4) -> float:
-    """Extra compute ns per ns of communication beside it: the least-squares slope of compute spans on
-    the communication in flight beside them, within each unit (each unit's own mean taken out), over
-    every rank-step; clamped to [0, 0.95]; 0 with fewer than `min_points` spans or no spread."""
-    y, x = np.asarray(span_ns, dtype=float), np.asarray(beside_ns, dtype=float)
-    keep = ~(np.isnan(x) | np.isnan(y))
-    y, x, unit = y[keep], x[keep], np.asarray(unit)[keep]
+def fit_slowdown(
+    span_ns: np.ndarray, beside_ns: np.ndarray, typical_ns: np.ndarray, unit: np.ndarray, min_points: int = 4
+) -> float:
+    """Extra compute ns per ns of communication beside it, from the compute spans of every rank-step,
+    each unit's own mean taken out: the slope of span length on the communication beside the span,
+    instrumented by the communication beside the unit's typical (median) span from the same start
+    (sum dz.dy / sum dz.dx): a span made long by anything else has more communication beside it, the
+    typical window does not grow with it. Clamped to [0, 0.95]; 0 with fewer than `min_points` spans
+    or no spread."""
+    y, x, z = (np.asarray(a, dtype=float) for a in (span_ns, beside_ns, typical_ns))
+    keep = ~(np.isnan(x) | np.isnan(y) | np.isnan(z))
+    y, x, z, unit = y[keep], x[keep], z[keep], np.asarray(unit)[keep]
     if y.size < min_points:
         return 0.0
     _, inverse, counts = np.unique(unit, return_inverse=True, return_counts=True)
     mean = lambda a: np.bincount(inverse, weights=a) / counts
-    dx, dy = x - mean(x)[inverse], y - mean(y)[inverse]
-    denominator = float(np.dot(dx, dx))
+    dx, dy, dz = x - mean(x)[inverse], y - mean(y)[inverse], z - mean(z)[inverse]
+    denominator = float(np.dot(dz, dx))
     if denominator <= 0:
         return 0.0
-    return float(np.clip(np.dot(dx, dy) / denominator, 0.0, 0.95))
+    return float(np.clip(np.dot(dz, dy) / denominator, 0.0, 0.95))

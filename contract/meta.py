@@ -21,6 +21,13 @@ ASYNC_KIND = "start_end"
 SHARDED_KEY = "sharded"
 SHARDED_FIELDS = ("name", "params", "numel", "padded_numel", "all_gather_bytes", "reduce_scatter_bytes", "shard_bytes")
 
+# Sharded strategies' settings under this key: {"prefetch": a unit's all-gather is issued once the unit that many
+# places before it has finished (1: on demand; null: torch_fsdp left at FSDP2's own prefetching),
+# "separate_reduce_scatter": whether the reduce-scatters ran on a process group of their own (on NCCL: their own
+# communicator and stream, not queued behind the all-gathers)}. Replicated strategies omit the key.
+SHARDING_KEY = "sharding"
+SHARDING_FIELDS = ("prefetch", "separate_reduce_scatter")
+
 # Each rank's memory after the warm-up, in bytes (docs/memory.md): the parts of ddp.strategies.memory.MemoryParts,
 # their sum `peak`, and `cuda_max_allocated` (torch.cuda.max_memory_allocated; null off CUDA).
 MEMORY_KEY = "memory"

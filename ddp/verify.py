@@ -1,7 +1,8 @@
 """Check every chosen implementation against single-process training on the same global batches.
 
     python -m ddp.verify --impl all --world-size 2 [--model toy|tiny] [--steps N] [--optimizer sgd|adamw]
-        [--collective torch|ring|reduce_broadcast] [--shard-optimizer]
+        [--collective torch|ring|reduce_broadcast] [--shard-optimizer] [--compute-dtype fp16|bf16]
+        [--prefetch N] [--separate-reduce-scatter]
 
 Each rank starts from a different random initialisation (seed + rank), so a pass also shows that
 construction broadcast rank 0's state. With --shard-optimizer each rank keeps and steps the optimizer
@@ -30,11 +31,11 @@ import torch.distributed as dist
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
-from ddp.training.config import RunConfig
+from ddp.training.config import SHARDED_ONLY, RunConfig
 from ddp.training.data import global_batch, rank_batch
 from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, train_step
 from ddp.training.models import build_model
-from ddp.training.reference import deterministic, train_rank_slices
+from ddp.training.reference import cpu_copies, deterministic, train_rank_slices
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
 CAST_TOLERANCE = 1e-4  # fp16/bf16 compute: every parameter after every step this close to the cast reference
@@ -50,21 +51,35 @@ COLUMNS = [
 ]
 
 
-def how_compared(cfg: RunConfig, rtol: float, atol: float) -> str:
-    """What a row's checks were: against whom, with which optimizer, how close."""
-    slices = f"each step vs 1 process adding the {cfg.world_size} rank slices' gradients"
+def bit_identity_skipped(cfg: RunConfig, backend: str, devices: Sequence[str]) -> str | None:
+    """Why a sharded fp32 run cannot be required to equal the rank-slice reference bit for bit (None: it is).
+
+    On 2 ranks every gradient element is one sum a + b, the same whichever rank's term the backend (gloo or
+    NCCL) adds first, and the reference runs on rank 0's device with the same kernels: the bits can match.
+    """
+    if cfg.world_size != 2:
+        return f"{cfg.world_size} ranks: {backend} may add the {cfg.world_size} gradients in another order"
+    if len(set(devices)) > 1:
+        return f"ranks on different devices ({', '.join(sorted(set(devices)))}): kernels may round differently"
+    return None
+
+
+def how_compared(cfg: RunConfig, rtol: float, atol: float, device: str = "cpu", skipped: str | None = None) -> str:
+    """What a row's checks were: against whom (run on `device`), with which optimizer, how close; `skipped`:
+    why bit-identity was reported but not required."""
+    slices = f"each step vs 1 process on {device} adding the {cfg.world_size} rank slices' gradients"
     strict = "deterministic, warnings as errors"
     if cfg.compute_dtype is not None:
         text = f"{slices}, cast to {cfg.compute_dtype} alike (|diff| <= {CAST_TOLERANCE:g}; {strict})"
     else:
-        text = f"vs 1 process, {cfg.optimizer} (allclose rtol {rtol:g} atol {atol:g})"
+        text = f"vs 1 process on {device}, {cfg.optimizer} (allclose rtol {rtol:g} atol {atol:g})"
         if cfg.impl in registry.SHARDED:
-            only = (
-                ""
-                if cfg.world_size == 2
-                else f", not required on {cfg.world_size} ranks: gloo may add in another order"
-            )
+            only = "" if skipped is None else f"; bit-identity skipped: {skipped}, allclose decides"
             text += f"; {slices} (torch.equal{only}; {strict})"
+    if cfg.prefetch is not None:
+        text += f"; prefetch {cfg.prefetch}"
+    if cfg.separate_reduce_scatter:
+        text += "; reduce-scatters on their own process group"
     if cfg.shard_optimizer and cfg.impl in registry.SHARDED:
         text += "; optimizer state sharded by the strategy itself: the same run twice (torch.equal)"
     elif cfg.shard_optimizer:
@@ -72,16 +87,16 @@ def how_compared(cfg: RunConfig, rtol: float, atol: float) -> str:
     return text
 
 
-def train_single_process(cfg: RunConfig) -> dict[str, torch.Tensor]:
-    """Plain training of the unwrapped model on each whole global batch: the reference."""
-    model = build_model(cfg.model, cfg.context_length, cfg.seed)
+def train_single_process(cfg: RunConfig, device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """Plain training of the unwrapped model on each whole global batch, on `device`: the reference (on the CPU)."""
+    model = build_model(cfg.model, cfg.context_length, cfg.seed).to(device)
     optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
     for step in range(cfg.steps):
         inputs, targets = global_batch(cfg.model, step, cfg.batch_size, cfg.context_length, cfg.seed)
         optimizer.zero_grad(set_to_none=True)
-        loss_fn(model(inputs), targets).backward()
+        loss_fn(model(inputs.to(device)), targets.to(device)).backward()
         optimizer.step()
-    return {k: v.detach().clone() for k, v in model.named_parameters()}
+    return cpu_copies(model)
 
 
 def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
@@ -113,8 +128,26 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
     return {"params": params, "rank_spread": spread, "history": history, "threads": torch.get_num_threads()}
 
 
+def device_name(device: torch.device) -> str:
+    """The kind of device a rank computes on: its GPU's model, or `cpu`."""
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+
+
+def references(configs: list[RunConfig], device: torch.device) -> dict:
+    """The references of a verify run, trained on `device` (where the ranks trained) with this process's
+    intra-op threads: `single` (whole batches; None with a compute dtype) and `slices` (the rank-slice run,
+    None without a sharded strategy). Every config of a run shares the settings they depend on."""
+    first = configs[0]
+    sharded = next((cfg for cfg in configs if cfg.impl in registry.SHARDED), None)
+    return {
+        "single": train_single_process(first, device) if first.compute_dtype is None else None,
+        "slices": None if sharded is None else train_rank_slices(sharded, torch.get_num_threads(), device),
+    }
+
+
 def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | None:
-    """Every config in turn on this rank; rank 0 returns the outcomes, other ranks None."""
+    """Every config in turn on this rank; then rank 0 trains the references on its device and returns the
+    outcomes (each with `reference`, the same for all, and the ranks' `devices`), other ranks None."""
     results = []
     for cfg in configs:
         if ctx.is_main:
@@ -124,7 +157,15 @@ def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | No
         if cfg.shard_optimizer:  # the same run with the plain optimizer: sharding must change no bit
             outcome["unsharded"] = train_data_parallel(ctx, replace(cfg, shard_optimizer=False))["params"]
         results.append(outcome)
-    return results if ctx.is_main else None
+    devices: list = [None] * ctx.world_size
+    dist.all_gather_object(devices, device_name(ctx.device))
+    if not ctx.is_main:
+        return None
+    cli.progress(f"[verify] references: 1 process on {ctx.device}")
+    shared = references(configs, ctx.device)
+    for outcome in results:
+        outcome.update(reference=shared, devices=devices, device=str(ctx.device), backend=ctx.backend)
+    return results
 
 
 @dataclass
@@ -193,41 +234,40 @@ def main(argv: Sequence[str] | None = None) -> int:
     world = cli.resolve_world_size(settings.pop("world_size"))
     if settings["batch_size"] is None:
         settings["batch_size"] = 4 * world
+    sharded_only = any(settings[name] not in (None, False) for name in SHARDED_ONLY)  # all: fsdp and torch_fsdp
     configs = [
         RunConfig(impl=name, world_size=world, warmup=0, **settings)
         for name in registry.resolve(impls)
         if not (name == "torch" and settings["collective"] != "torch" and "all" in impls)
-        and not (name not in registry.SHARDED and settings["compute_dtype"] is not None and "all" in impls)
+        and not (name not in registry.SHARDED and sharded_only and "all" in impls)
     ]
     outcomes = launch(verify_worker, world, configs, backend=args.backend, share_gpus=args.share_gpus)
     if outcomes is None:  # a non-zero rank under torchrun: rank 0 reports
         return cli.EXIT_OK
-    reference = train_single_process(configs[0]) if configs[0].compute_dtype is None else {}
-    slices: dict[int, list[dict[str, torch.Tensor]]] = {}  # the rank-slice reference, per thread count
     records = []
     for cfg, outcome in zip(configs, outcomes, strict=True):
-        if reference:
-            diff, not_close = compare(reference, outcome["params"], args.rtol, args.atol)
+        reference, skipped = outcome["reference"], None
+        if reference["single"] is not None:
+            diff, not_close = compare(reference["single"], outcome["params"], args.rtol, args.atol)
         else:  # cast runs are compared with the cast reference only
             diff, not_close = 0.0, 0
         exact = None
         if cfg.impl in registry.SHARDED:
-            threads = outcome["threads"]
-            if threads not in slices:
-                slices[threads] = train_rank_slices(cfg, threads)
-            steps = compare_steps(slices[threads], outcome["history"], cfg.compute_dtype is None)
+            steps = compare_steps(reference["slices"], outcome["history"], cfg.compute_dtype is None)
             exact = f"{steps.equal_steps}/{cfg.steps}" if cfg.compute_dtype is None else None
             if cfg.compute_dtype is not None:
                 diff, not_close = steps.max_abs_diff, steps.elements_over
-            elif cfg.world_size == 2 and steps.equal_steps != cfg.steps:
-                not_close += 1  # bit-identity is required where the sum over ranks cannot depend on order
+            else:
+                skipped = bit_identity_skipped(cfg, outcome["backend"], outcome["devices"])
+                if skipped is None and steps.equal_steps != cfg.steps:
+                    not_close += 1  # bit-identity is required where the sum over ranks cannot depend on order
         same_ranks = outcome["rank_spread"] <= RANK_TOLERANCE
         unsharded = outcome.get("unsharded")
         as_unsharded = unsharded is None or all(torch.equal(v, unsharded[k]) for k, v in outcome["params"].items())
         records.append(
             {
                 "implementation": cfg.impl,
-                "compared": how_compared(cfg, args.rtol, args.atol),
+                "compared": how_compared(cfg, args.rtol, args.atol, outcome["device"], skipped),
                 "max_abs_diff_vs_single": diff,
                 "elements_not_close": not_close,
                 "steps_bit_identical": exact,

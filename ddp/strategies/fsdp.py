@@ -37,6 +37,7 @@ from ddp.strategies.shard_units import ShardSpec, find_units
 from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, WeightCast, cast_floating, cast_hooks
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
+DEFAULT_PREFETCH = 2
 _all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
@@ -44,7 +45,8 @@ _reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_sc
 class FSDP(DataParallelBase):
     """Fully sharded data parallelism; see the module docstring. `prefetch` >= 1: a unit's all-gather starts
     once the unit `prefetch` places before it (in forward; after it, in backward) has finished, so 1 gathers
-    on demand and 2 (the default) keeps one gather in flight under the previous unit's compute."""
+    on demand and 2 (the default) keeps one gather in flight under the previous unit's compute.
+    `separate_reduce_scatter`: reduce-scatters on a process group of their own (`rs_group`)."""
 
     def __init__(
         self,
@@ -52,8 +54,9 @@ class FSDP(DataParallelBase):
         compute_dtype: torch.dtype | None = None,
         *,
         shard: ShardSpec = (nn.Linear, nn.Embedding),
-        prefetch: int = 2,
+        prefetch: int = DEFAULT_PREFETCH,
         collective: str = "torch",
+        separate_reduce_scatter: bool = False,
     ):
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype must be None, torch.float16 or torch.bfloat16, got {compute_dtype!r}")
@@ -61,8 +64,13 @@ class FSDP(DataParallelBase):
             raise ValueError(f"prefetch must be an integer >= 1, got {prefetch!r}")
         if not (isinstance(shard, tuple) or callable(shard)):
             raise ValueError(f"shard must be a tuple of module types or a predicate, got {shard!r}")
+        if not isinstance(separate_reduce_scatter, bool):
+            raise ValueError(f"separate_reduce_scatter must be True or False, got {separate_reduce_scatter!r}")
         super().__init__(module, collective)
         self.compute_dtype, self.prefetch = compute_dtype, prefetch
+        # Same ranks and backend: on NCCL its own communicator and stream (created once, by every rank alike).
+        self.separate_reduce_scatter = separate_reduce_scatter
+        self.rs_group = dist.new_group(list(range(self.world_size))) if separate_reduce_scatter else None
         self.rank = dist.get_rank()
         units = find_units(module, shard, self.world_size, self.rank)
         sharded = {id(p.original) for u in units for p in u.params}
@@ -159,7 +167,8 @@ class FSDP(DataParallelBase):
         size = nbytes(grad)
         slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
         seq = inflight.begin(name)
-        work = self._track(_reduce_scatter(state.unit.grad, grad, group=self.group, async_op=True), seq, slot, range_id)
+        group = self.group if self.rs_group is None else self.rs_group
+        work = self._track(_reduce_scatter(state.unit.grad, grad, group=group, async_op=True), seq, slot, range_id)
         state.reduce, state.scattered = Pending(slot, work), True
         self._rs_issued.append(state)
         if self._recorded and state in self._order:
@@ -167,10 +176,11 @@ class FSDP(DataParallelBase):
             self._prefetch(backward_order, backward_order.index(state))
 
     def _drop_reduced_inputs(self) -> None:
-        """Give back the flat gradient buffers whose reduce-scatter completed (their part is in the shard's grad)."""
+        """Give back the flat gradient buffers whose reduce-scatter completed, each once its work was waited for on
+        the current stream (docs/fsdp.md, "Streams and buffer lifetimes", rule 2: is_completed() is the host's view)."""
         for state in self._rs_issued:
             if state.flat is not None and state.reduce is not None and state.reduce.work.is_completed():
-                state.let_go_of_gradient()
+                self._finish_reduce(state)
 
     def _reclaim_gradient_buffer(self) -> bool:
         """Wait for the oldest reduce-scatter whose input buffer is still held, and give that buffer back."""
@@ -202,6 +212,7 @@ class FSDP(DataParallelBase):
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
         for state in self.states:
+            self._wait_gather(state)  # a gather prefetched for a unit whose backward never ran: wait before freeing
             state.free()
         self._rs_issued.clear()
         self._pending_ar.clear()

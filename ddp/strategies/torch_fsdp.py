@@ -22,7 +22,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter  # custom comms: not re-exported
 from torch.distributed.tensor import DTensor
 
@@ -56,9 +56,12 @@ class TorchFSDP(DataParallelBase):
         *,
         shard: ShardSpec = (nn.Linear, nn.Embedding),
         collective: str = "torch",
+        prefetch: int | None = None,
+        separate_reduce_scatter: bool = False,
     ):
         if collective != "torch":
             raise ValueError(f"TorchFSDP runs FSDP2's own collectives: collective must be 'torch', got {collective!r}")
+        check_fsdp2_settings(prefetch, separate_reduce_scatter)
         if compute_dtype not in COMPUTE_DTYPES:
             raise ValueError(f"compute_dtype must be None, torch.float16 or torch.bfloat16, got {compute_dtype!r}")
         if not (isinstance(shard, tuple) or callable(shard)):
@@ -72,6 +75,13 @@ class TorchFSDP(DataParallelBase):
             fully_shard(unit, mp_policy=mp)
             unit.set_custom_all_gather(TimedAllGather(self, tag))  # type: ignore[operator]
             unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag))  # type: ignore[operator]
+        if separate_reduce_scatter:  # a collective (dist.new_group): every rank constructs alike
+            module.set_separate_reduce_scatter_group(True)  # type: ignore[operator]
+        self.prefetch, self.separate_reduce_scatter = prefetch, separate_reduce_scatter
+        self._forward_order: list[nn.Module] | None = [] if prefetch is not None else None
+        if prefetch is not None:  # the first forward's order of the units, for FSDP2's explicit prefetch lists
+            for _, unit in self.units[:-1]:
+                unit.register_forward_pre_hook(lambda m, _a: self._note_forward(m))
         self.gathered = GatheredMemory(fsdp_params_of(unit for _, unit in self.units))
         # FSDP2 replaced the parameters by DTensors: the base's list must name the new objects.
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
@@ -83,7 +93,13 @@ class TorchFSDP(DataParallelBase):
 
     def _synchronize(self) -> None:
         # FSDP2 waited for its reduce-scatters at the end of backward: nothing is left in flight.
-        pass
+        if self._forward_order:  # after the first step: prefetch in the order the units ran
+            set_prefetch_lists(self._forward_order, self.prefetch or 2)
+            self._forward_order = None
+
+    def _note_forward(self, unit: nn.Module) -> None:
+        if self._forward_order is not None and all(u is not unit for u in self._forward_order):
+            self._forward_order.append(unit)
 
     def sharded_layout(self) -> list[dict]:
         """One `contract.sharded_entry` per FSDP2 unit with parameters, in registration order (root last)."""
@@ -187,6 +203,32 @@ class TimedReduceScatter(ReduceScatter):
                 work.wait()
             output_tensor.div_(group.size())
         return work
+
+
+def check_fsdp2_settings(prefetch: int | None, separate_reduce_scatter: bool) -> None:
+    """ValueError for what FSDP2's public API cannot do: gather on demand (prefetch 1: FSDP2 always lets the
+    next unit's all-gather run ahead, implicitly when its explicit lists are empty), or a separate
+    reduce-scatter group on a torch without `FSDPModule.set_separate_reduce_scatter_group`."""
+    if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
+        raise ValueError(f"prefetch={prefetch!r}: must be a positive integer")
+    if prefetch == 1:
+        raise ValueError(
+            "torch_fsdp cannot gather on demand (prefetch=1): FSDP2 has no public API to stop prefetching the next "
+            "unit (its default when no explicit list is set); use prefetch 2 or more, or fsdp"
+        )
+    if separate_reduce_scatter and not hasattr(FSDPModule, "set_separate_reduce_scatter_group"):
+        raise ValueError(
+            f"torch_fsdp cannot run its reduce-scatters on their own process group with torch {torch.__version__}: "
+            "FSDP2 has no FSDPModule.set_separate_reduce_scatter_group there; use fsdp"
+        )
+
+
+def set_prefetch_lists(order: Sequence[nn.Module], depth: int) -> None:
+    """FSDP2's explicit prefetch for `depth` (fsdp's meaning): each unit, in forward, prefetches the next
+    `depth` - 1 units of `order` (its forward order) and, in backward, the previous `depth` - 1."""
+    for i, unit in enumerate(order):
+        unit.set_modules_to_forward_prefetch(list(order[i + 1 : i + depth]))  # type: ignore[operator]
+        unit.set_modules_to_backward_prefetch(list(order[max(0, i - depth + 1) : i][::-1]))  # type: ignore[operator]
 
 
 def matches(shard: ShardSpec, module: nn.Module) -> bool:

@@ -100,7 +100,11 @@ class UnitState:
         self.gathered = False
 
     def gather_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """(where the all-gather writes, what this rank sends): the storage regrown, the shard cast."""
+        """(where the all-gather writes, what this rank sends): the storage regrown, the shard cast. Never while
+        this unit's previous all-gather is pending: it may still read `send` (rule 3 of docs/fsdp.md's "Streams
+        and buffer lifetimes")."""
+        if self.gather is not None:
+            raise RuntimeError(f"fsdp: unit {self.unit.name} regathered while its all-gather is pending")
         storage = self.full.untyped_storage()
         if storage.nbytes() != self._bytes:
             storage.resize_(self._bytes)
@@ -110,8 +114,12 @@ class UnitState:
         return self.raw, self.send
 
     def free(self) -> None:
-        """Give back the gathered weights' memory (the views saved for backward see them again on regather)."""
-        assert getattr(self, "gather", None) is None, ("free while pending", self.unit.name)
+        """Give back the gathered weights' memory (the views saved for backward see them again on regather). Only
+        once its all-gather was waited for on the current stream (rule 1 of docs/fsdp.md's "Streams and buffer
+        lifetimes"): resizing the storage to 0 hands the block back to the caching allocator, whatever still
+        refers to the tensor, and a collective still writing it would write into memory given out again."""
+        if self.gather is not None:
+            raise RuntimeError(f"fsdp: unit {self.unit.name}'s gathered weights freed while its all-gather is pending")
         storage = self.full.untyped_storage()
         if storage.nbytes():
             self.meter.live -= storage.nbytes()

@@ -16,12 +16,14 @@ import torch
 
 from ddp.comm.collectives import COLLECTIVES
 from ddp.strategies import registry
+from ddp.strategies.torch_fsdp import check_fsdp2_settings
 from ddp.training.data import check_divisible
 from ddp.training.models import MODEL_NAMES
 
 OPTIMIZERS = ("sgd", "adamw")
 COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compute-dtype's names
 BACKENDS = ("gloo", "nccl")
+SHARDED_ONLY = ("compute_dtype", "prefetch", "separate_reduce_scatter")  # settings of fsdp and torch_fsdp only
 
 
 def _positive_int(name: str, value: Any) -> None:
@@ -103,6 +105,20 @@ class RunConfig:
         label="compute dtype",
         optional=True,
     )
+    prefetch: int | None = setting(
+        None,
+        "the sharded strategies' prefetch depth: a unit's all-gather is issued once the unit this many places "
+        "before it has finished (1: on demand, 2: one gather in flight under the previous unit's compute; "
+        "torch_fsdp: FSDP2's explicit prefetch of the next N-1 units, N >= 2) (unset: fsdp's 2, FSDP2's default)",
+        check=_positive_int,
+        optional=True,
+    )
+    separate_reduce_scatter: bool = setting(
+        False,
+        "the sharded strategies' reduce-scatters on their own process group, so that they do not queue behind the "
+        "all-gathers (own NCCL communicator and stream on GPU, own gloo group on CPU)",
+        check=_flag,
+    )
     backend: str | None = setting(
         None,
         "process-group backend (unset: nccl when every local rank has a GPU, else gloo)",
@@ -116,11 +132,15 @@ class RunConfig:
         check_divisible(self.batch_size, self.world_size)
         if self.impl == "torch" and self.collective != "torch":
             raise ValueError(f"implementation 'torch' only runs collective 'torch', got {self.collective!r}")
-        if self.compute_dtype is not None and self.impl not in registry.SHARDED:
-            raise ValueError(
-                f"compute_dtype={self.compute_dtype!r} applies to the sharded strategies "
-                f"({', '.join(registry.SHARDED)}), not to {self.impl!r}"
-            )
+        for name in SHARDED_ONLY:
+            value = getattr(self, name)
+            if value not in (None, False) and self.impl not in registry.SHARDED:
+                raise ValueError(
+                    f"{name}={value!r} applies to the sharded strategies ({', '.join(registry.SHARDED)}), "
+                    f"not to {self.impl!r}"
+                )
+        if self.impl == "torch_fsdp":  # what FSDP2's public API cannot do, refused before any rank starts
+            check_fsdp2_settings(self.prefetch, self.separate_reduce_scatter)
 
 
 SETTINGS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunConfig)}

@@ -23,12 +23,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, step_range
+from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, SHARDING_KEY, step_range
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
 from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
+from ddp.strategies.fsdp import DEFAULT_PREFETCH
 from ddp.strategies.memory import SavedTensorBytes, optimizer_state_bytes
 from ddp.training.config import COMPUTE_DTYPES, OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
@@ -130,8 +131,23 @@ def train_step(
 def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> DataParallelBase:
     """The model of `cfg` on this rank's device inside implementation `cfg.impl`."""
     model = build_model(cfg.model, cfg.context_length, cfg.seed if seed is None else seed).to(ctx.device)
-    kwargs = {"compute_dtype": COMPUTE_DTYPES[cfg.compute_dtype]} if cfg.compute_dtype is not None else {}
+    kwargs: dict[str, Any] = {"compute_dtype": COMPUTE_DTYPES[cfg.compute_dtype]} if cfg.compute_dtype else {}
+    if cfg.prefetch is not None:
+        kwargs["prefetch"] = cfg.prefetch
+    if cfg.separate_reduce_scatter:
+        kwargs["separate_reduce_scatter"] = True
     return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective, **kwargs)
+
+
+def sharding_settings(cfg: RunConfig) -> dict[str, Any]:
+    """ddp.meta's `sharding` (contract.SHARDING_KEY) of a sharded run: the prefetch depth in effect (fsdp's
+    default when unset; None: torch_fsdp left at FSDP2's own prefetching) and whether reduce-scatters ran on
+    their own process group."""
+    default = DEFAULT_PREFETCH if cfg.impl == "fsdp" else None
+    return {
+        "prefetch": default if cfg.prefetch is None else cfg.prefetch,
+        "separate_reduce_scatter": cfg.separate_reduce_scatter,
+    }
 
 
 # (model, memory) -> the region: `memory` is this rank's `memory_figures` after the warm-up, None without warm-up
@@ -243,4 +259,5 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         "shard_optimizer": cfg.shard_optimizer,
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
         "argv": sys.argv[1:],
+        **({SHARDING_KEY: sharding_settings(cfg)} if cfg.impl in registry.SHARDED else {}),
     }

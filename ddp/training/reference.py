@@ -8,7 +8,9 @@ compute dtype every module runs as FSDP runs it (ddp.strategies.unit_state.casti
 floating inputs cast to that dtype, gradients reaching the fp32 parameters.
 
 Intra-op threads change the bits too (LayerNorm's backward sums per thread): the run uses the ranks'
-thread count.
+thread count. It runs where the strategy ran (`device`: rank 0's, built on the CPU and moved there as the
+ranks' models are): a GPU run compared with a CPU reference differs in the last bits whatever the strategy
+(different kernels), so bit-identity can only be checked on the same device.
 """
 
 from __future__ import annotations
@@ -51,11 +53,14 @@ def intra_op_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def train_rank_slices(cfg: RunConfig, threads: int) -> list[dict[str, torch.Tensor]]:
-    """Every parameter after each step of `cfg` trained in one process as described in the module docstring."""
+def train_rank_slices(
+    cfg: RunConfig, threads: int, device: torch.device | str = "cpu"
+) -> list[dict[str, torch.Tensor]]:
+    """Every parameter after each step of `cfg` trained in one process on `device` as described in the module
+    docstring (copied to the CPU)."""
     dtype = COMPUTE_DTYPES[cfg.compute_dtype] if cfg.compute_dtype is not None else None
     with intra_op_threads(threads), deterministic():
-        model = build_model(cfg.model, cfg.context_length, cfg.seed)
+        model = build_model(cfg.model, cfg.context_length, cfg.seed).to(device)
         optimizer = make_optimizer(cfg.optimizer, model.parameters(), cfg.lr)
         history = []
         for step in range(cfg.steps):
@@ -63,7 +68,7 @@ def train_rank_slices(cfg: RunConfig, threads: int) -> list[dict[str, torch.Tens
             for rank in range(cfg.world_size):
                 model.zero_grad(set_to_none=True)
                 inputs, targets = rank_batch(
-                    cfg.model, step, cfg.batch_size, cfg.context_length, rank, cfg.world_size, cfg.seed
+                    cfg.model, step, cfg.batch_size, cfg.context_length, rank, cfg.world_size, cfg.seed, device
                 )
                 with casting(model, dtype):
                     loss_fn(model(inputs), targets).backward()
@@ -73,5 +78,10 @@ def train_rank_slices(cfg: RunConfig, threads: int) -> list[dict[str, torch.Tens
             for name, p in model.named_parameters():
                 p.grad = total[name] / cfg.world_size if name in total else None
             optimizer.step()
-            history.append({k: v.detach().clone() for k, v in model.named_parameters()})
+            history.append(cpu_copies(model))
     return history
+
+
+def cpu_copies(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Every parameter of `model`, copied to the CPU (bit for bit), under its name."""
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.named_parameters()}

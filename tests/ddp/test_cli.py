@@ -125,6 +125,8 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
         (["ddp.benchmark", "--world-size", "0"], "world_size=0: must be a positive integer"),
         (["ddp.verify", "--world-size", "-1"], "world_size=-1: must be a positive integer"),
         (["ddp.verify", "--impl", "flat", "--compute-dtype", "bf16"], "applies to the sharded strategies"),
+        (["ddp.benchmark", "--impl", "fsdp", "--prefetch", "0"], "prefetch=0: must be a positive integer"),
+        (["ddp.verify", "--impl", "torch_fsdp", "--prefetch", "1"], "torch_fsdp cannot gather on demand (prefetch=1)"),
         (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
     ],
 )

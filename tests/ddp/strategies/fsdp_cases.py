@@ -72,7 +72,24 @@ class Stack(nn.Module):
         return self.head(h)
 
 
-MODELS = {"mixed": Mixed, "odd": Odd, "stack": Stack}
+class Dangling(nn.Module):
+    """A unit run last in forward on a detached input and left out of the loss: backward prefetches its
+    all-gather (it is among the last units) and never runs it, so the step ends with that gather pending."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(VOCAB, DIM)
+        self.fc = nn.Linear(DIM, DIM)
+        self.head = nn.Linear(DIM, VOCAB)
+        self.side = nn.Linear(DIM, DIM)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.fc(self.emb(tokens)))
+        self.side(h.detach())  # gathered in forward, no part of the loss
+        return self.head(h)
+
+
+MODELS = {"mixed": Mixed, "odd": Odd, "stack": Stack, "dangling": Dangling}
 
 
 def build(model: str, seed: int) -> nn.Module:

@@ -32,15 +32,24 @@ CASES = {
         }
         for name, dtype in DTYPES.items()
     },
-    ("mixed", "sgd", "prefetch1"): {
-        "impl": "fsdp",
-        "model": "mixed",
-        "optimizer": "sgd",
-        "steps": STEPS,
-        "batch_size": BATCH,
-        "kwargs": {"prefetch": 1},
+    **{
+        (model, opt, name): {
+            "impl": "fsdp",
+            "model": model,
+            "optimizer": opt,
+            "steps": STEPS,
+            "batch_size": BATCH,
+            "kwargs": kwargs,
+        }
+        for model, opt, name, kwargs in [
+            ("mixed", "sgd", "prefetch1", {"prefetch": 1}),
+            ("stack", "adamw", "prefetch3", {"prefetch": 3}),
+            ("mixed", "adamw", "separate_rs", {"separate_reduce_scatter": True}),
+            ("stack", "sgd", "separate_rs", {"separate_reduce_scatter": True, "prefetch": 3}),
+        ]
     },
 }
+SETTINGS = ("fp32", "prefetch1", "prefetch3", "separate_rs")  # fp32 runs: bit for bit with one process
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +64,7 @@ def _reference(key: tuple, threads: int) -> list[dict[str, torch.Tensor]]:
     return fsdp_cases.train_reference(model, opt, STEPS, BATCH, WORLD, DTYPES.get(dtype), threads)
 
 
-@pytest.mark.parametrize("key", [k for k in CASES if k[2] in ("fp32", "prefetch1")], ids="-".join)
+@pytest.mark.parametrize("key", [k for k in CASES if k[2] in SETTINGS], ids="-".join)
 def test_fp32_parameters_equal_single_process_bit_for_bit_after_every_step(runs, key):
     outcome = runs[key]
     reference = _reference(key, outcome["threads"])

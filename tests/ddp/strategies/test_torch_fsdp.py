@@ -10,7 +10,7 @@ from torch import nn
 
 from ddp import TorchFSDP
 from ddp.launch.launcher import launch
-from ddp.strategies.torch_fsdp import ROOT_UNIT, padded_numel, unit_modules
+from ddp.strategies.torch_fsdp import ROOT_UNIT, padded_numel, set_prefetch_lists, unit_modules
 from tests.ddp import cases
 from tests.ddp.strategies import torch_fsdp_cases
 
@@ -65,7 +65,73 @@ def test_one_rank_keeps_full_parameters_under_their_names(one_rank_group):
     assert model.comm_layout() == []  # no all-reduce
 
 
+def test_prefetch_depth_n_lists_the_next_n_minus_1_units_each_way():
+    class Unit:
+        def set_modules_to_forward_prefetch(self, modules):
+            self.forward = modules
+
+        def set_modules_to_backward_prefetch(self, modules):
+            self.backward = modules
+
+    units = [Unit() for _ in range(4)]
+    set_prefetch_lists(units, 3)
+    assert [u.forward for u in units] == [units[1:3], units[2:4], units[3:4], []]
+    assert [u.backward for u in units] == [[], [units[0]], [units[1], units[0]], [units[2], units[1]]]
+    set_prefetch_lists(units, 2)  # fsdp's default depth: FSDP2's default overlap, made explicit
+    assert [u.forward for u in units] == [[units[1]], [units[2]], [units[3]], []]
+
+
+def test_what_fsdp2_cannot_do_is_refused_before_any_collective():
+    with pytest.raises(ValueError, match=r"torch_fsdp cannot gather on demand \(prefetch=1\)"):
+        TorchFSDP(nn.Linear(2, 2), prefetch=1)  # refused before it looks for a process group
+    with pytest.raises(ValueError, match="prefetch=0: must be a positive integer"):
+        TorchFSDP(nn.Linear(2, 2), prefetch=0)
+
+
 # ---- 2 gloo ranks ---------------------------------------------------------------------------------
+@pytest.mark.slow  # spawns 2 ranks
+def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identically_to_torch_ddp():
+    settings = [{"prefetch": 2}, {"prefetch": 3}, {"separate_reduce_scatter": True, "prefetch": 3}]
+    runs = [
+        {"impl": impl, "model": model, "optimizer": "adamw", "steps": 3, "batch_size": 8, "kwargs": kwargs}
+        for model in ("toy", "reordered")
+        for setting in settings
+        for impl, kwargs in (("torch", {}), ("torch_fsdp", setting))
+    ]
+    outcomes = launch(cases.cases_worker, 2, runs, timeout_s=240)
+    for i in range(0, len(runs), 2):
+        ddp, fsdp = outcomes[i]["params"], outcomes[i + 1]["params"]
+        key = (runs[i + 1]["model"], runs[i + 1]["kwargs"])
+        assert fsdp.keys() == ddp.keys() and all(torch.equal(fsdp[k], ddp[k]) for k in ddp), key
+
+
+@pytest.fixture(scope="module")
+def group_runs() -> list[dict]:
+    """toy under torch_fsdp with FSDP2's defaults, with separate reduce-scatters, with prefetch 3 (2 ranks)."""
+    runs = [{}, {"separate_reduce_scatter": True}, {"prefetch": 3}]
+    return launch(torch_fsdp_cases.groups_worker, 2, runs, timeout_s=240)
+
+
+@pytest.mark.slow  # spawns 2 ranks
+def test_prefetch_3_has_the_next_two_units_gathered_when_a_unit_starts(group_runs):
+    default, _, deep = group_runs
+    assert default["at_forward"] == [("fc1", 1), ("fc2", 2), ("fc3", 3)]  # FSDP2 on gloo: each one at its turn
+    assert deep["at_forward"] == [("fc1", 3), ("fc2", 3), ("fc3", 3)]  # fc1's pre-forward prefetched fc2 and fc3
+
+
+@pytest.mark.slow  # spawns 2 ranks
+def test_separate_reduce_scatter_sends_every_reduce_scatter_through_a_group_of_its_own(group_runs):
+    shared, separate, _ = group_runs
+    units = len(unit_modules(cases.build("toy", 0), (nn.Linear, nn.Embedding)))  # toy's root holds no parameter
+    for run in (shared, separate):
+        gathers = {g: n for (op, g), n in run["counts"].items() if op == "all_gather"}
+        assert gathers == {run["default"]: sum(gathers.values())}  # all-gathers stay on the default group
+    assert {g for op, g in shared["counts"] if op == "rs"} == {shared["default"]}
+    scatters = {g: n for (op, g), n in separate["counts"].items() if op == "rs"}
+    assert len(scatters) == 1 and separate["default"] not in scatters  # one other group, every reduce-scatter
+    assert sum(scatters.values()) == 2 * units  # one per unit per step, none missing
+
+
 @pytest.mark.slow  # spawns 2 ranks
 def test_trains_bit_identically_to_torch_ddp():
     """FSDP2's reduce-scatter (sum, then / 2) gives each rank's shard the same float32 mean gradient as DDP's

@@ -116,3 +116,46 @@ def reference_mixed(model: str, dtype: torch.dtype, steps: int, lr: float) -> di
             p.grad = None if q.grad is None else q.grad.float()
         opt.step()
     return {k: v.detach().clone() for k, v in master.named_parameters()}
+
+
+def groups_per_collective(ctx: DistContext, kwargs: dict) -> dict:
+    """Two steps of `toy` under torch_fsdp(**kwargs), counting each collective FSDP2 issued by (op, process group
+    name), and in the second step how many all-gathers had been issued when each unit's forward began (hooks
+    registered after FSDP2's run after its unshard and prefetch); the default group's name beside them."""
+    from collections import Counter
+
+    from ddp.strategies import torch_fsdp
+
+    counts: Counter = Counter()
+    issued: list[str] = []
+    at_forward: list[tuple[str, int]] = []
+    saved = torch_fsdp._all_gather, torch_fsdp._reduce_scatter
+
+    def counted(function, op):
+        def call(*args, group=None, **kw):
+            counts[(op, group.group_name)] += 1
+            issued.append(op)
+            return function(*args, group=group, **kw)
+
+        return call
+
+    torch_fsdp._all_gather, torch_fsdp._reduce_scatter = counted(saved[0], "all_gather"), counted(saved[1], "rs")
+    try:
+        module = build("toy", seed=ctx.rank)
+        wrapper = registry.wrap("torch_fsdp", module, **kwargs)
+        opt = torch.optim.SGD(module.parameters(), lr=0.01)
+        for name in ("fc1", "fc2", "fc3"):
+            module.get_submodule(name).register_forward_pre_hook(
+                lambda *_, n=name: at_forward.append((n, issued.count("all_gather")))
+            )
+        for step in range(2):
+            del issued[:], at_forward[:]
+            train_step(wrapper, opt, shard(cases.batch(step, 8), ctx.rank, ctx.world_size), step)
+    finally:
+        torch_fsdp._all_gather, torch_fsdp._reduce_scatter = saved
+    default = torch.distributed.distributed_c10d._get_default_group().group_name
+    return {"counts": dict(counts), "at_forward": at_forward, "default": default}
+
+
+def groups_worker(ctx: DistContext, runs: list[dict]) -> list[dict]:
+    return [groups_per_collective(ctx, kwargs) for kwargs in runs]

@@ -1,0 +1,78 @@
+"""The sharded strategies' settings (`prefetch`, `separate_reduce_scatter`): checked and named like every run
+setting, refused where they do not apply or FSDP2 cannot do them, passed to the wrapper, and recorded in
+ddp.meta's `sharding`."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.distributed.fsdp import FSDPModule
+
+from contract import SHARDING_FIELDS, SHARDING_KEY
+from ddp.launch.launcher import DistContext
+from ddp.strategies import registry
+from ddp.training import loop
+from ddp.training.config import RunConfig
+from profiling import record
+
+CPU = DistContext(rank=0, local_rank=0, world_size=2, local_world_size=2, backend="gloo", device=torch.device("cpu"))
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"impl": "fsdp", "prefetch": 0}, "prefetch=0: must be a positive integer"),
+        ({"impl": "fsdp", "prefetch": 2.5}, "prefetch=2.5: must be a positive integer"),
+        ({"impl": "fsdp", "prefetch": True}, "prefetch=True: must be a positive integer"),
+        ({"impl": "fsdp", "separate_reduce_scatter": "yes"}, "separate_reduce_scatter='yes': must be True or False"),
+        ({"impl": "naive", "prefetch": 3}, "prefetch=3 applies to the sharded strategies .fsdp, torch_fsdp., not to"),
+        ({"impl": "torch", "separate_reduce_scatter": True}, "separate_reduce_scatter=True applies to the sharded"),
+        ({"impl": "torch_fsdp", "prefetch": 1}, r"torch_fsdp cannot gather on demand \(prefetch=1\)"),
+    ],
+)
+def test_a_bad_or_inapplicable_value_is_named(settings, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig(**settings)
+
+
+def test_torch_fsdp_refuses_a_separate_reduce_scatter_group_where_fsdp2_has_no_api(monkeypatch):
+    assert RunConfig(impl="torch_fsdp", separate_reduce_scatter=True).separate_reduce_scatter  # torch 2.13 has it
+    monkeypatch.delattr(FSDPModule, "set_separate_reduce_scatter_group")
+    with pytest.raises(ValueError, match="torch_fsdp cannot run its reduce-scatters on their own process group"):
+        RunConfig(impl="torch_fsdp", separate_reduce_scatter=True)
+
+
+def test_the_wrapper_gets_the_settings_given_and_only_those(monkeypatch):
+    seen = []
+    monkeypatch.setattr(registry, "wrap", lambda name, model, bucket, collective, **kw: seen.append(kw))
+    loop.build_wrapped(CPU, RunConfig(impl="fsdp", model="toy", prefetch=3, separate_reduce_scatter=True))
+    loop.build_wrapped(CPU, RunConfig(impl="torch_fsdp", model="toy"))
+    assert seen == [{"prefetch": 3, "separate_reduce_scatter": True}, {}]
+
+
+@pytest.mark.parametrize(
+    "settings, expected",
+    [
+        ({"impl": "fsdp"}, {"prefetch": 2, "separate_reduce_scatter": False}),  # fsdp's default depth
+        (
+            {"impl": "fsdp", "prefetch": 1, "separate_reduce_scatter": True},
+            {"prefetch": 1, "separate_reduce_scatter": True},
+        ),
+        ({"impl": "torch_fsdp"}, {"prefetch": None, "separate_reduce_scatter": False}),  # FSDP2's own prefetching
+        ({"impl": "torch_fsdp", "prefetch": 3}, {"prefetch": 3, "separate_reduce_scatter": False}),
+    ],
+)
+def test_ddp_meta_records_the_sharding_settings_in_effect(settings, expected):
+    meta = loop.run_metadata(CPU, RunConfig(model="toy", **settings))
+    assert meta[SHARDING_KEY] == expected and tuple(expected) == SHARDING_FIELDS
+
+
+def test_replicated_runs_have_no_sharding_key():
+    assert SHARDING_KEY not in loop.run_metadata(CPU, RunConfig(impl="overlap_bucket", model="toy"))
+
+
+def test_run_nsys_passes_the_sharding_options_on():
+    plan, _ = record.parse_args(["fsdp", "--prefetch", "3", "--separate-reduce-scatter"])
+    assert plan.run_settings == {"prefetch": 3, "separate_reduce_scatter": True}
+    command = plan.resolved().runner_command("fsdp")
+    assert command[command.index("--prefetch") + 1] == "3" and "--separate-reduce-scatter" in command

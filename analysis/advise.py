@@ -20,6 +20,7 @@ import pandas as pd
 
 from analysis import cli
 from analysis.errors import TraceError
+from analysis.views import shard_advice_table as shard_view
 from analysis.views.table import format_table
 
 TABLE_COLUMNS = {
@@ -57,6 +58,9 @@ def candidate_frame(run: dict) -> pd.DataFrame:
 def render_table(runs: list[dict]) -> str:
     out = []
     for run in runs:
+        if run.get("knob") == shard_view.SHARD_KNOB:
+            out += shard_view.table_lines(run)
+            continue
         recorded = run["recorded_bucket_mb"]
         size = f"{recorded:g} MiB buckets" if recorded else "one collective per parameter"
         lines = "; ".join(
@@ -108,8 +112,10 @@ def render_csv(runs: list[dict]) -> str:
     rows = [
         {**{k: run[k] for k in RUN_KEYS}, **{k: v for k, v in c.items() if k not in CSV_DROP}}
         for run in runs
+        if run.get("knob") != shard_view.SHARD_KNOB
         for c in run["candidates"]
     ]
+    rows += [row for run in runs if run.get("knob") == shard_view.SHARD_KNOB for row in shard_view.csv_rows(run)]
     return pd.DataFrame(rows).to_csv(index=False)
 
 
@@ -134,6 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MB",
         help="candidate bucket sizes in MiB (default: 1 2 5 10 25 50 100 and the recorded size)",
     )
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="sharded runs (fsdp, torch_fsdp): candidate prefetch depths, each with reduce-scatters shared and "
+        "separate (default: 1 2 3 4 and the recorded depth)",
+    )
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     cli.add_pattern_options(p)
     return p
@@ -150,7 +165,10 @@ def _run(args: argparse.Namespace) -> int:
     bad = [mb for mb in args.bucket_mb or [] if not mb > 0 or mb != mb or mb == float("inf")]
     if bad:
         raise TraceError(f"--bucket-mb {bad[0]:g}: bucket sizes must be positive and finite")
-    runs = [a.to_json() for a in advise(args.paths, args.bucket_mb, args.merge, cli.patterns_from(args))]
+    if any(d < 1 for d in args.prefetch or []):
+        raise TraceError(f"--prefetch {min(args.prefetch)}: prefetch depths must be integers >= 1")
+    found = advise(args.paths, args.bucket_mb, args.merge, cli.patterns_from(args), args.prefetch)
+    runs = [a.to_json() for a in found]
     if args.format == "json":
         cli.emit(lambda: print(json.dumps({"runs": runs})))
     elif args.format == "csv":

@@ -13,13 +13,15 @@ resamples of the recorded steps, as the DDP advice does (advice_predict.py).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
 
-from analysis.engine.shard_recorded import ShardRecorded
-from analysis.frames.trace import NS_PER_MS
+from analysis.engine.shard_recorded import ShardRecorded, recorded_shard
+from analysis.frames.patterns import Patterns
+from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures.comm_cost import fit_cost
 from analysis.measures.shard_model import Phase, Setting, ShardRun, fit_slowdown, replay
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
@@ -291,3 +293,11 @@ def _worst(r, units: list[str], steps: int) -> tuple[str, str, float]:
     if fw.max(initial=0) >= bw.max(initial=0):
         return "forward", units[int(fw.argmax())], float(fw.max() / NS_PER_MS)
     return "backward", units[int(bw.argmax())], float(bw.max() / NS_PER_MS)
+
+
+def advise_sharded(
+    trace: Trace, impl: str, depths: Iterable[int] | None = None, patterns: Patterns | None = None
+) -> ShardAdvice:
+    """ShardAdvice for one loaded fsdp / torch_fsdp trace (depths: default DEPTHS)."""
+    chosen = tuple(sorted({int(d) for d in depths})) if depths else DEPTHS
+    return advise_shard(recorded_shard(trace, impl, patterns), trace.path, chosen)

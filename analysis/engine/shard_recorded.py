@@ -22,7 +22,7 @@ from analysis.measures.metrics import measure_trace
 from analysis.measures.pairing import pair, world_size
 from analysis.measures.shard_inputs import blocked_inside, comm_beside, phase_windows, unit_spans
 from analysis.measures.shard_model import Setting
-from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
+from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SHARDING_KEY
 
 SHARDED = ("fsdp", "torch_fsdp")
 DEFAULT_PREFETCH = {"fsdp": 2, "torch_fsdp": 1}  # fsdp's constructor default; FSDP2's implicit prefetch of one
@@ -56,7 +56,8 @@ class ShardRecorded:
 def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
     """The recorded prefetch / separate_reduce_scatter from ddp.meta, else the strategy's defaults."""
     meta = next(iter(trace.meta.values()), {}) if trace.meta else {}
-    prefetch, separate = meta.get("prefetch"), meta.get("separate_reduce_scatter")
+    sharding = meta.get(SHARDING_KEY) if isinstance(meta.get(SHARDING_KEY), dict) else {}
+    prefetch, separate = sharding.get("prefetch"), sharding.get("separate_reduce_scatter")
     if isinstance(prefetch, int) and not isinstance(prefetch, bool) and prefetch >= 1:
         return Setting(prefetch, bool(separate)), "ddp.meta"
     default = DEFAULT_PREFETCH[impl]

@@ -1,0 +1,167 @@
+"""Does `analysis.advise` predict a sharded run's step at other prefetch depths and with reduce-scatters
+on their own process group? Record one run, predict, measure each setting.
+
+Records one fsdp run (`run_nsys.sh fsdp --prefetch R [--separate-reduce-scatter]`), predicts every
+setting from it (`python -m analysis.advise --format json`), then measures each setting with
+`python -m ddp.benchmark --impl fsdp --prefetch N [--separate-reduce-scatter]` (no profiler; the sweep
+of every setting is run --repeat times, the settings interleaved so that the machine's load drifts over
+all of them alike, and each setting's runs are pooled: mean and spread of the runs' ms/step) and prints
+one row per setting: predicted and measured ms/step, the error, and the same as ratios to the recorded
+setting (which takes out the load drift between the recording and the measurements), then the targets
+(docs/advise.md): every setting within 10 % (as a ratio to the recorded one), the recommended setting
+within 5 % of the best measured one; each line says met or not. The load average before and after is
+printed: on a shared machine, say under what load the figures were taken.
+
+    python benchmarks/shard_advise_validation.py                                  # tiny, 2 CPU ranks
+    python benchmarks/shard_advise_validation.py --model small --batch-size 4 --context-length 32
+    python benchmarks/shard_advise_validation.py --from results.json              # reprint a saved run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def say(line: str) -> None:
+    print(f"[shard_advise_validation] {line}", file=sys.stderr, flush=True)
+
+
+def run(cmd: list[str], timeout_s: float = 3600) -> str:
+    say(" ".join(cmd))
+    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
+    if done.returncode != 0:
+        raise SystemExit(f"failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}")
+    return done.stdout
+
+
+def shape(args: argparse.Namespace) -> list[str]:
+    """The run's options, the same for the recording and the benchmark."""
+    return [
+        "--model", args.model, "--world-size", str(args.world_size), "--steps", str(args.steps),
+        "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
+        "--context-length", str(args.context_length),
+    ]  # fmt: skip
+
+
+def knobs(prefetch: int, separate: bool) -> list[str]:
+    return ["--prefetch", str(prefetch), *(["--separate-reduce-scatter"] if separate else [])]
+
+
+def key(prefetch: int, separate: bool) -> str:
+    return f"{prefetch}{'s' if separate else ''}"
+
+
+def record(args: argparse.Namespace, out: Path) -> str:
+    run(["bash", "run_nsys.sh", "fsdp", "-o", str(out), *shape(args), *knobs(args.record_prefetch, args.record_separate)])
+    return str(out / "fsdp.sqlite")
+
+
+def measure(args: argparse.Namespace, settings: list[tuple[int, bool]]) -> dict[str, list[float]]:
+    """ms/step of each setting, one figure per benchmark run, the settings interleaved over --repeat sweeps."""
+    out: dict[str, list[float]] = {key(*s): [] for s in settings}
+    for _ in range(args.repeat):  # interleaved: every setting once per sweep
+        for s in settings:
+            cmd = [sys.executable, "-m", "ddp.benchmark", "--impl", "fsdp", *shape(args), *knobs(*s), "--format", "json"]
+            (row,) = json.loads(run(cmd))
+            out[key(*s)].append(float(row["avg_step_time_ms"]))
+    return out
+
+
+def _mean(v: list[float]) -> float:
+    return sum(v) / len(v)
+
+
+def table(saved: dict) -> list[str]:
+    result, measured = saved["advice"], saved["measured"]
+    rec = result["recorded_setting"]
+    own_key = key(rec["prefetch"], rec["separate_reduce_scatter"])
+    own = next(c for c in result["candidates"] if c["recorded"])
+    base = _mean(measured[own_key])
+    lines = [
+        f"recorded fsdp at prefetch {rec['prefetch']}, {'separate' if rec['separate_reduce_scatter'] else 'shared'}: "
+        f"{result['measured_step_ms']:.1f} ms/step in the trace (replayed {result['replayed_step_ms']:.1f}); perfect "
+        f"overlap {result['ideal_step_ms']:.1f}; compute slowdown {result['compute_slowdown']:.3f}",
+        f"load average: {saved.get('load_before', '?')} before, {saved.get('load_after', '?')} after",
+        f"{'prefetch':>8} {'RS':>8} {'predicted ms':>12} {'± ms':>6} {'measured ms':>11} {'runs (min-max)':>20} "
+        f"{'error %':>8} {'vs recorded: pred.':>18} {'meas.':>6} {'error %':>7}",
+    ]
+    errors = {}
+    for c in result["candidates"]:
+        runs = measured.get(key(c["prefetch"], c["separate_reduce_scatter"]))
+        if not runs:
+            continue
+        m = _mean(runs)
+        err = 100 * (c["predicted_step_ms"] - m) / m
+        pred_ratio, meas_ratio = c["predicted_step_ms"] / own["predicted_step_ms"], m / base
+        errors[key(c["prefetch"], c["separate_reduce_scatter"])] = 100 * (pred_ratio / meas_ratio - 1)
+        spread = f"{len(runs)} ({min(runs):.0f}-{max(runs):.0f})"
+        lines.append(
+            f"{c['prefetch']:>8} {'separate' if c['separate_reduce_scatter'] else 'shared':>8} "
+            f"{c['predicted_step_ms']:>12.1f} {c['predicted_step_ms_err']:>6.1f} {m:>11.1f} {spread:>20} {err:>+8.1f} "
+            f"{pred_ratio:>18.3f} {meas_ratio:>6.3f} {errors[key(c['prefetch'], c['separate_reduce_scatter'])]:>+7.1f}"
+            f"{' (recorded)' if c['recorded'] else ''}"
+        )
+    chosen = result["recommended"]["setting"]
+    means = {k: _mean(v) for k, v in measured.items() if v}
+    best = min(means, key=means.__getitem__)
+    got = means[key(chosen["prefetch"], chosen["separate_reduce_scatter"])]
+    gap = 100 * (got - means[best]) / means[best]
+    worst = max(abs(e) for e in errors.values())
+    met = lambda ok: "met" if ok else "NOT met"
+    lines += [
+        f"every setting within 10% (as a ratio to the recorded one): largest error {worst:.1f}%: {met(worst <= 10)}",
+        f"recommended prefetch {chosen['prefetch']}, {'separate' if chosen['separate_reduce_scatter'] else 'shared'} "
+        f"measured {got:.1f} ms, best measured {best} {means[best]:.1f} ms: {gap:.1f}% slower (target 5%): "
+        f"{met(gap <= 5)}",
+        f"(advise: {result['recommended']['reason']})",
+    ]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--record-prefetch", type=int, default=2)
+    p.add_argument("--record-separate", action="store_true")
+    p.add_argument("--prefetch", type=int, nargs="+", default=[1, 2, 3, 4])
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--context-length", type=int, default=128)
+    p.add_argument("--repeat", type=int, default=2, help="sweeps over every setting (default 2)")
+    p.add_argument("--out", type=Path, default=None, help="keep the recording here (default: a temporary folder)")
+    p.add_argument("--save", type=Path, default=None, help="write the advice and the measurements here (JSON)")
+    p.add_argument("--from", dest="saved", type=Path, default=None, help="reprint the table of a --save file")
+    args = p.parse_args(argv)
+    if args.saved:
+        print("\n".join(table(json.loads(args.saved.read_text()))))
+        return 0
+    settings = [(d, sep) for d in args.prefetch for sep in (False, True)]
+    load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    with tempfile.TemporaryDirectory(prefix="shard_advise_validation_") as tmp:
+        out = args.out or Path(tmp)
+        trace = record(args, out)
+        cmd = [sys.executable, "-m", "analysis.advise", trace, "--format", "json"]
+        (advice,) = json.loads(run(cmd))["runs"]
+        measured = measure(args, settings)
+    saved = {"advice": advice, "measured": measured, "load_before": load_before,
+             "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()), "args": vars(args) | {"out": str(args.out)}}  # fmt: skip
+    saved["args"].pop("saved", None)
+    saved["args"].pop("save", None)
+    if args.save:
+        args.save.write_text(json.dumps(saved, indent=1, default=str))
+    print("\n".join(table(saved)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

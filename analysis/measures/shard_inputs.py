@@ -73,7 +73,8 @@ def _cpu_need(trace: Trace, gathers: pd.DataFrame) -> tuple[np.ndarray, np.ndarr
 
 def _gpu_need(trace: Trace, gathers: pd.DataFrame, calls: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """need, resume per gather from gather_held.py (ready, ready + held)."""
-    held = held_rows(trace, gathers.rename(columns={"unit": "tag"}), calls)
+    named = calls[["rank", "op", "tag", "start_ns"]]
+    held = held_rows(trace, gathers.drop(columns="tag").rename(columns={"unit": "tag"}), named)
     ok = held["held_ns"].to_numpy() >= 0
     issue, end = gathers["issue_ns"].to_numpy(float), gathers["end_ns"].to_numpy(float)
     ready = held["ready_ns"].to_numpy(float)

@@ -60,7 +60,17 @@ def key(prefetch: int, separate: bool) -> str:
 
 
 def record(args: argparse.Namespace, out: Path) -> str:
-    run(["bash", "run_nsys.sh", "fsdp", "-o", str(out), *shape(args), *knobs(args.record_prefetch, args.record_separate)])
+    run(
+        [
+            "bash",
+            "run_nsys.sh",
+            "fsdp",
+            "-o",
+            str(out),
+            *shape(args),
+            *knobs(args.record_prefetch, args.record_separate),
+        ]
+    )
     return str(out / "fsdp.sqlite")
 
 
@@ -69,7 +79,17 @@ def measure(args: argparse.Namespace, settings: list[tuple[int, bool]]) -> dict[
     out: dict[str, list[float]] = {key(*s): [] for s in settings}
     for _ in range(args.repeat):  # interleaved: every setting once per sweep
         for s in settings:
-            cmd = [sys.executable, "-m", "ddp.benchmark", "--impl", "fsdp", *shape(args), *knobs(*s), "--format", "json"]
+            cmd = [
+                sys.executable,
+                "-m",
+                "ddp.benchmark",
+                "--impl",
+                "fsdp",
+                *shape(args),
+                *knobs(*s),
+                "--format",
+                "json",
+            ]
             (row,) = json.loads(run(cmd))
             out[key(*s)].append(float(row["avg_step_time_ms"]))
     return out
@@ -153,10 +173,15 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "analysis.advise", trace, "--format", "json"]
         (advice,) = json.loads(run(cmd))["runs"]
         measured = measure(args, settings)
-    saved = {"advice": advice, "measured": measured, "load_before": load_before,
-             "load_after": " ".join(f"{x:.1f}" for x in os.getloadavg()), "args": vars(args) | {"out": str(args.out)}}  # fmt: skip
-    saved["args"].pop("saved", None)
-    saved["args"].pop("save", None)
+    load_after = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    options = {k: str(v) for k, v in vars(args).items() if k not in ("saved", "save")}
+    saved = {
+        "advice": advice,
+        "measured": measured,
+        "load_before": load_before,
+        "load_after": load_after,
+        "args": options,
+    }
     if args.save:
         args.save.write_text(json.dumps(saved, indent=1, default=str))
     print("\n".join(table(saved)))

@@ -24,8 +24,9 @@ from analysis.engine.advice_gpu import GpuRun, gpu_run
 from analysis.engine.advice_predict import fit, predictor, resamples
 from analysis.engine.advice_result import Z95, Advice, Candidate, choose
 from analysis.engine.runs import find_runs, load_trace
-from analysis.engine.shard_advice import ShardAdvice, advise_sharded
+from analysis.engine.shard_advice import advise_sharded
 from analysis.engine.shard_recorded import SHARDED
+from analysis.engine.shard_result import ShardAdvice
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace

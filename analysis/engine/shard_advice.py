@@ -14,146 +14,22 @@ resamples of the recorded steps, as the DDP advice does (advice_predict.py).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
 
 from analysis.engine.shard_recorded import ShardRecorded, recorded_shard
+from analysis.engine.shard_result import Z95, ShardAdvice, ShardCandidate, choose
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace
-from analysis.measures.comm_cost import fit_cost
-from analysis.measures.shard_model import Phase, Setting, ShardRun, fit_slowdown, replay
+from analysis.measures.comm_cost import CommCost, fit_cost
+from analysis.measures.shard_model import Phase, Replayed, Setting, ShardRun, fit_slowdown, replay
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 
 DEPTHS = (1, 2, 3, 4)
 REPLICATES = 200
 SEED = 0
-Z95 = 1.96
-
-
-@dataclass(frozen=True)
-class ShardCandidate:
-    setting: Setting
-    step_ms: float
-    step_err: float
-    forward_wait_ms: float
-    forward_wait_err: float
-    backward_wait_ms: float
-    backward_wait_err: float
-    worst_unit: str
-    worst_phase: str
-    worst_wait_ms: float
-
-    def to_json(self, recorded: Setting) -> dict:
-        s = self.setting
-        return {
-            "setting": {"prefetch": s.prefetch, "separate_reduce_scatter": s.separate},
-            "prefetch": s.prefetch,
-            "separate_reduce_scatter": s.separate,
-            "recorded": s == recorded,
-            "predicted_step_ms": round(self.step_ms, 3),
-            "predicted_step_ms_err": round(self.step_err, 3),
-            "predicted_forward_wait_ms": round(self.forward_wait_ms, 3),
-            "predicted_forward_wait_ms_err": round(self.forward_wait_err, 3),
-            "predicted_backward_wait_ms": round(self.backward_wait_ms, 3),
-            "predicted_backward_wait_ms_err": round(self.backward_wait_err, 3),
-            "worst_unit": {"phase": self.worst_phase, "unit": self.worst_unit, "wait_ms": round(self.worst_wait_ms, 3)},
-        }
-
-
-@dataclass(frozen=True)
-class ShardChoice:
-    """The setting chosen; `kept` when the best candidate's gain over the recorded one is within its error."""
-
-    setting: Setting
-    best: Setting
-    kept: bool
-    gain_ms: float
-    gain_ms_err: float
-
-    @property
-    def reason(self) -> str:
-        gain = f"{self.gain_ms:.3f} ± {self.gain_ms_err:.3f} ms"
-        if self.kept and self.best != self.setting:
-            return f"kept: {label(self.best)} would gain {gain}, within the uncertainty"
-        if self.kept:
-            return "kept: the recorded setting is the fastest predicted"
-        return f"{gain} faster than the recorded setting, beyond the uncertainty"
-
-
-def label(s: Setting) -> str:
-    """'prefetch 2, shared' / 'prefetch 3, separate reduce-scatters'."""
-    return f"prefetch {s.prefetch}, {'separate reduce-scatters' if s.separate else 'shared'}"
-
-
-def choose(settings: list[Setting], steps: np.ndarray, recorded: Setting) -> ShardChoice:
-    """Keep the recorded setting unless the best one's gain exceeds Z95 x the spread of its paired
-    bootstrap differences (steps: (1 + B, C), row 0 the estimate)."""
-    best = int(np.argmin(steps[0]))
-    own = settings.index(recorded)
-    diff = steps[:, own] - steps[:, best]
-    gain, err = float(diff[0]), float(Z95 * diff[1:].std()) if len(diff) > 2 else 0.0
-    kept = best == own or gain <= err
-    return ShardChoice(recorded if kept else settings[best], settings[best], kept, gain, err)
-
-
-@dataclass(frozen=True)
-class ShardAdvice:
-    """One sharded run's measured figures, bound, predictions and recommendation."""
-
-    rec: ShardRecorded
-    trace: str
-    measured_step_ms: float
-    replayed_step_ms: float
-    replayed_step_err: float
-    ideal_step_ms: float
-    slowdown: float
-    slowdown_err: float
-    replicates: int
-    costs: dict  # op -> CommCost fitted on every recorded step
-    candidates: list[ShardCandidate] = field(default_factory=list)
-    choice: ShardChoice | None = None
-
-    def to_json(self) -> dict:
-        r = self.rec
-        c = self.choice
-        assert c is not None
-        cost = {
-            op: {"latency_us": round(k.overall.latency_ns / 1e3, 3),
-                 "bandwidth_gb_s": None if np.isinf(k.overall.bandwidth_gbps) else round(k.overall.bandwidth_gbps, 4),
-                 "calls": k.overall.calls}
-            for op, k in self.costs.items()
-        }  # fmt: skip
-        return {
-            "implementation": r.implementation,
-            "trace": self.trace,
-            "knob": "prefetch, separate_reduce_scatter",
-            "model": "sharded replay (GPU kernels)" if r.gpu else "sharded replay (CPU ranges)",
-            "recorded_setting": {"prefetch": r.setting.prefetch, "separate_reduce_scatter": r.setting.separate},
-            "recorded_setting_source": r.setting_source,
-            "units": len(r.units),
-            "lanes": r.lanes,
-            "steps": int(r.step_ns.size),
-            "measured_step_ms": round(self.measured_step_ms, 3),
-            "measured_wait_ms": round(self.rec.exposed_ms, 3),
-            "replayed_step_ms": round(self.replayed_step_ms, 3),
-            "replayed_step_ms_err": round(self.replayed_step_err, 3),
-            "ideal_step_ms": round(self.ideal_step_ms, 3),
-            "compute_slowdown": round(self.slowdown, 4),
-            "compute_slowdown_err": round(self.slowdown_err, 4),
-            "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
-            "comm_cost": cost,
-            "candidates": [k.to_json(r.setting) for k in self.candidates],
-            "recommended": {
-                "setting": {"prefetch": c.setting.prefetch, "separate_reduce_scatter": c.setting.separate},
-                "best_setting": {"prefetch": c.best.prefetch, "separate_reduce_scatter": c.best.separate},
-                "kept": c.kept,
-                "gain_ms": round(c.gain_ms, 3),
-                "gain_ms_err": round(c.gain_ms_err, 3),
-                "reason": c.reason,
-            },
-        }
 
 
 def resamples(steps: int, replicates: int = REPLICATES, seed: int = SEED) -> np.ndarray:
@@ -170,11 +46,14 @@ def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.n
     served = rec.served
     steps = rec.steps[pick]
     chosen = pd.concat([served[served["step"] == s] for s in steps], ignore_index=True)
-    lines, out = {}, {}
+    lines: dict[str, CommCost] = {}
+    out: dict[str, np.ndarray] = {}
     for op, sizes in ((ALL_GATHER, rec.gather_bytes), (REDUCE_SCATTER, rec.scatter_bytes)):
         mine = chosen[chosen["op"] == op]
-        lines[op] = fit_cost(mine["bytes"], mine["transfer_ns"]) if len(mine) else None
-        line = lines[op].predict_ns(sizes) if lines[op] is not None else np.zeros(len(sizes))
+        line = np.zeros(len(sizes))
+        if len(mine):
+            lines[op] = fit_cost(mine["bytes"], mine["transfer_ns"])
+            line = lines[op].predict_ns(sizes)
         # each unit's own calls (its size) where it has some: the mean, which a step's time adds up
         own = mine.groupby("bytes")["transfer_ns"].mean().reindex(sizes).to_numpy(dtype=float)
         out[op] = np.where(sizes > 0, np.where(np.isnan(own), line, own), 0.0)
@@ -183,7 +62,7 @@ def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.n
     if len(ar):
         lines[ALL_REDUCE] = fit_cost(ar["bytes"], ar["transfer_ns"])
         reduce = np.array([float(lines[ALL_REDUCE].predict_ns(b).sum()) if b else 0.0 for b in rec.reduce_bytes])
-    return {k: v for k, v in lines.items() if v is not None}, out[ALL_GATHER], out[REDUCE_SCATTER], reduce
+    return lines, out[ALL_GATHER], out[REDUCE_SCATTER], reduce
 
 
 def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:
@@ -198,18 +77,19 @@ def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:
             xs.append(sp[f"{name}_beside"][pick].ravel())
             zs.append(sp[f"{name}_typical"][pick].ravel())
             keys.append(k.ravel())
-    return fit_slowdown(*(np.concatenate(a) for a in (ys, xs, zs, keys)))
+    return fit_slowdown(np.concatenate(ys), np.concatenate(xs), np.concatenate(zs), np.concatenate(keys))
 
 
 def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.ndarray]:
     """The replay's input for every (row, step) of `rows` (1 + B, S) flattened, refitted per row; the
     costs of row 0 and the slowdown per row."""
-    n_rows, s = rows.shape
+    s = rows.shape[1]
     flat = rows.ravel()
-    fitted = [(_costs(rec, pick), _slowdown(rec, pick)) for pick in rows]  # one refit per replicate
-    lam = np.repeat([f[1] for f in fitted], s)
-    per = lambda i: np.repeat(np.stack([f[0][i] for f in fitted]), s, axis=0)
-    gather, scatter, reduce = per(1), per(2), per(3)
+    costs = [_costs(rec, pick) for pick in rows]  # one refit per replicate
+    slowdowns = np.array([_slowdown(rec, pick) for pick in rows])
+    lam = np.repeat(slowdowns, s)
+    per_unit = lambda i: np.repeat(np.stack([np.asarray(c[i], dtype=float) for c in costs]), s, axis=0)
+    gather, scatter, reduce = per_unit(1), per_unit(2), per_unit(3)
 
     def phase(name: str) -> Phase:
         sp = rec.spans[name]
@@ -229,7 +109,7 @@ def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.
         offset=rec.offset[flat],
         lanes=rec.lanes,
     )
-    return run, fitted[0][0][0], np.array([f[1] for f in fitted])
+    return run, costs[0][0], slowdowns
 
 
 def settings_for(recorded: Setting, depths: tuple[int, ...] = DEPTHS) -> list[Setting]:
@@ -279,13 +159,11 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
 
 def _free(run: ShardRun) -> ShardRun:
     """The run with every collective free: the bound of perfect overlap (compute alone)."""
-    from dataclasses import replace
-
     zero = np.zeros_like(run.gather_ns)
     return replace(run, gather_ns=zero, scatter_ns=zero, reduce_ns=zero)
 
 
-def _worst(r, units: list[str], steps: int) -> tuple[str, str, float]:
+def _worst(r: Replayed, units: list[str], steps: int) -> tuple[str, str, float]:
     """(phase, unit, mean wait ms per rank-step) of the unit that waits longest, on row 0's steps."""
     rows0 = slice(0, steps)
     fw = r.forward_wait[rows0].mean(axis=(0, 1))

@@ -55,8 +55,9 @@ class ShardRecorded:
 
 def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
     """The recorded prefetch / separate_reduce_scatter from ddp.meta, else the strategy's defaults."""
-    meta = next(iter(trace.meta.values()), {}) if trace.meta else {}
-    sharding = meta.get(SHARDING_KEY) if isinstance(meta.get(SHARDING_KEY), dict) else {}
+    meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
+    found = meta.get(SHARDING_KEY)
+    sharding: dict = found if isinstance(found, dict) else {}
     prefetch, separate = sharding.get("prefetch"), sharding.get("separate_reduce_scatter")
     if isinstance(prefetch, int) and not isinstance(prefetch, bool) and prefetch >= 1:
         return Setting(prefetch, bool(separate)), "ddp.meta"
@@ -110,7 +111,7 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
     gathers = calls[calls["op"] == ALL_GATHER]
     if gathers.empty:
         raise TraceError(f"{trace.path}: {impl}: no all-gather calls inside steps: nothing to model")
-    meta = next(iter(trace.meta.values()), {}) if trace.meta else {}
+    meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
     lanes = 1 if gpu or meta.get("backend") == "nccl" else GLOO_LANES
     world = world_size(trace.meta, len(trace.ranks))
     served = _served(calls, world, lanes, setting.separate)
@@ -140,31 +141,10 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
     if gpu:  # the phases meet at backward's first kernel: the gap is forward's last unit's compute
         f1 = b0.copy()
     spans = spans.merge(base[["rank", "step"]], on=["rank", "step"]).sort_values(["step", "rank", "phase", "k"])
+    shape = Shape(trace, served, ranks, S, U)
     by_phase, waits = {}, {}
-    for phase, lo, hi in (("forward", f0, f1), ("backward", b0, b1)):
-        mine = spans[spans["phase"] == phase]
-        arr = lambda col, m=mine: m[col].to_numpy(float).reshape(S, R, U).copy()
-        need, resume, post, nxt = arr("need"), arr("resume"), arr("post"), arr("next_need")
-        nxt[:, :, -1] = np.maximum(hi, resume[:, :, -1])
-        post = np.where(np.isnan(post), nxt, post)
-        rank_col = pd.Series(np.tile(np.repeat(ranks, U), S))
-        blocked = lambda a, b: blocked_inside(trace, rank_col, a.ravel(), b.ravel()).reshape(S, R, U)
-        beside = lambda a, b: comm_beside(served, rank_col, a.ravel(), b.ravel()).reshape(S, R, U)
-        typical = lambda a, d: beside(a, a + np.nanmedian(d, axis=(0, 1))[None, None, :])
-        own = np.maximum(post - resume - blocked(resume, post), 0.0)
-        glue = np.maximum(nxt - post - blocked(post, nxt), 0.0)
-        lead = np.maximum(need[:, :, 0] - lo, 0.0)
-        lead_beside = comm_beside(served, pd.Series(np.tile(ranks, S)), lo.ravel(), need[:, :, 0].ravel())
-        by_phase[phase] = {
-            "lead": lead, "own": own, "glue": glue,
-            "own_beside": beside(resume, post), "glue_beside": beside(post, nxt),
-            "own_typical": typical(resume, own), "glue_typical": typical(post, glue),
-            "lead_beside": lead_beside.reshape(S, R),
-        }  # fmt: skip
-        order = np.arange(U) if phase == "forward" else np.arange(U)[::-1]
-        w = np.zeros((S, R, U))
-        w[:, :, order] = resume - need
-        waits[phase] = np.maximum(w, 0.0)
+    for phase, lo, hi in (("forward", f0, f1), ("backward", b0, b1)):  # two phases
+        by_phase[phase], waits[phase] = _phase_spans(shape, spans[spans["phase"] == phase], lo, hi, phase)
     tail = np.maximum(grid("end_ns") - b1, 0.0)
     offset = f0 - f0.min(axis=1, keepdims=True)  # the ranks' skew at the step's start
     step_ns = grid("step_ms") * NS_PER_MS
@@ -192,6 +172,56 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
         served=served[served["step"].isin(steps)].reset_index(drop=True),
         exposed_ms=float(exposed),
     )
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What turning one phase's span rows into (S, R, U) arrays needs."""
+
+    trace: Trace
+    served: pd.DataFrame
+    ranks: list
+    steps: int
+    units: int
+
+    def rank_column(self, per_unit: bool) -> pd.Series:
+        """The rank of each element of a raveled (S, R, U) array (per_unit) or (S, R) one."""
+        ranks = np.repeat(self.ranks, self.units) if per_unit else np.asarray(self.ranks)
+        return pd.Series(np.tile(ranks, self.steps))
+
+    def blocked(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return blocked_inside(self.trace, self.rank_column(True), a.ravel(), b.ravel()).reshape(a.shape)
+
+    def beside(self, a: np.ndarray, b: np.ndarray, per_unit: bool = True) -> np.ndarray:
+        return comm_beside(self.served, self.rank_column(per_unit), a.ravel(), b.ravel()).reshape(a.shape)
+
+
+def _phase_spans(
+    shape: Shape, mine: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, phase: str
+) -> tuple[dict, np.ndarray]:
+    """One phase's lead / own / glue (and the communication beside them) and its recorded waits, in
+    forward unit order, from its span rows sorted by step, rank and position."""
+    S, R, U = shape.steps, len(shape.ranks), shape.units
+
+    def arr(col: str) -> np.ndarray:
+        return mine[col].to_numpy(float).reshape(S, R, U).copy()
+
+    need, resume, post, nxt = arr("need"), arr("resume"), arr("post"), arr("next_need")
+    nxt[:, :, -1] = np.maximum(hi, resume[:, :, -1])
+    post = np.where(np.isnan(post), nxt, post)
+    own = np.maximum(post - resume - shape.blocked(resume, post), 0.0)
+    glue = np.maximum(nxt - post - shape.blocked(post, nxt), 0.0)
+    typical = lambda a, d: shape.beside(a, a + np.nanmedian(d, axis=(0, 1))[None, None, :])
+    spans = {
+        "lead": np.maximum(need[:, :, 0] - lo, 0.0), "own": own, "glue": glue,
+        "lead_beside": shape.beside(lo, need[:, :, 0], per_unit=False),
+        "own_beside": shape.beside(resume, post), "glue_beside": shape.beside(post, nxt),
+        "own_typical": typical(resume, own), "glue_typical": typical(post, glue),
+    }  # fmt: skip
+    order = np.arange(U) if phase == "forward" else np.arange(U)[::-1]
+    waits = np.zeros((S, R, U))
+    waits[:, :, order] = resume - need
+    return spans, np.maximum(waits, 0.0)
 
 
 def _reduces(calls: pd.DataFrame, spans: pd.DataFrame, units: list[str]) -> list[list[float]]:

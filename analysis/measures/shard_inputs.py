@@ -90,7 +90,9 @@ def unit_spans(trace: Trace, calls: pd.DataFrame, order: list[str], gpu: bool, p
     (collective_calls.CALL_COLUMNS) in steps, phases as issued."""
     index = {u: i for i, u in enumerate(order)}
     ag = calls[(calls["op"] == ALL_GATHER) & calls["phase"].isin(["forward", "backward"]) & calls["tag"].isin(index)]
-    ag = ag.assign(unit=ag["tag"].astype(str)).sort_values("issue_ns").drop_duplicates(["rank", "step", "phase", "unit"])
+    ag = (
+        ag.assign(unit=ag["tag"].astype(str)).sort_values("issue_ns").drop_duplicates(["rank", "step", "phase", "unit"])
+    )
     ag = ag.reset_index(drop=True)
     need, resume = _gpu_need(trace, ag, calls) if gpu else _cpu_need(trace, ag)
     spans = ag[["rank", "step", "phase", "unit"]].assign(unit=ag["unit"].map(index), need=need, resume=resume)

@@ -100,7 +100,7 @@ class Communicator:
         ready = np.maximum(np.maximum(issue, self.free.min(axis=2)), self.last_start)
         start = ready.max(axis=1)  # every rank must be there
         end = start + cost
-        np.put_along_axis(self.free, lane[:, :, None], np.broadcast_to(end[:, None, None], lane.shape + (1,)), axis=2)
+        np.put_along_axis(self.free, lane[:, :, None], np.broadcast_to(end[:, None, None], (*lane.shape, 1)), axis=2)
         self.last_start = np.broadcast_to(start[:, None], issue.shape).copy()
         return end
 

@@ -51,16 +51,17 @@ def candidate_frame(run: dict) -> pd.DataFrame:
 def table_lines(run: dict) -> list[str]:
     """The lines for one sharded run."""
     rec = run["recorded_setting"]
+    bandwidth = lambda c: "n/a" if c["bandwidth_gb_s"] is None else format(c["bandwidth_gb_s"], ".3f")
     cost = "; ".join(
-        f"{op} {c['latency_us']:.1f} us + {'n/a' if c['bandwidth_gb_s'] is None else format(c['bandwidth_gb_s'], '.3f')}"
-        f" GB/s ({c['calls']} calls)"
+        f"{op} {c['latency_us']:.1f} us + {bandwidth(c)} GB/s ({c['calls']} calls)"
         for op, c in run["comm_cost"].items()
     )
     chosen = run["recommended"]["setting"]
     lanes = "one stream per communicator" if run["lanes"] == 1 else f"{run['lanes']} collectives at once per group"
     return [
-        f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, reduce-scatters "
-        f"{_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), {run['steps']} rank-steps",
+        f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, "
+        f"reduce-scatters {_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), "
+        f"{run['steps']} rank-steps",
         f"  measured step {run['measured_step_ms']:.3f} ms, of which waiting for weights and the tail "
         f"{run['measured_wait_ms']:.3f} ms; the replay at the recorded setting: {run['replayed_step_ms']:.3f} ± "
         f"{run['replayed_step_ms_err']:.3f} ms",

@@ -9,11 +9,21 @@ import numpy as np
 import pytest
 
 from analysis.engine.advice import advise
-from analysis.engine.shard_advice import choose
+from analysis.engine.shard_result import choose
 from analysis.errors import TraceError
 from analysis.measures.shard_model import Setting
-from contract import ALL_GATHER, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, REDUCE_SCATTER, comm_range, step_range
-from contract import comm_wait_range
+from contract import (
+    ALL_GATHER,
+    BACKWARD,
+    FORWARD,
+    GRAD_SYNC,
+    OPTIMIZER,
+    PROFILE,
+    REDUCE_SCATTER,
+    comm_range,
+    comm_wait_range,
+    step_range,
+)
 from tests.analysis.engine.test_advice import advise_cli
 from tests.support.synthetic import PUSH_POP, START_END, NsysWriter
 
@@ -72,7 +82,9 @@ def fsdp_run(tmp_path_factory):
 
 
 def candidate(run: dict, prefetch: int, separate: bool) -> dict:
-    return next(c for c in run["candidates"] if c["setting"] == {"prefetch": prefetch, "separate_reduce_scatter": separate})
+    return next(
+        c for c in run["candidates"] if c["setting"] == {"prefetch": prefetch, "separate_reduce_scatter": separate}
+    )
 
 
 def test_the_recorded_setting_replays_the_recorded_step(fsdp_run):
@@ -119,7 +131,9 @@ def test_the_keep_rule_keeps_the_recorded_setting_within_the_uncertainty():
     settings = [Setting(1, False), Setting(2, False), Setting(3, False)]
     rng = np.random.default_rng(0)
     noise = rng.normal(0, 2.0, size=(201, 1))
-    steps = np.hstack([110 + noise, 100 + noise + rng.normal(0, 1.0, (201, 1)), 99.5 + noise + rng.normal(0, 1.0, (201, 1))])
+    steps = np.hstack(
+        [110 + noise, 100 + noise + rng.normal(0, 1.0, (201, 1)), 99.5 + noise + rng.normal(0, 1.0, (201, 1))]
+    )
     steps[0] = [110, 100, 99.5]
     kept = choose(settings, steps, Setting(2, False))
     assert kept.kept and kept.setting == Setting(2, False) and kept.best == Setting(3, False)

@@ -107,6 +107,7 @@ def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.
         reduce_ns=reduce,
         slowdown=lam,
         offset=rec.offset[flat],
+        backward_units=rec.backward_units,
         lanes=rec.lanes,
     )
     return run, costs[0][0], slowdowns
@@ -147,7 +148,7 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
         measured_step_ms=float(rec.step_ns.mean() / NS_PER_MS),
         replayed_step_ms=float(replayed[0]),
         replayed_step_err=err(replayed),
-        ideal_step_ms=float(per_row(ideal.step)[0]),
+        ideal_step_ms=float(per_row(measured + ideal.step - at_recorded.step)[0]),
         slowdown=float(lam[0]),
         slowdown_err=err(lam),
         replicates=n_rows - 1,

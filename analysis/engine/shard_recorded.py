@@ -39,6 +39,7 @@ class ShardRecorded:
     gpu: bool
     lanes: int
     units: list[str]
+    backward_units: np.ndarray  # indices of the units backward gathers, in its order
     steps: np.ndarray  # (S,) step numbers
     step_ns: np.ndarray
     other: np.ndarray
@@ -123,9 +124,13 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
     per_step = measure_trace(trace, patterns, works)[0][["rank", "step", "step_ms"]]
     base = per_step.merge(fwd, on=["rank", "step"]).merge(bwd, on=["rank", "step"], suffixes=("_f", "_b"))
     base = base.merge(last, on=["rank", "step"])
+    # backward gathers every unit (fsdp) or every unit but the root (FSDP2): those of the first rank-step
+    first = spans[spans["phase"] == "backward"]
+    first = first[(first["rank"] == first["rank"].min()) & (first["step"] == first["step"].min())]
+    back_units = np.sort(first["unit"].to_numpy())[::-1]
     counts = spans.groupby(["rank", "step"]).size().rename("n").reset_index()
     base = base.merge(counts, on=["rank", "step"])
-    base = base[base["n"] == 2 * len(units)]
+    base = base[base["n"] == len(units) + len(back_units)]
     ranks = sorted(base["rank"].unique())
     full = base.groupby("step")["rank"].transform("size") == len(ranks)
     base = base[full].sort_values(["step", "rank"]).reset_index(drop=True)
@@ -141,10 +146,10 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
     if gpu:  # the phases meet at backward's first kernel: the gap is forward's last unit's compute
         f1 = b0.copy()
     spans = spans.merge(base[["rank", "step"]], on=["rank", "step"]).sort_values(["step", "rank", "phase", "k"])
-    shape = Shape(trace, served, ranks, S, U)
     by_phase, waits = {}, {}
-    for phase, lo, hi in (("forward", f0, f1), ("backward", b0, b1)):  # two phases
-        by_phase[phase], waits[phase] = _phase_spans(shape, spans[spans["phase"] == phase], lo, hi, phase)
+    for phase, lo, hi, order in (("forward", f0, f1, np.arange(U)), ("backward", b0, b1, back_units)):
+        shape = Shape(trace, served, ranks, S, len(order))
+        by_phase[phase], waits[phase] = _phase_spans(shape, spans[spans["phase"] == phase], lo, hi, order, U)
     tail = np.maximum(grid("end_ns") - b1, 0.0)
     offset = f0 - f0.min(axis=1, keepdims=True)  # the ranks' skew at the step's start
     step_ns = grid("step_ms") * NS_PER_MS
@@ -159,6 +164,7 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
         gpu=gpu,
         lanes=lanes,
         units=units,
+        backward_units=back_units,
         steps=steps,
         step_ns=step_ns,
         other=other,
@@ -197,10 +203,11 @@ class Shape:
 
 
 def _phase_spans(
-    shape: Shape, mine: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, phase: str
+    shape: Shape, mine: pd.DataFrame, lo: np.ndarray, hi: np.ndarray, order: np.ndarray, units: int
 ) -> tuple[dict, np.ndarray]:
-    """One phase's lead / own / glue (and the communication beside them) and its recorded waits, in
-    forward unit order, from its span rows sorted by step, rank and position."""
+    """One phase's lead / own / glue (and the communication beside them) and its recorded waits (in
+    forward unit order, of all `units`), from its span rows sorted by step, rank and position; `order`:
+    the units the phase gathers, in its order."""
     S, R, U = shape.steps, len(shape.ranks), shape.units
 
     def arr(col: str) -> np.ndarray:
@@ -218,8 +225,7 @@ def _phase_spans(
         "own_beside": shape.beside(resume, post), "glue_beside": shape.beside(post, nxt),
         "own_typical": typical(resume, own), "glue_typical": typical(post, glue),
     }  # fmt: skip
-    order = np.arange(U) if phase == "forward" else np.arange(U)[::-1]
-    waits = np.zeros((S, R, U))
+    waits = np.zeros((S, R, units))
     waits[:, :, order] = resume - need
     return spans, np.maximum(waits, 0.0)
 

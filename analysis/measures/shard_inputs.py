@@ -58,13 +58,17 @@ def _keys(trace: Trace, rank: pd.Series) -> np.ndarray:
 def _cpu_need(trace: Trace, gathers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """need, resume per gather from the first `comm_wait:all_gather:<unit>` range at or after its issue."""
     waits = _waits(trace, GATHER_WAIT)
+    issue, end = gathers["issue_ns"].to_numpy(float), gathers["end_ns"].to_numpy(float)
+    if waits.empty:  # FSDP2: no marked wait; on CPU it gathers synchronously
+        return issue, np.maximum(issue, end)
+    codes_, _ = pd.factorize(np.r_[gathers["unit"].astype(str).to_numpy(dtype=object), waits["tag"].to_numpy()])
     left = pd.DataFrame(
-        {"key": _keys(trace, gathers["rank"]), "tag": gathers["unit"].astype(str).to_numpy(dtype=object),
+        {"key": _keys(trace, gathers["rank"]), "tag": codes_[: len(gathers)],
          "t": gathers["issue_ns"].to_numpy(np.int64), "i": np.arange(len(gathers))}
     ).sort_values("t")  # fmt: skip
-    right = waits.rename(columns={"start": "t"}).assign(need=lambda f: f["t"]).sort_values("t")
-    found = pd.merge_asof(left, right, on="t", by=["key", "tag"], direction="forward").sort_values("i")
-    issue, end = gathers["issue_ns"].to_numpy(float), gathers["end_ns"].to_numpy(float)
+    right = waits.assign(tag=codes_[len(gathers) :], need=waits["start"]).rename(columns={"start": "t"})
+    found = pd.merge_asof(left, right.sort_values("t"), on="t", by=["key", "tag"], direction="forward")
+    found = found.sort_values("i")
     has = found["need"].notna().to_numpy()
     need = np.where(has, found["need"].to_numpy(float), issue)
     resume = np.where(has, found["end"].to_numpy(float), np.maximum(issue, end))
@@ -97,8 +101,11 @@ def unit_spans(trace: Trace, calls: pd.DataFrame, order: list[str], gpu: bool, p
     need, resume = _gpu_need(trace, ag, calls) if gpu else _cpu_need(trace, ag)
     spans = ag[["rank", "step", "phase", "unit"]].assign(unit=ag["unit"].map(index), need=need, resume=resume)
     backward = spans["phase"].to_numpy() == "backward"
-    spans["k"] = np.where(backward, len(order) - 1 - spans["unit"], spans["unit"])
+    # position in the phase's order (backward: reverse forward order, over the units it gathers: FSDP2's
+    # root is gathered in forward only)
+    spans["k"] = np.where(backward, -spans["unit"], spans["unit"])
     spans = spans.sort_values(["rank", "step", "phase", "k"]).reset_index(drop=True)
+    spans["k"] = spans.groupby(["rank", "step", "phase"]).cumcount()
     nxt = spans.groupby(["rank", "step", "phase"])["need"].shift(-1)
     spans["next_need"] = nxt.to_numpy(float)
     post = spans["next_need"].to_numpy(float).copy()

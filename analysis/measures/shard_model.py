@@ -62,7 +62,7 @@ class ShardRun:
     all-reduces issued in each unit's backward span (0 where none), in forward unit order."""
 
     forward: Phase
-    backward: Phase  # units in backward order (the reverse of forward's)
+    backward: Phase  # units in backward order (`backward_units`; default the reverse of forward's)
     gap: np.ndarray  # (N, R) forward's end to backward's start
     other: np.ndarray  # (N, R) the rest of the step
     gather_ns: np.ndarray
@@ -70,6 +70,7 @@ class ShardRun:
     reduce_ns: np.ndarray
     slowdown: np.ndarray  # (N,) extra compute ns per ns of communication beside it
     offset: np.ndarray | None = None  # (N, R) when each rank's forward starts (None: all at 0)
+    backward_units: np.ndarray | None = None  # the units backward gathers, in its order (None: all, reversed)
     lanes: int = 1
 
 
@@ -150,7 +151,7 @@ def _phase(
         if k + d < units:
             gather(k + d, post)
         t = post + stretch(phase.glue[:, :, k], post, busy(), run.slowdown)
-    out = np.zeros_like(wait)
+    out = np.zeros((*start.shape, run.gather_ns.shape[1]))
     out[:, :, order] = wait
     return t, out
 
@@ -161,7 +162,8 @@ def replay(run: ShardRun, setting: Setting) -> Replayed:
     shared = Communicator(shape, run.lanes)
     comms = (shared, Communicator(shape, run.lanes) if setting.separate else shared)
     units = run.gather_ns.shape[1]
-    forward_order, backward_order = np.arange(units), np.arange(units)[::-1]
+    forward_order = np.arange(units)
+    backward_order = forward_order[::-1] if run.backward_units is None else np.asarray(run.backward_units)
     origin = np.zeros(shape) if run.offset is None else run.offset.astype(float)
     f_end, f_wait = _phase(run, run.forward, origin, forward_order, setting, False, comms)
     b_start = f_end + run.gap

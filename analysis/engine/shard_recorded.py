@@ -81,6 +81,24 @@ def _served(calls: pd.DataFrame, world: int, lanes: int, separate: bool) -> pd.D
     return out.rename(columns={"start_ns": "start", "end_ns": "end"}).reset_index(drop=True)
 
 
+def _with_layout_bytes(calls: pd.DataFrame, trace: Trace) -> pd.DataFrame:
+    """Calls whose range carried no byte count (torch.profiler traces) take their unit's bytes from
+    ddp.meta's `sharded` layout (all_gather_bytes / reduce_scatter_bytes)."""
+    meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
+    layout = meta.get("sharded") if isinstance(meta.get("sharded"), list) else []
+    known = {
+        (op, str(e["name"])): float(e[f"{op}_bytes"])
+        for e in layout
+        if isinstance(e, dict) and "name" in e
+        for op in (ALL_GATHER, REDUCE_SCATTER)
+        if isinstance(e.get(f"{op}_bytes"), (int, float))
+    }
+    if not known or calls["bytes"].notna().all():
+        return calls
+    found = [known.get((op, str(tag)), np.nan) for op, tag in zip(calls["op"], calls["tag"], strict=True)]
+    return calls.assign(bytes=calls["bytes"].fillna(pd.Series(found, index=calls.index)))
+
+
 def _order(trace: Trace, gathers: pd.DataFrame) -> list[str]:
     """Units in forward order: the forward all-gathers of the first step on the lowest rank, by issue."""
     fwd = gathers[gathers["phase"] == "forward"]
@@ -108,7 +126,7 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
     works = rank_work(trace, patterns)
     found = find_calls(trace, patterns, works)
     gpu = found.source == KERNELS
-    calls = found.frame[found.frame["step"] >= 0].reset_index(drop=True)
+    calls = _with_layout_bytes(found.frame[found.frame["step"] >= 0].reset_index(drop=True), trace)
     gathers = calls[calls["op"] == ALL_GATHER]
     if gathers.empty:
         raise TraceError(f"{trace.path}: {impl}: no all-gather calls inside steps: nothing to model")

@@ -85,7 +85,8 @@ def _with_layout_bytes(calls: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     """Calls whose range carried no byte count (torch.profiler traces) take their unit's bytes from
     ddp.meta's `sharded` layout (all_gather_bytes / reduce_scatter_bytes)."""
     meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
-    layout = meta.get("sharded") if isinstance(meta.get("sharded"), list) else []
+    entries = meta.get("sharded")
+    layout: list = entries if isinstance(entries, list) else []
     known = {
         (op, str(e["name"])): float(e[f"{op}_bytes"])
         for e in layout

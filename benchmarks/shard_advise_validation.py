@@ -15,6 +15,7 @@ load average before and after is printed: on a shared machine, say under what lo
     python benchmarks/shard_advise_validation.py                                  # tiny, 2 CPU ranks
     python benchmarks/shard_advise_validation.py --model small --batch-size 4 --context-length 32
     python benchmarks/shard_advise_validation.py --from results.json              # reprint a saved run
+    python benchmarks/shard_advise_validation.py --from results.json --more --repeat 2   # add runs (same shape options)
 """
 
 from __future__ import annotations
@@ -165,9 +166,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=None, help="keep the recording here (default: a temporary folder)")
     p.add_argument("--save", type=Path, default=None, help="write the advice and the measurements here (JSON)")
     p.add_argument("--from", dest="saved", type=Path, default=None, help="reprint the table of a --save file")
+    p.add_argument(
+        "--more", action="store_true", help="with --from: measure every setting again and add the runs to the file"
+    )
     args = p.parse_args(argv)
-    if args.saved:
+    if args.saved and not args.more:
         print("\n".join(table(json.loads(args.saved.read_text()))))
+        return 0
+    if args.saved:  # --more: measure every setting again (--repeat sweeps) and add the runs to the file
+        saved = json.loads(args.saved.read_text())
+        settings = [(c["prefetch"], c["separate_reduce_scatter"]) for c in saved["advice"]["candidates"]]
+        for k, runs in measure(args, settings).items():
+            saved["measured"].setdefault(k, []).extend(runs)
+        saved["load_after"] = " ".join(f"{x:.1f}" for x in os.getloadavg())
+        args.saved.write_text(json.dumps(saved, indent=1, default=str))
+        print("\n".join(table(saved)))
         return 0
     settings = [(d, sep) for d in args.prefetch for sep in (False, True)]
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())

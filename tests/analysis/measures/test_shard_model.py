@@ -115,3 +115,16 @@ def test_the_slowdown_fit_recovers_the_slope_and_ignores_spans_long_for_other_re
     assert Setting(1, True).prefetch == 1
     with pytest.raises(ValueError, match="prefetch must be an integer >= 1, got 0"):
         Setting(0, False)
+
+
+def test_a_unit_backward_does_not_gather_is_left_out_of_backward():
+    """FSDP2's root is gathered in forward only: backward replays units 2, 1, 0 (gathers 6 ms, units 10 ms,
+    lead 6, depth 2): gathers 2 and 1 at its start (0-6, 6-12), gather 0 when unit 2 ends (16-22), no
+    wait: 6 + 30 = 36 ms after forward's 46 (the first case's depth 2): the step is 82."""
+    from dataclasses import replace
+
+    r = run(gather=6, scatter=0, lead=6, own=10)
+    three = Phase(np.full((1, R), 6.0), np.full((1, R, 3), 10.0), np.zeros((1, R, 3)))
+    out = replay(replace(r, backward=three, backward_units=np.array([2, 1, 0])), Setting(2, False))
+    assert out.step.tolist() == [[82, 82]] and out.backward.tolist() == [[36, 36]]
+    assert out.backward_wait.sum() == 0 and out.backward_wait.shape == (1, R, U)

@@ -1,12 +1,14 @@
 """What-if for DDP's bucket size: the step predicted at other bucket sizes (each ± its 95 % interval),
 the bound with perfect overlap, the floor, and the recommended size (the recorded one kept unless a
-gain exceeds its uncertainty), from one recorded run.
+gain exceeds its uncertainty), from one recorded run; for a sharded run (fsdp, torch_fsdp), the step
+and the per-unit waits at prefetch depths 1-4 with reduce-scatters shared or separate (engine/shard_advice.py).
 
     python -m analysis.advise traces/overlap_bucket.sqlite [--bucket-mb 1 5 25 ...] [--format table|csv|json]
     python -m analysis.advise --merge traces/torch.rank0.json.gz traces/torch.rank1.json.gz
+    python -m analysis.advise traces/fsdp.sqlite [--prefetch 1 2 3 4]
 
-Python API: `analysis.engine.advice.advise(paths, bucket_mb) -> list[Advice]`. The model and its
-assumptions: docs/advise.md.
+Python API: `analysis.engine.advice.advise(paths, bucket_mb, prefetch=...) -> list[Advice | ShardAdvice]`.
+The models and their assumptions: docs/advise.md.
 """
 
 from __future__ import annotations
@@ -125,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict a DDP run's step time and exposed communication at other bucket sizes "
         "from one recorded run (per-parameter overlap, overlap_bucket or torch; nsys export or "
         "torch.profiler JSON, CPU or GPU), each with its 95% interval, the bound under perfect overlap and "
-        "the floor; the recorded size is kept unless another's gain exceeds its uncertainty.",
+        "the floor; the recorded size is kept unless another's gain exceeds its uncertainty. A sharded run "
+        "(fsdp, torch_fsdp) gets the step and per-unit waits at prefetch depths 1-4, reduce-scatters shared or "
+        "separate, likewise.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr). The model: docs/advise.md.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")

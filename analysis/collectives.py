@@ -22,6 +22,7 @@ from analysis import cli
 from analysis.engine.collectives_view import CollectivesView
 from analysis.errors import TraceError
 from analysis.frames.trace import KERNELS
+from analysis.measures.collective_calls import OUTSIDE_STEPS
 from analysis.views.in_time_table import units_text
 from analysis.views.table import format_table
 from contract import COMM_FORM
@@ -102,6 +103,12 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
             f"{head.ranks} ranks in the trace" + (f"; note: {head.note}" if head.note else "")
         )
         out.append(f"  phases: {head.phases}")
+        outside = getattr(head, "outside_steps_calls", 0)
+        if outside:
+            out.append(
+                f"  {outside} calls outside the measured steps (e.g. the closing barrier): listed with phase "
+                f"'{OUTSIDE_STEPS}', left out of the summaries and stragglers"
+            )
         out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
     out += units_text(view, units, rank)
     return "\n".join(out)

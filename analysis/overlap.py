@@ -18,7 +18,7 @@ import pandas as pd
 
 from analysis import cli
 from analysis.engine.analyze import METADATA, Analysis, per_rank_table
-from analysis.frames.run_info import MEMORY_COLUMNS
+from analysis.frames.run_info import MEMORY_COLUMNS, nccl_label
 from analysis.views.table import format_table, plain_records
 
 TABLE_COLUMNS = {
@@ -146,7 +146,8 @@ def notes(result: Analysis) -> list[str]:
     """Per run: its metadata, a warning where ranks share a GPU, and a note when ranks are missing."""
     lines = []
     for row in result.summary.to_dict("records"):  # one per trace
-        about = {k: row.get(k) for k in METADATA if k != "shared_gpus" and k not in MEMORY_COLUMNS}
+        about = {k: row.get(k) for k in METADATA if k not in ("shared_gpus", "nccl_build", *MEMORY_COLUMNS)}
+        about["nccl"] = nccl_label(row.get("nccl"), row.get("nccl_build"))  # loaded, torch's build beside
         known = ", ".join(f"{k} {v}" for k, v in about.items() if v is not None and v == v)
         names = ", ".join(Path(p).name for p in str(row["path"]).split(", "))  # merged files: every name
         lines.append(f"{names}: {known or 'no run metadata'}; profiler {row['profiler']}")

@@ -12,6 +12,9 @@ META_KEY = "ddp.meta"  # the top-level key of a torch.profiler (Kineto) JSON tra
 # torch.profiler traces: our recorder's async ranges are `user_annotation` events with args {ddp.kind: start_end}
 ASYNC_KIND_KEY = "ddp.kind"
 ASYNC_KIND = "start_end"
+# torch.profiler traces: a comm range's integer payload (its collective's bytes, names.COMM_PAYLOAD), which nsys
+# stores in NVTX_EVENTS.int64Value, is the args value of this key on the range's `user_annotation` event
+PAYLOAD_KEY = "ddp.payload"
 
 # Sharded strategies (fsdp, torch_fsdp) list their sharded modules under this key, one entry per module in forward
 # order: {"name": module name (the tag of its comm:all_gather / comm:reduce_scatter ranges), "params": the

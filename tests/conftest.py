@@ -40,3 +40,14 @@ def gpu_trace(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)
     folder = cache.mkdir("gpu_h100") if cache is not None else tmp_path_factory.mktemp("gpu_h100")
     return lambda name: gpu_traces.decompress(name, folder)
+
+
+@pytest.fixture(scope="session")
+def gpu_h200_trace(request, tmp_path_factory):
+    """gpu_h200_trace("fsdp_bf16.sqlite") -> path of that real H200 trace (../shared/data/gpu_h200),
+    decompressed once into pytest's cache folder like gpu_trace's; skipped when the folder is absent."""
+    if not gpu_traces.available(gpu_traces.GPU_H200):
+        pytest.skip("../shared/data/gpu_h200 not present")
+    cache = getattr(request.config, "cache", None)
+    folder = cache.mkdir("gpu_h200") if cache is not None else tmp_path_factory.mktemp("gpu_h200")
+    return lambda name: gpu_traces.decompress(name, folder, gpu_traces.GPU_H200)

@@ -36,6 +36,7 @@ METADATA = [
     "cuda_driver",
     "cuda",
     "nccl",
+    "nccl_build",
     "torch",
     "backend",
     "world_size",

@@ -16,7 +16,7 @@ from analysis.frames.phase_markers import phases_of
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
 from analysis.measures.activity import RankWork
-from analysis.measures.collective_calls import Calls
+from analysis.measures.collective_calls import OUTSIDE_STEPS, Calls
 from analysis.measures.collective_rows import call_rows
 from analysis.measures.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.measures.in_time import in_time_sentences
@@ -53,13 +53,15 @@ class Summaries:
 
 @dataclass(frozen=True)
 class CollectivesView:
-    """`calls`: one row per call per rank (ROW_COLUMNS); `by_size`: per trace, op and size class;
-    `by_rank`: per trace and rank; `stragglers`: per trace and step (those three computed when first
-    asked for: Summaries); `traces`: per trace, with source, world size, ranks present, a note when
-    calls lack partners, `phases` (where the steps and phases came from) and `in_time` (the all-gather
-    answer in words); `gathers`: per trace, each all-gather of a step's forward or backward per rank,
-    whether it was in time and why not (measures/gather_rows.py); `prefetch`: its forward rows as
-    measures/prefetch.py's columns; `path`: the one trace this view keeps (only), None for every trace."""
+    """`calls`: one row per call per rank (ROW_COLUMNS; a call issued outside the steps of a rank that
+    has steps, such as the closing barrier, has phase "outside steps" and is left out of the summaries);
+    `by_size`: per trace, op and size class; `by_rank`: per trace and rank; `stragglers`: per trace and
+    step (those three computed when first asked for: Summaries); `traces`: per trace, with source,
+    world size, ranks present, a note when calls lack partners, `outside_steps_calls`, `phases` (where
+    the steps and phases came from) and `in_time` (the all-gather answer in words); `gathers`: per
+    trace, each all-gather of a step's forward or backward per rank, whether it was in time and why not
+    (measures/gather_rows.py); `prefetch`: its forward rows as measures/prefetch.py's columns; `path`:
+    the one trace this view keeps (only), None for every trace."""
 
     calls: pd.DataFrame
     traces: pd.DataFrame
@@ -179,10 +181,15 @@ def view_of_rows(
     every_rank = calls
     if rank is not None:
         calls = calls[calls["rank"] == rank]
-    summaries = Summaries(calls, every_rank, peak_busbw)  # stragglers: every rank of the kept steps, whatever `rank`
+    # calls outside the steps (the closing barrier) are listed, labelled, but are not training collectives
+    training = lambda frame: frame[frame["phase"] != OUTSIDE_STEPS]
+    summaries = Summaries(training(calls), training(every_rank), peak_busbw)  # stragglers: every rank, whatever `rank`
     if step is not None:
         gathers = gathers[gathers["step"] == step]
+    outside = calls.loc[calls["phase"] == OUTSIDE_STEPS, "path"].value_counts()
     facts_frame = pd.DataFrame(list(facts))
+    if "path" in facts_frame:
+        facts_frame["outside_steps_calls"] = facts_frame["path"].map(outside).fillna(0).astype(int)
     return CollectivesView(calls.reset_index(drop=True), facts_frame, summaries, gathers)
 
 

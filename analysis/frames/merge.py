@@ -64,6 +64,9 @@ def ops_frame(parts: list[dict]) -> pd.DataFrame:
     )  # the arrays are fresh: consolidating them would copy 1M rows again
     frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
     frame.insert(8, "kind", pd.Categorical.from_codes(cols["kind"][order], categories=GPU_KINDS))
+    # a collective's bytes where the file records them on the kernel (Kineto's NCCL kernel args), else -1
+    sizes = [p.get("comm_bytes", np.full(len(p["start"]), -1, dtype=np.int64)) for p in parts]
+    frame["comm_bytes"] = np.concatenate(sizes).astype(np.int64)[order]
     return frame
 
 

@@ -19,7 +19,8 @@ META_FIELDS = {
     "world_size": ("world_size",),
     "model": ("model",),
     "torch": ("versions", "torch"),
-    "nccl": ("versions", "nccl"),
+    "nccl": ("versions", "nccl_loaded"),  # the library the ranks loaded (an LD_PRELOAD may replace torch's)
+    "nccl_build": ("versions", "nccl"),  # the NCCL torch was built with (torch.cuda.nccl.version())
     "cuda": ("versions", "cuda"),
 }
 MIB = 2**20
@@ -85,11 +86,21 @@ def _used_gpus(trace: Trace) -> list[str]:
     return names
 
 
+def nccl_label(loaded: object, build: object) -> str | None:
+    """The NCCL a run used, for people: '2.32.3 (torch built with 2.28.9)' when the library the ranks
+    loaded differs from torch's build, the one version when they agree or only the loaded one is known,
+    the build marked as such when only it was recorded (older runs); None when neither is known."""
+    loaded, build = (None if _missing(v) or v != v else v for v in (loaded, build))  # v != v: NaN
+    if loaded is None:
+        return None if build is None else f"{build} (torch's build; loaded library not recorded)"
+    return str(loaded) if build is None or build == loaded else f"{loaded} (torch built with {build})"
+
+
 def trace_metadata(trace: Trace) -> dict:
-    """gpus, driver, cuda_driver, cuda (torch's build), nccl, torch, backend, world_size, model,
-    shared_gpus, and the largest rank's memory (MEMORY_COLUMNS); None where unknown (a CPU run: no gpus,
-    driver, cuda_driver, cuda, nccl or CUDA memory).
-    nccl is the version torch reports (its build's); a preloaded NCCL library may differ."""
+    """gpus, driver, cuda_driver, cuda (torch's build), nccl (the library the ranks loaded), nccl_build
+    (torch's build), torch, backend, world_size, model, shared_gpus, and the largest rank's memory
+    (MEMORY_COLUMNS); None where unknown (a CPU run: no gpus, driver, cuda_driver, cuda, nccl or CUDA
+    memory; runs before the loaded NCCL was recorded: no nccl)."""
     metas = list(trace.meta.values())
     infos = list(trace.info.values())
     out: dict[str, Any] = {

@@ -8,7 +8,9 @@ the parts of a loaded run on the first file's clock, from each part's recorded o
     name (categorical: kernel short name, "memcpy HtoD", "memset", ...),
     kind (categorical GPU_KINDS: kernel | memcpy | memset), correlation_id (-1 if NULL),
     launch_start, launch_tid (the CUDA runtime call with the same correlationId in the same
-    process: its start and OS thread id; -1 when none matched), is_comm (bool: which work is
+    process: its start and OS thread id; -1 when none matched), comm_bytes (a collective kernel's
+    message size as the file records it: Kineto's NCCL kernel args, max(in, out) bytes; -1 when not
+    recorded, always in nsys exports), is_comm (bool: which work is
     communication, classified once by measures/phases.communication_mask when the trace is loaded).
 `nvtx`     one row per NVTX range or mark (push/pop, start/end, mark), sorted by (part, pid, start):
     part, pid, tid (OS thread that opened it), end_tid (thread that closed it), start, end

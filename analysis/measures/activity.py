@@ -209,10 +209,13 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
         mine = of_process(steps, part, pid)
         if trace.source == KERNELS:
             rows = groups[(part, pid, device)]
-            launch = np.r_[ops["launch_start"].to_numpy()[rows], comm["start"].to_numpy()]
-            work_end = np.r_[ops["end"].to_numpy()[rows], comm["end"].to_numpy()]
-            windows = step_windows(mine, True, launch, work_end)
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
+            # the step's work is its GPU work; its comm ranges only where they are the communication
+            # (host-side collectives): with NCCL an async range ends where the host noticed completion
+            ranged = comm if host else comm.iloc[:0]
+            launch = np.r_[ops["launch_start"].to_numpy()[rows], ranged["start"].to_numpy()]
+            work_end = np.r_[ops["end"].to_numpy()[rows], ranged["end"].to_numpy()]
+            windows = step_windows(mine, True, launch, work_end)
             build = _gpu_builder(trace, rows, backward_mask, comm, counted, host)
             sources = (RANGES if host else KERNELS, KERNELS)
         else:

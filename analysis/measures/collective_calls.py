@@ -12,8 +12,9 @@ Two sources, chosen per trace:
   `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
 
-Bytes come from the range payload, else from `ddp.meta`'s bucket layout (tag = bucket name), else
-stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is the analysis' own
+Bytes come from the range payload, else from the kernel's own args (torch.profiler records the element
+counts and dtype on NCCL kernels: gpu_ops.comm_bytes), else from `ddp.meta`'s bucket layout (tag =
+bucket name), else stay unknown (NaN): never guessed. Compute per rank (for the exposed part) is the analysis' own
 (activity.rank_work): its compute kernels (also when its collectives run on the host), or on
 CPU-only traces its forward/backward/optimizer ranges minus blocking comm ranges and `grad_sync` waits.
 """
@@ -59,6 +60,9 @@ KERNEL_OPS = (
     ("combine", "all_to_all"),
 )
 PHASES = ((GRAD_SYNC, "sync_wait"), (OPTIMIZER, "optimizer"), (BACKWARD, "backward"), (FORWARD, "forward"))
+# the phase of a call issued outside every step of a process that has steps (the closing barrier, a
+# set-up broadcast): not a training collective, listed but left out of the summaries (collectives_view)
+OUTSIDE_STEPS = "outside steps"
 CALL_COLUMNS = [
     "rank",
     "part",
@@ -115,9 +119,12 @@ def _bucket_layout(trace: Trace) -> pd.DataFrame:
 
 
 def _bytes(frame: pd.DataFrame, trace: Trace) -> np.ndarray:
-    """The call's range payload where >= 0, else its bucket's bytes in the layout, else NaN."""
+    """The call's range payload where >= 0, else the size its kernel's args record (Kineto's NCCL
+    kernels: max(in, out) bytes, nccl-tests' convention like the payload), else its bucket's bytes in the
+    layout, else NaN."""
     payload = frame["payload"].to_numpy()
-    out = np.where(payload >= 0, payload, np.nan).astype(float)
+    kernel = frame["kernel_bytes"].to_numpy() if "kernel_bytes" in frame else np.full(len(frame), -1)
+    out = np.where(payload >= 0, payload, np.where(kernel >= 0, kernel, np.nan)).astype(float)
     layout = _bucket_layout(trace)
     if len(layout) and np.isnan(out).any():
         found = frame[["part", "pid", "tag"]].merge(layout, on=["part", "pid", "tag"], how="left")["layout_bytes"]
@@ -141,7 +148,7 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
         & ops["is_comm"].to_numpy()
         & matches(ops["name"], patterns.regex("comm_kernel"))
     )
-    k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name"]]
+    k = ops.loc[is_coll, ["part", "pid", "device", "start", "end", "launch_start", "launch_tid", "name", "comm_bytes"]]
     k = k.assign(kernel=k["name"].astype(str), tkey=thread_key(k["part"], k["pid"], np.maximum(k["launch_tid"], 0)))
     k = k.drop(columns="name").sort_values("launch_start", kind="stable")
     ranges = _comm_ranges(trace)
@@ -170,6 +177,7 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
             "op": np.where(kernel_op != "", kernel_op, np.where(hit, range_op, "unknown")),
             "tag": np.where(hit, m["tag"].fillna("").to_numpy(dtype=object), ""),
             "payload": np.where(hit, m["payload"].fillna(-1).to_numpy(), -1).astype(np.int64),
+            "kernel_bytes": m["comm_bytes"].to_numpy(np.int64),
             "issue_ns": np.where(
                 hit, m["r_start"].fillna(0).to_numpy(), np.where(launch >= 0, launch, m["start"])
             ).astype(np.int64),
@@ -238,6 +246,14 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
     return out
 
 
+def outside_steps(trace: Trace, patterns: Patterns, calls: pd.DataFrame) -> np.ndarray:
+    """Per call (part, pid, step): whether it lies outside every step (-1) of a process that has steps
+    (in a process without step ranges every call is -1 and the whole capture is what is measured)."""
+    steps = find_steps(trace.nvtx, patterns)
+    stepped = np.isin(process_key(calls["part"], calls["pid"]), process_key(steps["part"], steps["pid"]))
+    return stepped & (calls["step"].to_numpy() < 0)
+
+
 def call_times(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, str]:
     """(the calls with rank, part, op, step, issue/start/end ns and what else the source gives, but
     no bytes, phase or compute; the source): what clock alignment needs (engine/clocks.py)."""
@@ -257,6 +273,7 @@ def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankW
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
+    calls.loc[outside_steps(trace, patterns, calls), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns))
     return Calls(frame=frame, source=source, compute=compute)

@@ -28,6 +28,7 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.phase_markers import FSDP_AFTER_BACKWARD, FSDP_BACKWARD, FSDP_FORWARD
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
+from analysis.measures.collective_calls import OUTSIDE_STEPS
 from analysis.measures.phases import keyed_contains, process_key, ranges_named
 from contract import GRAD_SYNC
 
@@ -37,7 +38,7 @@ FORWARD, BACKWARD, OPTIMIZER, AFTER_BACKWARD, OTHER, OUTSIDE = (
     "optimizer",
     "after backward",
     "other",
-    "outside steps",
+    OUTSIDE_STEPS,
 )
 PHASE_ORDER = [FORWARD, BACKWARD, AFTER_BACKWARD, OPTIMIZER, OTHER, OUTSIDE]
 OP_PHASE_COLUMNS = ["rank", "step", "op", "phase", "calls", "bytes", "comm_ms", "hidden_ms", "exposed_ms"]
@@ -87,6 +88,7 @@ def phase_labels(trace: Trace, calls: pd.DataFrame, patterns: Patterns | None = 
     for regex, name in ((FSDP_FORWARD, FORWARD), (FSDP_BACKWARD, BACKWARD), (FSDP_AFTER_BACKWARD, AFTER_BACKWARD)):
         marked = _inside(ranges_named(trace.nvtx, regex), part, pid, t) & ~own
         out[marked] = name
+    out[found == OUTSIDE_STEPS] = OUTSIDE  # outside the steps of a process that has them: no marker moves it
     return out
 
 

@@ -97,6 +97,7 @@ def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
         "launch_tid": pick("tid", -1),
         "kind": g["kind"],
         "name": _gpu_names(g["name"]),
+        "comm_bytes": g["comm_bytes"],
     }
 
 
@@ -117,6 +118,7 @@ def _nvtx_part(f: KinetoFile, part: int) -> pd.DataFrame:
             "end": r["end"],
             "text": pd.Series(r["text"], dtype=object),
             "kind": np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP),
+            "payload": r["payload"],
         }
     )
     torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
@@ -133,7 +135,7 @@ def _nvtx_part(f: KinetoFile, part: int) -> pd.DataFrame:
             "text": frame["text"].astype(object).to_numpy(),
             "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
             "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
-            "payload": np.full(len(frame), -1, dtype=np.int64),  # Kineto ranges carry none (sizes: `collectives`)
+            "payload": frame["payload"].to_numpy(np.int64),  # our recorder's args[PAYLOAD_KEY], else -1
         }
     )
 

@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
+from analysis.readers.kineto_comms import kernel_bytes
 from contract import ASYNC_KIND
 
 if TYPE_CHECKING:  # kineto_json imports this module
@@ -128,6 +129,7 @@ def batch_columns(complete: list) -> dict:
         "start": start,
         "end": end,
         "correlation": _int_field(args, "correlation"),
+        "comm_bytes": kernel_bytes(args),  # NCCL kernels' message size from their args, else -1
     }
 
     launches = pick(RUNTIME_CATS)
@@ -150,6 +152,7 @@ def batch_columns(complete: list) -> dict:
         "end": end,
         "text": field_values(annotations, "name"),
         "async": np.array(field_values(field_values(annotations, "args"), "kind"), dtype=object) == ASYNC_KIND,
+        "payload": _int_field(field_values(annotations, "args"), "payload"),  # our recorder's, else -1
     }
 
     ops = take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))

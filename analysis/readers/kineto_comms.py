@@ -1,13 +1,19 @@
 """Kineto's collective calls as the `collectives` frame (columns: frames/trace.py COLLECTIVE_COLUMNS).
 
 Kineto traces carry them: PyTorch wraps every c10d collective in a `record_param_comms` CPU op
-whose args hold the collective's name, element counts, dtype and process group. nsys exports do
+whose args hold the collective's name, element counts, dtype and process group; on GPUs it puts the
+same args on the NCCL kernels, whose sizes (`kernel_bytes`) become gpu_ops.comm_bytes. nsys exports do
 not, so their frame is empty (same columns). One row per `record_param_comms` op; `bytes` is
 max(in_bytes, out_bytes) (nccl-tests' "size": the full buffer, i.e. the gathered output of all_gather,
 the input of reduce_scatter). `wait` rows (PyTorch records its waits the same way) have 0 bytes.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import repeat
+from operator import attrgetter, is_not
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,6 +64,31 @@ def _group(name: object, desc: object) -> str:
     return f"{name}:{desc}" if desc not in (None, "") else name
 
 
+def _sizes(args: Sequence) -> dict[str, Any]:
+    """dtype, element_bytes, in/out_nelems and in/out_bytes (-1 unknown) of each args (collective,
+    in_nelems, out_nelems, dtype attributes). One Python pass per collective call: thousands, not millions."""
+    dtype = [str(a.dtype) if a.dtype is not None else "" for a in args]
+    size = np.array([ELEMENT_BYTES.get(d, 0) for d in dtype], dtype=np.int64)
+    n_in = np.array([_int(a.in_nelems) for a in args], dtype=np.int64)
+    n_out = np.array([_int(a.out_nelems) for a in args], dtype=np.int64)
+    b_in = np.where((n_in >= 0) & (size > 0), n_in * size, -1)
+    b_out = np.where((n_out >= 0) & (size > 0), n_out * size, -1)
+    return {"dtype": dtype, "size": size, "n_in": n_in, "n_out": n_out, "b_in": b_in, "b_out": b_out}
+
+
+def kernel_bytes(args: Sequence) -> np.ndarray:
+    """Per GPU event's args: the collective's message size in nccl-tests' convention, max(in, out) bytes
+    (all-gather: the gathered output; reduce-scatter: the input; all-reduce: the buffer), from the
+    `In/Out msg nelems` and `dtype` PyTorch puts on NCCL kernels; -1 for events without them."""
+    out = np.full(len(args), -1, dtype=np.int64)
+    has = np.fromiter(map(is_not, map(attrgetter("collective"), args), repeat(None)), dtype=bool, count=len(args))
+    rows = np.flatnonzero(has)
+    if rows.size:
+        sizes = _sizes([args[i] for i in rows.tolist()])  # the NCCL kernels only
+        out[rows] = np.maximum(sizes["b_in"], sizes["b_out"])
+    return out
+
+
 def collectives_frame(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
     """The frame from (part, (pid, tid, start, end, args)) pairs; args has collective, in_nelems,
     out_nelems, dtype, group_size, pg_name and pg_desc attributes. One Python pass per collective
@@ -66,12 +97,8 @@ def collectives_frame(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
         return empty_collectives()
     part = [p for p, _ in calls]
     pid, tid, start, end, args = zip(*(c for _, c in calls), strict=True)
-    dtype = [str(a.dtype) if a.dtype is not None else "" for a in args]
-    size = np.array([ELEMENT_BYTES.get(d, 0) for d in dtype], dtype=np.int64)
-    n_in = np.array([_int(a.in_nelems) for a in args], dtype=np.int64)
-    n_out = np.array([_int(a.out_nelems) for a in args], dtype=np.int64)
-    b_in = np.where((n_in >= 0) & (size > 0), n_in * size, -1)
-    b_out = np.where((n_out >= 0) & (size > 0), n_out * size, -1)
+    sizes = _sizes(args)
+    dtype, size, n_in, n_out, b_in, b_out = (sizes[k] for k in ("dtype", "size", "n_in", "n_out", "b_in", "b_out"))
     frame = pd.DataFrame(
         {
             "part": np.array(part, dtype=np.int64),

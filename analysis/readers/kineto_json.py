@@ -50,7 +50,7 @@ import numpy as np
 
 from analysis.errors import TraceError
 from analysis.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
-from contract import ASYNC_KIND_KEY, META_KEY
+from contract import ASYNC_KIND_KEY, META_KEY, PAYLOAD_KEY
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -69,6 +69,7 @@ class Args(msgspec.Struct, gc=False):
     group_size: Any = msgspec.field(name="Group size", default=None)
     pg_name: Any = msgspec.field(name="Process Group Name", default=None)
     pg_desc: Any = msgspec.field(name="Process Group Description", default=None)
+    payload: Any = msgspec.field(name=PAYLOAD_KEY, default=-1)  # our recorder's range payload (a comm call's bytes)
 
 
 class _Fields(msgspec.Struct, gc=False):

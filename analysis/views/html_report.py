@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.frames.run_info import nccl_label
 from analysis.views import palette
 from analysis.views.figure_dicts import trusted_figure
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, write_page
@@ -161,7 +162,7 @@ RUN_COLUMNS = {
     "driver": "driver",
     "cuda_driver": "CUDA (driver)",
     "cuda": "CUDA (torch)",
-    "nccl": "NCCL (torch)",
+    "nccl": "NCCL",  # the library loaded, torch's build beside it when they differ (run_info.nccl_label)
     "torch": "torch",
     "backend": "backend",
     "world_size": "world size",
@@ -192,6 +193,10 @@ def runs_html(summary: pd.DataFrame) -> str:
     no trace has are left out), and its step time beside its memory (ddp.meta's, when recorded; CUDA's max
     allocated n/a off CUDA)."""
     titles = {**RUN_COLUMNS, **MEMORY_RUN_COLUMNS}
+    if "nccl" in summary:
+        builds = summary["nccl_build"] if "nccl_build" in summary else [None] * len(summary)
+        nccl = [nccl_label(a, b) for a, b in zip(summary["nccl"], builds, strict=True)]  # one per run
+        summary = summary.assign(nccl=pd.Series(nccl, index=summary.index, dtype=object))
     has_memory = "mem_peak_mib" in summary and summary["mem_peak_mib"].notna().any()
     # a fact no trace has (a CPU run's GPU, driver, CUDA, NCCL) is left out rather than shown as a column of dashes
     columns = [c for c in RUN_COLUMNS if c in summary and (c in ("label", "step_ms") or summary[c].notna().any())]
@@ -228,6 +233,10 @@ def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object
     if column == MEMORY_PARTS_CELL:
         lines = "<br>".join(f"{name} {_cell(rec.get(c), '{:g}')}" for c, name in MEMORY_PARTS.items())
         return f'<span style="white-space:nowrap">{lines}</span>'  # a part's name and figure on one line
+    if column == "nccl" and isinstance(rec.get(column), str):  # the version, then what torch was built with
+        version, _, beside = rec[column].partition(" ")
+        small = f'<br><span style="white-space:nowrap;font-size:smaller">{html.escape(beside)}</span>'
+        return html.escape(version) + (small if beside else "")
     if column == "cuda_max_allocated_mib" and _known(rec.get("mem_peak_mib")) and not _known(rec.get(column)):
         return "n/a"  # memory recorded, but not on CUDA: no CUDA allocator to ask
     return _cell(whole(rec.get(column)), fmt)

@@ -21,6 +21,7 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace
 from analysis.measures import intervals as iv
 from analysis.measures.backward_span import backward_spans
+from analysis.measures.collective_calls import OUTSIDE_STEPS
 from analysis.measures.phases import find_steps
 from analysis.views import palette
 from analysis.views.call_chart import call_noun, calls_figure
@@ -214,6 +215,7 @@ def collectives_section(
     if not entries:
         return []
     calls = pd.concat([e.view.calls.assign(label=e.label) for e in entries], ignore_index=True)
+    calls = calls[calls["phase"] != OUTSIDE_STEPS]  # the closing barrier is no training collective
     colours = {e.label: e.colour for e in entries if e.colour is not None} or None
     blocks: list = [
         '<h2>Collectives</h2><p class="note">Each collective call per rank, paired across ranks '

@@ -28,8 +28,8 @@ _recorder: Any = None  # when set, ranges and marks go to it instead of NVTX
 
 
 def record_with(recorder: Any) -> None:
-    """Send every range, start/end and mark to `recorder` (an object with range(name), start(name),
-    end(id) and mark(text) methods) instead of NVTX; None sends them back to NVTX."""
+    """Send every range, start/end and mark to `recorder` (an object with range(name, payload),
+    start(name, payload), end(id) and mark(text) methods) instead of NVTX; None sends them back to NVTX."""
     global _recorder
     _recorder = recorder
 
@@ -40,7 +40,7 @@ def range(name: str, cache: bool = True, payload: int | None = None) -> contextl
     `cache=False` for names used once (e.g. `step 17`), so the cache does not grow with the run.
     """
     if _recorder is not None:
-        return _recorder.range(name)
+        return _recorder.range(name, payload)
     if _nvtx is None:
         return _NULL
     if not cache:
@@ -62,7 +62,7 @@ def disable() -> None:
 def start(name: str, payload: int | None = None) -> object:
     """Open a start/end range (integer `payload` attached, if given); pass the id to `end`, from any thread."""
     if _recorder is not None:
-        return _recorder.start(name)
+        return _recorder.start(name, payload)
     return _nvtx.start_range(message=name, payload=payload) if _nvtx is not None else None
 
 

@@ -120,6 +120,7 @@ def test_bad_or_foreign_meta_decodes_to_none(text):
 
 def test_kineto_keys():
     assert (contract.META_KEY, contract.ASYNC_KIND_KEY, contract.ASYNC_KIND) == ("ddp.meta", "ddp.kind", "start_end")
+    assert contract.PAYLOAD_KEY == "ddp.payload"
 
 
 def test_default_patterns_match_the_names():

@@ -159,3 +159,22 @@ def test_ddp_meta_records_each_ranks_memory(traces):
         assert memory["activations"] > 0 and memory["cuda_max_allocated"] is None
         parts = ("parameters", "gradients", "optimizer_state", "gathered", "comm_buffers", "activations")
         assert memory["peak"] == sum(memory[p] for p in parts)
+
+
+def test_push_pop_payloads_go_to_the_exported_events_of_their_name_in_order():
+    """record_function takes no payload: the recorder notes (name, start, payload) and puts each into the
+    k-th exported event of that name; a name whose counts differ, or one noted outside the recording,
+    gets none."""
+    from contract import PAYLOAD_KEY
+    from profiling.torch_profile import add_payloads
+
+    def event(name, ts):
+        return {"ph": "X", "cat": "user_annotation", "name": name, "ts": ts, "args": {"External id": 1}}
+
+    events = [event("comm:all_reduce:b", 30.0), event("comm:all_reduce:b", 10.0), event("comm:broadcast:x", 5.0)]
+    events.append({"ph": "X", "cat": "cpu_op", "name": "comm:all_reduce:b", "ts": 1.0, "args": {}})
+    noted = [("comm:all_reduce:b", 100, 8), ("comm:all_reduce:b", 300, 16), ("comm:broadcast:x", 50, 4)]
+    noted += [("comm:broadcast:x", 60, 4), ("comm:all_reduce:b", 900, 32)]  # broadcast: 2 noted, 1 exported
+    assert add_payloads(events, noted, since_ns=0, until_ns=500) == 2  # the one at 900 came after the stop
+    assert [e["args"].get(PAYLOAD_KEY) for e in events] == [16, 8, None, None]
+    assert events[0]["args"]["External id"] == 1  # the rest of the args kept

@@ -84,3 +84,32 @@ def write_host_side_and_copies(path: str | Path) -> Path:
     )
     w.memcpy(700, 700, 1, 20, np.array([750]), np.array([760]), copy_kind=8, launch=np.array([260]))
     return w.close()
+
+
+NOTICED_LATE_BARRIER = (300, 370)  # launch of each rank's closing barrier (an NCCL all-reduce), after its steps
+
+
+def write_noticed_late(path: str | Path) -> Path:
+    """Two NCCL ranks (pids 800, 900 on GPUs 0, 1), CPU `step 0` [0, 100) and `step 1` [150, 250) each.
+    In step s (start 0, 150) each rank launches a compute kernel at s+10 -> [s+20, s+120) on stream 7 and
+    an all-reduce of 4096 bytes at s+30 -> [s+120, s+140) on stream 20, inside an async range
+    `comm:all_reduce:b` that opens at s+30 and ends where the host noticed the completion: 140 in step 0,
+    295 in the last step (after its CPU end, 250). The last step's GPU work ends at 290, so the step lasts
+    [150, 290): 140, not the 145 the range's end would give.
+    The closing `barrier()` after the steps is an all-reduce kernel with no comm range, launched at 300
+    (rank 0) and 370 (rank 1) -> [305, 385) and [380, 385): rank 0 waits 75 for rank 1. It is outside the
+    steps: listed with phase "outside steps", not in the summaries or the stragglers."""
+    w = NsysWriter(path, flavour="2026", shuffle=True, seed=17)
+    for rank, pid in enumerate((800, 900)):
+        w.process(pid)
+        w.meta_mark(pid, pid, 0, implementation="noticed_late", rank=rank, world_size=2, backend="nccl")
+        s = np.array([0, 150])
+        w.nvtx(pid, pid, s, s + 100, np.array([step_range(k) for k in range(2)], dtype=object))
+        w.kernels(pid, pid, rank, 7, s + 20, s + 120, "gemm", launch=s + 10)
+        names = np.array([comm_range(ALL_REDUCE, "b")] * 2, dtype=object)
+        w.nvtx(pid, pid, s + 30, np.array([140, 295]), names, kind=START_END, payload=4096)
+        w.kernels(pid, pid, rank, 20, s + 120, s + 140, "ncclDevKernel_AllReduce_Sum_f32_RING_LL", launch=s + 30)
+        barrier = np.array([(305, 380)[rank]]), np.array([385])
+        nccl = "ncclDevKernel_AllReduce_Sum_f32_RING_LL"
+        w.kernels(pid, pid, rank, 20, *barrier, nccl, launch=np.array([NOTICED_LATE_BARRIER[rank]]))
+    return w.close()

@@ -5,7 +5,8 @@ meta_mark) and writes what torch.profiler writes for them, laid out as Kineto's 
 (one key group per line): GPU events on pid = device and tid = stream with `args.device/stream/
 correlation`, the `cudaLaunchKernel` runtime event on the launching thread with the same
 correlation, `ac2g` flow events between the two, `user_annotation` events for ranges (a start/end
-range gets `args["ddp.kind"] = "start_end"`, as profiling.torch_profile writes them), and
+range gets `args["ddp.kind"] = "start_end"`, a payload `args["ddp.payload"]`, as
+profiling.torch_profile writes them), and
 `distributedInfo` plus our runner's `ddp.meta` at the top level. Timestamps are microseconds (3
 decimals) after `baseTimeNanoseconds`; input times are ns on that clock.
 
@@ -22,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PROFILE
+from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PAYLOAD_KEY, PROFILE
 from tests.support.synthetic import CUDA_LAUNCH_KERNEL, MARK, PUSH_POP, START_END
 from tests.support.synthetic_ddp import LAUNCH_LEAD, DdpShape, _write_step
 
@@ -74,8 +75,10 @@ class KinetoWriter:
         name: object,
         launch: ArrayLike | None,
         api: str,
+        args: dict | None = None,
     ) -> np.ndarray:
         n = int(np.size(start))
+        more = "".join(f", {json.dumps(k)}: {json.dumps(v)}" for k, v in (args or {}).items())
         corr = np.arange(self._next_corr, self._next_corr + n)
         self._next_corr += n
         start, end = np.broadcast_to(start, (n,)), np.broadcast_to(end, (n,))
@@ -86,7 +89,7 @@ class KinetoWriter:
             f'{{\n    "ph": "X", "cat": "{cat}", "name": {nm}, "pid": {d}, "tid": {s},\n    "ts": {t}, "dur": {du},\n'
             f'    "args": {{\n      "External id": {c}, "queued": 0, "device": {d}, "context": 1,\n'
             f'      "stream": {s}, "correlation": {c},\n'
-            f'      "registers per thread": 32, "grid": [1, 1, 1]\n    }}\n  }}'
+            f'      "registers per thread": 32, "grid": [1, 1, 1]{more}\n    }}\n  }}'
             for nm, d, s, t, du, c in zip(names, devices, streams, ts, dur, corr.tolist(), strict=True)
         ]
         if launch is not None:
@@ -124,8 +127,11 @@ class KinetoWriter:
         name: object,
         launch: ArrayLike | None = None,
         launch_api: str = CUDA_LAUNCH_KERNEL,
+        args: dict | None = None,
     ) -> np.ndarray:
-        return self._gpu("kernel", pid, tid, device, stream, start, end, name, launch, launch_api)
+        """Kernel events (with `args` added to each one's args: e.g. the NCCL metadata PyTorch puts on
+        collective kernels, "Collective name", "In msg nelems", ...) and their launches."""
+        return self._gpu("kernel", pid, tid, device, stream, start, end, name, launch, launch_api, args)
 
     def memcpy(
         self,
@@ -164,20 +170,25 @@ class KinetoWriter:
         text: object,
         kind: int = PUSH_POP,
         end_tid: ArrayLike | None = None,
+        payload: ArrayLike | None = None,
         **_: object,
     ) -> None:
-        """Ranges as user_annotation events (what record_function writes); marks are not recorded."""
+        """Ranges as user_annotation events (what record_function writes), an integer payload in
+        args[PAYLOAD_KEY] as profiling.torch_profile writes it; marks are not recorded."""
         if kind == MARK:
             return
         n = int(np.size(start))
         start = np.broadcast_to(np.asarray(start, dtype=np.int64), (n,))
         end = np.broadcast_to(np.asarray(end, dtype=np.int64), (n,))
         extra = f', "{ASYNC_KIND_KEY}": "{ASYNC_KIND}"' if kind == START_END else ""
+        payloads = _broadcast(-1 if payload is None else payload, n)
         self.lines += [
             f'{{\n    "ph": "X", "cat": "user_annotation", "name": {json.dumps(str(x))}, "pid": {pid}, "tid": {t},\n'
-            f'    "ts": {ts}, "dur": {du},\n    "args": {{\n      "External id": 0{extra}\n    }}\n  }}'
-            for x, t, ts, du in zip(
-                _broadcast(text, n), _broadcast(tid, n), self._t(start), _us(end - start), strict=True
+            f'    "ts": {ts}, "dur": {du},\n    "args": {{\n      "External id": 0{extra}'
+            + (f', "{PAYLOAD_KEY}": {int(b)}' if int(b) >= 0 else "")
+            + "\n    }\n  }"
+            for x, t, ts, du, b in zip(
+                _broadcast(text, n), _broadcast(tid, n), self._t(start), _us(end - start), payloads, strict=True
             )
         ]
 

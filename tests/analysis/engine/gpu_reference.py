@@ -141,7 +141,9 @@ def reference(path):
         compute_all = [(o["start"], o["end"]) for o in compute]
         backward_all = [(o["start"], o["end"]) for o in compute if inside(backward, o["launch"][0])]
         steps = sorted((x["start"], x["end"]) for x in nv if STEP.match(x["text"]))
-        work = [(o["launch"][0], o["end"]) for o in mine] + [(x["start"], x["end"]) for x in comm_ranges]
+        # the last step's work: its GPU work, and its comm ranges only where they are the communication
+        # (gloo): an NCCL collective's async range ends where the host noticed its completion
+        work = [(o["launch"][0], o["end"]) for o in mine] + [(x["start"], x["end"]) for x in comm_ranges if host]
         comm_all = (
             [(x["start"], x["end"]) for x in comm_ranges]
             if host

@@ -1,7 +1,11 @@
 """frames/run_info: metadata as it is: what a run did not have is None, never a placeholder string, and
 the profiler is named with its version."""
 
+import json
+import sqlite3
+
 import pandas as pd
+import pytest
 
 from analysis.engine.runs import load_trace
 from analysis.frames.run_info import MEMORY_COLUMNS, profiler_label, trace_metadata
@@ -64,3 +68,40 @@ def test_memory_is_the_largest_ranks_in_mib_and_missing_without_it(tmp_path):
     assert about["mem_peak_mib"] == 2 * 21 and about["cuda_max_allocated_mib"] is None
     old = trace_metadata(load_trace(_cpu_export(tmp_path / "old.sqlite", {"torch": "2.13.0+cpu"})))
     assert all(old[c] is None for c in MEMORY_COLUMNS)  # runs before memory was recorded
+
+
+def test_nccl_is_the_library_loaded_with_torchs_build_beside_it(tmp_path):
+    """ddp.meta records torch's build (`nccl`) and the library the ranks loaded (`nccl_loaded`, an
+    LD_PRELOAD may replace torch's): the loaded one is the NCCL shown, the build beside it."""
+    from analysis.engine.analyze import analyze_trace
+    from analysis.frames.run_info import nccl_label
+    from analysis.overlap import notes
+    from analysis.views.html_report import runs_html
+
+    versions = {"torch": "2.11.0+cu130", "nccl": "2.28.9", "nccl_loaded": "2.32.3"}
+    trace = load_trace(_cpu_export(tmp_path / "preloaded.sqlite", versions))
+    about = trace_metadata(trace)
+    assert (about["nccl"], about["nccl_build"]) == ("2.32.3", "2.28.9")
+    result = analyze_trace(trace)
+    assert "nccl 2.32.3 (torch built with 2.28.9)" in notes(result)[0]
+    page = runs_html(result.summary.assign(label="x"))
+    assert "<th>NCCL</th>" in page and "<td>2.32.3<br>" in page and "(torch built with 2.28.9)</span>" in page
+    assert nccl_label("2.32.3", "2.32.3") == nccl_label("2.32.3", None) == "2.32.3"
+    assert nccl_label(None, "2.28.9") == "2.28.9 (torch's build; loaded library not recorded)"
+    assert nccl_label(None, None) is None and nccl_label("none", float("nan")) is None
+    old = trace_metadata(load_trace(_cpu_export(tmp_path / "old.sqlite", {"nccl": "2.28.9"})))
+    assert (old["nccl"], old["nccl_build"]) == (None, "2.28.9")  # runs before the loaded one was recorded
+
+
+@pytest.mark.slow  # decompresses and reads a whole real H200 trace
+def test_h200_trace_shows_the_nccl_its_ranks_loaded(gpu_h200_trace):
+    path = gpu_h200_trace("fsdp_bf16.sqlite")
+    db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    query = "SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON e.textId = s.id"
+    texts = [t for (t,) in db.execute(query)]
+    versions = [json.loads(t[len("ddp.meta ") :])["versions"] for t in texts if t and t.startswith("ddp.meta ")]
+    db.close()
+    assert len(versions) == 2 and {v["nccl_loaded"] for v in versions} == {"2.32.3"}
+    assert {v["nccl"] for v in versions} == {"2.28.9"}  # torch's build differs: the case this is for
+    about = trace_metadata(load_trace(path))
+    assert (about["nccl"], about["nccl_build"]) == ("2.32.3", "2.28.9")

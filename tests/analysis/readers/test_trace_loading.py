@@ -25,6 +25,7 @@ GPU_COLUMNS = [
     "kind",
     "launch_start",
     "launch_tid",
+    "comm_bytes",
     "is_comm",
 ]
 NVTX_COLUMNS = ["part", "pid", "tid", "end_tid", "start", "end", "text", "kind", "domain", "payload"]
@@ -37,6 +38,7 @@ def test_frames_are_typed_and_sorted(tmp_path, flavour):
     assert list(ops.columns) == GPU_COLUMNS and list(nvtx.columns) == NVTX_COLUMNS
     assert all(ops[c].dtype == np.int64 for c in GPU_COLUMNS if c not in ("name", "kind", "is_comm"))
     assert set(ops["kind"].cat.categories) == {"kernel", "memcpy", "memset"}
+    assert (ops["comm_bytes"] == -1).all()  # nsys exports record no message size on kernels
     assert ops.groupby("kind", observed=True).size().to_dict() == {"kernel": 11, "memcpy": 1, "memset": 1}
     key = ops[["part", "pid", "device", "start"]].to_records(index=False).tolist()
     assert key == sorted(key)  # written shuffled, loaded sorted

@@ -243,7 +243,7 @@ def log_steps(ctx: DistContext, case: dict) -> dict:
     wrapper = registry.get(case["impl"])(module, **case.get("kwargs", {}))
     opt = optimizer(case["optimizer"], wrapper.parameters())
     saved = {name: getattr(nvtx_ranges, name) for name in ("range", "start", "end")}
-    for name in saved:  # in place of NVTX, payloads included (record_with passes names only)
+    for name in saved:  # in place of NVTX, payloads included
         setattr(nvtx_ranges, name, getattr(log, name))
     try:
         for step in range(2):

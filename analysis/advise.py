@@ -1,12 +1,14 @@
 """What-if for DDP's bucket size: the step predicted at other bucket sizes (each ± its 95 % interval),
 the bound with perfect overlap, the floor, and the recommended size (the recorded one kept unless a
-gain exceeds its uncertainty), from one recorded run.
+gain exceeds its uncertainty), from one recorded run; for a sharded run (fsdp, torch_fsdp), the step
+and the per-unit waits at prefetch depths 1-4 with reduce-scatters shared or separate (engine/shard_advice.py).
 
     python -m analysis.advise traces/overlap_bucket.sqlite [--bucket-mb 1 5 25 ...] [--format table|csv|json]
     python -m analysis.advise --merge traces/torch.rank0.json.gz traces/torch.rank1.json.gz
+    python -m analysis.advise traces/fsdp.sqlite [--prefetch 1 2 3 4]
 
-Python API: `analysis.engine.advice.advise(paths, bucket_mb) -> list[Advice]`. The model and its
-assumptions: docs/advise.md.
+Python API: `analysis.engine.advice.advise(paths, bucket_mb, prefetch=...) -> list[Advice | ShardAdvice]`.
+The models and their assumptions: docs/advise.md.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pandas as pd
 
 from analysis import cli
 from analysis.errors import TraceError
+from analysis.views import shard_advice_table as shard_view
 from analysis.views.table import format_table
 
 TABLE_COLUMNS = {
@@ -57,6 +60,9 @@ def candidate_frame(run: dict) -> pd.DataFrame:
 def render_table(runs: list[dict]) -> str:
     out = []
     for run in runs:
+        if run.get("knob") == shard_view.SHARD_KNOB:
+            out += shard_view.table_lines(run)
+            continue
         recorded = run["recorded_bucket_mb"]
         size = f"{recorded:g} MiB buckets" if recorded else "one collective per parameter"
         lines = "; ".join(
@@ -108,8 +114,10 @@ def render_csv(runs: list[dict]) -> str:
     rows = [
         {**{k: run[k] for k in RUN_KEYS}, **{k: v for k, v in c.items() if k not in CSV_DROP}}
         for run in runs
+        if run.get("knob") != shard_view.SHARD_KNOB
         for c in run["candidates"]
     ]
+    rows += [row for run in runs if run.get("knob") == shard_view.SHARD_KNOB for row in shard_view.csv_rows(run)]
     return pd.DataFrame(rows).to_csv(index=False)
 
 
@@ -119,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Predict a DDP run's step time and exposed communication at other bucket sizes "
         "from one recorded run (per-parameter overlap, overlap_bucket or torch; nsys export or "
         "torch.profiler JSON, CPU or GPU), each with its 95% interval, the bound under perfect overlap and "
-        "the floor; the recorded size is kept unless another's gain exceeds its uncertainty.",
+        "the floor; the recorded size is kept unless another's gain exceeds its uncertainty. A sharded run "
+        "(fsdp, torch_fsdp) gets the step and per-unit waits at prefetch depths 1-4, reduce-scatters shared or "
+        "separate, likewise.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr). The model: docs/advise.md.",
     )
     p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")
@@ -133,6 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MB",
         help="candidate bucket sizes in MiB (default: 1 2 5 10 25 50 100 and the recorded size)",
+    )
+    p.add_argument(
+        "--prefetch",
+        type=int,
+        nargs="+",
+        default=None,
+        metavar="N",
+        help="sharded runs (fsdp, torch_fsdp): candidate prefetch depths, each with reduce-scatters shared and "
+        "separate (default: 1 2 3 4 and the recorded depth)",
     )
     p.add_argument("--format", choices=["table", "csv", "json"], default="table")
     cli.add_pattern_options(p)
@@ -150,7 +169,10 @@ def _run(args: argparse.Namespace) -> int:
     bad = [mb for mb in args.bucket_mb or [] if not mb > 0 or mb != mb or mb == float("inf")]
     if bad:
         raise TraceError(f"--bucket-mb {bad[0]:g}: bucket sizes must be positive and finite")
-    runs = [a.to_json() for a in advise(args.paths, args.bucket_mb, args.merge, cli.patterns_from(args))]
+    if any(d < 1 for d in args.prefetch or []):
+        raise TraceError(f"--prefetch {min(args.prefetch)}: prefetch depths must be integers >= 1")
+    found = advise(args.paths, args.bucket_mb, args.merge, cli.patterns_from(args), args.prefetch)
+    runs = [a.to_json() for a in found]
     if args.format == "json":
         cli.emit(lambda: print(json.dumps({"runs": runs})))
     elif args.format == "csv":

@@ -24,6 +24,9 @@ from analysis.engine.advice_gpu import GpuRun, gpu_run
 from analysis.engine.advice_predict import fit, predictor, resamples
 from analysis.engine.advice_result import Z95, Advice, Candidate, choose
 from analysis.engine.runs import find_runs, load_trace
+from analysis.engine.shard_advice import advise_sharded
+from analysis.engine.shard_recorded import SHARDED
+from analysis.engine.shard_result import ShardAdvice
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
@@ -49,8 +52,8 @@ def run_meta(trace: Trace) -> dict:
 
 def _unsupported(path: str, impl: str) -> TraceError:
     return TraceError(
-        f"{path}: implementation {impl}: advise predicts DDP's bucket size, from a run of "
-        f"{', '.join(STRATEGIES)}; sharded runs (fsdp, torch_fsdp) and runs without overlap are not modelled"
+        f"{path}: implementation {impl}: advise predicts DDP's bucket size from a run of {', '.join(STRATEGIES)}, "
+        f"and a sharded run's prefetch depth and reduce-scatter communicator from a run of {', '.join(SHARDED)}"
     )
 
 
@@ -65,7 +68,7 @@ def _check_declared(paths: Sequence[Path]) -> None:
     """Refuse a run whose nsys exports declare only strategies advise does not model, before loading it."""
     for path in paths:
         declared = declared_implementations(path)
-        if declared and not declared & set(STRATEGIES):
+        if declared and not declared & {*STRATEGIES, *SHARDED}:
             raise _unsupported(str(path), ", ".join(sorted(declared)))
 
 
@@ -282,9 +285,23 @@ def advise(
     bucket_mb: Iterable[float] | None = None,
     merge: bool = False,
     patterns: Patterns | None = None,
-) -> list[Advice]:
-    """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files)."""
+    prefetch: Iterable[int] | None = None,
+) -> list[Advice | ShardAdvice]:
+    """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files);
+    sharded runs (fsdp, torch_fsdp) get a ShardAdvice (shard_advice.py: prefetch depths `prefetch`)."""
     runs = find_runs(paths, merge)
     for run in runs:
         _check_declared(run.paths)
-    return [advise_trace(load_trace(run.paths, patterns), bucket_mb, patterns) for run in runs]
+    out: list[Advice | ShardAdvice] = []
+    for run in runs:
+        trace = load_trace(run.paths, patterns)
+        impl = trace.implementation or str(run_meta(trace).get("implementation") or "")
+        if impl in SHARDED:
+            if bucket_mb:
+                raise TraceError(f"{trace.path}: --bucket-mb applies to DDP runs; {impl} is sharded (see --prefetch)")
+            out.append(advise_sharded(trace, impl, prefetch, patterns))
+        elif prefetch:
+            raise TraceError(f"{trace.path}: --prefetch applies to sharded runs ({', '.join(SHARDED)}); not {impl}")
+        else:
+            out.append(advise_trace(trace, bucket_mb, patterns))
+    return out

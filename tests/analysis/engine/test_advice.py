@@ -184,26 +184,6 @@ def test_a_run_that_does_not_overlap_is_refused(tmp_path):
     assert res.returncode == 2 and "implementation naive" in res.stderr and len(res.stderr.splitlines()) == 1
 
 
-def test_a_sharded_run_is_refused_before_its_trace_is_loaded(tmp_path, monkeypatch):
-    from analysis.engine import advice as advice_module
-    from analysis.errors import TraceError
-
-    w = NsysWriter(tmp_path / "fsdp.sqlite", cupti=False)
-    w.process(7)
-    w.meta_mark(7, 7, 10, implementation="fsdp", rank=0, world_size=2)
-    w.nvtx(7, 7, 0, 100, step_range(0), kind=PUSH_POP)
-    w.close()
-
-    def no_loading(*args, **kwargs):
-        raise AssertionError("the trace was loaded")
-
-    monkeypatch.setattr(advice_module, "load_trace", no_loading)
-    with pytest.raises(TraceError, match=r"implementation fsdp: advise predicts DDP's bucket size, from a run of "):
-        advise([tmp_path / "fsdp.sqlite"])
-    res = advise_cli(str(tmp_path / "fsdp.sqlite"))
-    assert res.returncode == 2 and "sharded runs (fsdp, torch_fsdp)" in res.stderr and len(res.stderr.splitlines()) == 1
-
-
 # --- real CPU recordings (slow): the layout rules and the fitted cost against the recorded calls ---
 
 COMM_ROWS = """

@@ -49,9 +49,8 @@ import numpy as np
 from analysis.errors import TraceError
 from analysis.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
 from analysis.readers.kineto_events import EXACT, FAST, LENIENT, Complete, ExactComplete
+from analysis.readers.sniff import GZIP_MAGIC
 from contract import META_KEY
-
-GZIP_MAGIC = b"\x1f\x8b"
 
 
 class _Top(msgspec.Struct, kw_only=True):
@@ -87,18 +86,6 @@ class KinetoFile:
     autograd: dict  # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)
     comms: list  # (pid, tid, start, end, Args) of record_param_comms ops
     host_pids: np.ndarray
-
-
-def is_kineto(path: Path) -> bool:
-    """True when the file looks like JSON (gzipped or not): the first non-blank byte is `{` or `[`."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-            if head[:2] == GZIP_MAGIC:
-                return True
-    except OSError:
-        return False  # the nsys reader reports a missing or unreadable path
-    return head.lstrip()[:1] in (b"{", b"[")
 
 
 MMAP_BYTES = 1 << 20  # plain JSON files from this size on are mapped, not read

@@ -39,5 +39,5 @@ else
         traces+=("${ranks[@]}")
     done
 fi
-"$PY" -m analysis.report "${traces[@]}" -o reports/
+"$PY" -m analysis.report "${traces[@]}" -o reports/ --overwrite  # reports/ is this job's: replace an earlier run's report
 echo "open reports/index.html"

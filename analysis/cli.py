@@ -154,7 +154,7 @@ def fail(message: str) -> int:
 
 def run(body: Callable[[], int]) -> int:
     """body()'s exit code; bad input (TraceError, an OSError on a path, running out of memory) is one
-    line on stderr and exit code 2."""
+    line on stderr and exit code 2. No helper process of a pool outlives it (parallel.stop_helpers)."""
     try:
         return body()
     except TraceError as e:
@@ -163,6 +163,11 @@ def run(body: Callable[[], int]) -> int:
         return fail("out of memory while analysing the trace(s)")
     except OSError as e:
         return fail(f"{e.filename or ''}: {e.strerror or e}")
+    finally:
+        if "analysis.engine.parallel" in sys.modules:  # a pool may have run: its helpers go with the command
+            from analysis.engine.parallel import stop_helpers
+
+            stop_helpers(tracker=True)
 
 
 def emit(write: Callable[[], None]) -> None:

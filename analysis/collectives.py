@@ -45,6 +45,10 @@ TABLE_ROWS = {
     "exposed_ms": "exposed ms",
     "waited_ms": "waited ms",
 }
+# The summaries' ms add up every call's own time: calls in flight together (async all-reduces of several
+# buckets, waits of several ranks) each count, so a sum is not wall time and can exceed the steps' length.
+SUMMED = "ms summed over the calls, each counted in full: not wall time"
+STRAGGLER_HEADINGS = {"times_last": "times last", "wait_caused_ms": "wait caused ms (sum)", "wait_ms": "wait ms (sum)"}
 SUMMARY_TABLE = [
     "calls",
     "bytes",
@@ -80,8 +84,8 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
         out += ["calls (one row per collective call per rank):", _fmt(calls, TABLE_ROWS), ""]
     impl = dict(zip(view.traces["path"], view.traces["implementation"], strict=True))
     for title, frame, keys in (
-        ("by op and message size (all calls of all ranks):", view.by_size, ["op", "size_class"]),
-        ("by rank:", view.by_rank, ["rank"]),
+        (f"by op and message size (all calls of all ranks; {SUMMED}):", view.by_size, ["op", "size_class"]),
+        (f"by rank ({SUMMED}):", view.by_rank, ["rank"]),
     ):
         if frame.empty:  # no calls at all: the note below says why
             out += [title, "(none)", ""]
@@ -94,8 +98,14 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
     shown = "(none)"
     if not strag.empty:
         strag = strag.assign(implementation=strag["path"].map(impl), trace=strag["path"].map(trace))
-        shown = _fmt(strag[[*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]])
-    out += ["stragglers per step (the rank the others waited for; paired collectives only):", shown]
+        columns = [*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]
+        shown = _fmt(strag[columns], {c: STRAGGLER_HEADINGS.get(c, c.replace("_", " ")) for c in columns})
+    out += [
+        "stragglers per step (the rank the others waited for; paired collectives only; waits summed over the "
+        "step's calls and waiting ranks, so calls in flight together each count: not wall time, a sum can "
+        "exceed the step):",
+        shown,
+    ]
     for head in view.traces.itertuples():
         origin = "kernels" if head.source == KERNELS else f"{COMM_FORM} ranges (no communication kernels)"
         out.append(

@@ -126,7 +126,22 @@ def op_phase_lines(result: Analysis) -> list[str]:
         ]
         impl = mine["implementation"].iloc[0]
         lines.append(f"  rank {rank} ({impl}): " + "; ".join(parts))
+        lines += overlap_note(use, n)
     return lines
+
+
+def overlap_note(rows: pd.DataFrame, n: int) -> list[str]:
+    """A note under a rank's rows when they overlap in time (not a partition: op_phase.py): what they add up
+    to beside the rank's communication counted once (all_comm_ms), per step."""
+    once = rows.drop_duplicates("step")[["all_comm_ms", "all_exposed_ms"]].sum() / n
+    summed = rows[["comm_ms", "exposed_ms"]].sum() / n
+    if summed["comm_ms"] <= once["all_comm_ms"] + 5e-4:  # they partition it: nothing to say
+        return []
+    return [
+        f"    note: these rows overlap in time (calls of different phases or ops in flight together count in "
+        f"each): they add up to {summed['comm_ms']:.3f} ({summed['exposed_ms']:.3f}) ms per step, the rank's "
+        f"calls counted once to {once['all_comm_ms']:.3f} ({once['all_exposed_ms']:.3f})"
+    ]
 
 
 def memory_line(row: dict) -> str:

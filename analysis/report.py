@@ -8,7 +8,8 @@ of every implementation, fastest first, on one time scale, backward outlined), p
 (loaded by every page; --self-contained embeds it instead), summary.csv (one row per trace) and
 results.db (SQLite: tables traces, ranks, steps keyed by trace path + content hash, so re-runs add
 history without duplicating rows).
-Refuses to overwrite files there that it did not write. Exit codes: 0 written, 2 bad input.
+Refuses to overwrite files there that it did not write, and a report of other runs there unless
+--overwrite (which removes that report's stale pages). Exit codes: 0 written, 2 bad input.
 A veneer over the library: `open_runs(paths).report(folder)` (engine/report_folder.py) writes the same.
 
     python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
@@ -65,6 +66,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
     ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
+    ap.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a report of other runs in the -o folder (refused without it), removing the pages and "
+        "images it wrote that this report does not have; files this tool did not write are never touched",
+    )
     ap.add_argument(
         "--peak-busbw",
         type=float,
@@ -128,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
             self_contained=args.self_contained,
             images=[f for f in FORMATS_IMG if getattr(args, f)],
             progress=progress,
+            overwrite=args.overwrite,
         )
     except RunsFailed as e:
         cli.report_failures(e.results)  # each failed run's error, one line each, as every CLI prints them

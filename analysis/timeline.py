@@ -47,6 +47,17 @@ def print_rows(rows: list[PanelSummary], notes: list[str], fmt: str) -> None:
             print(f"note: {row.trace}: {note}")
 
 
+def drawn_note(rows: list[PanelSummary], drawn: int) -> str:
+    """What the page draws, in one phrase: its segments after merging, split into the views the panels
+    open on (the summary's `segments`) and the whole runs behind the 'whole run' button."""
+    opening = sum(r.segments for r in rows)
+    said = f"{drawn} segments drawn, work narrower than a pixel merged"
+    if drawn > opening:
+        steps = "steps" if len(rows) > 1 else "step"
+        return f"{said}: {opening} in the {steps} it opens on, {drawn - opening} behind 'whole run'"
+    return said
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
@@ -109,11 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         return 2  # each bad run's error is printed above; nothing is written
     page = runs.timeline(args.output, args.step, args.rank, args.width, args.self_contained)
     rows, notes, out, fig = page.panels, page.notes, page.path, page.figure
-    for row in rows:
-        progress(f"{row.trace}: {row.segments} segments in view")
-    progress(
-        f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {count_drawn_segments(fig)} segments drawn after merging)"
-    )
+    progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {drawn_note(rows, count_drawn_segments(fig))})")
     if formats:
         written = write_images([dataclasses.replace(image, fig=fig)], formats, chromium)
         progress("wrote " + ", ".join(map(str, written)))

@@ -16,6 +16,11 @@ ASYNC_KIND = "start_end"
 # stores in NVTX_EVENTS.int64Value, is the args value of this key on the range's `user_annotation` event
 PAYLOAD_KEY = "ddp.payload"
 
+# One id per run, the same on every rank (a uuid the launcher hands its ranks in RUN_ID_ENV, or torchrun's rendezvous
+# id): files whose ids differ are of different runs, and analysis refuses to merge them.
+RUN_ID_KEY = "run_id"
+RUN_ID_ENV = "DDP_RUN_ID"
+
 # Sharded strategies (fsdp, torch_fsdp) list their sharded modules under this key, one entry per module in forward
 # order: {"name": module name (the tag of its comm:all_gather / comm:reduce_scatter ranges), "params": the
 # original parameter names it holds, "numel": their elements (unpadded), "padded_numel": what one all-gather

@@ -94,19 +94,7 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
     if not report.is_file():
         raise NsysError(f"no report to export: {report}")
     tmp = partial_name(out, ".sqlite")
-    cmd = [
-        str(nsys),
-        "export",
-        "--type",
-        "sqlite",
-        "--quiet",
-        "true",
-        "--force-overwrite",
-        "true",
-        "--output",
-        str(tmp),
-        str(report),
-    ]
+    cmd = sqlite_export_command(nsys, report, tmp)
     try:
         res = _run(nsys, cmd, timeout_s)
         if res.returncode != 0 or not tmp.is_file() or not is_complete_sqlite(tmp):
@@ -120,6 +108,23 @@ def export_sqlite(nsys: Path, report: Path, out: Path, timeout_s: float = 600) -
     finally:
         tmp.unlink(missing_ok=True)
     return out
+
+
+def sqlite_export_command(nsys: Path, report: Path, out: Path) -> list[str]:
+    """`nsys export` of `report` into the SQLite file `out` (export_sqlite gives it a temporary name)."""
+    return [
+        str(nsys),
+        "export",
+        "--type",
+        "sqlite",
+        "--quiet",
+        "true",
+        "--force-overwrite",
+        "true",
+        "--output",
+        str(out),
+        str(report),
+    ]
 
 
 def _run(nsys: Path, cmd: list[str], timeout_s: float) -> subprocess.CompletedProcess:

@@ -9,9 +9,12 @@ pools each config's steps, which evens out a shared machine's slow phases); a st
 slowest rank's (on GPU the device is synchronised once at the end of each step, never per
 collective). Each collective is in flight from its issue to its completion (ddp.comm.timing: host
 clocks on CPU, CUDA events on GPU); per step, avg_comm_in_flight_ms is the union of those
-intervals, comm_overlap the fraction of it before backward ended (pooled over ranks and steps; 0
-for naive and flat, which communicate after backward), and avg_comm_time_ms the part after
+intervals, comm_before_backward_end the fraction of it before backward ended (pooled over ranks and
+steps; 0 for naive and flat, which communicate after backward), and avg_comm_time_ms the part after
 backward: the communication the step waited for. comm_clock says which clock measured them.
+comm_before_backward_end says when communication was in flight, not that compute ran meanwhile: a
+collective that blocks its rank (torch_fsdp's on CPU) or forward's all-gathers count in it, while
+`python -m analysis.overlap`'s overlap % is communication under compute (docs/ddp.md).
 speedup_vs_naive compares step times with naive at the same batch, context length and collective;
 the table adds the same ratio for communication time.
 
@@ -62,7 +65,7 @@ CSV_COLUMNS = [
     "num_comm_ops",
     "speedup_vs_naive",
     "avg_comm_in_flight_ms",
-    "comm_overlap",
+    "comm_before_backward_end",  # was comm_overlap: not the analysis' overlap with compute
     "comm_clock",
     "shard_optimizer",
     *MEMORY_COLUMNS,
@@ -115,8 +118,8 @@ def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1
                 cli.progress(
                     f"[benchmark {r * len(configs) + k + 1}/{total}] {cfg.impl}{bucket} batch "
                     f"{cfg.batch_size} context {cfg.context_length}: "
-                    f"{result.avg_step_time_s * 1e3:.1f} ms/step, communication "
-                    f"{_percent(result.comm_overlap)} during backward"
+                    f"{result.avg_step_time_s * 1e3:.1f} ms/step, "
+                    f"{_percent(result.comm_overlap)} of communication in flight before backward ended"
                 )
             results[k] = pool(results[k], result) if k in results else result
     return list(results.values()) if ctx.is_main else None
@@ -171,7 +174,7 @@ def to_records(results: list[TrainResult]) -> list[dict]:
                     round(base.avg_comm_time_s / r.avg_comm_time_s, 3) if base and r.avg_comm_time_s > 0 else None
                 ),
                 "avg_comm_in_flight_ms": round(r.avg_comm_in_flight_s * 1e3, 3),
-                "comm_overlap": None if r.comm_overlap is None else round(r.comm_overlap, 3),
+                "comm_before_backward_end": None if r.comm_overlap is None else round(r.comm_overlap, 3),
                 "comm_clock": r.comm_clock,
                 "shard_optimizer": cfg.shard_optimizer,
                 **memory_columns(r, largest_rank(r)),

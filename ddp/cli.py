@@ -40,7 +40,8 @@ def add_settings(
 
     `defaults` replaces a field's default for this CLI, `many` makes an option take a list (a sweep),
     `extra_choices` adds choices before the field's own ("all", "auto"), `notes` replaces the default's
-    description; `only_given`: options left out are absent from the namespace (not their defaults).
+    description; `only_given`: options left out are absent from the namespace (the help still names the
+    default the run then takes).
     """
     defaults, extra_choices, notes, aliases = defaults or {}, extra_choices or {}, notes or {}, aliases or {}
     for name, fld in SETTINGS.items():
@@ -48,11 +49,12 @@ def add_settings(
             continue
         meta, kind = fld.metadata, _option_type(str(fld.type))
         flags = [*aliases.get(name, ()), "--" + name.replace("_", "-")]
-        default = argparse.SUPPRESS if only_given else defaults.get(name, fld.default)
+        shown = defaults.get(name, fld.default)  # with only_given, what the run falls back to: still shown
+        default = argparse.SUPPRESS if only_given else shown
         choices = [*extra_choices.get(name, ()), *(meta["choices"] or ())] or None
         parts = [meta["doc"], f"one of: {', '.join(choices)}" if choices else "", notes.get(name, "")]
-        if not parts[-1] and not only_given and default is not None and default is not False:
-            parts[-1] = "default: " + " ".join(map(str, default if isinstance(default, list) else [default]))
+        if not parts[-1] and shown is not None and shown is not False:
+            parts[-1] = "default: " + " ".join(map(str, shown if isinstance(shown, list) else [shown]))
         help_text = "; ".join(p for p in parts if p).replace("%", "%%")
         if kind is bool:
             parser.add_argument(*flags, dest=name, action="store_true", default=default, help=help_text)

@@ -49,8 +49,11 @@ def find_nsys(env: Mapping[str, str] | None = None) -> Path:
 
 
 def nsys_version(nsys: Path) -> str:
-    """The version string nsys reports, e.g. '2022.4.2.1-df9881f'."""
-    out = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60)
+    """The version string nsys reports, e.g. '2022.4.2.1-df9881f'; 'unknown' when it does not run."""
+    try:
+        out = subprocess.run([str(nsys), "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):  # not there (a --dry-run without nsys), or hung
+        return "unknown"
     return out.stdout.strip().split()[-1] if out.returncode == 0 and out.stdout.strip() else "unknown"
 
 

@@ -96,6 +96,17 @@ class ProfilePlan:
             trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else "nvtx,osrt"),
         )
 
+    def known_world_size(self) -> int | None:
+        """Ranks in each run: the resolved world size, or under --torchrun its --nnodes x --nproc-per-node
+        when both are plain numbers (None when the ranks will know it only from torchrun)."""
+        if not self.torchrun_args:
+            return self.world_size
+        given = dict(zip(self.torchrun_args, self.torchrun_args[1:], strict=False))
+        given |= dict(a.split("=", 1) for a in self.torchrun_args if a.startswith("--") and "=" in a)
+        nodes = given.get("--nnodes", "1")
+        per_node = given.get("--nproc-per-node", given.get("--nproc_per_node", ""))
+        return int(nodes) * int(per_node) if nodes.isdigit() and per_node.isdigit() else None
+
     @property
     def nsys_options(self) -> NsysOptions:
         return NsysOptions(self.trace or "nvtx,osrt", self.sample)

@@ -47,7 +47,16 @@ from ddp.strategies import registry
 from ddp.training.config import check_settings
 from profiling.nsys import NsysError, find_nsys
 from profiling.plan import DEVICES, PROFILERS, ProfilePlan
-from profiling.session import exit_on_sigterm, profiled_env, record, run_forwarding_output
+from profiling.processes import exit_on_sigterm, run_forwarding_output
+from profiling.run import run_config
+from profiling.session import (
+    RESULT_PREFIX,
+    parse_result,
+    planned_commands,
+    prepare_output_folder,
+    profiled_env,
+    record,
+)
 
 
 @dataclass
@@ -163,13 +172,15 @@ def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
         done = record(nsys, plan.nsys_options, plan.runner_command(impl), plan.stem(impl), plan.timeout_s)
         return [_output(impl, done.report, done.wall_s)]
     written: list[str] = []
-    rc = run_forwarding_output(plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60, keep=written)
+    rc = run_forwarding_output(
+        plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60, keep=written, keep_prefix=RESULT_PREFIX
+    )
     if rc != 0:
         raise NsysError(f"torchrun failed (exit {rc}); see the ranks' output above")
     if not written:
         raise NsysError(f"torchrun finished but no rank reported a trace in {plan.out_dir}")
     # This node's ranks, as each one's profiling.session reported them.
-    return [_output(impl, Path(line.split("\t")[0]), float(line.split("\t")[2])) for line in sorted(written)]
+    return [_output(impl, done.report, done.wall_s) for done in map(parse_result, sorted(written))]
 
 
 def _output(impl: str, report: Path, wall_s: float) -> Output:
@@ -209,27 +220,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         plan, args = parse_args(argv)
         plan = plan.resolved()
-        if plan.profiler == "torch":
-            return _record_with_torch(plan, args)
-        nsys = find_nsys() if not args.dry_run else _nsys_or_placeholder()
+        for impl in plan.impls:  # the settings as each run's ranks would check them, seconds later
+            run_config(plan.runner_command(impl)[3:], plan.known_world_size())
+        nsys = None if plan.profiler == "torch" else find_nsys() if not args.dry_run else _nsys_or_placeholder()
+        if not args.dry_run:
+            prepare_output_folder(plan.out_dir)  # before anything starts: a run took 12-27 s to fail on it
     except (ValueError, NsysError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if nsys is None:
+        return _record_with_torch(plan, args)
     log(f"{', '.join(plan.impls)}: {plan.describe()}")
-    if args.dry_run:
+    if args.dry_run:  # what is really run, temporary names and renames included
         for impl in plan.impls:
-            cmd = (
-                plan.torchrun_command(impl)
-                if plan.per_rank
-                else [
-                    *plan.nsys_options.profile_args(),
-                    "--output",
-                    f"{plan.stem(impl)}.nsys-rep",
-                    *plan.runner_command(impl),
-                ]
-            )
-            prefix = "" if plan.per_rank else f"NSYS_NVTX_PROFILER_REGISTER_ONLY=0 {shlex.quote(str(nsys))} "
-            print(prefix + shlex.join(cmd))
+            if plan.per_rank:
+                print(shlex.join(plan.torchrun_command(impl)))
+            else:
+                print("\n".join(planned_commands(nsys, plan.nsys_options, plan.runner_command(impl), plan.stem(impl))))
         return 0
     code, outputs = _record_each(
         plan,
@@ -247,14 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _record_each(
     plan: ProfilePlan, record_one: Callable[[str], list], wrote: Callable[[Any], str], how: str = ""
 ) -> tuple[int, list]:
-    """Record every implementation in turn into plan.out_dir: (exit code, outputs). A one-line error
-    names what failed: 2 when the output folder cannot be made, 1 when a recording failed or was
-    interrupted (record_one leaves no partial outputs behind)."""
-    try:
-        plan.out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        print(f"error: output folder {plan.out_dir}: {err.strerror or err}", file=sys.stderr)
-        return 2, []
+    """Record every implementation in turn into plan.out_dir (checked by main): (exit code, outputs).
+    A one-line error names what failed: 1 when a recording failed or was interrupted (record_one
+    leaves no partial outputs behind)."""
     exit_on_sigterm()
     outputs: list = []
     for impl in plan.impls:

@@ -68,7 +68,7 @@ def profiled_worker(ctx: DistContext, cfg: RunConfig, nvtx_on: bool, torch_trace
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
+    p = cli.Parser(  # one-line errors, exit 2
         prog="python -m profiling.run", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     cli.add_settings(
@@ -110,6 +110,16 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
         world = 2 if args.world_size is None else args.world_size
     settings["world_size"] = world
     settings["model"] = choose_model(args.model, args.batch_size, world, args.context_length, args.optimizer)
+    return RunConfig(**settings)
+
+
+def run_config(argv: Sequence[str], world_size: int | None) -> RunConfig:
+    """The RunConfig `python -m profiling.run ARGV` checks before it trains, checked here without running
+    anything: `world_size` ranks (None: not known here, e.g. other nodes under torchrun; the batch split
+    is then left to the ranks), model auto standing for any model. ValueError naming a bad value."""
+    settings = cli.given_settings(parse_args(argv))
+    settings["world_size"] = world_size or 1
+    settings["model"] = "tiny" if settings["model"] == "auto" else settings["model"]
     return RunConfig(**settings)
 
 

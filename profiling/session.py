@@ -15,25 +15,24 @@ import contextlib
 import os
 import re
 import shlex
-import signal
-import subprocess
 import sys
-import threading
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from contract import PROFILE
-from contract.nsys_cli import partial_name
+from contract.nsys_cli import partial_name, sqlite_export_command
 from profiling import nsys_layout
 from profiling.nsys import NsysError, export_sqlite, find_nsys, nsys_version
+from profiling.processes import exit_on_sigterm, run_forwarding_output
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
 # nsys 2022.4's own failures (a C++ exception from its QuadD/boost internals), as opposed to the program's.
 _NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function")
 START_ATTEMPTS = 3
-RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB wall seconds
+RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB "in <wall seconds> s" (result_line)
 KNOWN_TRACES = {
     "cuda",
     "nvtx",
@@ -48,12 +47,6 @@ KNOWN_TRACES = {
     "vulkan",
     "none",
 }
-
-# nsys's own chatter (progress bars, file names); everything else the run prints is passed on.
-_NSYS_CHATTER = re.compile(
-    r"^\s*(\[\d+/\d+\]|Generating '|Generated:|Capture range (started|ended)"
-    r"|Collecting data|Processing events|\S+\.(nsys-rep|qdstrm)\s*$)"
-)
 
 
 @dataclass(frozen=True)
@@ -119,57 +112,16 @@ def profiled_env(base: dict[str, str] | None = None, profiler: str | None = None
     return env
 
 
-def run_forwarding_output(
-    cmd: Sequence[str],
-    env: dict[str, str],
-    timeout_s: float,
-    keep: list[str] | None = None,
-    tail: list[str] | None = None,
-) -> int:
-    """Run `cmd` in its own process group, pass its output to our stderr minus nsys's progress bars.
+def result_line(done: Recorded) -> str:
+    """What a per-rank session prints when done: RESULT_PREFIX, report TAB sqlite TAB "in 7.469 s" (the
+    wall time of its recording and export); parse_result reads it back."""
+    return f"{RESULT_PREFIX}{done.report}\t{done.sqlite}\tin {done.wall_s:.3f} s"
 
-    Lines starting with RESULT_PREFIX (what per-rank sessions report) go to `keep` instead, when given;
-    `tail`, when given, receives the last lines passed on. On timeout or Ctrl-C the whole group
-    (nsys and every rank under it) is killed.
-    """
-    proc = subprocess.Popen(
-        list(cmd),
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        errors="replace",
-        start_new_session=True,
-    )
-    # A watchdog, because a hung run prints nothing for the read loop to notice.
-    expired = threading.Event()
 
-    def on_timeout() -> None:
-        expired.set()
-        _stop_group(proc)
-
-    watchdog = threading.Timer(timeout_s, on_timeout)
-    watchdog.daemon = True
-    watchdog.start()
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            for part in line.rstrip("\n").split("\r"):
-                if keep is not None and part.startswith(RESULT_PREFIX):
-                    keep.append(part[len(RESULT_PREFIX) :])
-                elif part.strip() and not _NSYS_CHATTER.match(part):
-                    print(part, file=sys.stderr, flush=True)
-                    if tail is not None:
-                        tail[:] = [*tail[-49:], part]
-        rc = proc.wait()
-    except BaseException:
-        _stop_group(proc)
-        raise
-    finally:
-        watchdog.cancel()
-    if expired.is_set():
-        raise NsysError(f"the profiled run took longer than {timeout_s:.0f} s and was stopped")
-    return rc
+def parse_result(kept: str) -> Recorded:
+    """A result_line, less its RESULT_PREFIX (as run_forwarding_output keeps it), as a Recorded."""
+    report, sqlite, took = kept.split("\t")
+    return Recorded(Path(report), Path(sqlite), float(took.split()[1]))
 
 
 def nsys_failed_to_start(output: str) -> bool:
@@ -178,20 +130,16 @@ def nsys_failed_to_start(output: str) -> bool:
     return bool(_NSYS_LAUNCH_FAILURE.search(output))
 
 
-def _stop_group(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
-    """SIGTERM the run's process group (per-rank sessions pass it on to their nsys), then SIGKILL."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace_s)
-
-
-def exit_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that a stopped process still stops the runs it started."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+def prepare_output_folder(folder: Path) -> None:
+    """Make `folder` if needed and prove it takes a new file (a probe, written and removed): ValueError
+    naming the folder and the cause otherwise. Permission bits do not say it for root, a read-only
+    filesystem or an immutable folder; only a write does."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".probe-", suffix=".partial"):
+            pass
+    except OSError as err:
+        raise ValueError(f"output folder {folder} cannot be written to: {err.strerror or err}") from None
 
 
 def record(
@@ -207,8 +155,7 @@ def record(
     Both are written under temporary names first: a failed or interrupted run leaves the previous
     outputs (if any) as they were and no partial file behind.
     """
-    report, sqlite = Path(f"{stem}.nsys-rep"), Path(f"{stem}.sqlite")
-    tmp_report = partial_name(report, ".nsys-rep")
+    report, sqlite, tmp_report = _names(stem)
     t0 = time.monotonic()
     cmd = profile_command(nsys, opts, tmp_report, program)
     run_env = profiled_env(env, f"nsys {nsys_version(nsys)}")
@@ -236,9 +183,30 @@ def record(
         export_sqlite(nsys, tmp_report, sqlite)
         os.replace(tmp_report, report)
     finally:
-        tmp_report.unlink(missing_ok=True)
-        tmp_report.with_suffix(".qdstrm").unlink(missing_ok=True)
+        for partial in (tmp_report, tmp_report.with_suffix(".qdstrm")):
+            with contextlib.suppress(OSError):  # absent, or a folder turned read-only: not the error to report
+                partial.unlink(missing_ok=True)
     return Recorded(report, sqlite, time.monotonic() - t0)
+
+
+def _names(stem: Path) -> tuple[Path, Path, Path]:
+    """The report, the SQLite export and the report's temporary name while nsys writes it."""
+    report = Path(f"{stem}.nsys-rep")
+    return report, Path(f"{stem}.sqlite"), partial_name(report, ".nsys-rep")
+
+
+def planned_commands(nsys: Path, opts: NsysOptions, program: Sequence[str], stem: Path) -> list[str]:
+    """The shell lines `record` runs (--dry-run): nsys profile and nsys export under temporary names,
+    then the renames to the final names. The temporary names carry the recording process's id."""
+    report, sqlite, tmp_report = _names(stem)
+    env = profiled_env({}, f"nsys {nsys_version(nsys)}")  # what record adds to the environment
+    tmp_sqlite = partial_name(sqlite, ".sqlite")
+    return [
+        shlex.join([*(f"{k}={v}" for k, v in env.items()), *profile_command(nsys, opts, tmp_report, program)]),
+        shlex.join(sqlite_export_command(nsys, tmp_report, tmp_sqlite)),
+        shlex.join(["mv", "-f", str(tmp_sqlite), str(sqlite)]),
+        shlex.join(["mv", "-f", str(tmp_report), str(report)]),
+    ]
 
 
 def import_or_keep(nsys: Path, capture: Path, keep: Path, importer_said: list[str], timeout_s: float) -> None:
@@ -304,11 +272,12 @@ def _main(argv: Sequence[str] | None = None) -> int:
         if "{rank}" in args.stem and "RANK" not in os.environ:
             raise ValueError("--stem has {rank} but RANK is not set (run this under torchrun)")
         stem = Path(args.stem.replace("{rank}", os.environ.get("RANK", "")))
+        prepare_output_folder(stem.parent)
         done = record(find_nsys(), NsysOptions(args.trace, args.sample), program, stem, args.timeout)
     except (NsysError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2 if isinstance(err, ValueError) else 1
-    print(f"{RESULT_PREFIX}{done.report}\t{done.sqlite}\t{done.wall_s:.3f}", flush=True)
+    print(result_line(done), flush=True)
     return 0
 
 

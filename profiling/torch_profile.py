@@ -36,7 +36,6 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from contract import ASYNC_KIND, ASYNC_KIND_KEY, MEMORY_KEY, META_KEY, PAYLOAD_KEY, PROFILE
 from ddp.comm import nvtx_ranges
 from profiling.capture import model_meta
-from profiling.session import RESULT_PREFIX  # "... wrote " then path TAB wall seconds, for the log
 
 if TYPE_CHECKING:
     from ddp.strategies.base import DataParallelBase
@@ -173,4 +172,7 @@ def measured_region(
         until = time.time_ns()
     path.parent.mkdir(parents=True, exist_ok=True)
     write_trace(prof, path, ranges, since, meta, until)
-    print(f"{RESULT_PREFIX}{path}\t{time.perf_counter() - started:.3f}", flush=True)
+    took = time.perf_counter() - started
+    print(
+        f"[profiling.torch_profile] wrote {path} ({took:.1f} s: the measured steps, then the trace written)", flush=True
+    )

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 
 from profiling.nsys import NsysError
 from profiling.plan import ProfilePlan
-from profiling.session import profiled_env, run_forwarding_output
+from profiling.processes import run_forwarding_output
+from profiling.session import profiled_env
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 Each side is one run: one file, or the one-rank files of one run (merged, as `--merge` does). Its
 metrics are the analysis' means per step over ranks (measures/metrics.py) plus, per collective kind,
-`comm_ms:<op>`: the time inside that kind's calls per rank and step. Runs of different models or world
+`comm_ms:<op>`: the wall time per rank and step with at least one call of that kind in flight (calls in
+flight together counted once, as in comm_ms: not the sum of the calls' durations). Runs of different models or world
 sizes are compared, with a warning.
 """
 
@@ -14,12 +15,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from analysis.engine.analyze import analyze_trace
 from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.measures import intervals as iv
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.gate import Rule, breached, change, parse_rule, unknown_metrics
 
@@ -128,13 +131,23 @@ def trace_figures(trace: Trace, paths: Iterable[str | Path], patterns: Patterns 
     summary = analysis.summary.iloc[0].to_dict()
     metrics = {k: float(summary[k]) for k in RUN_METRICS if k in summary}
     calls = find_calls(trace, patterns).frame
-    calls = calls[calls["step"] >= 0]
-    rank_steps = max(len(analysis.steps), 1)
-    durations = (calls["end_ns"] - calls["start_ns"]).to_numpy(dtype=float)
-    for op, ns in calls.assign(ns=durations).groupby("op")["ns"].sum().items():  # one per collective kind
-        metrics[f"comm_ms:{op}"] = float(ns / NS_PER_MS / rank_steps)
+    metrics.update(op_wall_ms(calls[calls["step"] >= 0], max(len(analysis.steps), 1)))
     about = {k: _plain_id(summary.get(k)) for k in IDENTITY}
     return RunFigures(tuple(str(p) for p in paths), about, metrics)
+
+
+def op_wall_ms(calls: pd.DataFrame, rank_steps: int) -> dict[str, float]:
+    """`comm_ms:<op>` per collective kind: the wall time of each rank's step during which at least one
+    call of that kind was in flight (calls in flight together counted once, as comm_ms counts them:
+    bucketed all-reduces overlap each other, so their summed durations exceed the step), summed over
+    rank-steps and divided by `rank_steps`: ms per rank and step, never more than step_ms."""
+    if calls.empty:
+        return {}
+    key = calls.groupby(["op", "rank", "step"], sort=False, observed=True).ngroup().to_numpy()
+    op_of_key = pd.Series(calls["op"].astype(str).to_numpy()).groupby(key).first()
+    pieces, starts, ends = iv.keyed_union(key, calls["start_ns"].to_numpy(), calls["end_ns"].to_numpy())
+    per_op = pd.Series(ends - starts, dtype="int64").groupby(op_of_key.loc[pieces].to_numpy()).sum()
+    return {f"comm_ms:{op}": float(ns / NS_PER_MS / rank_steps) for op, ns in per_op.items()}
 
 
 def _plain_id(value: object) -> object:

@@ -32,16 +32,28 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 DYNAMIC_MMAP_THRESHOLD_MAX = 32 * 2**20
 
 
+MISSING_EXTRA = (
+    "--dask needs the optional dask extra, which is not installed: pip install 'ddp-overlap[dask]' "
+    "(in a checkout: pip install -e '.[dask]')"
+)
+
+
+def _import_dask() -> tuple[Any, Any]:
+    """The dask and distributed modules; a TraceError naming the extra to install when either is missing.
+    Every use of distributed in this module goes through here, so a missing extra is never a traceback."""
+    try:
+        import dask
+        import distributed
+    except ImportError:
+        raise TraceError(MISSING_EXTRA) from None
+    return dask, distributed
+
+
 def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
     """A distributed.Client for `address`, or for a new LocalCluster of `jobs` one-thread workers when
     the address is "local"; a missing extra or an unreachable scheduler is a TraceError."""
-    try:
-        import dask
-        from distributed import Client, LocalCluster
-    except ImportError:
-        raise TraceError(
-            "--dask needs the optional extra: pip install 'dask[distributed]' (or pip install -e '.[dask]')"
-        ) from None
+    dask, distributed = _import_dask()
+    Client, LocalCluster = distributed.Client, distributed.LocalCluster
     try:
         if address == "local":
             with dask.config.set(LOCAL_DASK_CONFIG):
@@ -93,8 +105,7 @@ def _call_on_dask(fn: Callable, item: Any) -> Outcome:
 
 
 def run_dask(fn: Callable, items: Sequence, address: str, jobs: int, tick: Callable[[Outcome], None]) -> list[Outcome]:
-    from distributed import as_completed
-
+    as_completed = _import_dask()[1].as_completed
     client, cluster = _dask_client(address, jobs)
     try:
         _check_workers(client, address, fn)

@@ -145,7 +145,34 @@ def run_tasks(
             out.append(call_task(fn, item))
             tick(out[-1])
         return out
-    return _run_pool(fn, items, jobs, tick)
+    try:
+        return _run_pool(fn, items, jobs, tick)
+    finally:
+        stop_helpers()
+
+
+def stop_helpers(tracker: bool = False) -> None:
+    """Stop the fork server the pools' workers forked from, and with `tracker` multiprocessing's resource
+    tracker, and wait for them: left running they (and a worker the fork server has not reaped yet)
+    outlive the pool until the interpreter exits, so a caller timing the command would not see their
+    CPU and memory. Either starts again when a later pool needs it. Only when this process has no other
+    multiprocessing child (one holding their pipes would keep them alive, and the wait would hang).
+    The tracker is for the CLIs at their end (cli.run): stopped in a library call it would unlink the
+    caller's own semaphores. Uses multiprocessing's own stop methods (what its tests call); a Python
+    without them keeps its helpers until exit, as before."""
+    import gc
+    from multiprocessing import active_children, forkserver, resource_tracker
+
+    if active_children():
+        return
+    helpers = [getattr(forkserver, "_forkserver", None)]
+    if tracker:
+        gc.collect()  # the pools' semaphores unregister from the tracker when collected: before it stops
+        helpers.append(getattr(resource_tracker, "_resource_tracker", None))
+    for helper in helpers:
+        stop = getattr(helper, "_stop", None)
+        if callable(stop):
+            stop()
 
 
 def _pool(jobs: int) -> ProcessPoolExecutor:

@@ -9,7 +9,7 @@ may share a GPU), the summary over every rank-step. The collectives' wait/transf
 file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
 collective_rows.split_rows: only the columns the split needs, op as a code shared by the files).
 torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
-runs are refused by the loader's own check (runs.check_one_run, from each file's recorded identity),
+runs are refused by the loader's own check (run_identity.check_one_run, from each file's recorded identity),
 and the files' clocks come from the loader's one rule (clocks.clock_shifts).
 `across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
 its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
@@ -28,7 +28,7 @@ import pandas as pd
 from analysis.engine.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
 from analysis.engine.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.engine.file_task import FileResult
-from analysis.engine.runs import check_one_run, file_identity
+from analysis.engine.run_identity import check_one_run, file_identity
 from analysis.frames.run_info import shared_gpu_ranks
 from analysis.frames.trace import KERNELS, NS_PER_MS, RANGES, Trace
 from analysis.measures import intervals as iv
@@ -82,7 +82,9 @@ def _keyed(frame: pd.DataFrame, keys: dict) -> pd.DataFrame:
 def combine(paths: Sequence[str | Path], results: Sequence[FileResult]) -> Merged:
     """The per-file results of one run's files (in path order) as one merged analysis; a TraceError
     when the files are not one run's."""
-    check_one_run([file_identity(p, r.meta.values()) for p, r in zip(paths, results, strict=True)])
+    check_one_run(
+        [file_identity(p, r.meta.values(), r.step_ranges, r.clock_offset) for p, r in zip(paths, results, strict=True)]
+    )
     source = KERNELS if any(r.source == KERNELS for r in results) else RANGES
     kept = [i for i, r in enumerate(results) if r.source == source]  # a merge counts ranks with GPU work only
     ranks = _global_ranks(results, kept)

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from analysis.engine.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
+from analysis.engine.runs import shown_files
 from analysis.errors import TraceError
 from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE
 from analysis.views.export import FORMATS as IMAGE_FORMATS, Image, check_export, refuse_existing, write_images
 from analysis.views.html_page import BESIDE_THE_PAGE, PLOTLY_FILE, PlotlyJs
 from analysis.views.html_report import write_index
 from analysis.views.lanes import Selection
-from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, record_history
+from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, check_replaces, record_history, remove_stale
 
 if TYPE_CHECKING:
     from analysis.engine.loaded import LoadedRuns
@@ -111,14 +112,17 @@ def write_report(
     self_contained: bool = False,
     images: Sequence[str] = (),
     progress: Callable[[str], object] | None = None,
+    overwrite: bool = False,
 ) -> ReportResult:
     """The report folder of the open runs (module docstring), only step/rank when given; a TraceError
-    (before anything is written) for a folder holding files not ours, a step or rank the runs lack, a
-    bad option; RunsFailed when a run could not be analysed."""
+    (before anything is written) for a folder holding files not ours, or a report of other runs unless
+    `overwrite` (which then removes the pages that report wrote and this one does not), a step or rank
+    the runs lack, a bad option; RunsFailed when a run could not be analysed."""
     say = progress or (lambda _: None)
     _check_options(peak_busbw, images)
     pages = _pages(runs, timelines)
     check_out_dir(out, pages, self_contained)  # fail before the (slow) analysis when we can
+    replaced = check_replaces(out, [r.label for r in runs.runs], overwrite)
     chromium = check_export(images) if images else ""  # no kaleido or Chromium: say so before the analysis
     if runs.errors():
         raise RunsFailed(runs.results())
@@ -152,6 +156,11 @@ def write_report(
         t0 = time.perf_counter()
         written = write_images(figures, images, chromium)
         say(f"wrote {len(written)} images into {out / IMAGES} ({time.perf_counter() - t0:.1f} s)")
+    if replaced:  # only with overwrite: check_replaces refused the folder otherwise
+        kept = [out / name for name in links.values()] + ([out / side] if side else []) + written
+        stale = remove_stale(out, kept)
+        if stale:
+            say(f"removed {len(stale)} pages and images of the earlier report that this one does not have")
     return ReportResult(
         folder=out,
         index=Path(index),
@@ -184,6 +193,7 @@ def write_timelines(
 
     names = timeline_names([(r.path, r.name) for r in results])
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
+    shown = dict(zip([r.path for r in results], shown_files([r.path for r in results]), strict=True))
     colours = label_colours(summary)
     compared = {}
     images = []
@@ -192,11 +202,15 @@ def write_timelines(
         trace = runs.trace(r.index)
         label = labels[str(r.path)]
         panel, _ = trace_panel(
-            r.path, selection, trace=trace, steps=r.analysis.steps, patterns=runs.patterns, colour=colours[label]
+            r.path,
+            selection,
+            trace=trace,
+            steps=r.analysis.steps,
+            patterns=runs.patterns,
+            colour=colours[label],
+            file_name=shown[r.path],
         )
-        _, fig = write_timeline(
-            [panel], out / names[r.path], f"Timeline: {trace.implementation}", selection, plotly_js=plotly_js
-        )
+        _, fig = write_timeline([panel], out / names[r.path], f"Timeline: {label}", selection, plotly_js=plotly_js)
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
             compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, runs.patterns)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from analysis.engine.analyze import Analysis, selected
 from analysis.engine.file_task import FileResult, analyze_file
+from analysis.engine.runs import RunFiles, distinct_names
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 
@@ -84,13 +85,16 @@ def _has(result: Analysis, step: int | None, rank: int | None) -> bool:
 
 
 def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
-    """One row per trace, fastest first, with labels unique across traces and speedup over naive."""
+    """One row per trace, fastest first, with speedup over naive and a label unique across traces: the
+    implementation, and where two traces share it, each one's shortest distinct name after it
+    (runs.distinct_names: `fsdp (a/fsdp)`, `fsdp (b/fsdp)` for a/fsdp.sqlite and b/fsdp.sqlite)."""
     rows = [{**r.analysis.summary.iloc[0].to_dict(), "trace": str(r.path), "sha256": r.sha256} for r in results]
     frame = pd.DataFrame(rows)
     dup = frame["implementation"].duplicated(keep=False)
-    frame["label"] = np.where(
-        dup, frame["implementation"] + " (" + frame["trace"].map(lambda p: Path(p).stem) + ")", frame["implementation"]
-    )
+    names = distinct_names([RunFiles(r.name, tuple(map(Path, r.paths or (r.path,)))) for r in results])
+    frame["label"] = np.where(dup, frame["implementation"] + " (" + pd.Series(names) + ")", frame["implementation"])
+    if frame["label"].duplicated().any():  # an implementation named like another's label: say the whole path
+        frame["label"] = np.where(dup, frame["implementation"] + " (" + frame["trace"] + ")", frame["implementation"])
     naive = frame.loc[frame["implementation"] == "naive", "step_ms"]
     frame["speedup_vs_naive"] = naive.iloc[0] / frame["step_ms"] if len(naive) else np.nan
     return frame.sort_values("step_ms", kind="stable", na_position="last").reset_index(drop=True)

@@ -3,9 +3,10 @@ loaded ready to measure.
 
 `find_runs(paths, merge)` is the one rule every analysis CLI and the Python API use to turn paths
 into runs: each path is a run, except `<run>.rank<N>.*` files of one folder (run_nsys.sh --per-rank,
---profiler torch), which form one; with merge=True all paths are one run. `check_one_run` refuses
-files that are not ranks of one run (two implementations or world sizes, the same rank twice), in
-either format, from what each file records (`ddp.meta`, torch.profiler's distributedInfo);
+--profiler torch), which form one; with merge=True all paths are one run. `check_one_run`
+(run_identity.py) refuses files that are not ranks of one run (two implementations, world sizes, run
+ids or step counts, ddp.meta in one only, captures far apart in time, the same rank twice), in either
+format, from what each file records (`ddp.meta`, torch.profiler's distributedInfo, its steps and clock);
 `load_trace(paths)` reads a run's file(s) (readers/load.py), checks them, decides once which GPU work
 is communication (measures/phases.communication_mask: gpu_ops.is_comm is what every measure and view
 reads) and puts every file on the first file's clock (clocks.align_on_collectives).
@@ -14,15 +15,16 @@ reads) and puts every file on the first file's clock (clocks.align_on_collective
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.engine.clocks import align_on_collectives
+from analysis.engine.run_identity import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.frames.trace import Trace
-from analysis.measures.phases import communication_mask
+from analysis.frames.trace import CLOCK_OFFSET_KEY, Trace
+from analysis.measures.phases import communication_mask, find_steps
 from analysis.readers.load import read_trace
 from analysis.readers.nsys_export import export_report, is_report, report_error
 
@@ -47,6 +49,32 @@ class RunFiles:
             suffix = re.sub(r"^.*\.rank\d+", "", self.paths[0].name)  # .sqlite, .json.gz, ...
             return str(self.paths[0].parent / f"{self.name}.rank*{suffix}") + f" ({len(self.paths)} files)"
         return ", ".join(str(p) for p in self.paths)
+
+
+def distinct_names(runs: Sequence[RunFiles]) -> list[str]:
+    """A short name per run, unique among `runs`: the run's name, with as many of its folders in front
+    as it takes to tell it from the others' (a/fsdp and b/fsdp); the whole label when even that is not
+    enough (find_runs makes labels unique)."""
+    names = unique_tails([(*r.paths[0].parent.resolve().parts, r.name) for r in runs])
+    return names if len(set(names)) == len(names) else [r.label for r in runs]
+
+
+def shown_files(labels: Sequence[str]) -> list[str]:
+    """How pages name each run's file(s): the file name, with folders in front where two runs' files
+    share a name (unique_tails of the run labels)."""
+    return unique_tails([Path(label).parts for label in labels])
+
+
+def unique_tails(parts: Sequence[Sequence[str]]) -> list[str]:
+    """Each sequence's last part, or where two would read the same, as many of its last parts joined
+    by '/' as tell it from the others (a/fsdp, b/fsdp); duplicates stay when the whole sequences are."""
+    names = [p[-1] if p else "" for p in parts]
+    for n in range(2, max((len(p) for p in parts), default=0) + 1):
+        counts = [names.count(x) for x in names]
+        if all(c == 1 for c in counts):
+            break
+        names = ["/".join(p[-n:]) if c > 1 else x for p, x, c in zip(parts, names, counts, strict=True)]
+    return names
 
 
 def _stem(path: Path) -> str:
@@ -85,63 +113,19 @@ def find_runs(paths: str | Path | Iterable[str | Path], merge: bool = False, exp
     return [RunFiles(k[1] if len(k) == 2 else _stem(g[0]), tuple(g)) for k, g in groups.items()]
 
 
-@dataclass(frozen=True)
-class FileIdentity:
-    """What one file records about the run it belongs to; None where it does not say."""
-
-    path: str
-    implementation: str | None
-    world_size: int | None
-    ranks: tuple[int, ...]  # the ranks its processes record
-
-    def describe(self) -> str:
-        """'naive.sqlite is run naive, 2 ranks' (as much as the file says)."""
-        what = [f"run {self.implementation}" if self.implementation else "a run"]
-        if self.world_size is not None:
-            what.append(f"{self.world_size} ranks")
-        return f"{Path(self.path).name} is {', '.join(what)}"
-
-
-def file_identity(path: str | Path, metas: Iterable[Mapping]) -> FileIdentity:
-    """A file's identity from its processes' run metadata (ddp.meta, or a torch.profiler file's
-    distributedInfo, which its reader puts first)."""
-    metas = list(metas)
-    impl = next((str(m["implementation"]) for m in metas if m.get("implementation")), None)
-    world = next((m["world_size"] for m in metas if _whole(m.get("world_size"))), None)
-    ranks = tuple(int(m["rank"]) for m in metas if _whole(m.get("rank")))
-    return FileIdentity(str(path), impl, world, ranks)
-
-
-def _whole(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def check_one_run(files: Sequence[FileIdentity]) -> None:
-    """Files given together must be ranks of one run: one implementation and world size where the
-    files say, and no rank in two files. A TraceError naming both files otherwise."""
-    if len(files) < 2:
-        return
-    for what in ("implementation", "world_size"):
-        said = [f for f in files if getattr(f, what) is not None]
-        other = next((f for f in said if getattr(f, what) != getattr(said[0], what)), None)
-        if other is not None:
-            raise TraceError(
-                f"cannot merge files of different runs: {said[0].describe()}; {other.describe()} "
-                "(give one run's files together)"
-            )
-    seen: dict[int, str] = {}
-    for f in files:
-        for rank in set(f.ranks):
-            if rank in seen:
-                raise TraceError(
-                    f"{seen[rank]} and {f.path} both hold rank {rank}: files of different runs (or one file twice)"
-                )
-            seen[rank] = f.path
-
-
-def trace_identities(trace: Trace, paths: Sequence[str | Path]) -> list[FileIdentity]:
-    """Each part's identity, from the loaded trace's ddp.meta (part i is paths[i])."""
-    return [file_identity(p, (m for (part, _), m in trace.meta.items() if part == i)) for i, p in enumerate(paths)]
+def trace_identities(trace: Trace, paths: Sequence[str | Path], patterns: Patterns | None = None) -> list[FileIdentity]:
+    """Each part's identity, from the loaded trace's ddp.meta, step ranges and recorded clock (part i is paths[i])."""
+    steps = find_steps(trace.nvtx, patterns or Patterns())
+    by_part = steps.groupby("part").indices if len(steps) else {}
+    return [
+        file_identity(
+            p,
+            (m for (part, _), m in trace.meta.items() if part == i),
+            steps.iloc[by_part[i]] if i in by_part else None,
+            int(trace.info.get(i, {}).get(CLOCK_OFFSET_KEY, 0) or 0),
+        )
+        for i, p in enumerate(paths)
+    ]
 
 
 def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
@@ -150,6 +134,6 @@ def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     patterns = patterns or Patterns()
     trace = read_trace(files, patterns)
-    check_one_run(trace_identities(trace, files))
+    check_one_run(trace_identities(trace, files, patterns))
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return align_on_collectives(trace, patterns)  # the calls it checks the clocks with need is_comm

@@ -34,7 +34,7 @@ from analysis.engine.collectives_view import CollectivesView, trace_call_rows, v
 from analysis.engine.loaded import RunResult
 from analysis.engine.parallel import Progress
 from analysis.engine.rank_merge import across_ranks
-from analysis.engine.runs import RunFiles, find_runs, load_trace
+from analysis.engine.runs import RunFiles, find_runs, load_trace, shown_files
 from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
@@ -176,6 +176,7 @@ class OpenRuns:
         from analysis.views.timeline_page import trace_panel
 
         selection = selection or Selection()
+        shown = shown_files([r.run.label for r in self.results()])  # two a/fsdp.sqlite, b/fsdp.sqlite: told apart
         out = []
         for i, r in enumerate(self.results()):
             if r.analysis is None:
@@ -189,6 +190,7 @@ class OpenRuns:
                     width_px=width_px,
                     steps=r.analysis.steps,
                     patterns=self.patterns,
+                    file_name=shown[i],
                 )
             )
         return out
@@ -230,14 +232,15 @@ class OpenRuns:
         self_contained: bool = False,
         images: Sequence[str] = (),
         progress: Callable[[str], object] | None = None,
+        overwrite: bool = False,
     ) -> ReportResult:
         """Write the comparison report folder `python -m analysis.report` writes (index.html, one
         timeline per run and a side-by-side page unless timelines=False, summary.csv, results.db,
         plotly.js beside the pages unless self_contained, img/*.png|svg for images=("png", "svg"))
         from the runs as loaded, only step/rank when given; `progress`: called with a line per page.
         Files in `out_dir` that this tool did not write are refused (a TraceError) before anything is
-        read or written; a run that failed raises report_folder.RunsFailed naming it. Returns what was
-        written (report_folder.ReportResult)."""
+        read or written, and so is a report of other runs there unless `overwrite`; a run that failed
+        raises report_folder.RunsFailed naming it. Returns what was written (report_folder.ReportResult)."""
         from analysis.engine.report_folder import write_report
 
         return write_report(
@@ -250,6 +253,7 @@ class OpenRuns:
             self_contained=self_contained,
             images=images,
             progress=progress,
+            overwrite=overwrite,
         )
 
     def compare(self, baseline: Iterable[str | Path], fail_if: Iterable[str] = ()) -> Comparison:

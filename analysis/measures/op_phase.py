@@ -7,8 +7,12 @@ One row per (rank[, step], op, phase):
   comm_ms      |union of the calls' intervals| (arrival to completion, collective_calls.py)
   hidden_ms    |that union ∩ the rank's compute| (all of the rank's compute, as for overlap_ms)
   exposed_ms   comm_ms - hidden_ms: the time the rank waited with nothing else to do
-Union semantics within a row, so hidden_ms + exposed_ms = comm_ms exactly (integer ns underneath);
-rows of different ops or phases may overlap each other in time.
+  all_comm_ms, all_exposed_ms   the same for all of the rank's calls of that step (of the capture, for
+               step NA), every op and phase together: the same on each of its rows
+Union semantics within a row, so hidden_ms + exposed_ms = comm_ms exactly (integer ns underneath).
+The rows are not a partition: calls of different ops or phases can be in flight together (one issued
+in backward still running in the optimizer), and that time counts in each of their rows, so the rows'
+comm_ms can add up to more than all_comm_ms, which counts it once (the outputs say so when they do).
 
 The phase of a call (`phase_labels`) comes from where it was issued: inside the step's `forward`,
 `backward` or `optimizer` range (the contract's names, or what the patterns match in other people's
@@ -41,7 +45,19 @@ FORWARD, BACKWARD, OPTIMIZER, AFTER_BACKWARD, OTHER, OUTSIDE = (
     OUTSIDE_STEPS,
 )
 PHASE_ORDER = [FORWARD, BACKWARD, AFTER_BACKWARD, OPTIMIZER, OTHER, OUTSIDE]
-OP_PHASE_COLUMNS = ["rank", "step", "op", "phase", "calls", "bytes", "comm_ms", "hidden_ms", "exposed_ms"]
+OP_PHASE_COLUMNS = [
+    "rank",
+    "step",
+    "op",
+    "phase",
+    "calls",
+    "bytes",
+    "comm_ms",
+    "hidden_ms",
+    "exposed_ms",
+    "all_comm_ms",
+    "all_exposed_ms",
+]
 # collective_calls' phase (innermost range at issue) -> ours, before the markers refine it
 _BASE = {"forward": FORWARD, "backward": BACKWARD, "optimizer": OPTIMIZER, GRAD_SYNC: AFTER_BACKWARD}
 
@@ -108,6 +124,13 @@ def op_phase_rows(calls: pd.DataFrame, compute: dict, per_step: bool = True) -> 
     rows["comm_ms"] = comm_ns / NS_PER_MS
     rows["hidden_ms"] = hidden_ns / NS_PER_MS
     rows["exposed_ms"] = (comm_ns - hidden_ns) / NS_PER_MS
+    whole = frame.groupby(keys[:-2], sort=True)  # (rank[, step]): every op and phase at once
+    all_comm, all_hidden = _comm_and_hidden(
+        whole.ngroup().to_numpy(), whole.size().reset_index()["rank"].to_numpy(), frame, compute, whole.ngroups
+    )
+    at = whole.ngroup().groupby(group).first().to_numpy()  # each row's (rank[, step]) group
+    rows["all_comm_ms"] = all_comm[at] / NS_PER_MS
+    rows["all_exposed_ms"] = (all_comm - all_hidden)[at] / NS_PER_MS
     if not per_step:
         rows.insert(1, "step", pd.array([None] * len(rows), dtype="Int64"))
     order = {p: i for i, p in enumerate(PHASE_ORDER)}

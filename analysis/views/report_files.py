@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -56,6 +57,55 @@ def check_out_dir(out: Path, html_names: list[str], self_contained: bool = False
     db = out / "results.db"
     if db.exists() and not _starts_with(db, b"SQLite format 3"):
         raise TraceError(f"{db}: exists and is not an SQLite database; refusing to touch it")
+
+
+def earlier_runs(out: Path) -> list[str]:
+    """The runs (summary.csv's `trace` column: each run's path or rank-file pattern) of the report this
+    tool wrote into `out` before; [] when there is none. Call after check_out_dir (the file is ours)."""
+    csv = out / "summary.csv"
+    if not csv.is_file():
+        return []
+    try:
+        return [str(t) for t in pd.read_csv(csv, usecols=["trace"])["trace"]]
+    except (ValueError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return []
+
+
+def _same_path(label: str) -> str:
+    return os.path.normpath(os.path.abspath(label))
+
+
+def check_replaces(out: Path, runs: Sequence[str], overwrite: bool) -> list[str]:
+    """Refuse to replace a report of other runs: when `out` holds a report this tool wrote that shows a
+    run not among `runs` (labels as given, compared as absolute paths), a TraceError naming what is
+    there and how to proceed, unless `overwrite`. Returns the earlier report's runs."""
+    before = earlier_runs(out)
+    gone = [t for t in before if _same_path(t) not in {_same_path(r) for r in runs}]
+    if gone and not overwrite:
+        shown = ", ".join(gone[:3]) + (f" and {len(gone) - 3} more" if len(gone) > 3 else "")
+        raise TraceError(
+            f"-o {out}: holds the report of {len(before)} run{'s' if len(before) != 1 else ''} that this one would "
+            f"replace ({shown} not among the inputs); choose a new -o folder, or pass --overwrite to replace it "
+            "(the pages it wrote for them are removed)"
+        )
+    return before
+
+
+def remove_stale(out: Path, kept: Sequence[Path]) -> list[Path]:
+    """After a report replaced another (--overwrite): remove the pages the earlier report wrote that this
+    one did not (timelines/*.html with our generator mark, and in img/ the images named as ours).
+    Returns the files removed; nothing else in the folder is touched."""
+    keep = {p.resolve() for p in kept}
+    pages = [p for p in (out / "timelines").glob("*.html") if p.is_file() and written_by_us(p)]
+    images = [
+        p
+        for p in (out / "img").glob("*")
+        if p.is_file() and p.suffix in (".png", ".svg") and p.name.startswith(("index_", "timeline_", "side_by_side"))
+    ]
+    removed = [p for p in [*pages, *images] if p.resolve() not in keep]
+    for p in removed:
+        p.unlink()
+    return removed
 
 
 def _starts_with(path: Path, head: bytes) -> bool:

@@ -66,14 +66,14 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} ms"
 
 
-def panel_title(implementation: str, path: str, view: str, fig: dict, colour: str | None = None) -> str:
-    """Implementation (after a square of its colour: `colour`, else the palette's for that name), file,
-    view and the analysis's overlap figures (mean per step and rank)."""
+def panel_title(implementation: str, shown: str, view: str, fig: dict, colour: str | None = None) -> str:
+    """Implementation (after a square of its colour: `colour`, else the palette's for that name), the
+    file as `shown`, view and the analysis's overlap figures (mean per step and rank)."""
     pct = "-" if fig.get("overlap_pct") is None else f"{fig['overlap_pct']:.1f}%"
     colour = colour or palette.implementation_colours([implementation])[implementation]
     name = palette.coloured_name(f"<b>{html.escape(implementation)}</b>", colour)
     return (
-        f"{name} — {Path(path).name} — {view}<br>step {_ms(fig.get('step_ms'))},"
+        f"{name} — {html.escape(shown)} — {view}<br>step {_ms(fig.get('step_ms'))},"
         f" comm {_ms(fig.get('comm_ms'))}, overlapped {pct}, exposed comm {_ms(fig.get('exposed_comm_ms'))}"
     )
 
@@ -96,8 +96,10 @@ def trace_panel(
     steps: pd.DataFrame | None = None,
     patterns: Patterns | None = None,
     colour: str | None = None,
+    file_name: str | None = None,
 ) -> tuple[Panel, PanelSummary]:
-    """The trace's panel (labelled with `path`) plus the summary row; `steps` reuses an existing
+    """The trace's panel (titled with `file_name`, else `path`'s file name: the caller passes a name unique
+    among the panels it shows, runs.unique_tails) plus the summary row; `steps` reuses an existing
     analysis of the trace (analyze_trace(trace).steps) instead of measuring it again.
 
     Without a step selected the panel opens on the median step of the slowest rank, its title giving
@@ -117,9 +119,9 @@ def trace_panel(
             + view_name(selection).split(", ")[1]
         )
         figures = analysis_figures(trace, shown, steps, patterns)
-        title = panel_title(trace.implementation, str(path), view, figures, colour)
+        title = panel_title(trace.implementation, file_name or Path(path).name, view, figures, colour)
     else:
-        title = panel_title(trace.implementation, str(path), view_name(selection), fig, colour)
+        title = panel_title(trace.implementation, file_name or Path(path).name, view_name(selection), fig, colour)
     step = opening[0] if selection.step is None and opening is not None else None
     panel = with_backward(
         build_panel(trace, selection, patterns, title=title, width_px=width_px, opening_step=step), trace, patterns
@@ -168,15 +170,17 @@ def write_timeline(
 
 
 def check_output(output: Path, inputs: list[Path], explicit: bool = True, self_contained: bool = False) -> None:
-    """Refuse outputs that would clobber an input or are not HTML; without an explicit -o, also any
-    existing page this tool did not write; unless self-contained, a plotly.js beside it that is not ours."""
+    """Refuse outputs that would clobber an input or are not HTML, any existing file this tool did not
+    write (html_page.written_by_us, the check the report folder uses: an explicit -o is no permission
+    to replace someone's own page), and unless self-contained, a plotly.js beside it that is not ours."""
     if output.suffix.lower() not in (".html", ".htm"):
         raise TraceError(f"-o {output}: the timeline is an HTML page; give a path ending in .html")
     if output.exists() and output.is_dir():
         raise TraceError(f"-o {output}: is a directory; give a file path ending in .html")
     if any(output.resolve() == p.resolve() for p in inputs):
         raise TraceError(f"-o {output}: is one of the input traces; refusing to overwrite it")
-    if not explicit and output.is_file() and not written_by_us(output):
-        raise TraceError(f"{output}: exists and was not written by this tool; pass -o to choose the output")
+    if output.is_file() and not written_by_us(output):
+        how = "choose another -o" if explicit else "pass -o to choose the output"
+        raise TraceError(f"{output}: exists and was not written by this tool; refusing to overwrite it ({how})")
     if not self_contained:
         check_plotly_file(output.parent)

@@ -21,7 +21,8 @@ import socket
 import sys
 import time
 import traceback
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.queues import Queue
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from contract import RUN_ID_ENV
 from ddp.comm import inflight
 from ddp.launch import gpu_sharing
 from ddp.launch.rank_failures import (
@@ -57,6 +59,14 @@ class DistContext:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+
+def run_id(env: Mapping[str, str] | None = None) -> str | None:
+    """This run's id, the same on every rank (ddp.meta's run_id): the one `launch` handed its ranks, else
+    torchrun's rendezvous id (a uuid with --standalone), else None."""
+    said: Mapping[str, str] = os.environ if env is None else env
+    rendezvous = said.get("TORCHELASTIC_RUN_ID", "")
+    return said.get(RUN_ID_ENV) or (rendezvous if rendezvous not in ("", "none") else None)
 
 
 def in_torchrun() -> bool:
@@ -187,6 +197,7 @@ def launch(
         print(f"[ddp] {sharing.note}", file=sys.stderr, flush=True)
     addr = os.environ.get("MASTER_ADDR", "127.0.0.1")
     port = int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else free_port()
+    env = {**sharing.env, RUN_ID_ENV: os.environ.get(RUN_ID_ENV) or uuid.uuid4().hex}  # one id for this run's ranks
     spawn = mp.get_context("spawn")
     results = spawn.Queue()
     slots = spawn.RawArray(inflight.Slot, world_size)
@@ -194,7 +205,7 @@ def launch(
         spawn.Process(
             target=_child,
             daemon=True,
-            args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results, slots, sharing.env),
+            args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results, slots, env),
         )
         for r in range(world_size)
     ]

@@ -23,9 +23,9 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, SHARDING_KEY, step_range
+from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, RUN_ID_KEY, SHARDING_KEY, step_range
 from ddp.comm import nvtx_ranges
-from ddp.launch.launcher import DistContext
+from ddp.launch.launcher import DistContext, run_id
 from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
@@ -239,6 +239,7 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         nvtx_version = None
     return {
         "implementation": cfg.impl,
+        RUN_ID_KEY: run_id(),
         "rank": ctx.rank,
         "local_rank": ctx.local_rank,
         "world_size": ctx.world_size,

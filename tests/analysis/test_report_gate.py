@@ -64,6 +64,32 @@ def test_different_models_or_world_sizes_compare_with_a_warning():
     ]
 
 
+def test_comm_ms_per_op_is_wall_time_calls_in_flight_together_counted_once():
+    """comm_ms:<op> is the time with a call of that kind in flight, per rank and step: three all-reduces of
+    10, 7 and 4 ms where the first two overlap take 12 ms of rank 0's step, not 17."""
+    import pandas as pd
+
+    from analysis.engine.compare import op_wall_ms
+
+    ms = 1_000_000
+    calls = pd.DataFrame(
+        {
+            "op": ["all_reduce", "all_reduce", "all_reduce", "broadcast", "all_reduce"],
+            "rank": [0, 0, 1, 0, 0],
+            "step": [0, 0, 0, 1, 1],
+            "start_ns": [0, 5 * ms, 0, 0, 100 * ms],
+            "end_ns": [10 * ms, 12 * ms, 4 * ms, 1 * ms, 103 * ms],
+        }
+    )
+    rank_steps = 4
+    by_hand = {  # per (op, rank, step): the union of its calls, then the sum over rank-steps / rank_steps
+        "comm_ms:all_reduce": (12 + 4 + 3) / rank_steps,
+        "comm_ms:broadcast": 1 / rank_steps,
+    }
+    assert op_wall_ms(calls, rank_steps) == pytest.approx(by_hand)
+    assert sum((calls["end_ns"] - calls["start_ns"])[calls["op"] == "all_reduce"]) / ms / rank_steps > 5  # the sum
+
+
 def gate(*args: str) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "analysis.report", *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
@@ -106,6 +132,8 @@ def test_naive_against_overlap_bucket_fails_the_exposed_comm_gate_and_the_revers
         assert rows[metric]["baseline"] == pytest.approx(means[naive][metric], abs=1e-3)
     assert rows["exposed_comm_ms"]["delta"] < 0 and doc["failed"] == [] and doc["warnings"] == []
     assert "comm_ms:all_reduce" in rows
+    for side in ("new", "baseline"):  # wall time per rank and step: within the step and the run's comm_ms
+        assert rows["comm_ms:all_reduce"][side] <= rows["comm_ms"][side] + 1e-6 <= rows["step_ms"][side] + 1e-6
 
 
 @pytest.mark.slow

@@ -54,6 +54,26 @@ def test_naive_vs_overlap_page_and_figures(traces, tmp_path, capsys):
     assert "overlapped 0.0%" in page and "overlapped 43.9%" in page  # panel titles
 
 
+def test_one_progress_line_says_what_the_page_draws(traces, tmp_path, capsys):
+    """The segment counts in one line: all drawn = the opening steps' (the summary's `segments`) + the
+    whole runs' behind the button, each counted from the panels themselves."""
+    import re
+
+    from analysis import open_runs
+
+    paths = [traces["naive"], traces["overlap"]]
+    code, stdout, err = run_cli(capsys, *paths, "-o", tmp_path / "t.html", "--format", "json")
+    assert code == 0
+    said = [line for line in err.splitlines() if "segments" in line]
+    assert len(said) == 1, err
+    drawn, opening, whole = map(
+        int, re.search(r"(\d+) segments drawn.*: (\d+) in the steps it opens on, (\d+) behind", said[0]).groups()
+    )
+    panels = [p for p, _ in open_runs(paths).timeline_panels()]
+    assert opening == sum(r["segments"] for r in json.loads(stdout)) == sum(len(p.segments) for p in panels)
+    assert whole == sum(len(p.overview.segments) for p in panels) and drawn == opening + whole
+
+
 def test_self_contained_page_embeds_plotly_and_writes_nothing_beside_it(traces, tmp_path, capsys):
     out = tmp_path / "one.html"
     assert run_cli(capsys, traces["naive"], "-o", out, "--self-contained")[0] == 0
@@ -234,6 +254,25 @@ def test_default_output_never_replaces_a_foreign_page(traces, tmp_path, monkeypa
     (tmp_path / "reports" / "timeline.html").unlink()
     assert run_cli(capsys, traces["naive"])[0] == 0
     assert run_cli(capsys, traces["naive"])[0] == 0  # its own page it may replace
+
+
+@pytest.mark.parametrize("extra", [[], ["--self-contained"]])
+def test_an_explicit_output_never_replaces_a_foreign_page(traces, tmp_path, capsys, extra):
+    mine = tmp_path / "mine.html"
+    mine.write_text("<html>my notes</html>")
+    code, out, err = run_cli(capsys, traces["naive"], "-o", mine, *extra)
+    lines = err.strip().splitlines()
+    assert code == 2 and out == "" and len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "mine.html: exists and was not written by this tool" in lines[0]
+    assert mine.read_text() == "<html>my notes</html>"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.html"]  # nothing written beside it either
+
+
+def test_an_explicit_output_replaces_its_own_page(traces, tmp_path, capsys):
+    page = tmp_path / "t.html"
+    assert run_cli(capsys, traces["naive"], "-o", page)[0] == 0
+    assert run_cli(capsys, traces["overlap"], "-o", page)[0] == 0
+    assert "overlap.sqlite" in page.read_text()
 
 
 @pytest.mark.slow  # a subprocess

@@ -121,6 +121,7 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
             ["ddp.benchmark", "--batch-size", "5", "--world-size", "2"],
             "batch size 5 is not divisible by world size 2: use 2, 4, 6",
         ),
+        (["ddp.verify", "--batch-size", "3", "--world-size", "2"], "batch size 3 is not divisible by world size 2"),
         (["ddp.verify", "--impl", "fastest"], "invalid choice: 'fastest'"),
         (["ddp.benchmark", "--world-size", "0"], "world_size=0: must be a positive integer"),
         (["ddp.verify", "--world-size", "-1"], "world_size=-1: must be a positive integer"),
@@ -135,3 +136,20 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_benchmark_names_its_figure_for_when_communication_ran_not_overlap():
+    # analysis.overlap's "overlap" is communication with compute under it; the benchmark's figure is the share
+    # of communication in flight before backward ended, which a blocking collective (torch_fsdp on CPU) fills.
+    args = ["--impl", "naive", "torch_fsdp", "--model", "toy", "--steps", "2", "--warmup", "1"]
+    out = run("ddp.benchmark", *args, "--format", "csv")
+    assert out.returncode == 0, out.stderr
+    rows = {r["implementation"]: r for r in csv.DictReader(out.stdout.splitlines())}
+    assert "comm_before_backward_end" in CSV_COLUMNS and not any("overlap" in c for c in CSV_COLUMNS)
+    assert float(rows["naive"]["comm_before_backward_end"]) == 0  # all of it after backward
+    if rows["torch_fsdp"]["comm_clock"] == "host":  # on CPU, where gloo's collectives block the rank
+        assert float(rows["torch_fsdp"]["comm_before_backward_end"]) == 1  # all before backward ended ...
+        assert float(rows["torch_fsdp"]["avg_comm_time_ms"]) == 0  # ... so none after it
+    progress = [line for line in out.stderr.splitlines() if line.startswith("[benchmark ")]
+    assert len(progress) == 2 and all("of communication in flight before backward ended" in p for p in progress)
+    assert not any("overlap" in p or "during backward" in p for p in progress), progress

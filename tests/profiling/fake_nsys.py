@@ -5,7 +5,8 @@ profile: runs the program; writes the --output report only when the program exit
 FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first call fails
 the way nsys 2022.4 sometimes does when other sessions run (sem_open); with
 FAKE_NSYS_HANG_PIDFILE=FILE it writes its pid there and hangs. export: writes a minimal nsys-like SQLite file, or, with
-FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1.
+FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1. With FAKE_NSYS_LOG=FILE every call but --version
+appends a JSON line to FILE: its argv and the NSYS_NVTX_PROFILER_REGISTER_ONLY and DDP_PROFILER it was given.
 
 The import step, as real nsys does it: the report is written as a raw capture X.qdstrm first, then
 turned into X.nsys-rep by the importer. With FAKE_NSYS_IMPORT_FAIL set the import fails (the .qdstrm
@@ -48,6 +49,13 @@ def main(args):
     if args[:1] == ["--version"]:
         print("NVIDIA Nsight Systems version 2099.1.0-fake")
         return 0
+    log = os.environ.get("FAKE_NSYS_LOG")
+    if log:
+        import json
+
+        names = ("NSYS_NVTX_PROFILER_REGISTER_ONLY", "DDP_PROFILER")
+        with open(log, "a") as f:
+            f.write(json.dumps({"argv": args, "env": {k: os.environ[k] for k in names if k in os.environ}}) + "\n")
     if args[0] == "profile":
         out = opt(args, "--output")
         program = args[args.index("--output") + 2 :]

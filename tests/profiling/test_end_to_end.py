@@ -4,6 +4,7 @@ measured steps, land in each .sqlite; the analysis then sees overlap hide far mo
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -152,14 +153,16 @@ def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces):
 
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.sqlite").write_text("previous")
+    # A setting only the ranks read, so the run starts and fails (bad run settings are refused up front).
     res = subprocess.run(
-        ["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(tmp_path), "--", "--optimizer", "bogus"],
+        ["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(tmp_path), "--model", "toy"],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "DDP_TIMEOUT_S": "bogus"},
     )
     assert res.returncode == 1
-    assert "invalid choice: 'bogus'" in res.stderr
+    assert "DDP_TIMEOUT_S='bogus'" in res.stderr
     assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["naive.sqlite"]
     assert (tmp_path / "naive.sqlite").read_text() == "previous"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import subprocess
 
@@ -168,11 +169,14 @@ def test_dry_run_on_a_gpu_machine_prints_the_cuda_command(tmp_path):
     res = run_nsys("all", "--gpus", "2", "--dry-run", "-o", str(tmp_path), "--", "--optimizer", "adamw")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == len(IMPLEMENTATIONS)  # one per registered implementation (seven)
+    assert len(lines) == 4 * len(IMPLEMENTATIONS)  # profile, export, two renames per implementation (seven)
     first = shlex.split(lines[0])
     assert first[0] == "NSYS_NVTX_PROFILER_REGISTER_ONLY=0"
     assert value_after(first, "--trace") == "cuda,nvtx,osrt"
-    assert value_after(first, "--output") == str(tmp_path / "naive.nsys-rep")
+    assert re.fullmatch(
+        re.escape(str(tmp_path / ".naive.nsys-rep.partial-")) + r"\d+\.nsys-rep", value_after(first, "--output")
+    )
+    assert shlex.split(lines[3]) == ["mv", "-f", value_after(first, "--output"), str(tmp_path / "naive.nsys-rep")]
     assert value_after(first, "--backend") == "nccl" and value_after(first, "--world-size") == "2"
     assert first[-2:] == ["--optimizer", "adamw"]
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
@@ -224,3 +228,22 @@ def test_output_folder_that_is_a_file_is_one_line_and_exit_2(tmp_path):
 def test_unknown_model_is_refused_before_profiling():
     res = run_nsys("naive", "--model", "bogus")
     assert res.returncode == 2 and "invalid choice: 'bogus'" in res.stderr and "Traceback" not in res.stderr
+
+
+def option_help(help_text: str, flag: str) -> str:
+    """The help of one option (`--steps STEPS ...`) in argparse's --help output, its lines joined."""
+    flat = " ".join(help_text.split())
+    found = re.search(rf"{flag} [A-Z_]+ (.*?)(?= -{{1,2}}[a-z]|$)", flat)
+    assert found, flag
+    return found.group(1)
+
+
+@pytest.mark.parametrize("field", ["steps", "warmup", "batch_size", "context_length", "bucket_mb", "lr", "optimizer"])
+def test_help_shows_the_default_each_run_setting_takes(capsys, field):
+    from profiling import run as runner
+
+    with pytest.raises(SystemExit):
+        record.main(["--help"])
+    shown = option_help(capsys.readouterr().out, "--" + field.replace("_", "-"))
+    taken = getattr(runner.parse_args(["--impl", "naive"]), field)  # what profiling.run runs when not told
+    assert shown.endswith(f"default: {taken}"), shown

@@ -12,7 +12,16 @@ import pytest
 
 from contract.nsys_cli import is_complete_sqlite
 from profiling.nsys import NsysError
-from profiling.session import NsysOptions, profile_command, record
+from profiling.processes import run_forwarding_output
+from profiling.session import (
+    RESULT_PREFIX,
+    NsysOptions,
+    Recorded,
+    parse_result,
+    profile_command,
+    record,
+    result_line,
+)
 from tests.profiling.test_nsys import REPO, fake_nsys
 
 OK = [sys.executable, "-c", "print('training output')"]
@@ -139,3 +148,24 @@ def test_sigterm_stops_run_nsys_and_its_whole_run_without_leftovers(tmp_path):
     with pytest.raises(ProcessLookupError):
         os.kill(int(pidfile.read_text()), 0)  # the hung nsys was stopped with it
     assert list(out.iterdir()) == []  # its partial report was removed
+
+
+def test_a_sessions_result_line_says_what_its_number_is_and_reads_back():
+    done = Recorded(Path("t/x.rank1.nsys-rep"), Path("t/x.rank1.sqlite"), 7.4691)
+    line = result_line(done)
+    assert line == "[profiling.session] wrote t/x.rank1.nsys-rep\tt/x.rank1.sqlite\tin 7.469 s"
+    back = parse_result(line[len(RESULT_PREFIX) :])
+    assert (back.report, back.sqlite, back.wall_s) == (done.report, done.sqlite, 7.469)
+
+
+def test_kinetos_start_stop_markers_are_dropped_and_the_rest_passed_on(capfd):
+    marker = "USDT:2026-11-26 09:52:28 {0}:{0} SyncActivityProfilerHandler.cpp:{1}] profiler_{2}"
+    lines = [
+        marker.format(11, 52, "start"),
+        marker.format(11, 59, "stop") + marker.format(12, 59, "stop"),  # two ranks' lines run together
+        "WARNING:2026-11-26 09:52:28 11:11 CuptiActivityProfiler.cpp:1] kept",
+        "step output " + marker.format(12, 52, "start"),
+    ]
+    program = [sys.executable, "-c", f"print({chr(10).join(lines)!r})"]
+    assert run_forwarding_output(program, dict(os.environ), timeout_s=60) == 0
+    assert capfd.readouterr().err.splitlines() == [lines[2], "step output "]

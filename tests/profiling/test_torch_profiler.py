@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,8 @@ def traces(tmp_path_factory) -> Path:
     res = small_run.record(["naive", "overlap"], out, STEPS, WARMUP, "--profiler", "torch")
     assert res.returncode == 0, res.stderr[-3000:]
     assert [row["impl"] for row in json.loads(res.stdout)] == ["naive", "naive", "overlap", "overlap"]
+    assert "USDT:" not in res.stderr  # Kineto's start/stop markers are dropped (profiling.session)
+    assert "[profiling.torch_profile] wrote " in res.stderr and "\t" not in res.stderr  # says what its number is
     return out
 
 
@@ -116,13 +119,13 @@ def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
             "0",
             "-o",
             str(tmp_path),
-            "--",
-            "--optimizer",
-            "bogus",
+            "--model",
+            "toy",
         ],
         capture_output=True,
         text=True,
         timeout=120,
+        env={**os.environ, "DDP_TIMEOUT_S": "bogus"},  # read by the ranks only: the run starts, then fails
     )
     assert res.returncode == 1
     assert "error: naive: the profiled run failed (exit 2)" in res.stderr and "Traceback" not in res.stderr

@@ -188,7 +188,7 @@ def test_cli_formats_and_bad_input(tmp_path, capsys):
     assert len(doc["calls"]) == 5 and doc["stragglers"][0]["straggler"] == 1 and doc["world_size"] == 2
     assert main([path, "--summary"]) == 0
     out = capsys.readouterr().out
-    assert "by rank:" in out and "stragglers per step" in out and "calls (one row" not in out
+    assert "by rank (ms summed over the calls" in out and "stragglers per step" in out and "calls (one row" not in out
     assert main([str(tmp_path / "missing.sqlite")]) == 2
     assert "no such file" in capsys.readouterr().err
     assert main([path, "--peak-busbw", "-3"]) == 2

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sqlite3
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -350,6 +351,54 @@ def test_report_with_a_bad_file_names_it_and_writes_nothing(rank_files, noise, t
     assert not (tmp_path / "r").exists()
 
 
+CHILDREN_AFTER_MAIN = """
+import os, sys
+from analysis import overlap
+
+def children(pid):
+    \"\"\"Live or defunct processes whose parent is pid, and theirs (from /proc: no psutil needed).\"\"\"
+    parent = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # not a process, or gone meanwhile
+        parent[int(entry)] = int(fields[1])
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found += kids
+        todo += kids
+    return found
+
+code = overlap.main(sys.argv[1:])
+print(code, children(os.getpid()), file=sys.stderr)
+"""
+
+
+@pytest.mark.slow  # starts a process pool in a subprocess
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
+def test_no_worker_process_outlives_the_command(rank_files, tmp_path):
+    """A pool's fork server, resource tracker and workers are gone when main returns, so a caller
+    timing the command sees all their CPU and memory."""
+    import subprocess
+    import sys as _sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(
+        [_sys.executable, "-c", CHILDREN_AFTER_MAIN, *map(str, rank_files), "--jobs", "2", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=170,
+        cwd=tmp_path,
+    )
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == "0 []", done.stderr
+
+
 # --- Dask -----------------------------------------------------------------------------------------
 
 
@@ -371,6 +420,23 @@ def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_clu
     assert code == 2 and [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[1])]
     errors = [line for line in err.splitlines() if line.startswith("error")]
     assert errors == [f"error: {noise.resolve()}: not an SQLite file"]
+
+
+@pytest.mark.parametrize("missing", ["distributed", "dask"])
+@pytest.mark.parametrize("main", [overlap.main, report.main], ids=["overlap", "report"])
+def test_dask_without_the_extra_is_one_line_naming_it(rank_files, tmp_path, capsys, monkeypatch, missing, main):
+    """--dask with dask or distributed not importable (None in sys.modules makes `import` raise
+    ModuleNotFoundError, as when the extra is not installed): one line naming the extra, exit 2, no output."""
+    for name in [m for m in list(sys.modules) if m == missing or m.startswith(missing + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, missing, None)
+    extra = ["-o", str(tmp_path / "r")] if main is report.main else []
+    code = main([*map(str, rank_files), "--dask", "local", *extra])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.strip().splitlines() if not line.startswith("[")]
+    assert code == 2 and out == "" and len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0] == f"error: {dask_run.MISSING_EXTRA}" and "pip install 'ddp-overlap[dask]'" in lines[0]
+    assert not (tmp_path / "r").exists()
 
 
 def worker_settings() -> tuple:

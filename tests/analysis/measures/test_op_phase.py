@@ -50,6 +50,11 @@ def test_rows_match_a_brute_force_count_of_points():
         assert round(row.comm_ms * 1e6) == len(comm)
         assert round(row.hidden_ms * 1e6) == len(comm & busy)
         assert round(row.exposed_ms * 1e6) == len(comm - busy)
+        every = calls[(calls["rank"] == row.rank) & (calls["step"] == row.step)]  # all ops and phases, once
+        all_comm = _points(zip(every["start_ns"], every["end_ns"], strict=True))
+        assert round(row.all_comm_ms * 1e6) == len(all_comm) and round(row.all_exposed_ms * 1e6) == len(all_comm - busy)
+    sums = rows.groupby(["rank", "step"])[["comm_ms", "all_comm_ms"]].agg({"comm_ms": "sum", "all_comm_ms": "first"})
+    assert (sums["comm_ms"] > sums["all_comm_ms"] + 1e-9).any()  # random calls overlap: the rows are no partition
     whole = op_phase_rows(calls, compute, per_step=False)
     assert whole["step"].isna().all()
     assert whole["calls"].sum() == n
@@ -186,3 +191,36 @@ def test_fsdp2_markers_give_the_phase_where_the_trace_has_no_phase_ranges(tmp_pa
     trace = load_trace(path)
     calls = find_calls(trace).frame.sort_values("issue_ns")
     assert list(phase_labels(trace, calls)) == ["forward", "backward", "after backward", "after backward"]
+
+
+def _lines(calls: pd.DataFrame, compute: dict) -> list[str]:
+    from types import SimpleNamespace
+
+    from analysis.overlap import op_phase_lines
+
+    rows = op_phase_rows(calls, compute).assign(path="t.sqlite", implementation="overlap")
+    return op_phase_lines(SimpleNamespace(by_op_phase=rows))
+
+
+def test_the_table_says_when_the_phase_rows_overlap_in_time():
+    """An all-reduce issued in backward still in flight when the optimizer's starts: 10 + 10 ms of rows, 15 ms
+    of communication counted once; the note says both. Calls one after the other: no note."""
+    ms = 1_000_000
+    calls = pd.DataFrame(
+        {
+            "rank": [0, 0],
+            "step": [0, 0],
+            "op": ["all_reduce", "all_reduce"],
+            "phase": ["backward", "optimizer"],
+            "bytes": [4.0, 4.0],
+            "start_ns": [0, 5 * ms],
+            "end_ns": [10 * ms, 15 * ms],
+        }
+    )
+    compute = {0: iv.union(np.array([0]), np.array([2 * ms]))}
+    lines = _lines(calls, compute)
+    (note,) = [line for line in lines if "note:" in line]
+    assert "overlap in time" in note and "add up to 20.000 (18.000) ms per step" in note
+    assert "counted once to 15.000 (13.000)" in note
+    apart = calls.assign(start_ns=[0, 10 * ms], end_ns=[10 * ms, 15 * ms])
+    assert not [line for line in _lines(apart, compute) if "note:" in line]

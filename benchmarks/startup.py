@@ -51,7 +51,7 @@ def main() -> None:
         for name, statement in statements.items():
             best[name] = min(best[name], wall(statement))
     floor = best["numpy + pandas"]
-    rows = [
+    rows: list[dict] = [
         {
             "import": name,
             "best_s": round(best[name], 3),

@@ -145,16 +145,19 @@ def overlap_note(rows: pd.DataFrame, n: int) -> list[str]:
 
 
 def memory_line(row: dict) -> str:
-    """'memory per rank (MiB, largest rank): peak 114.8 = parameters 11.8 + ...' from a summary row ('' without)."""
-    peak = row.get("mem_peak_mib")
-    if peak is None or peak != peak:
+    """'memory per rank (MiB, largest rank): peak 114.8 = parameters 11.8 + ...' from a summary row ('' without);
+    a part that could not be counted (torch_fsdp's gathered on some torch) and so the peak read n/a."""
+    known = lambda v: v is not None and v == v  # None or NaN: not recorded
+    if not known(row.get("mem_parameters_mib")):
         return ""
+    mib = lambda v: f"{v:g}" if known(v) else "n/a"
     parts = " + ".join(
-        f"{name.removeprefix('mem_').removesuffix('_mib')} {row[name]:g}" for name in MEMORY_COLUMNS[:-2]
+        f"{name.removeprefix('mem_').removesuffix('_mib')} {mib(row.get(name))}" for name in MEMORY_COLUMNS[:-2]
     )
     cuda = row.get("cuda_max_allocated_mib")
-    on_cuda = "n/a (not CUDA)" if cuda is None or cuda != cuda else f"{cuda:g}"
-    return f"memory per rank (MiB, largest rank): peak {peak:g} = {parts}; CUDA max allocated {on_cuda}"
+    on_cuda = f"{cuda:g}" if known(cuda) else "n/a (not CUDA)"
+    peak = mib(row.get("mem_peak_mib"))
+    return f"memory per rank (MiB, largest rank): peak {peak} = {parts}; CUDA max allocated {on_cuda}"
 
 
 def notes(result: Analysis) -> list[str]:

@@ -23,7 +23,8 @@ full-parameter buffers (sharded strategies), the wrapper's communication buffers
 (what forward saved for backward, counted in the first step), from the wrappers' own accounting
 (memory_parts) after the last step; mem_peak_mib is their sum, and on CUDA cuda_max_allocated_mib is
 torch.cuda.max_memory_allocated beside it. The CSV/JSON columns are the rank with the largest peak's;
-the table adds one row per rank, and JSON `memory_per_rank`.
+the table adds one row per rank, and JSON `memory_per_rank`. A part that cannot be counted (torch_fsdp's
+gathered buffers on a torch whose FSDP2 hides them) and so the peak are n/a in the table, null in JSON.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ import torch
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
-from ddp.strategies.memory import MIB, MemoryParts
+from ddp.strategies.memory import MemoryParts, mib
 from ddp.training.config import RunConfig
 from ddp.training.loop import TrainResult, run_training
 from ddp.training.models import MODEL_SIZES, largest_model_that_fits
@@ -187,31 +188,34 @@ def to_records(results: list[TrainResult]) -> list[dict]:
 
 def largest_rank(result: TrainResult) -> int:
     """The rank with the largest accounted peak, the first on a tie."""
-    peaks = [m["peak"] for m in result.memory]
+    # a peak that is unknown (a part n/a: ddp.strategies.fsdp2_gathered) ranks by the parts that are known
+    peaks = [m["peak"] if m["peak"] is not None else sum(m[k] or 0 for k in PART_NAMES) for m in result.memory]
     return peaks.index(max(peaks))
 
 
 def memory_columns(result: TrainResult, rank: int) -> dict[str, Any]:
-    """One rank's memory parts and accounted peak in MiB, and CUDA's max_memory_allocated (None off CUDA)."""
+    """One rank's memory parts and accounted peak in MiB, and CUDA's max_memory_allocated (None off CUDA;
+    a part that could not be counted and the peak then None too)."""
     figures = result.memory[rank]
-    cuda = figures["cuda_max_allocated"]
-    return {
-        **{f"mem_{k}_mib": round(figures[k] / MIB, 3) for k in (*PART_NAMES, "peak")},
-        "cuda_max_allocated_mib": None if cuda is None else round(cuda / MIB, 3),
+    return {f"mem_{k}_mib": mib(figures[k]) for k in (*PART_NAMES, "peak")} | {
+        "cuda_max_allocated_mib": mib(figures["cuda_max_allocated"])
     }
 
 
+def table_row(record: dict) -> dict:
+    """A record as the table shows it: an accounted peak that could not be counted reads n/a."""
+    return record | {"mem_peak_mib": "n/a"} if record["mem_peak_mib"] is None else record
+
+
 def memory_records(records: list[dict]) -> list[dict]:
-    """One row per run and rank: the memory table (CUDA's figure n/a off CUDA)."""
+    """One row per run and rank: the memory table (n/a for what is unknown: CUDA's figure off CUDA, a part
+    that could not be counted and so the peak)."""
     return [
         {
             "implementation": r["implementation"],
             "shard_optimizer": r["shard_optimizer"],
             "rank": rank,
-            **per_rank,
-            "cuda_max_allocated_mib": "n/a"
-            if per_rank["cuda_max_allocated_mib"] is None
-            else per_rank["cuda_max_allocated_mib"],
+            **{column: "n/a" if value is None else value for column, value in per_rank.items()},
         }
         for r in records
         for rank, per_rank in enumerate(r["memory_per_rank"])
@@ -294,7 +298,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         columns = [c for c in columns if c not in MEMORY_COLUMNS or c == "mem_peak_mib"]
     if len(args.collective) > 1:
         columns = [*columns, "collective"]
-    print(cli.format_records(records, args.format, columns))  # first: a failing --csv loses nothing
+    shown = [table_row(r) for r in records] if args.format == "table" else records
+    print(cli.format_records(shown, args.format, columns))  # first: a failing --csv loses nothing
     if args.format == "table":
         print(summary_line(records))
         print("\nmemory per rank (MiB; peak = the sum of the parts: docs/memory.md):")

@@ -111,3 +111,17 @@ def test_one_line_per_block_and_exit_1_on_a_difference(check_docs, tmp_path, cap
     assert "input not here: a.sqlite" in lines[0] and "quoted `b 3`, printed `b 2`" in lines[4]
     assert "not an analysis command" in lines[-1]  # `$ echo` unmarked: only analysis commands run unasked
     assert code == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data is absent")
+def test_the_pages_quote_what_their_commands_print_now():
+    """The real tree: every checked block of README.md and docs/ matches its command's output today."""
+    import subprocess
+
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "check_docs.py")], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
+    lines = done.stdout.splitlines()
+    assert done.returncode == 0, "\n".join(line for line in lines if line.startswith("DIFF")) or done.stderr
+    assert sum(line.startswith("OK") for line in lines) >= 8, done.stdout

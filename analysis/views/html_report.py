@@ -178,6 +178,7 @@ MEMORY_RUN_COLUMNS = {
     MEMORY_PARTS_CELL: "its parts MiB",
     "cuda_max_allocated_mib": "CUDA max allocated MiB",
 }
+MEMORY_RECORDED = "mem_parameters_mib"  # every run that recorded memory knows its parameters' bytes
 MEMORY_PARTS = {  # summary column -> its name in the parts cell, one part a line (keeps the table narrow)
     "mem_parameters_mib": "params",
     "mem_gradients_mib": "grads",
@@ -197,7 +198,7 @@ def runs_html(summary: pd.DataFrame) -> str:
         builds = summary["nccl_build"] if "nccl_build" in summary else [None] * len(summary)
         nccl = [nccl_label(a, b) for a, b in zip(summary["nccl"], builds, strict=True)]  # one per run
         summary = summary.assign(nccl=pd.Series(nccl, index=summary.index, dtype=object))
-    has_memory = "mem_peak_mib" in summary and summary["mem_peak_mib"].notna().any()
+    has_memory = MEMORY_RECORDED in summary and summary[MEMORY_RECORDED].notna().any()
     # a fact no trace has (a CPU run's GPU, driver, CUDA, NCCL) is left out rather than shown as a column of dashes
     columns = [c for c in RUN_COLUMNS if c in summary and (c in ("label", "step_ms") or summary[c].notna().any())]
     after = columns.index("step_ms") + 1 if "step_ms" in columns else 1
@@ -230,15 +231,19 @@ def _known(value: object) -> bool:
 
 
 def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object]) -> str:
+    # memory recorded, a figure missing: CUDA's off CUDA (no allocator to ask), a part the strategy could not
+    # count (torch_fsdp's gathered buffers on some torch) and so the peak
+    recorded = _known(rec.get(MEMORY_RECORDED))
+    shown = lambda c, f: "n/a" if recorded and not _known(rec.get(c)) else _cell(whole(rec.get(c)), f)
     if column == MEMORY_PARTS_CELL:
-        lines = "<br>".join(f"{name} {_cell(rec.get(c), '{:g}')}" for c, name in MEMORY_PARTS.items())
+        lines = "<br>".join(f"{name} {shown(c, '{:g}')}" for c, name in MEMORY_PARTS.items())
         return f'<span style="white-space:nowrap">{lines}</span>'  # a part's name and figure on one line
     if column == "nccl" and isinstance(rec.get(column), str):  # the version, then what torch was built with
         version, _, beside = rec[column].partition(" ")
         small = f'<br><span style="white-space:nowrap;font-size:smaller">{html.escape(beside)}</span>'
         return html.escape(version) + (small if beside else "")
-    if column == "cuda_max_allocated_mib" and _known(rec.get("mem_peak_mib")) and not _known(rec.get(column)):
-        return "n/a"  # memory recorded, but not on CUDA: no CUDA allocator to ask
+    if column in MEMORY_RUN_COLUMNS:
+        return shown(column, fmt)
     return _cell(whole(rec.get(column)), fmt)
 
 

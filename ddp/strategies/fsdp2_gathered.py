@@ -1,5 +1,6 @@
 """The gathered memory of `torch_fsdp` (ddp.strategies.torch_fsdp): what PyTorch's FSDP2 holds of full
-parameters, counted from its own objects (torch 2.13's `torch.distributed.fsdp._fully_shard`).
+parameters, counted from its own objects (`torch.distributed.fsdp._fully_shard`, private: `fsdp_params_of` finds
+them on every torch the project supports, and says None where it cannot, so that the figure reads "n/a").
 
 FSDP2 gathers a unit in two kinds of tensors:
 - the *all-gather output*, one flat buffer per unit and all-gather (every rank's padded shards end to end, in
@@ -15,6 +16,12 @@ FSDP2 gathers a unit in two kinds of tensors:
 by their storages' sizes after each `alloc_all_gather_outputs()` and `free_unsharded_param()` (wrapped on each
 FSDPParam instance), and keeps the most bytes alive at once. Gathered memory only grows at those two points
 (a flat buffer allocated, a parameter's copy allocated), so the high-water mark is exact for these tensors.
+
+FSDP2 keeps its parameters in private state that moved between releases: each `fully_shard` module's
+`FSDPState` holds one `_fsdp_param_group` (torch 2.9 to 2.12) or a list `_fsdp_param_groups` (2.13 on, where
+the singular is a property that fails on a grouped `fully_shard([a, b])`); each group's `fsdp_params` are the
+FSDPParam objects. No public API exposes them. Where a future torch moves them again, `fsdp_params_of` returns
+None and `GatheredMemory.peak` is None: the gathered part (and the accounted peak) read "n/a", training goes on.
 """
 
 from __future__ import annotations
@@ -30,16 +37,22 @@ from ddp.strategies.base import nbytes
 
 class GatheredMemory:
     """Bytes of FSDP2's all-gather outputs and unsharded parameter copies alive now (`live`), the most alive
-    at once so far (`peak`)."""
+    at once so far (`peak`); `peak` is None when the FSDPParam objects could not be found (`fsdp_params` None)."""
 
-    def __init__(self, fsdp_params: Iterable[Any]):
+    def __init__(self, fsdp_params: Iterable[Any] | None):
         self.flat = 0  # all-gather outputs alive
         self.unsharded = 0  # unsharded parameter copies alive
-        self.peak = 0
+        self.known = fsdp_params is not None  # without the FSDPParams the copies go uncounted: no figure
+        self._peak = 0
         self._counted: dict[int, int] = {}  # id(FSDPParam) -> bytes of its copies counted in `unsharded`
-        for fsdp_param in fsdp_params:
+        for fsdp_param in fsdp_params or ():
             fsdp_param.alloc_all_gather_outputs = self._recount_after(fsdp_param, fsdp_param.alloc_all_gather_outputs)
             fsdp_param.free_unsharded_param = self._recount_after(fsdp_param, fsdp_param.free_unsharded_param)
+
+    @property
+    def peak(self) -> int | None:
+        """The most bytes alive at once so far; None when the unsharded copies could not be counted."""
+        return self._peak if self.known else None
 
     @property
     def live(self) -> int:
@@ -68,14 +81,40 @@ class GatheredMemory:
         return recount
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, self.live)
+        self._peak = max(self._peak, self.live)
 
 
-def fsdp_params_of(modules: Iterable[torch.nn.Module]) -> list[Any]:
-    """The FSDPParam objects of the modules `fully_shard` was applied to (each module's param groups)."""
-    return [
-        fsdp_param
-        for module in modules
-        for group in module._get_fsdp_state()._fsdp_param_groups  # type: ignore[operator]
-        for fsdp_param in group.fsdp_params
-    ]
+# What GatheredMemory wraps and reads on each FSDPParam (the same from torch 2.9 to 2.14).
+FSDP_PARAM_API = ("alloc_all_gather_outputs", "free_unsharded_param", "all_gather_outputs")
+
+
+def param_groups(state: Any) -> list[Any] | None:
+    """The FSDPParamGroups of one FSDPState: `_fsdp_param_groups` (torch >= 2.13), else the one
+    `_fsdp_param_group` (2.9 to 2.12; None when the module had no parameters of its own); None when neither
+    attribute exists."""
+    groups = getattr(state, "_fsdp_param_groups", None)
+    if groups is not None:
+        return list(groups)
+    if not hasattr(state, "_fsdp_param_group"):
+        return None
+    group = state._fsdp_param_group
+    return [] if group is None else [group]
+
+
+def fsdp_params_of(modules: Iterable[torch.nn.Module]) -> list[Any] | None:
+    """The FSDPParam objects of the modules `fully_shard` was applied to (each module's param groups), or None
+    when this torch keeps them where `param_groups` does not look (then gathered memory is not counted)."""
+    found = []
+    for module in modules:
+        get_state = getattr(module, "_get_fsdp_state", None)
+        groups = param_groups(get_state()) if callable(get_state) else None
+        if groups is None:
+            return None
+        for group in groups:
+            fsdp_params = getattr(group, "fsdp_params", None)
+            if fsdp_params is None:
+                return None
+            found.extend(fsdp_params)
+    if not all(hasattr(p, name) for p in found for name in FSDP_PARAM_API):
+        return None
+    return found

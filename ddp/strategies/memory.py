@@ -28,24 +28,34 @@ class MemoryParts:
     parameters: int = 0  # the parameters this rank stores (a shard under FSDP) and module buffers
     gradients: int = 0  # .grad tensors as the optimizer sees them
     optimizer_state: int = 0  # tensors in the optimizer's state (this rank's share when sharded)
-    gathered: int = 0  # full-parameter buffers of a sharded strategy, the most live at once
+    # full-parameter buffers of a sharded strategy, the most live at once; None where they cannot be counted
+    # (torch_fsdp on a torch whose FSDP2 keeps its parameters elsewhere: ddp.strategies.fsdp2_gathered)
+    gathered: int | None = 0
     comm_buffers: int = 0  # the wrapper's own communication buffers (flat buffers, buckets, flags)
     activations: int = 0  # tensors forward saved for backward (parameters and gradients excepted)
 
     @property
-    def peak(self) -> int:
-        """The accounted peak: the sum of the parts. The true peak of these tensors is at most this: all
-        parts coexist but activations and gradients, which only partly do (backward frees the one while
-        it makes the other; zero_grad(set_to_none) drops the gradients before forward)."""
-        return sum(asdict(self).values())
+    def peak(self) -> int | None:
+        """The accounted peak: the sum of the parts (None when a part is unknown). The true peak of these
+        tensors is at most this: all parts coexist but activations and gradients, which only partly do
+        (backward frees the one while it makes the other; zero_grad(set_to_none) drops the gradients before
+        forward)."""
+        parts = asdict(self).values()
+        return None if None in parts else sum(parts)
 
-    def as_bytes(self) -> dict[str, int]:
-        """The parts and `peak`, in bytes (what ddp.meta records under `memory`: contract.MEMORY_PARTS)."""
+    def as_bytes(self) -> dict[str, int | None]:
+        """The parts and `peak`, in bytes, None where unknown (what ddp.meta records under `memory`:
+        contract.MEMORY_PARTS)."""
         return {**asdict(self), MEMORY_PEAK: self.peak}
 
-    def as_mib(self) -> dict[str, float]:
-        """The parts and `peak`, in MiB (3 decimals)."""
-        return {k: round(v / MIB, 3) for k, v in self.as_bytes().items()}
+    def as_mib(self) -> dict[str, float | None]:
+        """The parts and `peak`, in MiB (3 decimals), None where unknown."""
+        return {k: mib(v) for k, v in self.as_bytes().items()}
+
+
+def mib(size: int | None) -> float | None:
+    """Bytes in MiB (3 decimals); None stays None (a part that could not be counted)."""
+    return None if size is None else round(size / MIB, 3)
 
 
 assert tuple(f.name for f in fields(MemoryParts)) == MEMORY_PARTS, "the contract names the parts ddp.meta records"

@@ -22,9 +22,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
-from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter  # custom comms: not re-exported
 from torch.distributed.tensor import DTensor
+
+try:  # FSDP2 with its custom-comm hooks (torch >= 2.9; AllGather/ReduceScatter are not re-exported)
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+
+    FSDP2_MISSING = ""
+except ImportError:  # an older torch: the other strategies still import, torch_fsdp refuses in one line
+    AllGather = ReduceScatter = FSDPModule = object  # type: ignore[misc,assignment]
+    FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
 
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
 from ddp.comm import inflight, nvtx_ranges
@@ -208,7 +215,10 @@ class TimedReduceScatter(ReduceScatter):
 def check_fsdp2_settings(prefetch: int | None, separate_reduce_scatter: bool) -> None:
     """ValueError for what FSDP2's public API cannot do: gather on demand (prefetch 1: FSDP2 always lets the
     next unit's all-gather run ahead, implicitly when its explicit lists are empty), or a separate
-    reduce-scatter group on a torch without `FSDPModule.set_separate_reduce_scatter_group`."""
+    reduce-scatter group on a torch without `FSDPModule.set_separate_reduce_scatter_group`; and anything on a
+    torch without FSDP2's custom collectives (before 2.9)."""
+    if FSDP2_MISSING:
+        raise ValueError(FSDP2_MISSING)
     if prefetch is not None and (isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1):
         raise ValueError(f"prefetch={prefetch!r}: must be a positive integer")
     if prefetch == 1:

@@ -23,3 +23,7 @@ def test_the_overlap_cli_says_the_memory_in_one_line():
     )
     assert memory_line({**row, "cuda_max_allocated_mib": 120.5}).endswith("CUDA max allocated 120.5")
     assert memory_line({"mem_peak_mib": None}) == ""
+    # torch_fsdp where FSDP2 hides its parameters: gathered not counted, so no accounted peak
+    unknown = memory_line({**row, "mem_gathered_mib": None, "mem_peak_mib": float("nan")})
+    assert unknown.startswith("memory per rank (MiB, largest rank): peak n/a = parameters 11.799 + ")
+    assert "+ gathered n/a + comm_buffers 0.001 +" in unknown

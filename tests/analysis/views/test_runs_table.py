@@ -63,3 +63,24 @@ def test_traces_without_memory_show_no_memory_columns_and_facts_no_trace_has_are
     head, rows = _cells(runs_html(summary.assign(driver=[None, "580.1"])))
     assert head == ["implementation", "step ms", "driver", "backend", "world size"]  # no GPU column: no trace has one
     assert rows[0] == ["overlap", "12.35", "-", "gloo", "2"]
+
+
+def test_a_part_that_could_not_be_counted_and_so_the_peak_read_na_beside_the_recorded_ones():
+    # torch_fsdp on a torch whose FSDP2 hides its gathered buffers records gathered and peak as null
+    memory = {
+        "mem_parameters_mib": [11.8, 5.9],
+        "mem_gradients_mib": [11.768, 5.884],
+        "mem_optimizer_state_mib": [23.536, 11.768],
+        "mem_gathered_mib": [0.0, None],
+        "mem_comm_buffers_mib": [0.001, 0.0],
+        "mem_activations_mib": [67.637, 67.637],
+        "mem_peak_mib": [114.742, None],
+        "cuda_max_allocated_mib": [None, None],
+    }
+    head, rows = _cells(runs_html(_summary(**memory)))
+    by_column = [dict(zip(head, row, strict=True)) for row in rows]
+    assert [r["memory peak MiB/rank"] for r in by_column] == ["114.742", "n/a"]
+    assert by_column[1]["its parts MiB"] == (
+        "params 5.9 | grads 5.884 | optimizer 11.768 | gathered n/a | comm buffers 0 | activations 67.637"
+    )
+    assert by_column[0]["its parts MiB"].startswith("params 11.8 | grads 11.768 | optimizer 23.536 | gathered 0 |")

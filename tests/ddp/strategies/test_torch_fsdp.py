@@ -7,12 +7,16 @@ from __future__ import annotations
 import pytest
 import torch
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from ddp import TorchFSDP
 from ddp.launch.launcher import launch
 from ddp.strategies.torch_fsdp import ROOT_UNIT, padded_numel, set_prefetch_lists, unit_modules
 from tests.ddp import cases
 from tests.ddp.strategies import torch_fsdp_cases
+
+# FSDP2's separate reduce-scatter group is new in torch 2.13 (torch_fsdp refuses it before: test_sharding_settings)
+SEPARATE_RS = hasattr(FSDPModule, "set_separate_reduce_scatter_group")
 
 MODELS = ["toy", "tied", "frozen", "unused", "buffered", "reordered"]
 
@@ -91,7 +95,7 @@ def test_what_fsdp2_cannot_do_is_refused_before_any_collective():
 # ---- 2 gloo ranks ---------------------------------------------------------------------------------
 @pytest.mark.slow  # spawns 2 ranks
 def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identically_to_torch_ddp():
-    settings = [{"prefetch": 2}, {"prefetch": 3}, {"separate_reduce_scatter": True, "prefetch": 3}]
+    settings = [{"prefetch": 2}, {"prefetch": 3}, *([{"separate_reduce_scatter": True, "prefetch": 3}] * SEPARATE_RS)]
     runs = [
         {"impl": impl, "model": model, "optimizer": "adamw", "steps": 3, "batch_size": 8, "kwargs": kwargs}
         for model in ("toy", "reordered")
@@ -107,8 +111,9 @@ def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identicall
 
 @pytest.fixture(scope="module")
 def group_runs() -> list[dict]:
-    """toy under torch_fsdp with FSDP2's defaults, with separate reduce-scatters, with prefetch 3 (2 ranks)."""
-    runs = [{}, {"separate_reduce_scatter": True}, {"prefetch": 3}]
+    """toy under torch_fsdp with FSDP2's defaults, with separate reduce-scatters (where this torch has them), with
+    prefetch 3 (2 ranks)."""
+    runs = [{}, {"separate_reduce_scatter": SEPARATE_RS}, {"prefetch": 3}]
     return launch(torch_fsdp_cases.groups_worker, 2, runs, timeout_s=240)
 
 
@@ -120,6 +125,7 @@ def test_prefetch_3_has_the_next_two_units_gathered_when_a_unit_starts(group_run
 
 
 @pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.skipif(not SEPARATE_RS, reason=f"FSDP2 of torch {torch.__version__} has no separate reduce-scatter group")
 def test_separate_reduce_scatter_sends_every_reduce_scatter_through_a_group_of_its_own(group_runs):
     shared, separate, _ = group_runs
     units = len(unit_modules(cases.build("toy", 0), (nn.Linear, nn.Embedding)))  # toy's root holds no parameter

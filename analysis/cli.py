@@ -16,7 +16,8 @@ from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.engine.session import OpenRuns, RunResult
+    from analysis.engine.loaded import RunResult
+    from analysis.engine.session import OpenRuns
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 TRACE_HELP = (

@@ -29,7 +29,7 @@ from analysis.views.lanes import Selection
 from analysis.views.report_files import SUMMARY_COLUMNS, check_out_dir, check_replaces, record_history, remove_stale
 
 if TYPE_CHECKING:
-    from analysis.engine.session import OpenRuns
+    from analysis.engine.loaded import LoadedRuns
 
 IMAGES = "img"  # the report folder's image subfolder
 TIMELINE_PX = 1600  # image width of the timeline pages (the index's figures: export.DEFAULT_WIDTH_PX)
@@ -60,7 +60,7 @@ class ReportResult:
 
 
 class RunsFailed(TraceError):
-    """Some runs could not be analysed; `results`: every session.RunResult, the failed ones carrying
+    """Some runs could not be analysed; `results`: every loaded.RunResult, the failed ones carrying
     their one-line error (cli.report_failures prints them as the CLIs do)."""
 
     def __init__(self, results: Sequence):
@@ -79,13 +79,13 @@ def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
     return names
 
 
-def check_report_folder(runs: OpenRuns, out: Path, timelines: bool = True, self_contained: bool = False) -> None:
+def check_report_folder(runs: LoadedRuns, out: Path, timelines: bool = True, self_contained: bool = False) -> None:
     """Refuse `out` when it is a file or holds pages, a summary.csv, a results.db or a plotly.js of
     the report's names that this tool did not write (report_files.check_out_dir); reads no trace."""
     check_out_dir(out, _pages(runs, timelines), self_contained)
 
 
-def _pages(runs: OpenRuns, timelines: bool) -> list[str]:
+def _pages(runs: LoadedRuns, timelines: bool) -> list[str]:
     """The report's pages besides index.html."""
     if not timelines:
         return []
@@ -102,7 +102,7 @@ def _check_options(peak_busbw: float | None, images: Sequence[str]) -> None:
 
 
 def write_report(
-    runs: OpenRuns,
+    runs: LoadedRuns,
     out: Path,
     *,
     step: int | None = None,
@@ -177,7 +177,7 @@ def write_report(
 
 def write_timelines(
     out: Path,
-    runs: OpenRuns,
+    runs: LoadedRuns,
     results: list[AnalyzedTrace],
     summary: pd.DataFrame,
     selection: Selection,
@@ -224,7 +224,7 @@ def write_timelines(
 
 
 def collectives_blocks(
-    runs: OpenRuns,
+    runs: LoadedRuns,
     results: list[AnalyzedTrace],
     summary: pd.DataFrame,
     peak_busbw: float | None,

@@ -31,7 +31,7 @@ import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace, concat_analyses, selected
 from analysis.engine.collectives_view import CollectivesView, trace_call_rows, view_of_rows
-from analysis.engine.file_task import FileResult
+from analysis.engine.loaded import RunResult
 from analysis.engine.parallel import Progress
 from analysis.engine.rank_merge import across_ranks
 from analysis.engine.runs import RunFiles, find_runs, load_trace, shown_files
@@ -47,20 +47,6 @@ from analysis.views.lanes import Selection
 if TYPE_CHECKING:
     from analysis.engine.compare import Comparison
     from analysis.engine.report_folder import ReportResult
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One run's analysis: the run, its Analysis, its per-step view across ranks, and (per-file
-    path) the files' results; `error`: the one-line error when it failed (then analysis is None)."""
-
-    run: RunFiles
-    analysis: Analysis | None
-    across_ranks: pd.DataFrame
-    files: tuple[FileResult, ...] = ()
-    error: str | None = None
-    failed: tuple[Path, ...] = ()
-    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
 
 
 def _across_ranks_of(trace: Trace, steps: pd.DataFrame, patterns: Patterns) -> pd.DataFrame:

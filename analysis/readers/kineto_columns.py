@@ -1,4 +1,4 @@
-"""Kineto events (decoded structs, kineto_json.py) to numpy columns by family: GPU work, runtime launches,
+"""Kineto events (decoded structs, kineto_events.py) to numpy columns by family: GPU work, runtime launches,
 ranges, autograd ops, collective calls. C-level passes over the events (attrgetter, itemgetter), no
 Python code per event.
 """
@@ -19,8 +19,8 @@ from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
 from analysis.readers.kineto_comms import kernel_bytes
 from contract import ASYNC_KIND
 
-if TYPE_CHECKING:  # kineto_json imports this module
-    from analysis.readers.kineto_json import _Fields
+if TYPE_CHECKING:
+    from analysis.readers.kineto_events import Fields
 
 GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
 
@@ -58,7 +58,7 @@ def _exact_ns(us: list) -> np.ndarray:
     return np.fromiter(scaled, dtype=np.int64, count=len(us))
 
 
-def _ns_field(events: Sequence[_Fields], name: str) -> np.ndarray:
+def _ns_field(events: Sequence[Fields], name: str) -> np.ndarray:
     """A time field in int64 ns; events decoded exactly (Decimal fields) keep every digit."""
     values = field_values(events, name)
     if values and isinstance(values[0], Decimal):
@@ -66,11 +66,11 @@ def _ns_field(events: Sequence[_Fields], name: str) -> np.ndarray:
     return _ns(np.array(values, dtype=np.float64))
 
 
-def field_values(events: Sequence[_Fields], name: str) -> list:
+def field_values(events: Sequence[Fields], name: str) -> list:
     return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
 
 
-def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.ndarray:
+def _int_field(events: Sequence[Fields], name: str, default: int = -1) -> np.ndarray:
     """An integer field; values that are not integers (Chrome's named pids, "Spans") become default."""
     try:
         return np.fromiter(map(attrgetter(name), events), dtype=np.int64, count=len(events))
@@ -78,18 +78,18 @@ def _int_field(events: Sequence[_Fields], name: str, default: int = -1) -> np.nd
         return np.array([v if isinstance(v, int) else default for v in field_values(events, name)], dtype=np.int64)
 
 
-def _or_field(values: np.ndarray, events: Sequence[_Fields], name: str) -> np.ndarray:
+def _or_field(values: np.ndarray, events: Sequence[Fields], name: str) -> np.ndarray:
     """values, with the events' `name` field where a value is missing (-1); that field is read only then."""
     missing = values < 0
     return np.where(missing, _int_field(events, name), values) if missing.any() else values
 
 
-def _times(events: Sequence[_Fields]) -> tuple[np.ndarray, np.ndarray]:
+def _times(events: Sequence[Fields]) -> tuple[np.ndarray, np.ndarray]:
     start = _ns_field(events, "ts")
     return start, start + np.maximum(_ns_field(events, "dur"), 0)
 
 
-def take(events: Sequence[_Fields], rows: np.ndarray) -> list:
+def take(events: Sequence[Fields], rows: np.ndarray) -> list:
     """events[rows] for an index array, in one C-level call."""
     if rows.size == 0:
         return []

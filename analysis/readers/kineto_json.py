@@ -1,7 +1,7 @@
 """Parse one Kineto trace (torch.profiler Chrome-trace JSON, `.json` or `.json.gz`) into columns.
 
 JSON parsing is the whole cost of reading these files, so msgspec decodes straight into small typed
-structs: complete (`ph: "X"`) events keep only the fields the analysis reads, every other phase
+structs (kineto_events.py): complete (`ph: "X"`) events keep only the fields the analysis reads, every other phase
 (flows, metadata, instants, counters) decodes to an empty struct, and unknown keys are skipped
 without building Python objects. To bound memory, the event list is decoded in batches of about
 16 MB of text, each turned into numpy columns and dropped before the next; the batches are cut
@@ -30,7 +30,6 @@ its times as decimals (`ExactComplete`).
 from __future__ import annotations
 
 import contextlib
-import functools
 import gzip
 import mmap
 import operator
@@ -39,7 +38,6 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from decimal import Decimal
 from itertools import repeat
 from operator import is_
 from pathlib import Path
@@ -50,59 +48,9 @@ import numpy as np
 
 from analysis.errors import TraceError
 from analysis.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
-from contract import ASYNC_KIND_KEY, META_KEY, PAYLOAD_KEY
-
-GZIP_MAGIC = b"\x1f\x8b"
-
-
-class Args(msgspec.Struct, gc=False):
-    """The `args` keys read; the rest are skipped while decoding."""
-
-    correlation: int = -1
-    device: int = -1
-    stream: int = -1
-    kind: str = msgspec.field(name=ASYNC_KIND_KEY, default="")  # ASYNC_KIND: an async range of our runner
-    collective: Any = msgspec.field(name="Collective name", default=None)
-    in_nelems: Any = msgspec.field(name="In msg nelems", default=None)
-    out_nelems: Any = msgspec.field(name="Out msg nelems", default=None)
-    dtype: Any = None
-    group_size: Any = msgspec.field(name="Group size", default=None)
-    pg_name: Any = msgspec.field(name="Process Group Name", default=None)
-    pg_desc: Any = msgspec.field(name="Process Group Description", default=None)
-    payload: Any = msgspec.field(name=PAYLOAD_KEY, default=-1)  # our recorder's range payload (a comm call's bytes)
-
-
-class _Fields(msgspec.Struct, gc=False):
-    cat: str = ""
-    name: str = ""
-    pid: int | str = -1
-    tid: int | str = -1
-    ts: float = 0.0
-    dur: float = 0.0
-    args: Args = msgspec.field(default_factory=Args)
-
-
-class Complete(_Fields, gc=False, tag="X", tag_field="ph"):
-    """A complete event ("ph": "X"): everything this analysis reads is one."""
-
-
-class ExactComplete(_Fields, gc=False, tag="X", tag_field="ph"):
-    """A complete event with its times as written (decimals): for timestamps too large for float64 ns."""
-
-    ts: Decimal = Decimal(0)  # type: ignore[assignment]
-    dur: Decimal = Decimal(0)  # type: ignore[assignment]
-
-
-class AnyPhase(_Fields, gc=False):
-    """The lenient form: any phase, as a plain field."""
-
-    ph: str = ""
-
-
-# Every other phase of the Chrome trace event format: nothing of them is kept.
-_SKIPPED = tuple(
-    msgspec.defstruct(f"Skip_{ord(c)}", [], tag=c, tag_field="ph", gc=False) for c in "BEiICbnestfPONDMRcpvV()"
-)
+from analysis.readers.kineto_events import EXACT, FAST, LENIENT, Complete, ExactComplete
+from analysis.readers.sniff import GZIP_MAGIC
+from contract import META_KEY
 
 
 class _Top(msgspec.Struct, kw_only=True):
@@ -120,11 +68,6 @@ class RawFile(_Top):
 
 BATCH_BYTES = 16 * 2**20  # event text decoded at a time
 _CUT = re.compile(rb"\}\s*,\s*\{")
-# Complete | Skip_66 | ...: built at run time from the phases, so typed Any (no static type names it)
-_FAST_EVENT: Any = functools.reduce(operator.or_, _SKIPPED, Complete)
-_FAST = msgspec.json.Decoder(list[_FAST_EVENT])
-_EXACT = msgspec.json.Decoder(list[functools.reduce(operator.or_, _SKIPPED, ExactComplete)])  # type: ignore[misc]
-_LENIENT = msgspec.json.Decoder(list[AnyPhase])
 
 
 @dataclass
@@ -143,18 +86,6 @@ class KinetoFile:
     autograd: dict  # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)
     comms: list  # (pid, tid, start, end, Args) of record_param_comms ops
     host_pids: np.ndarray
-
-
-def is_kineto(path: Path) -> bool:
-    """True when the file looks like JSON (gzipped or not): the first non-blank byte is `{` or `[`."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(4096)
-            if head[:2] == GZIP_MAGIC:
-                return True
-    except OSError:
-        return False  # the nsys reader reports a missing or unreadable path
-    return head.lstrip()[:1] in (b"{", b"[")
 
 
 MMAP_BYTES = 1 << 20  # plain JSON files from this size on are mapped, not read
@@ -260,14 +191,14 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, first: int, last: int) -
 def _complete_events(path: Path, batch: bytes) -> list:
     """The complete events of a batch of events, decoded."""
     try:
-        complete = _of_type(_FAST.decode(batch), Complete)
+        complete = _of_type(FAST.decode(batch), Complete)
         if _beyond_float_ns(complete):
-            complete = _of_type(_EXACT.decode(batch), ExactComplete)
+            complete = _of_type(EXACT.decode(batch), ExactComplete)
         return complete
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message
     try:
-        events = _LENIENT.decode(batch)
+        events = LENIENT.decode(batch)
     except msgspec.ValidationError as e:
         raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (an event: {e})") from None
     return take(events, np.flatnonzero(np.array(field_values(events, "ph"), dtype=object) == "X"))

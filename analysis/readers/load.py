@@ -15,7 +15,7 @@ from pathlib import Path
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
-from analysis.readers.kineto_json import is_kineto
+from analysis.readers.sniff import Sniffed, sniff
 
 
 def read_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
@@ -25,20 +25,27 @@ def read_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
     if not files:
         raise TraceError("no trace path given")
     patterns = patterns or Patterns()
-    if one_format(files):  # torch.profiler JSON: its own reader, the same frames
+    sniffed = sniffed_alike(files)  # each file opened once here; the reader opens it once more, to read it
+    if sniffed[0].kineto:  # torch.profiler JSON: its own reader, the same frames
         from analysis.readers.kineto import load_kineto
 
         trace = load_kineto(files, patterns)
     else:
         from analysis.readers.nsys import load_nsys
 
-        trace = load_nsys(files, patterns)
+        trace = load_nsys(files, patterns, heads=[s.head for s in sniffed])
     return trace
+
+
+def sniffed_alike(files: list[Path]) -> list[Sniffed]:
+    """Each file's format (sniff.py), all the same: a mix of torch.profiler JSON and nsys exports is a TraceError."""
+    sniffed = [sniff(p) for p in files]
+    kineto = [s.kineto for s in sniffed]
+    if any(kineto) and not all(kineto):
+        raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")
+    return sniffed
 
 
 def one_format(files: list[Path]) -> bool:
     """Whether the files are torch.profiler JSON (else nsys exports); a mix of both is a TraceError."""
-    kineto = [is_kineto(p) for p in files]
-    if any(kineto) and not all(kineto):
-        raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")
-    return any(kineto)
+    return sniffed_alike(files)[0].kineto

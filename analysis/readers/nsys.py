@@ -16,6 +16,7 @@ marks; info from the export's target description (nsys_db.NsysExport.target_info
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -259,10 +260,12 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
 AUTOGRAD_THREAD = r"^pt_autograd_\d+$"  # PyTorch's autograd engine names its device threads so
 
 
-def _load_part(path: Path, part: int) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
+def _load_part(
+    path: Path, part: int, head: bytes | None = None
+) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
     """(gpu columns, nvtx frame, nsys version, clock offset, target info, autograd threads: part, pid,
-    tid) of one file; the file is closed after."""
-    ex = NsysExport(path)
+    tid) of one file (`head`: its first bytes, when sniffed); the file is closed after."""
+    ex = NsysExport(path, head)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
@@ -297,12 +300,15 @@ def _launches_by_thread(ops: pd.DataFrame, autograd_threads: pd.DataFrame) -> pd
     return frame.assign(autograd=known["autograd"].fillna(False).to_numpy(bool))
 
 
-def load_nsys(paths: list[Path], patterns: Patterns | None = None) -> Trace:
+def load_nsys(
+    paths: list[Path], patterns: Patterns | None = None, heads: Sequence[bytes | None] | None = None
+) -> Trace:
     """Load one export, or several one-rank exports of the same run; each part's times stay on its
     own clock, its session-start offset in info[part][CLOCK_OFFSET_KEY] (engine/clocks.py aligns them).
     Steps and phases PyTorch marks its own way are added as ranges (frames/phase_markers.py), where
     they came from in info[0][PHASES_KEY]."""
-    loaded = [_load_part(p, i) for i, p in enumerate(paths)]
+    heads = heads or [None] * len(paths)  # the files' first bytes, when load.read_trace sniffed them
+    loaded = [_load_part(p, i, h) for i, (p, h) in enumerate(zip(paths, heads, strict=True))]
     ops = ops_frame([part[0] for part in loaded])
     nvtx = nvtx_frame([part[1] for part in loaded])
     label = ", ".join(str(p) for p in paths)

@@ -50,8 +50,8 @@ def tid_of(global_tid: np.ndarray) -> np.ndarray:
 class NsysExport:
     """An open export: read-only connection, its tables and columns, string table, version and clock."""
 
-    def __init__(self, path: Path):
-        check_sqlite_file(path)
+    def __init__(self, path: Path, head: bytes | None = None):
+        check_sqlite_file(path, head)  # head: the first bytes, when the file was sniffed (readers/sniff.py)
         self.path = path
         self.conn = connect_readonly(path)
         self.tables = table_columns(self.conn)

@@ -28,9 +28,10 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_PROCESS_THREADS = 2048  # past this many threads in the process, no more connectorx reads (see above)
 
 
-def check_sqlite_file(path: Path) -> None:
+def check_sqlite_file(path: Path, head: bytes | None = None) -> None:
     """Raise TraceError unless `path` is an existing, non-empty file with an SQLite header; an Nsight
-    Systems report (.nsys-rep, .qdrep) gets the exact `nsys export` command to run."""
+    Systems report (.nsys-rep, .qdrep) gets the exact `nsys export` command to run. `head`: the file's
+    first bytes (at least 100) when the caller read them already (sniff.py), else they are read here."""
     if not path.exists():
         raise TraceError(f"{path}: no such file")
     if path.is_file() and is_report(path):
@@ -42,8 +43,9 @@ def check_sqlite_file(path: Path) -> None:
     size = path.stat().st_size
     if size == 0:
         raise TraceError(f"{path}: empty file (0 bytes), expected an nsys SQLite export")
-    with open(path, "rb") as f:
-        head = f.read(100)
+    if head is None or len(head) < min(size, 100):
+        with open(path, "rb") as f:
+            head = f.read(100)
     if not head.startswith(SQLITE_MAGIC):
         raise TraceError(f"{path}: not an SQLite file")
     page_size = int.from_bytes(head[16:18], "big") or 65536

@@ -16,7 +16,7 @@ from analysis.frames.patterns import Patterns
 from analysis.views import palette
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
 from analysis.views.lanes import Selection, representative_step
-from analysis.views.render_figure import Panel
+from analysis.views.panel import Panel
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -39,8 +39,8 @@ from analysis.views.lane_segments import (
     streams_of,
     strip_segments,
 )
+from analysis.views.panel import Panel
 from analysis.views.render_binning import merge_subpixel
-from analysis.views.render_figure import Panel
 from analysis.views.render_style import HIDDEN
 
 

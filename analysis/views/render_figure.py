@@ -9,14 +9,13 @@ and two buttons switch every panel between its step and its whole run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
 from analysis.views.figure_dicts import stacked_layout, trusted_figure
-from analysis.views.render_binning import check_segments, merge_subpixel
+from analysis.views.panel import Panel, panel_pixel_ns
+from analysis.views.render_binning import merge_subpixel
 from analysis.views.render_highlight import highlight_bands
 from analysis.views.render_hover import category_rows, hover_traces
 from analysis.views.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
@@ -32,36 +31,6 @@ LEGEND_RANK = {c: i for i, c in enumerate(CATEGORY_COLOURS)}  # the legend in th
 # clipped to the plot, so a label wider than its range would spill over its neighbours and the axis labels
 STEP_LABEL_CHAR_PX, STEP_LABEL_PAD_PX = 7, 24  # per character of the 11 px font, and the room either side
 HOVER_PX = 4  # hover labels are merged like the lines, at this many pixels: a mouse cannot pick finer
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One trace's picture: segments on lanes, overlap periods, and the time origin (all ns)."""
-
-    title: str
-    segments: pd.DataFrame  # render_binning.SEGMENT_COLUMNS, optionally count/busy
-    lanes: pd.DataFrame  # lane (0..n-1, top to bottom), label, rank
-    origin_ns: int
-    window_ns: tuple[int, int]
-    overlap: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "start", "end"]))
-    merged_pixel_ns: float | None = None  # the resolution the segments were already merged at, if any
-    overview: Panel | None = None  # the whole run on the same lanes and origin, shown by the "whole run" button
-    # Spans drawn as a band behind one rank's lanes (rank, start, end in ns): each step's backward pass.
-    highlight: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "start", "end"]))
-    highlight_name: str = "backward pass"
-
-    def __post_init__(self) -> None:
-        check_segments(self.segments)
-        for col in ("lane", "label", "rank"):
-            if col not in self.lanes.columns:
-                raise ValueError(f"panel {self.title!r}: lanes frame lacks column {col!r}")
-        if not self.window_ns[1] > self.window_ns[0]:
-            raise ValueError(f"panel {self.title!r}: empty window {self.window_ns!r}")
-
-
-def panel_pixel_ns(panel: Panel, width_px: int) -> float:
-    """Nanoseconds covered by one pixel when the panel's whole window spans `width_px`."""
-    return (panel.window_ns[1] - panel.window_ns[0]) / width_px
 
 
 def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]:

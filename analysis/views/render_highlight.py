@@ -8,7 +8,7 @@ from analysis.views.palette import BACKWARD_SPAN, PHASE_COLOURS
 from contract import BACKWARD
 
 if TYPE_CHECKING:
-    from analysis.views.render_figure import Panel
+    from analysis.views.panel import Panel
 
 MAX_BANDS = 400  # more highlight bands than this (a long run's steps x ranks) are not drawn at all
 BAND_COLOUR = PHASE_COLOURS[BACKWARD]

@@ -15,7 +15,8 @@ from analysis.frames.patterns import Patterns
 from analysis.views import palette
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
 from analysis.views.lanes import Selection, build_panel, representative_step
-from analysis.views.render_figure import Panel, build_figure
+from analysis.views.panel import Panel
+from analysis.views.render_figure import build_figure
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -3,6 +3,7 @@ imports only the stages before it (readers -> frames -> measures -> views; engin
 and the top-level packages import only those below them (contract <- ddp, analysis; profiling glues ddp)."""
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -102,19 +103,37 @@ def test_load_trace_classifies_communication(tmp_path):
     assert trace.gpu_ops["is_comm"].any() and not trace.gpu_ops["is_comm"].all()
 
 
-def runtime_imports(path: Path) -> set[str]:
+def runtime_imports(path: Path, typing_too: bool = False) -> set[str]:
     """The analysis modules a module imports at run time, deferred imports inside functions included
-    (TYPE_CHECKING-only imports aside): `from analysis.x import y` counts analysis.x.y when that is a
-    module, else analysis.x."""
+    (with typing_too, the imports under `if TYPE_CHECKING:` too): `from analysis.x import y` counts
+    analysis.x.y when that is a module, else analysis.x; relative imports count as the absolute ones."""
+    nodes = all_import_nodes(path) if typing_too else runtime_import_nodes(path)
+    package = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts[:-1])
     found = set()
-    for node in runtime_import_nodes(path):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("analysis"):
+    for node in nodes:
+        if isinstance(node, ast.ImportFrom):
+            module = _absolute(node, package)
+            if not module.startswith("analysis"):
+                continue
             for alias in node.names:
-                sub = f"{node.module}.{alias.name}"
-                found.add(sub if _module_path(sub) else node.module)
+                sub = f"{module}.{alias.name}"
+                found.add(sub if _module_path(sub) else module)
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.startswith("analysis")}
     return {m for m in found if _module_path(m)}
+
+
+def all_import_nodes(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement in the file, at any depth, under TYPE_CHECKING or not."""
+    return [n for n in ast.walk(ast.parse(path.read_text())) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _absolute(node: ast.ImportFrom, package: str) -> str:
+    """The absolute module name of `from X import ...` in `package` (`from .x` and `from ..x` resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")[: len(package.split(".")) - node.level + 1]
+    return ".".join([*base, node.module] if node.module else base)
 
 
 def _module_path(name: str) -> Path | None:
@@ -146,18 +165,20 @@ def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return cycles
 
 
-def package_graph() -> dict[str, set[str]]:
+def package_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at run time, deferred or for type checking only."""
     modules = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    for path in sorted(root.rglob("*.py")):
         name = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
-        modules[name.removesuffix(".__init__")] = runtime_imports(path)
+        modules[name.removesuffix(".__init__")] = runtime_imports(path, typing_too=True)
     modules.pop("analysis", None)  # the package's lazy names: it imports nothing at run time
     return {m: {d for d in deps if d != "analysis"} for m, deps in modules.items()}
 
 
 def test_no_module_of_the_package_imports_itself_back():
-    """No import cycle anywhere in analysis/, engine/ included, deferred imports counted too: a
-    module that needs a function-level import to avoid a cycle is in the wrong place."""
+    """No import cycle anywhere in analysis/, engine/ included, deferred imports and imports for type
+    checking only counted too: a module that needs a function-level import or an `if TYPE_CHECKING:`
+    to avoid a cycle is in the wrong place (the shared piece belongs a layer below both)."""
     assert import_cycles(package_graph()) == []
 
 
@@ -165,3 +186,29 @@ def test_the_cycle_check_sees_a_deferred_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert import_cycles(graph) == [["a", "b", "c", "a"]]
     assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_cycle_check_counts_deferred_typing_and_relative_imports(tmp_path, monkeypatch):
+    """A cycle closed by an import inside a function, one closed by a TYPE_CHECKING import and one closed
+    by a relative import are each found in a package laid out like analysis/."""
+    root = tmp_path / "analysis"
+    (root / "sub").mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    (root / "sub" / "__init__.py").write_text("")
+    (root / "sub" / "a.py").write_text("from analysis.sub import b\n")
+    (root / "sub" / "b.py").write_text("def f():\n    from analysis.sub.a import x\n")
+    (root / "sub" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from analysis.sub.d import D\n"
+    )
+    (root / "sub" / "d.py").write_text("from analysis.sub import c\n")
+    (root / "sub" / "e.py").write_text("from .f import g\n")
+    (root / "sub" / "f.py").write_text("from ..sub import e\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", root)
+    graph = package_graph(root)
+    assert graph["analysis.sub.b"] == {"analysis.sub.a"} and graph["analysis.sub.c"] == {"analysis.sub.d"}
+    assert graph["analysis.sub.e"] == {"analysis.sub.f"} and graph["analysis.sub.f"] == {"analysis.sub.e"}
+    assert sorted(map(tuple, import_cycles(graph))) == [
+        ("analysis.sub.a", "analysis.sub.b", "analysis.sub.a"),
+        ("analysis.sub.c", "analysis.sub.d", "analysis.sub.c"),
+        ("analysis.sub.e", "analysis.sub.f", "analysis.sub.e"),
+    ]

@@ -14,8 +14,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis.measures import intervals
 from analysis.views.html_page import page_html
+from analysis.views.panel import Panel
 from analysis.views.render_binning import _cummax_by_run, merge_subpixel
-from analysis.views.render_figure import Panel, build_figure, count_drawn_segments
+from analysis.views.render_figure import build_figure, count_drawn_segments
 from analysis.views.render_style import CATEGORY_COLOURS
 
 

@@ -21,6 +21,11 @@ from plotly.basedatatypes import BaseTraceType
 TEMPLATE = "plotly_white"
 
 
+def top_left_title(text: str) -> dict[str, Any]:
+    """A figure title at the top left of the page, above the legend and the plots (padded 12 px)."""
+    return {"text": text, "x": 0, "xanchor": "left", "y": 1, "yref": "container", "yanchor": "top", "pad": {"t": 12}}
+
+
 def template() -> go.layout.Template:
     """Plotly's registered TEMPLATE, the object itself (shared: not to be modified)."""
     return pio.templates[TEMPLATE]

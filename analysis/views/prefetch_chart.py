@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 
 from analysis.frames.trace import NS_PER_MS
 from analysis.views import palette
+from analysis.views.figure_dicts import top_left_title
 
 GATHER = palette.COLLECTIVE_COLOURS["all_gather"]
 STEP_CHART_UNITS = 40
@@ -65,15 +66,7 @@ def prefetch_figure(
             hovertemplate="%{y}: forward reached at %{x:.3f} ms<extra></extra>",
         )
     fig.update_layout(
-        title={
-            "text": f"{label}: forward all-gathers of step {step}, rank {rank}",
-            "x": 0,
-            "xanchor": "left",
-            "y": 1,
-            "yref": "container",
-            "yanchor": "top",
-            "pad": {"t": 12},
-        },
+        title=top_left_title(f"{label}: forward all-gathers of step {step}, rank {rank}"),
         barmode="overlay",
         template="plotly_white",  # as every other page
         xaxis_title="ms from the step's first all-gather issue",

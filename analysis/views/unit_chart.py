@@ -15,6 +15,7 @@ from plotly.subplots import make_subplots
 
 from analysis.measures.gather_cause import CAUSE_TEXT, CPU_LATE, HOST, LATE_CAUSES, UNMARKED
 from analysis.views import palette
+from analysis.views.figure_dicts import top_left_title
 
 PHASES = ("forward", "backward")
 LABELLED = 3  # the worst units of each phase named on the chart
@@ -87,15 +88,7 @@ def units_figure(gathers: pd.DataFrame, label: str) -> go.Figure:
             )
         _label_worst(fig, mine, row)
     fig.update_layout(
-        title={
-            "text": f"{html.escape(label)}: all-gathers per unit, {html.escape(definition)}",
-            "x": 0,
-            "xanchor": "left",
-            "y": 1,
-            "yref": "container",
-            "yanchor": "top",
-            "pad": {"t": 12},
-        },
+        title=top_left_title(f"{html.escape(label)}: all-gathers per unit, {html.escape(definition)}"),
         barmode="stack",
         bargap=0.1,
         template="plotly_white",

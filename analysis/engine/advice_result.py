@@ -57,11 +57,16 @@ def choose(sizes: list[float], steps: np.ndarray, recorded: float | None) -> Rec
     best = int(np.argmin(steps[0]))
     if recorded is None or recorded not in sizes:
         return Recommendation(sizes[best], sizes[best], False, None, None)
-    own = sizes.index(recorded)
-    diff = steps[:, own] - steps[:, best]  # paired: the same replicate's steps for both sizes
-    gain, err = float(diff[0]), float(Z95 * diff[1:].std()) if len(diff) > 2 else 0.0
-    kept = best == own or gain <= err
+    kept, gain, err = keep_rule(steps, sizes.index(recorded), best)
     return Recommendation(recorded if kept else sizes[best], sizes[best], kept, gain, err)
+
+
+def keep_rule(steps: np.ndarray, own: int, best: int) -> tuple[bool, float, float]:
+    """(keep the recorded candidate?, the best one's gain over it, Z95 x the spread of that gain) from
+    predicted steps (1 + B, C): row 0 the estimate, rows 1.. bootstrap replicates, paired by row."""
+    diff = steps[:, own] - steps[:, best]  # paired: the same replicate's steps for both candidates
+    gain, err = float(diff[0]), float(Z95 * diff[1:].std()) if len(diff) > 2 else 0.0
+    return best == own or gain <= err, gain, err
 
 
 @dataclass(frozen=True)

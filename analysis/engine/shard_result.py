@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.engine.advice_result import Z95, keep_rule
 from analysis.engine.shard_recorded import ShardRecorded
 from analysis.measures.shard_model import Setting
-
-Z95 = 1.96  # half-width of a 95 % interval in standard deviations (normal approximation)
 
 
 @dataclass(frozen=True)
@@ -74,10 +73,7 @@ def choose(settings: list[Setting], steps: np.ndarray, recorded: Setting) -> Sha
     """Keep the recorded setting unless the best one's gain exceeds Z95 x the spread of its paired
     bootstrap differences (steps: (1 + B, C), row 0 the estimate)."""
     best = int(np.argmin(steps[0]))
-    own = settings.index(recorded)
-    diff = steps[:, own] - steps[:, best]
-    gain, err = float(diff[0]), float(Z95 * diff[1:].std()) if len(diff) > 2 else 0.0
-    kept = best == own or gain <= err
+    kept, gain, err = keep_rule(steps, settings.index(recorded), best)
     return ShardChoice(recorded if kept else settings[best], settings[best], kept, gain, err)
 
 

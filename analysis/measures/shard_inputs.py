@@ -134,28 +134,24 @@ def _cpu_posts(
 def blocked_inside(trace: Trace, rank: pd.Series, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per interval [lo, hi) of a rank: the time in its `comm_wait:reduce_scatter` ranges (blocking)."""
     waits = _waits(trace, SCATTER_WAIT)
-    keys = _keys(trace, rank)
-    out = np.zeros(len(lo))
-    for key in np.unique(keys):  # one pass per rank
-        mine = keys == key
-        own = waits[waits["key"] == key]
-        s, e = iv.union(own["start"].to_numpy(np.int64), own["end"].to_numpy(np.int64))
-        a, b = lo[mine], np.maximum(hi[mine], lo[mine])
-        ok = ~(np.isnan(a) | np.isnan(b))
-        got = np.zeros(a.size)
-        got[ok] = iv.overlap_lengths(a[ok].astype(np.int64), b[ok].astype(np.int64), s, e)
-        out[mine] = got
-    return out
+    return _time_inside(_keys(trace, rank), lo, hi, waits, waits["key"].to_numpy())
 
 
 def comm_beside(served: pd.DataFrame, rank: pd.Series, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per interval [lo, hi) of a rank: the time some of its collectives were in flight (served: rank,
     start, end of each call's service)."""
+    return _time_inside(rank.to_numpy(), lo, hi, served, served["rank"].to_numpy())
+
+
+def _time_inside(
+    keys: np.ndarray, lo: np.ndarray, hi: np.ndarray, ranges: pd.DataFrame, range_keys: np.ndarray
+) -> np.ndarray:
+    """Per interval [lo, hi) (NaN ends: 0) of key keys[i]: its overlap with the union of the `ranges`
+    (start, end) whose range_keys equal that key; one pass per key (a rank)."""
     out = np.zeros(len(lo))
-    ranks = rank.to_numpy()
-    for r in np.unique(ranks):  # one pass per rank
-        mine = ranks == r
-        own = served[served["rank"] == r]
+    for key in np.unique(keys):
+        mine = keys == key
+        own = ranges[range_keys == key]
         s, e = iv.union(own["start"].to_numpy(np.int64), own["end"].to_numpy(np.int64))
         a, b = lo[mine], np.maximum(hi[mine], lo[mine])
         ok = ~(np.isnan(a) | np.isnan(b))

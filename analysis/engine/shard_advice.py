@@ -19,8 +19,8 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis.engine.shard_recorded import ShardRecorded, recorded_shard
 from analysis.engine.advice_result import Z95
+from analysis.engine.shard_recorded import ShardRecorded, recorded_shard
 from analysis.engine.shard_result import ShardAdvice, ShardCandidate, choose
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import NS_PER_MS, Trace

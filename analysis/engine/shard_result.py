@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.engine.advice_result import Z95, keep_rule
+from analysis.engine.advice_result import keep_rule
 from analysis.engine.shard_recorded import ShardRecorded
 from analysis.measures.shard_model import Setting
 

@@ -5,8 +5,6 @@ machine right after (sweep_torch.csv): the targets of docs/advise.md, as measure
 from __future__ import annotations
 
 import csv
-import lzma
-import shutil
 import sqlite3
 from pathlib import Path
 
@@ -21,20 +19,8 @@ MEASURED_STEPS = 5  # PROVENANCE.md: 5 measured steps after 2 warm-up, the only 
 
 
 @pytest.fixture(scope="module")
-def h200_torch(request, tmp_path_factory) -> Path:
-    source = GPU_H200 / "torch.sqlite.xz"
-    if not source.exists():
-        pytest.skip("../shared/data/gpu_h200 not present")
-    cache = getattr(request.config, "cache", None)
-    folder = cache.mkdir("gpu_h200") if cache is not None else tmp_path_factory.mktemp("gpu_h200")
-    target = folder / "torch.sqlite"
-    if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
-        partial = target.with_suffix(".partial")
-        with lzma.open(source) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
-        partial.chmod(0o444)
-        partial.replace(target)
-    return target
+def h200_torch(gpu_h200_trace) -> Path:
+    return gpu_h200_trace("torch.sqlite")
 
 
 def sweep() -> dict[float, float]:

@@ -22,10 +22,8 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def trace(request, tmp_path_factory):
-    cache = getattr(request.config, "cache", None)
-    folder = cache.mkdir("gpu_h200") if cache is not None else tmp_path_factory.mktemp("gpu_h200")
-    return gpu_traces.decompress(NAME, folder, gpu_traces.GPU_H200)
+def trace(gpu_h200_trace):
+    return gpu_h200_trace(NAME)
 
 
 @pytest.fixture(scope="module")

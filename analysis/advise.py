@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis import cli
 from analysis.errors import TraceError
+from analysis.options import PATTERNS, add_options
 from analysis.views import shard_advice_table as shard_view
 from analysis.views.table import format_table
 
@@ -132,10 +133,11 @@ def build_parser() -> argparse.ArgumentParser:
         "separate, likewise.",
         epilog="Exit status: 0 ok, 2 bad input (message on stderr). The model: docs/advise.md.",
     )
-    p.add_argument("paths", nargs="+", metavar="PATH", help="nsys SQLite export(s) or torch.profiler JSON trace(s)")
-    p.add_argument(
-        "--merge", action="store_true", help="treat all PATHs as one run (one rank per file, clocks aligned)"
-    )
+    inputs = {
+        "paths": "nsys SQLite export(s) or torch.profiler JSON trace(s)",
+        "merge": "treat all PATHs as one run (one rank per file, clocks aligned)",
+    }
+    add_options(p, ["paths", "merge"], helps=inputs, metavars={"paths": "PATH"})  # files, not TRACE runs
     p.add_argument(
         "--bucket-mb",
         type=float,
@@ -153,8 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="sharded runs (fsdp, torch_fsdp): candidate prefetch depths, each with reduce-scatters shared and "
         "separate (default: 1 2 3 4 and the recorded depth)",
     )
-    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
-    cli.add_pattern_options(p)
+    add_options(p, ["format", *PATTERNS])
     return p
 
 

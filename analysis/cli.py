@@ -14,54 +14,19 @@ from typing import TYPE_CHECKING
 
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
 
 if TYPE_CHECKING:
     from analysis.engine.loaded import RunResult
     from analysis.engine.session import OpenRuns
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
-TRACE_HELP = (
-    "nsys SQLite exports (`nsys export --type sqlite`) or torch.profiler JSON traces (.json/.json.gz); "
-    "<run>.rank<N>.* files of one folder (run_nsys.sh --per-rank, --profiler torch) are one run, "
-    "any files are one run with --merge"
-)
 
 
 def add_input_options(parser: argparse.ArgumentParser, what: str = "one result each") -> None:
     """TRACE..., --merge, --export, --skip-steps, --step, --rank, --jobs, --dask and the pattern
-    options: what every analysis CLI reads its runs with."""
-    parser.add_argument("paths", nargs="+", metavar="TRACE", help=f"{TRACE_HELP}; runs give {what}")
-    parser.add_argument(
-        "--merge",
-        action="store_true",
-        help="treat all TRACEs as one run (one rank per file, clocks aligned); files of different runs, "
-        "or the same rank twice, are refused",
-    )
-    parser.add_argument(
-        "--export", action="store_true", help="given a .nsys-rep, run `nsys export` first when nsys is found"
-    )
-    parser.add_argument(
-        "--skip-steps", type=int, default=0, metavar="N", help="leave each rank's first N steps out (warm-up)"
-    )
-    parser.add_argument("--step", type=int, metavar="N", help="only step N")
-    parser.add_argument("--rank", type=int, metavar="R", help="only rank R")
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=None,
-        metavar="N",
-        help="analyse files in N processes (overlap's default: the usable cores, at most one per file, "
-        "fewer when memory cannot hold that many files at once, 1 for inputs under 64 MB in all; "
-        "collectives, timeline and report, which need every run's events, default to 1: each run read "
-        "once, here)",
-    )
-    parser.add_argument(
-        "--dask",
-        metavar="ADDRESS",
-        help="run the per-file tasks on the Dask cluster at ADDRESS (tcp://host:8786; 'local': a "
-        "LocalCluster of --jobs workers); paths must be visible to the workers. Needs dask[distributed]",
-    )
-    add_pattern_options(parser)
+    options (declared in analysis/options.py): what every analysis CLI reads its runs with."""
+    add_options(parser, [*INPUTS, *PATTERNS], helps={"paths": f"{TRACE_HELP}; runs give {what}"})
 
 
 def open_from_args(
@@ -75,56 +40,27 @@ def open_from_args(
     of more than 200 MB (or any input analysed file by file). needs_events: the command draws or
     pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
     once in this process rather than analysed file by file and read again for its events."""
-    from analysis.engine.parallel import Progress, check_jobs, default_jobs
+    from analysis.engine.parallel import Progress, default_jobs
     from analysis.engine.runs import find_runs
     from analysis.engine.session import OpenRuns
 
-    check_jobs(args.jobs)
-    for name in ("step", "rank", "skip_steps"):
-        value = getattr(args, name)
-        if value is not None and value < 0:
-            raise TraceError(f"--{name.replace('_', '-')} {value}: must be >= 0")
-    runs = find_runs(args.paths, args.merge, args.export)
+    opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
+    runs = find_runs(opts.paths, opts.merge, opts.export)
     files = [p for r in runs for p in r.paths]
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
-    jobs = args.jobs or (1 if needs_events else default_jobs(files))
-    return OpenRuns(runs, patterns_from(args), args.skip_steps, jobs, args.dask, progress, keep_traces, task)
+    jobs = opts.jobs or (1 if needs_events else default_jobs(files))
+    return OpenRuns(runs, opts.patterns, opts.skip_steps, jobs, opts.dask, progress, keep_traces, task)
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:
     """--comm-pattern, --comm-range-pattern, --backward-pattern, --step-pattern (the same on every CLI)."""
-    parser.add_argument(
-        "--comm-pattern",
-        default=Patterns.comm_kernel,
-        metavar="RE",
-        help="regex for communication kernel names (default: NCCL/RCCL kernels of every era)",
-    )
-    parser.add_argument(
-        "--comm-range-pattern",
-        default=Patterns.comm_range,
-        metavar="RE",
-        help="regex for NVTX communication ranges (work launched inside counts as communication)",
-    )
-    parser.add_argument(
-        "--backward-pattern", default=Patterns.backward, metavar="RE", help="regex for backward NVTX ranges"
-    )
-    parser.add_argument(
-        "--step-pattern",
-        default=Patterns.step,
-        metavar="RE",
-        help="regex for step NVTX ranges; group 1, if any, is the step number",
-    )
+    add_options(parser, PATTERNS)
 
 
 def patterns_from(args: argparse.Namespace) -> Patterns:
     """The Patterns the options name (TraceError naming a bad regex)."""
-    return Patterns(
-        comm_kernel=args.comm_pattern,
-        comm_range=args.comm_range_pattern,
-        backward=args.backward_pattern,
-        step=args.step_pattern,
-    )
+    return AnalysisOptions(**{name: getattr(args, name) for name in PATTERNS}).patterns
 
 
 def short_trace(path: str) -> str:

@@ -23,6 +23,7 @@ from analysis.engine.collectives_view import CollectivesView
 from analysis.errors import TraceError
 from analysis.frames.trace import KERNELS
 from analysis.measures.collective_calls import OUTSIDE_STEPS
+from analysis.options import add_options
 from analysis.views.in_time_table import units_text
 from analysis.views.table import format_table
 from contract import COMM_FORM
@@ -138,13 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=cli.EXIT_STATUS,
     )
     cli.add_input_options(p, "their calls")
-    p.add_argument(
-        "--format",
-        choices=["table", "csv", "json"],
-        default="table",
-        help="table: calls then summaries; csv: the per-call rows, every column; json: calls, summaries "
-        "and stragglers per trace",
+    format_help = (
+        "table: calls then summaries; csv: the per-call rows, every column; json: calls, summaries "
+        "and stragglers per trace"
     )
+    add_options(p, ["format"], helps={"format": format_help})
     p.add_argument(
         "--peak-busbw",
         type=float,
@@ -196,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     bad = cli.report_failures(runs.results())
     if not runs.good():
         return 2
-    runs.overlap(args.step, args.rank)  # a step or rank the runs lack: the one error naming what they have
+    runs.check_selection(args.step, args.rank)
     view = runs.collectives(rank=args.rank, step=args.step, peak_busbw=args.peak_busbw)
     if args.prefetch_chart:
         _write_prefetch_chart(args.prefetch_chart, view, args.rank)

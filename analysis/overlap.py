@@ -19,6 +19,7 @@ import pandas as pd
 from analysis import cli
 from analysis.engine.analyze import METADATA, Analysis, per_rank_table
 from analysis.frames.run_info import MEMORY_COLUMNS, nccl_label
+from analysis.options import add_options
 from analysis.views.table import format_table, plain_records
 
 TABLE_COLUMNS = {
@@ -197,13 +198,11 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=cli.EXIT_STATUS,
     )
     cli.add_input_options(p, "one summary row each")
-    p.add_argument(
-        "--format",
-        choices=["table", "csv", "json"],
-        default="table",
-        help="table: per-rank rows + per-run summary; csv: the table's per-rank rows with every metric "
-        "(or per-step rows); json: everything, with each rank's whole-capture total",
+    format_help = (
+        "table: per-rank rows + per-run summary; csv: the table's per-rank rows with every metric "
+        "(or per-step rows); json: everything, with each rank's whole-capture total"
     )
+    add_options(p, ["format"], helps={"format": format_help})
     p.add_argument("--per-step", action="store_true", help="also list every step (table), or one csv row per step")
     return p
 

@@ -28,11 +28,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import cli
+from analysis.options import IMAGE_FORMATS, add_options
 from analysis.views.report_files import SUMMARY_COLUMNS
 from analysis.views.table import print_frame
-
-FORMATS = ("table", "csv", "json")
-FORMATS_IMG = ("png", "svg")  # --png / --svg
 
 
 def progress(message: str) -> None:
@@ -51,7 +49,7 @@ def print_summary(summary: pd.DataFrame, fmt: str) -> None:
             print(f"note: {label}: {note}")
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.report",
         epilog=f"{cli.EXIT_STATUS[:-1]}; with --baseline, 1: a --fail-if limit passed. Progress goes to "
@@ -64,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     cli.add_input_options(ap, "one row each, ranked")
     ap.add_argument("-o", "--output", type=Path, default=Path("reports"), help="report folder (default reports/)")
-    ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
+    add_options(ap, ["format"], helps={"format": "summary output format (default table)"})
     ap.add_argument("--no-timelines", action="store_true", help="skip the timeline pages (faster)")
     ap.add_argument(
         "--overwrite",
@@ -100,14 +98,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="embed plotly.js in every page (+4.8 MB each) instead of writing plotly-<version>.min.js "
         "once into the folder",
     )
-    for fmt in FORMATS_IMG:
-        ap.add_argument(
-            f"--{fmt}",
-            action="store_true",
-            help=f"also write every figure as {fmt.upper()} into <output>/img/ (index_*, timeline_*, side_by_side), "
-            "through kaleido and the system Chromium, offline; exit 2 with one line when they are missing",
-        )
-    return ap.parse_args(argv)
+    images = {
+        fmt: f"also write every figure as {fmt.upper()} into <output>/img/ (index_*, timeline_*, side_by_side), "
+        "through kaleido and the system Chromium, offline; exit 2 with one line when they are missing"
+        for fmt in IMAGE_FORMATS
+    }
+    add_options(ap, IMAGE_FORMATS, helps=images)
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,7 +134,7 @@ def _run(args: argparse.Namespace) -> int:
             timelines=not args.no_timelines,
             peak_busbw=args.peak_busbw,
             self_contained=args.self_contained,
-            images=[f for f in FORMATS_IMG if getattr(args, f)],
+            images=[f for f in IMAGE_FORMATS if getattr(args, f)],
             progress=progress,
             overwrite=args.overwrite,
         )

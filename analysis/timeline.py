@@ -20,14 +20,13 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from analysis import cli
+from analysis.options import IMAGE_FORMATS, add_options
 from analysis.views.export import Image, check_export, refuse_existing, write_images
 from analysis.views.html_page import written_by_us
 from analysis.views.render_figure import count_drawn_segments
 from analysis.views.table import print_frame
 from analysis.views.timeline_page import PanelSummary, check_output
 
-FORMATS = ("table", "csv", "json")
-FORMATS_IMG = ("png", "svg")  # --png / --svg
 DEFAULT_OUTPUT = Path("reports/timeline.html")
 
 
@@ -58,7 +57,7 @@ def drawn_note(rows: list[PanelSummary], drawn: int) -> str:
     return said
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m analysis.timeline",
         epilog=f"{cli.EXIT_STATUS} Progress goes to stderr.",
@@ -76,21 +75,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=1600,
         help="pixels across the full view; work narrower than one pixel is merged (default 1600)",
     )
-    ap.add_argument("--format", choices=FORMATS, default="table", help="summary output format (default table)")
-    for fmt in FORMATS_IMG:
-        ap.add_argument(
-            f"--{fmt}",
-            action="store_true",
-            help=f"also write <output>.{fmt}, --width pixels wide, through kaleido and the system Chromium, "
-            f"offline (exit 2 with one line when they are missing or fail, or when a .{fmt} exists that does "
-            "not pair with a page this tool wrote)",
-        )
+    images = {
+        fmt: f"also write <output>.{fmt}, --width pixels wide, through kaleido and the system Chromium, "
+        f"offline (exit 2 with one line when they are missing or fail, or when a .{fmt} exists that does "
+        "not pair with a page this tool wrote)"
+        for fmt in IMAGE_FORMATS
+    }
+    add_options(ap, ["format", *IMAGE_FORMATS], helps={"format": "summary output format (default table)", **images})
     ap.add_argument(
         "--self-contained",
         action="store_true",
         help="embed plotly.js in the page (+4.8 MB) instead of loading it from "
         "plotly-<version>.min.js, written once beside the page",
     )
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = build_parser()
     args = ap.parse_args(argv)
     if not 100 <= args.width <= 20000:
         ap.error(f"--width {args.width}: expected 100..20000 pixels")
@@ -111,7 +113,7 @@ def _run(args: argparse.Namespace) -> int:
         self_contained=args.self_contained,
     )
     args.output = args.output or DEFAULT_OUTPUT
-    formats = [f for f in FORMATS_IMG if getattr(args, f)]
+    formats = [f for f in IMAGE_FORMATS if getattr(args, f)]
     chromium = check_export(formats) if formats else ""  # no kaleido or Chromium: say so before any work
     image = Image(go.Figure(), args.output.with_suffix(""), args.width)
     refuse_existing([image], formats, ours=args.output.is_file() and written_by_us(args.output))

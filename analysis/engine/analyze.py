@@ -204,24 +204,34 @@ def concat_analyses(analyses: Sequence[Analysis]) -> Analysis:
     )
 
 
+def check_selection(result: Analysis, step: int | None = None, rank: int | None = None) -> None:
+    """The one check of --step/--rank against the trace(s): a TraceError naming the ranks present when
+    `rank` is not one, or the steps present (on that rank) when `step` is not one. Every CLI and
+    session.OpenRuns reach it (OpenRuns.check_selection, selected)."""
+    steps = result.steps
+    if rank is not None:
+        have = sorted({int(r) for r in result.totals["rank"]})
+        if rank not in have:
+            raise TraceError(f"--rank {rank}: the input has ranks {', '.join(map(str, have))}")
+        steps = steps[steps["rank"] == rank]
+    if step is not None and step not in set(steps["step"].dropna().astype(int)):
+        raise TraceError(f"--step {step}: the input has {_steps_text(steps)}")
+
+
 def selected(result: Analysis, step: int | None = None, rank: int | None = None) -> Analysis:
     """Only step `step` and rank `rank` (None: all), the summary averaged over what is kept; a
     TraceError naming the steps or ranks present when one is not."""
     if step is None and rank is None:
         return result
+    check_selection(result, step, rank)
     steps, totals, split = result.steps, result.totals, result.by_op_phase
     if rank is not None:
-        have = sorted({int(r) for r in totals["rank"]})
-        if rank not in have:
-            raise TraceError(f"--rank {rank}: the input has ranks {', '.join(map(str, have))}")
         steps, totals, split = (
             steps[steps["rank"] == rank],
             totals[totals["rank"] == rank],
             split[split["rank"] == rank],
         )
     if step is not None:
-        if step not in set(steps["step"].dropna().astype(int)):
-            raise TraceError(f"--step {step}: the input has {_steps_text(steps)}")
         steps, split = steps[steps["step"] == step], split[split["step"] == step]
     rows = []
     for head in result.summary.to_dict("records"):  # one per trace

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import cast
 
 from analysis.engine.tasks import Outcome, call_task
-from analysis.errors import TraceError
+from analysis.options import check_jobs
 
 # Peak RSS of one analysis is a fixed ~0.2 GB (interpreter, pandas, pyarrow) plus about 2.5x the
 # export's size on disk (a one-rank export of 1M kernels, 102 MB, in benchmarks/analysis_scale.py:
@@ -121,11 +121,6 @@ def default_jobs(paths: Sequence[Path]) -> int:
     if memory is not None:
         jobs = min(jobs, int(MEMORY_SHARE * memory // task_memory(paths)))
     return max(1, jobs)
-
-
-def check_jobs(jobs: int | None) -> None:
-    if jobs is not None and (not isinstance(jobs, int) or jobs < 1):
-        raise TraceError(f"--jobs {jobs}: must be a whole number >= 1")
 
 
 def run_tasks(

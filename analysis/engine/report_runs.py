@@ -63,7 +63,7 @@ def analyze_all(runs: LoadedRuns, step: int | None = None, rank: int | None = No
     done = runs.results()
     if runs.errors():
         raise TraceError("; ".join(runs.errors()))
-    runs.overlap(step, rank)  # the one check of step and rank, across every run
+    runs.check_selection(step, rank)  # across every run: a run may lack what another has
     results = []
     for i, r in enumerate(done):
         if r.analysis is None:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from analysis.engine.analyze import Analysis, analyze_trace, concat_analyses, selected
+from analysis.engine.analyze import Analysis, analyze_trace, check_selection, concat_analyses, selected
 from analysis.engine.collectives_view import CollectivesView, trace_call_rows, view_of_rows
 from analysis.engine.loaded import RunResult
 from analysis.engine.parallel import Progress
@@ -42,6 +42,7 @@ from analysis.frames.trace import Trace
 from analysis.measures.activity import rank_work
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.phases import find_steps
+from analysis.options import check_not_negative
 from analysis.views.lanes import Selection
 
 if TYPE_CHECKING:
@@ -72,8 +73,7 @@ class OpenRuns:
         keep_traces: bool = True,
         task: Callable | None = None,
     ):
-        if skip_steps < 0:
-            raise TraceError(f"--skip-steps {skip_steps}: must be >= 0")
+        check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
         self.runs = list(runs)
         self.patterns = patterns or Patterns()
         self.skip_steps = skip_steps
@@ -158,6 +158,11 @@ class OpenRuns:
             raise TraceError(self.errors()[0] if len(self.errors()) == 1 else "; ".join(self.errors()))
         return selected(concat_analyses(analyses), step, rank)
 
+    def check_selection(self, step: int | None = None, rank: int | None = None) -> None:
+        """A TraceError naming what the runs have when they lack rank `rank` or step `step`
+        (analyze.check_selection over every run that loaded, the failed runs' errors when none did)."""
+        check_selection(self.overlap(), step, rank)
+
     def collectives(
         self, rank: int | None = None, step: int | None = None, peak_busbw: float | None = None
     ) -> CollectivesView:
@@ -210,7 +215,7 @@ class OpenRuns:
         from analysis.views.html_page import PlotlyJs
         from analysis.views.timeline_page import write_timeline
 
-        self.overlap(step, rank)  # a step or rank the runs lack: the one error naming what they have
+        self.check_selection(step, rank)
         selection = Selection(step=step, rank=rank)
         panels, rows = [], []
         for panel, row in self.timeline_panels(selection, width_px):

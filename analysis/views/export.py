@@ -15,8 +15,9 @@ from pathlib import Path
 import plotly.graph_objects as go
 
 from analysis.errors import TraceError
+from analysis.options import IMAGE_FORMATS
 
-FORMATS = ("png", "svg")
+FORMATS = IMAGE_FORMATS  # --png / --svg (analysis/options.py)
 DEFAULT_WIDTH_PX = 1400
 
 

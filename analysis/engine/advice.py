@@ -30,7 +30,7 @@ from analysis.engine.shard_result import ShardAdvice
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
-from analysis.measures.activity import RankWork, rank_work
+from analysis.measures.activity import backward_windows, rank_work
 from analysis.measures.bucket_layout import plan_buckets
 from analysis.measures.bucket_model import RecordedRun, fit_slowdown, place_in_buckets
 from analysis.measures.collective_calls import find_calls
@@ -70,19 +70,6 @@ def _check_declared(paths: Sequence[Path]) -> None:
         declared = declared_implementations(path)
         if declared and not declared & {*STRATEGIES, *SHARDED}:
             raise _unsupported(str(path), ", ".join(sorted(declared)))
-
-
-def _backward_windows(works: list[RankWork]) -> pd.DataFrame:
-    """rank, step, backward_start, backward_end: each step's backward compute (first start, last end)."""
-    frames = []
-    for w in works:  # one per rank
-        items = w.steps.backward
-        keep = items.window >= 0
-        f = pd.DataFrame({"window": items.window[keep], "start": items.start[keep], "end": items.end[keep]})
-        g = f.groupby("window").agg(backward_start=("start", "min"), backward_end=("end", "max"))
-        g["step"] = w.windows["step"].to_numpy()[g.index.to_numpy()]
-        frames.append(g.assign(rank=w.rank).reset_index(drop=True))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def _bucket_members(trace: Trace, tags: Sequence[str]) -> tuple[list[list[str]], list[int]]:
@@ -153,7 +140,7 @@ def recorded_run(trace: Trace, patterns: Patterns | None = None) -> Recorded:
     ready_col = "start_ns" if calls_found.source == KERNELS else "issue_ns"
     calls = calls.assign(ready=calls[ready_col])
     per_step = measure_trace(trace, patterns, works)[0]
-    windows = _backward_windows(works)
+    windows = backward_windows(works).rename(columns={"start": "backward_start", "end": "backward_end"})
     ranks = trace.ranks["rank"].nunique()
 
     # the measured side, per rank-step: step, exposed, compute, tail after backward, comm under backward

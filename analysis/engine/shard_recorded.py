@@ -16,7 +16,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
-from analysis.measures.activity import RankWork, rank_work
+from analysis.measures.activity import backward_windows, rank_work
 from analysis.measures.collective_calls import find_calls
 from analysis.measures.metrics import measure_trace
 from analysis.measures.pairing import pair, world_size
@@ -107,19 +107,6 @@ def _order(trace: Trace, gathers: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(first.sort_values("issue_ns")["tag"].astype(str)))
 
 
-def _backward_gpu(works: list[RankWork]) -> pd.DataFrame:
-    """rank, step, lo, hi: each step's backward compute on the GPU (first kernel start, last end)."""
-    frames = []
-    for w in works:  # one per rank
-        items = w.steps.backward
-        keep = items.window >= 0
-        f = pd.DataFrame({"window": items.window[keep], "start": items.start[keep], "end": items.end[keep]})
-        g = f.groupby("window").agg(lo=("start", "min"), hi=("end", "max"))
-        g["step"] = w.windows["step"].to_numpy()[g.index.to_numpy()]
-        frames.append(g.assign(rank=w.rank).reset_index(drop=True))
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["rank", "step", "lo", "hi"])
-
-
 def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) -> ShardRecorded:
     """The replay's inputs (module docstring) from a loaded sharded trace."""
     patterns = patterns or Patterns()
@@ -138,7 +125,10 @@ def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) ->
     units = _order(trace, gathers)
     spans = unit_spans(trace, calls, units, gpu, setting.prefetch)
     fwd = phase_windows(trace, patterns, works, "forward")
-    bwd = _backward_gpu(works) if gpu else phase_windows(trace, patterns, works, "backward")
+    if gpu:
+        bwd = backward_windows(works).rename(columns={"start": "lo", "end": "hi"})
+    else:
+        bwd = phase_windows(trace, patterns, works, "backward")
     last = calls.groupby(["rank", "step"], as_index=False)["end_ns"].max()
     per_step = measure_trace(trace, patterns, works)[0][["rank", "step", "step_ms"]]
     base = per_step.merge(fwd, on=["rank", "step"]).merge(bwd, on=["rank", "step"], suffixes=("_f", "_b"))

@@ -266,3 +266,17 @@ def exposed_periods(work: RankWork, step: int | None = None, lo: int | None = No
 def compute_sets(works: list[RankWork]) -> dict[int, iv.Set]:
     """rank -> the union of its compute over the whole capture."""
     return {w.rank: w.whole.compute.as_set() for w in works}
+
+
+def backward_windows(works: list[RankWork]) -> pd.DataFrame:
+    """rank, step, start, end: each step's backward compute on its rank (its backward items' first start
+    and last end)."""
+    frames = []
+    for w in works:  # one per rank
+        items = w.steps.backward
+        keep = items.window >= 0
+        f = pd.DataFrame({"window": items.window[keep], "start": items.start[keep], "end": items.end[keep]})
+        g = f.groupby("window").agg(start=("start", "min"), end=("end", "max"))
+        g["step"] = w.windows["step"].to_numpy()[g.index.to_numpy()]
+        frames.append(g.assign(rank=w.rank).reset_index(drop=True))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=["rank", "step", "start", "end"])

@@ -18,33 +18,11 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-
-
-def say(line: str) -> None:
-    print(f"[advise_validation] {line}", file=sys.stderr, flush=True)
-
-
-def run(cmd: list[str], timeout_s: float = 3600) -> str:
-    say(" ".join(cmd))
-    done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
-    if done.returncode != 0:
-        raise SystemExit(f"failed (exit {done.returncode}): {' '.join(cmd)}\n{done.stderr[-2000:]}")
-    return done.stdout
-
-
-def shape(args: argparse.Namespace) -> list[str]:
-    """The run's options, the same for the recording and the benchmark."""
-    return [
-        "--model", args.model, "--world-size", str(args.world_size), "--steps", str(args.steps),
-        "--warmup", str(args.warmup), "--batch-size", str(args.batch_size),
-        "--context-length", str(args.context_length),
-    ]  # fmt: skip
+from validation_runs import run, shape  # benchmarks/: the script's own folder is on sys.path
 
 
 def record(args: argparse.Namespace, out: Path) -> list[str]:

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from contract import BROADCAST, comm_range
-from ddp.comm import nvtx_ranges
+from ddp.comm.instrumented import broadcast_from_rank0
 from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, check_same_dtype_and_device, nbytes
 from ddp.strategies.buckets import Bucket, plan_buckets
 
@@ -105,8 +103,7 @@ class OverlapBucketDDP(DataParallelBase):
         self._arrival = None
         ref = self.params[0]
         agreed = torch.tensor(local, dtype=torch.int64, device=ref.device)
-        with nvtx_ranges.range(comm_range(BROADCAST, "bucket_order"), payload=nbytes(agreed)):
-            dist.broadcast(agreed, src=0, group=self.group)
+        broadcast_from_rank0([agreed], "bucket_order", self.group)
         order = agreed.tolist()  # one device-to-host copy, once
         if order != self.order:
             self._build(order)

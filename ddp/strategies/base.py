@@ -3,7 +3,7 @@ its all-reduces, named and timed (communication accounting).
 
 Subclasses implement `_synchronize()`; callers use `finish_gradient_synchronization()` between
 `loss.backward()` and `optimizer.step()`, after which each `.grad` is the mean over ranks.
-Parameters that got no gradient follow the "had a gradient" protocol of ddp.strategies.grad_flags.
+Parameters that got no gradient follow the "had a gradient" protocol of ddp.grads.grad_flags.
 """
 
 from __future__ import annotations
@@ -20,14 +20,7 @@ from ddp.comm import nvtx_ranges
 from ddp.comm.collectives import COLLECTIVES, check_collective
 from ddp.comm.instrumented import InFlight, Instrumented, broadcast_from_rank0, nbytes
 from ddp.comm.timing import CommStats, CommTimer
-from ddp.strategies.memory import MemoryParts, local, storage_bytes, storage_key
-
-# Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
-# into a tensor that is already on the wire.
-ACCUMULATION_ERROR = (
-    "a parameter's gradient arrived twice before finish_gradient_synchronization(): "
-    "call it after every backward (gradient accumulation is not supported)"
-)
+from ddp.memory.accounting import MemoryParts, local, storage_bytes, storage_key
 
 
 def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -115,7 +108,7 @@ class DataParallelBase(nn.Module):
         """The `contract.sharded_entry` of each sharded module, in forward order; none for replicated strategies."""
         return []
 
-    # ---- memory accounting (ddp.strategies.memory; what ddp.benchmark and ddp.meta report) ----------
+    # ---- memory accounting (ddp.memory.accounting; what ddp.benchmark and ddp.meta report) ----------
     def memory_parts(self) -> MemoryParts:
         """Bytes this rank holds for the wrapped model now, by part: the wrapper's own accounting.
 

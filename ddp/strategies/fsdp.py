@@ -1,6 +1,6 @@
 """FSDP (registry name `fsdp`): fully sharded data parallelism (ZeRO-3), written with plain collectives.
 
-Every module matched by `shard` is a *unit* (ddp.strategies.shard_units): each rank stores 1/W of its trainable
+Every module matched by `shard` is a *unit* (ddp.sharding.shard_units): each rank stores 1/W of its trainable
 parameters (float32, padded) and the optimizer steps only that slice. Forward all-gathers a unit's weights
 (cast to `compute_dtype` first) right before it runs, `prefetch` units ahead, and frees them after; backward
 gathers them again in reverse order, and reduce-scatters each unit's gradient as soon as autograd has
@@ -11,7 +11,7 @@ Every rank must run the same units in the same order, and give every replicated 
 ranks alike (as PyTorch's FSDP requires): the collectives pair up by issue order, so a unit or parameter used on
 some ranks only stalls the step until the process-group timeout (the launcher then names the collective). After the
 first step, a step allocates nothing of its own but the gather buffers (each all-gather regrows its unit's, each
-free gives it back): gradients go through flat buffers the units share (ddp.strategies.gradient_buffers) into the
+free gives it back): gradients go through flat buffers the units share (ddp.sharding.gradient_buffers) into the
 shards' own; casts are written into buffers kept from step to step. A unit's collectives are
 `comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end ranges whose payload is the padded unit in the
 dtype on the wire (nccl-tests' convention, contract/names.py): weights travel in `compute_dtype`, gradients in
@@ -30,11 +30,12 @@ from torch import nn
 from contract import sharded_entry
 from ddp.comm import nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll
-from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
-from ddp.strategies.gradient_buffers import GradientBuffers
-from ddp.strategies.memory import storage_key
-from ddp.strategies.shard_units import ShardSpec, find_units
-from ddp.strategies.unit_state import GatheredMeter, UnitState, WeightCast, cast_floating, cast_hooks
+from ddp.grads.grad_flags import ACCUMULATION_ERROR
+from ddp.memory.accounting import storage_key
+from ddp.sharding.gradient_buffers import GradientBuffers
+from ddp.sharding.shard_units import ShardSpec, find_units
+from ddp.sharding.unit_state import GatheredMeter, UnitState, WeightCast, cast_floating, cast_hooks
+from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 DEFAULT_PREFETCH = 2
@@ -250,13 +251,13 @@ class FSDP(DataParallelBase):
             entries.append(entry)
         return entries
 
-    # ---- memory (ddp.strategies.memory's contract; parameters and gradients as the base counts them) ----
+    # ---- memory (ddp.memory.accounting's contract; parameters and gradients as the base counts them) ----
     def gathered_bytes(self) -> int:
         """The most bytes of gathered weights (in the dtype on the wire) alive at once in any step so far."""
         return self._meter.peak
 
     def comm_buffers(self) -> list[torch.Tensor]:
-        """The flat float32 gradient buffers (ddp.strategies.gradient_buffers); with a `compute_dtype`, the shards
+        """The flat float32 gradient buffers (ddp.sharding.gradient_buffers); with a `compute_dtype`, the shards
         cast for sending and the other parameters' copies forward computes with (none in fp32)."""
         sends = [s.send for s in self.states if s.send is not s.unit.shard]
         return [*self._grad_buffers.buffers, *sends, *(c.out for c in self._casts.values())]

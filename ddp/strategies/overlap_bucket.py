@@ -6,8 +6,9 @@ import torch
 from torch import nn
 
 from ddp.comm.instrumented import broadcast_from_rank0
-from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, check_same_dtype_and_device, nbytes
-from ddp.strategies.buckets import Bucket, plan_buckets
+from ddp.grads.buckets import Bucket, plan_buckets
+from ddp.grads.grad_flags import ACCUMULATION_ERROR
+from ddp.strategies.base import DataParallelBase, check_same_dtype_and_device, nbytes
 
 
 class OverlapBucketDDP(DataParallelBase):
@@ -81,14 +82,14 @@ class OverlapBucketDDP(DataParallelBase):
 
     def _launch_full_buckets_in_order(self) -> None:
         while self._next_launch < len(self.buckets) and self.buckets[self._next_launch].is_full:
-            self.buckets[self._next_launch].launch(self)
+            self.buckets[self._next_launch].launch(self.world_size, self.async_all_reduce)
             self._next_launch += 1
 
     @torch.no_grad()
     def _synchronize(self) -> None:
         for bucket in self.buckets[self._next_launch :]:  # buckets with a gradient that never came
             bucket.fill_missing()
-            bucket.launch(self)
+            bucket.launch(self.world_size, self.async_all_reduce)
         for bucket in self.buckets:
             bucket.wait()
             bucket.reset()

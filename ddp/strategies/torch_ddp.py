@@ -10,8 +10,8 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 from contract import GRAD_SYNC
+from ddp.memory.accounting import MemoryParts
 from ddp.strategies.base import DataParallelBase, nbytes
-from ddp.strategies.memory import MemoryParts
 
 # bucket_cap_mb_list arrived in recent PyTorch; older DDP gets one cap for every bucket.
 _DDP_TAKES_CAP_LIST = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters

@@ -34,9 +34,9 @@ except ImportError:  # an older torch: the other strategies still import, torch_
     FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
 
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
+from ddp.memory.accounting import MemoryParts, storage_bytes
+from ddp.memory.fsdp2_gathered import GatheredMemory, fsdp_params_of
 from ddp.strategies.base import DataParallelBase, nbytes
-from ddp.strategies.fsdp2_gathered import GatheredMemory, fsdp_params_of
-from ddp.strategies.memory import MemoryParts, storage_bytes
 
 ShardSpec = tuple[type[nn.Module], ...] | Callable[[nn.Module], bool]
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
@@ -127,7 +127,7 @@ class TorchFSDP(DataParallelBase):
 
     def memory_parts(self) -> MemoryParts:
         """This rank's shards (padded, as FSDP2 stores them) and their gradients, and as `gathered` the most bytes
-        of all-gather outputs and unsharded parameter copies alive at once so far (ddp.strategies.fsdp2_gathered)."""
+        of all-gather outputs and unsharded parameter copies alive at once so far (ddp.memory.fsdp2_gathered)."""
         seen: set[tuple[str, int]] = set()
         return MemoryParts(
             parameters=storage_bytes([*self.module.parameters(), *self.module.buffers()], seen),

@@ -21,9 +21,9 @@ from torch import nn
 
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, comm_wait_range
 from ddp.comm.instrumented import InFlight
-from ddp.strategies.base import ACCUMULATION_ERROR
-from ddp.strategies.gradient_buffers import GradientBuffers
-from ddp.strategies.shard_units import ShardUnit
+from ddp.grads.grad_flags import ACCUMULATION_ERROR
+from ddp.sharding.gradient_buffers import GradientBuffers
+from ddp.sharding.shard_units import ShardUnit
 
 
 class Unflatten(torch.autograd.Function):

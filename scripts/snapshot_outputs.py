@@ -221,19 +221,17 @@ def normalise(data: bytes, inputs: Path, scratch: Path) -> bytes:
 
 
 def keep_file(src: Path, dst: Path, inputs: Path, scratch: Path) -> None:
-    """One file a command wrote, as its normalised text, SQL dump (.db) or sha256 (over 1 MB)."""
+    """One file a command wrote, normalised: as text, as its SQL dump (.db), or its sha256 (over 4 MB)."""
     if src.suffix == ".db":
         con = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
-        data = "\n".join(con.iterdump()).encode() + b"\n"
+        raw = "\n".join(con.iterdump()).encode() + b"\n"
         con.close()
         dst = dst.with_name(dst.name + ".sql")
     else:
-        data = normalise(src.read_bytes(), inputs, scratch)
-        if len(data) > BIG:
-            data, dst = (
-                f"{hashlib.sha256(data).hexdigest()}  {src.name}\n".encode(),
-                dst.with_name(dst.name + ".sha256"),
-            )
+        raw = src.read_bytes()
+    data = normalise(raw, inputs, scratch)
+    if len(data) > BIG:
+        data, dst = f"{hashlib.sha256(data).hexdigest()}  {src.name}\n".encode(), dst.with_name(dst.name + ".sha256")
     dst.write_bytes(data)
 
 
@@ -270,7 +268,7 @@ def run_case(case: Case, inputs: Path, out: Path, repo: Path) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def snapshot(out: Path, inputs: Path, repo: Path, quick: bool, workers: int) -> int:
+def snapshot(out: Path, inputs: Path, repo: Path, quick: bool, workers: int, only: str | None = None) -> int:
     """Run the cases into `out`; print one line per case; 0 ok, 2 when `out` is not empty."""
     if out.exists() and any(out.iterdir()):
         print(f"error: {out} is not empty", file=sys.stderr)
@@ -286,7 +284,7 @@ def snapshot(out: Path, inputs: Path, repo: Path, quick: bool, workers: int) -> 
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     manifest: dict = {"repo": str(repo), "head": head.stdout.strip(), "quick": quick, "cases": {}, "inputs": {}}
     started = time.perf_counter()
-    todo = [c for c in cases() if c[2] or not quick]
+    todo = [c for c in cases() if (c[2] or not quick) and (only is None or re.search(only, c[0]))]
     with ThreadPoolExecutor(workers) as pool:  # each case is its own process: threads only wait
         running = {pool.submit(run_case, case, inputs, out, repo): case[0] for case in todo}
         for i, done in enumerate(as_completed(running), 1):
@@ -348,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", nargs="?", type=Path, help="folder to write the snapshot into (must be empty)")
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two snapshots")
     parser.add_argument("--quick", action="store_true", help="a ~1-minute subset of the cases")
+    parser.add_argument("--only", metavar="RE", help="only the cases whose name matches RE (re.search)")
     parser.add_argument("--workers", type=int, default=2, help="cases run at once (default 2)")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
     parser.add_argument("--inputs", type=Path, default=INPUTS, help=f"input cache folder (default {INPUTS})")
@@ -356,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         return compare(*args.compare)
     if args.out is None:
         parser.error("give OUT or --compare OLD NEW")
-    return snapshot(args.out, args.inputs.resolve(), args.repo.resolve(), args.quick, args.workers)
+    return snapshot(args.out, args.inputs.resolve(), args.repo.resolve(), args.quick, args.workers, args.only)
 
 
 if __name__ == "__main__":

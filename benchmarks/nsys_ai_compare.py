@@ -18,6 +18,7 @@ after each tool's runs says whether the tool changed the user's file.
     python benchmarks/nsys_ai_compare.py                                   # H100 overlap export + 1M x 8
     python benchmarks/nsys_ai_compare.py --repeat 5 --format json
     python benchmarks/nsys_ai_compare.py --exports /tmp/gpu_h100/overlap.sqlite
+    python benchmarks/nsys_ai_compare.py --repos . ../wt-cache    # two checkouts of ours beside nsys-ai
 
 Setup of nsys-ai (once; PyPI):
     python3 -m venv ~/.cache/ddp-overlap/nsys-ai-venv
@@ -73,11 +74,25 @@ def nsys_ai_env(venv: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(home), "NSYS_AI_DUCKDB_THREADS": "1"}
 
 
-def commands(venv: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
-    """Each tool's command (the export's path appended) and environment."""
-    ours = [sys.executable, "-m", "analysis.overlap"]
-    theirs = [str(venv / "bin" / "nsys-ai"), "skill", "run", "overlap_breakdown", "--format", "json"]
-    return {"ours": (ours, {**os.environ, "PYTHONPATH": str(REPO)}), "nsys-ai": (theirs, nsys_ai_env(venv))}
+def head(repo: Path) -> str:
+    """The short commit that last changed the checkout's analysis/ (the code timed), for the tool's label."""
+    git = ["git", "-C", str(repo), "log", "-1", "--format=%h", "--", "analysis"]
+    out = subprocess.run(git, capture_output=True, text=True)
+    return out.stdout.strip() or repo.name
+
+
+def commands(venv: Path, repos: list[Path], with_nsys_ai: bool) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """Each tool's command (the export's path appended) and environment: ours once per checkout in repos
+    (its code first on PYTHONPATH; ANALYSIS_NO_CACHE dropped, as a user's shell has it), then nsys-ai."""
+    ours_env = {k: v for k, v in os.environ.items() if k != "ANALYSIS_NO_CACHE"}
+    tools = {
+        f"ours@{head(r)}": ([sys.executable, "-m", "analysis.overlap"], {**ours_env, "PYTHONPATH": str(r)})
+        for r in repos
+    }
+    if with_nsys_ai:
+        theirs = [str(venv / "bin" / "nsys-ai"), "skill", "run", "overlap_breakdown", "--format", "json"]
+        tools["nsys-ai"] = (theirs, nsys_ai_env(venv))
+    return tools
 
 
 def one_run(command: list[str], env: dict[str, str], cwd: Path) -> dict:
@@ -184,21 +199,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exports", nargs="+", type=Path, help="exports to time (default: H100 overlap, 1M x 8)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per tool, export and look (default 3)")
     parser.add_argument("--venv", type=Path, default=CACHE / "nsys-ai-venv", help="nsys-ai 0.3.0's virtualenv")
-    parser.add_argument("--tools", nargs="+", choices=("ours", "nsys-ai"), default=["ours", "nsys-ai"])
+    parser.add_argument(
+        "--repos", nargs="+", type=Path, default=[REPO], help="checkouts of ours to time (default: this)"
+    )
+    parser.add_argument("--no-nsys-ai", action="store_true", help="time ours only")
     parser.add_argument("--format", choices=("table", "csv", "json"), default="table")
     args = parser.parse_args(argv)
     if args.repeat < 1:
         parser.error(f"--repeat {args.repeat}: must be >= 1")
-    if "nsys-ai" in args.tools and not (args.venv / "bin" / "nsys-ai").exists():
+    if not args.no_nsys_ai and not (args.venv / "bin" / "nsys-ai").exists():
         raise SystemExit(f"error: no nsys-ai in {args.venv} (see this script's docstring for the setup)")
     load_before = os.getloadavg()
     results: dict = {}
     with tempfile.TemporaryDirectory(prefix="nsys-ai-compare-") as tmp:
         scratch = Path(tmp)
-        tools = commands(args.venv) if "nsys-ai" in args.tools else {"ours": commands(args.venv)["ours"]}
+        tools = commands(args.venv, [r.resolve() for r in args.repos], not args.no_nsys_ai)
         for export in exports_from(args.exports, scratch):
             label = f"{export.name} ({export.stat().st_size / 1e6:.1f} MB)"
-            results[label] = measure(export, {t: tools[t] for t in args.tools}, args.repeat, scratch)
+            results[label] = measure(export, tools, args.repeat, scratch)
     load = {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]}
     table = rows(results)
     if args.format == "json":

@@ -235,13 +235,13 @@ def keep_file(src: Path, dst: Path, inputs: Path, scratch: Path) -> None:
     dst.write_bytes(data)
 
 
-def run_case(case: Case, inputs: Path, out: Path, repo: Path) -> dict:
+def run_case(case: Case, inputs: Path, out: Path, repo: Path, extra_env: dict[str, str]) -> dict:
     """Run one case in a fresh process; write its outputs into `out`; return its manifest entry."""
     name, argv, _ = case
     scratch = Path(tempfile.mkdtemp(prefix="snap-"))
     try:
         args = [a.replace("{out}", str(scratch)) for a in argv]
-        env = {**os.environ, "PYTHONPATH": str(repo), "COLUMNS": "200"}
+        env = {**os.environ, **extra_env, "PYTHONPATH": str(repo), "COLUMNS": "200"}
         started = time.perf_counter()
         command = [sys.executable, "-m", f"analysis.{args[0]}", *args[1:]]
         with open(scratch / ".stdout", "w+b") as so, open(scratch / ".stderr", "w+b") as se:
@@ -268,7 +268,9 @@ def run_case(case: Case, inputs: Path, out: Path, repo: Path) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def snapshot(out: Path, inputs: Path, repo: Path, quick: bool, workers: int, only: str | None = None) -> int:
+def snapshot(
+    out: Path, inputs: Path, repo: Path, quick: bool, workers: int, only: str | None, extra_env: dict[str, str]
+) -> int:
     """Run the cases into `out`; print one line per case; 0 ok, 2 when `out` is not empty."""
     if out.exists() and any(out.iterdir()):
         print(f"error: {out} is not empty", file=sys.stderr)
@@ -282,11 +284,12 @@ def snapshot(out: Path, inputs: Path, repo: Path, quick: bool, workers: int, onl
         print(f"error: analysis imports from {where}, not from {repo}", file=sys.stderr)
         return 2
     head = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    manifest: dict = {"repo": str(repo), "head": head.stdout.strip(), "quick": quick, "cases": {}, "inputs": {}}
+    manifest: dict = {"repo": str(repo), "head": head.stdout.strip(), "quick": quick, "env": extra_env}
+    manifest |= {"cases": {}, "inputs": {}}
     started = time.perf_counter()
     todo = [c for c in cases() if (c[2] or not quick) and (only is None or re.search(only, c[0]))]
     with ThreadPoolExecutor(workers) as pool:  # each case is its own process: threads only wait
-        running = {pool.submit(run_case, case, inputs, out, repo): case[0] for case in todo}
+        running = {pool.submit(run_case, case, inputs, out, repo, extra_env): case[0] for case in todo}
         for i, done in enumerate(as_completed(running), 1):
             entry = done.result()
             say = f"exit {entry['rc']}, {entry['seconds']} s wall, {entry['cpu_s']} s cpu"
@@ -296,7 +299,8 @@ def snapshot(out: Path, inputs: Path, repo: Path, quick: bool, workers: int, onl
     manifest["seconds"] = round(time.perf_counter() - started, 1)
     manifest["cpu_s"] = round(sum(e["cpu_s"] for e in manifest["cases"].values()), 1)
     manifest["load_average"] = os.getloadavg()
-    for f in sorted(q for q in inputs.rglob("*") if q.is_file() and not q.name.startswith(".")):
+    hidden = lambda q: any(part.startswith(".") for part in q.relative_to(inputs).parts)  # caches, partials
+    for f in sorted(q for q in inputs.rglob("*") if q.is_file() and not hidden(q)):
         manifest["inputs"][str(f.relative_to(inputs))] = sha256(f)
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     _same_as_serial(out, [c[0] for c in todo])
@@ -347,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two snapshots")
     parser.add_argument("--quick", action="store_true", help="a ~1-minute subset of the cases")
     parser.add_argument("--only", metavar="RE", help="only the cases whose name matches RE (re.search)")
+    parser.add_argument("--env", nargs="+", default=[], metavar="KEY=VALUE", help="set in every command's environment")
     parser.add_argument("--workers", type=int, default=2, help="cases run at once (default 2)")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
     parser.add_argument("--inputs", type=Path, default=INPUTS, help=f"input cache folder (default {INPUTS})")
@@ -355,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         return compare(*args.compare)
     if args.out is None:
         parser.error("give OUT or --compare OLD NEW")
-    return snapshot(args.out, args.inputs.resolve(), args.repo.resolve(), args.quick, args.workers, args.only)
+    if any("=" not in e for e in args.env):
+        parser.error(f"--env {' '.join(args.env)}: expected KEY=VALUE")
+    extra_env = dict(e.split("=", 1) for e in args.env)
+    return snapshot(
+        args.out, args.inputs.resolve(), args.repo.resolve(), args.quick, args.workers, args.only, extra_env
+    )
 
 
 if __name__ == "__main__":

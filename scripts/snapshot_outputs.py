@@ -351,12 +351,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", nargs=2, type=Path, metavar=("OLD", "NEW"), help="compare two snapshots")
     parser.add_argument("--quick", action="store_true", help="a ~1-minute subset of the cases")
     parser.add_argument("--only", metavar="RE", help="only the cases whose name matches RE (re.search)")
-    parser.add_argument("--env", nargs="+", default=[], metavar="KEY=VALUE", help="set in every command's environment")
+    parser.add_argument(
+        "--env", action="append", default=[], metavar="KEY=VALUE", help="set for every command (repeatable)"
+    )
     parser.add_argument("--workers", type=int, default=2, help="cases run at once (default 2)")
     parser.add_argument("--repo", type=Path, default=REPO, help="the checkout whose code runs (default: this one)")
     parser.add_argument("--inputs", type=Path, default=INPUTS, help=f"input cache folder (default {INPUTS})")
     args = parser.parse_args(argv)
     if args.compare:
+        missing = [str(d) for d in args.compare if not (d / "manifest.json").is_file()]
+        if missing:
+            print(f"error: not a snapshot (no manifest.json): {', '.join(missing)}", file=sys.stderr)
+            return 2
         return compare(*args.compare)
     if args.out is None:
         parser.error("give OUT or --compare OLD NEW")

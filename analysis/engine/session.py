@@ -42,7 +42,7 @@ from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures.loaded_run import LoadedRun, measure_run
-from analysis.options import check_not_negative
+from analysis.options import AnalysisOptions, check_not_negative
 from analysis.views.lanes import Selection
 
 if TYPE_CHECKING:
@@ -287,8 +287,45 @@ class TimelinePage:
     notes: list[str]
 
 
+Paths = str | Path | Iterable[str | Path]
+
+
+def _options(
+    paths: Paths | AnalysisOptions, merge: bool, patterns: Patterns | None, skip_steps: int, jobs: int, **more: Any
+) -> AnalysisOptions:
+    """The options of an API call: `paths` when it is an AnalysisOptions (then no option may be given as a
+    keyword too: a TypeError), else the keywords' (AnalysisOptions validates them as the CLIs' are; the
+    keywords' `patterns`, which may set more than the options do, go to runs_of beside them)."""
+    if not isinstance(paths, AnalysisOptions):
+        listed = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
+        return AnalysisOptions(listed, merge=merge, skip_steps=skip_steps, jobs=jobs, **more)
+    keywords = {"merge": merge, "patterns": patterns, "skip_steps": skip_steps, "jobs": jobs, **more}
+    given = [k for k, v in keywords.items() if v not in (None, False, 0, 1)]
+    if given:
+        raise TypeError(f"options given both as AnalysisOptions and as keywords: {', '.join(given)}")
+    return paths
+
+
+def runs_of(
+    options: AnalysisOptions,
+    found: Sequence[RunFiles] | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    keep_traces: bool = True,
+    task: Callable | None = None,
+    patterns: Patterns | None = None,
+) -> OpenRuns:
+    """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
+    has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
+    else 1)."""
+    found = found if found is not None else find_runs(options.paths, options.merge, options.export)
+    chosen = jobs or options.jobs or 1
+    patterns = patterns or options.patterns
+    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task)
+
+
 def open_runs(
-    paths: str | Path | Iterable[str | Path],
+    paths: Paths | AnalysisOptions,
     merge: bool = False,
     patterns: Patterns | None = None,
     skip_steps: int = 0,
@@ -300,13 +337,15 @@ def open_runs(
     task: Callable | None = None,
 ) -> OpenRuns:
     """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
-    timelines; nothing is read until asked. jobs/dask: analyse file by file (module docstring);
-    `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult)."""
-    return OpenRuns(find_runs(paths, merge, export), patterns, skip_steps, jobs, dask, progress, keep_traces, task)
+    timelines; nothing is read until asked. The options as the CLIs take them: an AnalysisOptions
+    (analysis/options.py) in place of `paths`, or the keywords. jobs/dask: analyse file by file (module
+    docstring); `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult)."""
+    options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
+    return runs_of(options, progress=progress, keep_traces=keep_traces, task=task, patterns=patterns)
 
 
 def analyze(
-    paths: str | Path | Iterable[str | Path],
+    paths: Paths | AnalysisOptions,
     patterns: Patterns | None = None,
     skip_steps: int = 0,
     merge: bool = False,
@@ -315,17 +354,19 @@ def analyze(
     jobs: int = 1,
     dask: str | None = None,
 ) -> Analysis:
-    """open_runs(...).overlap(): every run's metrics; a TraceError naming every run that failed.
-    `progress`: called with a 'files done / total' line as files finish."""
-    found = find_runs(paths, merge, export)
+    """open_runs(...).overlap(): every run's metrics (only the options' step and rank when an
+    AnalysisOptions is given); a TraceError naming every run that failed. `progress`: called with a
+    'files done / total' line as files finish."""
+    options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
+    found = find_runs(options.paths, options.merge, options.export)
     shown = None
     if progress is not None:
         shown = Progress(sum(len(r.paths) for r in found), "", after_s=0, write=progress)
-    runs = OpenRuns(found, patterns, skip_steps, jobs, dask, shown, keep_traces=False)
+    runs = runs_of(options, found, progress=shown, keep_traces=False, patterns=patterns)
     errors = runs.errors()
     if errors:
         raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} runs failed: {'; '.join(errors)}")
-    return runs.overlap()
+    return runs.overlap(options.step, options.rank)
 
 
 def analyze_collectives(

@@ -2,7 +2,7 @@
 
 Prints the per-metric deltas of the new run against the baseline (table, csv or json), a warning line
 when the runs differ in model or world size, and a one-line verdict. Exit codes: 0 no limit passed,
-1 a --fail-if limit passed, 2 bad input. The API: analysis.engine.compare.compare.
+1 a --fail-if limit passed, 2 bad input. The API: `open_runs(new, merge=True).compare(baseline, rules)`.
 """
 
 from __future__ import annotations

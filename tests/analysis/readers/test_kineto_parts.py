@@ -2,6 +2,7 @@
 serial decode's columns: pieces cover the event text at event boundaries, a boundary inside a string
 falls back to the serial decode, and a worker that dies leaves the work to this process."""
 
+import itertools
 import os
 import re
 
@@ -28,7 +29,7 @@ def test_pieces_cover_the_text_at_event_boundaries(three_cores):
     spans = pieces(text, 1, len(text) - 1, CUT)
     assert len(spans) == 3
     assert spans[0][0] == 1 and spans[-1][1] == len(text) - 1
-    for (_, stop), (start, _) in zip(spans, spans[1:], strict=False):
+    for (_, stop), (start, _) in itertools.pairwise(spans):
         assert text[stop - 1 : stop] == b"}" and text[start : start + 1] == b"{"
         assert text[stop:start].strip() == b","  # nothing between two pieces but the comma
     names = [m for a, b in spans for m in re.findall(rb'"e\d+"', text[a:b])]

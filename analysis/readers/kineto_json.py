@@ -179,12 +179,22 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -
                     if cut is None:
                         raise TraceError(f"{path}: not valid JSON (in traceEvents)") from None
                     cut = _CUT.search(data, cut.end(), last)
+            _release(data, start, end)
             yield complete
             if cut is None:
                 return
             start = cut.end() - 1  # the "{" of the next event
     finally:
         whole.release()
+
+
+def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
+    """Unmap the whole pages of a mapped file's data[start:stop], decoded and not read again, from this
+    process (the page cache keeps them): its memory holds a batch of the file, not all it has read."""
+    page = mmap.PAGESIZE
+    low, high = -(-start // page) * page, stop // page * page
+    if isinstance(data, mmap.mmap) and high > low and hasattr(data, "madvise"):
+        data.madvise(mmap.MADV_DONTNEED, low, high - low)
 
 
 def _complete_events(path: Path, batch: bytes) -> list:

@@ -87,7 +87,9 @@ def figures(events: list) -> dict:
     compute: list = [[] for _ in steps]
     for corr, start, end, is_comm in kernels:
         launch = launches.get(corr)
-        i = bisect.bisect_right(starts, launch) - 1 if launch is not None else -1
+        if launch is None:
+            continue
+        i = bisect.bisect_right(starts, launch) - 1
         if i >= 0 and launch < spans[i][1]:
             (comm if is_comm else compute)[i].append((start, end))
     total = {"steps": len(steps), "step": 0, "comm": 0, "compute": 0, "overlap": 0}

@@ -13,6 +13,7 @@ decode in one piece, here.
 
 from __future__ import annotations
 
+import mmap
 import multiprocessing
 import os
 import re
@@ -37,7 +38,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def pieces(data: bytes, start: int, stop: int, cut: re.Pattern[bytes]) -> list[tuple[int, int]]:
+def pieces(data: bytes | mmap.mmap, start: int, stop: int, cut: re.Pattern[bytes]) -> list[tuple[int, int]]:
     """(start, stop) of contiguous pieces of the event text data[start:stop] (from an event's `{` to an
     event's `}`), cut where `cut` matches after each piece's share of the text."""
     parts = max(1, min(usable_cores(), MAX_PARTS, (stop - start) // PART_BYTES))

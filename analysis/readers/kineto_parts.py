@@ -7,8 +7,8 @@ decode's. Forked workers inherit the (memory-mapped) text and the decode functio
 receiving them pickled; only the columns travel back. A piece boundary is a `}`, `,` `{` match like a
 batch boundary: one that falls inside a string or a nested object makes its pieces fail to decode,
 and the caller then decodes the whole file its slow, serial way (which also names the fault).
-Small files, one-core machines and daemonic processes (which may not start children: Dask's workers)
-decode in one piece, here.
+Small files, one-core machines, daemonic processes (which may not start children) and threads other
+than the main one (Dask's task threads) decode in one piece, here.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import mmap
 import multiprocessing
 import os
 import re
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -29,8 +30,10 @@ _JOB: tuple[Decode, list[tuple[int, int]]] | None = None  # set for the forked w
 
 
 def usable_cores() -> int:
-    """Cores this process may run on, 1 where it may not start workers (a daemonic process)."""
-    if multiprocessing.current_process().daemon:
+    """Cores this process may run on; 1 where it should not fork workers: a daemonic process (not allowed
+    children) or a thread other than the main one (Dask runs tasks on worker threads; a fork there could
+    copy a lock another thread holds)."""
+    if multiprocessing.current_process().daemon or threading.current_thread() is not threading.main_thread():
         return 1
     try:
         return len(os.sched_getaffinity(0))

@@ -5,6 +5,7 @@ falls back to the serial decode, and a worker that dies leaves the work to this 
 import itertools
 import os
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -88,3 +89,13 @@ def test_a_dead_worker_leaves_its_piece_to_this_process():
 
     spans = [(0, 10), (10, 20), (20, 30)]
     assert decode_in_parts(decode, spans) == spans
+
+
+def test_no_workers_from_a_thread_other_than_the_main_one(monkeypatch):
+    monkeypatch.setattr(kineto_parts, "PART_BYTES", 1)
+    text = b"[" + b",".join(b'{"a": %d}' % i for i in range(20)) + b"]"
+    got = []
+    worker = threading.Thread(target=lambda: got.append(pieces(text, 1, len(text) - 1, CUT)))
+    worker.start()
+    worker.join()
+    assert got == [[(1, len(text) - 1)]] and kineto_parts.usable_cores() >= 1

@@ -8,7 +8,9 @@ without building Python objects. To bound memory, the event list is decoded in b
 after the `}` of an event followed by `,` and `{`. A cut that falls inside a string or a nested
 object leaves that batch unbalanced, so its decode fails, and the batch is extended to the next
 cut. A batch whose events do not fit the fast types (an unusual phase, say) is decoded again
-leniently. Uncompressed files are memory-mapped, not read into a copy.
+leniently. Uncompressed files are memory-mapped, not read into a copy, and a batch's pages are unmapped
+from the process once decoded (`_release`). A large file's event text is first cut into pieces decoded
+on several cores (kineto_parts.py).
 
 The event array's place is found without a pass over it (`_split_top`): its opening is the first
 `"traceEvents": [`, its close the last `]` after an event's `}` whose following text ends the

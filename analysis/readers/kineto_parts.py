@@ -35,6 +35,8 @@ def usable_cores() -> int:
     copy a lock another thread holds)."""
     if multiprocessing.current_process().daemon or threading.current_thread() is not threading.main_thread():
         return 1
+    if "fork" not in multiprocessing.get_all_start_methods():  # Windows: the workers could not inherit the text
+        return 1
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

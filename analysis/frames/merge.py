@@ -56,19 +56,23 @@ class LaunchJoin:
     the pair, the one added last wins. Ops without a correlation id (< 0) match nothing."""
 
     def __init__(self, pid: np.ndarray, corr: np.ndarray):
-        self._pids = np.unique(pid)  # a handful of processes
-        op_p = np.searchsorted(self._pids, pid)
+        self._pids, op_p = factorize(pid)  # a handful of processes
         ok = corr >= 0
         self._lo = int(corr[ok].min()) if ok.any() else 0
         self._span = (int(corr[ok].max()) - self._lo + 1) if ok.any() else 1
         self._dense = len(self._pids) * self._span <= 2 * len(pid) + 4096
         if self._dense:  # correlation ids are dense counters: a slot per (process, id) in the ops' range
-            slot = op_p.astype(np.int64) * self._span + (corr - self._lo)
+            slot = op_p  # computed in place: at 10M ops every temporary array is 80 MB
+            slot *= self._span
+            slot += corr
+            slot -= self._lo
             self._slots_n = len(self._pids) * self._span
         else:  # too sparse: a slot per distinct (process, id) of the ops, found by binary search
             self._keys, slot = np.unique(_pair_key(op_p, corr), return_inverse=True)
+            slot = slot.reshape(-1)
             self._slots_n = len(self._keys)
-        self._op_slot = np.where(ok, slot.reshape(-1), -1)
+        slot[~ok] = -1
+        self._op_slot = slot.astype(np.int32) if self._slots_n < 2**31 else slot
         self._start = np.full(self._slots_n, -1, dtype=np.int64)
         self._tid = np.full(self._slots_n, -1, dtype=np.int32)
 
@@ -89,10 +93,12 @@ class LaunchJoin:
     def result(self) -> tuple[np.ndarray, np.ndarray]:
         """(launch_start int64, launch_tid int32) per op; -1 where no runtime call matched."""
         found = self._op_slot >= 0
-        slot = np.where(found, self._op_slot, 0)
         if self._slots_n == 0:
-            return np.full(len(slot), -1, dtype=np.int64), np.full(len(slot), -1, dtype=np.int32)
-        return np.where(found, self._start[slot], -1), np.where(found, self._tid[slot], np.int32(-1))
+            return np.full(len(found), -1, dtype=np.int64), np.full(len(found), -1, dtype=np.int32)
+        slot = np.where(found, self._op_slot, 0)
+        start, tid = self._start[slot], self._tid[slot]
+        start[~found], tid[~found] = -1, -1
+        return start, tid
 
 
 def _pair_key(p: np.ndarray, corr: np.ndarray) -> np.ndarray:

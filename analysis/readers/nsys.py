@@ -162,8 +162,10 @@ def _read_gpu_ops(ex: NsysExport) -> dict:
     if not parts:
         cols = {c: np.zeros(0, dtype=np.int64) for c in GPU_INT_COLUMNS}
         return {**cols, "name": pd.Categorical([]), "kind": np.zeros(0, dtype=np.int8)}
+    names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
+    parts = [p for p in parts if len(p["start"])] or parts[:1]  # joining empty tables would copy every column
     cols = {c: _joined([p.pop(c) for p in parts]) for c in list(parts[0]) if c != "name"}
-    cols["name"] = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
+    cols["name"] = names  # every table's names among the categories, as before, even those of empty tables
     cols["launch_start"], cols["launch_tid"] = _launches(ex, cols["pid"], cols["correlation_id"])
     return cols
 

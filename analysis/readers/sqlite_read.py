@@ -15,6 +15,7 @@ serial run over hundreds of files, a long-lived Dask worker) reads with sqlite3 
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import os
 import sqlite3
@@ -141,6 +142,7 @@ def _read_connectorx(
     for i, name in enumerate(names):  # each column's batches let go once joined
         out[name] = _joined(parts[i], empty[i])
         parts[i] = []
+    release_free_memory()
     return out
 
 
@@ -223,6 +225,7 @@ def _connectorx_batches(
     )
     for batch in reader:
         yield {n: _arrow_to_numpy(batch.column(i), null_int, narrow.get(n)) for i, n in enumerate(names)}
+    release_free_memory()
 
 
 def _sqlite3_batches(
@@ -231,3 +234,23 @@ def _sqlite3_batches(
     cursor = conn.execute(sql)
     while rows := cursor.fetchmany(BATCH_ROWS):
         yield {n: narrowed(c, narrow.get(n)) for n, c in _rows_to_columns(rows, names, null_int).items()}
+
+
+def release_free_memory() -> None:
+    """Hand the memory a read freed back to the system (glibc's malloc_trim; nothing elsewhere).
+
+    connectorx builds each batch on its worker threads, in their own malloc arenas; what those arenas
+    free stays with them, where the analysis (on the main thread) never reuses it: on the 1M-kernel
+    export the process kept about 65 MB more after the read than it held."""
+    global _LIBC
+    if _LIBC is None:
+        try:
+            _LIBC = ctypes.CDLL("libc.so.6")
+            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
+        except (OSError, AttributeError):  # not glibc
+            _LIBC = False
+    if _LIBC:
+        _LIBC.malloc_trim(0)
+
+
+_LIBC: ctypes.CDLL | bool | None = None

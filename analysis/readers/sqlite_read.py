@@ -249,7 +249,7 @@ def release_free_memory() -> None:
             _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
         except (OSError, AttributeError):  # not glibc
             _LIBC = False
-    if _LIBC:
+    if isinstance(_LIBC, ctypes.CDLL):
         _LIBC.malloc_trim(0)
 
 

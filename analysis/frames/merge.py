@@ -110,21 +110,25 @@ def _pair_key(p: np.ndarray, corr: np.ndarray) -> np.ndarray:
 NARROW_COLUMNS = ("part", "pid", "device", "stream", "correlation_id", "launch_tid")
 
 
-def sort_order(part: np.ndarray, pid: np.ndarray, device: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """The stable order of rows by (part, pid, device, start), as np.lexsort gives it, from one int64
-    key (group number x time span + time) when that fits, which sorts several times faster."""
+def sort_order(*keys: np.ndarray) -> np.ndarray:
+    """The stable order of rows by the keys, most significant first (the last one a time), as
+    np.lexsort(keys[::-1]) gives it, from one int64 key (group number x time span + time) when that
+    fits, which sorts several times faster."""
+    *groups, start = (np.asarray(k) for k in keys)
     if len(start) == 0:
         return np.zeros(0, dtype=np.int64)
-    codes = []
-    for key in (part, pid, device):
+    group, n_groups = np.zeros(len(start), dtype=np.int64), 1
+    for key in groups:
         uniq, inverse = factorize(key)
-        codes.append((inverse, len(uniq)))
+        group *= len(uniq)
+        group += inverse
+        n_groups *= len(uniq)
     lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
-    groups = codes[0][1] * codes[1][1] * codes[2][1]
-    if groups * span >= 1 << 62:
-        return np.lexsort((start, device, pid, part))
-    group = (codes[0][0] * codes[1][1] + codes[1][0]) * codes[2][1] + codes[2][0]
-    return np.argsort(group * span + (start - lo), kind="stable")
+    if n_groups * span >= 1 << 62:
+        return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
+    group *= span
+    group += start - lo
+    return np.argsort(group, kind="stable")
 
 
 def _narrow(values: np.ndarray) -> np.ndarray:

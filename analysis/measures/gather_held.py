@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from analysis.frames.merge import sort_order
 from analysis.frames.trace import NVTX_PUSH_POP, Trace
 from analysis.measures.phases import codes, process_key, thread_key
 from contract import ALL_GATHER, COMM_WAIT_PREFIX
@@ -64,8 +65,8 @@ def _wait_ranges(trace: Trace) -> pd.DataFrame:
 
 def _stream_predecessors(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per GPU op (ops' order): the end of the op before it on its stream and that op's position (-1: first)."""
-    order = np.lexsort((ops["start"].to_numpy(), ops["stream"].to_numpy(), ops["device"].to_numpy(),
-                        process_key(ops["part"], ops["pid"])))  # fmt: skip
+    order = sort_order(process_key(ops["part"], ops["pid"]), ops["device"].to_numpy(), ops["stream"].to_numpy(),
+                       ops["start"].to_numpy())  # fmt: skip
     key = np.stack([process_key(ops["part"], ops["pid"]), ops["device"].to_numpy(), ops["stream"].to_numpy()])[:, order]
     same = np.r_[False, (key[:, 1:] == key[:, :-1]).all(axis=0)]
     pred = np.full(len(ops), -1, dtype=np.int64)

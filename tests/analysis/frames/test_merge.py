@@ -56,6 +56,9 @@ def test_sort_order_is_lexsort(span):
     device, start = rng.integers(-1, 4, n), rng.integers(0, span, n)  # many ties: stability matters
     want = np.lexsort((start, device, pid, part))
     assert sort_order(part, pid, device, start).tolist() == want.tolist()
+    stream = rng.integers(0, 2**40, n)  # a sparse key among them (factorize falls back to np.unique)
+    want = np.lexsort((start, stream, pid, part))
+    assert sort_order(part, pid, stream, start).tolist() == want.tolist()
 
 
 def test_narrowed_only_where_every_value_fits():

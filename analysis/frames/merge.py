@@ -50,23 +50,122 @@ def row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: n
     return np.where(valid & (rt_key[order][pos] == op_key), order[pos], -1)
 
 
+class LaunchJoin:
+    """Each GPU op's launch: the runtime call with the same (process, correlation id), filled from the
+    runtime rows batch by batch (`add`) so the runtime table is never held whole; where two calls share
+    the pair, the one added last wins. Ops without a correlation id (< 0) match nothing."""
+
+    def __init__(self, pid: np.ndarray, corr: np.ndarray):
+        self._pids, op_p = factorize(pid)  # a handful of processes
+        ok = corr >= 0
+        self._lo = int(corr[ok].min()) if ok.any() else 0
+        self._span = (int(corr[ok].max()) - self._lo + 1) if ok.any() else 1
+        self._dense = len(self._pids) * self._span <= 2 * len(pid) + 4096
+        if self._dense:  # correlation ids are dense counters: a slot per (process, id) in the ops' range
+            slot = op_p  # computed in place: at 10M ops every temporary array is 80 MB
+            slot *= self._span
+            slot += corr
+            slot -= self._lo
+            self._slots_n = len(self._pids) * self._span
+        else:  # too sparse: a slot per distinct (process, id) of the ops, found by binary search
+            self._keys, slot = np.unique(_pair_key(op_p, corr), return_inverse=True)
+            slot = slot.reshape(-1)
+            self._slots_n = len(self._keys)
+        slot[~ok] = -1
+        self._op_slot = slot.astype(np.int32) if self._slots_n < 2**31 else slot
+        self._start = np.full(self._slots_n, -1, dtype=np.int64)
+        self._tid = np.full(self._slots_n, -1, dtype=np.int32)
+
+    def add(self, rt_pid: np.ndarray, rt_corr: np.ndarray, rt_start: np.ndarray, rt_tid: np.ndarray) -> None:
+        """Record a batch of runtime calls (their process, correlation id, start and OS thread id)."""
+        p = np.minimum(np.searchsorted(self._pids, rt_pid), len(self._pids) - 1)
+        valid = self._pids[p] == rt_pid
+        if self._dense:
+            valid &= (rt_corr >= self._lo) & (rt_corr < self._lo + self._span)
+            slot = p.astype(np.int64) * self._span + (rt_corr - self._lo)
+        else:
+            key = _pair_key(p, rt_corr)
+            slot = np.minimum(np.searchsorted(self._keys, key), len(self._keys) - 1)
+            valid &= self._keys[slot] == key
+        self._start[slot[valid]] = rt_start[valid]
+        self._tid[slot[valid]] = rt_tid[valid]
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(launch_start int64, launch_tid int32) per op; -1 where no runtime call matched."""
+        found = self._op_slot >= 0
+        if self._slots_n == 0:
+            return np.full(len(found), -1, dtype=np.int64), np.full(len(found), -1, dtype=np.int32)
+        slot = np.where(found, self._op_slot, 0)
+        start, tid = self._start[slot], self._tid[slot]
+        start[~found], tid[~found] = -1, -1
+        return start, tid
+
+
+def _pair_key(p: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (p.astype(np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)  # process index, 32-bit id
+
+
+# Identifier columns of gpu_ops, stored as int32 when every value fits (process and thread ids are 24-bit
+# in nsys, devices and streams small): with the int64 times they are what a kernel costs in memory.
+NARROW_COLUMNS = ("part", "pid", "device", "stream", "correlation_id", "launch_tid")
+
+
+def sort_order(*keys: np.ndarray) -> np.ndarray:
+    """The stable order of rows by the keys, most significant first (the last one a time), as
+    np.lexsort(keys[::-1]) gives it, from one int64 key (group number x time span + time) when that
+    fits, which sorts several times faster."""
+    *groups, start = (np.asarray(k) for k in keys)
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    group, n_groups = np.zeros(len(start), dtype=np.int64), 1
+    for key in groups:
+        uniq, inverse = factorize(key)
+        group *= len(uniq)
+        group += inverse
+        n_groups *= len(uniq)
+    lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
+    if n_groups * span >= 1 << 62:
+        return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
+    group *= span
+    group += start - lo
+    return np.argsort(group, kind="stable")
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    info = np.iinfo(np.int32)
+    fits = values.size == 0 or (info.min <= values.min() and values.max() <= info.max)
+    return values.astype(np.int32 if fits else np.int64, copy=False)
+
+
+def _taken(parts: list[dict], column: str) -> np.ndarray:
+    """One column of every part, joined; the parts let go of it (memory holds one copy of the rows)."""
+    return parts[0].pop(column) if len(parts) == 1 else np.concatenate([p.pop(column) for p in parts])
+
+
 def ops_frame(parts: list[dict]) -> pd.DataFrame:
-    """The gpu_ops frame: columns of every file joined, sorted by (part, pid, device, start)."""
-    cols = {c: np.concatenate([p[c] for p in parts]) for c in ["part", *GPU_INT_COLUMNS, "kind"]}
+    """The gpu_ops frame: columns of every file joined, sorted by (part, pid, device, start); identifier
+    columns int32 where they fit (NARROW_COLUMNS). The parts' columns are taken from them as they are used."""
+    lengths = [len(p["start"]) for p in parts]
+    keys = {c: _taken(parts, c) for c in ("part", "pid", "device", "start")}
+    order = sort_order(keys["part"], keys["pid"], keys["device"], keys["start"])
+    columns = ["part", "pid", "device", "stream", "start", "end", "correlation_id", "launch_start", "launch_tid"]
+    data = {}
+    for c in columns:
+        values = keys.pop(c) if c in keys else _taken(parts, c)
+        data[c] = (_narrow(values) if c in NARROW_COLUMNS else values)[order]
+        del values
+    frame = pd.DataFrame(data, copy=False)  # the arrays are fresh: consolidating them would copy every row again
+    del data
     names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
-    order = np.lexsort((cols["start"], cols["device"], cols["pid"], cols["part"]))
-    frame = pd.DataFrame(
-        {
-            c: cols[c][order]
-            for c in ["part", "pid", "device", "stream", "start", "end", "correlation_id", "launch_start", "launch_tid"]
-        },
-        copy=False,
-    )  # the arrays are fresh: consolidating them would copy 1M rows again
     frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
-    frame.insert(8, "kind", pd.Categorical.from_codes(cols["kind"][order], categories=GPU_KINDS))
+    kind = parts[0]["kind"] if len(parts) == 1 else np.concatenate([p["kind"] for p in parts])
+    frame.insert(8, "kind", pd.Categorical.from_codes(kind[order], categories=GPU_KINDS))
     # a collective's bytes where the file records them on the kernel (Kineto's NCCL kernel args), else -1
-    sizes = [p.get("comm_bytes", np.full(len(p["start"]), -1, dtype=np.int64)) for p in parts]
-    frame["comm_bytes"] = np.concatenate(sizes).astype(np.int64)[order]
+    if any("comm_bytes" in p for p in parts):
+        sizes = [p.get("comm_bytes", np.full(n, -1, dtype=np.int64)) for p, n in zip(parts, lengths, strict=True)]
+        frame["comm_bytes"] = np.concatenate(sizes).astype(np.int64)[order]
+    else:
+        frame["comm_bytes"] = np.full(len(order), -1, dtype=np.int64)
     return frame
 
 
@@ -88,4 +187,5 @@ def number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementati
     usable = all(isinstance(r, int) for r in from_meta) and len(set(from_meta)) == len(from_meta)
     ranks.insert(0, "rank", from_meta if usable else range(len(ranks)))
     ranks["implementation"] = implementation
-    return ranks.sort_values("rank").reset_index(drop=True).astype({"rank": np.int64})
+    ranks = ranks.sort_values("rank").reset_index(drop=True)
+    return ranks.astype({"rank": np.int64, "part": np.int64, "pid": np.int64, "device": np.int64})

@@ -4,7 +4,9 @@ Frames (all times int64 ns; as read, each part on its own file's clock; engine/c
 the parts of a loaded run on the first file's clock, from each part's recorded offset):
 
 `gpu_ops`  one row per kernel / memcpy / memset, sorted by (part, pid, device, start):
-    part (int, index of the source file), pid, device, stream, start, end,
+    part (int, index of the source file), pid, device, stream, start, end (the identifiers part, pid,
+    device, stream, correlation_id and launch_tid are int32 where every value fits, else int64: with
+    the int64 times they are what a kernel costs in memory; frames/merge.NARROW_COLUMNS),
     name (categorical: kernel short name, "memcpy HtoD", "memset", ...),
     kind (categorical GPU_KINDS: kernel | memcpy | memset), correlation_id (-1 if NULL),
     launch_start, launch_tid (the CUDA runtime call with the same correlationId in the same

@@ -20,9 +20,12 @@ that ran just before it on that stream (`queued_behind`, op:tag, and when it end
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 
+from analysis.frames.merge import sort_order
 from analysis.frames.trace import NVTX_PUSH_POP, Trace
 from analysis.measures.phases import codes, process_key, thread_key
 from contract import ALL_GATHER, COMM_WAIT_PREFIX
@@ -64,8 +67,10 @@ def _wait_ranges(trace: Trace) -> pd.DataFrame:
 
 def _stream_predecessors(ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Per GPU op (ops' order): the end of the op before it on its stream and that op's position (-1: first)."""
-    order = np.lexsort((ops["start"].to_numpy(), ops["stream"].to_numpy(), ops["device"].to_numpy(),
-                        process_key(ops["part"], ops["pid"])))  # fmt: skip
+    if len(ops) == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    order = sort_order(process_key(ops["part"], ops["pid"]), ops["device"].to_numpy(), ops["stream"].to_numpy(),
+                       ops["start"].to_numpy())  # fmt: skip
     key = np.stack([process_key(ops["part"], ops["pid"]), ops["device"].to_numpy(), ops["stream"].to_numpy()])[:, order]
     same = np.r_[False, (key[:, 1:] == key[:, :-1]).all(axis=0)]
     pred = np.full(len(ops), -1, dtype=np.int64)
@@ -177,6 +182,8 @@ def _named(trace: Trace, at: np.ndarray, calls: pd.DataFrame) -> np.ndarray:
 def held_rows(trace: Trace, gathers: pd.DataFrame, calls: pd.DataFrame) -> pd.DataFrame:
     """HELD_COLUMNS of each all-gather call in `gathers` (rank, tag, issue_ns, start_ns, end_ns), in its
     order; `calls`: every collective call of the trace (rank, op, tag, start_ns) to name the queue."""
+    if len(gathers) == 0:  # nothing to look up: the same empty columns without sorting every GPU op (a DDP trace)
+        trace = replace(trace, gpu_ops=trace.gpu_ops.iloc[:0])
     ranks = trace.ranks[["rank", "part", "pid", "device"]].drop_duplicates("rank")
     where = gathers[["rank"]].merge(ranks, on="rank", how="left")
     need = _need(trace, gathers, where)

@@ -21,16 +21,17 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
 from analysis.frames.merge import (
     GPU_INT_COLUMNS,
+    LaunchJoin,
     factorize,
     number_ranks,
     nvtx_frame,
     ops_frame,
-    row_lookup,
 )
 from analysis.frames.patterns import Patterns
 from analysis.frames.phase_markers import PHASES_KEY, derive_phases
@@ -56,6 +57,7 @@ from analysis.readers.nsys_db import (
     NVTX_EVENT_PUSH_POP,
     NVTX_EVENT_START_END,
     NVTX_TABLE,
+    PID_MASK,
     RUNTIME_TABLE,
     TID_MASK,
     NsysExport,
@@ -105,17 +107,20 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
         MEMCPY_TABLE: ex.column(MEMCPY_TABLE, "copyKind", "0"),
         MEMSET_TABLE: "0",
     }[table]
-    cols = ["start", "end", "device", "stream", "correlation_id", "global_pid", "name_id"]
+    cols = ["start", "end", "device", "stream", "correlation_id", "pid", "name_id"]
+    global_pid = ex.column(table, "globalPid")
     exprs = [
         "start",
         '"end"',
         ex.column(table, "deviceId", "0"),
         ex.column(table, "streamId", "0"),
         ex.column(table, "correlationId"),
-        ex.column(table, "globalPid"),
+        # nsys_db.pid_of in SQL, so the column comes 24-bit: a NULL or negative globalPid is -1
+        f"CASE WHEN {global_pid} >= 0 THEN ({global_pid} >> 24) & {PID_MASK} ELSE -1 END",
         name_col,
     ]
-    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols)
+    narrow: dict[str, type] = dict.fromkeys(["device", "stream", "correlation_id", "pid", "name_id"], np.int32)
+    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols, narrow)
     strings = {
         KERNEL_TABLE: ex.strings,
         MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
@@ -128,25 +133,19 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
             np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object)
         )
     )
-    data["pid"] = pid_of(data.pop("global_pid"))
     return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
 
 
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else -1."""
-    none = np.full(len(pid), -1, dtype=np.int64)
+    """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else
+    -1; the runtime table is read in batches, each folded into the join (frames/merge.LaunchJoin)."""
     if not ex.has(RUNTIME_TABLE, "start", "correlationId", "globalTid") or len(pid) == 0:
-        return none, none.copy()
-    rt = ex.read(
-        f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL',
-        ["start", "tid", "corr"],
-    )
-    if len(rt["start"]) == 0:
-        return none, none.copy()
-    row = row_lookup(pid_of(rt["tid"]), rt["corr"], pid, corr)
-    found = row >= 0
-    row = np.where(found, row, 0)
-    return np.where(found, rt["start"][row], -1), np.where(found, rt["tid"][row] & TID_MASK, -1)
+        return np.full(len(pid), -1, dtype=np.int64), np.full(len(pid), -1, dtype=np.int32)
+    join = LaunchJoin(pid, corr)
+    sql = f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL'
+    for rt in ex.batches(sql, ["start", "tid", "corr"]):
+        join.add(pid_of(rt["tid"]), rt["corr"], rt["start"], (rt["tid"] & TID_MASK).astype(np.int32))
+    return join.result()
 
 
 def _read_gpu_ops(ex: NsysExport) -> dict:
@@ -163,10 +162,16 @@ def _read_gpu_ops(ex: NsysExport) -> dict:
     if not parts:
         cols = {c: np.zeros(0, dtype=np.int64) for c in GPU_INT_COLUMNS}
         return {**cols, "name": pd.Categorical([]), "kind": np.zeros(0, dtype=np.int8)}
-    cols = {c: np.concatenate([p[c] for p in parts]) for c in parts[0] if c != "name"}
-    cols["name"] = union_categoricals([p["name"] for p in parts])
+    names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
+    parts = [p for p in parts if len(p["start"])] or parts[:1]  # joining empty tables would copy every column
+    cols = {c: _joined([p.pop(c) for p in parts]) for c in list(parts[0]) if c != "name"}
+    cols["name"] = names  # every table's names among the categories, as before, even those of empty tables
     cols["launch_start"], cols["launch_tid"] = _launches(ex, cols["pid"], cols["correlation_id"])
     return cols
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
 def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
@@ -268,7 +273,7 @@ def _load_part(
     ex = NsysExport(path, head)
     try:
         ops = _read_gpu_ops(ex)
-        ops["part"] = np.full(len(ops["start"]), part, dtype=np.int64)
+        ops["part"] = np.full(len(ops["start"]), part, dtype=np.int32)
         nvtx = _shape_nvtx(_read_nvtx(ex))
         nvtx.insert(0, "part", np.int64(part))
         pid, tid = ex.threads_named(AUTOGRAD_THREAD)
@@ -282,22 +287,43 @@ def _load_part(
 
 
 def _launches_by_thread(ops: pd.DataFrame, autograd_threads: pd.DataFrame) -> pd.DataFrame | None:
-    """Every GPU launch (part, pid, tid, t) and whether its thread is an autograd engine thread; None
-    when the export names no such thread."""
+    """The GPU launches (part, pid, tid, t, autograd: whether its thread is an autograd engine thread)
+    that derive_phases needs, sorted by (part, pid, t): of each process's runs of launches from autograd
+    threads and from other threads, the run's first and last launch (what its ranges and each process's
+    last launch are made of); None when the export names no autograd thread."""
     if len(autograd_threads) == 0 or len(ops) == 0:
         return None
-    launched = ops[ops["launch_start"].to_numpy() >= 0]
-    frame = pd.DataFrame(
+    part, pid = ops["part"].to_numpy(), ops["pid"].to_numpy()
+    tid, t = ops["launch_tid"].to_numpy(), ops["launch_start"].to_numpy()
+    known = _thread_keys(autograd_threads["part"], autograd_threads["pid"], autograd_threads["tid"])
+    # gpu_ops is sorted by (part, pid, ...): each process is one block of rows, taken one at a time
+    edges = np.flatnonzero((part[1:] != part[:-1]) | (pid[1:] != pid[:-1])) + 1
+    pieces = []
+    for lo, hi in zip(np.r_[0, edges], np.r_[edges, len(ops)], strict=True):  # one pass per process
+        rows = lo + np.flatnonzero(t[lo:hi] >= 0)
+        if rows.size == 0:
+            continue
+        rows = rows[np.argsort(t[rows], kind="stable")]
+        autograd = np.isin(_thread_keys(part[rows], pid[rows], tid[rows]), known)
+        change = autograd[1:] != autograd[:-1]
+        keep = np.r_[True, change] | np.r_[change, True]  # the first and last launch of each run
+        pieces.append((rows[keep], autograd[keep]))
+    rows = np.concatenate([r for r, _ in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    return pd.DataFrame(
         {
-            "part": launched["part"].to_numpy(np.int64),
-            "pid": launched["pid"].to_numpy(np.int64),
-            "tid": launched["launch_tid"].to_numpy(np.int64),
-            "t": launched["launch_start"].to_numpy(np.int64),
+            "part": part[rows].astype(np.int64),
+            "pid": pid[rows].astype(np.int64),
+            "tid": tid[rows].astype(np.int64),
+            "t": t[rows],
+            "autograd": np.concatenate([a for _, a in pieces]) if pieces else np.zeros(0, dtype=bool),
         }
     )
-    threads = autograd_threads.drop_duplicates().assign(autograd=True)
-    known = frame.merge(threads, on=["part", "pid", "tid"], how="left")  # a left merge keeps frame's order
-    return frame.assign(autograd=known["autograd"].fillna(False).to_numpy(bool))
+
+
+def _thread_keys(part: ArrayLike, pid: ArrayLike, tid: ArrayLike) -> np.ndarray:
+    """One int64 per (part, process, thread): ids are 24-bit in nsys."""
+    as64 = lambda a: np.asarray(a, dtype=np.int64)
+    return (as64(part) << 48) | (as64(pid) << 24) | (as64(tid) & TID_MASK)
 
 
 def load_nsys(

@@ -9,12 +9,19 @@ target description (TARGET_INFO_GPU, TARGET_INFO_SYSTEM_ENV) where the export ha
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.readers.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
+from analysis.readers.sqlite_read import (
+    check_sqlite_file,
+    connect_readonly,
+    read_batches,
+    read_columns,
+    table_columns,
+)
 
 KERNEL_TABLE, MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE, RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -69,8 +76,11 @@ class NsysExport:
     def column(self, table: str, name: str, fallback: str = "NULL") -> str:
         return f'"{name}"' if name in self.tables.get(table, ()) else fallback
 
-    def read(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
-        return read_columns(self.path, self.conn, sql, names)
+    def read(self, sql: str, names: list[str], narrow: dict[str, type] | None = None) -> dict[str, np.ndarray]:
+        return read_columns(self.path, self.conn, sql, names, narrow=narrow)
+
+    def batches(self, sql: str, names: list[str]) -> Iterator[dict[str, np.ndarray]]:
+        return read_batches(self.path, self.conn, sql, names)
 
     def strings(self) -> dict[int, str]:
         if self._strings is None:

@@ -16,7 +16,7 @@ COMM_RANGE = re.compile(r"^comm:|^nccl[A-Z]")  # the project's ranges and NCCL's
 
 
 def union(pieces):
-    out = []
+    out: list[list[int]] = []
     for s, e in sorted(p for p in pieces if p[1] > p[0]):
         if out and s <= out[-1][1]:
             out[-1][1] = max(out[-1][1], e)
@@ -118,7 +118,7 @@ def reference(path):
         mine = [o for o in ops if o["pid"] == pid]
         nv = [x for x in ranges if x["pid"] == pid]
         comm_ranges = [x for x in nv if COMM_RANGE.match(x["text"])]
-        blocking = {}
+        blocking: dict[int, list] = {}
         for x in comm_ranges:
             if x["blocking"]:
                 blocking.setdefault(x["tid"], []).append((x["start"], x["end"]))

@@ -1,0 +1,79 @@
+"""A plain-Python reference for the speed benchmarks: each rank's whole-capture compute, communication,
+overlap and backward overlap (ms) of an nsys export, computed with sqlite3, dicts and lists only by
+tests/analysis/engine/gpu_reference.py (the tests' independent computation, no project code), so
+`analysis.overlap` can be timed against a loop that computes the same figures.
+
+    python benchmarks/overlap_reference.py /tmp/bench/ddp_1000000k8r.sqlite   # prints JSON {rank: figures}
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.analysis.engine.gpu_reference import COMM_RANGE, inside, intersect, length, pieces, read
+
+NS_PER_MS = 1e6
+
+
+def whole_capture(path: str) -> dict[int, dict[str, float]]:
+    """{rank: compute_ms, comm_ms, overlap_ms, backward_overlap_ms} over the whole capture, by the README's
+    rules as gpu_reference.reference states them (its whole-capture row, without the per-step rows)."""
+    ops, ranges, rank, backend = read(path)
+    by_pid: dict[int, list[dict]] = {}
+    for o in ops:
+        by_pid.setdefault(o["pid"], []).append(o)
+    nv_by_pid: dict[int, list[dict]] = {}
+    for x in ranges:
+        nv_by_pid.setdefault(x["pid"], []).append(x)
+    out = {}
+    for pid, r in rank.items():
+        mine, nv = by_pid.get(pid, []), nv_by_pid.get(pid, [])
+        comm_ranges = [x for x in nv if COMM_RANGE.match(x["text"])]
+        blocking: dict[int, list] = {}
+        for x in comm_ranges:
+            if x["blocking"]:
+                blocking.setdefault(x["tid"], []).append((x["start"], x["end"]))
+        blocked = {tid: pieces(v) for tid, v in blocking.items()}
+        any_comm = pieces([(x["start"], x["end"]) for x in comm_ranges])
+        backward = pieces([(x["start"], x["end"]) for x in nv if x["text"] == "backward"])
+
+        def in_blocking(o: dict, blocked: dict = blocked) -> bool:
+            return inside(blocked.get(o["launch"][1], ([], [])), o["launch"][0])
+
+        for o in mine:
+            o["comm"] = not o["copy"] and (o["name"].startswith("nccl") or in_blocking(o))
+        compute_streams = {o["stream"] for o in mine if not o["copy"] and not o["comm"]}
+        nccl_streams = {o["stream"] for o in mine if not o["copy"] and o["comm"]}
+        for o in mine:
+            if o["copy"]:
+                o["comm"] = in_blocking(o) or (
+                    o["stream"] not in compute_streams
+                    and (o["stream"] in nccl_streams or inside(any_comm, o["launch"][0]))
+                )
+        compute = [(o["start"], o["end"]) for o in mine if not o["copy"] and not o["comm"]]
+        backward_compute = [
+            (o["start"], o["end"]) for o in mine if not o["copy"] and not o["comm"] and inside(backward, o["launch"][0])
+        ]
+        comm = (
+            [(x["start"], x["end"]) for x in comm_ranges]
+            if backend[pid] == "gloo"
+            else [(o["start"], o["end"]) for o in mine if o["comm"]]
+        )
+        out[r] = {
+            "compute_ms": length(compute) / NS_PER_MS,
+            "comm_ms": length(comm) / NS_PER_MS,
+            "overlap_ms": length(intersect(comm, compute)) / NS_PER_MS,
+            "backward_overlap_ms": length(intersect(comm, backward_compute)) / NS_PER_MS,
+        }
+    return out
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print("usage: python benchmarks/overlap_reference.py EXPORT.sqlite", file=sys.stderr)
+        sys.exit(2)
+    print(json.dumps(whole_capture(sys.argv[1])))

@@ -7,11 +7,13 @@ Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.cache_key import NO_CACHE_ENV
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
@@ -45,12 +47,15 @@ def open_from_args(
     from analysis.engine.session import OpenRuns
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
+    if opts.no_cache:  # for every load of the command, its helper processes' and the baseline's too
+        os.environ[NO_CACHE_ENV] = "1"
     runs = find_runs(opts.paths, opts.merge, opts.export)
     files = [p for r in runs for p in r.paths]
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
-    return OpenRuns(runs, opts.patterns, opts.skip_steps, jobs, opts.dask, progress, keep_traces, task)
+    cache = False if opts.no_cache else None
+    return OpenRuns(runs, opts.patterns, opts.skip_steps, jobs, opts.dask, progress, keep_traces, task, cache)
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:

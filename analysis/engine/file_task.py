@@ -55,10 +55,12 @@ class FileResult:
     comm: CommEvidence | None = None
 
 
-def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
+def analyze_file(
+    path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0, cache: bool | None = None
+) -> FileResult:
     """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
-    merge it with the run's other files."""
-    trace = load_trace(path, patterns)
+    merge it with the run's other files (`cache`: the load cache's setting, runs.load_trace)."""
+    trace = load_trace(path, patterns, cache)
     works = rank_work(trace, patterns)  # once: the calls' compute and the metrics both come from it
     calls = find_calls(trace, patterns, works)
     analysis = analyze_trace(trace, patterns, skip_steps, calls, works)

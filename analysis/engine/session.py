@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,7 @@ class OpenRuns:
         progress: Progress | None = None,
         keep_traces: bool = True,
         task: Callable | None = None,
+        cache: bool | None = None,
     ):
         check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
         self.runs = list(runs)
@@ -81,6 +83,7 @@ class OpenRuns:
         self.progress = progress
         self.keep_traces = keep_traces
         self.task = task
+        self.cache = cache  # the load cache (load_cache.py): None: on unless ANALYSIS_NO_CACHE is set
         self._traces: dict[int, Trace] = {}
         self._results: list[RunResult] | None = None
 
@@ -93,7 +96,7 @@ class OpenRuns:
         """Run i loaded (read once per OpenRuns when traces are kept)."""
         if i in self._traces:
             return self._traces[i]
-        trace = load_trace(self.runs[i].paths, self.patterns)
+        trace = load_trace(self.runs[i].paths, self.patterns, self.cache)
         if self.keep_traces:
             self._traces[i] = trace
         return trace
@@ -125,8 +128,12 @@ class OpenRuns:
                 self.progress.tick(Outcome(path, error=error))
 
     def _per_file(self) -> list[RunResult]:
+        from analysis.engine.file_task import analyze_file
         from analysis.engine.groups import analyze_groups
 
+        task = self.task
+        if task is None and self.cache is not None:  # the per-file loads keep to the cache setting
+            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
         done = analyze_groups(
             [list(r.paths) for r in self.runs],
             self.patterns,
@@ -134,7 +141,7 @@ class OpenRuns:
             self.jobs,
             self.dask,
             self.progress,
-            self.task,
+            task,
         )
         out = []
         for run, g in zip(self.runs, done, strict=True):
@@ -294,11 +301,15 @@ def open_runs(
     progress: Progress | None = None,
     keep_traces: bool = True,
     task: Callable | None = None,
+    cache: bool | None = None,
 ) -> OpenRuns:
     """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
     timelines; nothing is read until asked. jobs/dask: analyse file by file (module docstring);
-    `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult)."""
-    return OpenRuns(find_runs(paths, merge, export), patterns, skip_steps, jobs, dask, progress, keep_traces, task)
+    `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult).
+    cache=False: the loads neither read nor write the load cache beside the traces (engine/load_cache.py);
+    None: on unless ANALYSIS_NO_CACHE is set."""
+    found = find_runs(paths, merge, export)
+    return OpenRuns(found, patterns, skip_steps, jobs, dask, progress, keep_traces, task, cache)
 
 
 def analyze(

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TextIO
 
 from analysis.cache_key import (
-    NO_CACHE_ENV,
     cache_enabled,
     cache_folder,
+    cache_off,
     code_fingerprint,
     is_stale,
     key_of,
@@ -61,9 +60,10 @@ class _Copy:
 def answered(command: str, args: argparse.Namespace, body: Callable[[], int], writes: Sequence[str] = ()) -> int:
     """body()'s exit code, or the stored one with its output printed when this question was answered
     before. `writes`: options that make the command write files (no answer is kept or printed then).
-    --no-cache sets ANALYSIS_NO_CACHE for this process and its helpers (no load cache either)."""
+    --no-cache: neither this nor the load cache, in this process or its helpers, while body() runs."""
     if getattr(args, "no_cache", False):
-        os.environ[NO_CACHE_ENV] = "1"
+        with cache_off():
+            return body()
     if not cache_enabled() or getattr(args, "export", False) or any(getattr(args, w, None) for w in writes):
         return body()
     try:

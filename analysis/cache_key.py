@@ -22,7 +22,8 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,20 @@ def cache_enabled(cache: bool | None = None) -> bool:
     if cache is not None:
         return cache
     return os.environ.get(NO_CACHE_ENV, "") in ("", "0")
+
+
+@contextmanager
+def cache_off() -> Iterator[None]:
+    """ANALYSIS_NO_CACHE set while inside (process pools started then inherit it), as it was after."""
+    before = os.environ.get(NO_CACHE_ENV)
+    os.environ[NO_CACHE_ENV] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(NO_CACHE_ENV, None)
+        else:
+            os.environ[NO_CACHE_ENV] = before
 
 
 def cache_folder(path: str | Path) -> Path:
@@ -67,11 +82,20 @@ def sampled_hash(path: str | Path, size: int) -> str:
     return h.hexdigest()
 
 
+# (path, inode, size, mtime_ns, ctime_ns) -> hash: read once per process (the answer's key, then the load's);
+# ctime moves on every write and utime, so a rewrite that put the mtime back is hashed again
+_sampled: dict[tuple[str, int, int, int, int], str] = {}
+
+
 def file_state(path: str | Path) -> dict[str, Any]:
-    """What identifies a file's content: resolved path, size, mtime_ns, sampled hash (OSError when unreadable)."""
+    """What identifies a file's content: resolved path, size, mtime_ns, sampled hash (OSError when unreadable);
+    the samples are read once per process while the file is untouched (the answer's key, then the load's)."""
     p = Path(path).resolve()
     st = p.stat()
-    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": sampled_hash(p, st.st_size)}
+    seen = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    if seen not in _sampled:
+        _sampled[seen] = sampled_hash(p, st.st_size)
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": _sampled[seen]}
 
 
 def _versions() -> dict[str, str]:

@@ -7,13 +7,11 @@ Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.cache_key import NO_CACHE_ENV
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
@@ -47,8 +45,6 @@ def open_from_args(
     from analysis.engine.session import OpenRuns
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
-    if opts.no_cache:  # for every load of the command, its helper processes' and the baseline's too
-        os.environ[NO_CACHE_ENV] = "1"
     runs = find_runs(opts.paths, opts.merge, opts.export)
     files = [p for r in runs for p in r.paths]
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20

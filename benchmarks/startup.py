@@ -56,7 +56,7 @@ def charts_loaded(module: str) -> list[str]:
 
 def commands(trace: Path | None) -> dict[str, tuple[list[str], list[str]]]:
     """name -> (argv, folders emptied before each run) for the imports and, with a trace, the commands."""
-    out = {name: ([sys.executable, "-c", s], []) for name, s in FLOOR.items()}
+    out: dict[str, tuple[list[str], list[str]]] = {n: ([sys.executable, "-c", s], []) for n, s in FLOOR.items()}
     out.update({m: ([sys.executable, "-c", f"import {m}"], []) for m in CLIS})
     if trace is not None:
         cache = str(trace.parent / f".{trace.name}.analysis-cache")

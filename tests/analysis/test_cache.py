@@ -244,3 +244,20 @@ def test_two_commands_at_once_and_no_pandas_when_warm(trace_file):
     code = f"import sys\ntry:\n    {probe}\nexcept SystemExit: pass\nprint(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
     warm = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert warm.stdout == expected.stdout + "[]\n"  # answered without importing pandas or numpy
+
+
+def test_no_cache_holds_for_the_whole_command_and_no_longer(trace_file, reads):
+    from analysis import cli as cli_module
+
+    seen = []
+
+    def body() -> int:
+        seen.append(os.environ.get(cache_key.NO_CACHE_ENV))
+        load_trace(trace_file)
+        return 0
+
+    assert cli_module.run(body, no_cache=True) == 0  # timeline and report: their loads, a baseline's too
+    assert seen == ["1"] and cache_key.NO_CACHE_ENV not in os.environ
+    assert not cache_key.cache_folder(trace_file).exists()
+    assert cli_module.run(body) == 0
+    assert len(entries(trace_file)) == 1

@@ -44,7 +44,7 @@ def open_from_args(
     once in this process rather than analysed file by file and read again for its events."""
     from analysis.engine.parallel import Progress, default_jobs
     from analysis.engine.runs import find_runs
-    from analysis.engine.session import OpenRuns
+    from analysis.engine.session import runs_of
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
     runs = find_runs(opts.paths, opts.merge, opts.export)
@@ -52,8 +52,7 @@ def open_from_args(
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
-    cache = False if opts.no_cache else None
-    return OpenRuns(runs, opts.patterns, opts.skip_steps, jobs, opts.dask, progress, keep_traces, task, cache)
+    return runs_of(opts, runs, jobs, progress, keep_traces, task)
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:

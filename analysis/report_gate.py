@@ -2,14 +2,13 @@
 
 Prints the per-metric deltas of the new run against the baseline (table, csv or json), a warning line
 when the runs differ in model or world size, and a one-line verdict. Exit codes: 0 no limit passed,
-1 a --fail-if limit passed, 2 bad input. The API: analysis.engine.compare.compare.
+1 a --fail-if limit passed, 2 bad input. The API: `open_runs(new, merge=True).compare(baseline, rules)`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import pandas as pd
 
@@ -29,13 +28,14 @@ COLUMNS = {
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    from analysis.engine.compare import check_apart, compare, rules_of
+    from analysis.engine.compare import check_apart, rules_of
+    from analysis.engine.session import open_runs
 
     if args.baseline is None:
         raise TraceError("--fail-if needs --baseline OLD...: the run to compare against")
     rules = rules_of(args.fail_if)
     check_apart(args.paths, args.baseline)
-    result = compare([Path(p) for p in args.paths], args.baseline, rules, cli.patterns_from(args))
+    result = open_runs(args.paths, merge=True, patterns=cli.patterns_from(args)).compare(args.baseline, rules)
     rows = result.rows()
     if args.format == "json":
         cli.emit(lambda: print(json.dumps(result.to_json())))

@@ -3,9 +3,13 @@
 Writes DDP-shaped Kineto traces (tests.support.synthetic_kineto: N kernels, each with its cudaLaunchKernel
 runtime event and the two ac2g flow events Kineto writes, plus the step/phase/comm annotations; one
 file per rank), then for each size runs the CLI in a fresh process (wall clock including interpreter
-start and imports, CPU time, and peak RSS from wait4) and, separately, times load and metrics
-in-process. Target for 1M kernels: <= 6 s load + analyse and <= 2 GB peak RSS. JSON decoding is
-most of the cost; CPU time is the figure that other processes on the machine do not inflate.
+start and imports, CPU time of the process and its workers, and peak RSS from wait4) and, separately,
+times load and metrics in-process. Beside it, the plain-Python reference (kineto_reference.py: json and
+loops, no numpy) computes the same per-step figures in a fresh process, timed the same way; `ref_diff_ms`
+is the largest difference between its totals and the CLI's (sums over every rank's steps of step,
+comm, compute, overlap and exposed comm), which should be 0. Target (issue 28) for 1M kernels: <= 2 s
+wall for the whole CLI, memory bounded. JSON decoding is most of the cost; CPU time is the figure that
+other processes on the machine inflate least.
 
     python benchmarks/kineto_speed.py                          # 1M kernels, one rank, .json
     python benchmarks/kineto_speed.py --sizes 250000 1000000 --gz --keep /tmp/kineto_bench
@@ -47,6 +51,36 @@ def write_in_child(stem: Path, n_kernels: int, ranks: int, gz: bool) -> None:
     )
 
 
+FIGURES = ("step_ms", "comm_ms", "compute_ms", "overlap_ms", "exposed_comm_ms")
+
+
+def timed(cmd: list[str]) -> tuple[float, float, float, str]:
+    """(wall s, CPU s, peak RSS MB, stdout) of one fresh process (its workers' CPU and RSS included)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    out = proc.stdout.read() if proc.stdout else b""
+    _, status, usage = os.wait4(proc.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(cmd[:4])} ... failed")
+    return time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, out.decode()
+
+
+def ours(paths: list[Path]) -> dict:
+    """The CLI's figures summed over every rank's steps (one untimed run)."""
+    cmd = [sys.executable, "-m", "analysis.overlap", "--merge", *map(str, paths), "--format", "json"]
+    runs = json.loads(timed(cmd)[3])["traces"]
+    steps = [s for t in runs for r in t["ranks"] for s in r["steps"]]
+    return {k: sum(s[k] for s in steps) for k in FIGURES}
+
+
+def reference(paths: list[Path], repeat: int) -> dict:
+    """The plain-Python reference's figures and its fastest run (wall, CPU, peak RSS)."""
+    cmd = [sys.executable, str(REPO / "benchmarks" / "kineto_reference.py"), *map(str, paths)]
+    runs = [timed(cmd) for _ in range(repeat)]
+    wall, cpu, _, out = min(runs)
+    return {"ref_wall_s": wall, "ref_cpu_s": cpu, "ref_peak_rss_mb": max(r[2] for r in runs), **json.loads(out)}
+
+
 def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> dict:
     stem = folder / f"kineto_{n_kernels}k{ranks}r"
     paths = [Path(f"{stem}.rank{r}.json{'.gz' if gz else ''}") for r in range(ranks)]
@@ -57,9 +91,13 @@ def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> 
         write_in_child(stem, n_kernels, ranks, gz)
         write_s = time.perf_counter() - started
     best, runs = timed_runs(paths, repeat, f"{stem.name}.rank*", say)
+    say(f"plain-Python reference on {stem.name}.rank*")
+    ref, figures = reference(paths, repeat), ours(paths)
     say(
         f"{n_kernels:,} kernels: wall {best['wall_s']:.2f} s, CPU {best['cpu_s']:.2f} s, "
-        f"peak RSS {best['peak_rss_mb']:.0f} MB, load average {os.getloadavg()[0]:.1f}"
+        f"peak RSS {best['peak_rss_mb']:.0f} MB; reference wall {ref['ref_wall_s']:.2f} s, "
+        f"CPU {ref['ref_cpu_s']:.2f} s, "
+        f"peak RSS {ref['ref_peak_rss_mb']:.0f} MB; load average {os.getloadavg()[0]:.1f}"
     )
     return {
         "kernels": n_kernels,
@@ -73,6 +111,11 @@ def measure(n_kernels: int, ranks: int, gz: bool, folder: Path, repeat: int) -> 
         "import_s": best["import_s"],
         "load_s": best["load_s"],
         "metrics_s": best["metrics_s"],
+        "ref_wall_s": ref["ref_wall_s"],
+        "ref_cpu_s": ref["ref_cpu_s"],
+        "ref_peak_rss_mb": ref["ref_peak_rss_mb"],
+        "speedup": ref["ref_wall_s"] / best["wall_s"],
+        "ref_diff_ms": max(abs(ref[k] - figures[k]) for k in FIGURES),
         **best["rows"],
         "load_avg": os.getloadavg()[0],
     }
@@ -118,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
             "import_s",
             "load_s",
             "metrics_s",
+            "ref_wall_s",
+            "ref_cpu_s",
+            "ref_peak_rss_mb",
+            "speedup",
+            "ref_diff_ms",
             "load_avg",
         ]
     ]

@@ -36,7 +36,7 @@ SHARDED_FIELDS = ("name", "params", "numel", "padded_numel", "all_gather_bytes",
 SHARDING_KEY = "sharding"
 SHARDING_FIELDS = ("prefetch", "separate_reduce_scatter")
 
-# Each rank's memory after the warm-up, in bytes (docs/memory.md): the parts of ddp.strategies.memory.MemoryParts,
+# Each rank's memory after the warm-up, in bytes (docs/memory.md): the parts of ddp.memory.accounting.MemoryParts,
 # their sum `peak`, and `cuda_max_allocated` (torch.cuda.max_memory_allocated; null off CUDA).
 MEMORY_KEY = "memory"
 MEMORY_PARTS = ("parameters", "gradients", "optimizer_state", "gathered", "comm_buffers", "activations")

@@ -41,14 +41,14 @@ import torch
 
 from ddp import cli
 from ddp.launch.launcher import DistContext, launch
+from ddp.memory.accounting import MemoryParts, mib
 from ddp.strategies import registry
-from ddp.strategies.memory import MemoryParts, mib
 from ddp.training.config import RunConfig
 from ddp.training.loop import TrainResult, run_training
 from ddp.training.models import MODEL_SIZES, largest_model_that_fits
 
 PART_NAMES = [f.name for f in fields(MemoryParts)]
-# MiB on the rank with the largest accounted peak (ddp.strategies.memory.MemoryParts: the parts and their sum),
+# MiB on the rank with the largest accounted peak (ddp.memory.accounting.MemoryParts: the parts and their sum),
 # and torch.cuda.max_memory_allocated beside it (None off CUDA: the table says n/a)
 MEMORY_COLUMNS = [f"mem_{part}_mib" for part in (*PART_NAMES, "peak")] + ["cuda_max_allocated_mib"]
 CSV_COLUMNS = [
@@ -188,7 +188,7 @@ def to_records(results: list[TrainResult]) -> list[dict]:
 
 def largest_rank(result: TrainResult) -> int:
     """The rank with the largest accounted peak, the first on a tie."""
-    # a peak that is unknown (a part n/a: ddp.strategies.fsdp2_gathered) ranks by the parts that are known
+    # a peak that is unknown (a part n/a: ddp.memory.fsdp2_gathered) ranks by the parts that are known
     peaks = [m["peak"] if m["peak"] is not None else sum(m[k] or 0 for k in PART_NAMES) for m in result.memory]
     return peaks.index(max(peaks))
 

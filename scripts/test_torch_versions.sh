@@ -3,7 +3,7 @@
 # torch==VERSION (its default build, CUDA, which runs on a CPU-only machine too) and the project's
 # dependencies (pyproject.toml: `dependencies`, the `train` extra, pytest and hypothesis), then, with
 # PYTHONPATH at this repository, `python -m ddp.verify --impl all --world-size 2` and the tests that depend
-# on torch's version (TESTS: the strategies, the run settings, verify's rules; the slow ones included).
+# on torch's version (TESTS: the strategies and their helpers, the run settings, verify's rules; the slow ones included).
 # One line per version: PASS or FAIL, the torch it ran, the times; exit 1 when any version failed. A
 # developer's check (CI does not download three torch builds): 4 to 6 minutes to install a version the
 # first time on the 2-core VM, then about 5 minutes to run it (docs/fsdp.md#which-torch).
@@ -19,7 +19,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${TORCH_VERSIONS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ddp-overlap}
 BASE_PYTHON=${BASE_PYTHON:-python3}
 DEFAULT_VERSIONS=(2.9.0 2.11.0 2.14.1)
-TESTS=(tests/ddp/strategies tests/ddp/training tests/ddp/test_verify_rules.py)
+TESTS=(tests/ddp/strategies tests/ddp/grads tests/ddp/sharding tests/ddp/training tests/ddp/test_verify_rules.py)
 
 error() { echo "error: $*" >&2; exit 2; }
 

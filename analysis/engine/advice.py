@@ -23,18 +23,18 @@ import pandas as pd
 from analysis.engine.advice_gpu import GpuRun, gpu_run
 from analysis.engine.advice_predict import fit, predictor, resamples
 from analysis.engine.advice_result import Z95, Advice, Candidate, choose
-from analysis.engine.runs import find_runs, load_trace
+from analysis.engine.session import open_runs
 from analysis.engine.shard_advice import advise_sharded
 from analysis.engine.shard_recorded import SHARDED
 from analysis.engine.shard_result import ShardAdvice
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
-from analysis.measures.activity import backward_windows, rank_work
+from analysis.measures.activity import backward_windows
 from analysis.measures.bucket_layout import plan_buckets
 from analysis.measures.bucket_model import RecordedRun, fit_slowdown, place_in_buckets
-from analysis.measures.collective_calls import find_calls
 from analysis.measures.comm_cost import CommCost, fit_cost, transfer_times
+from analysis.measures.loaded_run import LoadedRun
 from analysis.measures.metrics import measure_trace
 from analysis.measures.pairing import world_size
 from analysis.readers.meta_peek import declared_implementations
@@ -115,13 +115,13 @@ class Recorded:
     gpu: GpuRun | None
 
 
-def recorded_run(trace: Trace, patterns: Patterns | None = None) -> Recorded:
-    """The model's inputs from a loaded trace (Recorded)."""
+def recorded_run(loaded: LoadedRun) -> Recorded:
+    """The model's inputs from a loaded run (Recorded)."""
+    trace, patterns, works = loaded.trace, loaded.patterns, loaded.works
     impl = _implementation(trace)
     kind, _ = STRATEGIES[impl]
     flags = 0 if impl == "torch" else FLAG_BYTES
-    works = rank_work(trace, patterns)
-    calls_found = find_calls(trace, patterns, works)
+    calls_found = loaded.calls
     calls = calls_found.frame
     calls = calls[(calls["op"] == "all_reduce") & (calls["step"] >= 0)].reset_index(drop=True)
     if calls.empty:
@@ -211,11 +211,12 @@ def _under_backward(segments: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:
     return inside.reindex(range(len(base)), fill_value=0.0).to_numpy(dtype=float)
 
 
-def advise_trace(trace: Trace, bucket_mb: Iterable[float] | None = None, patterns: Patterns | None = None) -> Advice:
-    """Predictions for one loaded trace at each bucket size (default DEFAULT_BUCKETS_MB and the recorded
+def advise_trace(loaded: LoadedRun, bucket_mb: Iterable[float] | None = None) -> Advice:
+    """Predictions for one loaded run at each bucket size (default DEFAULT_BUCKETS_MB and the recorded
     one), each with its uncertainty, and the recommendation (advice_result.choose)."""
+    trace = loaded.trace
     impl = _implementation(trace)
-    rec = recorded_run(trace, patterns)
+    rec = recorded_run(loaded)
     run, base, gpu = rec.run, rec.base, rec.gpu
     meta = run_meta(trace)
     recorded = meta.get("bucket_mb") if impl != "overlap" else None
@@ -276,19 +277,20 @@ def advise(
 ) -> list[Advice | ShardAdvice]:
     """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files);
     sharded runs (fsdp, torch_fsdp) get a ShardAdvice (shard_advice.py: prefetch depths `prefetch`)."""
-    runs = find_runs(paths, merge)
-    for run in runs:
+    runs = open_runs(paths, merge, patterns, keep_traces=False)  # the one door: each run read once, in turn
+    for run in runs.runs:
         _check_declared(run.paths)
     out: list[Advice | ShardAdvice] = []
-    for run in runs:
-        trace = load_trace(run.paths, patterns)
+    for i in range(len(runs.runs)):
+        loaded = runs.loaded(i)
+        trace = loaded.trace
         impl = trace.implementation or str(run_meta(trace).get("implementation") or "")
         if impl in SHARDED:
             if bucket_mb:
                 raise TraceError(f"{trace.path}: --bucket-mb applies to DDP runs; {impl} is sharded (see --prefetch)")
-            out.append(advise_sharded(trace, impl, prefetch, patterns))
+            out.append(advise_sharded(loaded, impl, prefetch))
         elif prefetch:
             raise TraceError(f"{trace.path}: --prefetch applies to sharded runs ({', '.join(SHARDED)}); not {impl}")
         else:
-            out.append(advise_trace(trace, bucket_mb, patterns))
+            out.append(advise_trace(loaded, bucket_mb))
     return out

@@ -15,11 +15,11 @@ from analysis.frames.patterns import Patterns
 from analysis.frames.phase_markers import phases_of
 from analysis.frames.trace import Trace
 from analysis.measures import collective_stats as stats
-from analysis.measures.activity import RankWork
-from analysis.measures.collective_calls import OUTSIDE_STEPS, Calls
+from analysis.measures.collective_calls import OUTSIDE_STEPS
 from analysis.measures.collective_rows import call_rows
 from analysis.measures.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.measures.in_time import in_time_sentences
+from analysis.measures.loaded_run import LoadedRun, measure_run
 from analysis.measures.op_phase import phase_labels
 from analysis.measures.prefetch import PREFETCH_COLUMNS
 from analysis.views.table import plain_records
@@ -136,7 +136,7 @@ def collectives_of(
     skip_steps: int = 0,
 ) -> CollectivesView:
     """The view of loaded traces (see view_of_rows for the options)."""
-    return view_of_rows((trace_call_rows(t, patterns) for t in traces), rank, step, peak_busbw, skip_steps)
+    return view_of_rows((run_call_rows(measure_run(t, patterns)) for t in traces), rank, step, peak_busbw, skip_steps)
 
 
 def _skip_first_steps(calls: pd.DataFrame, n: int) -> pd.DataFrame:
@@ -162,7 +162,7 @@ def view_of_rows(
     peak_busbw: float | None = None,
     skip_steps: int = 0,
 ) -> CollectivesView:
-    """The view of runs' call rows, facts and gather rows (trace_call_rows of each); rank/step keep
+    """The view of runs' call rows, facts and gather rows (run_call_rows of each); rank/step keep
     only that rank's/step's calls (stragglers use every rank of the kept steps), skip_steps leaves
     each rank's first steps out; peak_busbw (GB/s) adds busbw as % of that peak. A step or rank the
     calls do not have is a TraceError naming those they have."""
@@ -193,12 +193,10 @@ def view_of_rows(
     return CollectivesView(calls.reset_index(drop=True), facts_frame, summaries, gathers)
 
 
-def trace_call_rows(
-    trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None, calls: Calls | None = None
-) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
-    """collective_rows.call_rows of a loaded trace, its facts with `in_time` and its gather rows
-    (see _with_in_time)."""
-    return _with_in_time(trace, *call_rows(trace, patterns, works, calls), patterns)
+def run_call_rows(run: LoadedRun) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
+    """collective_rows.call_rows of a loaded run (from its calls, found once), its facts with `in_time`
+    and its gather rows (see _with_in_time)."""
+    return _with_in_time(run.trace, *call_rows(run.trace, run.patterns, run.works, run.calls), run.patterns)
 
 
 def _with_in_time(

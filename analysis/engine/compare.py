@@ -1,4 +1,6 @@
-"""The Python API behind `python -m analysis.report NEW... --baseline OLD...`: `compare(new, baseline, rules)`.
+"""The figures behind `python -m analysis.report NEW... --baseline OLD...`: `trace_figures` of
+two runs opened by session.OpenRuns, `compare_figures` of them (the API: `open_runs(new, merge=True).compare(
+baseline, rules)`).
 
 Each side is one run: one file, or the one-rank files of one run (merged, as `--merge` does). Its
 metrics are the analysis' means per step over ranks (measures/metrics.py) plus, per collective kind,
@@ -18,13 +20,11 @@ import numpy as np
 import pandas as pd
 
 from analysis.engine.analyze import analyze_trace
-from analysis.engine.runs import load_trace
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
-from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.frames.trace import NS_PER_MS
 from analysis.measures import intervals as iv
-from analysis.measures.collective_calls import find_calls
 from analysis.measures.gate import Rule, breached, change, parse_rule, unknown_metrics
+from analysis.measures.loaded_run import LoadedRun
 
 RUN_METRICS = ["step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "backward_overlap_ms", "idle_ms"]
 IDENTITY = ["implementation", "model", "world_size"]
@@ -117,20 +117,13 @@ def _plain(value: object) -> object:
     return round(value, 4) if isinstance(value, float) else value
 
 
-def run_figures(paths: Iterable[str | Path], patterns: Patterns | None = None) -> RunFigures:
-    """One run's metrics (each file read once: one load for the metrics and the collective calls)."""
-    files = tuple(str(p) for p in paths)
-    if not files:
-        raise TraceError("no trace path given")
-    return trace_figures(load_trace(files, patterns), files, patterns)
-
-
-def trace_figures(trace: Trace, paths: Iterable[str | Path], patterns: Patterns | None = None) -> RunFigures:
-    """The metrics of a run already loaded from `paths` (its whole capture: no step, rank or skip)."""
-    analysis = analyze_trace(trace, patterns)
+def trace_figures(run: LoadedRun, paths: Iterable[str | Path]) -> RunFigures:
+    """The metrics of a run already loaded from `paths` (its whole capture: no step, rank or skip), from
+    what its load measured (its activity and collective calls)."""
+    analysis = analyze_trace(run.trace, run.patterns, 0, run.calls, run.works)
     summary = analysis.summary.iloc[0].to_dict()
     metrics = {k: float(summary[k]) for k in RUN_METRICS if k in summary}
-    calls = find_calls(trace, patterns).frame
+    calls = run.calls.frame
     metrics.update(op_wall_ms(calls[calls["step"] >= 0], max(len(analysis.steps), 1)))
     about = {k: _plain_id(summary.get(k)) for k in IDENTITY}
     return RunFigures(tuple(str(p) for p in paths), about, metrics)
@@ -158,16 +151,6 @@ def _plain_id(value: object) -> object:
     return value
 
 
-def compare(
-    new: Iterable[str | Path],
-    baseline: Iterable[str | Path],
-    rules: Iterable[Rule] = (),
-    patterns: Patterns | None = None,
-) -> Comparison:
-    """The new run against the baseline; a rule naming a metric neither run has is a TraceError."""
-    return compare_figures(run_figures(new, patterns), run_figures(baseline, patterns), rules)
-
-
 def compare_figures(new: RunFigures, baseline: RunFigures, rules: Iterable[Rule] = ()) -> Comparison:
     """The Comparison of two runs' figures; a rule naming a metric neither run has is a TraceError."""
     result = Comparison(new, baseline, tuple(rules))
@@ -190,17 +173,3 @@ def check_apart(new: Iterable[str | Path], baseline: Iterable[str | Path]) -> No
     """Refuse a file given as both the new run and the baseline."""
     if {Path(p).resolve() for p in new} & {Path(p).resolve() for p in baseline}:
         raise TraceError("a trace is given as both new and baseline")
-
-
-def compare_loaded(
-    trace: Trace,
-    paths: Iterable[str | Path],
-    baseline: Iterable[str | Path],
-    fail_if: Iterable[str | Rule] = (),
-    patterns: Patterns | None = None,
-) -> Comparison:
-    """The gate for a new run already loaded from `paths` (read no more) against the baseline's files."""
-    rules = rules_of(fail_if)
-    old = [Path(p) for p in baseline]
-    check_apart(paths, old)
-    return compare_figures(trace_figures(trace, paths, patterns), run_figures(old, patterns), rules)

@@ -20,10 +20,9 @@ from analysis.engine.clocks import recorded_clocks
 from analysis.engine.runs import load_trace
 from analysis.frames.patterns import Patterns
 from analysis.measures import intervals as iv
-from analysis.measures.activity import rank_work
-from analysis.measures.collective_calls import Calls, find_calls
+from analysis.measures.collective_calls import Calls
 from analysis.measures.comm_recognition import CommEvidence, comm_evidence
-from analysis.measures.phases import find_steps
+from analysis.measures.loaded_run import measure_run
 
 
 @dataclass(frozen=True)
@@ -60,16 +59,15 @@ def analyze_file(
 ) -> FileResult:
     """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
     merge it with the run's other files (`cache`: the load cache's setting, runs.load_trace)."""
-    trace = load_trace(path, patterns, cache)
-    works = rank_work(trace, patterns)  # once: the calls' compute and the metrics both come from it
-    calls = find_calls(trace, patterns, works)
-    analysis = analyze_trace(trace, patterns, skip_steps, calls, works)
+    run = measure_run(load_trace(path, patterns, cache), patterns)  # once: the calls and the metrics come from it
+    trace, calls = run.trace, run.calls
+    analysis = analyze_trace(trace, patterns, skip_steps, calls, run.works)
     meta_rank = [
         trace.meta.get((int(part), int(pid)), {}).get("rank")
         for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)
     ]
     ranks = trace.ranks[["rank", "pid", "device"]].assign(meta_rank=pd.Series(meta_rank, dtype=object))
-    steps = find_steps(trace.nvtx, patterns or Patterns())[["pid", "step", "start", "end"]]
+    steps = run.step_ranges[["pid", "step", "start", "end"]]
     implementation = next((str(m["implementation"]) for m in trace.meta.values() if m.get("implementation")), None)
     offset = recorded_clocks(trace)[0].recorded_offset_ns  # as the reader recorded it: no second read
     return FileResult(

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
     from analysis.frames.patterns import Patterns
     from analysis.frames.trace import Trace
+    from analysis.measures.loaded_run import LoadedRun
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class LoadedRuns(Protocol):
 
     runs: list[RunFiles]
     patterns: Patterns
+
+    def loaded(self, i: int) -> LoadedRun: ...
 
     def trace(self, i: int) -> Trace: ...
 

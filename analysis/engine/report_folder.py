@@ -189,6 +189,7 @@ def write_timelines(
     pages' figures as images to export (img/<page name>)."""
     from analysis.views.compare_page import compare_panel, write_compare
     from analysis.views.html_report import label_colours
+    from analysis.views.lanes import run_segments
     from analysis.views.timeline_page import trace_panel, write_timeline
 
     names = timeline_names([(r.path, r.name) for r in results])
@@ -199,21 +200,22 @@ def write_timelines(
     images = []
     for r in results:
         t0 = time.perf_counter()
-        trace = runs.trace(r.index)
+        run = runs.loaded(r.index)
+        segments = run_segments(run)  # once: the run's timeline page and its side-by-side panel draw it
         label = labels[str(r.path)]
         panel, _ = trace_panel(
             r.path,
             selection,
-            trace=trace,
-            steps=r.analysis.steps,
-            patterns=runs.patterns,
+            run,
+            r.analysis.steps,
             colour=colours[label],
             file_name=shown[r.path],
+            segments=segments,
         )
         _, fig = write_timeline([panel], out / names[r.path], f"Timeline: {label}", selection, plotly_js=plotly_js)
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
-            compared[label] = compare_panel(label, colours[label], r.path, trace, r.analysis.steps, runs.patterns)
+            compared[label] = compare_panel(label, colours[label], r.path, run, r.analysis.steps, segments=segments)
         say(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if not compared:
         return names, None, images
@@ -243,5 +245,5 @@ def collectives_blocks(
     for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per run
         r = by_trace[path]
         mine = view.only(r.analysis.summary["path"].iloc[0])
-        entries.append(CollectivesEntry(label, runs.trace(r.index), mine, r.analysis.steps, colours[label]))
-    return collectives_section(entries, peak_busbw, runs.patterns)
+        entries.append(CollectivesEntry(label, runs.loaded(r.index), mine, r.analysis.steps, colours[label]))
+    return collectives_section(entries, peak_busbw)

@@ -9,10 +9,12 @@
     runs.compare(["old.sqlite"], ["step_ms:+5%"])  # the baseline gate (analysis.report --baseline)
 
 Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one folder, or every
-path with merge=True, are one run; files of different runs are refused). Each run is read once:
-serially (jobs=1, no Dask) its files are loaded in one piece and the loaded trace serves the
-metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each file is a
-task (groups.analyze_groups) and the run's results are merged by the loader's rules
+path with merge=True, are one run; files of different runs are refused). Each run is read once
+into one object, measures/loaded_run.LoadedRun (the trace, its step ranges, every rank's activity;
+its collective calls and backward spans measured on first use), which every feature and view
+takes (`.loaded(i)`): serially (jobs=1, no Dask) its files are loaded in one piece and that object
+serves the metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each
+file is a task (groups.analyze_groups) and the run's results are merged by the loader's rules
 (rank_merge.combine); the collectives view and the timeline, which need the run's events, then
 read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a
 TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
@@ -31,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from analysis.engine.analyze import Analysis, analyze_trace, check_selection, concat_analyses, selected
-from analysis.engine.collectives_view import CollectivesView, trace_call_rows, view_of_rows
+from analysis.engine.collectives_view import CollectivesView, run_call_rows, view_of_rows
 from analysis.engine.loaded import RunResult
 from analysis.engine.parallel import Progress
 from analysis.engine.rank_merge import across_ranks
@@ -40,20 +42,20 @@ from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
-from analysis.measures.activity import rank_work
-from analysis.measures.collective_calls import find_calls
-from analysis.measures.phases import find_steps
-from analysis.options import check_not_negative
+from analysis.measures.loaded_run import LoadedRun, measure_run
+from analysis.options import AnalysisOptions, check_not_negative
 from analysis.views.lanes import Selection
 
 if TYPE_CHECKING:
     from analysis.engine.compare import Comparison
     from analysis.engine.report_folder import ReportResult
+    from analysis.measures.gate import Rule
 
 
-def _across_ranks_of(trace: Trace, steps: pd.DataFrame, patterns: Patterns) -> pd.DataFrame:
+def _across_ranks_of(run: LoadedRun, steps: pd.DataFrame) -> pd.DataFrame:
     """rank_merge.across_ranks of a run loaded in one piece (its parts share one clock already)."""
-    ranges = find_steps(trace.nvtx, patterns)[["part", "pid", "step", "start", "end"]]
+    trace = run.trace
+    ranges = run.step_ranges[["part", "pid", "step", "start", "end"]]
     with_part = steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
     parts = sorted(int(p) for p in trace.ranks["part"].unique())
     by_part = {p: ranges[ranges["part"] == p].drop(columns="part") for p in parts}
@@ -84,7 +86,7 @@ class OpenRuns:
         self.keep_traces = keep_traces
         self.task = task
         self.cache = cache  # the load cache (load_cache.py): None: on unless ANALYSIS_NO_CACHE is set
-        self._traces: dict[int, Trace] = {}
+        self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
 
     @property
@@ -92,14 +94,18 @@ class OpenRuns:
         """Whether the runs are analysed file by file (in processes or on Dask) rather than in one piece."""
         return self.jobs > 1 or self.dask is not None
 
-    def trace(self, i: int) -> Trace:
-        """Run i loaded (read once per OpenRuns when traces are kept)."""
-        if i in self._traces:
-            return self._traces[i]
-        trace = load_trace(self.runs[i].paths, self.patterns, self.cache)
+    def loaded(self, i: int) -> LoadedRun:
+        """Run i read and measured (loaded_run.measure_run), once per OpenRuns when traces are kept."""
+        if i in self._loaded:
+            return self._loaded[i]
+        run = measure_run(load_trace(self.runs[i].paths, self.patterns, self.cache), self.patterns)
         if self.keep_traces:
-            self._traces[i] = trace
-        return trace
+            self._loaded[i] = run
+        return run
+
+    def trace(self, i: int) -> Trace:
+        """Run i's loaded Trace (`.loaded(i).trace`)."""
+        return self.loaded(i).trace
 
     def results(self) -> list[RunResult]:
         """Every run's RunResult (computed once); failed runs carry their error."""
@@ -110,12 +116,10 @@ class OpenRuns:
     def _one_piece(self, i: int) -> RunResult:
         run = self.runs[i]
         try:
-            trace = self.trace(i)
-            works = rank_work(trace, self.patterns)
-            calls = find_calls(trace, self.patterns, works)
-            rows = trace_call_rows(trace, self.patterns, works, calls)
-            analysis = analyze_trace(trace, self.patterns, self.skip_steps, calls, works, rows[0])
-            spread = _across_ranks_of(trace, analysis.steps, self.patterns)
+            loaded = self.loaded(i)
+            rows = run_call_rows(loaded)
+            analysis = analyze_trace(loaded.trace, self.patterns, self.skip_steps, loaded.calls, loaded.works, rows[0])
+            spread = _across_ranks_of(loaded, analysis.steps)
         except TraceError as e:
             self._tick(run, str(e))
             return RunResult(run, None, pd.DataFrame(), error=str(e), failed=run.paths)
@@ -175,7 +179,7 @@ class OpenRuns:
     ) -> CollectivesView:
         """The collectives view of every run that loaded (collectives_view.CollectivesView)."""
         pairs = [
-            r.call_rows if r.call_rows is not None else trace_call_rows(self.trace(i), self.patterns)
+            r.call_rows if r.call_rows is not None else run_call_rows(self.loaded(i))
             for i, r in enumerate(self.results())
             if r.analysis is not None
         ]
@@ -193,17 +197,8 @@ class OpenRuns:
         for i, r in enumerate(self.results()):
             if r.analysis is None:
                 continue
-            trace = self.trace(i)
             out.append(
-                trace_panel(
-                    r.run.label,
-                    selection,
-                    trace=trace,
-                    width_px=width_px,
-                    steps=r.analysis.steps,
-                    patterns=self.patterns,
-                    file_name=shown[i],
-                )
+                trace_panel(r.run.label, selection, self.loaded(i), r.analysis.steps, width_px, file_name=shown[i])
             )
         return out
 
@@ -268,15 +263,24 @@ class OpenRuns:
             overwrite=overwrite,
         )
 
-    def compare(self, baseline: Iterable[str | Path], fail_if: Iterable[str] = ()) -> Comparison:
+    def compare(self, baseline: Iterable[str | Path], fail_if: Iterable[str | Rule] = ()) -> Comparison:
         """The baseline gate (`analysis.report NEW --baseline OLD`) for these runs, which must be one run:
         per-metric deltas, `.verdict()` and `.failed` for the `fail_if` rules ("exposed_comm_ms:+10%"),
-        the new run's figures from its load here (engine/compare.py); writes nothing."""
-        from analysis.engine.compare import compare_loaded
+        the new run's figures from its load here, the baseline's (all its paths one run) from its own
+        OpenRuns, read after the rules and paths are checked (engine/compare.py); writes nothing."""
+        from analysis.engine.compare import check_apart, compare_figures, rules_of, trace_figures
 
         if len(self.runs) != 1:
             raise TraceError(f"the gate compares one run; these paths are {len(self.runs)} runs")
-        return compare_loaded(self.trace(0), self.runs[0].paths, baseline, fail_if, self.patterns)
+        new = self.loaded(0)
+        rules = rules_of(fail_if)
+        old = [Path(p) for p in baseline]
+        check_apart(self.runs[0].paths, old)
+        figures = trace_figures(new, self.runs[0].paths)
+        if not old:
+            raise TraceError("no trace path given")
+        base = OpenRuns(find_runs(old, merge=True), self.patterns, keep_traces=False, cache=self.cache)
+        return compare_figures(figures, trace_figures(base.loaded(0), old), rules)
 
 
 @dataclass(frozen=True)
@@ -290,8 +294,47 @@ class TimelinePage:
     notes: list[str]
 
 
+Paths = str | Path | Iterable[str | Path]
+
+
+def _options(
+    paths: Paths | AnalysisOptions, merge: bool, patterns: Patterns | None, skip_steps: int, jobs: int, **more: Any
+) -> AnalysisOptions:
+    """The options of an API call: `paths` when it is an AnalysisOptions (then no option may be given as a
+    keyword too: a TypeError), else the keywords' (AnalysisOptions validates them as the CLIs' are; the
+    keywords' `patterns`, which may set more than the options do, go to runs_of beside them)."""
+    if not isinstance(paths, AnalysisOptions):
+        listed = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
+        return AnalysisOptions(listed, merge=merge, skip_steps=skip_steps, jobs=jobs, **more)
+    keywords = {"merge": merge, "patterns": patterns, "skip_steps": skip_steps, "jobs": jobs, **more}
+    given = [k for k, v in keywords.items() if v not in (None, False, 0, 1)]
+    if given:
+        raise TypeError(f"options given both as AnalysisOptions and as keywords: {', '.join(given)}")
+    return paths
+
+
+def runs_of(
+    options: AnalysisOptions,
+    found: Sequence[RunFiles] | None = None,
+    jobs: int | None = None,
+    progress: Progress | None = None,
+    keep_traces: bool = True,
+    task: Callable | None = None,
+    patterns: Patterns | None = None,
+    cache: bool | None = None,
+) -> OpenRuns:
+    """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
+    has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
+    else 1); the load cache off when the options say no_cache, else as `cache` says."""
+    found = found if found is not None else find_runs(options.paths, options.merge, options.export)
+    chosen = jobs or options.jobs or 1
+    patterns = patterns or options.patterns
+    cache = False if options.no_cache else cache
+    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task, cache)
+
+
 def open_runs(
-    paths: str | Path | Iterable[str | Path],
+    paths: Paths | AnalysisOptions,
     merge: bool = False,
     patterns: Patterns | None = None,
     skip_steps: int = 0,
@@ -304,16 +347,17 @@ def open_runs(
     cache: bool | None = None,
 ) -> OpenRuns:
     """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
-    timelines; nothing is read until asked. jobs/dask: analyse file by file (module docstring);
-    `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult).
-    cache=False: the loads neither read nor write the load cache beside the traces (engine/load_cache.py);
-    None: on unless ANALYSIS_NO_CACHE is set."""
-    found = find_runs(paths, merge, export)
-    return OpenRuns(found, patterns, skip_steps, jobs, dask, progress, keep_traces, task, cache)
+    timelines; nothing is read until asked. The options as the CLIs take them: an AnalysisOptions
+    (analysis/options.py) in place of `paths`, or the keywords. jobs/dask: analyse file by file (module
+    docstring); `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult).
+    cache=False (or the options' no_cache): the loads neither read nor write the load cache beside the
+    traces (engine/load_cache.py); None: on unless ANALYSIS_NO_CACHE is set."""
+    options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
+    return runs_of(options, progress=progress, keep_traces=keep_traces, task=task, patterns=patterns, cache=cache)
 
 
 def analyze(
-    paths: str | Path | Iterable[str | Path],
+    paths: Paths | AnalysisOptions,
     patterns: Patterns | None = None,
     skip_steps: int = 0,
     merge: bool = False,
@@ -322,17 +366,19 @@ def analyze(
     jobs: int = 1,
     dask: str | None = None,
 ) -> Analysis:
-    """open_runs(...).overlap(): every run's metrics; a TraceError naming every run that failed.
-    `progress`: called with a 'files done / total' line as files finish."""
-    found = find_runs(paths, merge, export)
+    """open_runs(...).overlap(): every run's metrics (only the options' step and rank when an
+    AnalysisOptions is given); a TraceError naming every run that failed. `progress`: called with a
+    'files done / total' line as files finish."""
+    options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
+    found = find_runs(options.paths, options.merge, options.export)
     shown = None
     if progress is not None:
         shown = Progress(sum(len(r.paths) for r in found), "", after_s=0, write=progress)
-    runs = OpenRuns(found, patterns, skip_steps, jobs, dask, shown, keep_traces=False)
+    runs = runs_of(options, found, progress=shown, keep_traces=False, patterns=patterns)
     errors = runs.errors()
     if errors:
         raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} runs failed: {'; '.join(errors)}")
-    return runs.overlap()
+    return runs.overlap(options.step, options.rank)
 
 
 def analyze_collectives(

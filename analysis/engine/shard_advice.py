@@ -22,9 +22,9 @@ import pandas as pd
 from analysis.engine.advice_result import Z95
 from analysis.engine.shard_recorded import ShardRecorded, recorded_shard
 from analysis.engine.shard_result import ShardAdvice, ShardCandidate, choose
-from analysis.frames.patterns import Patterns
-from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.frames.trace import NS_PER_MS
 from analysis.measures.comm_cost import CommCost, fit_cost
+from analysis.measures.loaded_run import LoadedRun
 from analysis.measures.shard_model import Phase, Replayed, Setting, ShardRun, fit_slowdown, replay
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 
@@ -175,9 +175,7 @@ def _worst(r: Replayed, units: list[str], steps: int) -> tuple[str, str, float]:
     return "backward", units[int(bw.argmax())], float(bw.max() / NS_PER_MS)
 
 
-def advise_sharded(
-    trace: Trace, impl: str, depths: Iterable[int] | None = None, patterns: Patterns | None = None
-) -> ShardAdvice:
-    """ShardAdvice for one loaded fsdp / torch_fsdp trace (depths: default DEPTHS)."""
+def advise_sharded(loaded: LoadedRun, impl: str, depths: Iterable[int] | None = None) -> ShardAdvice:
+    """ShardAdvice for one loaded fsdp / torch_fsdp run (depths: default DEPTHS)."""
     chosen = tuple(sorted({int(d) for d in depths})) if depths else DEPTHS
-    return advise_shard(recorded_shard(trace, impl, patterns), trace.path, chosen)
+    return advise_shard(recorded_shard(loaded, impl), loaded.trace.path, chosen)

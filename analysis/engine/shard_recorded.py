@@ -14,10 +14,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
 from analysis.frames.trace import KERNELS, NS_PER_MS, Trace
-from analysis.measures.activity import backward_windows, rank_work
-from analysis.measures.collective_calls import find_calls
+from analysis.measures.activity import backward_windows
+from analysis.measures.loaded_run import LoadedRun
 from analysis.measures.metrics import measure_trace
 from analysis.measures.pairing import pair, world_size
 from analysis.measures.shard_inputs import blocked_inside, comm_beside, phase_windows, unit_spans
@@ -107,12 +106,11 @@ def _order(trace: Trace, gathers: pd.DataFrame) -> list[str]:
     return list(dict.fromkeys(first.sort_values("issue_ns")["tag"].astype(str)))
 
 
-def recorded_shard(trace: Trace, impl: str, patterns: Patterns | None = None) -> ShardRecorded:
-    """The replay's inputs (module docstring) from a loaded sharded trace."""
-    patterns = patterns or Patterns()
+def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
+    """The replay's inputs (module docstring) from a loaded sharded run."""
+    trace, patterns, works = loaded.trace, loaded.patterns, loaded.works
     setting, source = recorded_setting(trace, impl)
-    works = rank_work(trace, patterns)
-    found = find_calls(trace, patterns, works)
+    found = loaded.calls
     gpu = found.source == KERNELS
     calls = _with_layout_bytes(found.frame[found.frame["step"] >= 0].reset_index(drop=True), trace)
     gathers = calls[calls["op"] == ALL_GATHER]

@@ -18,7 +18,6 @@ from functools import partial
 import numpy as np
 import pandas as pd
 
-from analysis.frames.memo import once_per_trace
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import GPU_KERNEL, GPU_MEMCPY, KERNELS, NVTX_MARK, NVTX_PUSH_POP, RANGES, Trace
 from analysis.measures import intervals as iv
@@ -188,10 +187,9 @@ def is_host_side(trace: Trace, part: int, pid: int, comm_kernels: int, comm_rang
     return backend == "gloo" or (comm_kernels == 0 and comm_ranges > 0)
 
 
-@once_per_trace  # the metrics, the collectives and every timeline panel of a trace share it
 def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
-    """Every rank's activity, windowed by its steps and over the whole capture (computed once per trace
-    object and patterns: frames/memo.py; the result is shared, not to be modified)."""
+    """Every rank's activity, windowed by its steps and over the whole capture (measured once per run, by
+    loaded_run.measure_run, and handed down)."""
     patterns = patterns or Patterns()
     steps = find_steps(trace.nvtx, patterns)
     ranges = _ranges_by_phase(trace, patterns)

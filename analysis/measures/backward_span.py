@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.frames.memo import once_per_trace
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import GPU_KERNEL, Trace
 from analysis.measures.collective_calls import step_at
 from analysis.measures.phases import codes, launched_inside, ranges_named
 
 
-@once_per_trace  # a report's timeline page, side-by-side panel and collectives chart of a trace share it
 def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
     """rank, step, start_ns, end_ns of each step's backward pass: on GPU traces the first start to last end
-    of the compute kernels launched inside `backward` ranges; on CPU traces the backward ranges (computed
-    once per trace object and patterns: frames/memo.py; the frame is shared, not to be modified)."""
+    of the compute kernels launched inside `backward` ranges; on CPU traces the backward ranges (measured
+    once per run: loaded_run.LoadedRun.backward_spans)."""
     patterns = patterns or Patterns()
     backward = ranges_named(trace.nvtx, patterns.regex("backward"))
     ops = trace.gpu_ops

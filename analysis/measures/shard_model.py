@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-BUFFERS = 2  # fsdp's flat gradient buffers (ddp/strategies/gradient_buffers.py)
+BUFFERS = 2  # fsdp's flat gradient buffers (ddp/sharding/gradient_buffers.py)
 
 
 @dataclass(frozen=True)

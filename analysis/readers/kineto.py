@@ -54,9 +54,9 @@ from analysis.readers.kineto_json import KinetoFile, read_kineto
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
 
-def _gpu_names(names: list[str]) -> pd.Categorical:
-    """Kineto's names as a categorical, copies and sets named as the nsys loader names them."""
-    codes, uniques = pd.factorize(np.array(names, dtype=object))
+def _gpu_names(names: pd.Categorical) -> pd.Categorical:
+    """Kineto's names (categories in order of appearance), copies and sets named as the nsys loader names them."""
+    codes, uniques = names.codes, names.categories
     renamed = [
         "memcpy " + u.split()[1]
         if u.startswith("Memcpy ") and len(u.split()) > 1

@@ -8,7 +8,9 @@ without building Python objects. To bound memory, the event list is decoded in b
 after the `}` of an event followed by `,` and `{`. A cut that falls inside a string or a nested
 object leaves that batch unbalanced, so its decode fails, and the batch is extended to the next
 cut. A batch whose events do not fit the fast types (an unusual phase, say) is decoded again
-leniently. Uncompressed files are memory-mapped, not read into a copy.
+leniently. Uncompressed files are memory-mapped, not read into a copy, and a batch's pages are unmapped
+from the process once decoded (`_release`). A large file's event text is first cut into pieces decoded
+on several cores (kineto_parts.py).
 
 The event array's place is found without a pass over it (`_split_top`): its opening is the first
 `"traceEvents": [`, its close the last `]` after an event's `}` whose following text ends the
@@ -30,6 +32,7 @@ its times as decimals (`ExactComplete`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import mmap
 import operator
@@ -38,8 +41,6 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import repeat
-from operator import is_
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +49,8 @@ import numpy as np
 
 from analysis.errors import TraceError
 from analysis.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
-from analysis.readers.kineto_events import EXACT, FAST, LENIENT, Complete, ExactComplete
+from analysis.readers.kineto_events import EXACT, FAST, LENIENT
+from analysis.readers.kineto_parts import decode_in_parts, pieces
 from analysis.readers.sniff import GZIP_MAGIC
 from contract import META_KEY
 
@@ -164,9 +166,8 @@ def _raw_bounds(path: Path, data: bytes | mmap.mmap, events: msgspec.Raw) -> tup
     return data, first, last
 
 
-def _event_batches(path: Path, data: bytes | mmap.mmap, first: int, last: int) -> Iterator[list]:
-    """The complete events of the event array data[first:last + 1] ("[" to "]"), decoded batch by batch."""
-    start = first + 1
+def _event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> Iterator[list]:
+    """The complete events of the event text data[start:last] (inside the array's brackets), batch by batch."""
     whole = memoryview(data)
     try:
         while True:
@@ -180,6 +181,7 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, first: int, last: int) -
                     if cut is None:
                         raise TraceError(f"{path}: not valid JSON (in traceEvents)") from None
                     cut = _CUT.search(data, cut.end(), last)
+            _release(data, start, end)
             yield complete
             if cut is None:
                 return
@@ -188,13 +190,20 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, first: int, last: int) -
         whole.release()
 
 
+def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
+    """Unmap the whole pages of a mapped file's data[start:stop], decoded and not read again, from this
+    process (the page cache keeps them): its memory holds a batch of the file, not all it has read."""
+    page = mmap.PAGESIZE
+    low, high = -(-start // page) * page, stop // page * page
+    if isinstance(data, mmap.mmap) and high > low and hasattr(data, "madvise"):
+        data.madvise(mmap.MADV_DONTNEED, low, high - low)
+
+
 def _complete_events(path: Path, batch: bytes) -> list:
-    """The complete events of a batch of events, decoded."""
+    """A batch of events, decoded: its complete events, and maybe skipped ones (category "", kineto_events.py)."""
     try:
-        complete = _of_type(FAST.decode(batch), Complete)
-        if _beyond_float_ns(complete):
-            complete = _of_type(EXACT.decode(batch), ExactComplete)
-        return complete
+        events = FAST.decode(batch)
+        return EXACT.decode(batch) if _beyond_float_ns(events) else events
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message
     try:
@@ -204,17 +213,15 @@ def _complete_events(path: Path, batch: bytes) -> list:
     return take(events, np.flatnonzero(np.array(field_values(events, "ph"), dtype=object) == "X"))
 
 
-def _of_type(events: list, kind: type) -> list:
-    """The events of one struct type, in order."""
-    return take(
-        events, np.flatnonzero(np.fromiter(map(is_, map(type, events), repeat(kind)), dtype=bool, count=len(events)))
-    )
-
-
-def _beyond_float_ns(complete: list) -> bool:
+def _beyond_float_ns(events: list) -> bool:
     """True when a timestamp is too large for float64 to keep its ns (|ts| >= EXACT_FLOAT_US): decode exactly."""
-    ts = np.fromiter(map(operator.attrgetter("ts"), complete), dtype=np.float64, count=len(complete))
+    ts = np.fromiter(map(operator.attrgetter("ts"), events), dtype=np.float64, count=len(events))
     return bool(ts.size) and float(np.abs(ts).max()) >= EXACT_FLOAT_US
+
+
+def _columns(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> list[dict]:
+    """The columns of each batch of the event text data[start:last]."""
+    return [batch_columns(events) for events in _event_batches(path, data, start, last)]
 
 
 def _info(doc: RawFile) -> dict:
@@ -234,13 +241,14 @@ def read_kineto(path: Path) -> KinetoFile:
     batches, split = None, _split_top(data)
     if split is not None:
         doc, first, last = split
+        decode = functools.partial(_columns, path, data)
         with contextlib.suppress(TraceError):  # a wrong split fails so too: the whole decode below names the fault
-            batches = [batch_columns(complete) for complete in _event_batches(path, data, first, last)]
+            batches = decode_in_parts(decode, pieces(data, first + 1, last, _CUT))
     if batches is None:
         doc = _decode_top(path, data)
         data, first, last = _raw_bounds(path, data, doc.traceEvents)
         doc.traceEvents = msgspec.Raw()  # the raw slice keeps data alive
-        batches = [batch_columns(complete) for complete in _event_batches(path, data, first, last)]
+        batches = _columns(path, data, first + 1, last)
     del data
     gpu, runtime, ranges, autograd = (joined(batches, f) for f in ("gpu", "runtime", "ranges", "autograd"))
     comms = [c for b in batches for c in b["comms"]]

@@ -12,17 +12,16 @@ import html
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.frames.patterns import Patterns
 from analysis.views import palette
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.views.lanes import Selection, representative_step
+from analysis.views.lanes import Segments, Selection, representative_step
 from analysis.views.panel import Panel
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from analysis.frames.trace import Trace
+    from analysis.measures.loaded_run import LoadedRun
 
 PAGE_NAME = "timelines/side_by_side.html"
 INTRO = (
@@ -56,17 +55,18 @@ def compare_panel(
     label: str,
     colour: str,
     path: str,
-    trace: Trace,
+    run: LoadedRun,
     steps: pd.DataFrame,
-    patterns: Patterns | None = None,
     width_px: int = 1600,
+    segments: Segments | None = None,
 ) -> Panel:
-    """One implementation's panel: its representative step and rank, backward outlined, titled in its colour."""
+    """One implementation's panel: its representative step and rank, backward outlined, titled in its colour
+    (`segments`: the run's lanes.run_segments when the caller draws it more than once)."""
     from analysis.views.timeline_page import trace_panel
 
     chosen = representative_step(steps)
     selection = Selection() if chosen is None else Selection(step=chosen[0], rank=chosen[1])
-    panel, _ = trace_panel(path, selection, trace=trace, width_px=width_px, steps=steps, patterns=patterns)
+    panel, _ = trace_panel(path, selection, run, steps, width_px=width_px, segments=segments)
     row = None
     if chosen is not None:
         at = steps.loc[(steps["step"] == chosen[0]) & (steps["rank"] == chosen[1])]

@@ -22,10 +22,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
-from analysis.frames.memo import once_per_trace
-from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
-from analysis.measures.activity import RankWork, rank_work
+from analysis.measures.activity import RankWork
+from analysis.measures.loaded_run import LoadedRun
 from analysis.views.lane_segments import (
     GROUP_LABELS,
     STRIP,
@@ -104,28 +103,33 @@ def _lanes(seg: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({"lane": np.arange(uniq.size), "label": labels, "rank": u_rank, "key": uniq})
 
 
-@once_per_trace  # a report draws each trace twice (its timeline page, its side-by-side panel)
-def trace_segments(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(cpu segments, the segments of every rank with GPU compute coloured by phase) of the whole trace,
-    numbers only (computed once per trace object: frames/memo.py; shared, not to be modified)."""
-    cpu = nvtx_segments(trace, patterns)
-    seg = pd.concat([cpu, gpu_segments(trace)], ignore_index=True)
+@dataclass(frozen=True)
+class Segments:
+    """A run's drawable work, numbers only, for every panel of it: `cpu` its NVTX segments, `all` those and
+    every rank's GPU work coloured by phase, `ranges` each rank's step and phase ranges, labelled.
+    Built once per run by whoever draws it (a report draws each run twice: its timeline page and its
+    side-by-side panel) and passed to each panel; shared, not to be modified."""
+
+    cpu: pd.DataFrame
+    all: pd.DataFrame
+    ranges: RankRanges
+
+
+def run_segments(run: LoadedRun) -> Segments:
+    """The run's Segments, over the whole trace."""
+    cpu = nvtx_segments(run.trace, run.patterns)
+    seg = pd.concat([cpu, gpu_segments(run.trace)], ignore_index=True)
     seg = seg.loc[seg["rank"].to_numpy() >= 0]
-    return cpu, colour_by_phase(seg, cpu)  # a segment's colour depends on its own rank's phases alone
-
-
-@once_per_trace
-def _cpu_ranges(trace: Trace, patterns: Patterns) -> RankRanges:
-    """Each rank's step and phase ranges, labelled, looked up by every view of the trace (computed once)."""
-    return rank_ranges(trace_segments(trace, patterns)[0])
+    # a segment's colour depends on its own rank's phases alone
+    return Segments(cpu, colour_by_phase(seg, cpu), rank_ranges(cpu))
 
 
 def _in_view(
-    trace: Trace, selection: Selection, patterns: Patterns
+    run: LoadedRun, selection: Selection, segments: Segments
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[RankWork], str]:
     """(cpu segments, all segments, rank work) of the selected ranks, and the trace's name for messages."""
-    cpu, seg = trace_segments(trace, patterns)
-    where = str(trace.path)
+    cpu, seg = segments.cpu, segments.all
+    where = str(run.trace.path)
     if selection.rank is not None:
         if selection.rank not in set(seg["rank"].tolist()):
             raise TraceError(f"{where}: no rank {selection.rank} (ranks: {sorted(set(seg['rank'].tolist()))})")
@@ -133,7 +137,7 @@ def _in_view(
         cpu = cpu.loc[cpu["rank"].to_numpy() == selection.rank]
     if seg.empty:
         raise TraceError(f"{where}: no NVTX ranges or GPU work to draw")
-    works = [w for w in rank_work(trace, patterns) if selection.rank is None or w.rank == selection.rank]
+    works = [w for w in run.works if selection.rank is None or w.rank == selection.rank]
     return cpu, seg, works, where
 
 
@@ -162,22 +166,23 @@ def _placed(trace: Trace, ranges: RankRanges, seg: pd.DataFrame, lanes: pd.DataF
 
 
 def build_panel(
-    trace: Trace,
+    run: LoadedRun,
     selection: Selection = Selection(),
-    patterns: Patterns | None = None,
     title: str = "",
     width_px: int = 1600,
     opening_step: int | None = None,
+    segments: Segments | None = None,
 ) -> Panel:
-    """The panel for one trace under a selection (title: the trace's path unless given).
+    """The panel for one run under a selection (title: the trace's path unless given); `segments`: the
+    run's run_segments when the caller draws it more than once (else they are built here).
 
     Without a step selected and with `opening_step`, the panel shows that step and carries the whole
     run as its `overview` (same lanes, same time origin: the step's start), one click away.
     Work narrower than a pixel (window / width_px) is merged before any label string is built, so
     the cost of labels follows what is drawn, not the size of the trace.
     """
-    patterns = patterns or Patterns()
-    cpu, seg, works, where = _in_view(trace, selection, patterns)
+    segments = segments if segments is not None else run_segments(run)
+    cpu, seg, works, where = _in_view(run, selection, segments)
     step = selection.step if selection.step is not None else opening_step
     whole_origin, lo, hi = _window(cpu, seg, None, where, works)
     views = {"whole": _View(None, lo, hi)} if selection.step is None else {}
@@ -193,7 +198,7 @@ def build_panel(
         hidden = levels[name].loc[levels[name]["category"] == HIDDEN]  # before merging: exact periods
         panels[name] = Panel(
             title=title or where,
-            segments=_placed(trace, _cpu_ranges(trace, patterns), levels[name], lanes, pixel_ns),
+            segments=_placed(run.trace, segments.ranges, levels[name], lanes, pixel_ns),
             lanes=lanes[["lane", "label", "rank"]],
             origin_ns=origin,
             window_ns=(view.lo, view.hi),

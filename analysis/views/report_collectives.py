@@ -3,7 +3,7 @@ one step's backward pass with each bucket's issue, kernel span and the exposed t
 and for sharded runs whether each unit's all-gathers arrived in time and why not (unit_chart.py).
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
-html_page.write_page; each entry (CollectivesEntry) is one trace: its label, trace, CollectivesView,
+html_page.write_page; each entry (CollectivesEntry) is one run: its label, LoadedRun, CollectivesView,
 the analysis' per-step frame and its implementation colour. Entries come fastest first.
 """
 
@@ -17,12 +17,9 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.frames.patterns import Patterns
-from analysis.frames.trace import NS_PER_MS, Trace
+from analysis.frames.trace import NS_PER_MS
 from analysis.measures import intervals as iv
-from analysis.measures.backward_span import backward_spans
 from analysis.measures.collective_calls import OUTSIDE_STEPS
-from analysis.measures.phases import find_steps
 from analysis.views import palette
 from analysis.views.call_chart import call_noun, calls_figure
 from analysis.views.export import image_name
@@ -32,6 +29,7 @@ from analysis.views.unit_chart import in_time_blocks
 
 if TYPE_CHECKING:
     from analysis.engine.collectives_view import CollectivesView
+    from analysis.measures.loaded_run import LoadedRun
 
 WAIT_COLOUR = palette.WAITING
 
@@ -42,7 +40,7 @@ class CollectivesEntry:
     it, and so do the sentences); `colour` its implementation colour (palette.trace_colours)."""
 
     label: str
-    trace: Trace
+    run: LoadedRun
     view: CollectivesView
     steps: pd.DataFrame | None = None
     colour: str | None = None
@@ -163,13 +161,6 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | 
     return fig
 
 
-def step_starts(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
-    """rank, step, start_ns of every step range (the x origin of the per-call chart)."""
-    found = find_steps(trace.nvtx, patterns or Patterns())
-    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates(["part", "pid"])
-    return found.merge(ranks, on=["part", "pid"])[["rank", "step", "start"]].rename(columns={"start": "start_ns"})
-
-
 def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, int] | None:
     """(step, rank) the per-call chart shows: the timelines' median step of the slowest rank when the
     analysis has it and calls there, else the middle step of the lowest rank with calls."""
@@ -184,16 +175,16 @@ def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, i
     return step, int(calls.loc[calls["step"] == step, "rank"].min())
 
 
-def per_call_figure(entry: CollectivesEntry, patterns: Patterns | None = None) -> go.Figure | None:
+def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
     """The per-call chart of one trace (views/call_chart.py), or None without numbered steps."""
     calls = entry.view.calls
     chosen = chosen_step(calls, entry.steps)
     if chosen is None:
         return None
     step, rank = chosen
-    spans = backward_spans(entry.trace, patterns)
+    spans = entry.run.backward_spans
     span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
-    starts = step_starts(entry.trace, patterns)
+    starts = entry.run.step_starts
     start = starts.loc[(starts["step"] == step) & (starts["rank"] == rank), "start_ns"]
     backward = (int(span["start_ns"].iloc[0]), int(span["end_ns"].iloc[0])) if len(span) else None
     steps = entry.steps
@@ -208,9 +199,7 @@ def per_call_figure(entry: CollectivesEntry, patterns: Patterns | None = None) -
     )
 
 
-def collectives_section(
-    entries: list[CollectivesEntry], peak_busbw: float | None = None, patterns: Patterns | None = None
-) -> list:
+def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | None = None) -> list:
     """Blocks of the report's Collectives section for the traces given (in the order given: fastest first)."""
     if not entries:
         return []
@@ -241,7 +230,7 @@ def collectives_section(
         if (e.view.calls["step"] >= 0).any():
             fig = wait_transfer_figure(e.view.calls, e.label, e.steps)
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_collectives_per_step")))
-        fig = per_call_figure(e, patterns)
+        fig = per_call_figure(e)
         if fig is not None:
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))
         sentences = [s for t in e.view.traces["in_time"] for s in (t or [])] if "in_time" in e.view.traces else []

@@ -11,17 +11,16 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
 from analysis.views import palette
 from analysis.views.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
-from analysis.views.lanes import Selection, build_panel, representative_step
+from analysis.views.lanes import Segments, Selection, build_panel, representative_step
 from analysis.views.panel import Panel
 from analysis.views.render_figure import build_figure
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analysis.frames.trace import Trace
+    from analysis.measures.loaded_run import LoadedRun
 
 
 @dataclass(frozen=True)
@@ -46,15 +45,11 @@ def view_name(selection: Selection) -> str:
     return f"{step}, {rank}"
 
 
-def analysis_figures(
-    trace: Trace, selection: Selection, steps: pd.DataFrame | None = None, patterns: Patterns | None = None
-) -> dict:
-    """The analysis's metrics (measures/metrics.py) for the selected step/rank, averaged over steps and ranks.
+def analysis_figures(selection: Selection, steps: pd.DataFrame) -> dict:
+    """The analysis's metrics (measures/metrics.py) for the selected step/rank, averaged over steps and
+    ranks, from the run's per-step frame (its analysis' `steps`)."""
+    from analysis.measures.metrics import summarise
 
-    `steps`: the trace's per-step frame when the caller already analysed it (else it is measured)."""
-    from analysis.measures.metrics import measure_trace, summarise
-
-    steps = measure_trace(trace, patterns)[0] if steps is None else steps
     if selection.rank is not None:
         steps = steps.loc[steps["rank"] == selection.rank]
     if selection.step is not None:
@@ -78,11 +73,9 @@ def panel_title(implementation: str, shown: str, view: str, fig: dict, colour: s
     )
 
 
-def with_backward(panel: Panel, trace: Trace, patterns: Patterns | None = None) -> Panel:
+def with_backward(panel: Panel, run: LoadedRun) -> Panel:
     """The panel (and its whole-run overview) with each step's backward pass highlighted behind its rank's lanes."""
-    from analysis.measures.backward_span import backward_spans
-
-    spans = backward_spans(trace, patterns).rename(columns={"start_ns": "start", "end_ns": "end"})
+    spans = run.backward_spans.rename(columns={"start_ns": "start", "end_ns": "end"})
     spans = spans.loc[spans["rank"].isin(panel.lanes["rank"].unique()), ["rank", "start", "end"]]
     overview = None if panel.overview is None else dataclasses.replace(panel.overview, highlight=spans)
     return dataclasses.replace(panel, highlight=spans, overview=overview)
@@ -91,26 +84,22 @@ def with_backward(panel: Panel, trace: Trace, patterns: Patterns | None = None) 
 def trace_panel(
     path: str | Path,
     selection: Selection,
-    trace: Trace,
+    run: LoadedRun,
+    steps: pd.DataFrame,
     width_px: int = 1600,
-    steps: pd.DataFrame | None = None,
-    patterns: Patterns | None = None,
     colour: str | None = None,
     file_name: str | None = None,
+    segments: Segments | None = None,
 ) -> tuple[Panel, PanelSummary]:
-    """The trace's panel (titled with `file_name`, else `path`'s file name: the caller passes a name unique
-    among the panels it shows, runs.unique_tails) plus the summary row; `steps` reuses an existing
-    analysis of the trace (analyze_trace(trace).steps) instead of measuring it again.
+    """The run's panel (titled with `file_name`, else `path`'s file name: the caller passes a name unique
+    among the panels it shows, runs.unique_tails) plus the summary row; `steps`: the run's per-step frame
+    (its analysis' steps), `segments`: its lanes.run_segments when the caller draws it more than once.
 
     Without a step selected the panel opens on the median step of the slowest rank, its title giving
     that step's figures, with the whole run one click away; the summary row is the whole selection's.
     `colour`: the implementation's colour in the title (a report's, where two traces share a name)."""
-    patterns = patterns or Patterns()
-    if steps is None:
-        from analysis.measures.metrics import measure_trace
-
-        steps = measure_trace(trace, patterns)[0]
-    fig = analysis_figures(trace, selection, steps, patterns)
+    trace = run.trace
+    fig = analysis_figures(selection, steps)
     opening = representative_step(steps if selection.rank is None else steps.loc[steps["rank"] == selection.rank])
     if selection.step is None and opening is not None:
         shown = Selection(step=opening[0], rank=selection.rank)
@@ -118,13 +107,13 @@ def trace_panel(
             f"step {opening[0]} (median step of the slowest rank, r{opening[1]}), "
             + view_name(selection).split(", ")[1]
         )
-        figures = analysis_figures(trace, shown, steps, patterns)
+        figures = analysis_figures(shown, steps)
         title = panel_title(trace.implementation, file_name or Path(path).name, view, figures, colour)
     else:
         title = panel_title(trace.implementation, file_name or Path(path).name, view_name(selection), fig, colour)
     step = opening[0] if selection.step is None and opening is not None else None
     panel = with_backward(
-        build_panel(trace, selection, patterns, title=title, width_px=width_px, opening_step=step), trace, patterns
+        build_panel(run, selection, title=title, width_px=width_px, opening_step=step, segments=segments), run
     )
     summary = PanelSummary(
         str(path),

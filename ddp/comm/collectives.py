@@ -1,4 +1,4 @@
-"""The one door every wrapper's all-reduce goes through, with a table of collectives behind it.
+"""The table of all-reduces every wrapper chooses from, and `all_reduce`, the door for callers outside a wrapper.
 
 A *collective* here is a way to all-reduce, chosen by name ("torch", "ring", "reduce_broadcast"):
 the wrappers' `collective=` argument and the CLIs' `--collective`.
@@ -7,7 +7,8 @@ calls return the tensor; `async_op=True` returns a handle with `.wait()` and `.g
 "ring" and "reduce_broadcast" are built from point-to-point messages in their own modules and run
 on one worker thread per process (ddp.comm.p2p_work).
 Every call is recorded in `ddp.comm.inflight` under `name` (the NVTX range's, e.g. `comm:all_reduce:flat`),
-so that a collective that never completes can be named in the error.
+so that a collective that never completes can be named in the error. The wrappers call the table's entries
+through `ddp.comm.instrumented`, which records them (and times them, inside their NVTX ranges) the same way.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """Which collective each rank is in, so that a hang or a timeout names it.
 
-`ddp.comm.collectives.all_reduce` calls `begin(name)` before a collective and `end(seq)` once it completed
-(a blocking call returned, an async handle's wait returned or its future completed without error).
+`ddp.comm.instrumented` (every wrapper's collectives) and `ddp.comm.collectives.all_reduce` call `begin(name)`
+before a collective and `end(seq)` once it completed (a blocking call returned, an async handle's wait returned
+or its future completed without error).
 A collective that fails stays open: the error report can then say "in comm:all_reduce:flat
 (collective #12)". On CUDA an async collective counts as complete when its host-side future does,
 which NCCL signals before the GPU finished: there the last collective issued is the best pointer.

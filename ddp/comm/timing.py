@@ -131,12 +131,12 @@ class CommTimer:
         else:
             self._ends[slot] = time.perf_counter()
 
-    def track_async(self, slot: int, work: Any, range_id: object) -> None:
-        """An async collective was issued: end its interval and NVTX range at completion."""
+    def track_async(self, slot: int, work: Any, *range_ids: object) -> None:
+        """An async collective was issued: end its interval and NVTX ranges at completion."""
         if self.cuda or not hasattr(work, "get_future"):
-            self._open_ranges.append(range_id)  # CUDA futures complete at enqueue: end at collect
+            self._open_ranges.extend(range_ids)  # CUDA futures complete at enqueue: end at collect
         else:
-            work.get_future().then(self.on_completion(slot, range_id))
+            work.get_future().then(self.on_completion(slot, *range_ids))
 
     def on_completion(self, slot: int, *range_ids: object) -> Callable[[object], None]:
         """A callback for the collective's future that records its completion and ends its ranges.

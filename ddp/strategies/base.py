@@ -3,47 +3,29 @@ its all-reduces, named and timed (communication accounting).
 
 Subclasses implement `_synchronize()`; callers use `finish_gradient_synchronization()` between
 `loss.backward()` and `optimizer.step()`, after which each `.grad` is the mean over ranks.
-Parameters that got no gradient follow the "had a gradient" protocol of ddp.strategies.grad_flags.
+Parameters that got no gradient follow the "had a gradient" protocol of ddp.grads.grad_flags.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from contract import ALL_REDUCE, BROADCAST, GRAD_SYNC, comm_range
+from contract import ALL_REDUCE, GRAD_SYNC, comm_range
 from ddp.comm import nvtx_ranges
-from ddp.comm.collectives import all_reduce, check_collective
+from ddp.comm.collectives import COLLECTIVES, check_collective
+from ddp.comm.instrumented import InFlight, Instrumented, broadcast_from_rank0, nbytes
 from ddp.comm.timing import CommStats, CommTimer
-from ddp.strategies.memory import MemoryParts, local, storage_bytes, storage_key
-
-# Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
-# into a tensor that is already on the wire.
-ACCUMULATION_ERROR = (
-    "a parameter's gradient arrived twice before finish_gradient_synchronization(): "
-    "call it after every backward (gradient accumulation is not supported)"
-)
+from ddp.memory.accounting import MemoryParts, local, storage_bytes, storage_key
 
 
 def named_trainable_parameters(module: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """Each parameter with requires_grad once (tied weights under their first name), in order."""
     return [(name, p) for name, p in module.named_parameters() if p.requires_grad]
-
-
-def nbytes(tensor: torch.Tensor) -> int:
-    return tensor.numel() * tensor.element_size()
-
-
-def broadcast_from_rank0(module: nn.Module, group: dist.ProcessGroup | None = None) -> None:
-    """Copy rank 0's parameters and buffers (trainable or not) into every rank's module."""
-    tensors = list(module.parameters()) + list(module.buffers())
-    size = sum(nbytes(t) for t in tensors)
-    with nvtx_ranges.range(comm_range(BROADCAST, "params"), payload=size), torch.no_grad():
-        for t in tensors:
-            dist.broadcast(t.data, src=0, group=group)
 
 
 def synchronize_device(tensor: torch.Tensor) -> None:
@@ -56,22 +38,16 @@ def synchronize_device(tensor: torch.Tensor) -> None:
 
 
 class PendingAllReduce:
-    """An async all-reduce in flight: issued inside a `comm:all_reduce:<tag>` start/end range whose
-    payload is its byte count, timed by the owner's CommTimer (see ddp.comm.timing)."""
+    """An async all-reduce in flight (ddp.comm.instrumented.InFlight) and the tensor it sums in place."""
 
-    __slots__ = ("slot", "tensor", "timer", "work")
+    __slots__ = ("flight", "tensor")
 
-    def __init__(self, owner: DataParallelBase, tensor: torch.Tensor, name: str):
-        self.timer, self.tensor = owner.comm, tensor
-        size = nbytes(tensor)
-        self.slot = self.timer.begin(size)
-        range_id = nvtx_ranges.start(name, payload=size)
-        self.work = all_reduce(tensor, owner.collective, group=owner.group, async_op=True, name=name)
-        self.timer.track_async(self.slot, self.work, range_id)
+    def __init__(self, tensor: torch.Tensor, flight: InFlight):
+        self.tensor, self.flight = tensor, flight
 
     def wait(self) -> torch.Tensor:
         """The reduced tensor; on CUDA only the streams wait (the host does not)."""
-        self.timer.wait(self.slot, self.work)
+        self.flight.wait()
         return self.tensor
 
 
@@ -86,15 +62,26 @@ class DataParallelBase(nn.Module):
             )
         self.module = module
         self.collective = check_collective(collective)
+        self._all_reduce = COLLECTIVES[self.collective]
         self.group: dist.ProcessGroup | None = None  # the default (world) group
         self.world_size = dist.get_world_size()
-        broadcast_from_rank0(module, self.group)
+        broadcast_from_rank0([*module.parameters(), *module.buffers()], "params", self.group)
         named = named_trainable_parameters(module)
         self.param_names = [n for n, _ in named]
         self.params = [p for _, p in named]
-        self.comm = CommTimer(self.params[0].device if self.params else torch.device("cpu"))
+        # Every collective of the wrapper goes through it: timed in its CommTimer, named, tracked in flight.
+        self.collectives = Instrumented(CommTimer(self.params[0].device if self.params else torch.device("cpu")))
         # One NVTX name per tag, built once: collectives are issued every step.
         self._range_names = {n: comm_range(ALL_REDUCE, n) for n in self.param_names}
+
+    @property
+    def comm(self) -> CommTimer:
+        """The per-step timing of this wrapper's collectives (ddp.comm.timing)."""
+        return self.collectives.timer
+
+    @comm.setter
+    def comm(self, timer: CommTimer) -> None:
+        self.collectives.timer = timer
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -121,7 +108,7 @@ class DataParallelBase(nn.Module):
         """The `contract.sharded_entry` of each sharded module, in forward order; none for replicated strategies."""
         return []
 
-    # ---- memory accounting (ddp.strategies.memory; what ddp.benchmark and ddp.meta report) ----------
+    # ---- memory accounting (ddp.memory.accounting; what ddp.benchmark and ddp.meta report) ----------
     def memory_parts(self) -> MemoryParts:
         """Bytes this rank holds for the wrapped model now, by part: the wrapper's own accounting.
 
@@ -187,16 +174,17 @@ class DataParallelBase(nn.Module):
 
         No host synchronisation: on NCCL the call only enqueues, as plain `dist.all_reduce` does.
         """
-        size, name = nbytes(tensor), self._range_name(tag)
-        with nvtx_ranges.range(name, payload=size):
-            slot = self.comm.begin(size)
-            all_reduce(tensor, self.collective, group=self.group, name=name)
-            self.comm.end_blocking(slot)
+        self.collectives.blocking(self._range_name(tag), nbytes(tensor), lambda: self._sum(tensor, async_op=False))
         return tensor
 
     def async_all_reduce(self, tensor: torch.Tensor, tag: str) -> PendingAllReduce:
-        """Start summing `tensor` over ranks inside a `comm:all_reduce:<tag>` start/end range."""
-        return PendingAllReduce(self, tensor, self._range_name(tag))
+        """Start summing `tensor` over ranks inside a `comm:all_reduce:<tag>` start/end range (payload: its bytes)."""
+        flight = self.collectives.start(self._range_name(tag), nbytes(tensor), lambda: self._sum(tensor, async_op=True))
+        return PendingAllReduce(tensor, flight)
+
+    def _sum(self, tensor: torch.Tensor, async_op: bool) -> Any:
+        """The configured all-reduce of `tensor` (ddp.comm.collectives), in place: its handle when async."""
+        return self._all_reduce(tensor, group=self.group, async_op=async_op)
 
     def _range_name(self, tag: str) -> str:
         name = self._range_names.get(tag)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ddp.grads.grad_flags import GradFlags
 from ddp.strategies.base import DataParallelBase, check_same_dtype_and_device, nbytes
-from ddp.strategies.grad_flags import GradFlags
 
 
 class FlatDDP(DataParallelBase):

@@ -1,6 +1,6 @@
 """FSDP (registry name `fsdp`): fully sharded data parallelism (ZeRO-3), written with plain collectives.
 
-Every module matched by `shard` is a *unit* (ddp.strategies.shard_units): each rank stores 1/W of its trainable
+Every module matched by `shard` is a *unit* (ddp.sharding.shard_units): each rank stores 1/W of its trainable
 parameters (float32, padded) and the optimizer steps only that slice. Forward all-gathers a unit's weights
 (cast to `compute_dtype` first) right before it runs, `prefetch` units ahead, and frees them after; backward
 gathers them again in reverse order, and reduce-scatters each unit's gradient as soon as autograd has
@@ -11,7 +11,7 @@ Every rank must run the same units in the same order, and give every replicated 
 ranks alike (as PyTorch's FSDP requires): the collectives pair up by issue order, so a unit or parameter used on
 some ranks only stalls the step until the process-group timeout (the launcher then names the collective). After the
 first step, a step allocates nothing of its own but the gather buffers (each all-gather regrows its unit's, each
-free gives it back): gradients go through flat buffers the units share (ddp.strategies.gradient_buffers) into the
+free gives it back): gradients go through flat buffers the units share (ddp.sharding.gradient_buffers) into the
 shards' own; casts are written into buffers kept from step to step. A unit's collectives are
 `comm:all_gather:<unit>` and `comm:reduce_scatter:<unit>` start/end ranges whose payload is the padded unit in the
 dtype on the wire (nccl-tests' convention, contract/names.py): weights travel in `compute_dtype`, gradients in
@@ -27,14 +27,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, comm_wait_range, sharded_entry
-from ddp.comm import inflight, nvtx_ranges
-from ddp.comm.completion_poll import CompletionPoll, FutureLess, has_future
-from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce, nbytes
-from ddp.strategies.gradient_buffers import GradientBuffers
-from ddp.strategies.memory import storage_key
-from ddp.strategies.shard_units import ShardSpec, find_units
-from ddp.strategies.unit_state import GatheredMeter, Pending, UnitState, WeightCast, cast_floating, cast_hooks
+from contract import sharded_entry
+from ddp.comm import nvtx_ranges
+from ddp.comm.completion_poll import CompletionPoll
+from ddp.grads.grad_flags import ACCUMULATION_ERROR
+from ddp.memory.accounting import storage_key
+from ddp.sharding.gradient_buffers import GradientBuffers
+from ddp.sharding.shard_units import ShardSpec, find_units
+from ddp.sharding.unit_state import GatheredMeter, UnitState, WeightCast, cast_floating, cast_hooks
+from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 DEFAULT_PREFETCH = 2
@@ -88,14 +89,7 @@ class FSDP(DataParallelBase):
         self._recorded = False
         self._pending_ar: list[PendingAllReduce] = []
         self._rs_issued: list[UnitState] = []
-        self._poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
-        self._names = {
-            id(s): (comm_range(ALL_GATHER, s.unit.name), comm_range(REDUCE_SCATTER, s.unit.name)) for s in self.states
-        }
-        self._wait_names = {
-            id(s): (comm_wait_range(ALL_GATHER, s.unit.name), comm_wait_range(REDUCE_SCATTER, s.unit.name))
-            for s in self.states
-        }
+        self._poll = self.collectives.poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
         for state in self.states:
             state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
             state.unit.module.register_forward_hook(self._post_forward(state))
@@ -161,15 +155,14 @@ class FSDP(DataParallelBase):
         self._poll.poll()
         self._drop_reduced_inputs()
         state.free()
-        grad = state.flat
+        grad, group = state.flat, self.group if self.rs_group is None else self.rs_group
         assert grad is not None
-        _, name = self._names[id(state)]
-        size = nbytes(grad)
-        slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
-        seq = inflight.begin(name)
-        group = self.group if self.rs_group is None else self.rs_group
-        work = self._track(_reduce_scatter(state.unit.grad, grad, group=group, async_op=True), seq, slot, range_id)
-        state.reduce, state.scattered = Pending(slot, work), True
+        state.reduce = self.collectives.start(
+            state.scatter_range,
+            nbytes(grad),
+            lambda: _reduce_scatter(state.unit.grad, grad, group=group, async_op=True),
+        )
+        state.scattered = True
         self._rs_issued.append(state)
         if self._recorded and state in self._order:
             backward_order = self._order[::-1]
@@ -179,7 +172,7 @@ class FSDP(DataParallelBase):
         """Give back the flat gradient buffers whose reduce-scatter completed, each once its work was waited for on
         the current stream (docs/fsdp.md, "Streams and buffer lifetimes", rule 2: is_completed() is the host's view)."""
         for state in self._rs_issued:
-            if state.flat is not None and state.reduce is not None and state.reduce.work.is_completed():
+            if state.flat is not None and state.reduce is not None and state.reduce.is_completed():
                 self._finish_reduce(state)
 
     def _reclaim_gradient_buffer(self) -> bool:
@@ -187,15 +180,14 @@ class FSDP(DataParallelBase):
         for state in self._rs_issued:
             if state.flat is not None:
                 # marked: in the middle of backward, the time this rank blocks here is not compute
-                with nvtx_ranges.range(self._wait_names[id(state)][1]):
+                with nvtx_ranges.range(state.scatter_wait_range):
                     self._finish_reduce(state)
                 return True
         return False
 
     def _finish_reduce(self, state: UnitState) -> None:
         if state.reduce is not None:
-            self.comm.wait(state.reduce.slot, state.reduce.work)
-            self._poll.settle(state.reduce.work)
+            state.reduce.wait()
             state.reduce = None
         state.let_go_of_gradient()
 
@@ -226,28 +218,15 @@ class FSDP(DataParallelBase):
         if state.gathered or state.gather is not None:
             return
         out, send = state.gather_buffers()
-        name, _ = self._names[id(state)]
-        size = nbytes(out)
-        slot, range_id = self.comm.begin(size), nvtx_ranges.start(name, payload=size)
-        seq = inflight.begin(name)
-        work = self._track(_all_gather(out, send, group=self.group, async_op=True), seq, slot, range_id)
-        state.gather = Pending(slot, work)
-
-    def _track(self, work: Any, seq: int, slot: int, range_id: object) -> inflight.TrackedWork:
-        """Record an async collective's completion in the CommTimer and end its range there."""
-        if has_future(work) or self.comm.cuda:
-            tracked = inflight.TrackedWork(work, seq)
-            self.comm.track_async(slot, tracked, range_id)
-            return tracked
-        tracked = inflight.TrackedWork(FutureLess(work), seq)
-        self._poll.watch(tracked, self.comm.on_completion(slot, range_id))
-        return tracked
+        state.gather = self.collectives.start(
+            state.gather_range, nbytes(out), lambda: _all_gather(out, send, group=self.group, async_op=True)
+        )
 
     def _wait_gather(self, state: UnitState) -> None:
         if state.gather is not None:
             # marked: the time this rank blocks here is not compute, though it lies inside forward/backward
-            with nvtx_ranges.range(self._wait_names[id(state)][0]):
-                self.comm.wait(state.gather.slot, state.gather.work)
+            with nvtx_ranges.range(state.gather_wait_range):
+                state.gather.wait()
             state.gather, state.gathered = None, True
 
     # ---- what the rest of the project reads -----------------------------------------------
@@ -272,13 +251,13 @@ class FSDP(DataParallelBase):
             entries.append(entry)
         return entries
 
-    # ---- memory (ddp.strategies.memory's contract; parameters and gradients as the base counts them) ----
+    # ---- memory (ddp.memory.accounting's contract; parameters and gradients as the base counts them) ----
     def gathered_bytes(self) -> int:
         """The most bytes of gathered weights (in the dtype on the wire) alive at once in any step so far."""
         return self._meter.peak
 
     def comm_buffers(self) -> list[torch.Tensor]:
-        """The flat float32 gradient buffers (ddp.strategies.gradient_buffers); with a `compute_dtype`, the shards
+        """The flat float32 gradient buffers (ddp.sharding.gradient_buffers); with a `compute_dtype`, the shards
         cast for sending and the other parameters' copies forward computes with (none in fp32)."""
         sends = [s.send for s in self.states if s.send is not s.unit.shard]
         return [*self._grad_buffers.buffers, *sends, *(c.out for c in self._casts.values())]

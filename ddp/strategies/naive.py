@@ -5,15 +5,15 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ddp.grads.grad_flags import FlagCarrier
 from ddp.strategies.base import DataParallelBase
-from ddp.strategies.grad_flags import FlagCarrier
 
 
 class NaiveDDP(DataParallelBase):
     """One blocking all-reduce per trainable parameter, in reverse registration order.
 
     The smallest parameter goes last and carries the step's "had a gradient" flags appended to it
-    (ddp.strategies.grad_flags.FlagCarrier), so the count of collectives stays one per parameter.
+    (ddp.grads.grad_flags.FlagCarrier), so the count of collectives stays one per parameter.
     """
 
     def __init__(self, module: nn.Module, collective: str = "torch"):

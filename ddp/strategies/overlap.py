@@ -6,8 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, PendingAllReduce
-from ddp.strategies.grad_flags import FlagCarrier
+from ddp.grads.grad_flags import ACCUMULATION_ERROR, FlagCarrier
+from ddp.strategies.base import DataParallelBase, PendingAllReduce
 
 
 class OverlapDDP(DataParallelBase):
@@ -17,7 +17,7 @@ class OverlapDDP(DataParallelBase):
     registration, roughly the order backward produces gradients): a gradient that is ready before
     its predecessors waits for them. The smallest parameter goes last, issued at
     `finish_gradient_synchronization()` with the step's "had a gradient" flags appended
-    (ddp.strategies.grad_flags.FlagCarrier).
+    (ddp.grads.grad_flags.FlagCarrier).
     """
 
     def __init__(self, module: nn.Module, collective: str = "torch"):

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import torch
-import torch.distributed as dist
 from torch import nn
 
-from contract import BROADCAST, comm_range
-from ddp.comm import nvtx_ranges
-from ddp.strategies.base import ACCUMULATION_ERROR, DataParallelBase, check_same_dtype_and_device, nbytes
-from ddp.strategies.buckets import Bucket, plan_buckets
+from ddp.comm.instrumented import broadcast_from_rank0
+from ddp.grads.buckets import Bucket, plan_buckets
+from ddp.grads.grad_flags import ACCUMULATION_ERROR
+from ddp.strategies.base import DataParallelBase, check_same_dtype_and_device, nbytes
 
 
 class OverlapBucketDDP(DataParallelBase):
@@ -83,14 +82,14 @@ class OverlapBucketDDP(DataParallelBase):
 
     def _launch_full_buckets_in_order(self) -> None:
         while self._next_launch < len(self.buckets) and self.buckets[self._next_launch].is_full:
-            self.buckets[self._next_launch].launch(self)
+            self.buckets[self._next_launch].launch(self.world_size, self.async_all_reduce)
             self._next_launch += 1
 
     @torch.no_grad()
     def _synchronize(self) -> None:
         for bucket in self.buckets[self._next_launch :]:  # buckets with a gradient that never came
             bucket.fill_missing()
-            bucket.launch(self)
+            bucket.launch(self.world_size, self.async_all_reduce)
         for bucket in self.buckets:
             bucket.wait()
             bucket.reset()
@@ -105,8 +104,7 @@ class OverlapBucketDDP(DataParallelBase):
         self._arrival = None
         ref = self.params[0]
         agreed = torch.tensor(local, dtype=torch.int64, device=ref.device)
-        with nvtx_ranges.range(comm_range(BROADCAST, "bucket_order"), payload=nbytes(agreed)):
-            dist.broadcast(agreed, src=0, group=self.group)
+        broadcast_from_rank0([agreed], "bucket_order", self.group)
         order = agreed.tolist()  # one device-to-host copy, once
         if order != self.order:
             self._build(order)

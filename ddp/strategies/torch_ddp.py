@@ -9,11 +9,9 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from contract import ALL_REDUCE, GRAD_SYNC, comm_range
-from ddp.comm import nvtx_ranges
-from ddp.comm.collectives import all_reduce
+from contract import GRAD_SYNC
+from ddp.memory.accounting import MemoryParts
 from ddp.strategies.base import DataParallelBase, nbytes
-from ddp.strategies.memory import MemoryParts
 
 # bucket_cap_mb_list arrived in recent PyTorch; older DDP gets one cap for every bucket.
 _DDP_TAKES_CAP_LIST = "bucket_cap_mb_list" in inspect.signature(DistributedDataParallel.__init__).parameters
@@ -59,7 +57,6 @@ class TorchDDP(DataParallelBase):
             **bucket_caps(bucket_size_mb, first_bucket_mb),
         )
         self.ddp.register_comm_hook(self, _timed_all_reduce_hook)
-        self._bucket_names: dict[int, str] = {}
         # DDP rebuilds its buckets once, in the second step's forward, from the first step's
         # gradient order: the hook records the layout in the first two steps (then it is final).
         self._layout: dict[int, dict] = {}  # the last finished step's
@@ -94,12 +91,6 @@ class TorchDDP(DataParallelBase):
             "params": [self._name_by_ptr[p.data_ptr()] for p in bucket.parameters()],
         }
 
-    def _bucket_range_name(self, index: int) -> str:
-        name = self._bucket_names.get(index)
-        if name is None:
-            name = self._bucket_names[index] = comm_range(ALL_REDUCE, f"bucket{index}")
-        return name
-
 
 def bucket_caps(bucket_size_mb: float | None, first_bucket_mb: float | None) -> dict[str, Any]:
     """DDP arguments for the same bucket caps as OverlapBucketDDP: a smaller first bucket, then the cap.
@@ -129,15 +120,11 @@ def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.
     last = bucket.is_last()
     if last:  # backward has no gradient left to compute: DDP waits from here
         state.comm.backward_ended()
-    slot = state.comm.begin(size)
-    name = state._bucket_range_name(bucket.index())
-    range_id = nvtx_ranges.start(name, payload=size)
-    ranges = (range_id, nvtx_ranges.start(GRAD_SYNC)) if last else (range_id,)
-    work = all_reduce(buffer, "torch", group=state.group, async_op=True, name=name)
-    record_completion = state.comm.on_completion(slot, *ranges)
-
-    def done(fut: torch.futures.Future) -> torch.Tensor:
-        record_completion(fut)
-        return fut.value()[0]
-
-    return work.get_future().then(done)
+    flight = state.collectives.start(
+        state._range_name(f"bucket{bucket.index()}"),
+        size,
+        lambda: state._sum(buffer, async_op=True),
+        also=GRAD_SYNC if last else None,  # the last bucket's issue to its completion: DDP's wait
+        then=lambda fut: fut.value()[0],  # the completion is recorded in the future DDP gets back
+    )
+    return flight.future

@@ -34,10 +34,9 @@ except ImportError:  # an older torch: the other strategies still import, torch_
     FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
 
 from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
-from ddp.comm import inflight, nvtx_ranges
+from ddp.memory.accounting import MemoryParts, storage_bytes
+from ddp.memory.fsdp2_gathered import GatheredMemory, fsdp_params_of
 from ddp.strategies.base import DataParallelBase, nbytes
-from ddp.strategies.fsdp2_gathered import GatheredMemory, fsdp_params_of
-from ddp.strategies.memory import MemoryParts, storage_bytes
 
 ShardSpec = tuple[type[nn.Module], ...] | Callable[[nn.Module], bool]
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
@@ -128,7 +127,7 @@ class TorchFSDP(DataParallelBase):
 
     def memory_parts(self) -> MemoryParts:
         """This rank's shards (padded, as FSDP2 stores them) and their gradients, and as `gathered` the most bytes
-        of all-gather outputs and unsharded parameter copies alive at once so far (ddp.strategies.fsdp2_gathered)."""
+        of all-gather outputs and unsharded parameter copies alive at once so far (ddp.memory.fsdp2_gathered)."""
         seen: set[tuple[str, int]] = set()
         return MemoryParts(
             parameters=storage_bytes([*self.module.parameters(), *self.module.buffers()], seen),
@@ -146,20 +145,12 @@ class TorchFSDP(DataParallelBase):
 
     # ---- the collectives FSDP2 issues through TimedAllGather / TimedReduceScatter ----------------
     def timed_collective(self, name: str, size: int, issue: Callable[[], Any], async_op: bool) -> Any:
-        """Issue a collective inside range `name` (payload `size`), timed and tracked; its work if async."""
-        slot = self.comm.begin(size)
+        """Issue a collective through the wrapper's instrumented call (ddp.comm.instrumented): inside range `name`
+        (payload `size`), timed and tracked; its tracked work if async (what FSDP2 waits for), else None."""
         if not async_op:
-            with nvtx_ranges.range(name, payload=size):
-                seq = inflight.begin(name)
-                issue()
-                inflight.end(seq)
-                self.comm.end_blocking(slot)
+            self.collectives.blocking(name, size, issue)
             return None
-        range_id = nvtx_ranges.start(name, payload=size)
-        seq = inflight.begin(name)
-        work = issue()
-        self.comm.track_async(slot, work, range_id)
-        return inflight.TrackedWork(work, seq)
+        return self.collectives.start(name, size, issue).work
 
 
 class TimedAllGather(AllGather):

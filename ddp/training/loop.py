@@ -26,11 +26,11 @@ import torch.nn.functional as F
 from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, RUN_ID_KEY, SHARDING_KEY, step_range
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext, run_id
+from ddp.memory.accounting import SavedTensorBytes, optimizer_state_bytes
 from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies import registry
 from ddp.strategies.base import DataParallelBase, synchronize_device
 from ddp.strategies.fsdp import DEFAULT_PREFETCH
-from ddp.strategies.memory import SavedTensorBytes, optimizer_state_bytes
 from ddp.training.config import COMPUTE_DTYPES, OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model

@@ -4,7 +4,7 @@ One process trains on each whole global batch, but forms each step's gradient as
 gradient of each rank's slice (its mean loss), summed in rank order, divided by the world size. The
 parameters after every step are kept. A sharded strategy on 2 ranks gets the same bits in fp32 (the
 sum of two gradients does not depend on the order gloo adds them in; with more ranks it may). With a
-compute dtype every module runs as FSDP runs it (ddp.strategies.unit_state.casting): its weights and
+compute dtype every module runs as FSDP runs it (ddp.sharding.unit_state.casting): its weights and
 floating inputs cast to that dtype, gradients reaching the fp32 parameters.
 
 Intra-op threads change the bits too (LayerNorm's backward sums per thread): the run uses the ranks'
@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ddp.strategies.unit_state import casting
+from ddp.sharding.unit_state import casting
 from ddp.training.config import COMPUTE_DTYPES, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.loop import loss_fn, make_optimizer

@@ -47,3 +47,20 @@ def test_one_open_serves_overlap_collectives_and_timeline_from_one_read(rank_fil
     )
     (row,) = json.loads(capsys.readouterr().out)
     assert row["segments"] == page.panels[0].segments
+
+
+def test_the_api_takes_the_options_the_clis_take(rank_files):
+    """open_runs/analyze take an AnalysisOptions (analysis/options.py) as the CLIs build it, the same
+    runs and figures as the keyword form; options given both ways are refused."""
+    from analysis import analyze
+    from analysis.options import AnalysisOptions
+
+    paths = [str(p) for p in rank_files]
+    options = AnalysisOptions(paths, skip_steps=1, step=2, rank=1)
+    by_options = analyze(options).steps
+    by_keywords = open_runs(paths, skip_steps=1).overlap(step=2, rank=1).steps
+    assert len(by_options) == 1 and by_options.equals(by_keywords)
+    assert open_runs(options).runs == open_runs(paths).runs
+    assert open_runs(options).skip_steps == 1
+    with pytest.raises(TypeError, match="skip_steps"):
+        open_runs(options, skip_steps=2)

@@ -14,6 +14,7 @@ from plotly.offline import get_plotlyjs
 from analysis import analyze_trace, timeline
 from analysis.engine.runs import find_runs, load_trace
 from analysis.frames.patterns import Patterns
+from analysis.measures.loaded_run import measure_run
 from analysis.views.html_page import PLOTLY_FILE
 from analysis.views.lane_segments import FROM_GPU, FROM_NVTX, GPU_COMM, GPU_COMPUTE, STRIP
 from analysis.views.lanes import Selection, build_panel
@@ -101,7 +102,7 @@ def test_overlap_strip_is_the_analysis_hidden_and_exposed_comm(traces):
         trace = load_trace(traces[name])
         steps = analyze_trace(trace).steps
         for step in (1, 2):
-            panel = build_panel(trace, Selection(step=step))
+            panel = build_panel(measure_run(trace), Selection(step=step))
             strip = panel.segments.loc[panel.segments["group"] == STRIP]
             for rank, row in steps.loc[steps["step"] == step].set_index("rank").iterrows():
                 mine = strip.loc[strip["rank"] == rank]
@@ -114,7 +115,7 @@ def test_overlap_strip_is_the_analysis_hidden_and_exposed_comm(traces):
 def test_shading_is_exactly_the_analysis_overlap(traces):
     for name in ("naive", "overlap", "overlap_cpu"):
         trace = load_trace(traces[name])
-        panel = build_panel(trace, Selection(step=1))
+        panel = build_panel(measure_run(trace), Selection(step=1))
         shaded_ms = (panel.overlap["end"] - panel.overlap["start"]).sum() / 1e6 / 2  # mean over two ranks
         steps = analyze_trace(trace).steps
         expected = steps.loc[steps["step"] == 1, "overlap_ms"].mean()
@@ -125,7 +126,7 @@ def test_shading_is_exactly_the_analysis_overlap(traces):
 def test_shading_leaves_out_a_gradient_wait_inside_backward(tmp_path):
     """DDP-shaped CPU trace: the `grad_sync` wait inside backward is not compute, as in the analysis."""
     trace = load_trace(write_cpu_ddp_wait(tmp_path / "ddp.sqlite"))
-    panel = build_panel(trace, Selection())
+    panel = build_panel(measure_run(trace), Selection())
     shaded_ns = int((panel.overlap["end"] - panel.overlap["start"]).sum())
     assert shaded_ns == round(analyze_trace(trace).steps["overlap_ms"].iloc[0] * 1e6) == 200
 
@@ -154,13 +155,13 @@ def _cpu_wait_trace(path, wait_text: str):
 )
 def test_cpu_shading_cuts_blocking_comm_and_sync_waits_like_the_analysis(tmp_path, wait_text, patterns):
     trace = load_trace(_cpu_wait_trace(tmp_path / "w.sqlite", wait_text), patterns)
-    panel = build_panel(trace, Selection(step=0), patterns)
+    panel = build_panel(measure_run(trace, patterns), Selection(step=0))
     shaded_ns = int((panel.overlap["end"] - panel.overlap["start"]).sum())
     assert shaded_ns == round(analyze_trace(trace, patterns).steps["overlap_ms"].iloc[0] * 1e6) == 430
 
 
 def test_lanes_per_rank_and_hover_fields(traces):
-    panel = build_panel(load_trace(traces["overlap"]), Selection(step=1))
+    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(step=1))
     assert panel.lanes["label"].tolist() == [
         f"r{r} {lane}"
         for r in (0, 1)
@@ -186,7 +187,7 @@ def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
     assert code == 0 and out.exists()
     lines = stdout.strip().splitlines()
     assert lines[0].startswith("trace,implementation,view") and len(lines) == 3
-    panel = build_panel(load_trace(traces["overlap_cpu"]), Selection())
+    panel = build_panel(measure_run(load_trace(traces["overlap_cpu"])), Selection())
     assert not panel.lanes["label"].str.contains("GPU").any()
     assert len(panel.overlap) == 2 * 3 * 2  # two comm ranges inside backward, per step and rank
 
@@ -194,7 +195,7 @@ def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
 def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, traces["overlap"], "-o", tmp_path / "r1.html", "--rank", 1, "--format", "json")
     assert code == 0 and json.loads(stdout)[0]["ranks"] == 1
-    panel = build_panel(load_trace(traces["overlap"]), Selection(rank=1))
+    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(rank=1))
     assert set(panel.lanes["rank"]) == {1} and set(panel.overlap["rank"]) == {1}
 
 
@@ -298,7 +299,7 @@ def test_real_h100_trace(tmp_path, capsys):
     assert code == 0
     row = json.loads(stdout)[0]
     assert row["ranks"] == 2 and row["overlap_pct"] == 0.0  # NCCL runs on the compute stream here
-    panel = build_panel(load_trace(REAL), Selection())
+    panel = build_panel(measure_run(load_trace(REAL)), Selection())
     labels = panel.lanes["label"].tolist()
     assert "r0 GPU s7 compute" in labels and "r1 GPU s15 comm" in labels
     seg = panel.segments  # the whole run (build_panel without an opening step)
@@ -361,7 +362,7 @@ def test_without_chromium_images_are_refused_before_any_work(traces, tmp_path, c
 def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
     from analysis.views import render_figure
 
-    panel = build_panel(load_trace(traces["overlap"]), Selection(), width_px=800, opening_step=1)
+    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(), width_px=800, opening_step=1)
     calls = []
     real = render_figure.merge_subpixel
     monkeypatch.setattr(render_figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))

@@ -1,5 +1,6 @@
-"""The ddp package's layout is its architecture: one module per strategy, named as the registry names it,
-and each folder imports only the folders below it (comm -> launch, strategies, optim -> training -> CLIs)."""
+"""The ddp package's layout is its architecture: one module per strategy, named as the registry names it, the
+helpers that are not strategies in the folders below, and each folder imports only the folders below it
+(comm -> grads, memory -> sharding -> strategies; comm -> launch, optim; all -> training -> CLIs)."""
 
 import ast
 from pathlib import Path
@@ -15,9 +16,12 @@ PACKAGE = Path(ddp.__file__).parent
 ALLOWED = {
     "comm": {"comm"},
     "launch": {"launch", "comm"},
-    "strategies": {"strategies", "comm"},
+    "grads": {"grads", "comm"},
+    "memory": {"memory", "comm"},
+    "sharding": {"sharding", "grads", "comm"},
+    "strategies": {"strategies", "grads", "memory", "sharding", "comm"},
     "optim": {"optim", "comm"},
-    "training": {"training", "strategies", "optim", "launch", "comm"},
+    "training": {"training", "strategies", "grads", "memory", "sharding", "optim", "launch", "comm"},
 }
 # a strategy's module is its registry name, except where that name would shadow a package
 MODULE_OF = {"torch": "torch_ddp"}
@@ -57,3 +61,10 @@ def test_each_strategy_has_its_own_module_named_as_the_registry_names_it(name):
     expected = name.replace("_", "") + ("" if name.endswith("fsdp") else "ddp")
     assert cls.__name__.lower() == expected
     assert getattr(ddp, cls.__name__) is cls
+
+
+def test_strategies_holds_the_strategies_their_base_and_the_registry_only():
+    """Helpers that are not strategies (flags, buckets, units, memory accounting) live in the folders below."""
+    modules = {path.stem for path in (PACKAGE / "strategies").glob("*.py")}
+    strategies = {MODULE_OF.get(name, name) for name in registry.IMPLEMENTATIONS}
+    assert modules - strategies == {"__init__", "base", "registry"}

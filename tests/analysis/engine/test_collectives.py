@@ -225,15 +225,16 @@ def test_no_collectives_is_not_an_error(tmp_path):
 
 def test_report_section_blocks(tmp_path):
     from analysis.engine.runs import load_trace
+    from analysis.measures.loaded_run import measure_run
     from analysis.views.html_page import write_page
-    from analysis.views.report_collectives import CollectivesEntry, backward_spans, collectives_section
+    from analysis.views.report_collectives import CollectivesEntry, collectives_section
 
-    trace = load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite"))
-    spans = backward_spans(trace)
+    run = measure_run(load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite")))
+    trace, spans = run.trace, run.backward_spans
     # backward = the compute kernels launched in backward: the one gemm of each rank
     assert spans.to_dict("list") == {"rank": [0, 1], "step": [0, 0], "start_ns": [1000, 1000], "end_ns": [5000, 4500]}
     view = analyze_collectives(trace.path)
-    blocks = collectives_section([CollectivesEntry("fixture", trace, view)], peak_busbw=100)
+    blocks = collectives_section([CollectivesEntry("fixture", run, view)], peak_busbw=100)
     figures = [b for b in blocks if not isinstance(b, str)]
     assert [f.layout.title.text.split(":")[0] for f in figures] == [
         "Bus bandwidth vs message size (each call, each rank)",

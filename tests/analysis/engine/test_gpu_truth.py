@@ -6,6 +6,7 @@ import pytest
 
 from analysis import analyze, analyze_trace
 from analysis.engine.runs import load_trace
+from analysis.measures.loaded_run import measure_run
 from analysis.views.lanes import Selection, build_panel
 from tests.analysis.engine.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS
@@ -143,13 +144,13 @@ def test_shared_gpu_and_metadata_are_reported(loaded, name):
 def test_timeline_step_view_covers_the_step_and_shades_its_overlap(loaded, name):
     _, trace, result = loaded[name]
     step = int(result.steps["step"].iloc[-2])
-    panel = build_panel(trace, Selection(step=step))
+    panel = build_panel(measure_run(trace), Selection(step=step))
     mine = result.steps[result.steps["step"] == step]
     for rank, row in mine.set_index("rank").iterrows():
         shaded = panel.overlap[panel.overlap["rank"] == rank]
         assert int((shaded["end"] - shaded["start"]).sum()) == ns(row["overlap_ms"])
     assert panel.window_ns[1] - panel.window_ns[0] >= ns(mine["step_ms"].max())
-    whole = build_panel(trace, Selection())
+    whole = build_panel(measure_run(trace), Selection())
     for rank, row in result.totals.set_index("rank").iterrows():
         shaded = whole.overlap[whole.overlap["rank"] == rank]
         assert int((shaded["end"] - shaded["start"]).sum()) == ns(row["overlap_ms"])
@@ -161,7 +162,7 @@ def test_host_not_syncing_steps_last_from_start_to_start(tmp_path):
         row = result.steps.set_index("step").loc[step]
         got = [ns(row[m]) for m in ("step_ms", "compute_ms", "comm_ms", "overlap_ms", "idle_ms")]
         assert got == [step_ns, compute, comm, overlap, idle], step
-    panel = build_panel(load_trace(tmp_path / "async.sqlite"), Selection(step=2))
+    panel = build_panel(measure_run(load_trace(tmp_path / "async.sqlite")), Selection(step=2))
     assert panel.window_ns == (300, 520)  # the last step's GPU work, not its CPU range [300, 400)
 
 

@@ -144,7 +144,7 @@ def test_the_keep_rule_keeps_the_recorded_setting_within_the_uncertainty():
 
 @pytest.mark.parametrize("impl", ["naive", "flat"])
 def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp_path, monkeypatch, impl):
-    from analysis.engine import advice as advice_module
+    from analysis.engine import session  # advise opens its runs through OpenRuns, which loads them
 
     w = NsysWriter(tmp_path / f"{impl}.sqlite", cupti=False)
     w.process(7)
@@ -155,7 +155,7 @@ def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp
     def no_loading(*args, **kwargs):
         raise AssertionError("the trace was loaded")
 
-    monkeypatch.setattr(advice_module, "load_trace", no_loading)
+    monkeypatch.setattr(session, "load_trace", no_loading)
     with pytest.raises(TraceError, match=rf"implementation {impl}: advise predicts DDP's bucket size from a run of "):
         advise([tmp_path / f"{impl}.sqlite"])
     res = advise_cli(str(tmp_path / f"{impl}.sqlite"))

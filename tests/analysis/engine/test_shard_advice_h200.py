@@ -10,6 +10,7 @@ import pytest
 from analysis import load_trace
 from analysis.engine.shard_advice import advise_shard
 from analysis.engine.shard_recorded import recorded_shard
+from analysis.measures.loaded_run import measure_run
 from analysis.measures.shard_model import Setting
 from tests import gpu_traces
 from tests.analysis.measures.test_gather_held_h200 import NAME, plain_held
@@ -28,7 +29,7 @@ def trace(gpu_h200_trace):
 
 @pytest.fixture(scope="module")
 def recorded(trace):
-    return recorded_shard(load_trace([trace]), "fsdp")
+    return recorded_shard(measure_run(load_trace([trace])), "fsdp")
 
 
 def test_the_recorded_waits_are_the_held_times_of_the_raw_tables(trace, recorded):

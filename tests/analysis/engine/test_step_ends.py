@@ -10,6 +10,7 @@ import pytest
 from analysis import analyze
 from analysis.engine.collectives_view import collectives_of
 from analysis.engine.runs import load_trace
+from analysis.measures.loaded_run import measure_run
 from analysis.views.lanes import Selection, build_panel
 from tests import gpu_traces
 from tests.analysis.engine.gpu_reference import read
@@ -33,7 +34,7 @@ def test_last_step_ends_at_its_gpu_work_not_where_the_host_noticed(noticed_late)
         mine = steps[steps["rank"] == rank].set_index("step")
         # step 0: start to next start [0, 150); step 1: [150, 290), its kernels' end (the range ends at 295)
         assert [ns(mine.loc[k, "step_ms"]) for k in (0, 1)] == [150, 140], rank
-    panel = build_panel(load_trace(noticed_late), Selection(step=1))
+    panel = build_panel(measure_run(load_trace(noticed_late)), Selection(step=1))
     assert panel.window_ns == (150, 290)
 
 

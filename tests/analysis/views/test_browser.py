@@ -12,6 +12,7 @@ import pytest
 
 from analysis import timeline
 from analysis.engine.runs import load_trace
+from analysis.measures.loaded_run import measure_run
 from analysis.views.html_page import write_page
 from analysis.views.lanes import Selection
 from analysis.views.render_figure import build_figure
@@ -30,7 +31,11 @@ REAL = REPO / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
 
 def expected_traces(paths, selection: Selection) -> int:
     """How many plotly traces the timeline of these exports holds (built again in Python)."""
-    return len(build_figure([trace_panel(p, selection, load_trace(p))[0] for p in paths]).data)
+    from analysis.engine.analyze import analyze_trace
+
+    runs = [measure_run(load_trace(p)) for p in paths]
+    panels = [trace_panel(p, selection, r, analyze_trace(r.trace).steps)[0] for p, r in zip(paths, runs, strict=True)]
+    return len(build_figure(panels).data)
 
 
 def expected_side_by_side(paths) -> int:
@@ -40,7 +45,7 @@ def expected_side_by_side(paths) -> int:
 
     traces = [load_trace(p) for p in paths]
     panels = [
-        compare_panel(t.implementation, "#000000", str(p), t, analyze_trace(t).steps)
+        compare_panel(t.implementation, "#000000", str(p), measure_run(t), analyze_trace(t).steps)
         for p, t in zip(paths, traces, strict=True)
     ]
     return len(build_figure(panels).data)

@@ -8,6 +8,7 @@ import pytest
 from analysis.engine.analyze import analyze_trace
 from analysis.engine.runs import load_trace
 from analysis.measures.backward_span import backward_spans
+from analysis.measures.loaded_run import measure_run
 from analysis.views import palette
 from analysis.views.compare_page import compare_panel, write_compare
 from analysis.views.lanes import representative_step
@@ -20,15 +21,15 @@ def runs(tmp_path_factory):
     out = {}
     for kind in ("overlap", "naive"):
         trace = load_trace([write_trace(folder / f"{kind}.sqlite", kind, steps=4)])
-        out[kind] = (trace, analyze_trace(trace).steps)
+        out[kind] = (measure_run(trace), analyze_trace(trace).steps)
     return out
 
 
 def test_panels_stack_in_the_order_given_each_one_step_of_one_rank_with_backward_outlined(runs, tmp_path):
     panels = []
-    for kind, (trace, steps) in runs.items():
+    for kind, (run, steps) in runs.items():
         colour = palette.IMPLEMENTATION_COLOURS[kind]
-        panels.append(compare_panel(kind, colour, str(trace.path), trace, steps))
+        panels.append(compare_panel(kind, colour, str(run.trace.path), run, steps))
     path, fig = write_compare(tmp_path / "side.html", panels, list(runs))
     titles = [a.text for a in fig.layout.annotations]
     for (kind, (_, steps)), title, panel in zip(runs.items(), titles, panels, strict=True):
@@ -38,9 +39,9 @@ def test_panels_stack_in_the_order_given_each_one_step_of_one_rank_with_backward
         assert set(panel.lanes["rank"]) == {rank}  # one rank's lanes
     bands = [s for s in fig.layout.shapes if s.name == "backward pass"]
     assert len(bands) == 2 and sum(bool(s.showlegend) for s in bands) == 1  # one legend entry for all panels
-    for (trace, steps), panel, band in zip(runs.values(), panels, bands, strict=True):  # each its own step's only
+    for (run, steps), panel, band in zip(runs.values(), panels, bands, strict=True):  # each its own step's only
         step, rank = representative_step(steps)
-        span = backward_spans(trace).query("rank == @rank and step == @step").iloc[0]
+        span = backward_spans(run.trace).query("rank == @rank and step == @step").iloc[0]
         assert band.x0 == pytest.approx((span["start_ns"] - panel.origin_ns) / 1e6)
         assert band.x1 == pytest.approx((span["end_ns"] - panel.origin_ns) / 1e6)
     assert all(a.xanchor == "left" and a.x == 0 for a in fig.layout.annotations)  # titles clear of the legend
@@ -52,20 +53,18 @@ def test_timeline_titles_carry_the_implementation_colour(runs):
     from analysis.views.lanes import Selection
     from analysis.views.timeline_page import trace_panel
 
-    trace, steps = runs["naive"]
-    panel, _ = trace_panel(str(trace.path), Selection(), trace=trace, steps=steps)
+    run, steps = runs["naive"]
+    panel, _ = trace_panel(str(run.trace.path), Selection(), run, steps)
     assert f"color:{palette.IMPLEMENTATION_COLOURS['naive']}" in panel.title and "<b>naive</b>" in panel.title
     spare = palette.SPARE_IMPLEMENTATION_COLOURS[0]  # a report's second naive run
-    assert (
-        f"color:{spare}" in trace_panel(str(trace.path), Selection(), trace=trace, steps=steps, colour=spare)[0].title
-    )
+    assert f"color:{spare}" in trace_panel(str(run.trace.path), Selection(), run, steps, colour=spare)[0].title
 
 
 def test_the_plot_is_tall_enough_for_its_legend(runs, tmp_path):
     from analysis.views.render_figure import LEGEND_ROW_PX
 
-    trace, steps = runs["overlap"]
-    _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", "o", trace, steps)], ["o"])
+    run, steps = runs["overlap"]
+    _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", "o", run, steps)], ["o"])
     entries = sum(bool(t.showlegend) for t in fig.data) + sum(bool(s.showlegend) for s in fig.layout.shapes)
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
     assert entries >= 8 and plot_px >= LEGEND_ROW_PX * entries  # no scrolling legend beside a short plot

@@ -15,6 +15,7 @@ from analysis.engine.analyze import analyze_trace
 from analysis.engine.collectives_view import collectives_of
 from analysis.engine.runs import load_trace
 from analysis.frames.trace import KERNELS, RANGES
+from analysis.measures.loaded_run import measure_run
 from analysis.views import palette
 from analysis.views.call_chart import calls_figure, longest_calls
 from analysis.views.html_report import breakdown_figure, label_colours, link_list, spread_figure, table_html
@@ -157,7 +158,8 @@ def entries(tmp_path_factory):
     for kind in ("overlap", "naive"):  # fastest first: overlap hides its communication
         trace = load_trace([write_trace(folder / f"{kind}.sqlite", kind, steps=4)])
         steps = analyze_trace(trace).steps
-        out.append(CollectivesEntry(kind, trace, collectives_of([trace]), steps, palette.IMPLEMENTATION_COLOURS[kind]))
+        colour = palette.IMPLEMENTATION_COLOURS[kind]
+        out.append(CollectivesEntry(kind, measure_run(trace), collectives_of([trace]), steps, colour))
     return out
 
 
@@ -170,7 +172,7 @@ def test_the_per_call_title_quotes_the_tables_figures(entries):
         row = entry.steps.loc[(entry.steps["step"] == step) & (entry.steps["rank"] == rank)].iloc[0]
         assert f"{row['exposed_comm_ms']:.2f} ms of communication exposed" in title
         assert f"{row['overlap_ms']:.2f} ms hidden" in title
-        mean = analyze_trace(entry.trace).summary["exposed_comm_ms"].iloc[0]  # the table's figure
+        mean = analyze_trace(entry.run.trace).summary["exposed_comm_ms"].iloc[0]  # the table's figure
         assert f"mean per step: {mean:.2f} ms exposed" in title
     headings = [b for b in blocks if isinstance(b, str) and 'class="impl"' in b]
     assert [palette.IMPLEMENTATION_COLOURS[k] in h for k, h in zip(("overlap", "naive"), headings, strict=True)]

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ddp.launch.launcher import DistContext
+from ddp.sharding.unit_state import casting
 from ddp.strategies import registry
-from ddp.strategies.unit_state import casting
 from ddp.training.data import shard
 
 VOCAB, DIM, HIDDEN, TOKENS = 40, 16, 24, 5
@@ -275,7 +275,7 @@ def log_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
 def behaviours(ctx: DistContext) -> dict:
     """What FSDP does around plain training: a forward without grad (eval), and a second backward before
     finish_gradient_synchronization (refused)."""
-    from ddp.strategies.base import ACCUMULATION_ERROR
+    from ddp.grads.grad_flags import ACCUMULATION_ERROR
 
     module = build("stack", seed=0)
     wrapper = registry.get("fsdp")(module)

@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from ddp.launch.launcher import DistContext
+from ddp.sharding.gradient_buffers import GradientBuffers
+from ddp.sharding.unit_state import UnitState
 from ddp.strategies import fsdp as fsdp_module, registry
-from ddp.strategies.gradient_buffers import GradientBuffers
-from ddp.strategies.unit_state import UnitState
 from ddp.training.data import shard
 from tests.ddp.strategies.fsdp_cases import batch, build, loss_of, optimizer
 

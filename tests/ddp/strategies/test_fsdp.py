@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ddp.launch.launcher import launch
-from ddp.strategies.gradient_buffers import KEEP
+from ddp.sharding.gradient_buffers import KEEP
 from tests.ddp.strategies import fsdp_cases
 
 pytestmark = pytest.mark.slow  # every test reads the runs of spawned ranks (module fixture)

@@ -16,9 +16,9 @@ import torch
 
 from ddp import TorchFSDP, benchmark
 from ddp.cli import format_records
+from ddp.memory.accounting import SavedTensorBytes
+from ddp.memory.fsdp2_gathered import fsdp_params_of, param_groups
 from ddp.strategies import torch_fsdp
-from ddp.strategies.fsdp2_gathered import fsdp_params_of, param_groups
-from ddp.strategies.memory import SavedTensorBytes
 from ddp.training.config import RunConfig
 from ddp.training.loop import TrainResult, make_optimizer, memory_figures, train_step
 from tests.ddp import cases

@@ -10,14 +10,14 @@ import pytest
 import torch
 
 from ddp.launch.launcher import launch
-from ddp.strategies.gradient_buffers import KEEP
+from ddp.sharding.gradient_buffers import KEEP
 from tests.ddp.strategies import fsdp_cases
 from tests.ddp.strategies.step_allocations import steady_state_allocations
 
 pytestmark = pytest.mark.slow  # spawns 2 ranks
 
 WORLD = 2
-STRATEGY = ("ddp/strategies/",)
+STRATEGY = ("ddp/strategies/", "ddp/sharding/", "ddp/grads/", "ddp/memory/")  # the strategies and their helpers
 CASES = {
     "stack": {"model": "stack", "optimizer": "sgd"},
     "stack-prefetch1": {"model": "stack", "optimizer": "sgd", "kwargs": {"prefetch": 1}},
@@ -56,7 +56,7 @@ def test_a_steady_state_step_allocates_only_one_gather_buffer_per_all_gather(run
             )
         mine = [a for a in step["allocations"] if a.where.startswith(STRATEGY)]
         assert collections.Counter((a.op, a.nbytes) for a in mine) == expected
-        assert all(a.where == "ddp/strategies/unit_state.py:gather_buffers" for a in mine)
+        assert all(a.where == "ddp/sharding/unit_state.py:gather_buffers" for a in mine)
     first, *later = [[(a.op, a.nbytes) for a in step["allocations"]] for step in run["steps"][1:]]
     assert all(other == first for other in later)  # everything else (autograd's own) is the same every step
 

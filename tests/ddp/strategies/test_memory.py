@@ -10,9 +10,9 @@ import torch.nn.functional as F
 
 from contract import MEMORY_PARTS
 from ddp.launch.launcher import launch
+from ddp.memory.accounting import MIB, MemoryParts, SavedTensorBytes, optimizer_state_bytes as state_bytes
+from ddp.sharding.gradient_buffers import KEEP
 from ddp.strategies import registry
-from ddp.strategies.gradient_buffers import KEEP
-from ddp.strategies.memory import MIB, MemoryParts, SavedTensorBytes, optimizer_state_bytes as state_bytes
 from ddp.training.loop import make_optimizer, train_step
 from ddp.training.models import build_model
 from tests.ddp import cases
@@ -140,7 +140,7 @@ TOY_RUN = {"model": "toy", "world_size": 2, "batch_size": 8, "steps": 1, "warmup
 
 
 def fsdp_toy_layout(world: int) -> list[tuple[int, list[tuple[int, int]]]]:
-    """fsdp's flat layout of each toy Linear, as ddp/strategies/shard_units.py documents it: (padded elements,
+    """fsdp's flat layout of each toy Linear, as ddp/sharding/shard_units.py documents it: (padded elements,
     [(offset, numel) per parameter]); each parameter starts on a multiple of 64 elements, the vector is
     padded to a multiple of world * 64."""
     layout = []
@@ -158,7 +158,7 @@ def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -
     """A sharded strategy's bytes for the toy MLP with AdamW: this rank's slice of every parameter (padded as
     the strategy pads), its gradient, AdamW's two moments of the slice's real elements and a float32 step
     counter per parameter; the gathered buffers: fsdp's two units in a row (prefetch 2), FSDP2's as
-    ddp/strategies/fsdp2_gathered.py describes."""
+    ddp/memory/fsdp2_gathered.py describes."""
     net = build_model("toy")
     if impl == "fsdp":
         layout = fsdp_toy_layout(world)
@@ -174,7 +174,7 @@ def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -
     else:  # torch_fsdp: FSDP2 pads each parameter's dim 0 to a multiple of the world size (the toy's need none)
         shard = owned = sum(p.numel() for p in net.parameters()) // world
         # no root parameters; at a Linear's copy-out FSDP2 holds the Linear before's all-gather output and the
-        # Linear twice (its output and unsharded copy): ddp/strategies/fsdp2_gathered.py
+        # Linear twice (its output and unsharded copy): ddp/memory/fsdp2_gathered.py
         units = [0] + [sum(p.numel() for p in linear.parameters()) for linear in net.children()]
         gathered, comm = F32 * max(before + 2 * unit for before, unit in itertools.pairwise(units)), 0
     count = len(list(net.parameters()))

@@ -82,7 +82,7 @@ def test_kept_zero_gradient_of_an_unused_parameter_stays_a_tensor(one_rank_group
     it so (as single-process training does), so the optimizer still updates it (weight decay, moments)."""
     import torch
 
-    from ddp.strategies.memory import local
+    from ddp.memory.accounting import local
     from tests.ddp import cases
 
     model = registry.wrap(impl, cases.build("unused", 0), bucket_size_mb=5000 / 2**20)

@@ -1,7 +1,7 @@
 """The flat float32 gradient buffers of `fsdp` (ddp.strategies.fsdp): a few, allocated once, that the units
 take in turn.
 
-A unit's backward writes its gradient into a buffer (ddp.strategies.unit_state.Unflatten), the unit
+A unit's backward writes its gradient into a buffer (ddp.sharding.unit_state.Unflatten), the unit
 reduce-scatters it from there, and the buffer serves another unit once that reduce-scatter has completed.
 Units take buffers in backward order, so `keep` buffers let the reduce-scatters of the `keep - 1` units
 before run under the current unit's backward. When a unit needs one and all `keep` are taken, it waits

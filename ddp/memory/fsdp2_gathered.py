@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from ddp.strategies.base import nbytes
+from ddp.comm.instrumented import nbytes
 
 
 class GatheredMemory:

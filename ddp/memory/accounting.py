@@ -29,7 +29,7 @@ class MemoryParts:
     gradients: int = 0  # .grad tensors as the optimizer sees them
     optimizer_state: int = 0  # tensors in the optimizer's state (this rank's share when sharded)
     # full-parameter buffers of a sharded strategy, the most live at once; None where they cannot be counted
-    # (torch_fsdp on a torch whose FSDP2 keeps its parameters elsewhere: ddp.strategies.fsdp2_gathered)
+    # (torch_fsdp on a torch whose FSDP2 keeps its parameters elsewhere: ddp.memory.fsdp2_gathered)
     gathered: int | None = 0
     comm_buffers: int = 0  # the wrapper's own communication buffers (flat buffers, buckets, flags)
     activations: int = 0  # tensors forward saved for backward (parameters and gradients excepted)

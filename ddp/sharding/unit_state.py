@@ -19,17 +19,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from ddp.strategies.base import ACCUMULATION_ERROR
-from ddp.strategies.gradient_buffers import GradientBuffers
-from ddp.strategies.shard_units import ShardUnit
-
-
-@dataclass
-class Pending:
-    """An async collective: its CommTimer slot and handle."""
-
-    slot: int
-    work: Any
+from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, comm_wait_range
+from ddp.comm.instrumented import InFlight
+from ddp.grads.grad_flags import ACCUMULATION_ERROR
+from ddp.sharding.gradient_buffers import GradientBuffers
+from ddp.sharding.shard_units import ShardUnit
 
 
 class Unflatten(torch.autograd.Function):
@@ -95,8 +89,12 @@ class UnitState:
         self.gaps = unit.gaps()
         self.scattered = False  # its reduce-scatter was issued this step
         self.send = torch.empty(unit.shard_numel, dtype=wire, device=like.device) if wire != like.dtype else unit.shard
-        self.gather: Pending | None = None
-        self.reduce: Pending | None = None
+        self.gather: InFlight | None = None
+        self.reduce: InFlight | None = None
+        # its collectives' NVTX ranges, and those that mark where the rank waits for them (contract/names.py)
+        self.gather_range, self.scatter_range = comm_range(ALL_GATHER, unit.name), comm_range(REDUCE_SCATTER, unit.name)
+        self.gather_wait_range = comm_wait_range(ALL_GATHER, unit.name)
+        self.scatter_wait_range = comm_wait_range(REDUCE_SCATTER, unit.name)
         self.gathered = False
 
     def gather_buffers(self) -> tuple[torch.Tensor, torch.Tensor]:

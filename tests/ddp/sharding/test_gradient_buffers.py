@@ -1,4 +1,4 @@
-"""fsdp's shared flat gradient buffers (ddp/strategies/gradient_buffers.py): allocated up to `keep`, then reused
+"""fsdp's shared flat gradient buffers (ddp/sharding/gradient_buffers.py): allocated up to `keep`, then reused
 once the owner's `reclaim` has freed one (its reduce-scatter waited for), more only when none can be."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ddp.strategies.gradient_buffers import GradientBuffers
+from ddp.sharding.gradient_buffers import GradientBuffers
 
 
 class Owner:

@@ -1,4 +1,4 @@
-"""The "had a gradient" protocol (ddp.strategies.grad_flags) on its own, in one process: flags written,
+"""The "had a gradient" protocol (ddp.grads.grad_flags) on its own, in one process: flags written,
 parameters dropped only when no rank had a gradient, and (in steady-state steps of every wrapper)
 nothing read back to the host and every gradient left where it is."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch import nn
 
-from ddp.strategies.grad_flags import FlagCarrier, GradFlags, carrier_last_order
+from ddp.grads.grad_flags import FlagCarrier, GradFlags, carrier_last_order
 
 
 def _params(*sizes: int) -> list[nn.Parameter]:

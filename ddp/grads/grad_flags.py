@@ -17,6 +17,13 @@ from collections.abc import Sequence
 
 import torch
 
+# Hook-driven wrappers send a gradient as soon as backward produces it; a second backward would add
+# into a tensor that is already on the wire.
+ACCUMULATION_ERROR = (
+    "a parameter's gradient arrived twice before finish_gradient_synchronization(): "
+    "call it after every backward (gradient accumulation is not supported)"
+)
+
 
 class GradFlags:
     """One flag per parameter, stored in `flags` (a view into the buffer of the collective carrying it)."""

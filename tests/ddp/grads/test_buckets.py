@@ -6,7 +6,7 @@ import itertools
 
 from hypothesis import given, strategies as st
 
-from ddp.strategies.buckets import plan_buckets
+from ddp.grads.buckets import plan_buckets
 
 
 def test_unbounded_cap_is_one_bucket():

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, Protocol
+
 import torch
 
-from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes
-from ddp.strategies.grad_flags import GradFlags
+from ddp.comm.instrumented import nbytes
+from ddp.grads.grad_flags import GradFlags
+
+
+class Pending(Protocol):
+    """An async all-reduce in flight (the wrapper's `async_all_reduce` returns one)."""
+
+    def wait(self) -> Any: ...
 
 
 def plan_buckets(
@@ -59,7 +68,7 @@ class Bucket:
         self.tag = f"bucket{index}"
         self.ready = [False] * len(params)
         self.num_ready = 0
-        self.pending: PendingAllReduce | None = None
+        self.pending: Pending | None = None
 
     @property
     def is_full(self) -> bool:
@@ -108,12 +117,12 @@ class Bucket:
                 self._adopt(slot)
                 self.flags.mark(slot)
 
-    def launch(self, owner: DataParallelBase) -> None:
+    def launch(self, world_size: int, all_reduce: Callable[[torch.Tensor, str], Pending]) -> None:
         """Divide the gradients by the world size in place (as DDP does: the sum is then the mean,
         with nothing left to do after the wait), write the flags, start the async all-reduce."""
-        self.grads.div_(owner.world_size)
+        self.grads.div_(world_size)
         self.flags.write()
-        self.pending = owner.async_all_reduce(self.buffer, self.tag)
+        self.pending = all_reduce(self.buffer, self.tag)
 
     def wait(self) -> None:
         """Wait for the all-reduce: each .grad view now holds the mean over ranks."""

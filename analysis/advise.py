@@ -17,14 +17,15 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from analysis import cli
+from analysis.answer_cache import answered
 from analysis.errors import TraceError
 from analysis.options import PATTERNS, add_options
-from analysis.views import shard_advice_table as shard_view
-from analysis.views.table import format_table
+
+if TYPE_CHECKING:  # the library loads after the answer cache is asked (answer_cache.py): start-up stays light
+    import pandas as pd
 
 TABLE_COLUMNS = {
     "bucket_mb": "bucket MiB",
@@ -40,6 +41,8 @@ CSV_DROP = ["setting"]  # the same as bucket_mb in a column of its own
 def candidate_frame(run: dict) -> pd.DataFrame:
     """One row per candidate of a run's JSON: predictions as 'value ± 95 % half-width', with
     'recorded' / 'recommended' marks."""
+    import pandas as pd
+
     frame = pd.DataFrame(run["candidates"])
     marks = []
     for mb in frame["bucket_mb"]:
@@ -59,6 +62,9 @@ def candidate_frame(run: dict) -> pd.DataFrame:
 
 
 def render_table(runs: list[dict]) -> str:
+    from analysis.views import shard_advice_table as shard_view
+    from analysis.views.table import format_table
+
     out = []
     for run in runs:
         if run.get("knob") == shard_view.SHARD_KNOB:
@@ -112,6 +118,10 @@ def _bytes(n: float | None) -> str:
 
 
 def render_csv(runs: list[dict]) -> str:
+    import pandas as pd
+
+    from analysis.views import shard_advice_table as shard_view
+
     rows = [
         {**{k: run[k] for k in RUN_KEYS}, **{k: v for k, v in c.items() if k not in CSV_DROP}}
         for run in runs
@@ -155,13 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="sharded runs (fsdp, torch_fsdp): candidate prefetch depths, each with reduce-scatters shared and "
         "separate (default: 1 2 3 4 and the recorded depth)",
     )
-    add_options(p, ["format", *PATTERNS])
+    add_options(p, ["format", *PATTERNS, "no_cache"])
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return cli.run(lambda: _run(args))
+    return answered("advise", args, lambda: cli.run(lambda: _run(args)))
 
 
 def _run(args: argparse.Namespace) -> int:

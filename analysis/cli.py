@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from analysis.cache_key import cache_off
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
@@ -88,11 +90,14 @@ def fail(message: str) -> int:
     return 2
 
 
-def run(body: Callable[[], int]) -> int:
+def run(body: Callable[[], int], no_cache: bool = False) -> int:
     """body()'s exit code; bad input (TraceError, an OSError on a path, running out of memory) is one
-    line on stderr and exit code 2. No helper process of a pool outlives it (parallel.stop_helpers)."""
+    line on stderr and exit code 2. No helper process of a pool outlives it (parallel.stop_helpers).
+    no_cache (--no-cache): no analysis cache read or written by any load of body(), its helper processes'
+    and a baseline's included (cache_key.cache_off)."""
     try:
-        return body()
+        with cache_off() if no_cache else nullcontext():
+            return body()
     except TraceError as e:
         return fail(str(e))
     except MemoryError:

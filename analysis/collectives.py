@@ -14,19 +14,18 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from analysis import cli
-from analysis.engine.collectives_view import CollectivesView
+from analysis.answer_cache import answered
 from analysis.errors import TraceError
-from analysis.frames.trace import KERNELS
-from analysis.measures.collective_calls import OUTSIDE_STEPS
 from analysis.options import add_options
-from analysis.views.in_time_table import units_text
-from analysis.views.table import format_table
 from contract import COMM_FORM
+
+if TYPE_CHECKING:  # the library loads after the answer cache is asked (answer_cache.py): start-up stays light
+    import pandas as pd
+
+    from analysis.engine.collectives_view import CollectivesView
 
 TABLE_ROWS = {
     "rank": "rank",
@@ -64,16 +63,24 @@ SUMMARY_TABLE = [
 
 
 def _fmt(frame: pd.DataFrame, names: dict | None = None) -> str:
+    from analysis.views.table import format_table
+
     return format_table(frame, names)
 
 
 def _with_bytes_text(frame: pd.DataFrame) -> pd.DataFrame:
     """bytes as whole numbers, '-' when unknown (a float column would print 4000000.000)."""
+    import numpy as np
+
     b = frame["bytes"].to_numpy(dtype=float)
     return frame.assign(bytes=np.where(np.isnan(b), "-", np.nan_to_num(b).astype(np.int64).astype(str)))
 
 
 def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
+    from analysis.frames.trace import KERNELS
+    from analysis.measures.collective_calls import OUTSIDE_STEPS
+    from analysis.views.in_time_table import units_text
+
     out = []
     several = len(view.traces) > 1
     lead = ["implementation"] if several else []
@@ -174,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return cli.run(lambda: _run(args))
+    return answered("collectives", args, lambda: cli.run(lambda: _run(args)), writes=("prefetch_chart",))
 
 
 def _check_chart_path(path: Path) -> None:

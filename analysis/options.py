@@ -23,7 +23,7 @@ TRACE_HELP = (
     "<run>.rank<N>.* files of one folder (run_nsys.sh --per-rank, --profiler torch) are one run, "
     "any files are one run with --merge"
 )
-INPUTS = ("paths", "merge", "export", "skip_steps", "step", "rank", "jobs", "dask")
+INPUTS = ("paths", "merge", "export", "skip_steps", "step", "rank", "jobs", "dask", "no_cache")
 PATTERNS = ("comm_pattern", "comm_range_pattern", "backward_pattern", "step_pattern")
 
 
@@ -73,6 +73,11 @@ class AnalysisOptions:
         "run the per-file tasks on the Dask cluster at ADDRESS (tcp://host:8786; 'local': a "
         "LocalCluster of --jobs workers); paths must be visible to the workers. Needs dask[distributed]",
         metavar="ADDRESS",
+    )
+    no_cache: bool = option(
+        False,
+        "neither read nor write the analysis cache beside the first trace (.<name>.analysis-cache/: "
+        "the loaded trace and this command's answer, for the next look at the same files)",
     )
     comm_pattern: str = option(
         Patterns.comm_kernel,

@@ -13,14 +13,16 @@ import argparse
 import json
 import sys
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from analysis import cli
-from analysis.engine.analyze import METADATA, Analysis, per_rank_table
-from analysis.frames.run_info import MEMORY_COLUMNS, nccl_label
+from analysis.answer_cache import answered
 from analysis.options import add_options
-from analysis.views.table import format_table, plain_records
+
+if TYPE_CHECKING:  # the library loads after the answer cache is asked (answer_cache.py): start-up stays light
+    import pandas as pd
+
+    from analysis.engine.analyze import Analysis
 
 TABLE_COLUMNS = {
     "implementation": "implementation",
@@ -35,6 +37,8 @@ TABLE_COLUMNS = {
 
 
 def _fmt(frame: pd.DataFrame) -> str:
+    from analysis.views.table import format_table
+
     return format_table(frame, TABLE_COLUMNS)
 
 
@@ -48,6 +52,8 @@ def _with_trace(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def render_table(result: Analysis, per_step: bool) -> str:
+    from analysis.engine.analyze import per_rank_table
+
     out = []
     lead = _lead(result)
     table = _with_trace(per_rank_table(result))
@@ -148,6 +154,8 @@ def overlap_note(rows: pd.DataFrame, n: int) -> list[str]:
 def memory_line(row: dict) -> str:
     """'memory per rank (MiB, largest rank): peak 114.8 = parameters 11.8 + ...' from a summary row ('' without);
     a part that could not be counted (torch_fsdp's gathered on some torch) and so the peak read n/a."""
+    from analysis.frames.run_info import MEMORY_COLUMNS
+
     known = lambda v: v is not None and v == v  # None or NaN: not recorded
     if not known(row.get("mem_parameters_mib")):
         return ""
@@ -163,6 +171,9 @@ def memory_line(row: dict) -> str:
 
 def notes(result: Analysis) -> list[str]:
     """Per run: its metadata, a warning where ranks share a GPU, and a note when ranks are missing."""
+    from analysis.engine.analyze import METADATA
+    from analysis.frames.run_info import MEMORY_COLUMNS, nccl_label
+
     lines = []
     for row in result.summary.to_dict("records"):  # one per trace
         about = {k: row.get(k) for k in METADATA if k not in ("shared_gpus", "nccl_build", *MEMORY_COLUMNS)}
@@ -209,7 +220,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return cli.run(lambda: _run(args))
+    return answered("overlap", args, lambda: cli.run(lambda: _run(args)))
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -230,6 +241,11 @@ def _across_selected(across_ranks: pd.DataFrame, step: int | None) -> pd.DataFra
 
 
 def _print(args: argparse.Namespace, result: Analysis, spread: list[pd.DataFrame]) -> None:
+    import pandas as pd
+
+    from analysis.engine.analyze import per_rank_table
+    from analysis.views.table import plain_records
+
     if args.format == "json":
         doc = result.to_json()
         by_path = {str(f["path"].iloc[0]): f for f in spread if len(f)}

@@ -101,7 +101,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    return cli.run(lambda: _run(args))
+    return cli.run(lambda: _run(args), no_cache=args.no_cache)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -54,10 +54,12 @@ class FileResult:
     comm: CommEvidence | None = None
 
 
-def analyze_file(path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0) -> FileResult:
+def analyze_file(
+    path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0, cache: bool | None = None
+) -> FileResult:
     """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
-    merge it with the run's other files."""
-    run = measure_run(load_trace(path, patterns), patterns)  # once: the calls and the metrics come from it
+    merge it with the run's other files (`cache`: the load cache's setting, runs.load_trace)."""
+    run = measure_run(load_trace(path, patterns, cache), patterns)  # once: the calls and the metrics come from it
     trace, calls = run.trace, run.calls
     analysis = analyze_trace(trace, patterns, skip_steps, calls, run.works)
     meta_rank = [

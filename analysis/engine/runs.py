@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.engine.clocks import align_on_collectives
+from analysis.engine.load_cache import cached_load
 from analysis.engine.run_identity import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
@@ -128,11 +129,21 @@ def trace_identities(trace: Trace, paths: Sequence[str | Path], patterns: Patter
     ]
 
 
-def load_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
+def load_trace(
+    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, cache: bool | None = None
+) -> Trace:
     """Load one file, or several one-rank files of one run on the first file's clock (check_one_run
-    refuses files of different runs), with gpu_ops.is_comm set by `patterns`."""
+    refuses files of different runs), with gpu_ops.is_comm set by `patterns`; from the load cache
+    beside the first file when it holds this load (load_cache.py; cache=False: neither read nor
+    written, None: on unless ANALYSIS_NO_CACHE is set)."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     patterns = patterns or Patterns()
+    if not files:
+        raise TraceError("no trace path given")
+    return cached_load(files, patterns, lambda: _load(files, patterns), cache)
+
+
+def _load(files: list[Path], patterns: Patterns) -> Trace:
     trace = read_trace(files, patterns)
     check_one_run(trace_identities(trace, files, patterns))
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +75,7 @@ class OpenRuns:
         progress: Progress | None = None,
         keep_traces: bool = True,
         task: Callable | None = None,
+        cache: bool | None = None,
     ):
         check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
         self.runs = list(runs)
@@ -83,6 +85,7 @@ class OpenRuns:
         self.progress = progress
         self.keep_traces = keep_traces
         self.task = task
+        self.cache = cache  # the load cache (load_cache.py): None: on unless ANALYSIS_NO_CACHE is set
         self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
 
@@ -95,7 +98,7 @@ class OpenRuns:
         """Run i read and measured (loaded_run.measure_run), once per OpenRuns when traces are kept."""
         if i in self._loaded:
             return self._loaded[i]
-        run = measure_run(load_trace(self.runs[i].paths, self.patterns), self.patterns)
+        run = measure_run(load_trace(self.runs[i].paths, self.patterns, self.cache), self.patterns)
         if self.keep_traces:
             self._loaded[i] = run
         return run
@@ -129,8 +132,12 @@ class OpenRuns:
                 self.progress.tick(Outcome(path, error=error))
 
     def _per_file(self) -> list[RunResult]:
+        from analysis.engine.file_task import analyze_file
         from analysis.engine.groups import analyze_groups
 
+        task = self.task
+        if task is None and self.cache is not None:  # the per-file loads keep to the cache setting
+            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
         done = analyze_groups(
             [list(r.paths) for r in self.runs],
             self.patterns,
@@ -138,7 +145,7 @@ class OpenRuns:
             self.jobs,
             self.dask,
             self.progress,
-            self.task,
+            task,
         )
         out = []
         for run, g in zip(self.runs, done, strict=True):
@@ -272,7 +279,7 @@ class OpenRuns:
         figures = trace_figures(new, self.runs[0].paths)
         if not old:
             raise TraceError("no trace path given")
-        base = OpenRuns(find_runs(old, merge=True), self.patterns, keep_traces=False)
+        base = OpenRuns(find_runs(old, merge=True), self.patterns, keep_traces=False, cache=self.cache)
         return compare_figures(figures, trace_figures(base.loaded(0), old), rules)
 
 
@@ -314,14 +321,16 @@ def runs_of(
     keep_traces: bool = True,
     task: Callable | None = None,
     patterns: Patterns | None = None,
+    cache: bool | None = None,
 ) -> OpenRuns:
     """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
     has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
-    else 1)."""
+    else 1); the load cache off when the options say no_cache, else as `cache` says."""
     found = found if found is not None else find_runs(options.paths, options.merge, options.export)
     chosen = jobs or options.jobs or 1
     patterns = patterns or options.patterns
-    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task)
+    cache = False if options.no_cache else cache
+    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task, cache)
 
 
 def open_runs(
@@ -335,13 +344,16 @@ def open_runs(
     progress: Progress | None = None,
     keep_traces: bool = True,
     task: Callable | None = None,
+    cache: bool | None = None,
 ) -> OpenRuns:
     """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
     timelines; nothing is read until asked. The options as the CLIs take them: an AnalysisOptions
     (analysis/options.py) in place of `paths`, or the keywords. jobs/dask: analyse file by file (module
-    docstring); `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult)."""
+    docstring); `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult).
+    cache=False (or the options' no_cache): the loads neither read nor write the load cache beside the
+    traces (engine/load_cache.py); None: on unless ANALYSIS_NO_CACHE is set."""
     options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
-    return runs_of(options, progress=progress, keep_traces=keep_traces, task=task, patterns=patterns)
+    return runs_of(options, progress=progress, keep_traces=keep_traces, task=task, patterns=patterns, cache=cache)
 
 
 def analyze(

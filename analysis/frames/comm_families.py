@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
-import pandas as pd
+if TYPE_CHECKING:  # numpy and pandas load when first used: the CLIs' options need this module
+    import numpy as np
+    import pandas as pd
 
 CUSTOM = "custom (--comm-pattern)"
 
@@ -87,6 +89,9 @@ def family_of_range(text: str) -> str:
 
 def kernel_families(names: pd.Series | np.ndarray | list) -> np.ndarray:
     """Per communication kernel name, its family (object array); each distinct name is tested once."""
+    import numpy as np
+    import pandas as pd
+
     cat = pd.Categorical(np.asarray(names, dtype=object))
     per_name = np.array([family_of_kernel(str(c)) for c in cat.categories] or [CUSTOM], dtype=object)
     return per_name[np.maximum(cat.codes, 0)]

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from analysis.errors import TraceError
 from analysis.frames.comm_families import COMM_KERNEL
@@ -23,6 +21,10 @@ from contract.patterns import (
     STEP,
     SYNC_WAIT,
 )
+
+if TYPE_CHECKING:  # numpy and pandas load when first used: the CLIs' options need this module
+    import numpy as np
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,9 @@ class Patterns:
 
 def matches(names: pd.Series, regex: re.Pattern) -> np.ndarray:
     """Boolean array: which of `names` (a categorical or string Series) match; each distinct name is tested once."""
+    import numpy as np
+    import pandas as pd
+
     cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
     hits = np.array([regex.search(str(c)) is not None for c in cat.cat.categories], dtype=bool)
     codes = cat.cat.codes.to_numpy()

@@ -110,10 +110,13 @@ def narrowed(values: np.ndarray, dtype: type | None) -> np.ndarray:
 
 
 def _joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
-    """One array from a column's batches (numpy promotes a batch kept wide over narrowed ones)."""
+    """One array, numpy's own, from a column's batches (numpy promotes a batch kept wide over narrowed ones).
+    A lone batch may be a view of Arrow's buffer: copied, so the result is writable and the batch can go."""
     if not parts:
         return empty
-    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if len(parts) == 1:
+        return parts[0] if parts[0].flags.owndata else parts[0].copy()
+    return np.concatenate(parts)
 
 
 def process_threads() -> int:

@@ -241,7 +241,8 @@ def test_two_commands_at_once_and_no_pandas_when_warm(trace_file):
     assert not list(cache_key.cache_folder(trace_file).glob(".tmp-*"))  # no leftovers
     probe = f"import runpy, sys; sys.argv = ['overlap', {str(trace_file)!r}, '--per-step']; "
     probe += "runpy.run_module('analysis.overlap', run_name='__main__')"
-    code = f"import sys\ntry:\n    {probe}\nexcept SystemExit: pass\nprint(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
+    loaded = "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
+    code = f"import sys\ntry:\n    {probe}\nexcept SystemExit: pass\n{loaded}"
     warm = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert warm.stdout == expected.stdout + "[]\n"  # answered without importing pandas or numpy
 

@@ -13,11 +13,12 @@ Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one 
 path with merge=True, are one run; files of different runs are refused). Each run is read once
 into one object, measures/loaded_run.LoadedRun (the trace, its step ranges, every rank's activity;
 its collective calls and backward spans measured on first use), which every feature and view
-takes (`.loaded(i)`): serially (jobs=1, no Dask) its files are loaded in one piece and that object
+takes (`.loaded(i)`). The metrics come from measure_runs.measure_runs, one interface over serial,
+--jobs and Dask: serially (jobs=1, no Dask) its files are loaded in one piece and that object
 serves the metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each
-file is a task (groups.analyze_groups) and the run's results are merged by the loader's rules
-(rank_merge.combine); the collectives view and the timeline, which need the run's events, then
-read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a
+file is a task and the run's results are merged by the loader's rules (rank_merge.combine); the
+collectives view and the timeline, which need the run's events, then read the run again, once,
+in this process. A step, rank or warm-up skip the runs do not have is a
 TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
 (.overlap), collectives (.collectives), timeline (.timeline), report (.report; with --baseline,
 engine/compare.compare, whose figures .compare shares).
@@ -27,19 +28,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from analysis.engine.analyze import Analysis, analyze_trace, check_selection, concat_analyses, selected
+from analysis.engine.analyze import Analysis, check_selection, concat_analyses, selected
 from analysis.engine.collectives_view import CollectivesView, run_call_rows, view_of_rows
 from analysis.engine.loaded import RunResult
+from analysis.engine.measure_runs import measure_runs
 from analysis.engine.parallel import Progress
-from analysis.engine.rank_merge import across_ranks
 from analysis.engine.runs import RunFiles, find_runs, load_trace, shown_files
-from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
@@ -51,16 +48,6 @@ if TYPE_CHECKING:
     from analysis.engine.compare import Comparison
     from analysis.engine.report_folder import ReportResult
     from analysis.measures.gate import Rule
-
-
-def _across_ranks_of(run: LoadedRun, steps: pd.DataFrame) -> pd.DataFrame:
-    """rank_merge.across_ranks of a run loaded in one piece (its parts share one clock already)."""
-    trace = run.trace
-    ranges = run.step_ranges[["part", "pid", "step", "start", "end"]]
-    with_part = steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
-    parts = sorted(int(p) for p in trace.ranks["part"].unique())
-    by_part = {p: ranges[ranges["part"] == p].drop(columns="part") for p in parts}
-    return across_ranks(with_part, by_part, dict.fromkeys(parts, 0))
 
 
 class OpenRuns:
@@ -111,50 +98,18 @@ class OpenRuns:
     def results(self) -> list[RunResult]:
         """Every run's RunResult (computed once); failed runs carry their error."""
         if self._results is None:
-            self._results = self._per_file() if self.per_file else [self._one_piece(i) for i in range(len(self.runs))]
+            self._results = measure_runs(
+                self.runs,
+                self.loaded,
+                self.patterns,
+                self.skip_steps,
+                self.jobs,
+                self.dask,
+                self.progress,
+                self.task,
+                self.cache,
+            )
         return self._results
-
-    def _one_piece(self, i: int) -> RunResult:
-        run = self.runs[i]
-        try:
-            loaded = self.loaded(i)
-            rows = run_call_rows(loaded)
-            analysis = analyze_trace(loaded.trace, self.patterns, self.skip_steps, loaded.calls, loaded.works, rows[0])
-            spread = _across_ranks_of(loaded, analysis.steps)
-        except TraceError as e:
-            self._tick(run, str(e))
-            return RunResult(run, None, pd.DataFrame(), error=str(e), failed=run.paths)
-        self._tick(run, None)
-        return RunResult(run, analysis, spread, call_rows=rows)
-
-    def _tick(self, run: RunFiles, error: str | None) -> None:
-        if self.progress is not None:
-            for path in run.paths:
-                self.progress.tick(Outcome(path, error=error))
-
-    def _per_file(self) -> list[RunResult]:
-        from analysis.engine.file_task import analyze_file
-        from analysis.engine.groups import analyze_groups
-
-        task = self.task
-        if task is None and self.cache is not None:  # the per-file loads keep to the cache setting
-            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
-        done = analyze_groups(
-            [list(r.paths) for r in self.runs],
-            self.patterns,
-            self.skip_steps,
-            self.jobs,
-            self.dask,
-            self.progress,
-            task,
-        )
-        out = []
-        for run, g in zip(self.runs, done, strict=True):
-            if g.merged is None:
-                out.append(RunResult(run, None, pd.DataFrame(), g.files, "; ".join(g.errors), g.failed))
-            else:
-                out.append(RunResult(run, g.merged.analysis, g.merged.across_ranks, g.files))
-        return out
 
     def errors(self) -> list[str]:
         """The one-line error of every run that failed."""

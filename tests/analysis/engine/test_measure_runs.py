@@ -4,6 +4,8 @@ processes it gives the serial RunResults."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pandas as pd
 import pytest
 
@@ -11,7 +13,7 @@ from analysis.engine.measure_runs import measure_runs
 from analysis.engine.runs import RunFiles, find_runs, load_trace
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
-from analysis.measures.loaded_run import measure_run
+from analysis.measures.loaded_run import LoadedRun, measure_run
 from tests.support.synthetic_ddp import write_rank_files
 
 T0 = 1_779_782_330_000_000_000
@@ -24,10 +26,10 @@ def rank_files(tmp_path_factory):
     return write_rank_files(folder, "run", [2_000, 2_000], n_steps=3, t0=T0, shifts_ns=[0, 5_000_000])
 
 
-def loader(runs: list[RunFiles], calls: list[int]):
+def loader(runs: list[RunFiles], calls: list[int]) -> Callable[[int], LoadedRun]:
     """runs[i] loaded and measured as OpenRuns.loaded does, each call recorded in `calls`."""
 
-    def load(i: int):
+    def load(i: int) -> LoadedRun:
         calls.append(i)
         if not runs[i].paths[0].exists():
             raise TraceError(f"{runs[i].paths[0]}: no such file")

@@ -20,7 +20,7 @@ from analysis.frames.patterns import Patterns
 from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
 
 if TYPE_CHECKING:
-    from analysis.engine.loaded import RunResult
+    from analysis.engine.measure_runs import RunResult
     from analysis.engine.session import OpenRuns
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."

@@ -18,10 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.engine.analyze import analyze_trace
+from analysis.engine.analyze import Analysis, analyze_trace
 from analysis.engine.collectives_view import run_call_rows
 from analysis.engine.file_task import FileResult, analyze_file
-from analysis.engine.loaded import RunResult
 from analysis.engine.parallel import Progress, run_tasks
 from analysis.engine.rank_merge import Merged, across_ranks, combine
 from analysis.engine.runs import RunFiles
@@ -30,6 +29,20 @@ from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.measures.loaded_run import LoadedRun
 from analysis.readers.load import one_format
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run's analysis: the run, its Analysis, its per-step view across ranks, and (per-file
+    path) the files' results; `error`: the one-line error when it failed (then analysis is None)."""
+
+    run: RunFiles
+    analysis: Analysis | None
+    across_ranks: pd.DataFrame
+    files: tuple[FileResult, ...] = ()
+    error: str | None = None
+    failed: tuple[Path, ...] = ()
+    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
 
 
 def measure_runs(

@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from analysis.engine.analyze import Analysis, check_selection, concat_analyses, selected
 from analysis.engine.collectives_view import CollectivesView, run_call_rows, view_of_rows
-from analysis.engine.loaded import RunResult
-from analysis.engine.measure_runs import measure_runs
+from analysis.engine.measure_runs import RunResult, measure_runs
 from analysis.engine.parallel import Progress
 from analysis.engine.runs import RunFiles, find_runs, load_trace, shown_files
 from analysis.errors import TraceError

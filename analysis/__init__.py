@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from analysis.engine.analyze import Analysis, analyze_trace
+    from analysis.engine.api import analyze, analyze_collectives, open_runs
     from analysis.engine.collectives_view import CollectivesView, collectives_of
     from analysis.engine.runs import find_runs, load_trace
-    from analysis.engine.session import OpenRuns, TimelinePage, analyze, analyze_collectives, open_runs
+    from analysis.engine.session import OpenRuns, TimelinePage
     from analysis.errors import TraceError
     from analysis.frames.patterns import Patterns
     from analysis.frames.trace import Trace
@@ -41,9 +42,9 @@ _WHERE = {
     "load_trace": "analysis.engine.runs",
     "OpenRuns": "analysis.engine.session",
     "TimelinePage": "analysis.engine.session",
-    "analyze": "analysis.engine.session",
-    "analyze_collectives": "analysis.engine.session",
-    "open_runs": "analysis.engine.session",
+    "analyze": "analysis.engine.api",
+    "analyze_collectives": "analysis.engine.api",
+    "open_runs": "analysis.engine.api",
     "TraceError": "analysis.errors",
     "Patterns": "analysis.frames.patterns",
     "Trace": "analysis.frames.trace",

@@ -1,5 +1,6 @@
 """What every analysis CLI shares: the input options (the same names and metavars everywhere), opening
-the runs they name (engine/session.py), the one error-to-exit-code path, output to a closed pipe.
+the runs they name (engine/api.py runs_of: a session.OpenRuns), the one error-to-exit-code path, output
+to a closed pipe.
 
 Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
 """
@@ -19,7 +20,7 @@ from analysis.frames.patterns import Patterns
 from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
 
 if TYPE_CHECKING:
-    from analysis.engine.loaded import RunResult
+    from analysis.engine.measure_runs import RunResult
     from analysis.engine.session import OpenRuns
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
@@ -42,9 +43,9 @@ def open_from_args(
     of more than 200 MB (or any input analysed file by file). needs_events: the command draws or
     pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
     once in this process rather than analysed file by file and read again for its events."""
+    from analysis.engine.api import runs_of
     from analysis.engine.parallel import Progress, default_jobs
     from analysis.engine.runs import find_runs
-    from analysis.engine.session import runs_of
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
     runs = find_runs(opts.paths, opts.merge, opts.export)

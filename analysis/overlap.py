@@ -3,7 +3,7 @@
     python -m analysis.overlap TRACE... [--merge] [--format table|csv|json] [--jobs N] [--step N] [--rank R]
 
 Python API (notebooks): `open_runs(paths).overlap() -> Analysis` with `.steps`, `.totals`,
-`.summary` DataFrames and `.to_json()` (the CLI's JSON), in engine/session.py. See
+`.summary` DataFrames and `.to_json()` (the CLI's JSON), in engine/api.py. See
 measures/metrics.py for what each metric means.
 """
 

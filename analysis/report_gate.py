@@ -28,8 +28,8 @@ COLUMNS = {
 
 
 def run_gate(args: argparse.Namespace) -> int:
+    from analysis.engine.api import open_runs
     from analysis.engine.compare import check_apart, rules_of
-    from analysis.engine.session import open_runs
 
     if args.baseline is None:
         raise TraceError("--fail-if needs --baseline OLD...: the run to compare against")

@@ -23,7 +23,7 @@ import pandas as pd
 from analysis.engine.advice_gpu import GpuRun, gpu_run
 from analysis.engine.advice_predict import fit, predictor, resamples
 from analysis.engine.advice_result import Z95, Advice, Candidate, choose
-from analysis.engine.session import open_runs
+from analysis.engine.api import open_runs
 from analysis.engine.shard_advice import advise_sharded
 from analysis.engine.shard_recorded import SHARDED
 from analysis.engine.shard_result import ShardAdvice

@@ -1,17 +1,13 @@
-"""Runs already open, as the report takes them: `RunResult` (one run's analysis) and `LoadedRuns`, what
-session.OpenRuns offers. Kept below session so report_runs and report_folder, which session.OpenRuns.report
-calls, take the open runs without importing the module that calls them."""
+"""Runs already open, as the report takes them: `LoadedRuns`, what session.OpenRuns offers (each run's
+measure_runs.RunResult and its LoadedRun). Kept below session so report_runs and report_folder, which
+session.OpenRuns.report calls, take the open runs without importing the module that calls them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-import pandas as pd
-
 from analysis.engine.analyze import Analysis
-from analysis.engine.file_task import FileResult
+from analysis.engine.measure_runs import RunResult
 from analysis.engine.runs import RunFiles
 
 if TYPE_CHECKING:
@@ -19,20 +15,6 @@ if TYPE_CHECKING:
     from analysis.frames.patterns import Patterns
     from analysis.frames.trace import Trace
     from analysis.measures.loaded_run import LoadedRun
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One run's analysis: the run, its Analysis, its per-step view across ranks, and (per-file
-    path) the files' results; `error`: the one-line error when it failed (then analysis is None)."""
-
-    run: RunFiles
-    analysis: Analysis | None
-    across_ranks: pd.DataFrame
-    files: tuple[FileResult, ...] = ()
-    error: str | None = None
-    failed: tuple[Path, ...] = ()
-    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
 
 
 class LoadedRuns(Protocol):

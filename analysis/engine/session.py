@@ -1,4 +1,5 @@
-"""The Python API every analysis CLI is a veneer over: `open_runs(paths) -> OpenRuns`, read once, asked many times.
+"""OpenRuns, the object every analysis CLI is a veneer over: runs read once, asked many times
+(`open_runs(paths) -> OpenRuns` and the other entry functions are in engine/api.py).
 
     from analysis import open_runs
     runs = open_runs(["traces/naive.rank0.sqlite", "traces/naive.rank1.sqlite"])  # one run, two files
@@ -12,11 +13,12 @@ Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one 
 path with merge=True, are one run; files of different runs are refused). Each run is read once
 into one object, measures/loaded_run.LoadedRun (the trace, its step ranges, every rank's activity;
 its collective calls and backward spans measured on first use), which every feature and view
-takes (`.loaded(i)`): serially (jobs=1, no Dask) its files are loaded in one piece and that object
+takes (`.loaded(i)`). The metrics come from measure_runs.measure_runs, one interface over serial,
+--jobs and Dask: serially (jobs=1, no Dask) its files are loaded in one piece and that object
 serves the metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each
-file is a task (groups.analyze_groups) and the run's results are merged by the loader's rules
-(rank_merge.combine); the collectives view and the timeline, which need the run's events, then
-read the run again, once, in this process. A step, rank or warm-up skip the runs do not have is a
+file is a task and the run's results are merged by the loader's rules (rank_merge.combine); the
+collectives view and the timeline, which need the run's events, then read the run again, once,
+in this process. A step, rank or warm-up skip the runs do not have is a
 TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
 (.overlap), collectives (.collectives), timeline (.timeline), report (.report; with --baseline,
 engine/compare.compare, whose figures .compare shares).
@@ -26,40 +28,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import pandas as pd
-
-from analysis.engine.analyze import Analysis, analyze_trace, check_selection, concat_analyses, selected
+from analysis.engine.analyze import Analysis, check_selection, concat_analyses, selected
 from analysis.engine.collectives_view import CollectivesView, run_call_rows, view_of_rows
-from analysis.engine.loaded import RunResult
+from analysis.engine.measure_runs import RunResult, measure_runs
 from analysis.engine.parallel import Progress
-from analysis.engine.rank_merge import across_ranks
 from analysis.engine.runs import RunFiles, find_runs, load_trace, shown_files
-from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
 from analysis.measures.loaded_run import LoadedRun, measure_run
-from analysis.options import AnalysisOptions, check_not_negative
+from analysis.options import check_not_negative
 from analysis.views.lanes import Selection
 
 if TYPE_CHECKING:
     from analysis.engine.compare import Comparison
     from analysis.engine.report_folder import ReportResult
     from analysis.measures.gate import Rule
-
-
-def _across_ranks_of(run: LoadedRun, steps: pd.DataFrame) -> pd.DataFrame:
-    """rank_merge.across_ranks of a run loaded in one piece (its parts share one clock already)."""
-    trace = run.trace
-    ranges = run.step_ranges[["part", "pid", "step", "start", "end"]]
-    with_part = steps.merge(trace.ranks[["rank", "part"]], on="rank", how="left")
-    parts = sorted(int(p) for p in trace.ranks["part"].unique())
-    by_part = {p: ranges[ranges["part"] == p].drop(columns="part") for p in parts}
-    return across_ranks(with_part, by_part, dict.fromkeys(parts, 0))
 
 
 class OpenRuns:
@@ -110,50 +97,18 @@ class OpenRuns:
     def results(self) -> list[RunResult]:
         """Every run's RunResult (computed once); failed runs carry their error."""
         if self._results is None:
-            self._results = self._per_file() if self.per_file else [self._one_piece(i) for i in range(len(self.runs))]
+            self._results = measure_runs(
+                self.runs,
+                self.loaded,
+                self.patterns,
+                self.skip_steps,
+                self.jobs,
+                self.dask,
+                self.progress,
+                self.task,
+                self.cache,
+            )
         return self._results
-
-    def _one_piece(self, i: int) -> RunResult:
-        run = self.runs[i]
-        try:
-            loaded = self.loaded(i)
-            rows = run_call_rows(loaded)
-            analysis = analyze_trace(loaded.trace, self.patterns, self.skip_steps, loaded.calls, loaded.works, rows[0])
-            spread = _across_ranks_of(loaded, analysis.steps)
-        except TraceError as e:
-            self._tick(run, str(e))
-            return RunResult(run, None, pd.DataFrame(), error=str(e), failed=run.paths)
-        self._tick(run, None)
-        return RunResult(run, analysis, spread, call_rows=rows)
-
-    def _tick(self, run: RunFiles, error: str | None) -> None:
-        if self.progress is not None:
-            for path in run.paths:
-                self.progress.tick(Outcome(path, error=error))
-
-    def _per_file(self) -> list[RunResult]:
-        from analysis.engine.file_task import analyze_file
-        from analysis.engine.groups import analyze_groups
-
-        task = self.task
-        if task is None and self.cache is not None:  # the per-file loads keep to the cache setting
-            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
-        done = analyze_groups(
-            [list(r.paths) for r in self.runs],
-            self.patterns,
-            self.skip_steps,
-            self.jobs,
-            self.dask,
-            self.progress,
-            task,
-        )
-        out = []
-        for run, g in zip(self.runs, done, strict=True):
-            if g.merged is None:
-                out.append(RunResult(run, None, pd.DataFrame(), g.files, "; ".join(g.errors), g.failed))
-            else:
-                out.append(RunResult(run, g.merged.analysis, g.merged.across_ranks, g.files))
-        return out
 
     def errors(self) -> list[str]:
         """The one-line error of every run that failed."""
@@ -292,101 +247,3 @@ class TimelinePage:
     figure: Any
     panels: list
     notes: list[str]
-
-
-Paths = str | Path | Iterable[str | Path]
-
-
-def _options(
-    paths: Paths | AnalysisOptions, merge: bool, patterns: Patterns | None, skip_steps: int, jobs: int, **more: Any
-) -> AnalysisOptions:
-    """The options of an API call: `paths` when it is an AnalysisOptions (then no option may be given as a
-    keyword too: a TypeError), else the keywords' (AnalysisOptions validates them as the CLIs' are; the
-    keywords' `patterns`, which may set more than the options do, go to runs_of beside them)."""
-    if not isinstance(paths, AnalysisOptions):
-        listed = [str(paths)] if isinstance(paths, (str, Path)) else [str(p) for p in paths]
-        return AnalysisOptions(listed, merge=merge, skip_steps=skip_steps, jobs=jobs, **more)
-    keywords = {"merge": merge, "patterns": patterns, "skip_steps": skip_steps, "jobs": jobs, **more}
-    given = [k for k, v in keywords.items() if v not in (None, False, 0, 1)]
-    if given:
-        raise TypeError(f"options given both as AnalysisOptions and as keywords: {', '.join(given)}")
-    return paths
-
-
-def runs_of(
-    options: AnalysisOptions,
-    found: Sequence[RunFiles] | None = None,
-    jobs: int | None = None,
-    progress: Progress | None = None,
-    keep_traces: bool = True,
-    task: Callable | None = None,
-    patterns: Patterns | None = None,
-    cache: bool | None = None,
-) -> OpenRuns:
-    """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
-    has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
-    else 1); the load cache off when the options say no_cache, else as `cache` says."""
-    found = found if found is not None else find_runs(options.paths, options.merge, options.export)
-    chosen = jobs or options.jobs or 1
-    patterns = patterns or options.patterns
-    cache = False if options.no_cache else cache
-    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task, cache)
-
-
-def open_runs(
-    paths: Paths | AnalysisOptions,
-    merge: bool = False,
-    patterns: Patterns | None = None,
-    skip_steps: int = 0,
-    jobs: int = 1,
-    dask: str | None = None,
-    export: bool = False,
-    progress: Progress | None = None,
-    keep_traces: bool = True,
-    task: Callable | None = None,
-    cache: bool | None = None,
-) -> OpenRuns:
-    """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
-    timelines; nothing is read until asked. The options as the CLIs take them: an AnalysisOptions
-    (analysis/options.py) in place of `paths`, or the keywords. jobs/dask: analyse file by file (module
-    docstring); `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult).
-    cache=False (or the options' no_cache): the loads neither read nor write the load cache beside the
-    traces (engine/load_cache.py); None: on unless ANALYSIS_NO_CACHE is set."""
-    options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
-    return runs_of(options, progress=progress, keep_traces=keep_traces, task=task, patterns=patterns, cache=cache)
-
-
-def analyze(
-    paths: Paths | AnalysisOptions,
-    patterns: Patterns | None = None,
-    skip_steps: int = 0,
-    merge: bool = False,
-    export: bool = False,
-    progress: Callable[[str], object] | None = None,
-    jobs: int = 1,
-    dask: str | None = None,
-) -> Analysis:
-    """open_runs(...).overlap(): every run's metrics (only the options' step and rank when an
-    AnalysisOptions is given); a TraceError naming every run that failed. `progress`: called with a
-    'files done / total' line as files finish."""
-    options = _options(paths, merge, patterns, skip_steps, jobs, dask=dask, export=export)
-    found = find_runs(options.paths, options.merge, options.export)
-    shown = None
-    if progress is not None:
-        shown = Progress(sum(len(r.paths) for r in found), "", after_s=0, write=progress)
-    runs = runs_of(options, found, progress=shown, keep_traces=False, patterns=patterns)
-    errors = runs.errors()
-    if errors:
-        raise TraceError(errors[0] if len(errors) == 1 else f"{len(errors)} runs failed: {'; '.join(errors)}")
-    return runs.overlap(options.step, options.rank)
-
-
-def analyze_collectives(
-    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, merge: bool = False, **options: Any
-) -> CollectivesView:
-    """open_runs(paths, merge).collectives(**options): every run's collectives; a TraceError naming
-    every run that failed."""
-    runs = open_runs(paths, merge, patterns, keep_traces=False)
-    if runs.errors():
-        raise TraceError("; ".join(runs.errors()))
-    return runs.collectives(**options)

@@ -143,7 +143,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
     that draws or pairs the events reads each file once, in this process: no per-file tasks (whose
     reads a worker would make unseen here) and one read_trace per file, timelines and collectives
     included."""
-    from analysis.engine import groups, parallel
+    from analysis.engine import measure_runs, parallel
 
     reads: list[str] = []
     real = runs_module.read_trace
@@ -157,7 +157,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
     monkeypatch.setattr(parallel, "default_jobs", lambda paths: 2)
-    monkeypatch.setattr(groups, "analyze_groups", no_tasks)
+    monkeypatch.setattr(measure_runs, "analyze_groups", no_tasks)
     given = [files["naive0"], files["naive1"], files["overlap0"], files["overlap1"]]
     code, _, err = run(name, *given, tmp_path=tmp_path, capsys=capsys)
     assert code == 0, err

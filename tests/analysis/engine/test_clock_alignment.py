@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from analysis.engine.analyze import analyze_trace
+from analysis.engine.api import analyze
 from analysis.engine.runs import load_trace
-from analysis.engine.session import analyze
 from analysis.measures.metrics import SPLIT_METRICS
 from tests.support.synthetic_kineto import KinetoWriter
 

@@ -65,9 +65,10 @@ def _per_window_length(items: Items, n: int) -> np.ndarray:
     return iv.sum_by_key(keys, e - s, n)
 
 
-def _per_window_overlap(items: Items, other: iv.Set, n: int) -> np.ndarray:
-    """Per window: |union of the window's items ∩ other| (other is one canonical set for the rank)."""
-    keys, s, e = iv.keyed_union(items.window, items.start, items.end)
+def _per_window_overlap(pieces: tuple[np.ndarray, np.ndarray, np.ndarray], other: iv.Set, n: int) -> np.ndarray:
+    """Per window: |union of the window's items ∩ other| (pieces: the items' keyed_union; other is one
+    canonical set for the rank)."""
+    keys, s, e = pieces
     return iv.sum_by_key(keys, iv.overlap_lengths(s, e, *other), n)
 
 
@@ -83,8 +84,9 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
     """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns."""
     inside = lambda items: items.where(items.window >= 0)
     comm, compute, backward = inside(act.comm), inside(act.compute), inside(act.backward)
-    comm_ns = _per_window_length(comm, n)
-    overlap_ns = _per_window_overlap(comm, act.compute.as_set(), n)
+    comm_pieces = iv.keyed_union(comm.window, comm.start, comm.end)  # once for comm, overlap and backward
+    comm_ns = iv.sum_by_key(comm_pieces[0], comm_pieces[2] - comm_pieces[1], n)
+    overlap_ns = _per_window_overlap(comm_pieces, act.compute.as_set(), n)
     lo, hi = (np.asarray(b, dtype=np.int64) for b in bounds)
     busy = iv.union(np.r_[act.compute.start, act.comm.start], np.r_[act.compute.end, act.comm.end])
     busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
@@ -98,7 +100,7 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
             "comm_kernel_ms": gpu * _per_window_length(inside(act.comm_kernels), n) / NS_PER_MS,
             "comm_copy_ms": gpu * _per_window_length(inside(act.comm_copies), n) / NS_PER_MS,
             "overlap_ms": overlap_ns / NS_PER_MS,
-            "backward_overlap_ms": _per_window_overlap(comm, act.backward.as_set(), n) / NS_PER_MS,
+            "backward_overlap_ms": _per_window_overlap(comm_pieces, act.backward.as_set(), n) / NS_PER_MS,
             "exposed_comm_ms": (comm_ns - overlap_ns) / NS_PER_MS,
             "idle_ms": (hi - lo - busy_ns) / NS_PER_MS,
             "overlap_pct": np.where(comm_ns > 0, 100.0 * overlap_ns / np.maximum(comm_ns, 1), np.nan),

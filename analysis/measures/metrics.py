@@ -60,8 +60,17 @@ COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
 SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
 
 
+def _pieces(items: Items, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """keyed_union of items all in windows 0..n-1; one window: the items' own union (kept by Items), the
+    same pieces keyed_union makes of a single key."""
+    if n == 1:
+        s, e = items.as_set()
+        return np.zeros(s.size, dtype=np.int64), s, e
+    return iv.keyed_union(items.window, items.start, items.end)
+
+
 def _per_window_length(items: Items, n: int) -> np.ndarray:
-    keys, s, e = iv.keyed_union(items.window, items.start, items.end)
+    keys, s, e = _pieces(items, n)
     return iv.sum_by_key(keys, e - s, n)
 
 
@@ -84,11 +93,11 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
     """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns."""
     inside = lambda items: items.where(items.window >= 0)
     comm, compute, backward = inside(act.comm), inside(act.compute), inside(act.backward)
-    comm_pieces = iv.keyed_union(comm.window, comm.start, comm.end)  # once for comm, overlap and backward
+    comm_pieces = _pieces(comm, n)  # once for comm, overlap and backward
     comm_ns = iv.sum_by_key(comm_pieces[0], comm_pieces[2] - comm_pieces[1], n)
     overlap_ns = _per_window_overlap(comm_pieces, act.compute.as_set(), n)
     lo, hi = (np.asarray(b, dtype=np.int64) for b in bounds)
-    busy = iv.union(np.r_[act.compute.start, act.comm.start], np.r_[act.compute.end, act.comm.end])
+    busy = act.busy()
     busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
     gpu = np.nan if not act.compute_are_kernels else 1.0  # CPU-only ranks have no kernels or copies
     frame = pd.DataFrame(

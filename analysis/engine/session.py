@@ -41,6 +41,7 @@ from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
 from analysis.frames.trace import Trace
+from analysis.measures.collective_rows import call_rows
 from analysis.measures.loaded_run import LoadedRun, measure_run
 from analysis.options import AnalysisOptions, check_not_negative
 from analysis.views.lanes import Selection
@@ -74,6 +75,7 @@ class OpenRuns:
         progress: Progress | None = None,
         keep_traces: bool = True,
         task: Callable | None = None,
+        collectives: bool = True,
     ):
         check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
         self.runs = list(runs)
@@ -83,6 +85,9 @@ class OpenRuns:
         self.progress = progress
         self.keep_traces = keep_traces
         self.task = task
+        # False: the caller asks for no collectives view (the overlap command), so a run loaded in one
+        # piece skips its gather rows and in-time facts; .collectives() would then read the run again
+        self.collectives_view = collectives
         self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
 
@@ -114,8 +119,11 @@ class OpenRuns:
         run = self.runs[i]
         try:
             loaded = self.loaded(i)
-            rows = run_call_rows(loaded)
-            analysis = analyze_trace(loaded.trace, self.patterns, self.skip_steps, loaded.calls, loaded.works, rows[0])
+            rows = run_call_rows(loaded) if self.collectives_view else None
+            plain = (
+                rows[0] if rows is not None else call_rows(loaded.trace, loaded.patterns, loaded.works, loaded.calls)[0]
+            )
+            analysis = analyze_trace(loaded.trace, self.patterns, self.skip_steps, loaded.calls, loaded.works, plain)
             spread = _across_ranks_of(loaded, analysis.steps)
         except TraceError as e:
             self._tick(run, str(e))
@@ -314,14 +322,15 @@ def runs_of(
     keep_traces: bool = True,
     task: Callable | None = None,
     patterns: Patterns | None = None,
+    collectives: bool = True,
 ) -> OpenRuns:
     """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
     has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
-    else 1)."""
+    else 1); collectives=False: no collectives view will be asked for (OpenRuns)."""
     found = found if found is not None else find_runs(options.paths, options.merge, options.export)
     chosen = jobs or options.jobs or 1
     patterns = patterns or options.patterns
-    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task)
+    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task, collectives)
 
 
 def open_runs(

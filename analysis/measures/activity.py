@@ -72,14 +72,10 @@ class RankActivity:
     comm_range_windows: np.ndarray  # window of each counted comm NVTX range (counted only)
     span: tuple[int, int]
     compute_are_kernels: bool = True
-    _busy: list[iv.Set] = field(default_factory=list, compare=False, repr=False)  # busy(), once computed
 
     def busy(self) -> iv.Set:
-        """The union of compute and comm: where the rank was doing something (computed once)."""
-        if not self._busy:
-            both = iv.union(np.r_[self.compute.start, self.comm.start], np.r_[self.compute.end, self.comm.end])
-            self._busy.append(both)
-        return self._busy[0]
+        """The union of compute and comm: where the rank was doing something."""
+        return iv.union(np.r_[self.compute.start, self.comm.start], np.r_[self.compute.end, self.comm.end])
 
     def in_one_window(self) -> RankActivity:
         """The same activity with everything in window 0 (the whole capture), sharing its arrays."""
@@ -92,7 +88,6 @@ class RankActivity:
             comm_range_windows=np.broadcast_to(np.int64(0), self.comm_range_windows.shape),
             span=self.span,
             compute_are_kernels=self.compute_are_kernels,
-            _busy=self._busy,
         )
 
 

@@ -38,11 +38,13 @@ def open_from_args(
     keep_traces: bool = True,
     task: Callable | None = None,
     needs_events: bool = False,
+    collectives: bool = True,
 ) -> OpenRuns:
     """The runs the input options name (session.OpenRuns), with progress lines on stderr for inputs
     of more than 200 MB (or any input analysed file by file). needs_events: the command draws or
     pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
-    once in this process rather than analysed file by file and read again for its events."""
+    once in this process rather than analysed file by file and read again for its events. collectives:
+    False when the command shows no collectives view (session.OpenRuns)."""
     from analysis.engine.api import runs_of
     from analysis.engine.parallel import Progress, default_jobs
     from analysis.engine.runs import find_runs
@@ -53,7 +55,7 @@ def open_from_args(
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
-    return runs_of(opts, runs, jobs, progress, keep_traces, task)
+    return runs_of(opts, runs, jobs, progress, keep_traces, task, collectives=collectives)
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:

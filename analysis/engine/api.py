@@ -48,15 +48,19 @@ def runs_of(
     task: Callable | None = None,
     patterns: Patterns | None = None,
     cache: bool | None = None,
+    collectives: bool = True,
 ) -> OpenRuns:
     """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
     has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
-    else 1); the load cache off when the options say no_cache, else as `cache` says."""
+    else 1); the load cache off when the options say no_cache, else as `cache` says; collectives=False: no
+    collectives view will be asked for (OpenRuns)."""
     found = found if found is not None else find_runs(options.paths, options.merge, options.export)
     chosen = jobs or options.jobs or 1
     patterns = patterns or options.patterns
     cache = False if options.no_cache else cache
-    return OpenRuns(found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task, cache)
+    return OpenRuns(
+        found, patterns, options.skip_steps, chosen, options.dask, progress, keep_traces, task, cache, collectives
+    )
 
 
 def open_runs(

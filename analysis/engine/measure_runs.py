@@ -27,6 +27,7 @@ from analysis.engine.runs import RunFiles
 from analysis.engine.tasks import Outcome
 from analysis.errors import TraceError
 from analysis.frames.patterns import Patterns
+from analysis.measures.collective_rows import call_rows
 from analysis.measures.loaded_run import LoadedRun
 from analysis.readers.load import one_format
 
@@ -55,13 +56,17 @@ def measure_runs(
     progress: Progress | None = None,
     task: Callable | None = None,
     cache: bool | None = None,
+    collectives: bool = True,
 ) -> list[RunResult]:
     """One RunResult per run, in order: serial in one piece (`load(i)`: run i loaded and measured) when
     jobs == 1 and no `dask` address, else file by file (module docstring); a failed run carries its error.
     `task(path)` replaces file_task.analyze_file (it returns a FileResult); `cache`: the per-file loads'
-    load-cache setting (runs.load_trace)."""
+    load-cache setting (runs.load_trace); collectives=False: no collectives view will be asked for, so a run
+    in one piece keeps no collective rows (their gather rows and in-time facts are not made)."""
     if jobs <= 1 and dask is None:
-        return [_one_piece(run, partial(load, i), patterns, skip_steps, progress) for i, run in enumerate(runs)]
+        return [
+            _one_piece(run, partial(load, i), patterns, skip_steps, progress, collectives) for i, run in enumerate(runs)
+        ]
     if task is None and cache is not None:  # the per-file loads keep to the cache setting
         task = partial(analyze_file, patterns=patterns, skip_steps=skip_steps, cache=cache)
     done = analyze_groups([list(r.paths) for r in runs], patterns, skip_steps, jobs, dask, progress, task)
@@ -75,13 +80,20 @@ def measure_runs(
 
 
 def _one_piece(
-    run: RunFiles, load: Callable[[], LoadedRun], patterns: Patterns, skip_steps: int, progress: Progress | None
+    run: RunFiles,
+    load: Callable[[], LoadedRun],
+    patterns: Patterns,
+    skip_steps: int,
+    progress: Progress | None,
+    collectives: bool = True,
 ) -> RunResult:
-    """A run loaded in one piece and analysed from its LoadedRun (its collective rows kept for the view)."""
+    """A run loaded in one piece and analysed from its LoadedRun (its collective rows kept for the view,
+    unless `collectives` is False: then only the plain call rows the overlap figures need are made)."""
     try:
         loaded = load()
-        rows = run_call_rows(loaded)
-        analysis = analyze_trace(loaded.trace, patterns, skip_steps, loaded.calls, loaded.works, rows[0])
+        rows = run_call_rows(loaded) if collectives else None
+        plain = rows[0] if rows is not None else call_rows(loaded.trace, loaded.patterns, loaded.works, loaded.calls)[0]
+        analysis = analyze_trace(loaded.trace, patterns, skip_steps, loaded.calls, loaded.works, plain)
         spread = _across_ranks_of(loaded, analysis.steps)
     except TraceError as e:
         _tick(progress, run, str(e))

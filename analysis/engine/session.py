@@ -63,6 +63,7 @@ class OpenRuns:
         keep_traces: bool = True,
         task: Callable | None = None,
         cache: bool | None = None,
+        collectives: bool = True,
     ):
         check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
         self.runs = list(runs)
@@ -73,6 +74,9 @@ class OpenRuns:
         self.keep_traces = keep_traces
         self.task = task
         self.cache = cache  # the load cache (load_cache.py): None: on unless ANALYSIS_NO_CACHE is set
+        # False: the caller asks for no collectives view (the overlap command), so a run loaded in one
+        # piece skips its gather rows and in-time facts; .collectives() would then measure them on asking
+        self.collectives_view = collectives
         self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
 
@@ -107,6 +111,7 @@ class OpenRuns:
                 self.progress,
                 self.task,
                 self.cache,
+                self.collectives_view,
             )
         return self._results
 

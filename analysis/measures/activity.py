@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import numpy as np
@@ -36,12 +36,25 @@ class Items:
     window: np.ndarray
     start: np.ndarray
     end: np.ndarray
+    # the union of start/end once computed (as_set): the metrics, the collectives' exposed time and the
+    # overlap periods all ask for it; shared with the whole-capture Items made by in_one_window
+    _set: list[iv.Set] = field(default_factory=list, compare=False, repr=False)
 
     def where(self, mask: np.ndarray) -> Items:
+        """The items the boolean mask keeps (these very Items, with their union, when it keeps all)."""
+        if mask.all():
+            return self
         return Items(self.window[mask], self.start[mask], self.end[mask])
 
     def as_set(self) -> iv.Set:
-        return iv.union(self.start, self.end)
+        """The union of the items (computed on the first call, then kept)."""
+        if not self._set:
+            self._set.append(iv.union(self.start, self.end))
+        return self._set[0]
+
+    def in_one_window(self) -> Items:
+        """The same intervals, all in window 0 (a zero-strided window array: no copy of anything)."""
+        return Items(np.broadcast_to(np.int64(0), self.start.shape), self.start, self.end, self._set)
 
     def of_window(self, w: int) -> Items:
         return self.where(self.window == w)
@@ -59,6 +72,23 @@ class RankActivity:
     comm_range_windows: np.ndarray  # window of each counted comm NVTX range (counted only)
     span: tuple[int, int]
     compute_are_kernels: bool = True
+
+    def busy(self) -> iv.Set:
+        """The union of compute and comm: where the rank was doing something."""
+        return iv.union(np.r_[self.compute.start, self.comm.start], np.r_[self.compute.end, self.comm.end])
+
+    def in_one_window(self) -> RankActivity:
+        """The same activity with everything in window 0 (the whole capture), sharing its arrays."""
+        return RankActivity(
+            comm=self.comm.in_one_window(),
+            compute=self.compute.in_one_window(),
+            backward=self.backward.in_one_window(),
+            comm_kernels=self.comm_kernels.in_one_window(),
+            comm_copies=self.comm_copies.in_one_window(),
+            comm_range_windows=np.broadcast_to(np.int64(0), self.comm_range_windows.shape),
+            span=self.span,
+            compute_are_kernels=self.compute_are_kernels,
+        )
 
 
 @dataclass(frozen=True)
@@ -226,8 +256,10 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             build = partial(_nvtx_activity, phase, counted=counted, span=span)
             sources = (RANGES, RANGES)
         windows["work_end"] = _work_end(windows, launch, work_end)
-        whole = build(lambda t: np.zeros(len(t), dtype=np.int64))
         per_step = build(partial(window_index, windows))
+        # GPU ranks: the whole capture holds the same items as the steps (the windowing picks none),
+        # so it shares their arrays; CPU-only ranks cut their compute per window and build it anew
+        whole = per_step.in_one_window() if trace.source == KERNELS else build(lambda t: np.zeros(len(t), np.int64))
         out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
     return out
 

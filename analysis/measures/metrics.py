@@ -60,14 +60,24 @@ COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
 SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
 
 
+def _pieces(items: Items, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """keyed_union of items all in windows 0..n-1; one window: the items' own union (kept by Items), the
+    same pieces keyed_union makes of a single key."""
+    if n == 1:
+        s, e = items.as_set()
+        return np.zeros(s.size, dtype=np.int64), s, e
+    return iv.keyed_union(items.window, items.start, items.end)
+
+
 def _per_window_length(items: Items, n: int) -> np.ndarray:
-    keys, s, e = iv.keyed_union(items.window, items.start, items.end)
+    keys, s, e = _pieces(items, n)
     return iv.sum_by_key(keys, e - s, n)
 
 
-def _per_window_overlap(items: Items, other: iv.Set, n: int) -> np.ndarray:
-    """Per window: |union of the window's items ∩ other| (other is one canonical set for the rank)."""
-    keys, s, e = iv.keyed_union(items.window, items.start, items.end)
+def _per_window_overlap(pieces: tuple[np.ndarray, np.ndarray, np.ndarray], other: iv.Set, n: int) -> np.ndarray:
+    """Per window: |union of the window's items ∩ other| (pieces: the items' keyed_union; other is one
+    canonical set for the rank)."""
+    keys, s, e = pieces
     return iv.sum_by_key(keys, iv.overlap_lengths(s, e, *other), n)
 
 
@@ -79,14 +89,18 @@ def _per_window_span(items: Items, n: int) -> np.ndarray:
     return np.where(hi > lo, hi - lo, 0)
 
 
-def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarray]) -> pd.DataFrame:
-    """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns."""
+def window_metrics(
+    act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarray], sets: tuple[iv.Set, iv.Set] | None = None
+) -> pd.DataFrame:
+    """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns; sets: the rank's
+    (busy, backward) unions (act.busy(), act.backward's union) when the caller has them."""
+    busy, backward_set = sets if sets is not None else (act.busy(), iv.union(act.backward.start, act.backward.end))
     inside = lambda items: items.where(items.window >= 0)
     comm, compute, backward = inside(act.comm), inside(act.compute), inside(act.backward)
-    comm_ns = _per_window_length(comm, n)
-    overlap_ns = _per_window_overlap(comm, act.compute.as_set(), n)
+    comm_pieces = _pieces(comm, n)  # once for comm, overlap and backward
+    comm_ns = iv.sum_by_key(comm_pieces[0], comm_pieces[2] - comm_pieces[1], n)
+    overlap_ns = _per_window_overlap(comm_pieces, act.compute.as_set(), n)
     lo, hi = (np.asarray(b, dtype=np.int64) for b in bounds)
-    busy = iv.union(np.r_[act.compute.start, act.comm.start], np.r_[act.compute.end, act.comm.end])
     busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
     gpu = np.nan if not act.compute_are_kernels else 1.0  # CPU-only ranks have no kernels or copies
     frame = pd.DataFrame(
@@ -98,7 +112,7 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
             "comm_kernel_ms": gpu * _per_window_length(inside(act.comm_kernels), n) / NS_PER_MS,
             "comm_copy_ms": gpu * _per_window_length(inside(act.comm_copies), n) / NS_PER_MS,
             "overlap_ms": overlap_ns / NS_PER_MS,
-            "backward_overlap_ms": _per_window_overlap(comm, act.backward.as_set(), n) / NS_PER_MS,
+            "backward_overlap_ms": _per_window_overlap(comm_pieces, backward_set, n) / NS_PER_MS,
             "exposed_comm_ms": (comm_ns - overlap_ns) / NS_PER_MS,
             "idle_ms": (hi - lo - busy_ns) / NS_PER_MS,
             "overlap_pct": np.where(comm_ns > 0, 100.0 * overlap_ns / np.maximum(comm_ns, 1), np.nan),
@@ -115,10 +129,14 @@ def window_metrics(act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarr
 def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-step rows, total row) for one rank."""
     span = work.whole.span
-    total = window_metrics(work.whole, 1, (np.array([span[0]]), np.array([span[1]])))
+    # the whole capture's and the steps' items cover the same points (the windowing only labels them),
+    # so their busy and backward unions are measured once here and not kept after
+    whole = work.whole
+    sets = (whole.busy(), iv.union(whole.backward.start, whole.backward.end))
+    total = window_metrics(whole, 1, (np.array([span[0]]), np.array([span[1]])), sets)
     w = work.windows
     if len(w):
-        per_step = window_metrics(work.steps, len(w), (w["start"].to_numpy(), w["end"].to_numpy()))
+        per_step = window_metrics(work.steps, len(w), (w["start"].to_numpy(), w["end"].to_numpy()), sets)
         per_step.insert(0, "step", pd.array(w["step"].to_numpy(), dtype="Int64"))
     else:  # no step ranges: the whole capture is the one window
         per_step = total.copy()

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from analysis import collectives, overlap, report, timeline
+from analysis.readers import sqlite_read
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
@@ -69,6 +70,9 @@ def nsys_run(tmp_path_factory):
 )
 def test_each_nsys_file_is_sniffed_once_and_connected_once(nsys_run, command, tmp_path, monkeypatch, capsys):
     main, options = command
+    # connectorx's leftover pool threads pile up over a long test process; past sqlite_read's thread cap
+    # (its own test) every read goes through sqlite3: counted here is the path a fresh command takes
+    monkeypatch.setattr(sqlite_read, "process_threads", lambda: 0)
     opens = Opens(monkeypatch, nsys_run)
     assert main([*map(str, nsys_run), *(o.format(out=tmp_path) for o in options)]) == 0
     hashed = 1 if main is report.main else 0  # the report's sha256 of each file (summary.csv, results.db)

@@ -1,11 +1,16 @@
 """Read nsys SQLite exports and torch.profiler traces, and measure how much gradient communication
 overlapped compute, per rank and step.
 
-The package follows the data: `readers/` (one module per trace format) -> `frames/` (the typed
-`Trace` both readers produce, the name patterns) -> `measures/` (interval algebra, steps, overlap
-metrics, collective calls) -> `views/` (tables, timelines, HTML pages); `engine/` is the API on top
-(`open_runs`: runs read once and asked for overlap, collectives and timelines; `load_trace`); the
-CLIs on top are `overlap`, `timeline`, `report`, `collectives` (`python -m analysis.<name>`).
+The package follows the data, on a small core: `trace/` (the trace core: `readers/` turn each
+format into the typed frames of `trace.frames.Trace`, the name patterns) -> `measure/` (the measure core:
+interval algebra, steps, phases, each rank's activity, collective calls) -> `run/` (which files form a run,
+its clocks) -> one folder per feature, each with its measures, its view and its command: `overlap/`,
+`collectives/`, `fsdp_units/` (the FSDP per-unit view), `timeline/`, `report/`, `advise/`; `parallel/`
+runs files as tasks (`--jobs`, `--dask`), `render/` holds the shared drawing primitives, `storage/`
+results.db and `cache/` what is kept beside each export (answers, loads). `api.py` is the API on top
+(`open_runs` -> session.py's `OpenRuns`: runs read once and asked for overlap, collectives and
+timelines; `load_trace`); the CLIs are `python -m analysis.<feature>` (overlap, timeline, report,
+collectives, advise). docs/analysis.md#layout draws it.
 
     from analysis import open_runs
     runs = open_runs(["traces/overlap.sqlite"])          # read once, asked many times
@@ -20,36 +25,36 @@ is imported when first used.
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from analysis.engine.analyze import Analysis, analyze_trace
-    from analysis.engine.api import analyze, analyze_collectives, open_runs
-    from analysis.engine.collectives_view import CollectivesView, collectives_of
-    from analysis.engine.runs import find_runs, load_trace
-    from analysis.engine.session import OpenRuns, TimelinePage
+    from analysis.api import analyze, analyze_collectives, open_runs
+    from analysis.collectives.collectives_view import CollectivesView, collectives_of
     from analysis.errors import TraceError
-    from analysis.frames.patterns import Patterns
-    from analysis.frames.trace import Trace
-    from analysis.measures.activity import rank_work
-    from analysis.measures.metrics import measure_trace
+    from analysis.measure.activity import rank_work
+    from analysis.overlap.analyze import Analysis, analyze_trace
+    from analysis.overlap.metrics import measure_trace
+    from analysis.run.runs import find_runs, load_trace
+    from analysis.session import OpenRuns, TimelinePage
+    from analysis.trace.frames import Trace
+    from analysis.trace.patterns import Patterns
 
 # Imported when first asked for (PEP 562): `python -m analysis.overlap` imports this package first, and a
 # table command answered from its cache (answer_cache.py) must not pay for pandas.
 _WHERE = {
-    "Analysis": "analysis.engine.analyze",
-    "analyze_trace": "analysis.engine.analyze",
-    "CollectivesView": "analysis.engine.collectives_view",
-    "collectives_of": "analysis.engine.collectives_view",
-    "find_runs": "analysis.engine.runs",
-    "load_trace": "analysis.engine.runs",
-    "OpenRuns": "analysis.engine.session",
-    "TimelinePage": "analysis.engine.session",
-    "analyze": "analysis.engine.api",
-    "analyze_collectives": "analysis.engine.api",
-    "open_runs": "analysis.engine.api",
+    "Analysis": "analysis.overlap.analyze",
+    "analyze_trace": "analysis.overlap.analyze",
+    "CollectivesView": "analysis.collectives.collectives_view",
+    "collectives_of": "analysis.collectives.collectives_view",
+    "find_runs": "analysis.run.runs",
+    "load_trace": "analysis.run.runs",
+    "OpenRuns": "analysis.session",
+    "TimelinePage": "analysis.session",
+    "analyze": "analysis.api",
+    "analyze_collectives": "analysis.api",
+    "open_runs": "analysis.api",
     "TraceError": "analysis.errors",
-    "Patterns": "analysis.frames.patterns",
-    "Trace": "analysis.frames.trace",
-    "rank_work": "analysis.measures.activity",
-    "measure_trace": "analysis.measures.metrics",
+    "Patterns": "analysis.trace.patterns",
+    "Trace": "analysis.trace.frames",
+    "rank_work": "analysis.measure.activity",
+    "measure_trace": "analysis.overlap.metrics",
 }
 
 

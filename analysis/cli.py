@@ -1,5 +1,5 @@
 """What every analysis CLI shares: the input options (the same names and metavars everywhere), opening
-the runs they name (engine/api.py runs_of: a session.OpenRuns), the one error-to-exit-code path, output
+the runs they name (api.py runs_of: a session.OpenRuns), the one error-to-exit-code path, output
 to a closed pipe.
 
 Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
@@ -14,14 +14,14 @@ from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from analysis.cache_key import cache_off
+from analysis.cache.key import cache_off
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
 from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_options
+from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.engine.measure_runs import RunResult
-    from analysis.engine.session import OpenRuns
+    from analysis.parallel.measure_runs import RunResult
+    from analysis.session import OpenRuns
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 
@@ -45,9 +45,9 @@ def open_from_args(
     pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
     once in this process rather than analysed file by file and read again for its events. collectives:
     False when the command shows no collectives view (session.OpenRuns)."""
-    from analysis.engine.api import runs_of
-    from analysis.engine.parallel import Progress, default_jobs
-    from analysis.engine.runs import find_runs
+    from analysis.api import runs_of
+    from analysis.parallel.parallel import Progress, default_jobs
+    from analysis.run.runs import find_runs
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
     runs = find_runs(opts.paths, opts.merge, opts.export)
@@ -108,8 +108,8 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
     except OSError as e:
         return fail(f"{e.filename or ''}: {e.strerror or e}")
     finally:
-        if "analysis.engine.parallel" in sys.modules:  # a pool may have run: its helpers go with the command
-            from analysis.engine.parallel import stop_helpers
+        if "analysis.parallel.parallel" in sys.modules:  # a pool may have run: its helpers go with the command
+            from analysis.parallel.parallel import stop_helpers
 
             stop_helpers(tracker=True)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from analysis.errors import TraceError
-from analysis.frames.patterns import Patterns
+from analysis.trace.patterns import Patterns
 
 FORMATS = ("table", "csv", "json")  # --format: what a command prints
 IMAGE_FORMATS = ("png", "svg")  # --png / --svg: figures written beside the HTML

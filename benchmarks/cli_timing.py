@@ -16,8 +16,8 @@ REPO = Path(__file__).resolve().parents[1]
 PHASES = """
 import json, sys, time
 t0 = time.perf_counter()
-from analysis.measures.metrics import measure_trace
-from analysis.engine.runs import load_trace
+from analysis.overlap.metrics import measure_trace
+from analysis.run.runs import load_trace
 t1 = time.perf_counter()
 trace = load_trace(sys.argv[1:])
 t2 = time.perf_counter()

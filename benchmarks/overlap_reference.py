@@ -1,6 +1,6 @@
 """A plain-Python reference for the speed benchmarks: each rank's whole-capture compute, communication,
 overlap and backward overlap (ms) of an nsys export, computed with sqlite3, dicts and lists only by
-tests/analysis/engine/gpu_reference.py (the tests' independent computation, no project code), so
+tests/analysis/overlap/gpu_reference.py (the tests' independent computation, no project code), so
 `analysis.overlap` can be timed against a loop that computes the same figures.
 
     python benchmarks/overlap_reference.py /tmp/bench/ddp_1000000k8r.sqlite   # prints JSON {rank: figures}
@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.analysis.engine.gpu_reference import COMM_RANGE, inside, intersect, length, pieces, read
+from tests.analysis.overlap.gpu_reference import COMM_RANGE, inside, intersect, length, pieces, read
 
 NS_PER_MS = 1e6
 

@@ -23,10 +23,10 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's analysis, not an installed one
 
 from analysis import analyze
-from analysis.engine.runs import load_trace
-from analysis.frames.trace import GPU_KERNEL, Trace
-from analysis.measures.metrics import SPLIT_METRICS
-from analysis.measures.phases import launched_inside
+from analysis.measure.phases import launched_inside
+from analysis.overlap.metrics import SPLIT_METRICS
+from analysis.run.runs import load_trace
+from analysis.trace.frames import GPU_KERNEL, Trace
 from tests import gpu_traces
 
 SHIFTS_NS = [2_000_000, -2_000_000, 10_000_000, -10_000_000, 20_000_000, -20_000_000]

@@ -2,7 +2,7 @@
 interpreter beside the floor (the interpreter alone, numpy, numpy + pandas), whether a chart library
 came with it, and with `--trace FILE` the whole command on that export: cold (no analysis cache: the
 first look, which reads the export and writes the cache) and warm (the same command again: its answer
-from the cache beside the export, analysis/answer_cache.py).
+from the cache beside the export, analysis/cache/answers.py).
 
 Each statement runs `--repeat` times in a fresh process, the statements interleaved so that load
 from other processes falls on all alike; the fastest run of each is printed (the machine is shared:
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 FLOOR = {"python": "pass", "numpy": "import numpy", "numpy + pandas": "import numpy, pandas"}
 CLIS = ("analysis.overlap", "analysis.collectives", "analysis.advise")
 CHARTS = ("plotly", "kaleido")
-LOADED = "import sys, {module}; print(sorted({{m.split('.')[0] for m in sys.modules}} & {charts!r}))"
+LOADED = "import sys, {module}.command; print(sorted({{m.split('.')[0] for m in sys.modules}} & {charts!r}))"
 
 
 def timed(argv: list[str], before: list[str] | None = None) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """The analysis' default patterns (regular expressions for re.search), built from the contract's names and
 widened to common names in other people's traces: PyTorch's `ProfilerStep#N`; `backward pass`,
 `## backward ##`. Communication kernels are not ours to name: their patterns, one per library, are the table
-in analysis/frames/comm_families.py. `analysis.frames.patterns.Patterns` takes them as its defaults; every
+in analysis/trace/comm_families.py. `analysis.trace.patterns.Patterns` takes them as its defaults; every
 one is overridable there.
 """
 

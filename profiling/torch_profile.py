@@ -10,7 +10,7 @@ record_function ranges must end on the thread that opened them, but ddp's async 
 start in a backward hook and end in a collective's completion callback. Those start/end ranges are
 timed here (wall clock, the clock Kineto's timestamps count from `baseTimeNanoseconds`) and
 added to the trace after export as `user_annotation` events with `args["ddp.kind"] = "start_end"`,
-which analysis.readers.kineto reads as start/end ranges. A range's integer payload (a `comm:` range's
+which analysis.trace.readers.kineto reads as start/end ranges. A range's integer payload (a `comm:` range's
 byte count, which nsys stores in NVTX_EVENTS.int64Value) goes into its event's `args["ddp.payload"]`:
 for start/end ranges with the event, for push/pop ones (record_function takes no payload) added after
 export to the k-th `user_annotation` event of that name, in time order, when the counts agree. The

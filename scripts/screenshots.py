@@ -34,8 +34,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from analysis import collectives, report, timeline  # noqa: E402
-from analysis.views.compare_page import PAGE_NAME as COMPARE_PAGE  # noqa: E402
+from analysis.collectives import command as collectives  # noqa: E402
+from analysis.report import command as report  # noqa: E402
+from analysis.report.compare_page import PAGE_NAME as COMPARE_PAGE  # noqa: E402
+from analysis.timeline import command as timeline  # noqa: E402
 from tests.support.devtools import Browser  # noqa: E402
 from tests.support.page_layout import inspect, problems  # noqa: E402
 

@@ -166,7 +166,7 @@ def prepare_inputs(inputs: Path) -> None:
     for rel in REAL_FOREIGN:
         _readonly_copy(lambda p, rel=rel: shutil.copyfile(SHARED / Path(rel).name, p), inputs / rel)
     sys.path.insert(0, str(REPO))
-    from tests.analysis.engine import (  # advise's worked runs live in its tests
+    from tests.analysis.advise import (  # advise's worked runs live in its tests
         test_advice as advice_runs,
         test_advice_gpu_synthetic as advice_gpu_runs,
     )

@@ -19,7 +19,7 @@ settings.load_profile("suite")
 # The scripts the tests start (run_nsys.sh) run with $PYTHON: make it the interpreter running the tests.
 os.environ["PYTHON"] = sys.executable
 # No analysis cache beside the traces the tests read (shared decompressed copies among them), in this
-# process or the CLIs it starts; the cache's own tests (tests/analysis/test_cache.py) turn it on.
+# process or the CLIs it starts; the cache's own tests (tests/analysis/cache/test_cache.py) turn it on.
 os.environ["ANALYSIS_NO_CACHE"] = "1"
 
 # The cyclic garbage collector spent about 2.4 s of the 30 s quick loop walking the objects that live

@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from analysis import open_runs, overlap, timeline
-from analysis.engine import runs as runs_module
+from analysis import open_runs
+from analysis.overlap import command as overlap
+from analysis.run import runs as runs_module
+from analysis.timeline import command as timeline
 from tests.support.synthetic_ddp import write_rank_files
 
 T0 = 1_700_000_000_000_000_000

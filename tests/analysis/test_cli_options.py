@@ -6,7 +6,10 @@ import json
 
 import pytest
 
-from analysis import collectives, overlap, report, timeline
+from analysis.collectives import command as collectives
+from analysis.overlap import command as overlap
+from analysis.report import command as report
+from analysis.timeline import command as timeline
 from tests.support.synthetic_ddp import write_ddp_trace
 
 CLIS = {

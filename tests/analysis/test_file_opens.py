@@ -1,5 +1,5 @@
 """How often each command opens a trace file, counted per file: one sniff of its first bytes
-(readers/sniff.py), then for an nsys export one sqlite3 connection (the schema, metadata and the
+(trace/readers/sniff.py), then for an nsys export one sqlite3 connection (the schema, metadata and the
 fallback reads) and one connectorx connection per large SELECT (connectorx opens its own per query;
 kept because it reads the 1M-kernel export about 2.5x faster than one sqlite3 connection: docs/analysis.md),
 for a Kineto trace one read; the report also reads each file once whole, for its sha256."""
@@ -13,8 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import collectives, overlap, report, timeline
-from analysis.readers import sqlite_read
+from analysis.collectives import command as collectives
+from analysis.overlap import command as overlap
+from analysis.report import command as report
+from analysis.timeline import command as timeline
+from analysis.trace.readers import sqlite_read
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 

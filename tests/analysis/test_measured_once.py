@@ -10,11 +10,14 @@ from collections.abc import Callable
 
 import pytest
 
-from analysis import advise as advise_cli, collectives, overlap, report, timeline
-from analysis.engine import runs as runs_module
-from analysis.measures import activity, backward_span, collective_calls, loaded_run
-from analysis.views import lanes
-from tests.analysis.test_timeline_traces import write_trace
+from analysis.advise import command as advise_cli
+from analysis.collectives import command as collectives
+from analysis.measure import activity, backward_span, collective_calls, loaded_run
+from analysis.overlap import command as overlap
+from analysis.report import command as report
+from analysis.run import runs as runs_module
+from analysis.timeline import command as timeline, lanes
+from tests.analysis.timeline.test_timeline_traces import write_trace
 
 # what each count names: the one load, and the per-run measures the views draw from
 COUNTED = {
@@ -47,7 +50,7 @@ def traces(tmp_path_factory):
 
 
 def test_the_counter_sees_a_measure_run_twice(traces):
-    from analysis.engine.runs import load_trace
+    from analysis.run.runs import load_trace
 
     def twice():
         trace = load_trace(traces[0])

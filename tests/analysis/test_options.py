@@ -11,10 +11,14 @@ from pathlib import Path
 import pytest
 
 import analysis
-from analysis import advise, collectives, overlap, report, timeline
-from analysis.engine.session import OpenRuns
+from analysis.advise import command as advise
+from analysis.collectives import command as collectives
 from analysis.errors import TraceError
 from analysis.options import OPTIONS, AnalysisOptions
+from analysis.overlap import command as overlap
+from analysis.report import command as report
+from analysis.session import OpenRuns
+from analysis.timeline import command as timeline
 
 ROOT = Path(analysis.__file__).parent
 CLIS = {"overlap": overlap, "collectives": collectives, "timeline": timeline, "report": report, "advise": advise}

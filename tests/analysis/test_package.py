@@ -1,5 +1,6 @@
-"""The package as a newcomer meets it: the public names of `analysis` resolve, each stage folder
-imports only the stages before it (readers -> frames -> measures -> views; engine and the CLIs on top),
+"""The package as a newcomer meets it: the public names of `analysis` resolve, each folder imports
+only the folders below it (trace -> measure -> run -> the features; session.py, cli.py and the
+commands on top),
 and the top-level packages import only those below them (contract <- ddp, analysis; profiling glues ddp)."""
 
 import ast
@@ -12,14 +13,32 @@ import analysis
 from tests.support.imports import runtime_import_nodes
 
 PACKAGE = Path(analysis.__file__).parent
-# what each folder may import from the package (type-only imports under `if TYPE_CHECKING:` aside)
+# what each folder may import from the package, sub-folders included (type-only imports under
+# `if TYPE_CHECKING:` aside): the trace core, then the measure core, then each feature, report on top.
+# errors.py and options.py are below all; session.py and cli.py above all: only the entry modules (each
+# feature's command, and advise's Python API advise(), which opens its runs through session.open_runs)
+# import them.
 ALLOWED = {
-    "frames": {"frames"},
-    "readers": {"readers", "frames"},
-    "measures": {"measures", "frames"},
-    "views": {"views", "measures", "frames"},
-    "engine": {"engine", "views", "measures", "readers", "frames"},
-}
+    "trace": {"trace"},
+    "cache": {"cache", "trace"},
+    "measure": {"measure", "trace"},
+    "run": {"run", "cache", "measure", "trace"},
+    "render": {"render"},
+    "storage": {"storage", "render"},
+    "fsdp_units": {"fsdp_units", "measure", "trace", "render"},
+    "collectives": {"collectives", "fsdp_units", "cache", "measure", "trace", "render"},
+    "overlap": {"overlap", "collectives", "cache", "measure", "trace", "render"},
+    "timeline": {"timeline", "overlap", "measure", "trace", "render"},
+    "parallel": {"parallel", "overlap", "collectives", "run", "measure", "trace"},
+    "advise": {"advise", "overlap", "fsdp_units", "run", "cache", "measure", "trace", "render"},
+    "report": {
+        "report", "timeline", "overlap", "collectives", "fsdp_units", "parallel", "run", "storage", "measure",
+        "trace", "render",
+    },
+}  # fmt: skip
+TOP = {"session", "api", "cli"}  # the API and the CLIs' shared plumbing (the package root): the commands' only
+ENTRIES = {"command.py", "gate_command.py", "__main__.py", "advise/advice.py"}  # file names, or paths
+ROOT_ALLOWED = {"errors.py": set(), "options.py": {"trace"}}  # the root's two modules below every folder
 
 # what each top-level package may import from the repository (contract is below all; analysis never
 # imports ddp or profiling, so recording never loads pandas; profiling glues ddp to the recording)
@@ -55,38 +74,60 @@ def test_each_package_imports_only_the_packages_below_it(package):
 
 def test_the_package_check_sees_profiling_import_analysis(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("import os\ndef f():\n    from analysis.readers import nsys_export\nimport contract.names\n")
+    module.write_text(
+        "import os\ndef f():\n    from analysis.trace.readers import nsys_export\nimport contract.names\n"
+    )
     assert {n.split(".")[0] for n in imported_modules(module)} & set(PACKAGES) - PACKAGES["profiling"] == {"analysis"}
 
 
 def imported_stages(path: Path) -> set[str]:
-    """The analysis sub-packages a module imports at run time (any depth, not under TYPE_CHECKING)."""
+    """The analysis folders (and top modules session, cli) a module imports at run time (any depth, not
+    under TYPE_CHECKING)."""
     names = []
     for node in runtime_import_nodes(path):
         if isinstance(node, ast.ImportFrom) and node.module:
             names.append(node.module)
+            if node.module == "analysis":
+                names += [f"analysis.{a.name}" for a in node.names]
         elif isinstance(node, ast.Import):
             names += [a.name for a in node.names]
-    return {n.split(".")[1] for n in names if n.startswith("analysis.") and n.count(".") >= 1} & set(ALLOWED)
+    return {n.split(".")[1] for n in names if n.startswith("analysis.")} & (set(ALLOWED) | TOP)
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(PACKAGE))
 
 
 @pytest.mark.parametrize("stage", sorted(ALLOWED))
 def test_each_stage_imports_only_the_stages_before_it(stage):
+    """A folder's modules import only the folders below it; its entry modules also the API and the CLI plumbing."""
     wrong = {
-        str(path.relative_to(PACKAGE)): sorted(imported_stages(path) - ALLOWED[stage])
-        for path in sorted((PACKAGE / stage).glob("*.py"))
+        str(path.relative_to(PACKAGE)): sorted(
+            imported_stages(path) - ALLOWED[stage] - (TOP if ENTRIES & {path.name, rel(path)} else set())
+        )
+        for path in sorted((PACKAGE / stage).rglob("*.py"))
     }
     assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_the_root_modules_below_every_folder_import_no_folder_above_them():
+    wrong = {name: sorted(imported_stages(PACKAGE / name) - allowed) for name, allowed in ROOT_ALLOWED.items()}
+    assert {k: v for k, v in wrong.items() if v} == {}
+
+
+def test_every_folder_is_a_checked_stage():
+    folders = {p.parent.relative_to(PACKAGE).parts[0] for p in PACKAGE.rglob("*.py") if p.parent != PACKAGE}
+    assert folders - {"__pycache__"} == set(ALLOWED)
 
 
 def test_the_layering_check_sees_a_wrong_import(tmp_path):
     module = tmp_path / "m.py"
     module.write_text(
-        "from typing import TYPE_CHECKING\nfrom analysis.measures import intervals\n"
-        "if TYPE_CHECKING:\n    from analysis.engine.analyze import Analysis\n"
-        "def f():\n    from analysis.views.table import format_table\n"
+        "from typing import TYPE_CHECKING\nfrom analysis.measure import intervals\nfrom analysis import cli\n"
+        "if TYPE_CHECKING:\n    from analysis.overlap.analyze import Analysis\n"
+        "def f():\n    from analysis.render.table import format_table\n"
     )
-    assert imported_stages(module) == {"measures", "views"}
+    assert imported_stages(module) == {"measure", "render", "cli"}
 
 
 def test_every_public_name_resolves():
@@ -176,7 +217,7 @@ def package_graph(root: Path = PACKAGE) -> dict[str, set[str]]:
 
 
 def test_no_module_of_the_package_imports_itself_back():
-    """No import cycle anywhere in analysis/, engine/ included, deferred imports and imports for type
+    """No import cycle anywhere in analysis/, deferred imports and imports for type
     checking only counted too: a module that needs a function-level import or an `if TYPE_CHECKING:`
     to avoid a cycle is in the wrong place (the shared piece belongs a layer below both)."""
     assert import_cycles(package_graph()) == []

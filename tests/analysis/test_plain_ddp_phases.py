@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.engine.analyze import analyze_trace
-from analysis.engine.runs import load_trace
-from analysis.frames.phase_markers import phases_of
+from analysis.overlap.analyze import analyze_trace
+from analysis.run.runs import load_trace
+from analysis.trace.phase_markers import phases_of
 
 pytestmark = pytest.mark.slow  # runs the two-rank job (and nsys)
 

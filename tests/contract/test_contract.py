@@ -155,9 +155,9 @@ def test_default_patterns_match_the_names():
 
 
 def test_analysis_defaults_are_the_contract_patterns():
-    from analysis.frames.patterns import Patterns
+    from analysis.trace.patterns import Patterns
 
-    p = Patterns()  # the comm-kernel default is not ours to choose: analysis.frames.comm_families
+    p = Patterns()  # the comm-kernel default is not ours to choose: analysis.trace.comm_families
     assert (p.comm_range, p.step, p.forward, p.backward, p.optimizer, p.sync_wait) == (
         defaults.COMM_RANGE,
         defaults.STEP,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.engine.collectives_view import collectives_of
-from analysis.engine.runs import load_trace
+from analysis.collectives.collectives_view import collectives_of
+from analysis.run.runs import load_trace
 from contract import PAYLOAD_KEY
 from tests import small_run
 from tests.support.nsys import RECORDS_WITH_NSYS

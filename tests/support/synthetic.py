@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike
 
-from analysis.readers.nsys_db import (
+from analysis.trace.readers.nsys_db import (
     NVTX_EVENT_DOMAIN_CREATE,
     NVTX_EVENT_MARK,
     NVTX_EVENT_PUSH_POP,

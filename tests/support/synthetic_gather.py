@@ -1,4 +1,4 @@
-"""Small fsdp-shaped GPU exports, one per cause of a late all-gather (measures/gather_cause.py).
+"""Small fsdp-shaped GPU exports, one per cause of a late all-gather (fsdp_units/gather_cause.py).
 
 Two ranks (pids 800 and 900, GPUs 0 and 1), one step [0, 1000) µs with forward [0, 900); compute on
 stream 7, NCCL on stream 20. Each gather is the contract's shape: an async `comm:all_gather:<unit>`

@@ -1,0 +1,107 @@
+"""The GPU what-if's inputs from a trace whose collectives are kernels (`GpuRun`), and its prediction.
+
+Per rank-step (S, R): the interference sums (advise/interference.py), the rank's communication kernels
+in flight under backward, the first call's wait for the other ranks (the step's start carries the ranks'
+skew, paid once a step at any bucket size) and the other calls' waits (paid once a call); per parameter
+(S, R, J): the time from backward's start to its gradient's ready time and the communication in flight
+before it, so that its ready time in *work done* can be taken for any slowdown (stall_replay.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from analysis.advise.bucket_model import RecordedRun
+from analysis.advise.interference import SUMS, slowdown, step_sums
+from analysis.advise.stall_replay import replay_stalls
+from analysis.measure import intervals as iv
+from analysis.measure.phases import codes
+from analysis.trace.frames import GPU_KERNEL, Trace
+
+
+@dataclass(frozen=True)
+class GpuRun:
+    sums: np.ndarray  # (S, R, 4): work_in, work_out, comm_ns, span_ns (interference.SUMS)
+    elapsed: np.ndarray  # (S, R, J) ready time - backward start
+    comm_before: np.ndarray  # (S, R, J) own communication in flight between backward start and ready time
+    first_wait_ns: np.ndarray  # (S, R)
+    wait_ns: np.ndarray  # (S, R) the other calls' waits, summed
+    wait_calls: np.ndarray  # (S, R) how many calls those are
+
+    @property
+    def comm_under_ns(self) -> np.ndarray:
+        return self.sums[..., 2]
+
+    def slowdown(self, rows: np.ndarray) -> float:
+        """interference.slowdown pooled over the given steps (indices into S, repeats allowed)."""
+        return slowdown(*self.sums[rows].reshape(-1, len(SUMS)).sum(axis=0))
+
+    def call_wait_ns(self, rows: np.ndarray) -> float:
+        """Mean wait for the other ranks per call, the step's first call aside, over the given steps."""
+        calls = self.wait_calls[rows].sum()
+        return float(self.wait_ns[rows].sum() / calls) if calls else 0.0
+
+
+def _grid(base: pd.DataFrame, frame: pd.DataFrame, cols: list[str], shape: tuple[int, int]) -> np.ndarray:
+    """frame's cols on base's (step, rank) rows, (S, R, len(cols)); 0 where frame has no row."""
+    merged = base[["step", "rank"]].merge(frame, on=["step", "rank"], how="left")[cols].fillna(0.0)
+    return merged.to_numpy(dtype=float).reshape(*shape, len(cols))
+
+
+def _covered(set_starts: np.ndarray, set_ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """iv.covered_before for an array of times of any shape."""
+    return iv.covered_before(set_starts, set_ends, np.asarray(t, dtype=np.int64).ravel()).reshape(np.shape(t))
+
+
+def gpu_run(trace: Trace, run: RecordedRun, base: pd.DataFrame, served: pd.DataFrame) -> GpuRun:
+    """The GPU inputs of a recorded run (base: its rank-steps sorted by step then rank, as in advice.py)."""
+    shape = run.step_ns.shape
+    ops = trace.gpu_ops
+    ranks = trace.ranks[["part", "pid", "device", "rank"]]
+    kernels = ops[codes(ops["kind"]) == GPU_KERNEL].merge(ranks, on=["part", "pid", "device"])
+    comm = kernels[kernels["is_comm"]]
+    windows = base[["rank", "step"]].assign(lo=base["backward_start"], hi=base["backward_end"])
+    sums = _grid(base, step_sums(kernels[~kernels["is_comm"]], comm, windows), SUMS, shape)
+
+    b0 = run.backward_start.astype(float)
+    before = np.zeros_like(run.ready, dtype=float)
+    for r in range(shape[1]):  # one pass per rank: its communication kernels as one interval set
+        own = comm[comm["rank"] == base["rank"].to_numpy()[r]]
+        s, e = iv.union(own["start"].to_numpy(), own["end"].to_numpy())
+        before[:, r, :] = _covered(s, e, run.ready[:, r, :]) - _covered(s, e, b0[:, r])[:, None]
+
+    calls = served[served["step"].isin(base["step"].unique())].sort_values(["rank", "step", "start_ns"])
+    first = calls.groupby(["rank", "step"]).head(1)
+    rest = calls.drop(first.index).groupby(["rank", "step"])["wait_ns"].agg(["sum", "size"]).reset_index()
+    first_wait = _grid(base, first[["rank", "step", "wait_ns"]], ["wait_ns"], shape)[..., 0]
+    waits = _grid(base, rest, ["sum", "size"], shape)
+    return GpuRun(sums, run.ready - b0[..., None], before, first_wait, waits[..., 0], waits[..., 1])
+
+
+def predict_gpu(
+    gpu: GpuRun,
+    run: RecordedRun,
+    rows: np.ndarray,
+    lam: np.ndarray,
+    wait: np.ndarray,
+    buckets: list[np.ndarray],
+    cost_ns: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per replayed step and rank (N, R): the predicted step, the change in communication in flight under
+    backward and the change in tail, at the given buckets. rows (N): the recorded steps replayed; lam,
+    wait (N): the slowdown and per-call wait each is replayed with; cost_ns (N, K): each call's transfer."""
+    lam3 = lam[:, None, None]
+    span = run.backward_end[rows] - run.backward_start[rows]
+    comm_under = gpu.comm_under_ns[rows]
+    work = span - lam[:, None] * comm_under
+    progress = gpu.elapsed[rows] - lam3 * gpu.comm_before[rows]
+    ready = np.stack([progress[:, :, b].max(axis=2) for b in buckets], axis=2)
+    call = cost_ns[:, None, :] + wait[:, None, None] + np.zeros_like(ready)
+    call[:, :, 0] = cost_ns[:, None, 0] + gpu.first_wait_ns[rows]
+    st = replay_stalls(ready, work, call, lam[:, None])
+    tail = run.tail_ns[rows]
+    step = run.step_ns[rows] - span - tail + st.backward_ns + st.tail_ns
+    return step, st.comm_under_ns - comm_under, st.tail_ns - tail

@@ -1,0 +1,138 @@
+"""What a collective of n bytes costs: latency + n / bandwidth, fitted from a trace's own calls.
+
+The calls of one run are serial on their rank's communication stream (GPU: one NCCL stream; CPU: gloo's
+worker runs one collective at a time), so a call's service time is measured from its *effective* start, the
+later of its arrival and the end of the rank's previous call, to its end, minus the time it waited for the
+last rank to arrive (pairing.py). Those transfer times are fitted by least squares, one line per message-size
+range (the distinct sizes, smallest first, grouped greedily into ranges at most RANGE_FACTOR wide; a range
+gets a line when its sizes span at least MIN_SPREAD), and one line over all calls. A size inside a range's
+sizes takes that range's line; above every range, the largest range's line if that range holds the largest
+recorded size (large messages are bandwidth-bound there too); below every range, the smallest's if it holds
+the smallest recorded size; anywhere else (between ranges, or beyond a range past recorded sizes that made no
+line of their own), the overall line. Latency and per-byte time are clamped at zero: a line that would need a
+negative one is refitted with it at zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+from analysis.measure.pairing import pair
+
+RANGE_FACTOR = 16.0  # each message-size range spans this factor of sizes
+MIN_SPREAD = 1.5  # a range's distinct sizes must span this factor for a line of its own
+
+
+@dataclass(frozen=True)
+class Line:
+    """latency_ns + bytes * ns_per_byte, fitted over sizes [lo_bytes, hi_bytes] from `calls` calls."""
+
+    lo_bytes: float
+    hi_bytes: float
+    latency_ns: float
+    ns_per_byte: float
+    calls: int
+
+    @property
+    def bandwidth_gbps(self) -> float:
+        """Bytes per second / 1e9 (inf when the per-byte time is zero)."""
+        return float("inf") if self.ns_per_byte <= 0 else 1.0 / self.ns_per_byte
+
+    def predict_ns(self, nbytes: ArrayLike) -> np.ndarray:
+        return self.latency_ns + np.asarray(nbytes, dtype=float) * self.ns_per_byte
+
+
+@dataclass(frozen=True)
+class CommCost:
+    """The fitted cost: one line per message-size range that has enough calls, and one over all calls."""
+
+    ranges: tuple[Line, ...]
+    overall: Line
+
+    def predict_ns(self, nbytes: ArrayLike) -> np.ndarray:
+        """Each size's cost from its range's line (module docstring), else from the overall line."""
+        n = np.asarray(nbytes, dtype=float)
+        out = self.overall.predict_ns(n)
+        if not self.ranges:
+            return out
+        lowest, highest = self.ranges[0], self.ranges[-1]
+        # beyond the ranges, a range's line extends only past the recorded sizes it holds itself: sizes
+        # recorded outside every range (too few to make a line) are known to the overall line alone
+        if lowest.lo_bytes <= self.overall.lo_bytes:
+            out = np.where(n < lowest.lo_bytes, lowest.predict_ns(n), out)
+        if highest.hi_bytes >= self.overall.hi_bytes:
+            out = np.where(n > highest.hi_bytes, highest.predict_ns(n), out)
+        for line in self.ranges:
+            inside = (n >= line.lo_bytes) & (n <= line.hi_bytes)
+            out = np.where(inside, line.predict_ns(n), out)
+        return out
+
+
+def fit_line(nbytes: ArrayLike, ns: ArrayLike) -> tuple[float, float]:
+    """Least-squares (latency_ns, ns_per_byte) of ns ~ latency + bytes * per_byte, both >= 0.
+
+    Each distinct size counts once, at the median of its calls, so a size called often does not
+    outweigh the others and one slow call does not move the line."""
+    frame = pd.DataFrame({"b": np.asarray(nbytes, dtype=float), "t": np.asarray(ns, dtype=float)}).dropna()
+    if frame.empty:
+        raise ValueError("no calls to fit a communication cost from")
+    per_size = frame.groupby("b")["t"].median()
+    b, t = per_size.index.to_numpy(dtype=float), per_size.to_numpy(dtype=float)
+    if b.size == 1:  # one size: all of it is per-byte time (latency cannot be told apart)
+        return 0.0, float(t[0] / b[0]) if b[0] > 0 else 0.0
+    slope, intercept = np.polyfit(b, t, 1)
+    if intercept < 0:  # through the origin
+        return 0.0, float(max(np.dot(b, t) / np.dot(b, b), 0.0))
+    if slope < 0:  # flat: latency only
+        return float(np.mean(t)), 0.0
+    return float(intercept), float(slope)
+
+
+def fit_cost(nbytes: ArrayLike, ns: ArrayLike) -> CommCost:
+    """The overall line and one line per message-size range with enough distinct sizes (module docstring)."""
+    b, t = np.asarray(nbytes, dtype=float), np.asarray(ns, dtype=float)
+    keep = ~(np.isnan(b) | np.isnan(t)) & (b > 0)
+    b, t = b[keep], t[keep]
+    latency, per_byte = fit_line(b, t)
+    overall = Line(float(b.min()), float(b.max()), latency, per_byte, int(b.size))
+    lines = []
+    for sizes in size_ranges(np.unique(b)):
+        if sizes.max() / sizes.min() >= MIN_SPREAD:
+            inside = (b >= sizes.min()) & (b <= sizes.max())
+            lat, pb = fit_line(b[inside], t[inside])
+            lines.append(Line(float(sizes.min()), float(sizes.max()), lat, pb, int(inside.sum())))
+    return CommCost(tuple(lines), overall)
+
+
+def size_ranges(sizes: np.ndarray) -> list[np.ndarray]:
+    """Sorted distinct sizes cut into runs: a run ends before the first size over RANGE_FACTOR x its smallest."""
+    runs, first = [], 0
+    # one pass over the distinct message sizes (a handful to a few hundred), not over calls
+    for i in range(1, sizes.size + 1):
+        if i == sizes.size or sizes[i] > sizes[first] * RANGE_FACTOR:
+            runs.append(sizes[first:i])
+            first = i
+    return runs
+
+
+def serial_starts(calls: pd.DataFrame) -> np.ndarray:
+    """Each call's effective start on its rank's serial stream: max(own start, the previous call's end)."""
+    order = calls.sort_values(["rank", "start_ns"], kind="stable")
+    prev_end = order.groupby("rank", sort=False)["end_ns"].shift(1)
+    prev_end = prev_end.groupby(order["rank"], sort=False).cummax()  # a call waits for all earlier ones
+    start = np.maximum(order["start_ns"].to_numpy(dtype=float), prev_end.fillna(-np.inf).to_numpy())
+    return pd.Series(start.astype(np.int64), index=order.index).reindex(calls.index).to_numpy()
+
+
+def transfer_times(calls: pd.DataFrame, world: int) -> pd.DataFrame:
+    """rank, step, op, tag, bytes, start_ns (serial start), end_ns, wait_ns (for the last rank) and
+    transfer_ns of every paired call with known bytes (serial starts, then pairing.pair)."""
+    served = calls.assign(start_ns=serial_starts(calls))
+    paired = pair(served, world)
+    ok = paired["paired"].to_numpy() & paired["bytes"].notna().to_numpy()
+    cols = ["rank", "step", "op", "tag", "bytes", "start_ns", "end_ns", "wait_ns", "transfer_ns"]
+    return paired.loc[ok, [c for c in cols if c in paired.columns]].reset_index(drop=True)

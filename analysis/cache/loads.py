@@ -1,0 +1,95 @@
+"""The load cache: a run's loaded Trace kept beside its first file, read back instead of the export the
+next time the same files are loaded with the same patterns by the same code (`cached_load`).
+
+An entry is a folder `trace-<key>` in the first file's cache folder (cache_key.cache_folder:
+`.<name>.analysis-cache/` beside it), holding the Trace (cache/trace_store.py) and `key.json`. The key
+covers every file of the run (cache_key.file_state: path, size, mtime_ns, sampled hash), the paths as
+given (Trace.path shows them), the patterns and the code's fingerprint. An entry is written into a
+temporary folder and renamed into place, so a reader never sees half of one; when two commands write
+the same entry at once, the second rename fails and its copy is dropped. Entries of the same files
+in another state or from other code are removed when a new one is written. A folder that cannot be
+written (read-only, disk full) leaves the load as it was, with one note on stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from analysis.cache.key import cache_enabled, cache_folder, code_fingerprint, is_stale, key_of, note_off, states, umask
+from analysis.cache.trace_store import read_saved, save_trace
+from analysis.trace.frames import Trace
+from analysis.trace.patterns import Patterns
+
+KEY = "key.json"
+
+
+def cached_load(
+    files: Sequence[Path], patterns: Patterns, load: Callable[[], Trace], cache: bool | None = None
+) -> Trace:
+    """The Trace of `files` from the cache when an entry matches, else `load()` stored for next time."""
+    if not cache_enabled(cache):
+        return load()
+    try:
+        found = states(files)
+    except OSError:  # not a plain readable file (the reader says what is wrong)
+        return load()
+    key = {
+        "given": [str(p) for p in files],
+        "files": found,
+        "patterns": asdict(patterns),
+        "code": code_fingerprint(),
+    }
+    folder = cache_folder(files[0])
+    entry = folder / f"trace-{key_of(key)}"
+    if (entry / KEY).is_file():
+        try:
+            return read_saved(entry)
+        except (OSError, ValueError, KeyError, TypeError):  # removed under us, or damaged: load it anew
+            shutil.rmtree(entry, ignore_errors=True)
+    trace = load()
+    _store(trace, entry, key)
+    return trace
+
+
+def _store(trace: Trace, entry: Path, key: dict) -> None:
+    """Write the entry through a temporary folder renamed into place; drop stale siblings."""
+    folder = entry.parent
+    tmp: Path | None = None
+    try:
+        folder.mkdir(exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
+        tmp.chmod(0o777 & ~umask())  # as mkdir would make it (mkdtemp's is 0700)
+        save_trace(trace, tmp)
+        (tmp / KEY).write_text(json.dumps(key))  # last: an entry with its key is whole
+        try:
+            tmp.rename(entry)
+            tmp = None
+        except OSError:  # another command wrote it first: theirs is the same
+            pass
+        _drop_stale(folder, entry, key)
+    except OSError as e:
+        note_off(folder, e)
+    except TypeError:  # a field the store cannot write: no entry
+        pass
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _drop_stale(folder: Path, kept: Path, key: dict) -> None:
+    """Remove the entries of these files in another state or from other code (never the one just written)."""
+    for other in folder.glob("trace-*"):
+        if other == kept:
+            continue
+        try:
+            theirs = json.loads((other / KEY).read_text())
+        except (OSError, ValueError):
+            continue  # being written, or not ours to judge
+        stale = is_stale(theirs, key)
+        if stale:
+            shutil.rmtree(other, ignore_errors=True)

@@ -1,0 +1,2 @@
+"""The overlap feature: how much communication ran under compute, per rank and step (metrics.py), `analyze_trace`
+(analyze.py), and `python -m analysis.overlap` (command.py)."""

@@ -1,0 +1,187 @@
+"""Overlap metrics per rank and per step, exact to the nanosecond (union semantics throughout).
+
+For each window (one step, see steps.py for its bounds; or the whole capture):
+  step_ms              the step window's length (GPU ranks: start to next step's start; CPU-only
+                       ranks: the NVTX step range); whole capture: span of the rank's activity
+  backward_ms          span of the backward pass's compute (GPU: first start to last end of its kernels)
+  compute_ms           |union of compute|                 comm_ms   |union of communication|
+  comm_kernel_ms       |union of communication kernels|   comm_copy_ms  |union of communication copies|
+  overlap_ms           |comm ∩ compute|                   backward_overlap_ms  |comm ∩ backward compute|
+  exposed_comm_ms      comm_ms - overlap_ms               overlap_pct  overlap/comm x 100 (NaN: no comm)
+  idle_ms              window length minus the time inside it when the rank computed or communicated
+                       (whichever step launched that work)
+  comm_kernels, compute_kernels, comm_copies, comm_ranges  counts (comm_ranges: each collective once)
+  comm_wait_ms, comm_transfer_ms, exposed_comm_wait_ms, exposed_comm_transfer_ms  the step's collective
+                       calls split into waiting for the last rank and transfer, and the parts of each
+                       not under compute (the collectives view; added by overlap/analyze.analyze_trace)
+A step owns the work launched inside it (NVTX projection, see phases.py and steps.py); its
+communication is intersected with all of the rank's compute, so comm launched in step k and hidden
+behind step k+1's compute still counts as overlapped.
+
+Where each figure comes from (columns comm_source, compute_source):
+  kernels/kernels  GPU ranks whose collectives run on the GPU: comm = communication kernels and copies.
+  ranges/kernels   GPU ranks whose collectives run on the host (gloo with CUDA tensors: the GPU sees
+                   only staging copies): comm = the comm NVTX ranges, compute = GPU compute kernels.
+  ranges/ranges    CPU-only ranks: comm ranges, and forward/backward/optimizer ranges minus blocking
+                   comm and gradient-sync waits.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from analysis.measure import intervals as iv
+from analysis.measure.activity import Items, RankActivity, RankWork, rank_work
+from analysis.trace.frames import NS_PER_MS, Trace
+from analysis.trace.patterns import Patterns
+
+# added by overlap/analyze.analyze_trace from the collectives view (collective_rows.with_comm_split)
+SPLIT_METRICS = ["comm_wait_ms", "comm_transfer_ms", "exposed_comm_wait_ms", "exposed_comm_transfer_ms"]
+METRICS = [
+    "step_ms",
+    "backward_ms",
+    "compute_ms",
+    "comm_ms",
+    "comm_kernel_ms",
+    "comm_copy_ms",
+    "overlap_ms",
+    "backward_overlap_ms",
+    "exposed_comm_ms",
+    "idle_ms",
+    "overlap_pct",
+    "comm_kernels",
+    "compute_kernels",
+    "comm_copies",
+    "comm_ranges",
+    *SPLIT_METRICS,
+]
+COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
+SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
+
+
+def _pieces(items: Items, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """keyed_union of items all in windows 0..n-1; one window: the items' own union (kept by Items), the
+    same pieces keyed_union makes of a single key."""
+    if n == 1:
+        s, e = items.as_set()
+        return np.zeros(s.size, dtype=np.int64), s, e
+    return iv.keyed_union(items.window, items.start, items.end)
+
+
+def _per_window_length(items: Items, n: int) -> np.ndarray:
+    keys, s, e = _pieces(items, n)
+    return iv.sum_by_key(keys, e - s, n)
+
+
+def _per_window_overlap(pieces: tuple[np.ndarray, np.ndarray, np.ndarray], other: iv.Set, n: int) -> np.ndarray:
+    """Per window: |union of the window's items ∩ other| (pieces: the items' keyed_union; other is one
+    canonical set for the rank)."""
+    keys, s, e = pieces
+    return iv.sum_by_key(keys, iv.overlap_lengths(s, e, *other), n)
+
+
+def _per_window_span(items: Items, n: int) -> np.ndarray:
+    lo = np.full(n, np.iinfo(np.int64).max)
+    hi = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(lo, items.window, items.start)
+    np.maximum.at(hi, items.window, items.end)
+    return np.where(hi > lo, hi - lo, 0)
+
+
+def window_metrics(
+    act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarray], sets: tuple[iv.Set, iv.Set] | None = None
+) -> pd.DataFrame:
+    """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns; sets: the rank's
+    (busy, backward) unions (act.busy(), act.backward's union) when the caller has them."""
+    busy, backward_set = sets if sets is not None else (act.busy(), iv.union(act.backward.start, act.backward.end))
+    inside = lambda items: items.where(items.window >= 0)
+    comm, compute, backward = inside(act.comm), inside(act.compute), inside(act.backward)
+    comm_pieces = _pieces(comm, n)  # once for comm, overlap and backward
+    comm_ns = iv.sum_by_key(comm_pieces[0], comm_pieces[2] - comm_pieces[1], n)
+    overlap_ns = _per_window_overlap(comm_pieces, act.compute.as_set(), n)
+    lo, hi = (np.asarray(b, dtype=np.int64) for b in bounds)
+    busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
+    gpu = np.nan if not act.compute_are_kernels else 1.0  # CPU-only ranks have no kernels or copies
+    frame = pd.DataFrame(
+        {
+            "step_ms": (hi - lo) / NS_PER_MS,
+            "backward_ms": _per_window_span(backward, n) / NS_PER_MS,
+            "compute_ms": _per_window_length(compute, n) / NS_PER_MS,
+            "comm_ms": comm_ns / NS_PER_MS,
+            "comm_kernel_ms": gpu * _per_window_length(inside(act.comm_kernels), n) / NS_PER_MS,
+            "comm_copy_ms": gpu * _per_window_length(inside(act.comm_copies), n) / NS_PER_MS,
+            "overlap_ms": overlap_ns / NS_PER_MS,
+            "backward_overlap_ms": _per_window_overlap(comm_pieces, backward_set, n) / NS_PER_MS,
+            "exposed_comm_ms": (comm_ns - overlap_ns) / NS_PER_MS,
+            "idle_ms": (hi - lo - busy_ns) / NS_PER_MS,
+            "overlap_pct": np.where(comm_ns > 0, 100.0 * overlap_ns / np.maximum(comm_ns, 1), np.nan),
+        }
+    )
+    count = lambda windows: np.bincount(windows[windows >= 0], minlength=n)[:n]
+    frame["comm_kernels"] = count(act.comm_kernels.window)
+    frame["compute_kernels"] = count(act.compute.window) if act.compute_are_kernels else 0
+    frame["comm_copies"] = count(act.comm_copies.window)
+    frame["comm_ranges"] = count(act.comm_range_windows)
+    return frame
+
+
+def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-step rows, total row) for one rank."""
+    span = work.whole.span
+    # the whole capture's and the steps' items cover the same points (the windowing only labels them),
+    # so their busy and backward unions are measured once here and not kept after
+    whole = work.whole
+    sets = (whole.busy(), iv.union(whole.backward.start, whole.backward.end))
+    total = window_metrics(whole, 1, (np.array([span[0]]), np.array([span[1]])), sets)
+    w = work.windows
+    if len(w):
+        per_step = window_metrics(work.steps, len(w), (w["start"].to_numpy(), w["end"].to_numpy()), sets)
+        per_step.insert(0, "step", pd.array(w["step"].to_numpy(), dtype="Int64"))
+    else:  # no step ranges: the whole capture is the one window
+        per_step = total.copy()
+        per_step.insert(0, "step", pd.array([None], dtype="Int64"))
+    return per_step, total
+
+
+def measure_trace(
+    trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(per-step frame, per-rank total frame), each keyed by rank, pid, device, with the rank's
+    comm_source, compute_source and shared_gpu (its GPU also runs another rank's work); `works`:
+    rank_work(trace, patterns) when the caller has it already."""
+    from analysis.trace.run_info import shared_gpu_ranks
+
+    shared = shared_gpu_ranks(trace)
+    step_rows: list[pd.DataFrame] = []
+    total_rows: list[pd.DataFrame] = []
+    for work in works if works is not None else rank_work(trace, patterns):
+        per_step, total = _rank_frames(work)
+        for frame, bucket in ((per_step, step_rows), (total, total_rows)):
+            frame.insert(0, "device", work.device)
+            frame.insert(0, "pid", work.pid)
+            frame.insert(0, "rank", work.rank)
+            frame["comm_source"], frame["compute_source"] = work.comm_source, work.compute_source
+            frame["shared_gpu"] = work.rank in shared
+            bucket.append(frame)
+    return pd.concat(step_rows, ignore_index=True), pd.concat(total_rows, ignore_index=True)
+
+
+def _mean(column: pd.Series) -> float | None:
+    """The mean of a column's non-NaN values, summed in a contiguous copy: numpy sums a contiguous
+    array pairwise but a strided one in sequence, so a frame's memory layout (how it was built: one
+    load or merged files) would otherwise change the last bits."""
+    values = np.ascontiguousarray(column.to_numpy(dtype=np.float64, na_value=np.nan))
+    kept = values[~np.isnan(values)]
+    return float(kept.sum() / kept.size) if kept.size else float("nan")
+
+
+def summarise(per_step: pd.DataFrame) -> dict:
+    """Metrics averaged over the given steps of all ranks; overlap_pct from the averaged times."""
+    if len(per_step) == 0:
+        return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
+    out = {m: _mean(per_step[m]) if m in per_step else None for m in METRICS if m != "overlap_pct"}
+    overlap, comm = out["overlap_ms"], out["comm_ms"]
+    out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None and comm and comm > 0 else None
+    steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)
+    return {"ranks": int(per_step["rank"].nunique()), "steps": steps, **out}

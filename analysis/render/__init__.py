@@ -1,0 +1,3 @@
+"""Rendering primitives every feature shares: the table/CSV/JSON printer (table.py), the colours (palette.py),
+offline HTML pages (html_page.py), plotly figures from dicts (figure_dicts.py), PNG/SVG export (export.py) and
+finding Chromium (chromium.py)."""

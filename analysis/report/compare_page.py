@@ -1,0 +1,88 @@
+"""The side-by-side page: one step of every implementation, fastest first, stacked on one time scale,
+each with its backward pass outlined, so where communication sits against backward reads at a glance.
+
+Each panel is the timeline (timeline/timeline_page.py) of one rank's one step: the median step of the
+slowest rank (the step the timelines open on), time zero at that step's start.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from analysis.render import palette
+from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
+from analysis.timeline.lanes import Segments, Selection, representative_step
+from analysis.timeline.panel import Panel
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from analysis.measure.loaded_run import LoadedRun
+
+PAGE_NAME = "timelines/side_by_side.html"
+INTRO = (
+    "One step of each implementation, fastest first, on one time scale: time zero is the step's start. "
+    "Each panel is the median step of that run's slowest rank, that rank's lanes. The outlined box is the "
+    "backward pass (first to last GPU kernel launched in backward; on CPU traces the backward ranges): "
+    "communication inside it can overlap backward, and the overlap strip says which communication compute "
+    "hid and which it left exposed."
+)
+
+
+def _ms(value: object) -> str:
+    return "-" if value is None else f"{float(value):.2f} ms"  # type: ignore[arg-type]
+
+
+def compare_title(label: str, colour: str, step: int | None, rank: int | None, row: pd.Series | None) -> str:
+    """The panel title: the implementation in its colour, which step and rank, and that step's figures
+    from the analysis (the report table's per-step source)."""
+    head = palette.coloured_name(f"<b>{html.escape(label)}</b>", colour)
+    if step is None or row is None:
+        return f"{head} — whole run (no numbered steps)"
+    pct = row.get("overlap_pct")
+    overlapped = "-" if pct is None or pct != pct else f"{pct:.1f}%"
+    return (
+        f"{head} — step {step}, rank {rank}: step {_ms(row['step_ms'])}, comm {_ms(row['comm_ms'])}, "
+        f"overlapped {overlapped}, exposed comm {_ms(row['exposed_comm_ms'])}"
+    )
+
+
+def compare_panel(
+    label: str,
+    colour: str,
+    path: str,
+    run: LoadedRun,
+    steps: pd.DataFrame,
+    width_px: int = 1600,
+    segments: Segments | None = None,
+) -> Panel:
+    """One implementation's panel: its representative step and rank, backward outlined, titled in its colour
+    (`segments`: the run's lanes.run_segments when the caller draws it more than once)."""
+    from analysis.timeline.timeline_page import trace_panel
+
+    chosen = representative_step(steps)
+    selection = Selection() if chosen is None else Selection(step=chosen[0], rank=chosen[1])
+    panel, _ = trace_panel(path, selection, run, steps, width_px=width_px, segments=segments)
+    row = None
+    if chosen is not None:
+        at = steps.loc[(steps["step"] == chosen[0]) & (steps["rank"] == chosen[1])]
+        row = at.iloc[0] if len(at) else None
+    step, rank = (None, None) if chosen is None else chosen
+    return dataclasses.replace(panel, title=compare_title(label, colour, step, rank, row))
+
+
+def write_compare(
+    output: Path, panels: list[Panel], labels: list[str], plotly_js: PlotlyJs = BESIDE_THE_PAGE, width_px: int = 1600
+) -> tuple[Path, go.Figure]:
+    """Write the side-by-side page of the panels (in the order given: fastest first)."""
+    from analysis.render.html_page import write_page
+    from analysis.timeline.render_figure import build_figure
+
+    fig = build_figure(panels, width_px=width_px, x_title="time since the step's start (ms), each panel its own step")
+    title = "Side by side: " + ", ".join(labels)
+    write_page(output, title, [fig], intro=INTRO, plotly_js=plotly_js)
+    return output, fig

@@ -1,0 +1,254 @@
+"""OpenRuns, the object every analysis CLI is a veneer over: runs read once, asked many times
+(`open_runs(paths) -> OpenRuns` and the other entry functions are in api.py).
+
+    from analysis import open_runs
+    runs = open_runs(["traces/naive.rank0.sqlite", "traces/naive.rank1.sqlite"])  # one run, two files
+    runs.overlap().steps            # a DataFrame: one row per rank and step
+    runs.collectives().by_rank      # the collectives view
+    runs.timeline_panels()          # the timeline's panels (timeline/timeline_page.write_timeline draws them)
+    runs.report("reports/")         # the report folder analysis.report writes (report/report_folder.py)
+    runs.compare(["old.sqlite"], ["step_ms:+5%"])  # the baseline gate (analysis.report --baseline)
+
+Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one folder, or every
+path with merge=True, are one run; files of different runs are refused). Each run is read once
+into one object, measure/loaded_run.LoadedRun (the trace, its step ranges, every rank's activity;
+its collective calls and backward spans measured on first use), which every feature and view
+takes (`.loaded(i)`). The metrics come from measure_runs.measure_runs, one interface over serial,
+--jobs and Dask: serially (jobs=1, no Dask) its files are loaded in one piece and that object
+serves the metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each
+file is a task and the run's results are merged by the loader's rules (rank_merge.combine); the
+collectives view and the timeline, which need the run's events, then read the run again, once,
+in this process. A step, rank or warm-up skip the runs do not have is a
+TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
+(.overlap), collectives (.collectives), timeline (.timeline), report (.report; with --baseline,
+report/compare.compare, whose figures .compare shares).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from analysis.collectives.collectives_view import CollectivesView, run_call_rows, view_of_rows
+from analysis.errors import TraceError
+from analysis.measure.loaded_run import LoadedRun, measure_run
+from analysis.options import check_not_negative
+from analysis.overlap.analyze import Analysis, check_selection, concat_analyses, selected
+from analysis.parallel.measure_runs import RunResult, measure_runs
+from analysis.parallel.parallel import Progress
+from analysis.run.runs import RunFiles, find_runs, load_trace, shown_files
+from analysis.timeline.lanes import Selection
+from analysis.trace.frames import Trace
+from analysis.trace.patterns import Patterns
+
+if TYPE_CHECKING:
+    from analysis.report.compare import Comparison
+    from analysis.report.gate import Rule
+    from analysis.report.report_folder import ReportResult
+
+
+class OpenRuns:
+    """Runs opened once; each is loaded (or analysed file by file) the first time it is asked for."""
+
+    def __init__(
+        self,
+        runs: Sequence[RunFiles],
+        patterns: Patterns | None = None,
+        skip_steps: int = 0,
+        jobs: int = 1,
+        dask: str | None = None,
+        progress: Progress | None = None,
+        keep_traces: bool = True,
+        task: Callable | None = None,
+        cache: bool | None = None,
+        collectives: bool = True,
+    ):
+        check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
+        self.runs = list(runs)
+        self.patterns = patterns or Patterns()
+        self.skip_steps = skip_steps
+        self.jobs, self.dask = jobs, dask
+        self.progress = progress
+        self.keep_traces = keep_traces
+        self.task = task
+        self.cache = cache  # the load cache (load_cache.py): None: on unless ANALYSIS_NO_CACHE is set
+        # False: the caller asks for no collectives view (the overlap command), so a run loaded in one
+        # piece skips its gather rows and in-time facts; .collectives() would then measure them on asking
+        self.collectives_view = collectives
+        self._loaded: dict[int, LoadedRun] = {}
+        self._results: list[RunResult] | None = None
+
+    @property
+    def per_file(self) -> bool:
+        """Whether the runs are analysed file by file (in processes or on Dask) rather than in one piece."""
+        return self.jobs > 1 or self.dask is not None
+
+    def loaded(self, i: int) -> LoadedRun:
+        """Run i read and measured (loaded_run.measure_run), once per OpenRuns when traces are kept."""
+        if i in self._loaded:
+            return self._loaded[i]
+        run = measure_run(load_trace(self.runs[i].paths, self.patterns, self.cache), self.patterns)
+        if self.keep_traces:
+            self._loaded[i] = run
+        return run
+
+    def trace(self, i: int) -> Trace:
+        """Run i's loaded Trace (`.loaded(i).trace`)."""
+        return self.loaded(i).trace
+
+    def results(self) -> list[RunResult]:
+        """Every run's RunResult (computed once); failed runs carry their error."""
+        if self._results is None:
+            self._results = measure_runs(
+                self.runs,
+                self.loaded,
+                self.patterns,
+                self.skip_steps,
+                self.jobs,
+                self.dask,
+                self.progress,
+                self.task,
+                self.cache,
+                self.collectives_view,
+            )
+        return self._results
+
+    def errors(self) -> list[str]:
+        """The one-line error of every run that failed."""
+        return [r.error for r in self.results() if r.error is not None]
+
+    def good(self) -> list[RunResult]:
+        return [r for r in self.results() if r.analysis is not None]
+
+    def overlap(self, step: int | None = None, rank: int | None = None) -> Analysis:
+        """The overlap metrics of every run that loaded (analyze.Analysis), only step/rank when given."""
+        analyses = [r.analysis for r in self.good() if r.analysis is not None]
+        if not analyses:
+            raise TraceError(self.errors()[0] if len(self.errors()) == 1 else "; ".join(self.errors()))
+        return selected(concat_analyses(analyses), step, rank)
+
+    def check_selection(self, step: int | None = None, rank: int | None = None) -> None:
+        """A TraceError naming what the runs have when they lack rank `rank` or step `step`
+        (analyze.check_selection over every run that loaded, the failed runs' errors when none did)."""
+        check_selection(self.overlap(), step, rank)
+
+    def collectives(
+        self, rank: int | None = None, step: int | None = None, peak_busbw: float | None = None
+    ) -> CollectivesView:
+        """The collectives view of every run that loaded (collectives_view.CollectivesView)."""
+        pairs = [
+            r.call_rows if r.call_rows is not None else run_call_rows(self.loaded(i))
+            for i, r in enumerate(self.results())
+            if r.analysis is not None
+        ]
+        if not pairs:
+            raise TraceError("; ".join(self.errors()) or "no run")
+        return view_of_rows(pairs, rank=rank, step=step, peak_busbw=peak_busbw, skip_steps=self.skip_steps)
+
+    def timeline_panels(self, selection: Selection | None = None, width_px: int = 1600) -> list[tuple]:
+        """(panel, PanelSummary) per run that loaded, for timeline/timeline_page.write_timeline."""
+        from analysis.timeline.timeline_page import trace_panel
+
+        selection = selection or Selection()
+        shown = shown_files([r.run.label for r in self.results()])  # two a/fsdp.sqlite, b/fsdp.sqlite: told apart
+        out = []
+        for i, r in enumerate(self.results()):
+            if r.analysis is None:
+                continue
+            out.append(
+                trace_panel(r.run.label, selection, self.loaded(i), r.analysis.steps, width_px, file_name=shown[i])
+            )
+        return out
+
+    def timeline(
+        self,
+        output: str | Path,
+        step: int | None = None,
+        rank: int | None = None,
+        width_px: int = 1600,
+        self_contained: bool = False,
+    ) -> TimelinePage:
+        """Write the runs' timeline page to `output` (one panel per run, only step/rank when given:
+        a TraceError naming what the runs have when they lack it) from the runs as loaded; returns
+        the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
+        the CLI checks it (timeline_page.check_output) before any work."""
+        from analysis.render.html_page import PlotlyJs
+        from analysis.timeline.timeline_page import write_timeline
+
+        self.check_selection(step, rank)
+        selection = Selection(step=step, rank=rank)
+        panels, rows = [], []
+        for panel, row in self.timeline_panels(selection, width_px):
+            panels.append(panel)
+            rows.append(row)
+        title = "Timeline: " + " vs ".join(r.implementation for r in rows)
+        path, fig = write_timeline(panels, Path(output), title, selection, width_px, PlotlyJs(self_contained))
+        notes = [r.analysis.summary["ranks_note"].iloc[0] for r in self.good() if r.analysis is not None]
+        return TimelinePage(path, fig, rows, notes)
+
+    def report(
+        self,
+        out_dir: str | Path,
+        *,
+        step: int | None = None,
+        rank: int | None = None,
+        timelines: bool = True,
+        peak_busbw: float | None = None,
+        self_contained: bool = False,
+        images: Sequence[str] = (),
+        progress: Callable[[str], object] | None = None,
+        overwrite: bool = False,
+    ) -> ReportResult:
+        """Write the comparison report folder `python -m analysis.report` writes (index.html, one
+        timeline per run and a side-by-side page unless timelines=False, summary.csv, results.db,
+        plotly.js beside the pages unless self_contained, img/*.png|svg for images=("png", "svg"))
+        from the runs as loaded, only step/rank when given; `progress`: called with a line per page.
+        Files in `out_dir` that this tool did not write are refused (a TraceError) before anything is
+        read or written, and so is a report of other runs there unless `overwrite`; a run that failed
+        raises report_folder.RunsFailed naming it. Returns what was written (report_folder.ReportResult)."""
+        from analysis.report.report_folder import write_report
+
+        return write_report(
+            self,
+            Path(out_dir),
+            step=step,
+            rank=rank,
+            timelines=timelines,
+            peak_busbw=peak_busbw,
+            self_contained=self_contained,
+            images=images,
+            progress=progress,
+            overwrite=overwrite,
+        )
+
+    def compare(self, baseline: Iterable[str | Path], fail_if: Iterable[str | Rule] = ()) -> Comparison:
+        """The baseline gate (`analysis.report NEW --baseline OLD`) for these runs, which must be one run:
+        per-metric deltas, `.verdict()` and `.failed` for the `fail_if` rules ("exposed_comm_ms:+10%"),
+        the new run's figures from its load here, the baseline's (all its paths one run) from its own
+        OpenRuns, read after the rules and paths are checked (report/compare.py); writes nothing."""
+        from analysis.report.compare import check_apart, compare_figures, rules_of, trace_figures
+
+        if len(self.runs) != 1:
+            raise TraceError(f"the gate compares one run; these paths are {len(self.runs)} runs")
+        new = self.loaded(0)
+        rules = rules_of(fail_if)
+        old = [Path(p) for p in baseline]
+        check_apart(self.runs[0].paths, old)
+        figures = trace_figures(new, self.runs[0].paths)
+        if not old:
+            raise TraceError("no trace path given")
+        base = OpenRuns(find_runs(old, merge=True), self.patterns, keep_traces=False, cache=self.cache)
+        return compare_figures(figures, trace_figures(base.loaded(0), old), rules)
+
+
+@dataclass(frozen=True)
+class TimelinePage:
+    """A written timeline page: its path, the plotly figure, one PanelSummary per run and each run's
+    missing-ranks note ('' when none)."""
+
+    path: Path
+    figure: Any
+    panels: list
+    notes: list[str]

@@ -1,0 +1,191 @@
+"""Helpers both readers use to build the frames: joining per-file columns, sorting,
+numbering ranks, matching GPU work to its launch call."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+from pandas.api.types import union_categoricals
+
+from analysis.trace.frames import GPU_KINDS
+
+GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
+
+
+def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
+    but O(n) when the keys span a small range (step numbers, string ids), the common case here."""
+    k = np.asarray(keys, dtype=np.int64).reshape(-1)
+    if k.size == 0:
+        return k, k
+    lo, hi = int(k.min()), int(k.max())
+    if hi - lo > 4 * k.size + 1024:
+        return np.unique(k, return_inverse=True)
+    present = np.zeros(hi - lo + 1, dtype=bool)
+    present[k - lo] = True
+    position = np.cumsum(present) - 1
+    return np.flatnonzero(present) + lo, position[k - lo]
+
+
+def row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    """For each (pid, corr): index of the runtime row with the same pair, else -1.
+
+    CUDA correlation ids are dense counters, so a direct-address table over (process, id) is usually
+    small and beats sorting 1M keys; when the ids are too sparse, fall back to sort + binary search.
+    """
+    pids = pd.Index(pd.unique(rt_pid))
+    rt_p, op_p = pids.get_indexer(rt_pid), pids.get_indexer(pid)
+    lo, hi = int(rt_corr.min()), int(rt_corr.max())
+    span = hi - lo + 1
+    valid = (op_p >= 0) & (corr >= lo) & (corr <= hi)
+    if len(pids) * span <= 4 * (len(rt_pid) + len(pid)) + 4096:
+        table = np.full(len(pids) * span, -1, dtype=np.int64)
+        table[rt_p * span + (rt_corr - lo)] = np.arange(len(rt_pid))
+        return np.where(valid, table[np.where(valid, op_p * span + (corr - lo), 0)], -1)
+    rt_key = (rt_p.astype(np.int64) << 32) | (rt_corr & 0xFFFFFFFF)  # pid index, 32-bit id
+    order = np.argsort(rt_key, kind="stable")
+    op_key = (op_p.astype(np.int64) << 32) | (corr & 0xFFFFFFFF)
+    pos = np.minimum(np.searchsorted(rt_key[order], op_key), len(order) - 1)
+    return np.where(valid & (rt_key[order][pos] == op_key), order[pos], -1)
+
+
+class LaunchJoin:
+    """Each GPU op's launch: the runtime call with the same (process, correlation id), filled from the
+    runtime rows batch by batch (`add`) so the runtime table is never held whole; where two calls share
+    the pair, the one added last wins. Ops without a correlation id (< 0) match nothing."""
+
+    def __init__(self, pid: np.ndarray, corr: np.ndarray):
+        self._pids, op_p = factorize(pid)  # a handful of processes
+        ok = corr >= 0
+        self._lo = int(corr[ok].min()) if ok.any() else 0
+        self._span = (int(corr[ok].max()) - self._lo + 1) if ok.any() else 1
+        self._dense = len(self._pids) * self._span <= 2 * len(pid) + 4096
+        if self._dense:  # correlation ids are dense counters: a slot per (process, id) in the ops' range
+            slot = op_p  # computed in place: at 10M ops every temporary array is 80 MB
+            slot *= self._span
+            slot += corr
+            slot -= self._lo
+            self._slots_n = len(self._pids) * self._span
+        else:  # too sparse: a slot per distinct (process, id) of the ops, found by binary search
+            self._keys, slot = np.unique(_pair_key(op_p, corr), return_inverse=True)
+            slot = slot.reshape(-1)
+            self._slots_n = len(self._keys)
+        slot[~ok] = -1
+        self._op_slot = slot.astype(np.int32) if self._slots_n < 2**31 else slot
+        self._start = np.full(self._slots_n, -1, dtype=np.int64)
+        self._tid = np.full(self._slots_n, -1, dtype=np.int32)
+
+    def add(self, rt_pid: np.ndarray, rt_corr: np.ndarray, rt_start: np.ndarray, rt_tid: np.ndarray) -> None:
+        """Record a batch of runtime calls (their process, correlation id, start and OS thread id)."""
+        p = np.minimum(np.searchsorted(self._pids, rt_pid), len(self._pids) - 1)
+        valid = self._pids[p] == rt_pid
+        if self._dense:
+            valid &= (rt_corr >= self._lo) & (rt_corr < self._lo + self._span)
+            slot = p.astype(np.int64) * self._span + (rt_corr - self._lo)
+        else:
+            key = _pair_key(p, rt_corr)
+            slot = np.minimum(np.searchsorted(self._keys, key), len(self._keys) - 1)
+            valid &= self._keys[slot] == key
+        self._start[slot[valid]] = rt_start[valid]
+        self._tid[slot[valid]] = rt_tid[valid]
+
+    def result(self) -> tuple[np.ndarray, np.ndarray]:
+        """(launch_start int64, launch_tid int32) per op; -1 where no runtime call matched."""
+        found = self._op_slot >= 0
+        if self._slots_n == 0:
+            return np.full(len(found), -1, dtype=np.int64), np.full(len(found), -1, dtype=np.int32)
+        slot = np.where(found, self._op_slot, 0)
+        start, tid = self._start[slot], self._tid[slot]
+        start[~found], tid[~found] = -1, -1
+        return start, tid
+
+
+def _pair_key(p: np.ndarray, corr: np.ndarray) -> np.ndarray:
+    return (p.astype(np.int64) << 32) | (np.asarray(corr, dtype=np.int64) & 0xFFFFFFFF)  # process index, 32-bit id
+
+
+# Identifier columns of gpu_ops, stored as int32 when every value fits (process and thread ids are 24-bit
+# in nsys, devices and streams small): with the int64 times they are what a kernel costs in memory.
+NARROW_COLUMNS = ("part", "pid", "device", "stream", "correlation_id", "launch_tid")
+
+
+def sort_order(*keys: np.ndarray) -> np.ndarray:
+    """The stable order of rows by the keys, most significant first (the last one a time), as
+    np.lexsort(keys[::-1]) gives it, from one int64 key (group number x time span + time) when that
+    fits, which sorts several times faster."""
+    *groups, start = (np.asarray(k) for k in keys)
+    if len(start) == 0:
+        return np.zeros(0, dtype=np.int64)
+    group, n_groups = np.zeros(len(start), dtype=np.int64), 1
+    for key in groups:
+        uniq, inverse = factorize(key)
+        group *= len(uniq)
+        group += inverse
+        n_groups *= len(uniq)
+    lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
+    if n_groups * span >= 1 << 62:
+        return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
+    group *= span
+    group += start - lo
+    return np.argsort(group, kind="stable")
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    info = np.iinfo(np.int32)
+    fits = values.size == 0 or (info.min <= values.min() and values.max() <= info.max)
+    return values.astype(np.int32 if fits else np.int64, copy=False)
+
+
+def _taken(parts: list[dict], column: str) -> np.ndarray:
+    """One column of every part, joined; the parts let go of it (memory holds one copy of the rows)."""
+    return parts[0].pop(column) if len(parts) == 1 else np.concatenate([p.pop(column) for p in parts])
+
+
+def ops_frame(parts: list[dict]) -> pd.DataFrame:
+    """The gpu_ops frame: columns of every file joined, sorted by (part, pid, device, start); identifier
+    columns int32 where they fit (NARROW_COLUMNS). The parts' columns are taken from them as they are used."""
+    lengths = [len(p["start"]) for p in parts]
+    keys = {c: _taken(parts, c) for c in ("part", "pid", "device", "start")}
+    order = sort_order(keys["part"], keys["pid"], keys["device"], keys["start"])
+    columns = ["part", "pid", "device", "stream", "start", "end", "correlation_id", "launch_start", "launch_tid"]
+    data = {}
+    for c in columns:
+        values = keys.pop(c) if c in keys else _taken(parts, c)
+        data[c] = (_narrow(values) if c in NARROW_COLUMNS else values)[order]
+        del values
+    frame = pd.DataFrame(data, copy=False)  # the arrays are fresh: consolidating them would copy every row again
+    del data
+    names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
+    frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
+    kind = parts[0]["kind"] if len(parts) == 1 else np.concatenate([p["kind"] for p in parts])
+    frame.insert(8, "kind", pd.Categorical.from_codes(kind[order], categories=GPU_KINDS))
+    # a collective's bytes where the file records them on the kernel (Kineto's NCCL kernel args), else -1
+    if any("comm_bytes" in p for p in parts):
+        sizes = [p.get("comm_bytes", np.full(n, -1, dtype=np.int64)) for p, n in zip(parts, lengths, strict=True)]
+        frame["comm_bytes"] = np.concatenate(sizes).astype(np.int64)[order]
+    else:
+        frame["comm_bytes"] = np.full(len(order), -1, dtype=np.int64)
+    return frame
+
+
+def nvtx_frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """The nvtx frame: every file's ranges joined, sorted by (part, pid, start)."""
+    nvtx = pd.concat(parts, ignore_index=True) if len(parts) > 1 else parts[0]
+    nvtx = nvtx.take(np.lexsort((nvtx["start"].to_numpy(), nvtx["pid"].to_numpy(), nvtx["part"].to_numpy())))
+    return nvtx.reset_index(drop=True)
+
+
+def number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementation: str) -> pd.DataFrame:
+    """One row per (part, pid, device); rank from `ddp.meta` when every rank has a distinct one, else device order."""
+    if len(ops):
+        ranks = ops[["part", "pid", "device"]].drop_duplicates()
+    else:
+        ranks = nvtx.loc[nvtx["kind"] != "mark", ["part", "pid"]].drop_duplicates().assign(device=-1)
+    ranks = ranks.sort_values(["device", "part", "pid"]).reset_index(drop=True)
+    from_meta = [meta.get((int(p), int(q)), {}).get("rank") for p, q in zip(ranks["part"], ranks["pid"], strict=True)]
+    usable = all(isinstance(r, int) for r in from_meta) and len(set(from_meta)) == len(from_meta)
+    ranks.insert(0, "rank", from_meta if usable else range(len(ranks)))
+    ranks["implementation"] = implementation
+    ranks = ranks.sort_values("rank").reset_index(drop=True)
+    return ranks.astype({"rank": np.int64, "part": np.int64, "pid": np.int64, "device": np.int64})

@@ -1,0 +1,205 @@
+"""Load torch.profiler (Kineto) traces into the frames nsys exports load into: `load_kineto(paths) -> Trace`.
+
+`analysis.trace.readers.load.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
+here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
+several files are one job's ranks, each on its own clock (baseTimeNanoseconds recorded per part).
+
+What goes where (see trace/frames.py for the frames):
+`gpu_ops`   kernel / gpu_memcpy / gpu_memset events: device and stream from args, names as Kineto
+            writes them (demangled kernel names; "Memcpy DtoD (...)" -> "memcpy DtoD", "Memset (...)"
+            -> "memset"); launch_start / launch_tid / pid from the cuda_runtime (or cuda_driver) event
+            with the same `args.correlation` (the `ac2g` flows link the same pairs).
+`nvtx`      the CPU ranges: `user_annotation` events (record_function ranges, `ProfilerStep#N`, and
+            this project's step / forward / backward / grad_sync / optimizer / comm:* ranges) as
+            push_pop ranges, except those our torch.profiler recorder marked `ddp.kind: start_end`
+            (async ranges that end on another thread). PyTorch's own collective annotations
+            (`gloo:all_reduce`, `nccl:broadcast`, ...: recorded by the process group, on its worker
+            threads for gloo) are start/end ranges too: they do not block the calling thread. In
+            traces of this project's runner (`ddp.meta` present) they are left out: its `comm:*`
+            ranges are the ones nsys records, so both profilers measure the same ranges.
+            Steps and phases marked only PyTorch's way (`ProfilerStep#N`, the autograd engine's
+            `autograd::engine::evaluate_function: ...` cpu_ops, `DistributedDataParallel.forward`,
+            `Optimizer.step#...`) get ranges of their own: trace/phase_markers.py.
+`ranks`     one per file and device; rank and world size from `distributedInfo` (or our `ddp.meta`).
+`collectives` one row per `record_param_comms` op with its message sizes (kineto_comms.py).
+Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "ranges"), as
+CPU-only nsys exports are.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.errors import TraceError
+from analysis.trace.frames import (
+    CLOCK_OFFSET_KEY,
+    KERNELS,
+    NVTX_KIND_NAMES,
+    NVTX_PUSH_POP,
+    NVTX_START_END,
+    RANGES,
+    Trace,
+)
+from analysis.trace.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
+from analysis.trace.patterns import Patterns, matches
+from analysis.trace.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
+from analysis.trace.readers.kineto_comms import collectives_frame
+from analysis.trace.readers.kineto_json import KinetoFile, read_kineto
+from analysis.trace.run_info import recorded
+
+TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
+
+
+def _gpu_names(names: pd.Categorical) -> pd.Categorical:
+    """Kineto's names (categories in order of appearance), copies and sets named as the nsys loader names them."""
+    codes, uniques = names.codes, names.categories
+    renamed = [
+        "memcpy " + u.split()[1]
+        if u.startswith("Memcpy ") and len(u.split()) > 1
+        else "memset"
+        if u.startswith("Memset")
+        else u
+        for u in uniques.tolist()
+    ]
+    new_codes, categories = pd.factorize(np.array(renamed, dtype=object))
+    return pd.Categorical.from_codes(
+        new_codes[codes] if codes.size else codes, categories=pd.Index(categories, dtype=object)
+    )
+
+
+def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
+    """The gpu_ops columns of one file (see the module docstring)."""
+    g, rt = f.gpu, f.runtime
+    n = len(g["start"])
+    launch = np.full(n, -1, dtype=np.int64)
+    usable = rt["correlation"] > 0
+    if n and usable.any():  # correlation ids are unique within a file's process
+        launch = row_lookup(
+            np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable], np.zeros(n, np.int64), g["correlation"]
+        )
+    found, row = launch >= 0, np.maximum(launch, 0)
+    pick = lambda col, default: (
+        np.where(found, rt[col][usable][row], default) if n and usable.any() else np.full(n, default, dtype=np.int64)
+    )
+    return {
+        "part": np.full(n, part, dtype=np.int64),
+        "pid": pick("pid", host_pid),
+        "device": g["device"],
+        "stream": g["stream"],
+        "start": g["start"],
+        "end": g["end"],
+        "correlation_id": g["correlation"],
+        "launch_start": pick("start", -1),
+        "launch_tid": pick("tid", -1),
+        "kind": g["kind"],
+        "name": _gpu_names(g["name"]),
+        "comm_bytes": g["comm_bytes"],
+    }
+
+
+def _autograd_ops(f: KinetoFile, part: int) -> pd.DataFrame:
+    """The autograd engine's ops of one file (phase_markers.RANGE_COLUMNS)."""
+    ag = f.autograd
+    return pd.DataFrame({"part": np.int64(part), **{k: np.asarray(ag[k], dtype=np.int64) for k in RANGE_COLUMNS[1:]}})
+
+
+def _nvtx_part(f: KinetoFile, part: int) -> pd.DataFrame:
+    """The ranges of one file as an nvtx frame (push_pop, or start_end where our recorder said so)."""
+    r = f.ranges
+    frame = pd.DataFrame(
+        {
+            "pid": r["pid"],
+            "tid": r["tid"],
+            "start": r["start"],
+            "end": r["end"],
+            "text": pd.Series(r["text"], dtype=object),
+            "kind": np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP),
+            "payload": r["payload"],
+        }
+    )
+    torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
+    frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, NVTX_START_END, frame["kind"]))
+    frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
+    return pd.DataFrame(
+        {
+            "part": np.int64(part),
+            "pid": frame["pid"].to_numpy(),
+            "tid": frame["tid"].to_numpy(),
+            "end_tid": frame["tid"].to_numpy(),
+            "start": frame["start"].to_numpy(),
+            "end": frame["end"].to_numpy(),
+            "text": frame["text"].astype(object).to_numpy(),
+            "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
+            "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
+            "payload": frame["payload"].to_numpy(np.int64),  # our recorder's args[PAYLOAD_KEY], else -1
+        }
+    )
+
+
+def _identity(f: KinetoFile) -> tuple[object, object]:
+    """(rank, world size) as the file records them (distributedInfo first, then our ddp.meta)."""
+    d, m = f.distributed, f.meta
+    return d.get("rank", m.get("rank")), d.get("world_size", m.get("world_size"))
+
+
+def _implementation(files: list[KinetoFile], first: Path) -> str:
+    named = [f.meta["implementation"] for f in files if f.meta.get("implementation")]
+    if named:
+        return str(named[0])
+    name = first.name
+    for suffix in (".gz", ".json"):
+        name = name[: -len(suffix)] if name.endswith(suffix) else name
+    return name
+
+
+def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
+    """Load one Kineto file, or one job's per-rank files; each part's times stay on its own clock,
+    its baseTimeNanoseconds in info[part][CLOCK_OFFSET_KEY] (run/clocks.py aligns them)."""
+    patterns = patterns or Patterns()
+    files = [read_kineto(p) for p in paths]
+    gpu_parts, nvtx_parts, autograd, meta, calls = [], [], [], {}, []
+    for part, f in enumerate(files):
+        host_pid = int(f.host_pids[0]) if f.host_pids.size else 0
+        ops = _gpu_part(f, part, host_pid)
+        nvtx = _nvtx_part(f, part)
+        autograd.append(_autograd_ops(f, part))
+        gpu_parts.append(ops)
+        nvtx_parts.append(nvtx)
+        rank, world = _identity(f)
+        meta[(part, host_pid)] = {
+            **f.meta,
+            **({"rank": rank} if rank is not None else {}),
+            **({"world_size": world} if world is not None else {}),
+        }
+        calls += [(part, c) for c in f.comms]
+    ops = ops_frame(gpu_parts)
+    nvtx, phases = derive_phases(nvtx_frame(nvtx_parts), patterns, pd.concat(autograd, ignore_index=True))
+    label = ", ".join(str(p) for p in paths)
+    if len(ops) == 0 and len(nvtx) == 0:
+        raise TraceError(
+            f"{label}: torch.profiler trace holds neither GPU kernels nor user_annotation "
+            "(record_function) ranges: nothing to measure"
+        )
+    implementation = _implementation(files, paths[0])
+    meta = {k: v for k, v in meta.items() if v}
+    torch_version = recorded(meta.values(), ("versions", "torch"))  # torch.profiler ships with torch
+    return Trace(
+        path=label,
+        profiler="torch.profiler",
+        profiler_version=None if torch_version is None else str(torch_version),
+        source=KERNELS if len(ops) else RANGES,
+        gpu_ops=ops,
+        nvtx=nvtx,
+        ranks=number_ranks(ops, nvtx, meta, implementation),
+        meta=meta,
+        implementation=implementation,
+        collectives=collectives_frame(calls),
+        info={
+            part: {**f.info, CLOCK_OFFSET_KEY: f.clock_offset, **({PHASES_KEY: phases} if part == 0 else {})}
+            for part, f in enumerate(files)
+        },
+    )

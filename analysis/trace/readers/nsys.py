@@ -1,0 +1,365 @@
+"""Read nsys SQLite exports into the frames (trace/frames.py): `load_nsys(paths) -> Trace`.
+
+Schema-tolerant (nsys 2022.4 .. 2026.x): every table and nullable column may be missing; rows may
+come in any order. The file is opened read-only and nothing is written beside it. Several one-rank
+exports of one run keep their own clocks; each part's TARGET_INFO_SESSION_START_TIME offset is
+recorded in info[part][CLOCK_OFFSET_KEY] for run/clocks.py to align them.
+
+Where the columns come from: gpu_ops from CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET (name: the
+kernel's shortName, "memcpy <copy kind>", "memset"), launch_start / launch_tid from the
+CUPTI_ACTIVITY_KIND_RUNTIME call with the same correlationId in the same process; nvtx from
+NVTX_EVENTS (push/pop, start/end ranges and marks; domain names from domain-create events; payload
+from int64Value/uint64Value/int32Value/uint32Value, whichever is set); meta from `ddp.meta {json}`
+marks; info from the export's target description (nsys_db.NsysExport.target_info).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+from pandas.api.types import union_categoricals
+
+from analysis.errors import TraceError
+from analysis.trace.frames import (
+    CLOCK_OFFSET_KEY,
+    GPU_KERNEL,
+    GPU_MEMCPY,
+    GPU_MEMSET,
+    KERNELS,
+    NVTX_KIND_NAMES,
+    NVTX_MARK,
+    NVTX_PUSH_POP,
+    NVTX_START_END,
+    RANGES,
+    Trace,
+)
+from analysis.trace.merge import (
+    GPU_INT_COLUMNS,
+    LaunchJoin,
+    factorize,
+    number_ranks,
+    nvtx_frame,
+    ops_frame,
+)
+from analysis.trace.patterns import Patterns
+from analysis.trace.phase_markers import PHASES_KEY, derive_phases
+from analysis.trace.readers.nsys_db import (
+    KERNEL_TABLE,
+    MEMCPY_TABLE,
+    MEMSET_TABLE,
+    NVTX_EVENT_DOMAIN_CREATE,
+    NVTX_EVENT_MARK,
+    NVTX_EVENT_PUSH_POP,
+    NVTX_EVENT_START_END,
+    NVTX_TABLE,
+    PID_MASK,
+    RUNTIME_TABLE,
+    TID_MASK,
+    NsysExport,
+    pid_of,
+    tid_of,
+)
+from contract import META_PREFIX, decode_meta
+
+NVTX_EVENTS_READ = (NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE)
+COPY_KINDS = {
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
+
+
+def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
+    """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
+    if ids.dtype == object:  # inline strings (rare): nothing to look up
+        uniq, inverse = np.unique(ids.astype(str), return_inverse=True)
+    else:
+        uniq, inverse = factorize(ids)
+    texts = [
+        strings.get(int(u), f"<string {u}>" if missing is None else missing) if not isinstance(u, str) else u
+        for u in uniq
+    ]
+    codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
+    return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)], categories=pd.Index(categories, dtype=object))
+
+
+def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
+    """One CUPTI activity table as columns (numpy arrays, `name` a categorical)."""
+    if not ex.has(table, "start", "end"):
+        return None
+    name_col = {
+        KERNEL_TABLE: ex.column(KERNEL_TABLE, "shortName", ex.column(KERNEL_TABLE, "demangledName", "0")),
+        MEMCPY_TABLE: ex.column(MEMCPY_TABLE, "copyKind", "0"),
+        MEMSET_TABLE: "0",
+    }[table]
+    cols = ["start", "end", "device", "stream", "correlation_id", "pid", "name_id"]
+    global_pid = ex.column(table, "globalPid")
+    exprs = [
+        "start",
+        '"end"',
+        ex.column(table, "deviceId", "0"),
+        ex.column(table, "streamId", "0"),
+        ex.column(table, "correlationId"),
+        # nsys_db.pid_of in SQL, so the column comes 24-bit: a NULL or negative globalPid is -1
+        f"CASE WHEN {global_pid} >= 0 THEN ({global_pid} >> 24) & {PID_MASK} ELSE -1 END",
+        name_col,
+    ]
+    narrow: dict[str, type] = dict.fromkeys(["device", "stream", "correlation_id", "pid", "name_id"], np.int32)
+    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols, narrow)
+    strings = {
+        KERNEL_TABLE: ex.strings,
+        MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
+        MEMSET_TABLE: lambda: {0: "memset"},
+    }[table]()
+    names = (
+        _categorical_names(data.pop("name_id"), strings)
+        if table != MEMSET_TABLE
+        else pd.Categorical.from_codes(
+            np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object)
+        )
+    )
+    return {**data, "name": names, "kind": np.full(len(data["start"]), kind, dtype=np.int8)}
+
+
+def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else
+    -1; the runtime table is read in batches, each folded into the join (trace/merge.LaunchJoin)."""
+    if not ex.has(RUNTIME_TABLE, "start", "correlationId", "globalTid") or len(pid) == 0:
+        return np.full(len(pid), -1, dtype=np.int64), np.full(len(pid), -1, dtype=np.int32)
+    join = LaunchJoin(pid, corr)
+    sql = f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL'
+    for rt in ex.batches(sql, ["start", "tid", "corr"]):
+        join.add(pid_of(rt["tid"]), rt["corr"], rt["start"], (rt["tid"] & TID_MASK).astype(np.int32))
+    return join.result()
+
+
+def _read_gpu_ops(ex: NsysExport) -> dict:
+    """All GPU activity of one export as columns (see the module docstring for their meaning)."""
+    parts = [
+        f
+        for f in (
+            _read_gpu_table(ex, KERNEL_TABLE, GPU_KERNEL),
+            _read_gpu_table(ex, MEMCPY_TABLE, GPU_MEMCPY),
+            _read_gpu_table(ex, MEMSET_TABLE, GPU_MEMSET),
+        )
+        if f is not None
+    ]
+    if not parts:
+        cols = {c: np.zeros(0, dtype=np.int64) for c in GPU_INT_COLUMNS}
+        return {**cols, "name": pd.Categorical([]), "kind": np.zeros(0, dtype=np.int8)}
+    names = union_categoricals([p["name"] for p in parts]) if len(parts) > 1 else parts[0]["name"]
+    parts = [p for p in parts if len(p["start"])] or parts[:1]  # joining empty tables would copy every column
+    cols = {c: _joined([p.pop(c) for p in parts]) for c in list(parts[0]) if c != "name"}
+    cols["name"] = names  # every table's names among the categories, as before, even those of empty tables
+    cols["launch_start"], cols["launch_tid"] = _launches(ex, cols["pid"], cols["correlation_id"])
+    return cols
+
+
+def _joined(arrays: list[np.ndarray]) -> np.ndarray:
+    return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+
+def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
+    """Raw NVTX rows (ranges, marks, domain creations); `text` is always a string ('' when NULL)."""
+    cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id", "payload"]
+    if not ex.has(NVTX_TABLE, "start", "eventType"):
+        return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else np.int64) for c in cols})
+    text = ex.column(NVTX_TABLE, "text")
+    if ex.has(NVTX_TABLE, "textId") and ex.has("StringIds", "id", "value"):
+        text = f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId), '')"
+    else:
+        text = f"COALESCE({text}, '')"
+    exprs = [
+        "start",
+        ex.column(NVTX_TABLE, "end"),
+        "eventType",
+        text,
+        ex.column(NVTX_TABLE, "globalTid"),
+        ex.column(NVTX_TABLE, "endGlobalTid"),
+        ex.column(NVTX_TABLE, "domainId", "0"),
+        _payload_expr(ex),
+    ]
+    kinds = ", ".join(str(k) for k in NVTX_EVENTS_READ)
+    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX_TABLE}" n WHERE eventType IN ({kinds})', cols)
+    return pd.DataFrame(data)
+
+
+PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
+
+
+def _payload_expr(ex: NsysExport) -> str:
+    """SQL for a range's integer payload: the first non-NULL integer value column (NULL when none)."""
+    present = [f'"{c}"' for c in PAYLOAD_COLUMNS if ex.has(NVTX_TABLE, c)]
+    return f"COALESCE({', '.join(present)}, NULL)" if present else "NULL"
+
+
+def _texts(column: pd.Series) -> pd.Series:
+    """NVTX texts as an object column of str: a column the reader typed as integers (no text in any
+    row) becomes empty strings."""
+    if pd.api.types.is_numeric_dtype(column.dtype):
+        return pd.Series(np.full(len(column), "", dtype=object), dtype=object)
+    return pd.Series(column.to_numpy(dtype=object, na_value=""), dtype=object)
+
+
+def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
+    """Typed NVTX frame: domain names resolved, marks end where they start, open ranges dropped."""
+    is_domain = raw["event_type"].to_numpy() == NVTX_EVENT_DOMAIN_CREATE
+    # domain ids are handed out per process: key them by (pid, id); id 0 is the default domain
+    domain_key = (pid_of(raw["tid"].to_numpy()) << 32) | np.maximum(raw["domain_id"].to_numpy(), 0)
+    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist(), strict=True))
+    ev = raw[~is_domain]
+    event_type = ev["event_type"].to_numpy()
+    start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
+    end = np.where(event_type == NVTX_EVENT_MARK, start, end)
+    kind = np.select(
+        [event_type == NVTX_EVENT_PUSH_POP, event_type == NVTX_EVENT_START_END],
+        [NVTX_PUSH_POP, NVTX_START_END],
+        NVTX_MARK,
+    )
+    keep = end >= start  # a range never closed (end NULL -> -1) has no extent to measure
+    tid = ev["tid"].to_numpy()
+    end_tid = np.where(ev["end_tid"].to_numpy() >= 0, ev["end_tid"].to_numpy(), tid)
+    frame = pd.DataFrame(
+        {
+            "pid": pid_of(tid),
+            "tid": tid_of(tid),
+            "end_tid": tid_of(end_tid),
+            "start": start,
+            "end": end,
+            "text": _texts(ev["text"]),
+            "kind": pd.Categorical.from_codes(kind, categories=NVTX_KIND_NAMES),
+            "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
+            "payload": ev["payload"].to_numpy(),
+        }
+    )
+    return frame[keep].reset_index(drop=True)
+
+
+def _run_metadata(nvtx: pd.DataFrame) -> dict:
+    """{(part, pid): dict} from `ddp.meta {json}` marks; marks whose JSON is malformed or not an object
+    are ignored (they only cost the rank numbering from metadata)."""
+    marks = nvtx[(nvtx["kind"] == "mark") & nvtx["text"].str.startswith(META_PREFIX)]
+    meta = {}
+    for part, pid, text in zip(marks["part"], marks["pid"], marks["text"], strict=True):
+        value = decode_meta(text)
+        if value is not None:
+            meta[(int(part), int(pid))] = value
+    return meta
+
+
+AUTOGRAD_THREAD = r"^pt_autograd_\d+$"  # PyTorch's autograd engine names its device threads so
+
+
+def _load_part(
+    path: Path, part: int, head: bytes | None = None
+) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
+    """(gpu columns, nvtx frame, nsys version, clock offset, target info, autograd threads: part, pid,
+    tid) of one file (`head`: its first bytes, when sniffed); the file is closed after."""
+    ex = NsysExport(path, head)
+    try:
+        ops = _read_gpu_ops(ex)
+        ops["part"] = np.full(len(ops["start"]), part, dtype=np.int32)
+        nvtx = _shape_nvtx(_read_nvtx(ex))
+        nvtx.insert(0, "part", np.int64(part))
+        pid, tid = ex.threads_named(AUTOGRAD_THREAD)
+        threads = pd.DataFrame({"part": np.full(pid.size, part, np.int64), "pid": pid, "tid": tid})
+        return ops, nvtx, ex.version(), ex.clock_offset(), ex.target_info(), threads
+    except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as e:
+        # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
+        raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
+    finally:
+        ex.conn.close()
+
+
+def _launches_by_thread(ops: pd.DataFrame, autograd_threads: pd.DataFrame) -> pd.DataFrame | None:
+    """The GPU launches (part, pid, tid, t, autograd: whether its thread is an autograd engine thread)
+    that derive_phases needs, sorted by (part, pid, t): of each process's runs of launches from autograd
+    threads and from other threads, the run's first and last launch (what its ranges and each process's
+    last launch are made of); None when the export names no autograd thread."""
+    if len(autograd_threads) == 0 or len(ops) == 0:
+        return None
+    part, pid = ops["part"].to_numpy(), ops["pid"].to_numpy()
+    tid, t = ops["launch_tid"].to_numpy(), ops["launch_start"].to_numpy()
+    known = _thread_keys(autograd_threads["part"], autograd_threads["pid"], autograd_threads["tid"])
+    # gpu_ops is sorted by (part, pid, ...): each process is one block of rows, taken one at a time
+    edges = np.flatnonzero((part[1:] != part[:-1]) | (pid[1:] != pid[:-1])) + 1
+    pieces = []
+    for lo, hi in zip(np.r_[0, edges], np.r_[edges, len(ops)], strict=True):  # one pass per process
+        rows = lo + np.flatnonzero(t[lo:hi] >= 0)
+        if rows.size == 0:
+            continue
+        rows = rows[np.argsort(t[rows], kind="stable")]
+        autograd = np.isin(_thread_keys(part[rows], pid[rows], tid[rows]), known)
+        change = autograd[1:] != autograd[:-1]
+        keep = np.r_[True, change] | np.r_[change, True]  # the first and last launch of each run
+        pieces.append((rows[keep], autograd[keep]))
+    rows = np.concatenate([r for r, _ in pieces]) if pieces else np.zeros(0, dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "part": part[rows].astype(np.int64),
+            "pid": pid[rows].astype(np.int64),
+            "tid": tid[rows].astype(np.int64),
+            "t": t[rows],
+            "autograd": np.concatenate([a for _, a in pieces]) if pieces else np.zeros(0, dtype=bool),
+        }
+    )
+
+
+def _thread_keys(part: ArrayLike, pid: ArrayLike, tid: ArrayLike) -> np.ndarray:
+    """One int64 per (part, process, thread): ids are 24-bit in nsys."""
+    as64 = lambda a: np.asarray(a, dtype=np.int64)
+    return (as64(part) << 48) | (as64(pid) << 24) | (as64(tid) & TID_MASK)
+
+
+def load_nsys(
+    paths: list[Path], patterns: Patterns | None = None, heads: Sequence[bytes | None] | None = None
+) -> Trace:
+    """Load one export, or several one-rank exports of the same run; each part's times stay on its
+    own clock, its session-start offset in info[part][CLOCK_OFFSET_KEY] (run/clocks.py aligns them).
+    Steps and phases PyTorch marks its own way are added as ranges (trace/phase_markers.py), where
+    they came from in info[0][PHASES_KEY]."""
+    heads = heads or [None] * len(paths)  # the files' first bytes, when load.read_trace sniffed them
+    loaded = [_load_part(p, i, h) for i, (p, h) in enumerate(zip(paths, heads, strict=True))]
+    ops = ops_frame([part[0] for part in loaded])
+    nvtx = nvtx_frame([part[1] for part in loaded])
+    label = ", ".join(str(p) for p in paths)
+    if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
+        raise TraceError(
+            f"{label}: export holds neither GPU kernels nor NVTX ranges: nothing to measure (PyTorch writes "
+            "NVTX ranges only under `nsys profile --pytorch=autograd-nvtx` or torch.autograd.profiler.emit_nvtx, "
+            "both of which need a CUDA build of torch; on the CPU record with torch.profiler)"
+        )
+    threads = pd.concat([part[5] for part in loaded], ignore_index=True)
+    nvtx, phases = derive_phases(nvtx, patterns or Patterns(), launches=_launches_by_thread(ops, threads))
+    meta = _run_metadata(nvtx)
+    implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")), paths[0].stem)
+    return Trace(
+        path=label,
+        profiler="nsys",
+        profiler_version=loaded[0][2],
+        source=KERNELS if len(ops) else RANGES,
+        gpu_ops=ops,
+        nvtx=nvtx,
+        ranks=number_ranks(ops, nvtx, meta, implementation),
+        meta=meta,
+        implementation=implementation,
+        info={
+            i: {**part[4], CLOCK_OFFSET_KEY: part[3], **({PHASES_KEY: phases} if i == 0 else {})}
+            for i, part in enumerate(loaded)
+        },
+    )

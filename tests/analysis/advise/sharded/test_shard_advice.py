@@ -1,0 +1,163 @@
+"""analysis.advise on a synthetic sharded (fsdp) CPU run whose answer is worked out by hand, the keep
+rule, and the refusal of runs advise does not model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from analysis.advise.advice import advise
+from analysis.advise.sharded.shard_model import Setting
+from analysis.advise.sharded.shard_result import choose
+from analysis.errors import TraceError
+from contract import (
+    ALL_GATHER,
+    BACKWARD,
+    FORWARD,
+    GRAD_SYNC,
+    OPTIMIZER,
+    PROFILE,
+    REDUCE_SCATTER,
+    comm_range,
+    comm_wait_range,
+    step_range,
+)
+from tests.analysis.advise.test_advice import advise_cli
+from tests.support.synthetic import PUSH_POP, START_END, NsysWriter
+
+MS = 1_000_000
+UNITS = ["l0", "l1", "l2", "l3"]
+GATHER_BYTES, SCATTER_BYTES = 1 << 20, 2 << 20
+STEP, STEPS = 101, 3
+# fsdp at prefetch 2 with one collective at a time on one group (NCCL's rule): gathers 4 ms, reduce-scatters 8 ms,
+# units 10 ms, 4 ms of compute before each phase's first unit; worked by hand (test_shard_model's second case):
+# op, unit, issue, end (ms from the step's start); the waits: unit, need, resume
+CALLS = [
+    (ALL_GATHER, "l0", 0, 4), (ALL_GATHER, "l1", 0, 8), (ALL_GATHER, "l2", 14, 18), (ALL_GATHER, "l3", 24, 28),
+    # backward from 44: l3 and l2 issued at its start; each unit's post-hook issues its reduce-scatter, then
+    # the gather two units on, which queues behind it
+    (ALL_GATHER, "l3", 44, 48), (ALL_GATHER, "l2", 44, 52),
+    (REDUCE_SCATTER, "l3", 58, 66), (ALL_GATHER, "l1", 58, 70),
+    (REDUCE_SCATTER, "l2", 68, 78), (ALL_GATHER, "l0", 68, 82),
+    (REDUCE_SCATTER, "l1", 80, 90), (REDUCE_SCATTER, "l0", 92, 100),
+]  # fmt: skip
+WAITS = [("l0", 4, 4), ("l1", 14, 14), ("l2", 24, 24), ("l3", 34, 34),
+         ("l3", 48, 48), ("l2", 58, 58), ("l1", 68, 70), ("l0", 80, 82)]  # fmt: skip
+FORWARD_AT, BACKWARD_AT, SYNC_AT, OPT_AT = (0, 44), (44, 92), (92, 100), (100, 101)
+
+
+def write_fsdp_run(path) -> None:
+    """Two identical CPU ranks, STEPS steps of the schedule above; ddp.meta says prefetch 2, shared."""
+    w = NsysWriter(path, cupti=False)
+    meta = {
+        "implementation": "fsdp", "world_size": 2, "backend": "nccl", "model": "synthetic",
+        "sharding": {"prefetch": 2, "separate_reduce_scatter": False},
+    }  # fmt: skip
+    for rank, pid in enumerate((101, 102)):
+        w.process(pid)
+        w.nvtx(pid, pid, 0, (STEPS * STEP + 2) * MS, PROFILE, kind=PUSH_POP)
+        w.meta_mark(pid, pid, 10, rank=rank, **meta)
+        for s in range(STEPS):
+            t0 = (1 + s * STEP) * MS
+            at = lambda ms, t0=t0: t0 + int(ms * MS)
+            w.nvtx(pid, pid, at(0), at(STEP), step_range(s), kind=PUSH_POP)
+            for name, (lo, hi) in ((FORWARD, FORWARD_AT), (BACKWARD, BACKWARD_AT), (GRAD_SYNC, SYNC_AT),
+                                   (OPTIMIZER, OPT_AT)):  # fmt: skip
+                w.nvtx(pid, pid, at(lo), at(hi), name, kind=PUSH_POP)
+            for op, unit, issue, end in CALLS:
+                size = GATHER_BYTES if op == ALL_GATHER else SCATTER_BYTES
+                w.nvtx(pid, pid, at(issue), at(end), comm_range(op, unit), kind=START_END, payload=size)
+            for unit, need, resume in WAITS:
+                w.nvtx(pid, pid, at(need), at(resume), comm_wait_range(ALL_GATHER, unit), kind=PUSH_POP)
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    path = tmp_path_factory.mktemp("shard_advise") / "fsdp.sqlite"
+    write_fsdp_run(path)
+    return path
+
+
+def candidate(run: dict, prefetch: int, separate: bool) -> dict:
+    return next(
+        c for c in run["candidates"] if c["setting"] == {"prefetch": prefetch, "separate_reduce_scatter": separate}
+    )
+
+
+def test_the_recorded_setting_replays_the_recorded_step(fsdp_run):
+    (a,) = advise([fsdp_run])
+    run = a.to_json()
+    assert run["recorded_setting"] == {"prefetch": 2, "separate_reduce_scatter": False}
+    assert run["recorded_setting_source"] == "ddp.meta" and run["lanes"] == 1 and run["units"] == 4
+    assert run["measured_step_ms"] == pytest.approx(STEP) and run["replayed_step_ms"] == pytest.approx(STEP)
+    own = candidate(run, 2, False)
+    assert own["recorded"] and own["predicted_step_ms"] == pytest.approx(STEP)
+    # the recorded waits: l1 and l0 in backward, 2 ms each, per rank-step
+    assert own["predicted_forward_wait_ms"] == 0 and own["predicted_backward_wait_ms"] == pytest.approx(4)
+    assert run["comm_cost"]["all_gather"]["calls"] == 2 * STEPS * 8
+
+
+def test_separate_reduce_scatters_remove_the_backward_waits_worked_by_hand(fsdp_run):
+    """Separate: the gathers of l1 and l0 run beside the reduce-scatters (58-62, 68-72) and arrive
+    before their units need them: 4 ms less per step (test_shard_model's second case)."""
+    run = advise([fsdp_run])[0].to_json()
+    sep = candidate(run, 2, True)
+    assert sep["predicted_step_ms"] == pytest.approx(STEP - 4) and sep["predicted_backward_wait_ms"] == 0
+    assert sep["predicted_step_ms_err"] == 0  # every step alike: no spread
+    # depth 1: every gather is issued when the unit before it ends, and waits for the collectives ahead
+    assert candidate(run, 1, False)["predicted_step_ms"] > STEP
+    rec = run["recommended"]
+    assert rec["setting"] == {"prefetch": 2, "separate_reduce_scatter": True} and not rec["kept"]
+    assert rec["gain_ms"] == pytest.approx(4) and rec["gain_ms_err"] == 0
+
+
+def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run):
+    res = advise_cli(str(fsdp_run), "--prefetch", "1", "2")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert "prefetch 2, reduce-scatters shared (ddp.meta)" in lines[0]
+    assert len([ln for ln in lines if ln.strip().startswith(("1 ", "2 "))]) == 4
+    assert lines[-1].startswith("recommended: prefetch 2, reduce-scatters separate (4.000 ± 0.000 ms faster")
+    data = json.loads(advise_cli(str(fsdp_run), "--format", "json").stdout)["runs"][0]
+    keys = {"setting", "prefetch", "separate_reduce_scatter", "recorded", "predicted_step_ms", "predicted_step_ms_err"}
+    assert keys <= set(data["candidates"][0]) and len(data["candidates"]) == 8
+    assert advise_cli(str(fsdp_run), "--bucket-mb", "5").returncode == 2
+
+
+def test_the_keep_rule_keeps_the_recorded_setting_within_the_uncertainty():
+    settings = [Setting(1, False), Setting(2, False), Setting(3, False)]
+    rng = np.random.default_rng(0)
+    noise = rng.normal(0, 2.0, size=(201, 1))
+    steps = np.hstack(
+        [110 + noise, 100 + noise + rng.normal(0, 1.0, (201, 1)), 99.5 + noise + rng.normal(0, 1.0, (201, 1))]
+    )
+    steps[0] = [110, 100, 99.5]
+    kept = choose(settings, steps, Setting(2, False))
+    assert kept.kept and kept.setting == Setting(2, False) and kept.best == Setting(3, False)
+    assert kept.reason.startswith("kept: prefetch 3, shared would gain 0.500 ±")
+    moved = choose(settings, steps, Setting(1, False))
+    assert not moved.kept and moved.setting == Setting(3, False) and moved.gain_ms == pytest.approx(10.5)
+
+
+@pytest.mark.parametrize("impl", ["naive", "flat"])
+def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp_path, monkeypatch, impl):
+    from analysis import session  # advise opens its runs through OpenRuns, which loads them
+
+    w = NsysWriter(tmp_path / f"{impl}.sqlite", cupti=False)
+    w.process(7)
+    w.meta_mark(7, 7, 10, implementation=impl, rank=0, world_size=2)
+    w.nvtx(7, 7, 0, 100, step_range(0), kind=PUSH_POP)
+    w.close()
+
+    def no_loading(*args, **kwargs):
+        raise AssertionError("the trace was loaded")
+
+    monkeypatch.setattr(session, "load_trace", no_loading)
+    with pytest.raises(TraceError, match=rf"implementation {impl}: advise predicts DDP's bucket size from a run of "):
+        advise([tmp_path / f"{impl}.sqlite"])
+    res = advise_cli(str(tmp_path / f"{impl}.sqlite"))
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1
+    assert "overlap, overlap_bucket, torch" in res.stderr and "fsdp, torch_fsdp" in res.stderr

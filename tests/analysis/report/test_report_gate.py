@@ -1,0 +1,149 @@
+"""The CI gate: `--fail-if` rules, the comparison's rows, warning and verdict, and the CLI on recorded runs."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from analysis.report.compare import Comparison, RunFigures
+from analysis.report.gate import breached, parse_rule
+from tests import small_run
+from tests.profiling.test_nsys import REPO
+
+
+def test_rules_read_sign_limit_and_unit():
+    r = parse_rule("exposed_comm_ms:+10%")
+    assert (r.metric, r.limit, r.relative, r.direction) == ("exposed_comm_ms", pytest.approx(0.1), True, 1)
+    r = parse_rule("comm_ms:all_reduce:2.5")  # the metric is everything before the last colon
+    assert (r.metric, r.limit, r.relative, r.direction) == ("comm_ms:all_reduce", 2.5, False, 1)
+    assert parse_rule("overlap_pct:5").direction == -1  # unsigned: the metric's bad direction
+    assert parse_rule("overlap_pct:+5").direction == 1
+
+
+@pytest.mark.parametrize("text", ["exposed_comm_ms", "exposed_comm_ms:", ":+10%", "step_ms:ten%", "step_ms:+-1"])
+def test_malformed_rules_are_refused(text):
+    with pytest.raises(ValueError, match="METRIC:LIMIT"):
+        parse_rule(text)
+
+
+def test_a_rule_fails_only_past_its_limit_in_its_direction():
+    up10 = parse_rule("step_ms:+10%")
+    assert not breached(up10, 110.0, 100.0)  # exactly at the limit holds
+    assert breached(up10, 110.1, 100.0)
+    assert not breached(up10, 50.0, 100.0)  # faster never fails a + rule
+    down5 = parse_rule("overlap_pct:-5")
+    assert breached(down5, 54.0, 60.0) and not breached(down5, 56.0, 60.0)
+    assert not breached(up10, math.nan, 100.0)
+    assert breached(up10, 1.0, 0.0) and not breached(up10, 0.0, 0.0)  # relative to a zero baseline: any rise
+
+
+def figures(model="tiny", world=2, **metrics):
+    return RunFigures(("x.sqlite",), {"implementation": "overlap", "model": model, "world_size": world}, metrics)
+
+
+def test_rows_deltas_and_verdict():
+    new, base = figures(step_ms=120.0, exposed_comm_ms=30.0), figures(step_ms=100.0, exposed_comm_ms=20.0)
+    result = Comparison(new, base, (parse_rule("exposed_comm_ms:+10%"),))
+    rows = {r["metric"]: r for r in result.rows()}
+    assert rows["step_ms"]["delta"] == 20.0 and rows["step_ms"]["delta_pct"] == pytest.approx(20.0)
+    assert rows["exposed_comm_ms"]["failed"] and not rows["step_ms"]["failed"]
+    assert result.verdict() == "verdict: REGRESSION: exposed_comm_ms +50.0% beyond +10%"
+    assert result.warnings() == []
+    ok = Comparison(base, new, (parse_rule("exposed_comm_ms:+10%"),))
+    assert ok.verdict() == "verdict: ok: new step 16.7% faster than baseline; 1 limit(s) held"
+
+
+def test_different_models_or_world_sizes_compare_with_a_warning():
+    result = Comparison(figures("small", 4, step_ms=1.0), figures("tiny", 2, step_ms=1.0), ())
+    assert result.warnings() == [
+        "warning: the runs differ (model small vs tiny; world size 4 vs 2): deltas compare unlike runs"
+    ]
+
+
+def test_comm_ms_per_op_is_wall_time_calls_in_flight_together_counted_once():
+    """comm_ms:<op> is the time with a call of that kind in flight, per rank and step: three all-reduces of
+    10, 7 and 4 ms where the first two overlap take 12 ms of rank 0's step, not 17."""
+    import pandas as pd
+
+    from analysis.report.compare import op_wall_ms
+
+    ms = 1_000_000
+    calls = pd.DataFrame(
+        {
+            "op": ["all_reduce", "all_reduce", "all_reduce", "broadcast", "all_reduce"],
+            "rank": [0, 0, 1, 0, 0],
+            "step": [0, 0, 0, 1, 1],
+            "start_ns": [0, 5 * ms, 0, 0, 100 * ms],
+            "end_ns": [10 * ms, 12 * ms, 4 * ms, 1 * ms, 103 * ms],
+        }
+    )
+    rank_steps = 4
+    by_hand = {  # per (op, rank, step): the union of its calls, then the sum over rank-steps / rank_steps
+        "comm_ms:all_reduce": (12 + 4 + 3) / rank_steps,
+        "comm_ms:broadcast": 1 / rank_steps,
+    }
+    assert op_wall_ms(calls, rank_steps) == pytest.approx(by_hand)
+    assert sum((calls["end_ns"] - calls["start_ns"])[calls["op"] == "all_reduce"]) / ms / rank_steps > 5  # the sum
+
+
+def gate(*args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "analysis.report", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gate")
+    res = small_run.record(["naive", "overlap_bucket"], out, 6, 2, timeout_s=500)
+    if res.returncode == 2 and "nsys" in res.stderr:
+        pytest.skip("nsys not installed")
+    assert res.returncode == 0, res.stderr[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_naive_against_overlap_bucket_fails_the_exposed_comm_gate_and_the_reverse_passes(recorded):
+    naive, bucket = str(recorded / "naive.sqlite"), str(recorded / "overlap_bucket.sqlite")
+    worse = gate(naive, "--baseline", bucket, "--fail-if", "exposed_comm_ms:+10%")
+    assert worse.returncode == 1, worse.stderr
+    assert worse.stdout.strip().splitlines()[-1].startswith("verdict: REGRESSION: exposed_comm_ms +")
+    better = gate(bucket, "--baseline", naive, "--fail-if", "exposed_comm_ms:+10%", "--format", "json")
+    assert better.returncode == 0, better.stderr
+    doc = json.loads(better.stdout)
+    rows = {r["metric"]: r for r in doc["metrics"]}
+    # the deltas are the two runs' own figures, as analysis.overlap reports them
+    means = {}
+    for path in (naive, bucket):
+        out = subprocess.run(
+            [sys.executable, "-m", "analysis.overlap", path, "--format", "json"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO,
+            check=True,
+        )
+        means[path] = json.loads(out.stdout)["traces"][0]["summary"]
+    for metric in ("step_ms", "exposed_comm_ms", "overlap_pct"):
+        assert rows[metric]["new"] == pytest.approx(means[bucket][metric], abs=1e-3)
+        assert rows[metric]["baseline"] == pytest.approx(means[naive][metric], abs=1e-3)
+    assert rows["exposed_comm_ms"]["delta"] < 0 and doc["failed"] == [] and doc["warnings"] == []
+    assert "comm_ms:all_reduce" in rows
+    for side in ("new", "baseline"):  # wall time per rank and step: within the step and the run's comm_ms
+        assert rows["comm_ms:all_reduce"][side] <= rows["comm_ms"][side] + 1e-6 <= rows["step_ms"][side] + 1e-6
+
+
+@pytest.mark.slow
+def test_gate_input_errors_are_one_line_exit_2(recorded):
+    naive = str(recorded / "naive.sqlite")
+    for args in (
+        [naive, "--baseline", naive],
+        [naive, "--baseline", str(recorded / "overlap_bucket.sqlite"), "--fail-if", "nonsense:+1"],
+        [naive, "--fail-if", "step_ms:+1"],
+        [naive, "--baseline", str(recorded / "missing.sqlite")],
+    ):
+        res = gate(*args)
+        assert res.returncode == 2 and res.stderr.startswith("error: ") and len(res.stderr.splitlines()) == 1, args

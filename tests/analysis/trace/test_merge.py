@@ -1,0 +1,94 @@
+"""The reader helpers of trace/merge.py against brute force: the batched launch join, the one-key sort,
+and int32 identifiers only where they fit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis.trace.merge import LaunchJoin, ops_frame, sort_order
+from analysis.trace.readers.sqlite_read import narrowed
+
+
+def brute_launches(pid, corr, rt_pid, rt_corr, rt_start, rt_tid):
+    """Per op, the last runtime row with its (pid, corr), by a loop; -1 when none or corr < 0."""
+    last = {}
+    for p, c, s, t in zip(rt_pid.tolist(), rt_corr.tolist(), rt_start.tolist(), rt_tid.tolist(), strict=True):
+        last[(p, c)] = (s, t)
+    got = [last.get((p, c), (-1, -1)) if c >= 0 else (-1, -1) for p, c in zip(pid.tolist(), corr.tolist(), strict=True)]
+    return [g[0] for g in got], [g[1] for g in got]
+
+
+@pytest.mark.parametrize("corr_scale", [1, 1_000_003])  # dense counters, and ids too sparse for a table
+@pytest.mark.parametrize("batch", [1, 7, 10_000])
+def test_launch_join_matches_a_loop(corr_scale, batch):
+    rng = np.random.default_rng(corr_scale + batch)
+    n_ops, n_rt = 400, 500
+    pid = rng.choice([11, 12, 13], n_ops).astype(np.int32)
+    corr = rng.integers(-1, 300, n_ops) * corr_scale  # -1 (NULL) among them, and repeated ids (graph launches)
+    corr[corr < 0] = -1
+    rt_pid = rng.choice([11, 12, 14], n_rt)  # a process without kernels, and one kernel process without calls
+    rt_corr = rng.integers(0, 320, n_rt) * corr_scale  # duplicates too: the last one read wins
+    rt_start, rt_tid = rng.integers(0, 10**12, n_rt), rng.integers(0, 1 << 24, n_rt).astype(np.int32)
+    join = LaunchJoin(pid, corr)
+    for lo in range(0, n_rt, batch):
+        hi = lo + batch
+        join.add(rt_pid[lo:hi], rt_corr[lo:hi], rt_start[lo:hi], rt_tid[lo:hi])
+    start, tid = join.result()
+    want_start, want_tid = brute_launches(pid, corr, rt_pid, rt_corr, rt_start, rt_tid)
+    assert start.tolist() == want_start and tid.tolist() == want_tid
+    assert start.dtype == np.int64 and tid.dtype == np.int32
+    assert (start >= 0).any() and (start == -1).any()  # the case is not vacuous
+
+
+def test_launch_join_without_runtime_calls_or_ids():
+    start, tid = LaunchJoin(np.array([5, 5]), np.array([-1, -1])).result()
+    assert start.tolist() == [-1, -1] and tid.tolist() == [-1, -1]
+    start, tid = LaunchJoin(np.zeros(0, np.int32), np.zeros(0, np.int64)).result()
+    assert len(start) == 0 and len(tid) == 0
+
+
+@pytest.mark.parametrize("span", [50, 1 << 61])  # one int64 key, and the lexsort fallback
+def test_sort_order_is_lexsort(span):
+    rng = np.random.default_rng(span % 97)
+    n = 2_000
+    part, pid = rng.integers(0, 3, n), rng.choice([70_000, 5, 900], n)
+    device, start = rng.integers(-1, 4, n), rng.integers(0, span, n)  # many ties: stability matters
+    want = np.lexsort((start, device, pid, part))
+    assert sort_order(part, pid, device, start).tolist() == want.tolist()
+    stream = rng.integers(0, 2**40, n)  # a sparse key among them (factorize falls back to np.unique)
+    want = np.lexsort((start, stream, pid, part))
+    assert sort_order(part, pid, stream, start).tolist() == want.tolist()
+
+
+def test_narrowed_only_where_every_value_fits():
+    small, big = np.array([-1, 5, 2**31 - 1]), np.array([0, 2**31])
+    assert narrowed(small, np.int32).dtype == np.int32 and narrowed(small, np.int32).tolist() == small.tolist()
+    assert narrowed(big, np.int32).dtype == np.int64 and narrowed(big, np.int32).tolist() == big.tolist()
+    assert narrowed(small, None) is small
+
+
+def test_ops_frame_narrows_identifiers_that_fit_and_keeps_values():
+    import pandas as pd
+
+    def part(p, stream):
+        n = len(stream)
+        return {
+            "part": np.full(n, p),
+            "pid": np.full(n, 7),
+            "device": np.zeros(n, np.int64),
+            "stream": np.array(stream),
+            "start": np.arange(n)[::-1] * 10,
+            "end": np.arange(n)[::-1] * 10 + 5,
+            "correlation_id": np.arange(n),
+            "launch_start": np.full(n, -1),
+            "launch_tid": np.full(n, -1),
+            "name": pd.Categorical(["k"] * n),
+            "kind": np.zeros(n, np.int8),
+        }
+
+    frame = ops_frame([part(0, [1, 2, 3]), part(1, [2**40, 4])])  # a stream id past int32 stays int64
+    assert frame["pid"].dtype == np.int32 and frame["stream"].dtype == np.int64
+    assert frame["start"].tolist() == [0, 10, 20, 0, 10]  # sorted by (part, pid, device, start)
+    assert frame["stream"].tolist() == [3, 2, 1, 4, 2**40]
+    assert frame["comm_bytes"].tolist() == [-1] * 5

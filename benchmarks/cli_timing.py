@@ -1,6 +1,8 @@
 """Timing `python -m analysis.overlap` the way the speed benchmarks do (analysis_speed, kineto_speed):
 the CLI in a fresh process (wall clock including interpreter start and imports, CPU time and peak RSS
-from wait4), its load and metric phases timed in-process, each `repeat` times, the fastest kept."""
+from wait4), its load and metric phases timed in-process, each `repeat` times, the fastest kept. Every
+run is a first look: the analysis cache beside the export (analysis/cache/) is off (COLD), or a second
+run would print the first's kept answer."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+COLD = {**os.environ, "ANALYSIS_NO_CACHE": "1"}  # the environment of every timed run: no cache read or written
 PHASES = """
 import json, sys, time
 t0 = time.perf_counter()
@@ -36,6 +39,7 @@ def cli_run(paths: list[Path]) -> tuple[float, float, float, int]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "analysis.overlap", "--merge", *map(str, paths), "--format", "json"],
         cwd=REPO,
+        env=COLD,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
@@ -49,6 +53,7 @@ def phase_run(paths: list[Path]) -> dict:
     out = subprocess.run(
         [sys.executable, "-c", PHASES, *map(str, paths)],
         cwd=REPO,
+        env=COLD,
         capture_output=True,
         text=True,
         check=True,

@@ -189,3 +189,17 @@ def number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementati
     ranks["implementation"] = implementation
     ranks = ranks.sort_values("rank").reset_index(drop=True)
     return ranks.astype({"rank": np.int64, "part": np.int64, "pid": np.int64, "device": np.int64})
+
+
+def categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
+    """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
+    if ids.dtype == object:  # inline strings (rare): nothing to look up
+        uniq, inverse = np.unique(ids.astype(str), return_inverse=True)
+    else:
+        uniq, inverse = factorize(ids)
+    texts = [
+        strings.get(int(u), f"<string {u}>" if missing is None else missing) if not isinstance(u, str) else u
+        for u in uniq
+    ]
+    codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
+    return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)], categories=pd.Index(categories, dtype=object))

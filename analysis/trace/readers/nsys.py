@@ -8,7 +8,7 @@ recorded in info[part][CLOCK_OFFSET_KEY] for run/clocks.py to align them.
 Where the columns come from: gpu_ops from CUPTI_ACTIVITY_KIND_KERNEL / MEMCPY / MEMSET (name: the
 kernel's shortName, "memcpy <copy kind>", "memset"), launch_start / launch_tid from the
 CUPTI_ACTIVITY_KIND_RUNTIME call with the same correlationId in the same process; nvtx from
-NVTX_EVENTS (push/pop, start/end ranges and marks; domain names from domain-create events; payload
+NVTX_EVENTS (nsys_nvtx.py) (push/pop, start/end ranges and marks; domain names from domain-create events; payload
 from int64Value/uint64Value/int32Value/uint32Value, whichever is set); meta from `ddp.meta {json}`
 marks; info from the export's target description (nsys_db.NsysExport.target_info).
 """
@@ -31,17 +31,13 @@ from analysis.trace.frames import (
     GPU_MEMCPY,
     GPU_MEMSET,
     KERNELS,
-    NVTX_KIND_NAMES,
-    NVTX_MARK,
-    NVTX_PUSH_POP,
-    NVTX_START_END,
     RANGES,
     Trace,
 )
 from analysis.trace.merge import (
     GPU_INT_COLUMNS,
     LaunchJoin,
-    factorize,
+    categorical_names,
     number_ranks,
     nvtx_frame,
     ops_frame,
@@ -52,21 +48,15 @@ from analysis.trace.readers.nsys_db import (
     KERNEL_TABLE,
     MEMCPY_TABLE,
     MEMSET_TABLE,
-    NVTX_EVENT_DOMAIN_CREATE,
-    NVTX_EVENT_MARK,
-    NVTX_EVENT_PUSH_POP,
-    NVTX_EVENT_START_END,
-    NVTX_TABLE,
     PID_MASK,
     RUNTIME_TABLE,
     TID_MASK,
     NsysExport,
     pid_of,
-    tid_of,
 )
+from analysis.trace.readers.nsys_nvtx import read_nvtx, shape_nvtx
 from contract import META_PREFIX, decode_meta
 
-NVTX_EVENTS_READ = (NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE)
 COPY_KINDS = {
     1: "HtoD",
     2: "DtoH",
@@ -82,20 +72,6 @@ COPY_KINDS = {
     12: "UVM DtoH",
     13: "UVM DtoD",
 }
-
-
-def _categorical_names(ids: np.ndarray, strings: dict[int, str], missing: str | None = None) -> pd.Categorical:
-    """Map string ids to a categorical (plain object categories) without a per-row Python loop."""
-    if ids.dtype == object:  # inline strings (rare): nothing to look up
-        uniq, inverse = np.unique(ids.astype(str), return_inverse=True)
-    else:
-        uniq, inverse = factorize(ids)
-    texts = [
-        strings.get(int(u), f"<string {u}>" if missing is None else missing) if not isinstance(u, str) else u
-        for u in uniq
-    ]
-    codes_of_uniq, categories = pd.factorize(np.array(texts, dtype=object))
-    return pd.Categorical.from_codes(codes_of_uniq[inverse.reshape(-1)], categories=pd.Index(categories, dtype=object))
 
 
 def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
@@ -127,7 +103,7 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
         MEMSET_TABLE: lambda: {0: "memset"},
     }[table]()
     names = (
-        _categorical_names(data.pop("name_id"), strings)
+        categorical_names(data.pop("name_id"), strings)
         if table != MEMSET_TABLE
         else pd.Categorical.from_codes(
             np.zeros(len(data["start"]), dtype=np.int8), categories=pd.Index(["memset"], dtype=object)
@@ -174,82 +150,6 @@ def _joined(arrays: list[np.ndarray]) -> np.ndarray:
     return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
 
-def _read_nvtx(ex: NsysExport) -> pd.DataFrame:
-    """Raw NVTX rows (ranges, marks, domain creations); `text` is always a string ('' when NULL)."""
-    cols = ["start", "end", "event_type", "text", "tid", "end_tid", "domain_id", "payload"]
-    if not ex.has(NVTX_TABLE, "start", "eventType"):
-        return pd.DataFrame({c: pd.Series(dtype=object if c == "text" else np.int64) for c in cols})
-    text = ex.column(NVTX_TABLE, "text")
-    if ex.has(NVTX_TABLE, "textId") and ex.has("StringIds", "id", "value"):
-        text = f"COALESCE({text}, (SELECT value FROM StringIds s WHERE s.id = n.textId), '')"
-    else:
-        text = f"COALESCE({text}, '')"
-    exprs = [
-        "start",
-        ex.column(NVTX_TABLE, "end"),
-        "eventType",
-        text,
-        ex.column(NVTX_TABLE, "globalTid"),
-        ex.column(NVTX_TABLE, "endGlobalTid"),
-        ex.column(NVTX_TABLE, "domainId", "0"),
-        _payload_expr(ex),
-    ]
-    kinds = ", ".join(str(k) for k in NVTX_EVENTS_READ)
-    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{NVTX_TABLE}" n WHERE eventType IN ({kinds})', cols)
-    return pd.DataFrame(data)
-
-
-PAYLOAD_COLUMNS = ("int64Value", "uint64Value", "int32Value", "uint32Value")
-
-
-def _payload_expr(ex: NsysExport) -> str:
-    """SQL for a range's integer payload: the first non-NULL integer value column (NULL when none)."""
-    present = [f'"{c}"' for c in PAYLOAD_COLUMNS if ex.has(NVTX_TABLE, c)]
-    return f"COALESCE({', '.join(present)}, NULL)" if present else "NULL"
-
-
-def _texts(column: pd.Series) -> pd.Series:
-    """NVTX texts as an object column of str: a column the reader typed as integers (no text in any
-    row) becomes empty strings."""
-    if pd.api.types.is_numeric_dtype(column.dtype):
-        return pd.Series(np.full(len(column), "", dtype=object), dtype=object)
-    return pd.Series(column.to_numpy(dtype=object, na_value=""), dtype=object)
-
-
-def _shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
-    """Typed NVTX frame: domain names resolved, marks end where they start, open ranges dropped."""
-    is_domain = raw["event_type"].to_numpy() == NVTX_EVENT_DOMAIN_CREATE
-    # domain ids are handed out per process: key them by (pid, id); id 0 is the default domain
-    domain_key = (pid_of(raw["tid"].to_numpy()) << 32) | np.maximum(raw["domain_id"].to_numpy(), 0)
-    domains = dict(zip(domain_key[is_domain].tolist(), raw["text"][is_domain].tolist(), strict=True))
-    ev = raw[~is_domain]
-    event_type = ev["event_type"].to_numpy()
-    start, end = ev["start"].to_numpy(), ev["end"].to_numpy()
-    end = np.where(event_type == NVTX_EVENT_MARK, start, end)
-    kind = np.select(
-        [event_type == NVTX_EVENT_PUSH_POP, event_type == NVTX_EVENT_START_END],
-        [NVTX_PUSH_POP, NVTX_START_END],
-        NVTX_MARK,
-    )
-    keep = end >= start  # a range never closed (end NULL -> -1) has no extent to measure
-    tid = ev["tid"].to_numpy()
-    end_tid = np.where(ev["end_tid"].to_numpy() >= 0, ev["end_tid"].to_numpy(), tid)
-    frame = pd.DataFrame(
-        {
-            "pid": pid_of(tid),
-            "tid": tid_of(tid),
-            "end_tid": tid_of(end_tid),
-            "start": start,
-            "end": end,
-            "text": _texts(ev["text"]),
-            "kind": pd.Categorical.from_codes(kind, categories=NVTX_KIND_NAMES),
-            "domain": _categorical_names(domain_key[~is_domain], domains, missing=""),
-            "payload": ev["payload"].to_numpy(),
-        }
-    )
-    return frame[keep].reset_index(drop=True)
-
-
 def _run_metadata(nvtx: pd.DataFrame) -> dict:
     """{(part, pid): dict} from `ddp.meta {json}` marks; marks whose JSON is malformed or not an object
     are ignored (they only cost the rank numbering from metadata)."""
@@ -274,7 +174,7 @@ def _load_part(
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int32)
-        nvtx = _shape_nvtx(_read_nvtx(ex))
+        nvtx = shape_nvtx(read_nvtx(ex))
         nvtx.insert(0, "part", np.int64(part))
         pid, tid = ex.threads_named(AUTOGRAD_THREAD)
         threads = pd.DataFrame({"part": np.full(pid.size, part, np.int64), "pid": pid, "tid": tid})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.analysis.overlap.gpu_reference import COMM_RANGE, inside, intersect, length, pieces, read
+from tests.analysis.overlap.gpu_reference import inside, intersect, length, mark_comm, read
 
 NS_PER_MS = 1e6
 
@@ -32,28 +32,7 @@ def whole_capture(path: str) -> dict[int, dict[str, float]]:
     out = {}
     for pid, r in rank.items():
         mine, nv = by_pid.get(pid, []), nv_by_pid.get(pid, [])
-        comm_ranges = [x for x in nv if COMM_RANGE.match(x["text"])]
-        blocking: dict[int, list] = {}
-        for x in comm_ranges:
-            if x["blocking"]:
-                blocking.setdefault(x["tid"], []).append((x["start"], x["end"]))
-        blocked = {tid: pieces(v) for tid, v in blocking.items()}
-        any_comm = pieces([(x["start"], x["end"]) for x in comm_ranges])
-        backward = pieces([(x["start"], x["end"]) for x in nv if x["text"] == "backward"])
-
-        def in_blocking(o: dict, blocked: dict = blocked) -> bool:
-            return inside(blocked.get(o["launch"][1], ([], [])), o["launch"][0])
-
-        for o in mine:
-            o["comm"] = not o["copy"] and (o["name"].startswith("nccl") or in_blocking(o))
-        compute_streams = {o["stream"] for o in mine if not o["copy"] and not o["comm"]}
-        nccl_streams = {o["stream"] for o in mine if not o["copy"] and o["comm"]}
-        for o in mine:
-            if o["copy"]:
-                o["comm"] = in_blocking(o) or (
-                    o["stream"] not in compute_streams
-                    and (o["stream"] in nccl_streams or inside(any_comm, o["launch"][0]))
-                )
+        comm_ranges, backward = mark_comm(mine, nv)
         compute = [(o["start"], o["end"]) for o in mine if not o["copy"] and not o["comm"]]
         backward_compute = [
             (o["start"], o["end"]) for o in mine if not o["copy"] and not o["comm"] and inside(backward, o["launch"][0])

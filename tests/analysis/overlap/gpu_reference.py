@@ -109,6 +109,31 @@ def read(path):
     return ops, ranges, rank, backend
 
 
+def mark_comm(mine, nv):
+    """Set o["comm"] on one rank's ops by the README's rules (NCCL kernels and work launched inside a
+    blocking comm range; a copy also when on a communication stream or launched inside any comm range);
+    returns the rank's comm ranges and its backward ranges as pieces."""
+    comm_ranges = [x for x in nv if COMM_RANGE.match(x["text"])]
+    blocking: dict[int, list] = {}
+    for x in comm_ranges:
+        if x["blocking"]:
+            blocking.setdefault(x["tid"], []).append((x["start"], x["end"]))
+    blocking = {tid: pieces(v) for tid, v in blocking.items()}
+    any_comm = pieces([(x["start"], x["end"]) for x in comm_ranges])
+    backward = pieces([(x["start"], x["end"]) for x in nv if x["text"] == "backward"])
+    in_blocking = lambda o: inside(blocking.get(o["launch"][1], ([], [])), o["launch"][0])
+    for o in mine:
+        o["comm"] = not o["copy"] and (o["name"].startswith("nccl") or in_blocking(o))
+    compute_streams = {o["stream"] for o in mine if not o["copy"] and not o["comm"]}
+    nccl_streams = {o["stream"] for o in mine if not o["copy"] and o["comm"]}
+    for o in mine:
+        if o["copy"]:
+            o["comm"] = in_blocking(o) or (
+                o["stream"] not in compute_streams and (o["stream"] in nccl_streams or inside(any_comm, o["launch"][0]))
+            )
+    return comm_ranges, backward
+
+
 def reference(path):
     """{rank: [whole-capture dict of compute/comm/overlap/backward overlap, then per step a dict of
     step/compute/comm/comm kernel/comm copy/overlap/backward overlap (ns)]} by the README's rules."""
@@ -117,25 +142,7 @@ def reference(path):
     for pid, r in rank.items():
         mine = [o for o in ops if o["pid"] == pid]
         nv = [x for x in ranges if x["pid"] == pid]
-        comm_ranges = [x for x in nv if COMM_RANGE.match(x["text"])]
-        blocking: dict[int, list] = {}
-        for x in comm_ranges:
-            if x["blocking"]:
-                blocking.setdefault(x["tid"], []).append((x["start"], x["end"]))
-        blocking = {tid: pieces(v) for tid, v in blocking.items()}
-        any_comm = pieces([(x["start"], x["end"]) for x in comm_ranges])
-        backward = pieces([(x["start"], x["end"]) for x in nv if x["text"] == "backward"])
-        in_blocking = lambda o, blocking=blocking: inside(blocking.get(o["launch"][1], ([], [])), o["launch"][0])
-        for o in mine:
-            o["comm"] = not o["copy"] and (o["name"].startswith("nccl") or in_blocking(o))
-        compute_streams = {o["stream"] for o in mine if not o["copy"] and not o["comm"]}
-        nccl_streams = {o["stream"] for o in mine if not o["copy"] and o["comm"]}
-        for o in mine:
-            if o["copy"]:
-                o["comm"] = in_blocking(o) or (
-                    o["stream"] not in compute_streams
-                    and (o["stream"] in nccl_streams or inside(any_comm, o["launch"][0]))
-                )
+        comm_ranges, backward = mark_comm(mine, nv)
         host = backend[pid] == "gloo"
         compute = [o for o in mine if not o["copy"] and not o["comm"]]
         compute_all = [(o["start"], o["end"]) for o in compute]

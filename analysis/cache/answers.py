@@ -25,7 +25,7 @@ from analysis.cache.key import (
     cache_folder,
     cache_off,
     code_fingerprint,
-    is_stale,
+    drop_stale,
     key_of,
     note_off,
     states,
@@ -107,20 +107,8 @@ def _run_and_keep(command: str, body: Callable[[], int], entry: Path, key: dict)
     doc = {**key, "stdout": "".join(out.parts), "stderr": kept_err, "rc": rc}
     try:
         write_file_atomic(entry, json.dumps(doc).encode())
-        _drop_stale(entry, key)
+        # answers about these files in another state or from other code
+        drop_stale(entry.parent.glob("answer-*.json"), entry, key, lambda p: p, lambda p: p.unlink(missing_ok=True))
     except OSError as e:
         note_off(entry.parent, e)
     return rc
-
-
-def _drop_stale(kept: Path, key: dict) -> None:
-    """Remove answers about these files in another state or from other code."""
-    for other in kept.parent.glob("answer-*.json"):
-        if other == kept:
-            continue
-        try:
-            theirs = json.loads(other.read_text())
-        except (OSError, ValueError):
-            continue
-        if is_stale(theirs, key):
-            other.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
@@ -170,6 +170,22 @@ def note_off(where: Path, error: OSError) -> None:
 def states(paths: Iterable[str | Path]) -> list[dict[str, Any]]:
     """file_state of each path, in order."""
     return [file_state(p) for p in paths]
+
+
+def drop_stale(
+    entries: Iterable[Path], kept: Path, key: dict, key_file: Callable[[Path], Path], remove: Callable[[Path], None]
+) -> None:
+    """`remove` every entry but `kept` whose key (the JSON at `key_file(entry)`) is stale against `key`
+    (is_stale); an entry whose key cannot be read is left alone (being written, or not ours to judge)."""
+    for other in entries:
+        if other == kept:
+            continue
+        try:
+            theirs = json.loads(key_file(other).read_text())
+        except (OSError, ValueError):
+            continue
+        if is_stale(theirs, key):
+            remove(other)
 
 
 def is_stale(theirs: dict, key: dict) -> bool:

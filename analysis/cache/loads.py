@@ -20,7 +20,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from analysis.cache.key import cache_enabled, cache_folder, code_fingerprint, is_stale, key_of, note_off, states, umask
+from analysis.cache.key import (
+    cache_enabled,
+    cache_folder,
+    code_fingerprint,
+    drop_stale,
+    key_of,
+    note_off,
+    states,
+    umask,
+)
 from analysis.cache.trace_store import read_saved, save_trace
 from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
@@ -71,7 +80,9 @@ def _store(trace: Trace, entry: Path, key: dict) -> None:
             tmp = None
         except OSError:  # another command wrote it first: theirs is the same
             pass
-        _drop_stale(folder, entry, key)
+        drop_stale(
+            folder.glob("trace-*"), entry, key, lambda p: p / KEY, lambda p: shutil.rmtree(p, ignore_errors=True)
+        )
     except OSError as e:
         note_off(folder, e)
     except TypeError:  # a field the store cannot write: no entry
@@ -79,17 +90,3 @@ def _store(trace: Trace, entry: Path, key: dict) -> None:
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _drop_stale(folder: Path, kept: Path, key: dict) -> None:
-    """Remove the entries of these files in another state or from other code (never the one just written)."""
-    for other in folder.glob("trace-*"):
-        if other == kept:
-            continue
-        try:
-            theirs = json.loads((other / KEY).read_text())
-        except (OSError, ValueError):
-            continue  # being written, or not ours to judge
-        stale = is_stale(theirs, key)
-        if stale:
-            shutil.rmtree(other, ignore_errors=True)

@@ -96,7 +96,7 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
         name_col,
     ]
     narrow: dict[str, type] = dict.fromkeys(["device", "stream", "correlation_id", "pid", "name_id"], np.int32)
-    data = ex.read(f'SELECT {", ".join(exprs)} FROM "{table}"', cols, narrow)
+    data = ex.read_table(table, exprs, cols, narrow=narrow)
     strings = {
         KERNEL_TABLE: ex.strings,
         MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
@@ -114,12 +114,12 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
 
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else
-    -1; the runtime table is read in batches, each folded into the join (trace/merge.LaunchJoin)."""
+    -1; the runtime table is read in chunks, each folded into the join (trace/merge.LaunchJoin)."""
     if not ex.has(RUNTIME_TABLE, "start", "correlationId", "globalTid") or len(pid) == 0:
         return np.full(len(pid), -1, dtype=np.int64), np.full(len(pid), -1, dtype=np.int32)
     join = LaunchJoin(pid, corr)
-    sql = f'SELECT start, globalTid, correlationId FROM "{RUNTIME_TABLE}" WHERE correlationId IS NOT NULL'
-    for rt in ex.batches(sql, ["start", "tid", "corr"]):
+    exprs = ["start", "globalTid", "correlationId"]
+    for rt in ex.chunks(RUNTIME_TABLE, exprs, ["start", "tid", "corr"], "correlationId IS NOT NULL"):
         join.add(pid_of(rt["tid"]), rt["corr"], rt["start"], (rt["tid"] & TID_MASK).astype(np.int32))
     return join.result()
 

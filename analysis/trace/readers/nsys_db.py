@@ -15,13 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.trace.readers.sqlite_read import (
-    check_sqlite_file,
-    connect_readonly,
-    read_batches,
-    read_columns,
-    table_columns,
-)
+from analysis.trace.readers.sqlite_chunks import read_table, table_chunks
+from analysis.trace.readers.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
 
 KERNEL_TABLE, MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"
 MEMSET_TABLE, RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME"
@@ -79,8 +74,15 @@ class NsysExport:
     def read(self, sql: str, names: list[str], narrow: dict[str, type] | None = None) -> dict[str, np.ndarray]:
         return read_columns(self.path, self.conn, sql, names, narrow=narrow)
 
-    def batches(self, sql: str, names: list[str]) -> Iterator[dict[str, np.ndarray]]:
-        return read_batches(self.path, self.conn, sql, names)
+    def read_table(
+        self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
+    ) -> dict[str, np.ndarray]:
+        """A large table's SELECT, read in rowid chunks on several threads (sqlite_chunks.py)."""
+        return read_table(self.path, self.conn, table, exprs, names, where, narrow)
+
+    def chunks(self, table: str, exprs: list[str], names: list[str], where: str | None = None) -> Iterator[dict]:
+        """The same, chunk by chunk in rowid order, for a reader that folds each into its result."""
+        return table_chunks(self.path, self.conn, table, exprs, names, where)
 
     def strings(self) -> dict[int, str]:
         if self._strings is None:

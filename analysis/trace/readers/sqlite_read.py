@@ -1,25 +1,21 @@
 """Read-only access to an SQLite file: validation, schema introspection and fast column reads.
 
 Columns come back as numpy arrays. connectorx (Rust, straight to Arrow) reads 1M rows x 7 columns
-in about 0.65 s on the project machine against 2.2 s for sqlite3 `fetchall` + numpy, so it is used
-when installed; the standard-library path is the fallback and gives identical arrays.
+in about 0.55 s on the project machine against 2.2 s for sqlite3 `fetchall` + numpy, so it is used
+when installed; the standard-library path is the fallback and gives identical arrays. A read here is
+one query, whole; large tables are read in rowid chunks on several threads by sqlite_chunks.py.
 SQLite NULLs in integer columns become `null_int` (a sentinel, default -1) so arrays stay int64 (or
-the narrower type a caller asks for a column, where every value fits). connectorx hands the rows over in
-batches of BATCH_ROWS, each turned into numpy and let go before the next: a read holds its result plus
-one batch, not the result twice, and `read_batches` lets a reader fold batches into a join without
-ever holding the table (the nsys runtime calls).
+the narrower type a caller asks for a column, where every value fits).
 connectorx 0.4 leaves the three worker threads of each read's connection pool (r2d2) running until the
-process ends, about 18 per nsys export: a process that has piled up MAX_PROCESS_THREADS threads (a
+process ends, about 20 per nsys export: a process that has piled up MAX_PROCESS_THREADS threads (a
 serial run over hundreds of files, a long-lived Dask worker) reads with sqlite3 from then on.
 """
 
 from __future__ import annotations
 
 import ctypes
-import itertools
 import os
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +29,6 @@ if TYPE_CHECKING:
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_PROCESS_THREADS = 2048  # past this many threads in the process, no more connectorx reads (see above)
-BATCH_ROWS = 1 << 20  # rows per connectorx batch: the transient Arrow memory of a read is one batch's
 
 
 def check_sqlite_file(path: Path, head: bytes | None = None) -> None:
@@ -84,10 +79,10 @@ def table_columns(conn: sqlite3.Connection) -> dict[str, set[str]]:
         raise TraceError(f"corrupt SQLite file ({e})") from None
 
 
-def _arrow_to_numpy(column: pa.Array, null_int: int, narrow: type | None = None) -> np.ndarray:
-    # Arrays are built by numpy (malloc) from each batch, not kept as Arrow arrays of the default pool
-    # (mimalloc): memory that pool frees stays with it while the analysis that follows allocates
-    # through malloc, so the two kept about 50 MB more at the peak of a 1M-kernel file (555 vs 503 MB).
+def _arrow_to_numpy(column: pa.ChunkedArray | pa.Array, null_int: int, narrow: type | None = None) -> np.ndarray:
+    # numpy's own array (malloc), not a view of Arrow's buffer in its default pool (mimalloc): memory that
+    # pool frees stays with it while the analysis that follows allocates through malloc, so the two kept
+    # about 50 MB more at the peak of a 1M-kernel file (555 vs 503 MB).
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -95,10 +90,13 @@ def _arrow_to_numpy(column: pa.Array, null_int: int, narrow: type | None = None)
         return narrowed(np.full(len(column), null_int, dtype=np.int64), narrow)
     if pa.types.is_integer(column.type):
         filled = pc.fill_null(column, null_int) if column.null_count else column
-        return narrowed(filled.to_numpy().astype(np.int64, copy=False), narrow)
-    if pa.types.is_floating(column.type):
-        return column.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
-    return np.asarray(column.to_pylist(), dtype=object)
+        values = filled.to_numpy().astype(np.int64, copy=False)
+    elif pa.types.is_floating(column.type):
+        values = column.to_numpy().astype(np.float64, copy=False)
+    else:
+        return np.asarray(column.to_pylist(), dtype=object)
+    values = narrowed(values, narrow)
+    return values if values.flags.owndata else values.copy()
 
 
 def narrowed(values: np.ndarray, dtype: type | None) -> np.ndarray:
@@ -109,14 +107,9 @@ def narrowed(values: np.ndarray, dtype: type | None) -> np.ndarray:
     return values.astype(dtype) if info.min <= values.min() and values.max() <= info.max else values
 
 
-def _joined(parts: list[np.ndarray], empty: np.ndarray) -> np.ndarray:
-    """One array, numpy's own, from a column's batches (numpy promotes a batch kept wide over narrowed ones).
-    A lone batch may be a view of Arrow's buffer: copied, so the result is writable and the batch can go."""
-    if not parts:
-        return empty
-    if len(parts) == 1:
-        return parts[0] if parts[0].flags.owndata else parts[0].copy()
-    return np.concatenate(parts)
+def joined(parts: list[np.ndarray]) -> np.ndarray:
+    """One array from a column's chunks, in order (numpy promotes a chunk kept wide over narrowed ones)."""
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
 
 def process_threads() -> int:
@@ -128,24 +121,17 @@ def process_threads() -> int:
         return 0
 
 
-def _read_connectorx(
+def read_connectorx(
     path: Path, sql: str, names: list[str], null_int: int, narrow: dict[str, type]
 ) -> dict[str, np.ndarray]:
+    """One query through connectorx, whole (the GIL is released while it reads), as numpy columns."""
     import connectorx as cx
-    import pyarrow as pa
 
-    uri = "sqlite://" + str(Path(path).resolve())
-    reader = cx.read_sql(uri, sql, return_type="arrow_stream", batch_size=BATCH_ROWS)
-    parts: list[list[np.ndarray]] = [[] for _ in names]
-    for batch in reader:  # one batch converted and let go at a time: memory stays one batch above the result
-        for i, name in enumerate(names):
-            parts[i].append(_arrow_to_numpy(batch.column(i), null_int, narrow.get(name)))
-    empty = [_arrow_to_numpy(pa.array([], type=f.type), null_int) for f in reader.schema]
+    table = cx.read_sql("sqlite://" + str(Path(path).resolve()), sql, return_type="arrow")
     out = {}
-    for i, name in enumerate(names):  # each column's batches let go once joined
-        out[name] = _joined(parts[i], empty[i])
-        parts[i] = []
-    release_free_memory()
+    for i, name in enumerate(names):
+        out[name] = _arrow_to_numpy(table.column(i), null_int, narrow.get(name))
+    del table
     return out
 
 
@@ -164,6 +150,16 @@ def _rows_to_columns(rows: list[tuple], names: list[str], null_int: int) -> dict
     return out
 
 
+def read_sqlite3(
+    path: Path, conn: sqlite3.Connection, sql: str, names: list[str], null_int: int, narrow: dict[str, type]
+) -> dict[str, np.ndarray]:
+    """One query through the standard library's sqlite3, typed as read_connectorx types it."""
+    try:
+        return {n: narrowed(c, narrow.get(n)) for n, c in _read_sqlite3(conn, sql, names, null_int).items()}
+    except sqlite3.DatabaseError as e:
+        raise TraceError(f"{path}: corrupt or truncated export ({e})") from None
+
+
 def read_columns(
     path: Path,
     conn: sqlite3.Connection,
@@ -180,63 +176,12 @@ def read_columns(
     narrow = narrow or {}
     try:
         if process_threads() < MAX_PROCESS_THREADS:
-            return _read_connectorx(path, sql, names, null_int, narrow)
+            return read_connectorx(path, sql, names, null_int, narrow)
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException:  # no connectorx, a type it cannot infer, or a Rust panic: use sqlite3
         pass
-    try:
-        return {n: narrowed(c, narrow.get(n)) for n, c in _read_sqlite3(conn, sql, names, null_int).items()}
-    except sqlite3.DatabaseError as e:
-        raise TraceError(f"{path}: corrupt or truncated export ({e})") from None
-
-
-def read_batches(
-    path: Path,
-    conn: sqlite3.Connection,
-    sql: str,
-    names: list[str],
-    null_int: int = -1,
-    narrow: dict[str, type] | None = None,
-) -> Iterator[dict[str, np.ndarray]]:
-    """The SELECT's rows in batches of at most BATCH_ROWS, each as read_columns returns its columns: for
-    a reader that folds each batch into its result, so the whole table is never in memory."""
-    narrow = narrow or {}
-    batches: Iterator[dict[str, np.ndarray]] | None = None
-    try:
-        if process_threads() < MAX_PROCESS_THREADS:
-            batches = _connectorx_batches(path, sql, names, null_int, narrow)
-            first = next(batches, None)  # connectorx fails, if it does, on its first batch
-            batches = itertools.chain([first] if first is not None else [], batches)
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException:  # as read_columns: fall back to sqlite3
-        batches = None
-    try:
-        yield from batches if batches is not None else _sqlite3_batches(conn, sql, names, null_int, narrow)
-    except sqlite3.DatabaseError as e:
-        raise TraceError(f"{path}: corrupt or truncated export ({e})") from None
-
-
-def _connectorx_batches(
-    path: Path, sql: str, names: list[str], null_int: int, narrow: dict[str, type]
-) -> Iterator[dict[str, np.ndarray]]:
-    import connectorx as cx
-
-    reader = cx.read_sql(
-        "sqlite://" + str(Path(path).resolve()), sql, return_type="arrow_stream", batch_size=BATCH_ROWS
-    )
-    for batch in reader:
-        yield {n: _arrow_to_numpy(batch.column(i), null_int, narrow.get(n)) for i, n in enumerate(names)}
-    release_free_memory()
-
-
-def _sqlite3_batches(
-    conn: sqlite3.Connection, sql: str, names: list[str], null_int: int, narrow: dict[str, type]
-) -> Iterator[dict[str, np.ndarray]]:
-    cursor = conn.execute(sql)
-    while rows := cursor.fetchmany(BATCH_ROWS):
-        yield {n: narrowed(c, narrow.get(n)) for n, c in _rows_to_columns(rows, names, null_int).items()}
+    return read_sqlite3(path, conn, sql, names, null_int, narrow)
 
 
 def release_free_memory() -> None:

@@ -94,7 +94,7 @@ def test_column_reads_give_numpy_owned_arrays_equal_to_sqlite3(tmp_path):
     conn.executemany("INSERT INTO t VALUES (?, ?, ?)", rows)
     conn.commit()
     sql, names = "SELECT a, b, f FROM t", ["a", "b", "f"]
-    fast = sqlite_read._read_connectorx(path, sql, names, -1, {})
+    fast = sqlite_read.read_connectorx(path, sql, names, -1, {})
     slow = sqlite_read._read_sqlite3(conn, sql, names, -1)
     conn.close()
     for name in ("a", "b"):

@@ -27,7 +27,7 @@ def test_thread_guard_reads_with_sqlite3_alike(db, monkeypatch):
     path, conn = db
     fast = read_columns(path, conn, SQL, ["id", "name"])
     monkeypatch.setattr(sqlite_read, "MAX_PROCESS_THREADS", 0)
-    monkeypatch.setattr(sqlite_read, "_read_connectorx", lambda *a: pytest.fail("connectorx used past the limit"))
+    monkeypatch.setattr(sqlite_read, "read_connectorx", lambda *a: pytest.fail("connectorx used past the limit"))
     slow = read_columns(path, conn, SQL, ["id", "name"])
     assert fast.keys() == slow.keys()
     for k in fast:

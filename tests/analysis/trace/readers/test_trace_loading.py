@@ -108,7 +108,7 @@ def test_sqlite3_fallback_reads_the_same_frames(tmp_path, monkeypatch):
     def unavailable(*args, **kwargs):
         raise ImportError("connectorx missing")
 
-    monkeypatch.setattr(sqlite_read, "_read_connectorx", unavailable)
+    monkeypatch.setattr(sqlite_read, "read_connectorx", unavailable)
     slow = load_trace(path)
     pd.testing.assert_frame_equal(fast.gpu_ops, slow.gpu_ops, check_categorical=False)
     pd.testing.assert_frame_equal(fast.nvtx, slow.nvtx, check_categorical=False)

@@ -1,0 +1,140 @@
+"""Read one large SQLite table on several threads: `table_chunks`, `read_table`.
+
+The table's rowid range is cut into chunks (at most CHUNK_ROWS rowids each, and at least one per
+worker once the table is worth splitting); each chunk is one connectorx query run on a worker thread,
+and the chunks come back in rowid order, which is the order a full scan of a rowid table gives, so
+the columns equal a one-query read's. Why threads help: connectorx releases the GIL for the whole of
+an Arrow read (not for a streamed one, which is why this replaced the streamed read), so on two cores
+two chunks decode at once, and the first read overlaps whatever the main thread does meanwhile.
+At most one chunk per worker is waiting for the consumer: memory stays a few chunks above the result.
+Without connectorx, past sqlite_read's thread cap, or when a chunk's query fails in connectorx, that
+chunk is read with sqlite3 on the caller's connection (and gives the same arrays).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sqlite3
+import threading
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+from analysis.trace.readers import sqlite_read
+
+CHUNK_ROWS = 1 << 19  # rowids per chunk: its transient Arrow memory; connectorx reads 2 x 512k rows faster than 1M
+SPLIT_ROWS = 1 << 16  # a table with fewer rowids is read in one query: a thread would cost more than it saves
+
+
+def read_workers() -> int:
+    """Threads a table is read with: the usable cores, or 1 in a process or thread that is itself one of
+    several reading at once (a --jobs worker process, a Dask task thread)."""
+    if multiprocessing.current_process().daemon or threading.current_thread() is not threading.main_thread():
+        return 1
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def chunk_queries(conn: sqlite3.Connection, table: str, exprs: list[str], where: str | None = None) -> list[str]:
+    """`SELECT exprs FROM table [WHERE where]` as queries over consecutive rowid ranges, in rowid order
+    (one query, without a range, for a small, empty or WITHOUT ROWID table)."""
+    select = f'SELECT {", ".join(exprs)} FROM "{table}"'
+    whole = [f"{select} WHERE {where}" if where else select]
+    try:
+        # two subqueries: SQLite reads a lone min() or max() of the rowid off the B-tree's end, but scans
+        # the whole table for both in one SELECT
+        ends = f'SELECT (SELECT min(rowid) FROM "{table}"), (SELECT max(rowid) FROM "{table}")'
+        lo, hi = conn.execute(ends).fetchone()
+    except sqlite3.DatabaseError:  # no rowid (WITHOUT ROWID): one query
+        return whole
+    if lo is None or hi - lo + 1 < SPLIT_ROWS:
+        return whole
+    span = hi - lo + 1
+    chunks = max(-(-span // CHUNK_ROWS), read_workers())
+    edges = [lo + span * i // chunks for i in range(chunks + 1)]
+    also = f" AND ({where})" if where else ""
+    return [f"{select} WHERE rowid >= {a} AND rowid < {b}{also}" for a, b in zip(edges[:-1], edges[1:], strict=True)]
+
+
+def table_chunks(
+    path: Path,
+    conn: sqlite3.Connection,
+    table: str,
+    exprs: list[str],
+    names: list[str],
+    where: str | None = None,
+    narrow: dict[str, type] | None = None,
+    null_int: int = -1,
+) -> Iterator[dict[str, np.ndarray]]:
+    """The table's rows (the SELECT of `exprs`, optionally filtered by `where`) as chunks of columns in
+    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result."""
+    queries = chunk_queries(conn, table, exprs, where)
+    narrow = narrow or {}
+    read = lambda sql: _read_chunk(path, sql, names, null_int, narrow)
+    workers = min(len(queries), read_workers())
+    if workers == 1:
+        for sql in queries:
+            yield _or_sqlite3(read(sql), conn, sql, names, null_int, narrow, path)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="sqlite-chunk") as pool:
+        waiting: deque[tuple[str, Future]] = deque()
+        todo = iter(queries)
+        for sql in todo:
+            waiting.append((sql, pool.submit(read, sql)))
+            if len(waiting) == workers:
+                break
+        while waiting:
+            sql, future = waiting.popleft()
+            nxt = next(todo, None)
+            if nxt is not None:
+                waiting.append((nxt, pool.submit(read, nxt)))
+            yield _or_sqlite3(future.result(), conn, sql, names, null_int, narrow, path)
+
+
+def read_table(
+    path: Path,
+    conn: sqlite3.Connection,
+    table: str,
+    exprs: list[str],
+    names: list[str],
+    where: str | None = None,
+    narrow: dict[str, type] | None = None,
+    null_int: int = -1,
+) -> dict[str, np.ndarray]:
+    """table_chunks joined: each column one array (read_columns' types; a narrowed column stays narrow
+    only where every chunk's values fit)."""
+    parts: list[list[np.ndarray]] = [[] for _ in names]
+    for chunk in table_chunks(path, conn, table, exprs, names, where, narrow, null_int):
+        for i, name in enumerate(names):
+            parts[i].append(chunk[name])
+    out = {}
+    for i, name in enumerate(names):  # each column's chunks let go once joined
+        out[name] = sqlite_read.joined(parts[i])
+        parts[i] = []
+    sqlite_read.release_free_memory()
+    return out
+
+
+def _read_chunk(path: Path, sql: str, names: list[str], null_int: int, narrow: dict[str, type]) -> dict | None:
+    """One chunk through connectorx (on a worker thread); None when it cannot be read that way."""
+    if sqlite_read.process_threads() >= sqlite_read.MAX_PROCESS_THREADS:
+        return None
+    try:
+        return sqlite_read.read_connectorx(path, sql, names, null_int, narrow)
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException:  # no connectorx, a type it cannot infer, or a Rust panic: sqlite3 reads it
+        return None
+
+
+def _or_sqlite3(
+    chunk: dict | None, conn: sqlite3.Connection, sql: str, names: list[str], null_int: int, narrow: dict, path: Path
+) -> dict[str, np.ndarray]:
+    """The chunk connectorx read, else the same chunk read here with sqlite3."""
+    return chunk if chunk is not None else sqlite_read.read_sqlite3(path, conn, sql, names, null_int, narrow)

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from analysis.measure.activity import rank_work
     from analysis.overlap.analyze import Analysis, analyze_trace
     from analysis.overlap.metrics import measure_trace
-    from analysis.run.runs import find_runs, load_trace
+    from analysis.run.run_files import find_runs
+    from analysis.run.runs import load_trace
     from analysis.session import OpenRuns, TimelinePage
     from analysis.trace.frames import Trace
     from analysis.trace.patterns import Patterns
@@ -43,7 +44,7 @@ _WHERE = {
     "analyze_trace": "analysis.overlap.analyze",
     "CollectivesView": "analysis.collectives.collectives_view",
     "collectives_of": "analysis.collectives.collectives_view",
-    "find_runs": "analysis.run.runs",
+    "find_runs": "analysis.run.run_files",
     "load_trace": "analysis.run.runs",
     "OpenRuns": "analysis.session",
     "TimelinePage": "analysis.session",

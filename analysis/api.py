@@ -16,7 +16,7 @@ from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
 from analysis.overlap.analyze import Analysis
 from analysis.parallel.parallel import Progress
-from analysis.run.runs import RunFiles, find_runs
+from analysis.run.run_files import RunFiles, find_runs
 from analysis.session import OpenRuns
 from analysis.trace.patterns import Patterns
 
@@ -50,7 +50,7 @@ def runs_of(
     cache: bool | None = None,
     collectives: bool = True,
 ) -> OpenRuns:
-    """The OpenRuns the options name: their runs (`found`: runs.find_runs of their paths, when the caller
+    """The OpenRuns the options name: their runs (`found`: run_files.find_runs of their paths, when the caller
     has them), patterns (`patterns` instead when given), skip_steps, dask and `jobs` (else the options',
     else 1); the load cache off when the options say no_cache, else as `cache` says; collectives=False: no
     collectives view will be asked for (OpenRuns)."""
@@ -76,7 +76,7 @@ def open_runs(
     task: Callable | None = None,
     cache: bool | None = None,
 ) -> OpenRuns:
-    """The runs the paths hold (runs.find_runs), ready to be asked for overlap, collectives and
+    """The runs the paths hold (run_files.find_runs), ready to be asked for overlap, collectives and
     timelines; nothing is read until asked. The options as the CLIs take them: an AnalysisOptions
     (analysis/options.py) in place of `paths`, or the keywords. jobs/dask: analyse file by file (module
     docstring); `task(path)`: the per-file task instead of file_task.analyze_file (it returns a FileResult).

@@ -45,9 +45,8 @@ def open_from_args(
     pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
     once in this process rather than analysed file by file and read again for its events. collectives:
     False when the command shows no collectives view (session.OpenRuns)."""
-    from analysis.api import runs_of
     from analysis.parallel.parallel import Progress, default_jobs
-    from analysis.run.runs import find_runs
+    from analysis.run.run_files import find_runs
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
     runs = find_runs(opts.paths, opts.merge, opts.export)
@@ -55,7 +54,20 @@ def open_from_args(
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
+    if jobs == 1 and opts.dask is None:
+        _read_ahead(runs[0].paths, opts)
+    from analysis.api import runs_of  # pandas and the analysis: imported while the first file reads
+
     return runs_of(opts, runs, jobs, progress, keep_traces, task, collectives=collectives)
+
+
+def _read_ahead(paths: Sequence[Path], opts: AnalysisOptions) -> None:
+    """Start reading the first run's first file (trace/readers/read_ahead.py) unless its load is cached."""
+    from analysis.cache.loads import holds
+    from analysis.trace.readers import read_ahead
+
+    if not holds(paths, opts.patterns, False if opts.no_cache else None):
+        read_ahead.start(paths[0])
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:
@@ -108,6 +120,10 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
     except OSError as e:
         return fail(f"{e.filename or ''}: {e.strerror or e}")
     finally:
+        if "analysis.trace.readers.read_ahead" in sys.modules:  # a read ahead the command never took
+            from analysis.trace.readers.read_ahead import discard
+
+            discard()
         if "analysis.parallel.parallel" in sys.modules:  # a pool may have run: its helpers go with the command
             from analysis.parallel.parallel import stop_helpers
 

@@ -9,7 +9,7 @@
     runs.report("reports/")         # the report folder analysis.report writes (report/report_folder.py)
     runs.compare(["old.sqlite"], ["step_ms:+5%"])  # the baseline gate (analysis.report --baseline)
 
-Paths become runs by the one rule (runs.find_runs: `<run>.rank<N>` files of one folder, or every
+Paths become runs by the one rule (run_files.find_runs: `<run>.rank<N>` files of one folder, or every
 path with merge=True, are one run; files of different runs are refused). Each run is read once
 into one object, measure/loaded_run.LoadedRun (the trace, its step ranges, every rank's activity;
 its collective calls and backward spans measured on first use), which every feature and view
@@ -38,7 +38,8 @@ from analysis.options import check_not_negative
 from analysis.overlap.analyze import Analysis, check_selection, concat_analyses, selected
 from analysis.parallel.measure_runs import RunResult, measure_runs
 from analysis.parallel.parallel import Progress
-from analysis.run.runs import RunFiles, find_runs, load_trace, shown_files
+from analysis.run.run_files import RunFiles, find_runs, shown_files
+from analysis.run.runs import load_trace
 from analysis.timeline.lanes import Selection
 from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns

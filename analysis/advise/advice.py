@@ -275,7 +275,7 @@ def advise(
     patterns: Patterns | None = None,
     prefetch: Iterable[int] | None = None,
 ) -> list[Advice | ShardAdvice]:
-    """One Advice per run (runs.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files);
+    """One Advice per run (run_files.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files);
     sharded runs (fsdp, torch_fsdp) get a ShardAdvice (shard_advice.py: prefetch depths `prefetch`)."""
     runs = open_runs(paths, merge, patterns, keep_traces=False)  # the one door: each run read once, in turn
     for run in runs.runs:

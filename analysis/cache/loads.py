@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.cache.key import (
     cache_enabled,
@@ -30,9 +31,10 @@ from analysis.cache.key import (
     states,
     umask,
 )
-from analysis.cache.trace_store import read_saved, save_trace
-from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
+
+if TYPE_CHECKING:
+    from analysis.trace.frames import Trace
 
 KEY = "key.json"
 
@@ -41,20 +43,12 @@ def cached_load(
     files: Sequence[Path], patterns: Patterns, load: Callable[[], Trace], cache: bool | None = None
 ) -> Trace:
     """The Trace of `files` from the cache when an entry matches, else `load()` stored for next time."""
-    if not cache_enabled(cache):
+    from analysis.cache.trace_store import read_saved  # deferred: pandas and pyarrow
+
+    found = _entry(files, patterns, cache)
+    if found is None:
         return load()
-    try:
-        found = states(files)
-    except OSError:  # not a plain readable file (the reader says what is wrong)
-        return load()
-    key = {
-        "given": [str(p) for p in files],
-        "files": found,
-        "patterns": asdict(patterns),
-        "code": code_fingerprint(),
-    }
-    folder = cache_folder(files[0])
-    entry = folder / f"trace-{key_of(key)}"
+    entry, key = found
     if (entry / KEY).is_file():
         try:
             return read_saved(entry)
@@ -65,6 +59,29 @@ def cached_load(
     return trace
 
 
+def holds(files: Sequence[Path], patterns: Patterns, cache: bool | None = None) -> bool:
+    """Whether cached_load would read this load from the cache (no pandas imported to say so)."""
+    found = _entry(files, patterns, cache)
+    return found is not None and (found[0] / KEY).is_file()
+
+
+def _entry(files: Sequence[Path], patterns: Patterns, cache: bool | None) -> tuple[Path, dict] | None:
+    """The cache entry's folder and key for this load; None when the cache is off or a file unreadable."""
+    if not cache_enabled(cache):
+        return None
+    try:
+        found = states(files)
+    except OSError:  # not a plain readable file (the reader says what is wrong)
+        return None
+    key = {
+        "given": [str(p) for p in files],
+        "files": found,
+        "patterns": asdict(patterns),
+        "code": code_fingerprint(),
+    }
+    return cache_folder(files[0]) / f"trace-{key_of(key)}", key
+
+
 def _store(trace: Trace, entry: Path, key: dict) -> None:
     """Write the entry through a temporary folder renamed into place; drop stale siblings."""
     folder = entry.parent
@@ -73,6 +90,8 @@ def _store(trace: Trace, entry: Path, key: dict) -> None:
         folder.mkdir(exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder, prefix=".tmp-"))
         tmp.chmod(0o777 & ~umask())  # as mkdir would make it (mkdtemp's is 0700)
+        from analysis.cache.trace_store import save_trace  # deferred: pandas and pyarrow
+
         save_trace(trace, tmp)
         (tmp / KEY).write_text(json.dumps(key))  # last: an entry with its key is whole
         try:

@@ -27,7 +27,7 @@ from analysis.parallel.file_task import FileResult, analyze_file
 from analysis.parallel.parallel import Progress, run_tasks
 from analysis.parallel.rank_merge import Merged, across_ranks, combine
 from analysis.parallel.tasks import Outcome
-from analysis.run.runs import RunFiles
+from analysis.run.run_files import RunFiles
 from analysis.trace.patterns import Patterns
 from analysis.trace.readers.load import one_format
 

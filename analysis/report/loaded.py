@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from analysis.overlap.analyze import Analysis
 from analysis.parallel.measure_runs import RunResult
-from analysis.run.runs import RunFiles
+from analysis.run.run_files import RunFiles
 
 if TYPE_CHECKING:
     from analysis.collectives.collectives_view import CollectivesView

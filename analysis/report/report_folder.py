@@ -24,7 +24,7 @@ from analysis.render.html_page import BESIDE_THE_PAGE, PLOTLY_FILE, PlotlyJs
 from analysis.report.compare_page import PAGE_NAME as COMPARE_PAGE
 from analysis.report.html_report import write_index
 from analysis.report.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
-from analysis.run.runs import shown_files
+from analysis.run.run_files import shown_files
 from analysis.storage.report_files import SUMMARY_COLUMNS, check_out_dir, check_replaces, record_history, remove_stale
 from analysis.timeline.lanes import Selection
 

@@ -18,7 +18,7 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.overlap.analyze import Analysis, selected
 from analysis.parallel.file_task import FileResult, analyze_file
-from analysis.run.runs import RunFiles, distinct_names
+from analysis.run.run_files import RunFiles, distinct_names
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
@@ -87,7 +87,7 @@ def _has(result: Analysis, step: int | None, rank: int | None) -> bool:
 def summary_frame(results: list[AnalyzedTrace]) -> pd.DataFrame:
     """One row per trace, fastest first, with speedup over naive and a label unique across traces: the
     implementation, and where two traces share it, each one's shortest distinct name after it
-    (runs.distinct_names: `fsdp (a/fsdp)`, `fsdp (b/fsdp)` for a/fsdp.sqlite and b/fsdp.sqlite)."""
+    (run_files.distinct_names: `fsdp (a/fsdp)`, `fsdp (b/fsdp)` for a/fsdp.sqlite and b/fsdp.sqlite)."""
     rows = [{**r.analysis.summary.iloc[0].to_dict(), "trace": str(r.path), "sha256": r.sha256} for r in results]
     frame = pd.DataFrame(rows)
     dup = frame["implementation"].duplicated(keep=False)

@@ -92,7 +92,7 @@ def trace_panel(
     segments: Segments | None = None,
 ) -> tuple[Panel, PanelSummary]:
     """The run's panel (titled with `file_name`, else `path`'s file name: the caller passes a name unique
-    among the panels it shows, runs.unique_tails) plus the summary row; `steps`: the run's per-step frame
+    among the panels it shows, run_files.unique_tails) plus the summary row; `steps`: the run's per-step frame
     (its analysis' steps), `segments`: its lanes.run_segments when the caller draws it more than once.
 
     Without a step selected the panel opens on the median step of the slowest rank, its title giving

@@ -44,16 +44,8 @@ from analysis.trace.merge import (
 )
 from analysis.trace.patterns import Patterns
 from analysis.trace.phase_markers import PHASES_KEY, derive_phases
-from analysis.trace.readers.nsys_db import (
-    KERNEL_TABLE,
-    MEMCPY_TABLE,
-    MEMSET_TABLE,
-    PID_MASK,
-    RUNTIME_TABLE,
-    TID_MASK,
-    NsysExport,
-    pid_of,
-)
+from analysis.trace.readers import read_ahead
+from analysis.trace.readers.nsys_db import KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, TID_MASK, NsysExport, pid_of
 from analysis.trace.readers.nsys_nvtx import read_nvtx, shape_nvtx
 from contract import META_PREFIX, decode_meta
 
@@ -76,27 +68,10 @@ COPY_KINDS = {
 
 def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     """One CUPTI activity table as columns (numpy arrays, `name` a categorical)."""
-    if not ex.has(table, "start", "end"):
+    select = ex.gpu_select(table)
+    if select is None:
         return None
-    name_col = {
-        KERNEL_TABLE: ex.column(KERNEL_TABLE, "shortName", ex.column(KERNEL_TABLE, "demangledName", "0")),
-        MEMCPY_TABLE: ex.column(MEMCPY_TABLE, "copyKind", "0"),
-        MEMSET_TABLE: "0",
-    }[table]
-    cols = ["start", "end", "device", "stream", "correlation_id", "pid", "name_id"]
-    global_pid = ex.column(table, "globalPid")
-    exprs = [
-        "start",
-        '"end"',
-        ex.column(table, "deviceId", "0"),
-        ex.column(table, "streamId", "0"),
-        ex.column(table, "correlationId"),
-        # nsys_db.pid_of in SQL, so the column comes 24-bit: a NULL or negative globalPid is -1
-        f"CASE WHEN {global_pid} >= 0 THEN ({global_pid} >> 24) & {PID_MASK} ELSE -1 END",
-        name_col,
-    ]
-    narrow: dict[str, type] = dict.fromkeys(["device", "stream", "correlation_id", "pid", "name_id"], np.int32)
-    data = ex.read_table(table, exprs, cols, narrow=narrow)
+    data = ex.read_table(*select)
     strings = {
         KERNEL_TABLE: ex.strings,
         MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},
@@ -115,11 +90,11 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else
     -1; the runtime table is read in chunks, each folded into the join (trace/merge.LaunchJoin)."""
-    if not ex.has(RUNTIME_TABLE, "start", "correlationId", "globalTid") or len(pid) == 0:
+    select = ex.runtime_select()
+    if select is None or len(pid) == 0:
         return np.full(len(pid), -1, dtype=np.int64), np.full(len(pid), -1, dtype=np.int32)
     join = LaunchJoin(pid, corr)
-    exprs = ["start", "globalTid", "correlationId"]
-    for rt in ex.chunks(RUNTIME_TABLE, exprs, ["start", "tid", "corr"], "correlationId IS NOT NULL"):
+    for rt in ex.chunks(*select):
         join.add(pid_of(rt["tid"]), rt["corr"], rt["start"], (rt["tid"] & TID_MASK).astype(np.int32))
     return join.result()
 
@@ -170,7 +145,7 @@ def _load_part(
 ) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
     """(gpu columns, nvtx frame, nsys version, clock offset, target info, autograd threads: part, pid,
     tid) of one file (`head`: its first bytes, when sniffed); the file is closed after."""
-    ex = NsysExport(path, head)
+    ex = read_ahead.opened(path, head)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int32)
@@ -183,7 +158,7 @@ def _load_part(
         # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
         raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
     finally:
-        ex.conn.close()
+        ex.close()
 
 
 def _launches_by_thread(ops: pd.DataFrame, autograd_threads: pd.DataFrame) -> pd.DataFrame | None:

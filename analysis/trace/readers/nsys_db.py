@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.trace.readers.sqlite_chunks import read_table, table_chunks
+from analysis.trace.readers.sqlite_chunks import read_table, stop_ahead, table_chunks
 from analysis.trace.readers.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
 
 KERNEL_TABLE, MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -37,6 +38,8 @@ NSYS_TABLES = {
     "TARGET_INFO_SESSION_START_TIME",
 }
 PID_MASK, TID_MASK = 0xFFFFFF, 0xFFFFFF
+GPU_TABLES = (KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
+Select = tuple[str, list[str], list[str], "str | None", dict]  # table, expressions, names, where, narrow
 
 
 def pid_of(global_id: np.ndarray) -> np.ndarray:
@@ -64,6 +67,16 @@ class NsysExport:
                 f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)"
             )
         self._strings: dict[int, str] | None = None
+        self.ahead: dict[str, Future] = {}  # chunk queries already reading (read_ahead.py), by SQL
+
+    def close(self) -> None:
+        """Close the connection; chunks read ahead and never asked for are dropped, with their threads."""
+        if self.ahead:
+            for future in self.ahead.values():
+                future.cancel()
+            self.ahead.clear()
+        stop_ahead()  # the read-ahead threads, when this export was read ahead (one export at a time is)
+        self.conn.close()
 
     def has(self, table: str, *columns: str) -> bool:
         return table in self.tables and all(c in self.tables[table] for c in columns)
@@ -78,11 +91,51 @@ class NsysExport:
         self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
     ) -> dict[str, np.ndarray]:
         """A large table's SELECT, read in rowid chunks on several threads (sqlite_chunks.py)."""
-        return read_table(self.path, self.conn, table, exprs, names, where, narrow)
+        return read_table(self.path, self.conn, table, exprs, names, where, narrow, ahead=self.ahead)
 
-    def chunks(self, table: str, exprs: list[str], names: list[str], where: str | None = None) -> Iterator[dict]:
+    def chunks(
+        self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
+    ) -> Iterator[dict]:
         """The same, chunk by chunk in rowid order, for a reader that folds each into its result."""
-        return table_chunks(self.path, self.conn, table, exprs, names, where)
+        return table_chunks(self.path, self.conn, table, exprs, names, where, narrow, ahead=self.ahead)
+
+    def gpu_select(self, table: str) -> Select | None:
+        """How a CUPTI activity table (GPU_TABLES) is read: start, end, device, stream, correlation_id,
+        pid (from globalPid, -1 where NULL or negative) and name_id (a kernel's shortName StringId, a
+        copy's copyKind, 0 for a memset); None when the export lacks the table."""
+        if not self.has(table, "start", "end"):
+            return None
+        name = {
+            KERNEL_TABLE: self.column(KERNEL_TABLE, "shortName", self.column(KERNEL_TABLE, "demangledName", "0")),
+            MEMCPY_TABLE: self.column(MEMCPY_TABLE, "copyKind", "0"),
+            MEMSET_TABLE: "0",
+        }[table]
+        global_pid = self.column(table, "globalPid")
+        exprs = [
+            "start",
+            '"end"',
+            self.column(table, "deviceId", "0"),
+            self.column(table, "streamId", "0"),
+            self.column(table, "correlationId"),
+            # pid_of in SQL, so the column comes 24-bit: a NULL or negative globalPid is -1
+            f"CASE WHEN {global_pid} >= 0 THEN ({global_pid} >> 24) & {PID_MASK} ELSE -1 END",
+            name,
+        ]
+        names = ["start", "end", "device", "stream", "correlation_id", "pid", "name_id"]
+        return table, exprs, names, None, dict.fromkeys(names[2:], np.int32)
+
+    def runtime_select(self) -> Select | None:
+        """How the CUDA runtime calls are read for the launch join: start, tid (globalTid), corr; None
+        when the export lacks them."""
+        if not self.has(RUNTIME_TABLE, "start", "correlationId", "globalTid"):
+            return None
+        exprs = ["start", "globalTid", "correlationId"]
+        return RUNTIME_TABLE, exprs, ["start", "tid", "corr"], "correlationId IS NOT NULL", {}
+
+    def large_selects(self) -> list[Select]:
+        """The reads of the tables that grow with the trace, in the order the reader makes them."""
+        found = [self.gpu_select(t) for t in GPU_TABLES] + [self.runtime_select()]
+        return [s for s in found if s is not None]
 
     def strings(self) -> dict[int, str]:
         if self._strings is None:

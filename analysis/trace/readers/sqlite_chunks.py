@@ -8,11 +8,13 @@ an Arrow read (not for a streamed one, which is why this replaced the streamed r
 two chunks decode at once, and the first read overlaps whatever the main thread does meanwhile.
 At most one chunk per worker is waiting for the consumer: memory stays a few chunks above the result.
 Without connectorx, past sqlite_read's thread cap, or when a chunk's query fails in connectorx, that
-chunk is read with sqlite3 on the caller's connection (and gives the same arrays).
+chunk is read with sqlite3 on the caller's connection (and gives the same arrays). `start_chunks`
+starts a table's first chunks before anyone asks (read_ahead.py); table_chunks takes them by query.
 """
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 import sqlite3
@@ -59,7 +61,7 @@ def chunk_queries(conn: sqlite3.Connection, table: str, exprs: list[str], where:
     chunks = max(-(-span // CHUNK_ROWS), read_workers())
     edges = [lo + span * i // chunks for i in range(chunks + 1)]
     also = f" AND ({where})" if where else ""
-    return [f"{select} WHERE rowid >= {a} AND rowid < {b}{also}" for a, b in zip(edges[:-1], edges[1:], strict=True)]
+    return [f"{select} WHERE rowid >= {a} AND rowid < {b}{also}" for a, b in itertools.pairwise(edges)]
 
 
 def table_chunks(
@@ -71,30 +73,52 @@ def table_chunks(
     where: str | None = None,
     narrow: dict[str, type] | None = None,
     null_int: int = -1,
+    ahead: dict[str, Future] | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The table's rows (the SELECT of `exprs`, optionally filtered by `where`) as chunks of columns in
-    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result."""
+    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result. `ahead`:
+    chunks already reading (start_chunks), by query, taken from it as they are used."""
     queries = chunk_queries(conn, table, exprs, where)
     narrow = narrow or {}
+    ahead = ahead if ahead is not None else {}
     read = lambda sql: _read_chunk(path, sql, names, null_int, narrow)
     workers = min(len(queries), read_workers())
-    if workers == 1:
-        for sql in queries:
-            yield _or_sqlite3(read(sql), conn, sql, names, null_int, narrow, path)
-        return
     with ThreadPoolExecutor(workers, thread_name_prefix="sqlite-chunk") as pool:
         waiting: deque[tuple[str, Future]] = deque()
         todo = iter(queries)
-        for sql in todo:
-            waiting.append((sql, pool.submit(read, sql)))
-            if len(waiting) == workers:
-                break
-        while waiting:
+        while True:
+            while len(waiting) < workers and (sql := next(todo, None)) is not None:
+                started = ahead.pop(sql) if sql in ahead else None
+                waiting.append((sql, started or pool.submit(read, sql)))
+            if not waiting:
+                return
             sql, future = waiting.popleft()
-            nxt = next(todo, None)
-            if nxt is not None:
-                waiting.append((nxt, pool.submit(read, nxt)))
             yield _or_sqlite3(future.result(), conn, sql, names, null_int, narrow, path)
+
+
+def start_chunks(
+    path: Path, conn: sqlite3.Connection, table: str, exprs: list[str], names: list[str], where: str | None = None,
+    narrow: dict[str, type] | None = None, null_int: int = -1,
+) -> dict[str, Future]:  # fmt: skip
+    """Start reading the table's first chunks (one per worker) on background threads, before anyone
+    asks: {query: Future} for table_chunks' `ahead` (read_ahead.py). stop_ahead() ends the threads."""
+    global _AHEAD_POOL
+    queries = chunk_queries(conn, table, exprs, where)[: read_workers()]
+    if _AHEAD_POOL is None:
+        _AHEAD_POOL = ThreadPoolExecutor(read_workers(), thread_name_prefix="sqlite-ahead")
+    pool, narrowed = _AHEAD_POOL, narrow or {}
+    return {sql: pool.submit(_read_chunk, path, sql, names, null_int, narrowed) for sql in queries}
+
+
+def stop_ahead() -> None:
+    """End the read-ahead threads (a chunk still reading finishes first)."""
+    global _AHEAD_POOL
+    if _AHEAD_POOL is not None:
+        _AHEAD_POOL.shutdown(wait=True, cancel_futures=True)
+        _AHEAD_POOL = None
+
+
+_AHEAD_POOL: ThreadPoolExecutor | None = None
 
 
 def read_table(
@@ -106,11 +130,12 @@ def read_table(
     where: str | None = None,
     narrow: dict[str, type] | None = None,
     null_int: int = -1,
+    ahead: dict[str, Future] | None = None,
 ) -> dict[str, np.ndarray]:
     """table_chunks joined: each column one array (read_columns' types; a narrowed column stays narrow
     only where every chunk's values fit)."""
     parts: list[list[np.ndarray]] = [[] for _ in names]
-    for chunk in table_chunks(path, conn, table, exprs, names, where, narrow, null_int):
+    for chunk in table_chunks(path, conn, table, exprs, names, where, narrow, null_int, ahead):
         for i, name in enumerate(names):
             parts[i].append(chunk[name])
     out = {}

@@ -11,7 +11,8 @@ import pytest
 from analysis.measure import intervals as iv
 from analysis.measure.activity import Items, rank_work
 from analysis.overlap.metrics import _pieces
-from analysis.run.runs import find_runs, load_trace
+from analysis.run.run_files import find_runs
+from analysis.run.runs import load_trace
 from analysis.session import OpenRuns
 from tests.analysis.timeline.test_timeline_traces import write_trace
 

@@ -12,7 +12,8 @@ import pytest
 from analysis.errors import TraceError
 from analysis.measure.loaded_run import LoadedRun, measure_run
 from analysis.parallel.measure_runs import measure_runs
-from analysis.run.runs import RunFiles, find_runs, load_trace
+from analysis.run.run_files import RunFiles, find_runs
+from analysis.run.runs import load_trace
 from analysis.trace.patterns import Patterns
 from tests.support.synthetic_ddp import write_rank_files
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from analysis.report import command as report
-from analysis.run.runs import RunFiles, distinct_names, shown_files, unique_tails
+from analysis.run.run_files import RunFiles, distinct_names, shown_files, unique_tails
 from analysis.timeline import command as timeline
 from tests.analysis.render.test_figure_dicts import page_figures
 from tests.support.synthetic_ddp import write_ddp_trace

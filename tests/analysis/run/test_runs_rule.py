@@ -16,7 +16,8 @@ from analysis.errors import TraceError
 from analysis.overlap import command as overlap
 from analysis.report import command as report
 from analysis.run import runs as runs_module
-from analysis.run.runs import FileIdentity, check_one_run, find_runs
+from analysis.run.run_files import find_runs
+from analysis.run.runs import FileIdentity, check_one_run
 from analysis.timeline import command as timeline
 from tests.support.synthetic_ddp import write_ddp_trace, write_rank_files
 

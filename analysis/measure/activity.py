@@ -23,6 +23,7 @@ from analysis.measure.phases import codes, counted_comm_ranges, find_steps, laun
 from analysis.measure.steps import step_windows, window_index
 from analysis.measure.torch_calls import FSDP_WAIT
 from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, KERNELS, NVTX_MARK, NVTX_PUSH_POP, RANGES, Trace
+from analysis.trace.merge import rank_rows
 from analysis.trace.patterns import Patterns
 from contract.patterns import COMM_WAIT
 
@@ -227,7 +228,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
     ops = trace.gpu_ops
     backward_mask = launched_inside(ops, ranges["backward"]) if len(ops) else np.zeros(0, bool)
     comm_kernel = (ops["is_comm"].to_numpy() & (codes(ops["kind"]) == GPU_KERNEL)) if len(ops) else np.zeros(0, bool)
-    groups = ops.groupby(["part", "pid", "device"], sort=False).indices if len(ops) else {}
+    groups = rank_rows(ops)
     out = []
     build: Callable[[Windowing], RankActivity]  # the rank's activity with its times windowed by a Windowing
     for _, rank in trace.ranks.iterrows():  # one iteration per rank

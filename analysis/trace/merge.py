@@ -15,17 +15,24 @@ GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", 
 
 def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
-    but O(n) when the keys span a small range (step numbers, string ids), the common case here."""
-    k = np.asarray(keys, dtype=np.int64).reshape(-1)
+    but O(n) when the keys span a small range (step numbers, string ids, process ids), the common
+    case here; integer keys are offset in their own width there (no int64 copy of 10M int32 ids)."""
+    k = np.asarray(keys).reshape(-1)
+    if k.dtype.kind not in "iu":
+        k = k.astype(np.int64)
     if k.size == 0:
-        return k, k
+        return k.astype(np.int64), np.zeros(0, dtype=np.intp)
     lo, hi = int(k.min()), int(k.max())
     if hi - lo > 4 * k.size + 1024:
-        return np.unique(k, return_inverse=True)
+        uniq, inverse = np.unique(k.astype(np.int64, copy=False), return_inverse=True)
+        return uniq, inverse.reshape(-1)
+    if lo == hi:
+        return np.array([lo], dtype=np.int64), np.zeros(k.size, dtype=np.intp)
+    offset = k - k.dtype.type(lo) if np.can_cast(np.min_scalar_type(lo), k.dtype) else k.astype(np.int64) - lo
     present = np.zeros(hi - lo + 1, dtype=bool)
-    present[k - lo] = True
-    position = np.cumsum(present) - 1
-    return np.flatnonzero(present) + lo, position[k - lo]
+    present[offset] = True
+    position = np.cumsum(present, dtype=np.intp) - 1
+    return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
 
 
 def row_lookup(rt_pid: np.ndarray, rt_corr: np.ndarray, pid: np.ndarray, corr: np.ndarray) -> np.ndarray:
@@ -120,6 +127,8 @@ def sort_order(*keys: np.ndarray) -> np.ndarray:
     group, n_groups = np.zeros(len(start), dtype=np.int64), 1
     for key in groups:
         uniq, inverse = factorize(key)
+        if len(uniq) == 1:  # one part, one process: the key orders nothing
+            continue
         group *= len(uniq)
         group += inverse
         n_groups *= len(uniq)
@@ -176,10 +185,26 @@ def nvtx_frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return nvtx.reset_index(drop=True)
 
 
+def rank_rows(ops: pd.DataFrame) -> dict[tuple[int, int, int], np.ndarray]:
+    """(part, pid, device) -> the positions of its rows, as groupby(...).indices gives them, found from
+    where the keys change: gpu_ops is sorted by them (ops_frame), so each rank's rows are one run (a
+    frame where they are not is grouped the slow way)."""
+    if len(ops) == 0:
+        return {}
+    part, pid, device = (ops[c].to_numpy() for c in ("part", "pid", "device"))
+    change = np.flatnonzero((part[1:] != part[:-1]) | (pid[1:] != pid[:-1]) | (device[1:] != device[:-1])) + 1
+    starts, ends = np.r_[0, change], np.r_[change, len(part)]
+    keys = list(zip(part[starts].tolist(), pid[starts].tolist(), device[starts].tolist(), strict=True))
+    if len(set(keys)) < len(keys):
+        found = ops.groupby(["part", "pid", "device"], sort=False).indices
+        return {(int(a), int(b), int(c)): rows for (a, b, c), rows in found.items()}
+    return {k: np.arange(a, b) for k, a, b in zip(keys, starts.tolist(), ends.tolist(), strict=True)}
+
+
 def number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementation: str) -> pd.DataFrame:
     """One row per (part, pid, device); rank from `ddp.meta` when every rank has a distinct one, else device order."""
     if len(ops):
-        ranks = ops[["part", "pid", "device"]].drop_duplicates()
+        ranks = pd.DataFrame(list(rank_rows(ops)), columns=["part", "pid", "device"])
     else:
         ranks = nvtx.loc[nvtx["kind"] != "mark", ["part", "pid"]].drop_duplicates().assign(device=-1)
     ranks = ranks.sort_values(["device", "part", "pid"]).reset_index(drop=True)

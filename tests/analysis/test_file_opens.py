@@ -1,8 +1,9 @@
 """How often each command opens a trace file, counted per file: one sniff of its first bytes
 (trace/readers/sniff.py), then for an nsys export one sqlite3 connection (the schema, metadata and the
-fallback reads) and one connectorx connection per SELECT (per chunk of a large table; connectorx opens its own per query;
-kept because it reads the 1M-kernel export about 2.5x faster than one sqlite3 connection: docs/analysis.md),
-for a Kineto trace one read; the report also reads each file once whole, for its sha256."""
+fallback reads) and one connectorx connection per SELECT, a large table's chunks each a SELECT (connectorx
+opens its own per query; kept because it reads the 1M-kernel export about 2.5x faster than one sqlite3
+connection: docs/analysis.md), for a Kineto trace one read; the report also reads each file once whole,
+for its sha256."""
 
 from __future__ import annotations
 

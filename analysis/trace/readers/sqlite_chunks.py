@@ -79,8 +79,13 @@ def table_chunks(
     rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result. `ahead`:
     chunks already reading (start_chunks), by query, taken from it as they are used."""
     queries = chunk_queries(conn, table, exprs, where)
-    narrow = narrow or {}
-    ahead = ahead if ahead is not None else {}
+    return _read_queries(path, conn, queries, names, narrow or {}, null_int, ahead if ahead is not None else {})
+
+
+def _read_queries(
+    path: Path, conn: sqlite3.Connection, queries: list[str], names: list[str], narrow: dict[str, type],
+    null_int: int, ahead: dict[str, Future],
+) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     read = lambda sql: _read_chunk(path, sql, names, null_int, narrow)
     workers = min(len(queries), read_workers())
     with ThreadPoolExecutor(workers, thread_name_prefix="sqlite-chunk") as pool:
@@ -133,17 +138,45 @@ def read_table(
     ahead: dict[str, Future] | None = None,
 ) -> dict[str, np.ndarray]:
     """table_chunks joined: each column one array (read_columns' types; a narrowed column stays narrow
-    only where every chunk's values fit)."""
-    parts: list[list[np.ndarray]] = [[] for _ in names]
-    for chunk in table_chunks(path, conn, table, exprs, names, where, narrow, null_int, ahead):
-        for i, name in enumerate(names):
-            parts[i].append(chunk[name])
-    out = {}
-    for i, name in enumerate(names):  # each column's chunks let go once joined
-        out[name] = sqlite_read.joined(parts[i])
-        parts[i] = []
+    only where every chunk's values fit). Each chunk is copied into its place as it comes, while the
+    next ones are read, into arrays sized from the first chunk (chunks span equal rowid ranges), rather
+    than all chunks held and joined at the end: memory holds the result and a few chunks, not twice it."""
+    queries = chunk_queries(conn, table, exprs, where)
+    chunks = _read_queries(path, conn, queries, names, narrow or {}, null_int, ahead if ahead is not None else {})
+    columns = {name: _Filling() for name in names}
+    for chunk in chunks:
+        for name in names:
+            columns[name].add(chunk[name], len(queries))
+        del chunk
+    out = {name: columns.pop(name).result() for name in names}
     sqlite_read.release_free_memory()
     return out
+
+
+class _Filling:
+    """One column's array, filled chunk by chunk (grown, or widened to a chunk's wider type, if need be)."""
+
+    def __init__(self) -> None:
+        self.values: np.ndarray | None = None
+        self.n = 0
+
+    def add(self, chunk: np.ndarray, chunks: int) -> None:
+        if self.values is None:
+            self.values = np.empty(len(chunk) * chunks + 1024, dtype=chunk.dtype)
+        if chunk.dtype != self.values.dtype:  # a chunk kept wide (its values do not fit the narrow type)
+            self.values = self.values.astype(np.result_type(self.values.dtype, chunk.dtype))
+        if self.n + len(chunk) > len(self.values):
+            grown = np.empty(2 * (self.n + len(chunk)), dtype=self.values.dtype)
+            grown[: self.n] = self.values[: self.n]
+            self.values = grown
+        self.values[self.n : self.n + len(chunk)] = chunk
+        self.n += len(chunk)
+
+    def result(self) -> np.ndarray:
+        """The filled rows, in an array of their own size when the estimate was more than 1/8 too large."""
+        assert self.values is not None, "every read gives at least one chunk"
+        filled = self.values[: self.n]
+        return filled.copy() if self.n < len(self.values) * 7 // 8 else filled
 
 
 def _read_chunk(path: Path, sql: str, names: list[str], null_int: int, narrow: dict[str, type]) -> dict | None:

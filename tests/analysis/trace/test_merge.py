@@ -1,12 +1,13 @@
 """The reader helpers of trace/merge.py against brute force: the batched launch join, the one-key sort,
-and int32 identifiers only where they fit."""
+factorize, each rank's rows, and int32 identifiers only where they fit."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from analysis.trace.merge import LaunchJoin, ops_frame, sort_order
+from analysis.trace.merge import LaunchJoin, factorize, ops_frame, rank_rows, sort_order
 from analysis.trace.readers.sqlite_read import narrowed
 
 
@@ -59,6 +60,38 @@ def test_sort_order_is_lexsort(span):
     stream = rng.integers(0, 2**40, n)  # a sparse key among them (factorize falls back to np.unique)
     want = np.lexsort((start, stream, pid, part))
     assert sort_order(part, pid, stream, start).tolist() == want.tolist()
+
+
+@pytest.mark.parametrize(
+    "keys",
+    [
+        np.array([3, -5, 3, 4, -5], dtype=np.int32),
+        np.array([7, 7, 7], dtype=np.int32),  # one value
+        np.array([200, 3, 255], dtype=np.uint8),
+        np.array([-(2**31), -(2**31) + 9, -(2**31)], dtype=np.int32),  # offsets near the type's end
+        np.array([5, 2**40, -3]),  # too sparse for the table: np.unique
+        np.zeros(0, dtype=np.int32),
+    ],
+)
+def test_factorize_is_unique_with_inverse(keys):
+    uniq, inverse = factorize(keys)
+    want_uniq, want_inverse = np.unique(keys.astype(np.int64), return_inverse=True)
+    assert uniq.dtype == np.int64 and uniq.tolist() == want_uniq.tolist()
+    assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+@pytest.mark.parametrize("shuffled", [False, True])  # sorted as ops_frame leaves it, and not
+def test_rank_rows_are_groupby_indices(shuffled):
+    rng = np.random.default_rng(3)
+    n = 500
+    ops = pd.DataFrame(
+        {"part": rng.integers(0, 2, n), "pid": rng.choice([9, 4], n), "device": rng.integers(0, 3, n)}
+    ).astype(np.int32)
+    if not shuffled:
+        ops = ops.sort_values(["part", "pid", "device"], kind="stable").reset_index(drop=True)
+    want = {tuple(map(int, k)): v.tolist() for k, v in ops.groupby(["part", "pid", "device"]).indices.items()}
+    assert {k: v.tolist() for k, v in rank_rows(ops).items()} == want
+    assert rank_rows(ops.iloc[:0]) == {}
 
 
 def test_narrowed_only_where_every_value_fits():

@@ -97,3 +97,12 @@ def test_a_thread_of_a_pool_reads_on_one_thread():
     t.start()
     t.join()
     assert seen == [1]
+
+
+def test_filling_widens_and_grows_like_a_concatenation():
+    parts = [np.arange(5, dtype=np.int32), np.array([2**40, 7]), np.arange(50, dtype=np.int32)]
+    column = sqlite_chunks._Filling()
+    for p in parts:
+        column.add(p, 2)  # sized from the first chunk: 2 x 5 (+ slack), grown for the third
+    got = column.result()
+    assert got.dtype == np.int64 and got.tolist() == np.concatenate(parts).tolist()

@@ -32,13 +32,10 @@ Exit codes: 0 all recorded, 1 a profiled run or export failed, 2 bad arguments o
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +45,7 @@ from ddp.training.config import check_settings
 from profiling.nsys import NsysError, find_nsys
 from profiling.plan import DEVICES, PROFILERS, ProfilePlan
 from profiling.processes import exit_on_sigterm, run_forwarding_output
+from profiling.record_outputs import Output, print_summary, written_output
 from profiling.run import run_config
 from profiling.session import (
     RESULT_PREFIX,
@@ -57,18 +55,6 @@ from profiling.session import (
     profiled_env,
     record,
 )
-
-
-@dataclass
-class Output:
-    """One trace file written by this call."""
-
-    impl: str
-    report: Path
-    sqlite: Path
-    sqlite_bytes: int
-    report_bytes: int
-    wall_s: float
 
 
 def log(msg: str) -> None:
@@ -170,7 +156,7 @@ def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
     """Profile one implementation; one Output per trace file written."""
     if not plan.per_rank:
         done = record(nsys, plan.nsys_options, plan.runner_command(impl), plan.stem(impl), plan.timeout_s)
-        return [_output(impl, done.report, done.wall_s)]
+        return [written_output(impl, done.report, done.wall_s)]
     written: list[str] = []
     rc = run_forwarding_output(
         plan.torchrun_command(impl), profiled_env(), plan.timeout_s + 60, keep=written, keep_prefix=RESULT_PREFIX
@@ -180,39 +166,7 @@ def record_impl(plan: ProfilePlan, nsys: Path, impl: str) -> list[Output]:
     if not written:
         raise NsysError(f"torchrun finished but no rank reported a trace in {plan.out_dir}")
     # This node's ranks, as each one's profiling.session reported them.
-    return [_output(impl, done.report, done.wall_s) for done in map(parse_result, sorted(written))]
-
-
-def _output(impl: str, report: Path, wall_s: float) -> Output:
-    sqlite = report.with_suffix(".sqlite")
-    return Output(impl, report, sqlite, sqlite.stat().st_size, report.stat().st_size, wall_s)
-
-
-def print_summary(outputs: list[Output], fmt: str) -> None:
-    rows: list[dict[str, Any]] = [
-        {
-            "impl": o.impl,
-            "sqlite": str(o.sqlite),
-            "sqlite_bytes": o.sqlite_bytes,
-            "report": str(o.report),
-            "report_bytes": o.report_bytes,
-            "wall_s": round(o.wall_s, 2),
-        }
-        for o in outputs
-    ]
-    if fmt == "json":
-        print(json.dumps(rows, indent=2))
-    elif fmt == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["impl"])
-        writer.writeheader()
-        writer.writerows(rows)
-    else:
-        print(f"{'impl':<15} {'sqlite':<40} {'sqlite KB':>10} {'nsys-rep KB':>12} {'wall s':>7}")
-        for r in rows:
-            print(
-                f"{r['impl']:<15} {r['sqlite']:<40} {r['sqlite_bytes'] / 1024:>10.0f} "
-                f"{r['report_bytes'] / 1024:>12.0f} {r['wall_s']:>7.1f}"
-            )
+    return [written_output(impl, done.report, done.wall_s) for done in map(parse_result, sorted(written))]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -31,9 +31,9 @@ from analysis.advise.sharded.shard_recorded import SHARDED
 from analysis.advise.sharded.shard_result import ShardAdvice
 from analysis.api import open_runs
 from analysis.errors import TraceError
-from analysis.measure.activity import backward_windows
 from analysis.measure.loaded_run import LoadedRun
 from analysis.measure.pairing import world_size
+from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
 from analysis.trace.frames import KERNELS, NS_PER_MS, Trace
 from analysis.trace.patterns import Patterns

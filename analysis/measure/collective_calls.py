@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from analysis.measure.activity import RankWork, compute_sets, rank_work
+from analysis.measure.activity import RankWork, rank_work
 from analysis.measure.phases import (
     codes,
     find_steps,
@@ -37,6 +37,7 @@ from analysis.measure.phases import (
     ranges_named,
     thread_key,
 )
+from analysis.measure.rank_periods import compute_sets
 from analysis.measure.steps import step_windows, window_index
 from analysis.measure.torch_calls import foreign_comm_ranges
 from analysis.trace.comm_families import family_of_range, kernel_families

@@ -13,7 +13,8 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from analysis.measure.activity import RankWork, exposed_periods, overlap_periods
+from analysis.measure.activity import RankWork
+from analysis.measure.rank_periods import exposed_periods, overlap_periods
 from analysis.timeline.render_style import (
     CATEGORY_COLOURS,
     CATEGORY_LABELS,
@@ -171,7 +172,7 @@ def colour_by_phase(seg: pd.DataFrame, cpu: pd.DataFrame) -> pd.DataFrame:
 
 def strip_segments(works: list[RankWork], step: int | None, lo: int, hi: int) -> pd.DataFrame:
     """Per rank its overlap strip: the communication launched in `step` (all when None) inside [lo, hi),
-    hidden under its compute or exposed (activity.overlap_periods / exposed_periods)."""
+    hidden under its compute or exposed (rank_periods.overlap_periods / exposed_periods)."""
     ranks, starts, ends, codes = [], [], [], []
     for w in works:  # one pass per rank; one frame for all of them
         for category, (s, e) in (

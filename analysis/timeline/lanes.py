@@ -4,7 +4,7 @@ Lanes of each rank, top to bottom: CPU `step N` ranges, CPU phases (forward/back
 grad_sync), CPU communication ranges (`comm:*`, NCCL/gloo ranges; async ones from issue to
 completion, whichever thread ends them), other NVTX ranges, then per GPU stream a compute lane and
 a communication lane, then the rank's overlap strip. The strip is the analysis' own
-(measure/activity.py: overlap_periods, exposed_periods): the rank's communication (GPU kernels and
+(measure/rank_periods.py: overlap_periods, exposed_periods): the rank's communication (GPU kernels and
 copies; comm ranges where collectives run on the host; CPU-only ranks: comm ranges), hidden where
 its compute (GPU kernels; CPU-only ranks: forward/backward/optimizer minus blocking comm and
 gradient-sync waits) lies under it, exposed elsewhere. A step view spans the GPU-aware step

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ddp.benchmark import summary_line
+from ddp.benchmark_rows import summary_line
 
 
 def _row(impl: str, ms: float, bucket: float | None, batch: int = 16) -> dict:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from contract import MEMORY_PARTS
-from ddp.benchmark import CSV_COLUMNS
+from ddp.benchmark_rows import CSV_COLUMNS
 from ddp.strategies.registry import IMPLEMENTATIONS, SHARDED
 
 pytestmark = pytest.mark.slow  # each test runs a CLI in a subprocess (torch import; verify/benchmark spawn ranks)

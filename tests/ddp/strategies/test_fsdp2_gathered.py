@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from ddp import TorchFSDP, benchmark
+from ddp import TorchFSDP, benchmark_rows
 from ddp.cli import format_records
 from ddp.memory.accounting import SavedTensorBytes
 from ddp.memory.fsdp2_gathered import fsdp_params_of, param_groups
@@ -88,15 +88,15 @@ def test_fsdp_params_not_found_trains_and_reads_na_in_the_tables_and_null_in_jso
         [[0.0]],
         memory=[figures],
     )
-    records = benchmark.to_records([result])
+    records = benchmark_rows.to_records([result])
     assert records[0]["mem_gathered_mib"] is None and records[0]["mem_peak_mib"] is None
-    assert json.loads(format_records(records, "json", benchmark.CSV_COLUMNS))[0]["mem_peak_mib"] is None
-    table = format_records([benchmark.table_row(r) for r in records], "table", ["implementation", "mem_peak_mib"])
+    assert json.loads(format_records(records, "json", benchmark_rows.CSV_COLUMNS))[0]["mem_peak_mib"] is None
+    table = format_records([benchmark_rows.table_row(r) for r in records], "table", ["implementation", "mem_peak_mib"])
     assert table.splitlines()[-1].split() == ["torch_fsdp", "n/a"]
-    (row,) = benchmark.memory_records(records)
+    (row,) = benchmark_rows.memory_records(records)
     assert row["mem_gathered_mib"] == row["mem_peak_mib"] == row["cuda_max_allocated_mib"] == "n/a"
     assert row["mem_parameters_mib"] == pytest.approx(figures["parameters"] / 2**20, abs=1e-3)
-    assert "n/a" in format_records([row], "table", benchmark.MEMORY_TABLE)
+    assert "n/a" in format_records([row], "table", benchmark_rows.MEMORY_TABLE)
 
 
 def test_on_a_torch_without_fsdp2s_custom_collectives_torch_fsdp_imports_and_refuses_in_one_line_before_ranks_start(

@@ -8,11 +8,12 @@ Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from analysis.cache.key import cache_off
 from analysis.errors import TraceError
@@ -128,6 +129,14 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
             from analysis.parallel.parallel import stop_helpers
 
             stop_helpers(tracker=True)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a command's process with `code` (the `python -m analysis.<command>` entries). The objects are
+    frozen first so that Python's collection of every object at exit, about 0.1 s with a 1M-kernel run
+    loaded, has nothing to walk: nothing left then needs collecting; atexit handlers still run."""
+    gc.freeze()
+    sys.exit(code)
 
 
 def emit(write: Callable[[], None]) -> None:

@@ -1,8 +1,7 @@
 """`python -m analysis.advise`: runs command.py's `main`."""
 
-import sys
-
 from analysis.advise.command import main
+from analysis.cli import exit_process
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

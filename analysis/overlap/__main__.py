@@ -1,8 +1,7 @@
 """`python -m analysis.overlap`: runs command.py's `main`."""
 
-import sys
-
+from analysis.cli import exit_process
 from analysis.overlap.command import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.trace.merge import LaunchJoin, factorize, ops_frame, rank_rows, sort_order
+from analysis.trace.merge import LaunchJoin, factorize, group_index, ops_frame, rank_rows, sort_order
 from analysis.trace.readers.sqlite_read import narrowed
 
 
@@ -92,6 +92,23 @@ def test_rank_rows_are_groupby_indices(shuffled):
     want = {tuple(map(int, k)): v.tolist() for k, v in ops.groupby(["part", "pid", "device"]).indices.items()}
     assert {k: v.tolist() for k, v in rank_rows(ops).items()} == want
     assert rank_rows(ops.iloc[:0]) == {}
+
+
+@pytest.mark.parametrize("sparse", [False, True])
+def test_group_index_numbers_the_combinations_as_groupby(sparse):
+    rng = np.random.default_rng(5)
+    n = 3_000
+    keys = {
+        "part": np.zeros(n, dtype=np.int32),  # one value: orders nothing
+        "pid": rng.choice([40_000, 7, 123], n).astype(np.int32),
+        "device": rng.integers(0, 4, n),
+        "stream": rng.integers(0, 2**40 if sparse else 30, n),  # ids too sparse for the table, and not
+    }
+    got = group_index(*keys.values())
+    want = pd.DataFrame(keys).groupby(list(keys), sort=False).ngroup().to_numpy()
+    assert got.min() >= 0 and got.max() < max(n + 1024, 3 * 4 * 30)
+    pairs = set(zip(got.tolist(), want.tolist(), strict=True))
+    assert len(pairs) == len(set(want.tolist()))  # one id per combination, the same rows together
 
 
 def test_narrowed_only_where_every_value_fits():

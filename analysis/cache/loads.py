@@ -43,13 +43,13 @@ def cached_load(
     files: Sequence[Path], patterns: Patterns, load: Callable[[], Trace], cache: bool | None = None
 ) -> Trace:
     """The Trace of `files` from the cache when an entry matches, else `load()` stored for next time."""
-    from analysis.cache.trace_store import read_saved  # deferred: pandas and pyarrow
-
     found = _entry(files, patterns, cache)
     if found is None:
         return load()
     entry, key = found
     if (entry / KEY).is_file():
+        from analysis.cache.trace_store import read_saved  # deferred: pandas and pyarrow
+
         try:
             return read_saved(entry)
         except (OSError, ValueError, KeyError, TypeError):  # removed under us, or damaged: load it anew

@@ -47,6 +47,7 @@ from analysis.trace.phase_markers import PHASES_KEY, derive_phases
 from analysis.trace.readers import read_ahead
 from analysis.trace.readers.nsys_db import KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, TID_MASK, NsysExport, pid_of
 from analysis.trace.readers.nsys_nvtx import read_nvtx, shape_nvtx
+from analysis.trace.readers.sqlite_read import narrowed
 from contract import META_PREFIX, decode_meta
 
 COPY_KINDS = {
@@ -72,6 +73,7 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
     if select is None:
         return None
     data = ex.read_table(*select)
+    data["pid"] = narrowed(pid_of(data.pop("global_pid")), np.int32)  # 24-bit: always fits
     strings = {
         KERNEL_TABLE: ex.strings,
         MEMCPY_TABLE: lambda: {k: f"memcpy {v}" for k, v in COPY_KINDS.items()},

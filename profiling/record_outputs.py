@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,19 @@ def print_summary(outputs: list[Output], fmt: str) -> None:
         }
         for o in outputs
     ]
+    print_rows(
+        rows,
+        fmt,
+        f"{'impl':<15} {'sqlite':<40} {'sqlite KB':>10} {'nsys-rep KB':>12} {'wall s':>7}",
+        lambda r: (
+            f"{r['impl']:<15} {r['sqlite']:<40} {r['sqlite_bytes'] / 1024:>10.0f} "
+            f"{r['report_bytes'] / 1024:>12.0f} {r['wall_s']:>7.1f}"
+        ),
+    )
+
+
+def print_rows(rows: list[dict[str, Any]], fmt: str, header: str, line: Callable[[dict[str, Any]], str]) -> None:
+    """The closing summary's rows as JSON, CSV, or a table of `header` and one `line` per row."""
     if fmt == "json":
         print(json.dumps(rows, indent=2))
     elif fmt == "csv":
@@ -47,9 +61,6 @@ def print_summary(outputs: list[Output], fmt: str) -> None:
         writer.writeheader()
         writer.writerows(rows)
     else:
-        print(f"{'impl':<15} {'sqlite':<40} {'sqlite KB':>10} {'nsys-rep KB':>12} {'wall s':>7}")
+        print(header)
         for r in rows:
-            print(
-                f"{r['impl']:<15} {r['sqlite']:<40} {r['sqlite_bytes'] / 1024:>10.0f} "
-                f"{r['report_bytes'] / 1024:>12.0f} {r['wall_s']:>7.1f}"
-            )
+            print(line(r))

@@ -8,8 +8,6 @@ only once the new one is complete.
 
 from __future__ import annotations
 
-import csv
-import json
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -17,6 +15,7 @@ from dataclasses import asdict, dataclass
 from profiling.nsys import NsysError
 from profiling.plan import ProfilePlan
 from profiling.processes import run_forwarding_output
+from profiling.record_outputs import print_rows
 from profiling.session import profiled_env
 
 
@@ -60,13 +59,9 @@ def record_torch(plan: ProfilePlan, impl: str) -> list[TorchOutput]:
 
 def print_summary(outputs: list[TorchOutput], fmt: str) -> None:
     rows = [{**asdict(o), "wall_s": round(o.wall_s, 2)} for o in outputs]
-    if fmt == "json":
-        print(json.dumps(rows, indent=2))
-    elif fmt == "csv":
-        writer = csv.DictWriter(sys.stdout, fieldnames=list(rows[0]) if rows else ["impl"])
-        writer.writeheader()
-        writer.writerows(rows)
-    else:
-        print(f"{'impl':<15} {'trace':<45} {'trace KB':>9} {'wall s':>7}")
-        for r in rows:
-            print(f"{r['impl']:<15} {r['trace']:<45} {r['trace_bytes'] / 1024:>9.0f} {r['wall_s']:>7.1f}")
+    print_rows(
+        rows,
+        fmt,
+        f"{'impl':<15} {'trace':<45} {'trace KB':>9} {'wall s':>7}",
+        lambda r: f"{r['impl']:<15} {r['trace']:<45} {r['trace_bytes'] / 1024:>9.0f} {r['wall_s']:>7.1f}",
+    )

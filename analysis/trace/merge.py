@@ -38,7 +38,8 @@ def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
 def group_index(*keys: np.ndarray) -> np.ndarray:
     """An id per distinct combination of the keys, per row, as groupby(keys).ngroup() gives one (not the
     same numbers: below the product of the keys' distinct counts, renumbered densely where that product
-    is larger than the rows): from each key's factorize, in O(n) and without copying a frame."""
+    is larger than the rows), in the combinations' lexicographic order (sort_order relies on it): from
+    each key's factorize, in O(n) and without copying a frame. A key with one value is skipped."""
     group, n = np.zeros(len(keys[0]), dtype=np.int64), 1
     for key in keys:
         uniq, inverse = factorize(key)
@@ -142,14 +143,8 @@ def sort_order(*keys: np.ndarray) -> np.ndarray:
     *groups, start = (np.asarray(k) for k in keys)
     if len(start) == 0:
         return np.zeros(0, dtype=np.int64)
-    group, n_groups = np.zeros(len(start), dtype=np.int64), 1
-    for key in groups:
-        uniq, inverse = factorize(key)
-        if len(uniq) == 1:  # one part, one process: the key orders nothing
-            continue
-        group *= len(uniq)
-        group += inverse
-        n_groups *= len(uniq)
+    group = group_index(*groups) if groups else np.zeros(len(start), dtype=np.int64)
+    n_groups = int(group.max()) + 1
     lo, span = int(start.min()), int(start.max()) - int(start.min()) + 1
     if n_groups * span >= 1 << 62:
         return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))

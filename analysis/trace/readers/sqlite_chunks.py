@@ -78,14 +78,15 @@ def table_chunks(
     """The table's rows (the SELECT of `exprs`, optionally filtered by `where`) as chunks of columns in
     rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result. `ahead`:
     chunks already reading (start_chunks), by query, taken from it as they are used."""
-    queries = chunk_queries(conn, table, exprs, where)
-    return _read_queries(path, conn, queries, names, narrow or {}, null_int, ahead if ahead is not None else {})
+    return _read_queries(path, conn, chunk_queries(conn, table, exprs, where), names, narrow, null_int, ahead)
 
 
 def _read_queries(
-    path: Path, conn: sqlite3.Connection, queries: list[str], names: list[str], narrow: dict[str, type],
-    null_int: int, ahead: dict[str, Future],
+    path: Path, conn: sqlite3.Connection, queries: list[str], names: list[str], narrow: dict[str, type] | None,
+    null_int: int, ahead: dict[str, Future] | None,
 ) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
+    narrow = narrow or {}
+    ahead = ahead if ahead is not None else {}
     read = lambda sql: _read_chunk(path, sql, names, null_int, narrow)
     workers = min(len(queries), read_workers())
     with ThreadPoolExecutor(workers, thread_name_prefix="sqlite-chunk") as pool:
@@ -142,7 +143,7 @@ def read_table(
     next ones are read, into arrays sized from the first chunk (chunks span equal rowid ranges), rather
     than all chunks held and joined at the end: memory holds the result and a few chunks, not twice it."""
     queries = chunk_queries(conn, table, exprs, where)
-    chunks = _read_queries(path, conn, queries, names, narrow or {}, null_int, ahead if ahead is not None else {})
+    chunks = _read_queries(path, conn, queries, names, narrow, null_int, ahead)
     columns = {name: _Filling() for name in names}
     for chunk in chunks:
         for name in names:

@@ -28,6 +28,7 @@ from analysis.trace.patterns import Patterns
 from contract.patterns import COMM_WAIT
 
 Windowing = Callable[[np.ndarray], np.ndarray]  # times -> index of their window (-1: in none)
+WINDOW = np.int32  # an item's window: half the bytes of int64, and a run has far fewer than 2**31 steps
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class Items:
 
     def in_one_window(self) -> Items:
         """The same intervals, all in window 0 (a zero-strided window array: no copy of anything)."""
-        return Items(np.broadcast_to(np.int64(0), self.start.shape), self.start, self.end, self._set)
+        return Items(np.broadcast_to(WINDOW(0), self.start.shape), self.start, self.end, self._set)
 
     def of_window(self, w: int) -> Items:
         return self.where(self.window == w)
@@ -86,7 +87,7 @@ class RankActivity:
             backward=self.backward.in_one_window(),
             comm_kernels=self.comm_kernels.in_one_window(),
             comm_copies=self.comm_copies.in_one_window(),
-            comm_range_windows=np.broadcast_to(np.int64(0), self.comm_range_windows.shape),
+            comm_range_windows=np.broadcast_to(WINDOW(0), self.comm_range_windows.shape),
             span=self.span,
             compute_are_kernels=self.compute_are_kernels,
         )
@@ -211,6 +212,11 @@ def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.
     return out
 
 
+def _windowing(windows: pd.DataFrame) -> Windowing:
+    """Each time's window among the rank's step windows (steps.window_index), as WINDOW ints."""
+    return lambda t: window_index(windows, t).astype(WINDOW)
+
+
 def is_host_side(trace: Trace, part: int, pid: int, comm_kernels: int, comm_ranges: int) -> bool:
     """Whether a GPU rank's collectives run on the host: `ddp.meta` says gloo, or it has comm ranges
     but no communication kernels."""
@@ -257,9 +263,9 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
             build = partial(_nvtx_activity, phase, counted=counted, span=span)
             sources = (RANGES, RANGES)
         windows["work_end"] = _work_end(windows, launch, work_end)
-        per_step = build(partial(window_index, windows))
+        per_step = build(_windowing(windows))
         # GPU ranks: the whole capture holds the same items as the steps (the windowing picks none),
         # so it shares their arrays; CPU-only ranks cut their compute per window and build it anew
-        whole = per_step.in_one_window() if trace.source == KERNELS else build(lambda t: np.zeros(len(t), np.int64))
+        whole = per_step.in_one_window() if trace.source == KERNELS else build(lambda t: np.zeros(len(t), WINDOW))
         out.append(RankWork(int(rank["rank"]), part, pid, device, windows, per_step, whole, *sources))
     return out

@@ -25,13 +25,17 @@ def union(starts: ArrayLike, ends: ArrayLike, gap: float = 0) -> Set:
     """Canonical form of a set: the disjoint, sorted pieces covering the same points.
 
     With gap > 0, pieces separated by less than `gap` are joined too (e.g. less than a pixel when
-    shading a timeline); the result then also covers those gaps.
+    shading a timeline); the result then also covers those gaps. A set already canonical comes back
+    as the very arrays given (int64 ones), not a copy.
     """
     s, e = _as_int64(starts), _as_int64(ends)
     keep = e > s
-    s, e = s[keep], e[keep]
+    if not keep.all():
+        s, e = s[keep], e[keep]
     if s.size == 0:
         return EMPTY, EMPTY
+    if _canonical(s, e, gap):
+        return s, e  # one stream's kernels usually are: no sort and no copy (the result is read, never written)
     order = np.argsort(s, kind="stable")
     s, e = s[order], e[order]
     reach = np.maximum.accumulate(e)  # furthest end seen so far
@@ -41,6 +45,11 @@ def union(starts: ArrayLike, ends: ArrayLike, gap: float = 0) -> Set:
     first = np.flatnonzero(new)
     last = np.r_[first[1:] - 1, s.size - 1]
     return s[first], reach[last]
+
+
+def _canonical(s: np.ndarray, e: np.ndarray, gap: float) -> bool:
+    """True when non-empty pieces are already sorted and apart by at least max(gap, 1): their own union."""
+    return bool(np.all(s[1:] - e[:-1] >= max(gap, 1)))
 
 
 def total_length(starts: ArrayLike, ends: ArrayLike) -> int:

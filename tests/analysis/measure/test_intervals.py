@@ -51,6 +51,25 @@ def test_union_with_a_gap_joins_exactly_the_pieces_closer_than_it(items, gap):
     assert joined == small and joined <= holes
 
 
+@given(interval_lists, st.floats(0, 8))
+def test_union_of_a_canonical_set_is_that_set_itself_unless_a_gap_joins_pieces(items, gap):
+    s, e = iv.union(*arrays(items))  # canonical: the fast path's input
+    again_s, again_e = iv.union(s, e)
+    assert again_s is s and again_e is e  # no copy
+    joined_s, joined_e = iv.union(s, e, gap=gap)
+    apart = bool(np.all(s[1:] - e[:-1] >= max(gap, 1)))
+    assert (joined_s is s) == apart
+    assert pieces_points(joined_s, joined_e) == pieces_points(*iv.union(*arrays(items), gap=gap))
+
+
+@given(interval_lists)
+def test_union_leaves_its_inputs_as_they_were(items):
+    s, e = arrays(items)
+    before = (s.copy(), e.copy())
+    iv.union(s, e)
+    assert np.array_equal(s, before[0]) and np.array_equal(e, before[1])
+
+
 @given(interval_lists, interval_lists)
 def test_intersect_and_subtract_match_set_algebra(a, b):
     inter = iv.intersect(*arrays(a), *arrays(b))

@@ -68,12 +68,20 @@ class RankActivity:
 
     comm: Items
     compute: Items
-    backward: Items  # the compute that belongs to the backward pass
+    # the compute that belongs to the backward pass (`backward`): its own items, or on GPU ranks a mask over
+    # compute's items, 1 byte an item where a copy of them took 20 (100 MB at 10M kernels)
+    backward_part: Items | np.ndarray
     comm_kernels: Items  # GPU communication kernels (empty on CPU-only ranks)
     comm_copies: Items  # GPU copies that are part of a collective
     comm_range_windows: np.ndarray  # window of each counted comm NVTX range (counted only)
     span: tuple[int, int]
     compute_are_kernels: bool = True
+
+    @property
+    def backward(self) -> Items:
+        """The compute that belongs to the backward pass (made from compute's items when kept as a mask)."""
+        part = self.backward_part
+        return self.compute.where(part) if isinstance(part, np.ndarray) else part
 
     def busy(self) -> iv.Set:
         """The union of compute and comm: where the rank was doing something."""
@@ -84,7 +92,7 @@ class RankActivity:
         return RankActivity(
             comm=self.comm.in_one_window(),
             compute=self.compute.in_one_window(),
-            backward=self.backward.in_one_window(),
+            backward_part=part if isinstance(part := self.backward_part, np.ndarray) else part.in_one_window(),
             comm_kernels=self.comm_kernels.in_one_window(),
             comm_copies=self.comm_copies.in_one_window(),
             comm_range_windows=np.broadcast_to(WINDOW(0), self.comm_range_windows.shape),
@@ -109,9 +117,12 @@ class RankWork:
     compute_source: str
 
 
+Rows = np.ndarray | slice  # a rank's rows of gpu_ops: positions, or one contiguous run of them
+
+
 def _gpu_activity(
     trace: Trace,
-    rows: np.ndarray,
+    rows: Rows,
     window: np.ndarray,
     backward_mask: np.ndarray,
     ranges: pd.DataFrame,
@@ -130,16 +141,16 @@ def _gpu_activity(
     return RankActivity(
         comm=on_host if host_side else every.where(is_comm),
         compute=every.where(compute),
-        backward=every.where(compute & backward_mask[rows]),
+        backward_part=backward_mask[rows][compute],
         comm_kernels=every.where(is_comm & (kind == GPU_KERNEL)),
         comm_copies=every.where(is_comm & (kind == GPU_MEMCPY)),
         comm_range_windows=range_window[counted],
-        span=(int(start.min()) if rows.size else 0, int(end.max()) if rows.size else 0),
+        span=(int(start.min()) if start.size else 0, int(end.max()) if end.size else 0),
     )
 
 
 def _gpu_builder(
-    trace: Trace, rows: np.ndarray, backward_mask: np.ndarray, comm: pd.DataFrame, counted: np.ndarray, host_side: bool
+    trace: Trace, rows: Rows, backward_mask: np.ndarray, comm: pd.DataFrame, counted: np.ndarray, host_side: bool
 ) -> Callable[[Windowing], RankActivity]:
     """_gpu_activity of one rank, its kernels' launches and comm ranges windowed by the function given."""
     launch = trace.gpu_ops["launch_start"].to_numpy()[rows]
@@ -171,7 +182,7 @@ def _nvtx_activity(
     return RankActivity(
         comm=comm,
         compute=compute,
-        backward=backward,
+        backward_part=backward,
         comm_kernels=none,
         comm_copies=none,
         comm_range_windows=comm.window[counted],
@@ -212,6 +223,14 @@ def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.
     return out
 
 
+def _as_slice(rows: np.ndarray) -> Rows:
+    """Positions that are one contiguous run as a slice: indexing by it gives views of the columns,
+    not copies (a rank's rows are one run in gpu_ops' order: merge.rank_rows)."""
+    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size and bool(np.all(np.diff(rows) == 1)):
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
 def _windowing(windows: pd.DataFrame) -> Windowing:
     """Each time's window among the rank's step windows (steps.window_index), as WINDOW ints."""
     return lambda t: window_index(windows, t).astype(WINDOW)
@@ -243,7 +262,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
         counted = comm["counted"].to_numpy(dtype=bool)
         mine = of_process(steps, part, pid)
         if trace.source == KERNELS:
-            rows = groups[(part, pid, device)]
+            rows = _as_slice(groups[(part, pid, device)])
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
             # the step's work is its GPU work; its comm ranges only where they are the communication
             # (host-side collectives): with NCCL an async range ends where the host noticed completion

@@ -4,6 +4,8 @@ command's OpenRuns(collectives=False) gives the same overlap figures as the defa
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -14,6 +16,7 @@ from analysis.overlap.metrics import _pieces
 from analysis.run.run_files import find_runs
 from analysis.run.runs import load_trace
 from analysis.session import OpenRuns
+from analysis.trace.patterns import Patterns
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 
@@ -38,6 +41,32 @@ def test_whole_capture_holds_every_compute_kernel_of_the_rank_in_window_0(trace_
         assert set(whole.window.tolist()) == {0}
         assert np.shares_memory(whole.start, work.steps.compute.start)  # the same arrays, not a copy
         assert work.whole.comm_range_windows.tolist() == [0] * len(work.steps.comm_range_windows)
+
+
+def test_a_gpu_ranks_backward_is_its_compute_launched_inside_a_backward_range(trace_path):
+    trace = load_trace(trace_path)
+    ops, nvtx = trace.gpu_ops, trace.nvtx
+    backward = re.compile(Patterns().backward)
+    for work in rank_work(trace):
+        ranges = [
+            (int(s), int(e))
+            for part, pid, text, s, e in zip(nvtx["part"], nvtx["pid"], nvtx["text"], nvtx["start"], nvtx["end"], strict=True)
+            if (part, pid) == (work.part, work.pid) and backward.search(str(text))
+        ]
+        mine = ops[(ops["part"] == work.part) & (ops["pid"] == work.pid) & (ops["device"] == work.device)]
+        want = [
+            (int(s), int(e))
+            for s, e, kind, comm, launch in zip(
+                mine["start"], mine["end"], mine["kind"], mine["is_comm"], mine["launch_start"], strict=True
+            )
+            if kind == "kernel" and not comm and launch >= 0 and any(a <= launch < b for a, b in ranges)
+        ]
+        assert want  # the trace has backward kernels
+        for act in (work.steps, work.whole):
+            got = act.backward
+            assert list(zip(got.start.tolist(), got.end.tolist(), strict=True)) == want
+            assert isinstance(act.backward_part, np.ndarray)  # kept as a mask over compute, not a copy
+        assert work.whole.backward.window.tolist() == [0] * len(want)
 
 
 def test_kept_unions_equal_fresh_ones(trace_path):

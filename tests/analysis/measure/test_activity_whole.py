@@ -50,7 +50,9 @@ def test_a_gpu_ranks_backward_is_its_compute_launched_inside_a_backward_range(tr
     for work in rank_work(trace):
         ranges = [
             (int(s), int(e))
-            for part, pid, text, s, e in zip(nvtx["part"], nvtx["pid"], nvtx["text"], nvtx["start"], nvtx["end"], strict=True)
+            for part, pid, text, s, e in zip(
+                nvtx["part"], nvtx["pid"], nvtx["text"], nvtx["start"], nvtx["end"], strict=True
+            )
             if (part, pid) == (work.part, work.pid) and backward.search(str(text))
         ]
         mine = ops[(ops["part"] == work.part) & (ops["pid"] == work.pid) & (ops["device"] == work.device)]

@@ -117,7 +117,7 @@ class RankWork:
     compute_source: str
 
 
-Rows = np.ndarray | slice  # a rank's rows of gpu_ops: positions, or one contiguous run of them
+Rows = slice | np.ndarray  # a rank's rows of gpu_ops (merge.rank_rows): one run of them, or their positions
 
 
 def _gpu_activity(
@@ -223,14 +223,6 @@ def _work_end(windows: pd.DataFrame, launch: np.ndarray, end: np.ndarray) -> np.
     return out
 
 
-def _as_slice(rows: np.ndarray) -> Rows:
-    """Positions that are one contiguous run as a slice: indexing by it gives views of the columns,
-    not copies (a rank's rows are one run in gpu_ops' order: merge.rank_rows)."""
-    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size and bool(np.all(np.diff(rows) == 1)):
-        return slice(int(rows[0]), int(rows[-1]) + 1)
-    return rows
-
-
 def _windowing(windows: pd.DataFrame) -> Windowing:
     """Each time's window among the rank's step windows (steps.window_index), as WINDOW ints."""
     return lambda t: window_index(windows, t).astype(WINDOW)
@@ -262,7 +254,7 @@ def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
         counted = comm["counted"].to_numpy(dtype=bool)
         mine = of_process(steps, part, pid)
         if trace.source == KERNELS:
-            rows = _as_slice(groups[(part, pid, device)])
+            rows = groups[(part, pid, device)]
             host = is_host_side(trace, part, pid, int(comm_kernel[rows].sum()), int(counted.sum()))
             # the step's work is its GPU work; its comm ranges only where they are the communication
             # (host-side collectives): with NCCL an async range ends where the host noticed completion

@@ -24,7 +24,7 @@ from numpy.typing import ArrayLike
 
 from analysis.measure import intervals as iv
 from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP
-from analysis.trace.merge import group_index
+from analysis.trace.merge import factorize, rank_rows
 from analysis.trace.patterns import Patterns, matches
 
 
@@ -35,7 +35,10 @@ def codes(column: pd.Series) -> np.ndarray:
 
 def process_key(part: ArrayLike, pid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process)."""
-    return (np.asarray(part, dtype=np.int64) << 24) | np.asarray(pid, dtype=np.int64)
+    key = np.array(part, dtype=np.int64)  # a copy of our own, shifted and or-ed in place: one 8-byte array a row
+    key <<= 24
+    key |= _signed(pid)
+    return key if key.ndim else key[()]  # scalars in, a scalar out
 
 
 def of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
@@ -45,7 +48,16 @@ def of_process(frame: pd.DataFrame, part: int, pid: int) -> pd.DataFrame:
 
 def thread_key(part: ArrayLike, pid: ArrayLike, tid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process, thread)."""
-    return (process_key(part, pid) << 24) | np.asarray(tid, dtype=np.int64)
+    key = process_key(part, pid)
+    key <<= 24
+    key |= _signed(tid)
+    return key
+
+
+def _signed(values: ArrayLike) -> np.ndarray:
+    """Signed integers as they are (or-ed into an int64 key they widen as a cast would), anything else as int64."""
+    a = np.asarray(values)
+    return a if a.dtype.kind == "i" else a.astype(np.int64)
 
 
 def ranges_named(nvtx: pd.DataFrame, regex: re.Pattern) -> pd.DataFrame:
@@ -72,29 +84,41 @@ def keyed_contains(
 
 def launched_inside(ops: pd.DataFrame, ranges: pd.DataFrame, per_thread: bool = False) -> np.ndarray:
     """Which GPU ops were launched (runtime call start) inside one of `ranges` of the same process/thread."""
-    has_launch = ops["launch_start"].to_numpy() >= 0
-    if len(ranges) == 0 or not has_launch.any():
-        return np.zeros(len(ops), dtype=bool)
-    if per_thread:
-        set_keys = thread_key(ranges["part"], ranges["pid"], ranges["tid"])
-        keys = thread_key(ops["part"], ops["pid"], ops["launch_tid"])
-    else:
-        set_keys = process_key(ranges["part"], ranges["pid"])
-        keys = process_key(ops["part"], ops["pid"])
-    inside = keyed_contains(set_keys, ranges["start"], ranges["end"], keys, ops["launch_start"].to_numpy())
-    return inside & has_launch
+    launch = ops["launch_start"].to_numpy()
+    inside = np.zeros(len(ops), dtype=bool)
+    if len(ranges) == 0 or not (launch >= 0).any():
+        return inside
+    processes = process_key(ranges["part"], ranges["pid"])
+    starts, ends = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    # rank by rank (its rows are one run of gpu_ops): keys for every row at once held ~150 MB at 10M kernels
+    for (part, pid, _), rows in rank_rows(ops).items():  # one iteration per rank
+        mine = processes == process_key(part, pid)
+        if not mine.any():
+            continue
+        if per_thread:
+            tids = ranges["tid"].to_numpy()[mine]
+            found = keyed_contains(tids, starts[mine], ends[mine], ops["launch_tid"].to_numpy()[rows], launch[rows])
+        else:
+            found = iv.contains(*iv.union(starts[mine], ends[mine]), launch[rows])
+        inside[rows] = found & (launch[rows] >= 0)
+    return inside
 
 
 def comm_streams(ops: pd.DataFrame, named_comm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per op: (its stream runs no compute kernel, its stream runs comm kernels), streams keyed by
     (part, pid, device, stream)."""
-    # the streams numbered from each key's factorize: pandas' groupby copied the frame's columns (+470 MB at 10M)
-    inverse = group_index(*(ops[c].to_numpy() for c in ("part", "pid", "device", "stream")))
-    n = int(inverse.max()) + 1 if inverse.size else 0
-    is_kernel = codes(ops["kind"]) == GPU_KERNEL
-    compute_on = np.bincount(inverse[is_kernel & ~named_comm], minlength=n) > 0
-    comm_on = np.bincount(inverse[named_comm], minlength=n) > 0
-    return ~compute_on[inverse], comm_on[inverse]
+    # rank by rank (a rank's rows are one run of gpu_ops): numbering every row's stream at once held
+    # ~300 MB of keys at 10M kernels, one rank's streams hold an eighth of that at 8 ranks
+    no_compute, runs_comm = np.zeros(len(ops), dtype=bool), np.zeros(len(ops), dtype=bool)
+    stream = ops["stream"].to_numpy()
+    computes = (codes(ops["kind"]) == GPU_KERNEL) & ~named_comm
+    for rows in rank_rows(ops).values():  # one iteration per rank
+        inverse = factorize(stream[rows])[1]
+        n = int(inverse.max()) + 1
+        compute_on = np.bincount(inverse[computes[rows]], minlength=n) > 0
+        comm_on = np.bincount(inverse[named_comm[rows]], minlength=n) > 0
+        no_compute[rows], runs_comm[rows] = ~compute_on[inverse], comm_on[inverse]
+    return no_compute, runs_comm
 
 
 def communication_mask(ops: pd.DataFrame, nvtx: pd.DataFrame, patterns: Patterns) -> np.ndarray:

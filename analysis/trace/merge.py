@@ -198,10 +198,10 @@ def nvtx_frame(parts: list[pd.DataFrame]) -> pd.DataFrame:
     return nvtx.reset_index(drop=True)
 
 
-def rank_rows(ops: pd.DataFrame) -> dict[tuple[int, int, int], np.ndarray]:
-    """(part, pid, device) -> the positions of its rows, as groupby(...).indices gives them, found from
-    where the keys change: gpu_ops is sorted by them (ops_frame), so each rank's rows are one run (a
-    frame where they are not is grouped the slow way)."""
+def rank_rows(ops: pd.DataFrame) -> dict[tuple[int, int, int], slice | np.ndarray]:
+    """(part, pid, device) -> its rows: a slice, found from where the keys change (gpu_ops is sorted by
+    them, ops_frame, so each rank's rows are one run; indexing a column by a slice gives a view, and no
+    array of positions is made), or in a frame where they are not one run, the positions groupby(...).indices gives."""
     if len(ops) == 0:
         return {}
     part, pid, device = (ops[c].to_numpy() for c in ("part", "pid", "device"))
@@ -211,7 +211,7 @@ def rank_rows(ops: pd.DataFrame) -> dict[tuple[int, int, int], np.ndarray]:
     if len(set(keys)) < len(keys):
         found = ops.groupby(["part", "pid", "device"], sort=False).indices
         return {(int(a), int(b), int(c)): rows for (a, b, c), rows in found.items()}
-    return {k: np.arange(a, b) for k, a, b in zip(keys, starts.tolist(), ends.tolist(), strict=True)}
+    return {k: slice(a, b) for k, a, b in zip(keys, starts.tolist(), ends.tolist(), strict=True)}
 
 
 def number_ranks(ops: pd.DataFrame, nvtx: pd.DataFrame, meta: dict, implementation: str) -> pd.DataFrame:

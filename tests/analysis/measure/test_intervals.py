@@ -116,6 +116,22 @@ def test_keyed_union_is_one_union_per_key(rows):
     assert np.all(np.diff(out_k) >= 0)
 
 
+@given(st.lists(st.tuples(st.integers(0, 3), interval), max_size=16))
+def test_keyed_union_of_its_own_pieces_gives_them_back_as_they_are(rows):
+    keys = np.array([k for k, _ in rows], dtype=np.int64)
+    s, e = arrays([i for _, i in rows])
+    pieces = iv.keyed_union(keys, s, e)  # keys in order, each key's pieces canonical: the fast path's input
+    again = iv.keyed_union(*pieces)
+    assert [a.tolist() for a in again] == [a.tolist() for a in pieces]
+    if is_canonical(pieces[1], pieces[2]):  # apart across keys too (one stream's kernels by step): not copied
+        assert again[1] is pieces[1] and again[2] is pieces[2]
+    # and as the slow path makes them, when one key's stretch is moved past the others' (keys out of order)
+    if pieces[0].size > 1 and pieces[0][0] != pieces[0][-1]:
+        order = np.argsort(-pieces[0], kind="stable")
+        shuffled = iv.keyed_union(*(p[order] for p in pieces))
+        assert [a.tolist() for a in shuffled] == [a.tolist() for a in pieces]
+
+
 def test_large_times_stay_exact():
     """Nanosecond timestamps near 2^62 must not lose precision (no float conversions)."""
     base = 2**62

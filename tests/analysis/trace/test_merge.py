@@ -90,7 +90,9 @@ def test_rank_rows_are_groupby_indices(shuffled):
     if not shuffled:
         ops = ops.sort_values(["part", "pid", "device"], kind="stable").reset_index(drop=True)
     want = {tuple(map(int, k)): v.tolist() for k, v in ops.groupby(["part", "pid", "device"]).indices.items()}
-    assert {k: v.tolist() for k, v in rank_rows(ops).items()} == want
+    rows = rank_rows(ops)
+    assert {k: np.arange(n)[v].tolist() for k, v in rows.items()} == want
+    assert all(isinstance(v, slice) for v in rows.values()) == (not shuffled)  # one run each: a slice
     assert rank_rows(ops.iloc[:0]) == {}
 
 

@@ -83,9 +83,11 @@ class RankActivity:
         part = self.backward_part
         return self.compute.where(part) if isinstance(part, np.ndarray) else part
 
-    def busy(self) -> iv.Set:
-        """The union of compute and comm: where the rank was doing something."""
-        return iv.union(np.r_[self.compute.start, self.comm.start], np.r_[self.compute.end, self.comm.end])
+    def comm_alone(self) -> iv.Set:
+        """Where the rank communicated and did not compute: with its compute, where it did something. Its
+        compute and this are disjoint, so their lengths add up to the busy time, and no union of the two is
+        made (one copied and sorted every compute kernel of the rank again)."""
+        return iv.subtract(*self.comm.as_set(), *self.compute.as_set())
 
     def in_one_window(self) -> RankActivity:
         """The same activity with everything in window 0 (the whole capture), sharing its arrays."""

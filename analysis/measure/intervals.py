@@ -61,6 +61,11 @@ def _sweep(a: tuple[ArrayLike, ArrayLike], b: tuple[ArrayLike, ArrayLike], keep_
     """Pieces where (a covers) == keep_a and (b covers) == keep_b, with at least one of them covering."""
     a_s, a_e = union(*a)
     b_s, b_e = union(*b)
+    # only b's pieces that meet a change the result (and for an intersection only a's that meet b): a
+    # rank's few comm pieces against its million compute ones sweep a few thousand, not two million
+    b_s, b_e = _meeting(b_s, b_e, a_s, a_e)
+    if keep_b:
+        a_s, a_e = _meeting(a_s, a_e, b_s, b_e)
     times = np.concatenate([a_s, a_e, b_s, b_e])
     if times.size == 0:
         return EMPTY, EMPTY
@@ -77,6 +82,20 @@ def _sweep(a: tuple[ArrayLike, ArrayLike], b: tuple[ArrayLike, ArrayLike], keep_
     rises = np.flatnonzero(flag & ~np.r_[False, flag[:-1]])
     falls = np.flatnonzero(flag & ~np.r_[flag[1:], False])
     return t[rises], t[falls + 1]
+
+
+def _meeting(s: np.ndarray, e: np.ndarray, other_s: np.ndarray, other_e: np.ndarray) -> Set:
+    """The pieces of a canonical set that overlap the canonical other set (the very arrays when all do)."""
+    if s.size == 0 or other_s.size == 0:
+        return s[:0], e[:0]
+    first = np.searchsorted(e, other_s, side="right")  # per other piece: the first piece ending after its start
+    stop = np.searchsorted(s, other_e, side="left")  # ... and the end of the pieces starting before its end
+    mark = np.zeros(s.size + 1, dtype=np.int32)
+    has = stop > first
+    np.add.at(mark, first[has], 1)
+    np.add.at(mark, stop[has], -1)
+    meets = np.cumsum(mark[:-1], dtype=np.int32) > 0
+    return (s, e) if meets.all() else (s[meets], e[meets])
 
 
 def intersect(a_starts: ArrayLike, a_ends: ArrayLike, b_starts: ArrayLike, b_ends: ArrayLike) -> Set:

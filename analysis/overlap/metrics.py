@@ -60,6 +60,17 @@ COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
 SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
 
 
+def _between(pieces: iv.Set, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Per window [lo, hi): the length of the canonical set inside it."""
+    return iv.covered_before(*pieces, hi) - iv.covered_before(*pieces, lo)
+
+
+def _alone_and_backward(act: RankActivity) -> tuple[iv.Set, iv.Set]:
+    """The rank's comm outside its compute, and the union of its backward compute."""
+    backward = act.backward
+    return act.comm_alone(), iv.union(backward.start, backward.end)
+
+
 def _pieces(items: Items, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """keyed_union of items all in windows 0..n-1; one window: the items' own union (kept by Items), the
     same pieces keyed_union makes of a single key."""
@@ -93,15 +104,15 @@ def window_metrics(
     act: RankActivity, n: int, bounds: tuple[np.ndarray, np.ndarray], sets: tuple[iv.Set, iv.Set] | None = None
 ) -> pd.DataFrame:
     """Metrics for windows 0..n-1 of one rank; bounds: each window's (start, end) in ns; sets: the rank's
-    (busy, backward) unions (act.busy(), act.backward's union) when the caller has them."""
-    busy, backward_set = sets if sets is not None else (act.busy(), iv.union(act.backward.start, act.backward.end))
+    (comm alone, backward) sets (act.comm_alone(), act.backward's union) when the caller has them."""
+    comm_alone, backward_set = sets if sets is not None else _alone_and_backward(act)
     inside = lambda items: items.where(items.window >= 0)
     comm, compute, backward = inside(act.comm), inside(act.compute), inside(act.backward)
     comm_pieces = _pieces(comm, n)  # once for comm, overlap and backward
     comm_ns = iv.sum_by_key(comm_pieces[0], comm_pieces[2] - comm_pieces[1], n)
     overlap_ns = _per_window_overlap(comm_pieces, act.compute.as_set(), n)
     lo, hi = (np.asarray(b, dtype=np.int64) for b in bounds)
-    busy_ns = iv.covered_before(*busy, hi) - iv.covered_before(*busy, lo)
+    busy_ns = _between(act.compute.as_set(), lo, hi) + _between(comm_alone, lo, hi)  # disjoint: lengths add up
     gpu = np.nan if not act.compute_are_kernels else 1.0  # CPU-only ranks have no kernels or copies
     frame = pd.DataFrame(
         {
@@ -130,9 +141,9 @@ def _rank_frames(work: RankWork) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(per-step rows, total row) for one rank."""
     span = work.whole.span
     # the whole capture's and the steps' items cover the same points (the windowing only labels them),
-    # so their busy and backward unions are measured once here and not kept after
+    # so their comm-alone and backward sets are measured once here and not kept after
     whole = work.whole
-    sets = (whole.busy(), iv.union(whole.backward.start, whole.backward.end))
+    sets = _alone_and_backward(whole)
     total = window_metrics(whole, 1, (np.array([span[0]]), np.array([span[1]])), sets)
     w = work.windows
     if len(w):

@@ -77,8 +77,13 @@ def test_kept_unions_equal_fresh_ones(trace_path):
             s, e = act.compute.as_set()
             fresh = iv.union(act.compute.start, act.compute.end)
             assert s.tolist() == fresh[0].tolist() and e.tolist() == fresh[1].tolist()
+            # comm alone and compute: disjoint, together the union of comm and compute (the busy time)
+            alone = act.comm_alone()
+            assert iv.total_length(*iv.intersect(*alone, s, e)) == 0
             both = iv.union(np.r_[act.compute.start, act.comm.start], np.r_[act.compute.end, act.comm.end])
-            assert [x.tolist() for x in act.busy()] == [x.tolist() for x in both]
+            joined = iv.union(np.r_[s, alone[0]], np.r_[e, alone[1]])
+            assert [x.tolist() for x in joined] == [x.tolist() for x in both]
+            assert iv.total_length(*alone) > 0  # this trace has comm outside compute: the check means something
         assert work.whole.compute.as_set() is work.steps.compute.as_set()  # shared, computed once
 
 

@@ -132,6 +132,15 @@ def test_keyed_union_of_its_own_pieces_gives_them_back_as_they_are(rows):
         assert [a.tolist() for a in shuffled] == [a.tolist() for a in pieces]
 
 
+@given(interval_lists, interval_lists)
+def test_meeting_keeps_exactly_the_pieces_that_overlap_the_other_set(a, b):
+    s, e = iv.union(*arrays(a))
+    other = iv.union(*arrays(b))
+    got = iv._meeting(s, e, *other)
+    want = [(x, y) for x, y in zip(s.tolist(), e.tolist(), strict=True) if set(range(x, y)) & pieces_points(*other)]
+    assert list(zip(got[0].tolist(), got[1].tolist(), strict=True)) == want
+
+
 def test_large_times_stay_exact():
     """Nanosecond timestamps near 2^62 must not lose precision (no float conversions)."""
     base = 2**62

@@ -35,7 +35,8 @@ def codes(column: pd.Series) -> np.ndarray:
 
 def process_key(part: ArrayLike, pid: ArrayLike) -> np.ndarray:
     """One int64 per (file part, process)."""
-    key = np.array(part, dtype=np.int64)  # a copy of our own, shifted and or-ed in place: one 8-byte array a row
+    # a copy of our own (as wide as both), shifted and or-ed in place: one 8-byte array a row, no temporaries
+    key = np.array(np.broadcast_to(part, np.broadcast_shapes(np.shape(part), np.shape(pid))), dtype=np.int64)
     key <<= 24
     key |= _signed(pid)
     return key if key.ndim else key[()]  # scalars in, a scalar out

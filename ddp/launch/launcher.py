@@ -43,6 +43,7 @@ from ddp.launch.rank_failures import (
 
 DEFAULT_TIMEOUT_S = 300.0  # a collective waiting longer than this fails instead of hanging
 TIMEOUT_ENV = "DDP_TIMEOUT_S"  # overrides DEFAULT_TIMEOUT_S for every CLI
+JOIN_TIMEOUT_S = 120.0  # how long spawned ranks wait for each other to start, at least (a dead one ends it sooner)
 
 
 @dataclass(frozen=True)
@@ -126,8 +127,16 @@ def sharing_plan(backend: str, local_world_size: int, share_gpus: bool) -> gpu_s
 
 
 def _setup_rank(
-    rank: int, local_rank: int, world_size: int, local_world_size: int, backend: str, init_method: str, timeout_s: float
+    rank: int,
+    local_rank: int,
+    world_size: int,
+    local_world_size: int,
+    backend: str,
+    timeout_s: float,
+    store_at: tuple[str, int] | None = None,
 ) -> DistContext:
+    """Join the process group: through a TCP store at `store_at` (host, port; rank 0 serves it) for
+    the ranks `launch` spawns, else as torchrun set the environment (env://)."""
     if torch.cuda.is_available():
         device = torch.device("cuda", local_rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -135,9 +144,15 @@ def _setup_rank(
         device = torch.device("cpu")
         # Ranks on one machine share its cores: more threads than cores makes every rank slower.
         torch.set_num_threads(max(1, cpu_count() // local_world_size))
-    dist.init_process_group(
-        backend, init_method=init_method, rank=rank, world_size=world_size, timeout=timedelta(seconds=timeout_s)
-    )
+    timeout = timedelta(seconds=timeout_s)
+    if store_at is None:  # torchrun's agent has gathered the ranks already
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
+    else:
+        # joining waits for every rank to start (spawn, import torch: seconds on a loaded machine), which is not
+        # a collective: a short collective timeout must not fail ranks that start slowly
+        join = timedelta(seconds=max(timeout_s, JOIN_TIMEOUT_S))
+        store = dist.TCPStore(*store_at, world_size, is_master=rank == 0, timeout=join)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     return DistContext(rank, local_rank, world_size, local_world_size, backend, device)
 
 
@@ -145,7 +160,7 @@ def _child(
     rank: int,
     world_size: int,
     backend: str,
-    init_method: str,
+    store_at: tuple[str, int],
     timeout_s: float,
     worker: Callable[..., Any],
     args: tuple[Any, ...],
@@ -157,7 +172,7 @@ def _child(
     try:
         os.environ.update(env or {})
         inflight.attach(slots[rank] if slots is not None else None)
-        ctx = _setup_rank(rank, rank, world_size, world_size, backend, init_method, timeout_s)
+        ctx = _setup_rank(rank, rank, world_size, world_size, backend, timeout_s, store_at)
         result = worker(ctx, *args)
         # Plain pickle copies tensors by value; torch's queue pickler would pass shared-memory handles
         # that vanish when this process exits before the parent reads them.
@@ -205,7 +220,7 @@ def launch(
         spawn.Process(
             target=_child,
             daemon=True,
-            args=(r, world_size, backend, f"tcp://{addr}:{port}", timeout_s, worker, args, results, slots, env),
+            args=(r, world_size, backend, (addr, port), timeout_s, worker, args, results, slots, env),
         )
         for r in range(world_size)
     ]
@@ -242,7 +257,7 @@ def _run_in_torchrun(
     if sharing.note and int(os.environ["LOCAL_RANK"]) == 0:
         print(f"[ddp] {sharing.note}", file=sys.stderr, flush=True)
     try:
-        ctx = _setup_rank(rank, int(os.environ["LOCAL_RANK"]), env_world, local_world, backend, "env://", timeout_s)
+        ctx = _setup_rank(rank, int(os.environ["LOCAL_RANK"]), env_world, local_world, backend, timeout_s)
     except RuntimeError as exc:  # DistError is a RuntimeError
         raise RankFailedError(f"rank {rank} failed: {failure_message(exc)}", traceback.format_exc()) from None
     try:

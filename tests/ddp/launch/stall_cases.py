@@ -36,6 +36,26 @@ def never_completes(ctx: DistContext, ranks_inside: list[int]) -> None:
     time.sleep(STALL_S)
 
 
+def join_late(rank: int, port: int, late_s: float, timeout_s: float, results) -> None:
+    """Rank `rank` of two joins the group (rank 1 `late_s` after rank 0) with a `timeout_s` collective
+    timeout, then sums its rank number with the other's; puts (rank, sum) or (rank, error) into results."""
+    import torch
+    import torch.distributed as dist
+
+    from ddp.launch import launcher
+
+    try:
+        if rank == 1:
+            time.sleep(late_s)
+        launcher._setup_rank(rank, rank, 2, 2, "gloo", timeout_s, ("127.0.0.1", port))
+        total = torch.tensor([float(rank)])
+        dist.all_reduce(total)
+        dist.destroy_process_group()
+        results.put((rank, float(total.item())))
+    except Exception as exc:  # the test names it
+        results.put((rank, f"{type(exc).__name__}: {exc}"))
+
+
 if __name__ == "__main__":
     try:
         launch(stall_at_step_1, None, sys.argv[1], 1)

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch.multiprocessing as mp
 
 from ddp.comm.inflight import Position
 from ddp.launch import launcher, rank_failures
@@ -147,3 +148,23 @@ def test_stall_outside_our_collectives_still_names_the_rank_left_running():
     msg = str(err.value)
     assert msg.startswith("rank 0 failed: RuntimeError:") and "Timed out" in msg, msg
     assert "still running when it timed out: rank 1 not in a collective (last: comm:all_reduce:bucket" in msg
+
+
+@pytest.mark.slow  # spawns two ranks, one of them late
+def test_a_rank_that_starts_later_than_the_collective_timeout_still_joins():
+    """Joining waits for every rank to start, which can take seconds on a loaded machine: a 1 s collective
+    timeout must not fail a rank that starts 3 s after the other (it used to: DistStoreError)."""
+    spawn = mp.get_context("spawn")
+    results = spawn.Queue()
+    port = launcher.free_port()
+    procs = [spawn.Process(target=stall_cases.join_late, args=(r, port, 3.0, 1.0, results)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = dict(results.get(timeout=120) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    assert got == {0: 1.0, 1: 1.0}, got

@@ -106,6 +106,10 @@ def read_saved(folder: Path) -> Trace:
     values = {name: _decode(v) for name, v in doc["fields"].items()}
     for name, dtypes in doc["dtypes"].items():
         with pa.memory_map(str(folder / f"{name}.arrow")) as source:
-            frame = pa.ipc.open_file(source).read_all().to_pandas()
+            # a column at a time, each Arrow buffer let go once converted, numeric ones taken as they are: reading
+            # a 10M-kernel load back held it twice (1.75 GB at its peak, now 1.12 GB; the export read afresh, 1.13)
+            table = pa.ipc.open_file(source).read_all()
+            frame = table.to_pandas(split_blocks=True, self_destruct=True)
+            del table
         values[name] = _restore(frame, dtypes)
     return Trace(**values)

@@ -86,22 +86,24 @@ def keyed_contains(
 def launched_inside(ops: pd.DataFrame, ranges: pd.DataFrame, per_thread: bool = False) -> np.ndarray:
     """Which GPU ops were launched (runtime call start) inside one of `ranges` of the same process/thread."""
     launch = ops["launch_start"].to_numpy()
+    has_launch = launch >= 0
     inside = np.zeros(len(ops), dtype=bool)
-    if len(ranges) == 0 or not (launch >= 0).any():
+    if len(ranges) == 0 or not has_launch.any():
         return inside
     processes = process_key(ranges["part"], ranges["pid"])
     starts, ends = ranges["start"].to_numpy(), ranges["end"].to_numpy()
+    if per_thread:
+        range_tids, launch_tids = ranges["tid"].to_numpy(), ops["launch_tid"].to_numpy()
     # rank by rank (its rows are one run of gpu_ops): keys for every row at once held ~150 MB at 10M kernels
     for (part, pid, _), rows in rank_rows(ops).items():  # one iteration per rank
         mine = processes == process_key(part, pid)
         if not mine.any():
             continue
         if per_thread:
-            tids = ranges["tid"].to_numpy()[mine]
-            found = keyed_contains(tids, starts[mine], ends[mine], ops["launch_tid"].to_numpy()[rows], launch[rows])
+            found = keyed_contains(range_tids[mine], starts[mine], ends[mine], launch_tids[rows], launch[rows])
         else:
             found = iv.contains(*iv.union(starts[mine], ends[mine]), launch[rows])
-        inside[rows] = found & (launch[rows] >= 0)
+        inside[rows] = found & has_launch[rows]
     return inside
 
 

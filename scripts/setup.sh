@@ -85,6 +85,10 @@ extras="train"
 [ "$with_tests" = 1 ] && extras="train,test"
 say "installing the project into $("$PY" -c 'import sys; print(sys.prefix)') (.[$extras])"
 pip install -q -e ".[$extras]"
+# An editable install leaves the project's own modules uncompiled (pip compiles only what it copies), so
+# where Python writes no bytecode itself (PYTHONDONTWRITEBYTECODE, a read-only checkout) every command
+# would compile them again: about 0.1 s of each table command. compileall writes their bytecode either way.
+"$PY" -m compileall -q -j 0 analysis contract ddp profiling >/dev/null
 
 if [ "${DDP_NO_APT:-0}" = 1 ]; then
     say "--no-system / DDP_NO_APT=1: no apt sources, no apt-get; nsys and Chromium are used only if already installed"

@@ -153,17 +153,19 @@ def stop_helpers(tracker: bool = False) -> None:
     CPU and memory. Either starts again when a later pool needs it. Only when this process has no other
     multiprocessing child (one holding their pipes would keep them alive, and the wait would hang).
     The tracker is for the CLIs at their end (cli.run): stopped in a library call it would unlink the
-    caller's own semaphores. Uses multiprocessing's own stop methods (what its tests call); a Python
-    without them keeps its helpers until exit, as before."""
+    caller's own semaphores; a command that started no tracker (no pool ran) skips it and the collection
+    before it (about 0.03 s with a 1M-kernel run loaded). Uses multiprocessing's own stop methods (what
+    its tests call); a Python without them keeps its helpers until exit, as before."""
     import gc
     from multiprocessing import active_children, forkserver, resource_tracker
 
     if active_children():
         return
     helpers = [getattr(forkserver, "_forkserver", None)]
-    if tracker:
+    running = getattr(resource_tracker, "_resource_tracker", None)
+    if tracker and getattr(running, "_pid", True) is not None:  # None: never started, so nothing to stop
         gc.collect()  # the pools' semaphores unregister from the tracker when collected: before it stops
-        helpers.append(getattr(resource_tracker, "_resource_tracker", None))
+        helpers.append(running)
     for helper in helpers:
         stop = getattr(helper, "_stop", None)
         if callable(stop):

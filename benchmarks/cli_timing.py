@@ -37,7 +37,10 @@ def compile_project() -> None:
     itself (PYTHONDONTWRITEBYTECODE, set on this project's machines) a timed command would otherwise
     compile every analysis module it imports, about 0.1 s of each run, which a user's runs do not."""
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", "analysis", "contract"], cwd=REPO, check=True, stdout=subprocess.DEVNULL
+        [sys.executable, "-m", "compileall", "-q", "analysis", "contract"],
+        cwd=REPO,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
 
 

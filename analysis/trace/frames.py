@@ -4,15 +4,17 @@ Frames (all times int64 ns; as read, each part on its own file's clock; run/cloc
 the parts of a loaded run on the first file's clock, from each part's recorded offset):
 
 `gpu_ops`  one row per kernel / memcpy / memset, sorted by (part, pid, device, start):
-    part (int, index of the source file), pid, device, stream, start, end (the identifiers part, pid,
-    device, stream, correlation_id and launch_tid are int32 where every value fits, else int64: with
-    the int64 times they are what a kernel costs in memory; trace/merge.NARROW_COLUMNS),
+    part (int, index of the source file), pid, device, stream, start, end (the identifiers pid,
+    correlation_id and launch_tid are int32 where every value fits, else int64; part, device and stream
+    the smallest integer type holding them, int8 mostly: with the int64 times they are what a kernel
+    costs in memory; trace/merge.NARROW_COLUMNS, SMALLEST_COLUMNS),
     name (categorical: kernel short name, "memcpy HtoD", "memset", ...),
     kind (categorical GPU_KINDS: kernel | memcpy | memset), correlation_id (-1 if NULL),
     launch_start, launch_tid (the CUDA runtime call with the same correlationId in the same
     process: its start and OS thread id; -1 when none matched), comm_bytes (a collective kernel's
     message size as the file records it: Kineto's NCCL kernel args, max(in, out) bytes; -1 when not
-    recorded, always in nsys exports), is_comm (bool: which work is
+    recorded, always in nsys exports; the smallest integer type holding the values, int8 when all are
+    -1: merge.smallest_int), is_comm (bool: which work is
     communication, classified once by measure/phases.communication_mask when the trace is loaded).
 `nvtx`     one row per NVTX range or mark (push/pop, start/end, mark), sorted by (part, pid, start):
     part, pid, tid (OS thread that opened it), end_tid (thread that closed it), start, end

@@ -9,14 +9,16 @@ from numpy.typing import ArrayLike
 from pandas.api.types import union_categoricals
 
 from analysis.trace.frames import GPU_KINDS
+from analysis.trace.free_memory import release_free_memory
 
 GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
 
 
-def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+def factorize(keys: ArrayLike, compact: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(sorted distinct keys, index of each key among them), like np.unique(return_inverse=True)
     but O(n) when the keys span a small range (step numbers, string ids, process ids), the common
-    case here; integer keys are offset in their own width there (no int64 copy of 10M int32 ids)."""
+    case here; integer keys are offset in their own width there (no int64 copy of 10M int32 ids).
+    `compact`: in that case the index in the smallest integer type holding it (int8 for a few keys)."""
     k = np.asarray(keys).reshape(-1)
     if k.dtype.kind not in "iu":
         k = k.astype(np.int64)
@@ -27,11 +29,13 @@ def factorize(keys: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         uniq, inverse = np.unique(k.astype(np.int64, copy=False), return_inverse=True)
         return uniq, inverse.reshape(-1)
     if lo == hi:
-        return np.array([lo], dtype=np.int64), np.zeros(k.size, dtype=np.intp)
+        return np.array([lo], dtype=np.int64), np.zeros(k.size, dtype=np.int8 if compact else np.intp)
     offset = k - k.dtype.type(lo) if np.can_cast(np.min_scalar_type(lo), k.dtype) else k.astype(np.int64) - lo
     present = np.zeros(hi - lo + 1, dtype=bool)
     present[offset] = True
     position = np.cumsum(present, dtype=np.intp) - 1
+    if compact:
+        position = smallest_int(position)
     return np.flatnonzero(present).astype(np.int64) + lo, position[offset]
 
 
@@ -42,7 +46,7 @@ def group_index(*keys: np.ndarray) -> np.ndarray:
     each key's factorize, in O(n) and without copying a frame. A key with one value is skipped."""
     group, n = np.zeros(len(keys[0]), dtype=np.int64), 1
     for key in keys:
-        uniq, inverse = factorize(key)
+        uniq, inverse = factorize(key, compact=True)  # added into group: a narrow index is enough
         if len(uniq) == 1:
             continue
         if n * len(uniq) >= 1 << 62:  # the combinations so far renumbered densely first
@@ -132,8 +136,10 @@ def _pair_key(p: np.ndarray, corr: np.ndarray) -> np.ndarray:
 
 
 # Identifier columns of gpu_ops, stored as int32 when every value fits (process and thread ids are 24-bit
-# in nsys, devices and streams small): with the int64 times they are what a kernel costs in memory.
-NARROW_COLUMNS = ("part", "pid", "device", "stream", "correlation_id", "launch_tid")
+# in nsys): with the int64 times they are what a kernel costs in memory. File parts, devices and streams
+# are few and small: they take the smallest integer type that holds them (smallest_int), int8 mostly.
+NARROW_COLUMNS = ("pid", "correlation_id", "launch_tid")
+SMALLEST_COLUMNS = ("part", "device", "stream")
 
 
 def sort_order(*keys: np.ndarray) -> np.ndarray:
@@ -149,7 +155,8 @@ def sort_order(*keys: np.ndarray) -> np.ndarray:
     if n_groups * span >= 1 << 62:
         return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
     group *= span
-    group += start - lo
+    group -= lo  # then the times added in place: `group += start - lo` made a temporary of every row
+    group += start
     return np.argsort(group, kind="stable")
 
 
@@ -159,6 +166,13 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int32 if fits else np.int64, copy=False)
 
 
+def _stored(column: str, values: np.ndarray) -> np.ndarray:
+    """A gpu_ops column's values in the integer type it is kept in (the values themselves for times)."""
+    if column in NARROW_COLUMNS:
+        return _narrow(values)
+    return smallest_int(values) if column in SMALLEST_COLUMNS else values
+
+
 def _taken(parts: list[dict], column: str) -> np.ndarray:
     """One column of every part, joined; the parts let go of it (memory holds one copy of the rows)."""
     return parts[0].pop(column) if len(parts) == 1 else np.concatenate([p.pop(column) for p in parts])
@@ -166,7 +180,8 @@ def _taken(parts: list[dict], column: str) -> np.ndarray:
 
 def ops_frame(parts: list[dict]) -> pd.DataFrame:
     """The gpu_ops frame: columns of every file joined, sorted by (part, pid, device, start); identifier
-    columns int32 where they fit (NARROW_COLUMNS). The parts' columns are taken from them as they are used."""
+    columns int32 where they fit (NARROW_COLUMNS) or smaller (SMALLEST_COLUMNS). The parts' columns are
+    taken from them as they are used."""
     lengths = [len(p["start"]) for p in parts]
     keys = {c: _taken(parts, c) for c in ("part", "pid", "device", "start")}
     order = sort_order(keys["part"], keys["pid"], keys["device"], keys["start"])
@@ -174,7 +189,7 @@ def ops_frame(parts: list[dict]) -> pd.DataFrame:
     data = {}
     for c in columns:
         values = keys.pop(c) if c in keys else _taken(parts, c)
-        data[c] = (_narrow(values) if c in NARROW_COLUMNS else values)[order]
+        data[c] = _stored(c, values)[order]
         del values
     frame = pd.DataFrame(data, copy=False)  # the arrays are fresh: consolidating them would copy every row again
     del data
@@ -182,13 +197,27 @@ def ops_frame(parts: list[dict]) -> pd.DataFrame:
     frame.insert(7, "name", pd.Categorical.from_codes(names.codes[order], categories=names.categories))
     kind = parts[0]["kind"] if len(parts) == 1 else np.concatenate([p["kind"] for p in parts])
     frame.insert(8, "kind", pd.Categorical.from_codes(kind[order], categories=GPU_KINDS))
-    # a collective's bytes where the file records them on the kernel (Kineto's NCCL kernel args), else -1
+    # a collective's bytes where the file records them on the kernel (Kineto's NCCL kernel args), else -1;
+    # in the smallest integer type holding them: int8 (1 byte a kernel, not 8) where none is recorded
     if any("comm_bytes" in p for p in parts):
-        sizes = [p.get("comm_bytes", np.full(n, -1, dtype=np.int64)) for p, n in zip(parts, lengths, strict=True)]
-        frame["comm_bytes"] = np.concatenate(sizes).astype(np.int64)[order]
+        sizes = [p.get("comm_bytes", np.full(n, -1, dtype=np.int8)) for p, n in zip(parts, lengths, strict=True)]
+        frame["comm_bytes"] = smallest_int(np.concatenate(sizes))[order]
     else:
-        frame["comm_bytes"] = np.full(len(order), -1, dtype=np.int64)
+        frame["comm_bytes"] = np.full(len(order), -1, dtype=np.int8)
+    del order
+    release_free_memory()  # the sort's temporaries and the parts' columns, all of them gone now
     return frame
+
+
+def smallest_int(values: np.ndarray) -> np.ndarray:
+    """values as the smallest of int8, int16, int32 and int64 that holds every one and the span between
+    them (so that an offset from the least, as factorize takes, cannot wrap); no copy when that is theirs."""
+    if values.size == 0:
+        return values.astype(np.int8, copy=False)
+    low, high = int(values.min()), int(values.max())
+    top = max(high, high - low)
+    fitting = (t for t in (np.int8, np.int16, np.int32) if np.iinfo(t).min <= low and top <= np.iinfo(t).max)
+    return values.astype(next(fitting, np.int64), copy=False)
 
 
 def nvtx_frame(parts: list[pd.DataFrame]) -> pd.DataFrame:

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.trace.free_memory import release_free_memory
 from analysis.trace.readers import sqlite_read
 
 CHUNK_ROWS = 1 << 19  # rowids per chunk: its transient Arrow memory; connectorx reads 2 x 512k rows faster than 1M
@@ -150,7 +151,7 @@ def read_table(
             columns[name].add(chunk[name], len(queries))
         del chunk
     out = {name: columns.pop(name).result() for name in names}
-    sqlite_read.release_free_memory()
+    release_free_memory()
     return out
 
 

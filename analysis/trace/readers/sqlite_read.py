@@ -14,7 +14,6 @@ long-lived Dask worker) reads with sqlite3 from then on.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import sqlite3
 from pathlib import Path
@@ -178,23 +177,3 @@ def read_columns(
     except BaseException:  # no connectorx, a type it cannot infer, or a Rust panic: use sqlite3
         pass
     return read_sqlite3(path, conn, sql, names, null_int, narrow)
-
-
-def release_free_memory() -> None:
-    """Hand the memory a read freed back to the system (glibc's malloc_trim; nothing elsewhere).
-
-    connectorx builds each batch on its worker threads, in their own malloc arenas; what those arenas
-    free stays with them, where the analysis (on the main thread) never reuses it: on the 1M-kernel
-    export the process kept about 65 MB more after the read than it held."""
-    global _LIBC
-    if _LIBC is None:
-        try:
-            _LIBC = ctypes.CDLL("libc.so.6")
-            _LIBC.malloc_trim.argtypes = [ctypes.c_size_t]
-        except (OSError, AttributeError):  # not glibc
-            _LIBC = False
-    if isinstance(_LIBC, ctypes.CDLL):
-        _LIBC.malloc_trim(0)
-
-
-_LIBC: ctypes.CDLL | bool | None = None

@@ -1,5 +1,5 @@
 """The reader helpers of trace/merge.py against brute force: the batched launch join, the one-key sort,
-factorize, each rank's rows, and int32 identifiers only where they fit."""
+factorize, each rank's rows, and narrow identifiers only where they fit."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.trace.merge import LaunchJoin, factorize, group_index, ops_frame, rank_rows, sort_order
+from analysis.trace.merge import LaunchJoin, factorize, group_index, ops_frame, rank_rows, smallest_int, sort_order
 from analysis.trace.readers.sqlite_read import narrowed
 
 
@@ -73,11 +73,43 @@ def test_sort_order_is_lexsort(span):
         np.zeros(0, dtype=np.int32),
     ],
 )
-def test_factorize_is_unique_with_inverse(keys):
-    uniq, inverse = factorize(keys)
+@pytest.mark.parametrize("compact", [False, True])
+def test_factorize_is_unique_with_inverse(keys, compact):
+    uniq, inverse = factorize(keys, compact=compact)
     want_uniq, want_inverse = np.unique(keys.astype(np.int64), return_inverse=True)
     assert uniq.dtype == np.int64 and uniq.tolist() == want_uniq.tolist()
     assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+    if compact and keys.size and np.ptp(keys) < 2**20:  # the table's case: an index as narrow as it can be
+        assert np.iinfo(inverse.dtype).max >= uniq.size - 1 and inverse.dtype.itemsize <= 2
+
+
+def test_factorize_compact_over_many_keys():
+    keys = np.arange(40_000, dtype=np.int32)[::-1] * 3  # more keys than int16 numbers: a wider index
+    uniq, inverse = factorize(keys, compact=True)
+    assert inverse.dtype == np.int32 and (uniq[inverse] == keys).all()
+
+
+@pytest.mark.parametrize(
+    "values, dtype",
+    [
+        ([-1, -1], np.int8),
+        ([-128, 127], np.int16),  # each fits int8, but not the span between them (255)
+        ([-1, 127], np.int16),
+        ([0, 127], np.int8),
+        ([7, 13, 20], np.int8),
+        ([0, 40_000], np.int32),
+        ([-1, 2**31 - 1], np.int64),  # the span does not fit int32
+        ([0, 2**40], np.int64),
+        ([], np.int8),
+    ],
+)
+def test_smallest_int_holds_the_values_and_their_span(values, dtype):
+    a = np.array(values, dtype=np.int64)
+    got = smallest_int(a)
+    assert got.dtype == dtype and got.tolist() == values
+    if a.size:
+        assert int(got.max()) - int(got.min()) <= np.iinfo(got.dtype).max  # an offset from the least cannot wrap
+    assert smallest_int(got) is got  # already its own type: no copy
 
 
 @pytest.mark.parametrize("shuffled", [False, True])  # sorted as ops_frame leaves it, and not
@@ -141,6 +173,12 @@ def test_ops_frame_narrows_identifiers_that_fit_and_keeps_values():
 
     frame = ops_frame([part(0, [1, 2, 3]), part(1, [2**40, 4])])  # a stream id past int32 stays int64
     assert frame["pid"].dtype == np.int32 and frame["stream"].dtype == np.int64
+    assert frame["part"].dtype == np.int8 and frame["device"].dtype == np.int8  # the smallest that holds them
+    assert frame["comm_bytes"].dtype == np.int8  # none recorded: all -1
     assert frame["start"].tolist() == [0, 10, 20, 0, 10]  # sorted by (part, pid, device, start)
     assert frame["stream"].tolist() == [3, 2, 1, 4, 2**40]
     assert frame["comm_bytes"].tolist() == [-1] * 5
+    sized = part(0, [1, 2, 3]) | {"comm_bytes": np.array([-1, 2**33, 4096])}  # Kineto's NCCL kernel sizes
+    frame = ops_frame([sized])
+    assert frame["comm_bytes"].dtype == np.int64 and frame["comm_bytes"].tolist() == [4096, 2**33, -1]
+    assert frame["stream"].dtype == np.int8 and frame["stream"].tolist() == [3, 2, 1]

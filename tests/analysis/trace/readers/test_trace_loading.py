@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis.run.runs import load_trace
-from analysis.trace.merge import NARROW_COLUMNS, row_lookup as _row_lookup
+from analysis.trace.merge import NARROW_COLUMNS, SMALLEST_COLUMNS, row_lookup as _row_lookup
 from analysis.trace.readers import sqlite_read
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 from tests.support.synthetic import NsysWriter
@@ -36,9 +36,14 @@ def test_frames_are_typed_and_sorted(tmp_path, flavour):
     trace = load_trace(write_two_ranks(tmp_path / "t.sqlite", flavour=flavour, registered=flavour == "2022"))
     ops, nvtx = trace.gpu_ops, trace.nvtx
     assert list(ops.columns) == GPU_COLUMNS and list(nvtx.columns) == NVTX_COLUMNS
-    # times int64; identifiers (NARROW_COLUMNS) int32 when they fit, as they do here
+    # times int64; identifiers (NARROW_COLUMNS) int32 when they fit, as they do here; file parts, devices,
+    # streams (SMALLEST_COLUMNS) and comm_bytes (all -1 in an nsys export) int8, the smallest that holds them
+    small = (*SMALLEST_COLUMNS, "comm_bytes")
     assert all(ops[c].dtype == np.int32 for c in NARROW_COLUMNS)
-    assert all(ops[c].dtype == np.int64 for c in GPU_COLUMNS if c not in ("name", "kind", "is_comm", *NARROW_COLUMNS))
+    assert all(ops[c].dtype == np.int8 for c in small)
+    assert all(
+        ops[c].dtype == np.int64 for c in GPU_COLUMNS if c not in ("name", "kind", "is_comm", *NARROW_COLUMNS, *small)
+    )
     assert set(ops["kind"].cat.categories) == {"kernel", "memcpy", "memset"}
     assert (ops["comm_bytes"] == -1).all()  # nsys exports record no message size on kernels
     assert ops.groupby("kind", observed=True).size().to_dict() == {"kernel": 11, "memcpy": 1, "memset": 1}

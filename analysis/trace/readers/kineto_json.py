@@ -7,10 +7,11 @@ without building Python objects. To bound memory, the event list is decoded in b
 16 MB of text, each turned into numpy columns and dropped before the next; the batches are cut
 after the `}` of an event followed by `,` and `{`. A cut that falls inside a string or a nested
 object leaves that batch unbalanced, so its decode fails, and the batch is extended to the next
-cut. A batch whose events do not fit the fast types (an unusual phase, say) is decoded again
-leniently. Uncompressed files are memory-mapped, not read into a copy, and a batch's pages are unmapped
-from the process once decoded (`_release`). A large file's event text is first cut into pieces decoded
-on several cores (kineto_parts.py).
+cut. The fast types take pids and tids as integers until a batch names one (`_FastDecoder`); a
+batch whose events do not fit them (an unusual phase, say) is decoded again leniently. Uncompressed
+files are memory-mapped, not read into a copy, and a batch's pages are unmapped from the process once
+decoded (`_release`). A large file's event text is first cut into pieces decoded on several cores
+(kineto_parts.py).
 
 The event array's place is found without a pass over it (`_split_top`): its opening is the first
 `"traceEvents": [`, its close the last `]` after an event's `}` whose following text ends the
@@ -49,7 +50,7 @@ import numpy as np
 
 from analysis.errors import TraceError
 from analysis.trace.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
-from analysis.trace.readers.kineto_events import EXACT, FAST, LENIENT
+from analysis.trace.readers.kineto_events import EXACT, FAST, FAST_INT_IDS, LENIENT
 from analysis.trace.readers.kineto_parts import decode_in_parts, pieces
 from analysis.trace.readers.sniff import GZIP_MAGIC
 from contract import META_KEY
@@ -169,13 +170,14 @@ def _raw_bounds(path: Path, data: bytes | mmap.mmap, events: msgspec.Raw) -> tup
 def _event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> Iterator[list]:
     """The complete events of the event text data[start:last] (inside the array's brackets), batch by batch."""
     whole = memoryview(data)
+    fast = _FastDecoder()
     try:
         while True:
             cut = _CUT.search(data, min(start + BATCH_BYTES, last), last)
             while True:
                 end = cut.start() + 1 if cut else last
                 try:
-                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")))  # one copy
+                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")), fast)  # one copy
                     break
                 except msgspec.DecodeError:  # the cut fell inside a string or a nested object
                     if cut is None:
@@ -199,10 +201,26 @@ def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, low, high - low)
 
 
-def _complete_events(path: Path, batch: bytes) -> list:
+class _FastDecoder:
+    """The fast decode of one pass over the events: FAST_INT_IDS until a batch has a pid or tid that is not an
+    integer (Chrome's named pids), FAST from then on, so that no more than one batch a pass is decoded twice."""
+
+    def __init__(self) -> None:
+        self.int_ids = True
+
+    def decode(self, batch: bytes) -> list:
+        if self.int_ids:
+            try:
+                return FAST_INT_IDS.decode(batch)
+            except msgspec.ValidationError:
+                self.int_ids = False
+        return FAST.decode(batch)
+
+
+def _complete_events(path: Path, batch: bytes, fast: _FastDecoder) -> list:
     """A batch of events, decoded: its complete events, and maybe skipped ones (category "", kineto_events.py)."""
     try:
-        events = FAST.decode(batch)
+        events = fast.decode(batch)
         return EXACT.decode(batch) if _beyond_float_ns(events) else events
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message

@@ -155,8 +155,14 @@ def sort_order(*keys: np.ndarray) -> np.ndarray:
     if n_groups * span >= 1 << 62:
         return np.lexsort(tuple(np.asarray(k) for k in keys[::-1]))
     group *= span
-    group -= lo  # then the times added in place: `group += start - lo` made a temporary of every row
-    group += start
+    # + (start - lo) in place (`+= start - lo` made a temporary of every row), in the order that cannot
+    # overflow int64: group x span < 2**62, so - lo first when lo >= 0, else + start first (start < span)
+    if lo >= 0:
+        group -= lo
+        group += start
+    else:
+        group += start
+        group -= lo
     return np.argsort(group, kind="stable")
 
 

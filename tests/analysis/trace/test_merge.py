@@ -50,11 +50,12 @@ def test_launch_join_without_runtime_calls_or_ids():
 
 
 @pytest.mark.parametrize("span", [50, 1 << 61])  # one int64 key, and the lexsort fallback
-def test_sort_order_is_lexsort(span):
+@pytest.mark.parametrize("first", [0, 1 << 60, -(1 << 60)])  # times from 0, far on, and before 0
+def test_sort_order_is_lexsort(span, first):
     rng = np.random.default_rng(span % 97)
     n = 2_000
     part, pid = rng.integers(0, 3, n), rng.choice([70_000, 5, 900], n)
-    device, start = rng.integers(-1, 4, n), rng.integers(0, span, n)  # many ties: stability matters
+    device, start = rng.integers(-1, 4, n), first + rng.integers(0, span, n)  # many ties: stability matters
     want = np.lexsort((start, device, pid, part))
     assert sort_order(part, pid, device, start).tolist() == want.tolist()
     stream = rng.integers(0, 2**40, n)  # a sparse key among them (factorize falls back to np.unique)

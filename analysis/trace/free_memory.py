@@ -1,13 +1,13 @@
 """Hand memory the process freed back to the system: `release_free_memory` (glibc's malloc_trim).
 
 glibc keeps what a process frees in its heap for later allocations, and each thread's arena keeps its
-own. After a step that built and dropped large temporaries that memory stays counted in the process, and
-the next step's allocations do not always fit into it: connectorx builds each batch of a read on its
-worker threads, in their arenas, which the analysis (on the main thread) never reuses (after the read of
-the 1M-kernel, 8-rank export the process kept about 65 MB more than it held); on the 10M-kernel export the
-process held about 110 MB more than it used once the ranks' activity was measured (the sort of every
-kernel row, each rank's windowing). Trimming at those points keeps
-the peak to what is in use. Elsewhere than glibc it does nothing.
+own. After a step that built and dropped large temporaries, that memory stays counted in the process,
+and the next step's allocations do not always fit into it. connectorx builds each batch of a read on
+its worker threads, in their arenas, which the analysis (on the main thread) never reuses: after the
+read of the 1M-kernel, 8-rank export the process kept about 65 MB more than it held. On the 10M-kernel
+export it held about 110 MB more than it used once the ranks' activity was measured (after the sort of
+every kernel row and each rank's windowing). Trimming at those points keeps the peak to what is in use.
+Elsewhere than glibc it does nothing.
 """
 
 from __future__ import annotations

@@ -172,6 +172,17 @@ def _narrow(values: np.ndarray) -> np.ndarray:
     return values.astype(np.int32 if fits else np.int64, copy=False)
 
 
+def smallest_int(values: np.ndarray) -> np.ndarray:
+    """values as the smallest of int8, int16, int32 and int64 that holds every one and the span between
+    them (so that an offset from the least, as factorize takes, cannot wrap); no copy when that is theirs."""
+    if values.size == 0:
+        return values.astype(np.int8, copy=False)
+    low, high = int(values.min()), int(values.max())
+    top = max(high, high - low)
+    fitting = (t for t in (np.int8, np.int16, np.int32) if np.iinfo(t).min <= low and top <= np.iinfo(t).max)
+    return values.astype(next(fitting, np.int64), copy=False)
+
+
 def _stored(column: str, values: np.ndarray) -> np.ndarray:
     """A gpu_ops column's values in the integer type it is kept in (the values themselves for times)."""
     if column in NARROW_COLUMNS:
@@ -213,17 +224,6 @@ def ops_frame(parts: list[dict]) -> pd.DataFrame:
     del order
     release_free_memory()  # the sort's temporaries and the parts' columns, all of them gone now
     return frame
-
-
-def smallest_int(values: np.ndarray) -> np.ndarray:
-    """values as the smallest of int8, int16, int32 and int64 that holds every one and the span between
-    them (so that an offset from the least, as factorize takes, cannot wrap); no copy when that is theirs."""
-    if values.size == 0:
-        return values.astype(np.int8, copy=False)
-    low, high = int(values.min()), int(values.max())
-    top = max(high, high - low)
-    fitting = (t for t in (np.int8, np.int16, np.int32) if np.iinfo(t).min <= low and top <= np.iinfo(t).max)
-    return values.astype(next(fitting, np.int64), copy=False)
 
 
 def nvtx_frame(parts: list[pd.DataFrame]) -> pd.DataFrame:

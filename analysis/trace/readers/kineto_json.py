@@ -202,8 +202,9 @@ def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
 
 
 class _FastDecoder:
-    """The fast decode of one pass over the events: FAST_INT_IDS until a batch has a pid or tid that is not an
-    integer (Chrome's named pids), FAST from then on, so that no more than one batch a pass is decoded twice."""
+    """The fast decode of one pass over the events: FAST_INT_IDS until a batch does not fit it (a pid or tid
+    that is not an integer, as Chrome's named pids), FAST from then on, so that no more than one batch a
+    pass is decoded twice."""
 
     def __init__(self) -> None:
         self.int_ids = True

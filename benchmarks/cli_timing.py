@@ -39,7 +39,7 @@ def compile_project() -> None:
     subprocess.run(
         [sys.executable, "-m", "compileall", "-q", "analysis", "contract"],
         cwd=REPO,
-        check=True,
+        check=False,  # a checkout that cannot take it is timed as it is
         stdout=subprocess.DEVNULL,
     )
 

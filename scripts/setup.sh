@@ -88,7 +88,8 @@ pip install -q -e ".[$extras]"
 # An editable install leaves the project's own modules uncompiled (pip compiles only what it copies), so
 # where Python writes no bytecode itself (PYTHONDONTWRITEBYTECODE, a read-only checkout) every command
 # would compile them again: about 0.1 s of each table command. compileall writes their bytecode either way.
-"$PY" -m compileall -q -j 0 analysis contract ddp profiling >/dev/null
+"$PY" -m compileall -q -j 0 analysis contract ddp profiling >/dev/null ||
+    say "could not write the project's bytecode (a read-only checkout?): each command compiles what it imports"
 
 if [ "${DDP_NO_APT:-0}" = 1 ]; then
     say "--no-system / DDP_NO_APT=1: no apt sources, no apt-get; nsys and Chromium are used only if already installed"

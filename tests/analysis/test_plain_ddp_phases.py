@@ -19,6 +19,7 @@ import pytest
 from analysis.overlap.analyze import analyze_trace
 from analysis.run.runs import load_trace
 from analysis.trace.phase_markers import phases_of
+from tests import nsys_cli
 
 pytestmark = pytest.mark.slow  # runs the two-rank job (and nsys)
 
@@ -119,37 +120,18 @@ def test_collectives_say_where_the_phases_came_from(recorded):
     assert len(view.calls) > 0
 
 
-def profile_plainly(cmd: list[str], attempts: int = 2, timeout_s: float = 180) -> tuple[int, str]:
-    """(exit code, stderr) of a plain `nsys profile` run. nsys 2022.4 now and then leaves the profiled
-    program hung at its end (once in about eight CI runs: the ranks done, the program waiting on a lock
-    while nsys's injected threads sat in their own waits; alone the run takes 15 s): such a run is
-    stopped whole, nsys, its launcher, the program and nsys's agent (profiling/processes.py, as
-    run_nsys.sh stops a run), and made again."""
-    from profiling import processes
-
-    for _ in range(attempts):
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-        try:
-            _, stderr = proc.communicate(timeout=timeout_s)
-            return proc.returncode, stderr
-        except subprocess.TimeoutExpired:
-            started = processes.run_tree(proc.pid)  # taken while nsys runs: its launcher is its child then
-            proc.kill()
-            proc.communicate()
-            processes.stop_leftovers(started, proc.pid, grace_s=2.0)
-    pytest.fail(f"nsys profile of the plain job hung {attempts} times ({timeout_s:.0f} s each): {' '.join(cmd)}")
-
-
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys not installed")
 def test_plain_nsys_of_a_cpu_job_finds_no_pytorch_markers_and_says_why(tmp_path):
     """On a CPU build of torch PyTorch writes no NVTX at all: `nsys profile --pytorch=autograd-nvtx`
     does not exist in nsys 2022.4, and torch.autograd.profiler.emit_nvtx raises without CUDA. So a
     plain nsys export of the job has nothing to measure, and the analysis says so and why."""
     report = tmp_path / "plain_ddp"
-    cmd = ["nsys", "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-o", str(report)]
+    cmd = ["nsys", "profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-f", "true", "-o", str(report)]
     cmd += [sys.executable, str(SCRIPT), "--profiler", "none", "--out", str(tmp_path), "--steps", "3"]
-    code, stderr = profile_plainly(cmd)
-    assert code == 0, stderr[-2000:]
+    try:
+        nsys_cli.profile(cmd, cwd=ROOT, timeout_s=180)  # 15 s alone; a hung run is stopped and made again
+    except subprocess.CalledProcessError as e:
+        pytest.fail(f"nsys profile failed (exit {e.returncode}): {e.stderr[-2000:]}")
     assert len(list(tmp_path.glob("timer.rank*.json"))) == 2  # the job itself ran, both ranks
     sqlite = tmp_path / "plain_ddp.sqlite"
     subprocess.run(

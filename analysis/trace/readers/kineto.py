@@ -47,6 +47,7 @@ from analysis.trace.frames import (
 from analysis.trace.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.trace.patterns import Patterns, matches
 from analysis.trace.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
+from analysis.trace.readers.kineto_columns import Coded
 from analysis.trace.readers.kineto_comms import collectives_frame
 from analysis.trace.readers.kineto_json import KinetoFile, read_kineto
 from analysis.trace.run_info import recorded
@@ -54,20 +55,19 @@ from analysis.trace.run_info import recorded
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
 
-def _gpu_names(names: pd.Categorical) -> pd.Categorical:
+def _gpu_names(names: Coded) -> pd.Categorical:
     """Kineto's names (categories in order of appearance), copies and sets named as the nsys loader names them."""
-    codes, uniques = names.codes, names.categories
     renamed = [
         "memcpy " + u.split()[1]
         if u.startswith("Memcpy ") and len(u.split()) > 1
         else "memset"
         if u.startswith("Memset")
         else u
-        for u in uniques.tolist()
+        for u in names.uniques
     ]
     new_codes, categories = pd.factorize(np.array(renamed, dtype=object))
     return pd.Categorical.from_codes(
-        new_codes[codes] if codes.size else codes, categories=pd.Index(categories, dtype=object)
+        new_codes[names.codes] if names.codes.size else names.codes, categories=pd.Index(categories, dtype=object)
     )
 
 

@@ -1,23 +1,23 @@
 """Kineto events (decoded structs, kineto_events.py) to numpy columns by family: GPU work, runtime launches,
 ranges, autograd ops, collective calls. C-level passes over the events (attrgetter, itemgetter), no
-Python code per event.
+Python code per event. No pandas: this runs in the workers kineto_parts.py forks before the analysis
+imports it, so columns of repeated strings are `Coded` (codes and their strings), not categoricals.
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from itertools import chain, repeat
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
-from pandas.api.types import union_categoricals
 
-from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
-from analysis.trace.readers.kineto_comms import kernel_bytes
+from analysis.trace.kinds import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
+from analysis.trace.readers.kineto_sizes import kernel_bytes
 from contract import ASYNC_KIND
 
 if TYPE_CHECKING:
@@ -97,18 +97,31 @@ def take(events: Sequence[Fields], rows: np.ndarray) -> list:
     return list(got) if rows.size > 1 else [got]
 
 
+@dataclass(frozen=True, eq=False)
+class Coded:
+    """A column of repeated strings: row i holds uniques[codes[i]]; uniques in order of first appearance."""
+
+    codes: np.ndarray  # int32
+    uniques: list[str]
+
+    def values(self) -> np.ndarray:
+        """The column as an array of strings (objects)."""
+        return np.array(self.uniques, dtype=object)[self.codes] if self.uniques else np.zeros(0, dtype=object)
+
+
+def coded(values: Sequence[str]) -> Coded:
+    """values as a Coded column: two C-level passes, hashing each string once."""
+    uniques = list(dict.fromkeys(values))
+    index = {u: i for i, u in enumerate(uniques)}
+    return Coded(np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)), uniques)
+
+
 def _by_value(values: list) -> dict:
     """{value: row indices} for a column of a few distinct strings."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(uniques) + 1))
-    return {u: order[bounds[i] : bounds[i + 1]] for i, u in enumerate(uniques)}
-
-
-def _categorical(values: list) -> pd.Categorical:
-    """A column of repeated strings as codes and categories (in order of first appearance)."""
-    codes, uniques = pd.factorize(np.array(values, dtype=object))
-    return pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object))
+    column = coded(values)
+    order = np.argsort(column.codes, kind="stable")
+    bounds = np.searchsorted(column.codes[order], np.arange(len(column.uniques) + 1))
+    return {u: order[bounds[i] : bounds[i + 1]] for i, u in enumerate(column.uniques)}
 
 
 def _rows_named(by_name: dict, test: Callable[[str], bool]) -> np.ndarray:
@@ -129,7 +142,7 @@ def batch_columns(complete: list) -> dict:
     kinds = zip(gpu_rows, GPU_CATS.values(), strict=True)
     gpu = {
         "kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
-        "name": _categorical(field_values(gpu_events, "name")),  # codes: a piece's workers send no strings
+        "name": coded(field_values(gpu_events, "name")),  # codes: a piece's workers send few strings
         "device": _or_field(device, gpu_events, "pid"),
         "stream": _or_field(stream, gpu_events, "tid"),
         "start": start,
@@ -188,14 +201,22 @@ def batch_columns(complete: list) -> dict:
 
 
 def joined(batches: list[dict], family: str) -> dict:
-    """One family's columns of all batches, in order (categoricals keep their categories' order of appearance)."""
+    """One family's columns of all batches, in order (Coded columns keep their strings' order of appearance)."""
     parts = [b[family] for b in batches]
     return {k: _join([p[k] for p in parts]) for k in parts[0]}
 
 
-def _join(columns: list) -> list | np.ndarray | pd.Categorical:
+def _join(columns: list) -> list | np.ndarray | Coded:
     if isinstance(columns[0], list):
         return list(chain.from_iterable(columns))
-    if isinstance(columns[0], pd.Categorical):
-        return union_categoricals(columns, sort_categories=False)
+    if isinstance(columns[0], Coded):
+        return _join_coded(columns)
     return np.concatenate(columns)
+
+
+def _join_coded(columns: list[Coded]) -> Coded:
+    """Coded columns one after the other, each one's codes mapped onto the union of their strings."""
+    uniques = list(dict.fromkeys(chain.from_iterable(c.uniques for c in columns)))
+    index = {u: i for i, u in enumerate(uniques)}
+    mapped = [np.array([index[u] for u in c.uniques], dtype=np.int32)[c.codes] for c in columns if c.uniques]
+    return Coded(np.concatenate(mapped) if mapped else np.zeros(0, dtype=np.int32), uniques)

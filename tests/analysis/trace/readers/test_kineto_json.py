@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from analysis.trace.readers import kineto_json
+from analysis.trace.readers.kineto_columns import Coded
 from analysis.trace.readers.kineto_json import _decode_top, _raw_bounds, _split_top, read_kineto
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
@@ -58,12 +59,17 @@ def test_split_found_where_kineto_puts_things(layout):
     assert (doc.baseTimeNanoseconds, doc.distributedInfo) == (whole.baseTimeNanoseconds, whole.distributedInfo)
 
 
+def column(values) -> np.ndarray:
+    """A KinetoFile column as an array (a Coded column's strings)."""
+    return values.values() if isinstance(values, Coded) else np.asarray(values)
+
+
 def same_columns(a: kineto_json.KinetoFile, b: kineto_json.KinetoFile) -> None:
     for family in ("gpu", "runtime", "ranges", "autograd"):
         x, y = getattr(a, family), getattr(b, family)
         assert x.keys() == y.keys()
         for k in x:
-            np.testing.assert_array_equal(np.asarray(x[k]), np.asarray(y[k]), err_msg=f"{family}.{k}")
+            np.testing.assert_array_equal(column(x[k]), column(y[k]), err_msg=f"{family}.{k}")
     assert (a.clock_offset, a.distributed, a.meta, a.info, len(a.comms)) == (
         b.clock_offset,
         b.distributed,

@@ -76,7 +76,7 @@ def test_piece_boundary_inside_a_string_reads_as_the_serial_read(tmp_path, monke
     parted = read_kineto(tmp_path / "t.json")
     assert whole_decodes == [1]  # the pieces failed to decode: the file was decoded the serial way
     same_columns(parted, serial)
-    assert sorted(set(parted.gpu["name"])) == sorted(set(names))
+    assert sorted(set(parted.gpu["name"].values())) == sorted(set(names))
 
 
 def test_a_dead_worker_leaves_its_piece_to_this_process():

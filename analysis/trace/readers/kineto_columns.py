@@ -200,10 +200,16 @@ def batch_columns(complete: list) -> dict:
     }
 
 
-def joined(batches: list[dict], family: str) -> dict:
-    """One family's columns of all batches, in order (Coded columns keep their strings' order of appearance)."""
-    parts = [b[family] for b in batches]
-    return {k: _join([p[k] for p in parts]) for k in parts[0]}
+FAMILIES = ("gpu", "runtime", "ranges", "autograd")
+
+
+def joined(batches: list[dict]) -> dict:
+    """The batches' columns as one batch's, in order (Coded columns keep their strings' order of appearance;
+    the sampled pids are the first batch's)."""
+    if len(batches) == 1:
+        return batches[0]
+    out = {f: {k: _join([b[f][k] for b in batches]) for k in batches[0][f]} for f in FAMILIES}
+    return {**out, "comms": [c for b in batches for c in b["comms"]], "sampled_pids": batches[0]["sampled_pids"]}
 
 
 def _join(columns: list) -> list | np.ndarray | Coded:

@@ -51,7 +51,7 @@ import numpy as np
 from analysis.errors import TraceError
 from analysis.trace.readers.kineto_columns import EXACT_FLOAT_US, batch_columns, field_values, joined, take
 from analysis.trace.readers.kineto_events import EXACT, FAST, FAST_INT_IDS, LENIENT
-from analysis.trace.readers.kineto_parts import decode_in_parts, pieces
+from analysis.trace.readers.kineto_parts import Workers, cut_worth, decode_in_parts, pieces
 from analysis.trace.readers.sniff import GZIP_MAGIC
 from contract import META_KEY
 
@@ -95,18 +95,26 @@ MMAP_BYTES = 1 << 20  # plain JSON files from this size on are mapped, not read
 
 
 def _read_bytes(path: Path) -> bytes | mmap.mmap:
-    """The file's JSON text: decompressed when gzipped, memory-mapped when plain and large."""
+    """The file's JSON text: decompressed when gzipped, memory-mapped when plain and large (a private,
+    writable mapping: a batch's brackets are written around it in place, `_decoded`; the file never is)."""
     try:
         with open(path, "rb") as f:
             head = f.read(2)
             if head != GZIP_MAGIC and os.fstat(f.fileno()).st_size >= max(MMAP_BYTES, 1):  # no map of nothing
-                return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+                return _map(f.fileno())
             data = head + f.read()
         return gzip.decompress(data) if head == GZIP_MAGIC else data
     except (EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise TraceError(f"{path}: truncated or corrupt gzip file ({e})") from None
     except OSError as e:
         raise TraceError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _map(fd: int) -> mmap.mmap:
+    try:
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+    except OSError:  # a writable mapping refused (strict overcommit): read-only, batches copied to decode
+        return mmap.mmap(fd, 0, access=mmap.ACCESS_READ)
 
 
 def _decode_top(path: Path, data: bytes | mmap.mmap) -> RawFile:
@@ -177,7 +185,7 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -
             while True:
                 end = cut.start() + 1 if cut else last
                 try:
-                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")), fast)  # one copy
+                    complete = _decoded(path, data, whole, start, end, fast)
                     break
                 except msgspec.DecodeError:  # the cut fell inside a string or a nested object
                     if cut is None:
@@ -185,11 +193,26 @@ def _event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -
                     cut = _CUT.search(data, cut.end(), last)
             _release(data, start, end)
             yield complete
+            del complete  # before the next batch is decoded: one batch of events alive at a time
             if cut is None:
                 return
             start = cut.end() - 1  # the "{" of the next event
     finally:
         whole.release()
+
+
+def _decoded(path: Path, data: bytes | mmap.mmap, whole: memoryview, start: int, end: int, fast: _FastDecoder) -> list:
+    """The complete events of the events data[start:end] decoded as a JSON array. In a writable mapping the
+    bytes just outside them (the array's own bracket, or the blanks and comma between two events) become
+    `[` and `]` while it decodes, so the text is not copied; elsewhere it is, with brackets."""
+    if whole.readonly or not isinstance(data, mmap.mmap):
+        return _complete_events(path, b"".join((b"[", whole[start:end], b"]")), fast)
+    before, after = data[start - 1], data[end]
+    data[start - 1], data[end] = ord("["), ord("]")
+    try:
+        return _complete_events(path, whole[start - 1 : end + 1], fast)
+    finally:
+        data[start - 1], data[end] = before, after
 
 
 def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
@@ -209,7 +232,7 @@ class _FastDecoder:
     def __init__(self) -> None:
         self.int_ids = True
 
-    def decode(self, batch: bytes) -> list:
+    def decode(self, batch: bytes | memoryview) -> list:
         if self.int_ids:
             try:
                 return FAST_INT_IDS.decode(batch)
@@ -218,7 +241,7 @@ class _FastDecoder:
         return FAST.decode(batch)
 
 
-def _complete_events(path: Path, batch: bytes, fast: _FastDecoder) -> list:
+def _complete_events(path: Path, batch: bytes | memoryview, fast: _FastDecoder) -> list:
     """A batch of events, decoded: its complete events, and maybe skipped ones (category "", kineto_events.py)."""
     try:
         events = fast.decode(batch)
@@ -238,9 +261,20 @@ def _beyond_float_ns(events: list) -> bool:
     return bool(ts.size) and float(np.abs(ts).max()) >= EXACT_FLOAT_US
 
 
+ARENA_KEEP = 256  # one decoded event in this many is kept until the text is read (`_columns`)
+
+
 def _columns(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> list[dict]:
-    """The columns of each batch of the event text data[start:last]."""
-    return [batch_columns(events) for events in _event_batches(path, data, start, last)]
+    """The columns of each batch of the event text data[start:last]. A few of each batch's events are kept
+    to the end: Python's small-object allocator hands an arena (1 MiB) back to the system once nothing in
+    it lives, so without them every batch's 10-15 MB of events would be mapped afresh (page faults, a
+    tenth of the decode's time); with them the next batch reuses the arenas, and memory stays a batch's."""
+    out, kept = [], []
+    for events in _event_batches(path, data, start, last):
+        out.append(batch_columns(events))
+        kept.append(events[::ARENA_KEEP])
+        del events
+    return out
 
 
 def _info(doc: RawFile) -> dict:
@@ -254,24 +288,84 @@ def _info(doc: RawFile) -> dict:
     return info
 
 
+Split = tuple[RawFile, int, int]  # the top-level keys, the places of the event array's `[` and `]`
+
+
+@dataclass
+class _Started:
+    """A file `start_read` mapped and split, and the workers decoding its pieces (None: too few to cut)."""
+
+    data: mmap.mmap
+    split: Split | None
+    workers: Workers | None
+
+
+_STARTED: dict[Path, _Started] = {}
+
+
+def start_read(path: Path, head: bytes) -> None:
+    """Start decoding a large file's events in forked workers, one per piece (a CLI calls this before it
+    imports the analysis: trace/readers/read_ahead.py, with the file's first bytes); read_kineto(path)
+    takes their columns. A gzipped file (decompressed when read), a small one or one that cannot be
+    opened is left to read_kineto."""
+    try:
+        if head[:2] == GZIP_MAGIC or not cut_worth(path.stat().st_size):
+            return
+        with open(path, "rb") as f:
+            data = _map(f.fileno())
+    except OSError:
+        return
+    split = _split_top(data)
+    spans = pieces(data, split[1] + 1, split[2], _CUT) if split else []
+    workers = Workers(functools.partial(_columns, path, data), spans) if len(spans) > 1 else None
+    _STARTED[path] = _Started(data, split, workers)
+
+
+def discard_started() -> None:
+    """Stop the workers `start_read` started for files never read (the command failed first)."""
+    while _STARTED:
+        workers = _STARTED.popitem()[1].workers
+        if workers is not None:
+            workers.close()
+
+
+def _opened(path: Path) -> tuple[bytes | mmap.mmap, Split | None, list | None]:
+    """(text, split, batches) of `path`: as `start_read` left it (batches from its workers, None when it
+    started none), else read now (batches None). The split is None when it did not check out, or when a
+    started piece failed to decode (which a wrong split causes): the caller then decodes the whole file."""
+    started = _STARTED.pop(path, None)
+    if started is None:
+        data = _read_bytes(path)
+        return data, _split_top(data), None
+    if started.workers is None:
+        return started.data, started.split, None
+    try:
+        return started.data, started.split, started.workers.results()
+    except TraceError:
+        return started.data, None, None
+    finally:
+        started.workers.close()
+
+
 def read_kineto(path: Path) -> KinetoFile:
     """Decode `path` into a KinetoFile (TraceError with a one-line reason when it is not one)."""
-    data = _read_bytes(path)
-    batches, split = None, _split_top(data)
-    if split is not None:
+    data, split, batches = _opened(path)
+    if split is not None and batches is None:
         doc, first, last = split
         decode = functools.partial(_columns, path, data)
         with contextlib.suppress(TraceError):  # a wrong split fails so too: the whole decode below names the fault
             batches = decode_in_parts(decode, pieces(data, first + 1, last, _CUT))
+    elif split is not None:
+        doc = split[0]
     if batches is None:
         doc = _decode_top(path, data)
         data, first, last = _raw_bounds(path, data, doc.traceEvents)
         doc.traceEvents = msgspec.Raw()  # the raw slice keeps data alive
         batches = _columns(path, data, first + 1, last)
     del data
-    gpu, runtime, ranges, autograd = (joined(batches, f) for f in ("gpu", "runtime", "ranges", "autograd"))
-    comms = [c for b in batches for c in b["comms"]]
-    sampled = batches[0]["sampled_pids"]
+    columns = joined(batches)
+    gpu, runtime, ranges, autograd, comms = (columns[f] for f in ("gpu", "runtime", "ranges", "autograd", "comms"))
+    sampled = columns["sampled_pids"]
 
     # the process(es) recorded: what launched GPU work, opened ranges or ran ops (a sample of those)
     host = np.concatenate([runtime["pid"], ranges["pid"], autograd["pid"], sampled])

@@ -1,5 +1,6 @@
-"""Start reading a run's first nsys export while the analysis code is still being imported: `start`,
-then the loader takes what was started (`sniffed`, `opened`); `discard` closes what it never took.
+"""Start reading a run's first file while the analysis code is still being imported: `start`, then the
+loader takes what was started (`sniffed`, `opened`, kineto_json.read_kineto); `discard` closes what it
+never took.
 
 A first look at a large export spends about 0.4 s importing pandas and the analysis before it reads a
 row, while the machine's other core idles. The CLIs call `start` right after grouping their inputs,
@@ -7,7 +8,9 @@ when the first run is loaded in this process and not from the cache: its first f
 opened as the loader would, and the first chunks of its GPU and runtime tables start reading on
 background threads (sqlite_chunks.start_chunks; connectorx releases the GIL the imports hold). The
 loader takes the sniff and the open export from here, so the file is still sniffed once and connected
-once, and its table reads pick up the chunks already read.
+once, and its table reads pick up the chunks already read. A large torch.profiler file's event pieces
+start decoding in forked workers (kineto_json.start_read: the decode needs numpy and msgspec, not
+pandas), and read_kineto takes their columns.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sqlite3
 from pathlib import Path
 
 from analysis.errors import TraceError
+from analysis.trace.readers import kineto_json
 from analysis.trace.readers.nsys_db import NsysExport
 from analysis.trace.readers.sniff import Sniffed, sniff
 from analysis.trace.readers.sqlite_chunks import start_chunks
@@ -25,11 +29,14 @@ _OPENED: dict[Path, NsysExport] = {}
 
 
 def start(path: str | Path) -> None:
-    """Sniff `path` and, for an nsys export, open it and start reading its large tables' first chunks;
-    a file that cannot be read is left to the loader, which names what is wrong."""
+    """Sniff `path` and, for an nsys export, open it and start reading its large tables' first chunks; for a
+    large torch.profiler file, start decoding its pieces. A file that cannot be read is left to the loader,
+    which names what is wrong."""
     path = Path(path)
     found = sniff(path)
     _SNIFFED[path] = found
+    if found.kineto and found.head is not None:
+        kineto_json.start_read(path, found.head)
     if found.kineto or found.head is None:
         return
     try:
@@ -55,5 +62,6 @@ def opened(path: Path, head: bytes | None = None) -> NsysExport:
 def discard() -> None:
     """Close whatever was started and not taken (the run came from the cache, or failed first)."""
     _SNIFFED.clear()
+    kineto_json.discard_started()
     while _OPENED:
         _OPENED.popitem()[1].close()

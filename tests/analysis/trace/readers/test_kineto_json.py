@@ -4,6 +4,7 @@ too; where the shortcut cannot be checked, the whole decode takes over."""
 
 import gzip
 import json
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -94,6 +95,19 @@ def test_memory_mapped_file_reads_as_the_copy(tmp_path, monkeypatch):
     mapped = read_kineto(path)
     assert len(mapped.gpu["start"]) == 3000
     monkeypatch.setattr(kineto_json, "MMAP_BYTES", 1 << 40)
+    same_columns(mapped, read_kineto(path))
+
+
+def test_brackets_written_in_place_leave_the_file_as_it_was(tmp_path, monkeypatch):
+    """Batches of a mapped file are decoded between brackets written into the private mapping: the file's
+    bytes and mtime stay as they were, and a read-only mapping (batches copied) reads the same."""
+    (path,) = write_kineto_ddp_trace(tmp_path / "run", n_kernels=3000, n_steps=2, comm_per_step=3)
+    before, stat = path.read_bytes(), path.stat()
+    monkeypatch.setattr(kineto_json, "MMAP_BYTES", 0)
+    monkeypatch.setattr(kineto_json, "BATCH_BYTES", 2000)  # many batches, many brackets
+    mapped = read_kineto(path)
+    assert path.read_bytes() == before and path.stat().st_mtime_ns == stat.st_mtime_ns
+    monkeypatch.setattr(kineto_json, "_map", lambda fd: mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
     same_columns(mapped, read_kineto(path))
 
 

@@ -1,7 +1,10 @@
 """A large Kineto file's events decoded in pieces on several cores (kineto_parts.py) give exactly the
 serial decode's columns: pieces cover the event text at event boundaries, a boundary inside a string
-falls back to the serial decode, and a worker that dies leaves the work to this process."""
+falls back to the serial decode, a worker that dies leaves the work to this process, and one that
+fails says why here. Pieces started before the analysis is imported (kineto_json.start_read) give the
+same columns, and workers never taken are stopped and reaped."""
 
+import gzip
 import itertools
 import os
 import re
@@ -10,9 +13,10 @@ import threading
 import numpy as np
 import pytest
 
+from analysis.errors import TraceError
 from analysis.trace.readers import kineto_json, kineto_parts
 from analysis.trace.readers.kineto_json import read_kineto
-from analysis.trace.readers.kineto_parts import decode_in_parts, pieces
+from analysis.trace.readers.kineto_parts import Workers, decode_in_parts, pieces
 from tests.analysis.trace.readers.test_kineto_json import same_columns
 from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
 
@@ -99,3 +103,56 @@ def test_no_workers_from_a_thread_other_than_the_main_one(monkeypatch):
     worker.start()
     worker.join()
     assert got == [[(1, len(text) - 1)]] and kineto_parts.usable_cores() >= 1
+
+
+def started_pieces(path, monkeypatch) -> kineto_json._Started:
+    """start_read on `path` as a CLI calls it, pieces of a few kB on three cores."""
+    monkeypatch.setattr(kineto_parts, "usable_cores", lambda: 3)
+    monkeypatch.setattr(kineto_parts, "PART_BYTES", 4096)
+    monkeypatch.setattr(kineto_json, "BATCH_BYTES", 2000)
+    kineto_json.start_read(path, path.read_bytes()[:16])
+    return kineto_json._STARTED[path]
+
+
+def test_a_started_read_equals_the_serial_read(tmp_path, monkeypatch):
+    (path,) = write_kineto_ddp_trace(tmp_path / "run", n_kernels=3000, n_steps=2, comm_per_step=3)
+    started = started_pieces(path, monkeypatch)
+    assert started.workers is not None and len(started.workers.running) == 3
+    got = read_kineto(path)
+    assert kineto_json._STARTED == {} and started.workers.running == []  # taken, and the workers reaped
+    monkeypatch.setattr(kineto_parts, "PART_BYTES", 1 << 40)
+    serial = read_kineto(path)
+    same_columns(got, serial)
+    assert len(got.gpu["start"]) == 3000 and [c[:4] for c in got.comms] == [c[:4] for c in serial.comms]
+
+
+def test_discarded_workers_are_stopped_and_reaped(tmp_path, monkeypatch):
+    (path,) = write_kineto_ddp_trace(tmp_path / "run", n_kernels=3000, n_steps=2, comm_per_step=3)
+    pids = [pid for pid, _ in started_pieces(path, monkeypatch).workers.running]
+    kineto_json.discard_started()
+    assert kineto_json._STARTED == {}
+    for pid in pids:
+        with pytest.raises(ChildProcessError):  # reaped: no zombie left for this process to wait for
+            os.waitpid(pid, os.WNOHANG)
+
+
+def test_a_gzipped_or_small_file_is_not_started(tmp_path, monkeypatch):
+    (path,) = write_kineto_ddp_trace(tmp_path / "run", n_kernels=3000, n_steps=2, comm_per_step=3)
+    packed = tmp_path / "run.json.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    monkeypatch.setattr(kineto_parts, "usable_cores", lambda: 3)
+    kineto_json.start_read(path, path.read_bytes()[:16])  # 64 MB pieces: too small to cut
+    monkeypatch.setattr(kineto_parts, "PART_BYTES", 4096)
+    kineto_json.start_read(packed, packed.read_bytes()[:16])
+    assert kineto_json._STARTED == {}
+
+
+def test_a_worker_error_is_raised_here():
+    def decode(start: int, stop: int) -> list:
+        raise TraceError(f"bad piece {start}")
+
+    workers = Workers(decode, [(0, 10), (10, 20)])
+    with pytest.raises(TraceError, match="bad piece 0"):
+        workers.results()
+    workers.close()
+    assert workers.running == []

@@ -4,6 +4,7 @@ commands on top),
 and the top-level packages import only those below them (contract <- ddp, analysis; profiling glues ddp)."""
 
 import ast
+import os
 import sys
 from pathlib import Path
 
@@ -253,3 +254,23 @@ def test_the_cycle_check_counts_deferred_typing_and_relative_imports(tmp_path, m
         ("analysis.sub.c", "analysis.sub.d", "analysis.sub.c"),
         ("analysis.sub.e", "analysis.sub.f", "analysis.sub.e"),
     ]
+
+
+@pytest.mark.parametrize("chosen", [None, "jemalloc"])
+def test_importing_the_package_chooses_the_system_allocator_for_arrow_unless_one_was_chosen(chosen):
+    """Arrow's freed pages go back through glibc (analysis/__init__.py), not into mimalloc's keep; a pool
+    the user named is kept (shown when this pyarrow has it)."""
+    import subprocess
+
+    import pyarrow as pa
+
+    if chosen:
+        try:
+            getattr(pa, f"{chosen}_memory_pool")()
+        except NotImplementedError:
+            pytest.skip(f"this pyarrow has no {chosen} pool")
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    env |= {"ARROW_DEFAULT_MEMORY_POOL": chosen} if chosen else {}
+    code = "import analysis, pandas, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
+    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    assert got.stdout.strip() == (chosen or "system")

@@ -9,9 +9,10 @@ after the `}` of an event followed by `,` and `{`. A cut that falls inside a str
 object leaves that batch unbalanced, so its decode fails, and the batch is extended to the next
 cut. The fast types take pids and tids as integers until a batch names one (`_FastDecoder`); a
 batch whose events do not fit them (an unusual phase, say) is decoded again leniently. Uncompressed
-files are memory-mapped, not read into a copy, and a batch's pages are unmapped from the process once
-decoded (`_release`). A large file's event text is first cut into pieces decoded on several cores
-(kineto_parts.py).
+files are memory-mapped (privately: a batch is decoded between brackets written into the mapping
+around it, not copied, `_decoded`), and a batch's pages are unmapped from the process once decoded
+(`_release`). A large file's event text is first cut into pieces decoded on several cores
+(kineto_parts.py), which a CLI starts before it imports the analysis (`start_read`).
 
 The event array's place is found without a pass over it (`_split_top`): its opening is the first
 `"traceEvents": [`, its close the last `]` after an event's `}` whose following text ends the

@@ -144,6 +144,8 @@ def _received(pid: int, out: BinaryIO) -> list | None:
             return None
         out.seek(0)
         ok, value = pickle.load(out)
+    except (EOFError, pickle.UnpicklingError):  # a result cut short (the file could not take it all)
+        return None
     finally:
         out.close()
     if not ok:

@@ -156,3 +156,15 @@ def test_a_worker_error_is_raised_here():
         workers.results()
     workers.close()
     assert workers.running == []
+
+
+def test_a_result_cut_short_leaves_its_piece_to_this_process(monkeypatch):
+    """A worker that ends well but whose result file holds a broken pickle (written in part): decoded here."""
+    parent = os.getpid()
+    monkeypatch.setattr(kineto_parts.pickle, "dump", lambda obj, out, protocol: out.write(b"\x80\x05\x95"))
+
+    def decode(start: int, stop: int) -> list:
+        return [(start, stop, os.getpid() == parent)]
+
+    workers = Workers(decode, [(0, 10), (10, 20)])
+    assert workers.results() == [(0, 10, True), (10, 20, True)]

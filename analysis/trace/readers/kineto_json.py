@@ -84,7 +84,7 @@ class KinetoFile:
     distributed: dict
     meta: dict
     info: dict  # as frames.trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
-    gpu: dict  # kind, name (list), device, stream, start, end, correlation
+    gpu: dict  # kind, name (kineto_columns.Coded), device, stream, start, end, correlation, comm_bytes
     runtime: dict  # pid, tid, start, correlation
     ranges: dict  # pid, tid, start, end, text (list), async (bool)
     autograd: dict  # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)

@@ -118,8 +118,12 @@ def test_a_started_read_equals_the_serial_read(tmp_path, monkeypatch):
     (path,) = write_kineto_ddp_trace(tmp_path / "run", n_kernels=3000, n_steps=2, comm_per_step=3)
     started = started_pieces(path, monkeypatch)
     assert started.workers is not None and len(started.workers.running) == 3
+    sent = []  # whether each worker's result came back (None: its piece decoded here instead)
+    received = kineto_parts._received
+    monkeypatch.setattr(kineto_parts, "_received", lambda *a: sent.append(received(*a)) or sent[-1])
     got = read_kineto(path)
     assert kineto_json._STARTED == {} and started.workers.running == []  # taken, and the workers reaped
+    assert len(sent) == 3 and all(isinstance(r, list) and r for r in sent)  # every piece from its worker
     monkeypatch.setattr(kineto_parts, "PART_BYTES", 1 << 40)
     serial = read_kineto(path)
     same_columns(got, serial)

@@ -200,7 +200,7 @@ def batch_columns(complete: list) -> dict:
     }
 
 
-FAMILIES = ("gpu", "runtime", "ranges", "autograd")
+_FAMILIES = ("gpu", "runtime", "ranges", "autograd")  # the batches' dicts of columns
 
 
 def joined(batches: list[dict]) -> dict:
@@ -208,7 +208,7 @@ def joined(batches: list[dict]) -> dict:
     the sampled pids are the first batch's)."""
     if len(batches) == 1:
         return batches[0]
-    out = {f: {k: _join([b[f][k] for b in batches]) for k in batches[0][f]} for f in FAMILIES}
+    out = {f: {k: _join([b[f][k] for b in batches]) for k in batches[0][f]} for f in _FAMILIES}
     return {**out, "comms": [c for b in batches for c in b["comms"]], "sampled_pids": batches[0]["sampled_pids"]}
 
 

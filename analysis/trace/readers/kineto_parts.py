@@ -48,15 +48,20 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _parts(size: int) -> int:
+    """How many pieces text of `size` bytes is cut into on this machine (one core and PART_BYTES a piece)."""
+    return max(1, min(usable_cores(), MAX_PARTS, size // PART_BYTES))
+
+
 def cut_worth(size: int) -> bool:
     """Whether text of `size` bytes would be cut into pieces on this machine (pieces() gives two or more)."""
-    return min(usable_cores(), MAX_PARTS, size // PART_BYTES) > 1
+    return _parts(size) > 1
 
 
 def pieces(data: bytes | mmap.mmap, start: int, stop: int, cut: re.Pattern[bytes]) -> list[tuple[int, int]]:
     """(start, stop) of contiguous pieces of the event text data[start:stop] (from an event's `{` to an
     event's `}`), cut where `cut` matches after each piece's share of the text."""
-    parts = max(1, min(usable_cores(), MAX_PARTS, (stop - start) // PART_BYTES))
+    parts = _parts(stop - start)
     spans, begin = [], start
     for i in range(1, parts):
         match = cut.search(data, max(begin + 1, start + (stop - start) * i // parts), stop)

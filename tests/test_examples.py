@@ -26,6 +26,7 @@ SHIPPED = {
     "h100/overlap_bucket.sqlite.xz": "overlap_bucket",
     "h100/torch.sqlite.xz": "torch",
     "h200/fsdp_bf16.sqlite.xz": "fsdp",
+    "h200/torch.sqlite.xz": "torch",
 }
 
 

@@ -12,9 +12,11 @@ reads) and puts every file on the first file's clock (clocks.align_on_collective
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from analysis.cache.loads import cached_load
+from analysis.cache.unpacked import unpacked
 from analysis.errors import TraceError
 from analysis.measure.phases import communication_mask, find_steps
 from analysis.run.clocks import align_on_collectives
@@ -50,11 +52,27 @@ def load_trace(
     patterns = patterns or Patterns()
     if not files:
         raise TraceError("no trace path given")
-    return cached_load(files, patterns, lambda: _load(files, patterns), cache)
+    return cached_load(files, patterns, lambda: _load(files, patterns, cache), cache)
 
 
-def _load(files: list[Path], patterns: Patterns) -> Trace:
-    trace = read_trace(files, patterns)
+def _load(files: list[Path], patterns: Patterns, cache: bool | None = None) -> Trace:
+    trace = _read(files, patterns, cache)
     check_one_run(trace_identities(trace, files, patterns))
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return align_on_collectives(trace, patterns)  # the calls it checks the clocks with need is_comm
+
+
+def _read(files: list[Path], patterns: Patterns, cache: bool | None) -> Trace:
+    """read_trace of the files, a compressed export read from its decompressed copy (cache/unpacked.py);
+    the trace and its errors name the files as given."""
+    with unpacked(files, cache) as readable:
+        if readable == files:
+            return read_trace(files, patterns)
+        try:
+            trace = read_trace(readable, patterns)
+        except TraceError as e:
+            message = str(e)
+            for given, read in zip(files, readable, strict=True):
+                message = message.replace(str(read), str(given))
+            raise TraceError(message) from None
+    return replace(trace, path=", ".join(str(p) for p in files))

@@ -38,8 +38,8 @@ if TYPE_CHECKING:
     from analysis.measure.activity import rank_work
     from analysis.overlap.analyze import Analysis, analyze_trace
     from analysis.overlap.metrics import measure_trace
+    from analysis.run.loaded_run import load_trace
     from analysis.run.run_files import find_runs
-    from analysis.run.runs import load_trace
     from analysis.session import OpenRuns, TimelinePage
     from analysis.trace.frames import Trace
     from analysis.trace.patterns import Patterns
@@ -52,7 +52,7 @@ _WHERE = {
     "CollectivesView": "analysis.collectives.collectives_view",
     "collectives_of": "analysis.collectives.collectives_view",
     "find_runs": "analysis.run.run_files",
-    "load_trace": "analysis.run.runs",
+    "load_trace": "analysis.run.loaded_run",
     "OpenRuns": "analysis.session",
     "TimelinePage": "analysis.session",
     "analyze": "analysis.api",

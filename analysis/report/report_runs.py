@@ -22,7 +22,7 @@ from analysis.run.run_files import RunFiles, distinct_names
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.report.loaded import LoadedRuns
+    from analysis.session import OpenRuns
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
     return replace(analyze_file(path, patterns), sha256=content_hash(path))
 
 
-def analyze_all(runs: LoadedRuns, step: int | None = None, rank: int | None = None) -> list[AnalyzedTrace]:
+def analyze_all(runs: OpenRuns, step: int | None = None, rank: int | None = None) -> list[AnalyzedTrace]:
     """Every run analysed (runs.results()) and hashed, only step/rank when given; a TraceError naming
     what the runs have when they lack it, or the failed runs' errors when a run failed."""
     done = runs.results()

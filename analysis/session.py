@@ -34,6 +34,8 @@ from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
 from analysis.overlap.across_ranks import run_across_ranks
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
+from analysis.parallel.file_task import analyze_file
+from analysis.parallel.per_file import RunResult, analyze_groups
 from analysis.parallel.tasks import Outcome
 from analysis.run.loaded_run import LoadedRun, load_run
 from analysis.run.run_files import RunFiles, find_runs, shown_files
@@ -42,26 +44,10 @@ from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.parallel.file_task import FileResult
     from analysis.parallel.parallel import Progress
     from analysis.report.compare import Comparison
     from analysis.report.gate import Rule
     from analysis.report.report_folder import ReportResult
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """One run's analysis: the run, its Analysis, its per-step view across ranks, and (file by file) the
-    files' results; `error`: the one-line error when it failed (then analysis is None); `call_rows`: the
-    collectives view's rows of a run measured in one piece when events are needed."""
-
-    run: RunFiles
-    analysis: Analysis | None
-    across_ranks: pd.DataFrame
-    files: tuple[FileResult, ...] = ()
-    error: str | None = None
-    failed: tuple[Path, ...] = ()
-    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
 
 
 class OpenRuns:
@@ -158,9 +144,6 @@ class OpenRuns:
 
     def _per_file(self) -> list[RunResult]:
         """Every file a task (parallel/per_file.py), each run merged from its files' results."""
-        from analysis.parallel.file_task import analyze_file
-        from analysis.parallel.per_file import analyze_groups
-
         task = self.task
         if task is None:  # the per-file loads keep to the cache setting
             task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
@@ -224,6 +207,7 @@ class OpenRuns:
     def timeline(
         self,
         output: str | Path,
+        *,
         step: int | None = None,
         rank: int | None = None,
         width_px: int = 1600,

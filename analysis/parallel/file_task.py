@@ -54,7 +54,7 @@ class FileResult:
 
 
 def analyze_file(
-    path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0, cache: bool | None = None
+    path: str | Path, patterns: Patterns | None = None, *, skip_steps: int = 0, cache: bool | None = None
 ) -> FileResult:
     """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
     merge it with the run's other files (`cache`: the load cache's setting, loaded_run.load_trace)."""

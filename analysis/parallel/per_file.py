@@ -1,4 +1,5 @@
-"""Runs analysed file by file (`--jobs N`, `--dask`): `analyze_groups(groups) -> [GroupOutcome]`.
+"""Runs analysed file by file (`--jobs N`, `--dask`): `analyze_groups(groups) -> [GroupOutcome]`; and
+`RunResult`, what session.OpenRuns makes of a run either way (in one piece, or from its GroupOutcome).
 
 Every file of every run is its own task (file_task.analyze_file, run by parallel.run_tasks in processes
 or on the cluster) and each run's file results are merged by the loader's rules (rank_merge.combine),
@@ -14,13 +15,32 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
+import pandas as pd
+
 from analysis.errors import TraceError
+from analysis.overlap.analyze import Analysis
 from analysis.parallel.file_task import FileResult, analyze_file
 from analysis.parallel.parallel import Progress, run_tasks
 from analysis.parallel.rank_merge import Merged, combine
 from analysis.parallel.tasks import Outcome
+from analysis.run.run_files import RunFiles
 from analysis.trace.patterns import Patterns
 from analysis.trace.readers.load import one_format
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run's analysis: the run, its Analysis, its per-step view across ranks, and (file by file) the
+    files' results; `error`: the one-line error when it failed (then analysis is None); `call_rows`: the
+    collectives view's rows of a run measured in one piece when events are needed."""
+
+    run: RunFiles
+    analysis: Analysis | None
+    across_ranks: pd.DataFrame
+    files: tuple[FileResult, ...] = ()
+    error: str | None = None
+    failed: tuple[Path, ...] = ()
+    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
 
 
 @dataclass(frozen=True)

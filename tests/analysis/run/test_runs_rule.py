@@ -147,7 +147,8 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
     that draws or pairs the events reads each file once, in this process: no per-file tasks (whose
     reads a worker would make unseen here) and one read_trace per file, timelines and collectives
     included."""
-    from analysis.parallel import parallel, per_file
+    from analysis import session
+    from analysis.parallel import parallel
 
     reads: list[str] = []
     real = runs_module.read_trace
@@ -161,7 +162,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
     monkeypatch.setattr(parallel, "default_jobs", lambda paths: 2)
-    monkeypatch.setattr(per_file, "analyze_groups", no_tasks)
+    monkeypatch.setattr(session, "analyze_groups", no_tasks)
     given = [files["naive0"], files["naive1"], files["overlap0"], files["overlap1"]]
     code, _, err = run(name, *given, tmp_path=tmp_path, capsys=capsys)
     assert code == 0, err

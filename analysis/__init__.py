@@ -4,13 +4,15 @@ overlapped compute, per rank and step.
 The package follows the data, on a small core: `trace/` (the trace core: `readers/` turn each
 format into the typed frames of `trace.frames.Trace`, the name patterns) -> `measure/` (the measure core:
 interval algebra, steps, phases, each rank's activity, collective calls) -> `run/` (which files form a run,
-its clocks) -> one folder per feature, each with its measures, its view and its command: `overlap/`,
-`collectives/`, `fsdp_units/` (the FSDP per-unit view), `timeline/`, `report/`, `advise/`; `parallel/`
-runs files as tasks (`--jobs`, `--dask`), `render/` holds the shared drawing primitives, `storage/`
-results.db and `cache/` what is kept beside each export (answers, loads). `api.py` is the API on top
-(`open_runs` -> session.py's `OpenRuns`: runs read once and asked for overlap, collectives and
-timelines; `load_trace`); the CLIs are `python -m analysis.<feature>` (overlap, timeline, report,
-collectives, advise). docs/analysis.md#layout draws it.
+a run loaded once and measured: `LoadedRun`, its clocks) -> one folder per feature, each with its
+measures, its view and its command: `overlap/`, `collectives/`, `fsdp_units/` (the FSDP per-unit view),
+`timeline/`, `report/` (with its folder's own files and results.db), `advise/`; `parallel/` runs files
+as tasks (`--jobs`, `--dask`), `render/` holds the shared drawing primitives and `cache/` what is kept
+beside each export (answers, loads). `api.py` is the API on top (`open_runs(paths, options)` ->
+session.py's `OpenRuns`, which holds the runs and the AnalysisOptions: runs read once and asked for
+overlap, collectives, timelines and the report; `load_trace`); the CLIs are `python -m analysis.<feature>`
+(overlap, timeline, report, collectives, advise), each a veneer over `open_runs`. docs/analysis.md#layout
+draws it.
 
     from analysis import open_runs
     runs = open_runs(["traces/overlap.sqlite"])          # read once, asked many times
@@ -36,23 +38,27 @@ if TYPE_CHECKING:
     from analysis.collectives.collectives_view import CollectivesView, collectives_of
     from analysis.errors import TraceError
     from analysis.measure.activity import rank_work
+    from analysis.options import AnalysisOptions
     from analysis.overlap.analyze import Analysis, analyze_trace
     from analysis.overlap.metrics import measure_trace
+    from analysis.run.loaded_run import LoadedRun, load_run, load_trace
     from analysis.run.run_files import find_runs
-    from analysis.run.runs import load_trace
     from analysis.session import OpenRuns, TimelinePage
     from analysis.trace.frames import Trace
     from analysis.trace.patterns import Patterns
 
 # Imported when first asked for (PEP 562): `python -m analysis.overlap` imports this package first, and a
-# table command answered from its cache (answer_cache.py) must not pay for pandas.
+# table command answered from its cache (cache/answers.py) must not pay for pandas.
 _WHERE = {
     "Analysis": "analysis.overlap.analyze",
     "analyze_trace": "analysis.overlap.analyze",
     "CollectivesView": "analysis.collectives.collectives_view",
     "collectives_of": "analysis.collectives.collectives_view",
     "find_runs": "analysis.run.run_files",
-    "load_trace": "analysis.run.runs",
+    "load_trace": "analysis.run.loaded_run",
+    "load_run": "analysis.run.loaded_run",
+    "LoadedRun": "analysis.run.loaded_run",
+    "AnalysisOptions": "analysis.options",
     "OpenRuns": "analysis.session",
     "TimelinePage": "analysis.session",
     "analyze": "analysis.api",
@@ -68,7 +74,9 @@ _WHERE = {
 
 __all__ = [
     "Analysis",
+    "AnalysisOptions",
     "CollectivesView",
+    "LoadedRun",
     "OpenRuns",
     "Patterns",
     "TimelinePage",
@@ -79,6 +87,7 @@ __all__ = [
     "analyze_trace",
     "collectives_of",
     "find_runs",
+    "load_run",
     "load_trace",
     "measure_trace",
     "open_runs",

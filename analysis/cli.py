@@ -1,5 +1,5 @@
 """What every analysis CLI shares: the input options (the same names and metavars everywhere), opening
-the runs they name (api.py runs_of: a session.OpenRuns), the one error-to-exit-code path, output
+the runs they name (api.open_runs: a session.OpenRuns), the one error-to-exit-code path, output
 to a closed pipe.
 
 Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
@@ -12,6 +12,7 @@ import gc
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -21,8 +22,7 @@ from analysis.options import INPUTS, PATTERNS, TRACE_HELP, AnalysisOptions, add_
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.parallel.measure_runs import RunResult
-    from analysis.session import OpenRuns
+    from analysis.session import OpenRuns, RunResult
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 
@@ -36,16 +36,15 @@ def add_input_options(parser: argparse.ArgumentParser, what: str = "one result e
 def open_from_args(
     args: argparse.Namespace,
     prefix: str,
-    keep_traces: bool = True,
+    *,
     task: Callable | None = None,
+    keep_traces: bool = True,
     needs_events: bool = False,
-    collectives: bool = True,
 ) -> OpenRuns:
-    """The runs the input options name (session.OpenRuns), with progress lines on stderr for inputs
-    of more than 200 MB (or any input analysed file by file). needs_events: the command draws or
-    pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
-    once in this process rather than analysed file by file and read again for its events. collectives:
-    False when the command shows no collectives view (session.OpenRuns)."""
+    """api.open_runs of the runs the input options name, with progress lines on stderr for inputs of
+    more than 200 MB (or any input analysed file by file). needs_events: the command draws or pairs
+    the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read once
+    in this process rather than analysed file by file and read again for its events."""
     from analysis.parallel.parallel import Progress, default_jobs
     from analysis.run.run_files import find_runs
 
@@ -57,12 +56,13 @@ def open_from_args(
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
     if jobs == 1 and opts.dask is None:
         _read_ahead(runs[0].paths, opts)
-    from analysis.api import runs_of  # pandas and the analysis: imported while the first file reads
+    from analysis.api import open_runs  # pandas and the analysis: imported while the first file reads
 
     # The imports left some 200k objects that every full collection during the analysis walks again:
     # frozen until the command ends (run), they are skipped: 0.05 s of collections at 1M kernels.
     gc.freeze()
-    return runs_of(opts, runs, jobs, progress, keep_traces, task, collectives=collectives)
+    options = replace(opts, jobs=jobs)
+    return open_runs(runs, options, progress=progress, task=task, keep_traces=keep_traces, needs_events=needs_events)
 
 
 def _read_ahead(paths: Sequence[Path], opts: AnalysisOptions) -> None:

@@ -9,77 +9,90 @@
     runs.report("reports/")         # the report folder analysis.report writes (report/report_folder.py)
     runs.compare(["old.sqlite"], ["step_ms:+5%"])  # the baseline gate (analysis.report --baseline)
 
-Paths become runs by the one rule (run_files.find_runs: `<run>.rank<N>` files of one folder, or every
-path with merge=True, are one run; files of different runs are refused). Each run is read once
-into one object, measure/loaded_run.LoadedRun (the trace, its step ranges, every rank's activity;
-its collective calls and backward spans measured on first use), which every feature and view
-takes (`.loaded(i)`). The metrics come from measure_runs.measure_runs, one interface over serial,
---jobs and Dask: serially (jobs=1, no Dask) its files are loaded in one piece and that object
-serves the metrics, the collectives view and the timeline; with jobs > 1 or a Dask cluster each
-file is a task and the run's results are merged by the loader's rules (rank_merge.combine); the
-collectives view and the timeline, which need the run's events, then read the run again, once,
-in this process. A step, rank or warm-up skip the runs do not have is a
-TraceError naming what they have. Every CLI is a veneer over one of these methods: overlap
-(.overlap), collectives (.collectives), timeline (.timeline), report (.report; with --baseline,
-report/compare.compare, whose figures .compare shares).
+Paths become runs by the one rule (run_files.find_runs). Each run is read once into one object,
+run/loaded_run.LoadedRun, which every feature and view takes (`.loaded(i)`). Serially (jobs=1, no Dask)
+the object measures each run in one piece and that LoadedRun serves the metrics, the collectives view
+and the timeline; with jobs > 1 or a Dask address each file is a task (parallel/per_file.py) and the
+run's results are merged by the loader's rules; a view that needs the run's events then reads the run
+once more, here. A step, rank or warm-up skip the runs do not have is a TraceError naming what they
+have. Every CLI is a veneer over one of these methods: overlap (.overlap), collectives (.collectives),
+timeline (.timeline), report (.report; with --baseline, .compare).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import pandas as pd
+
 from analysis.collectives.collectives_view import CollectivesView, run_call_rows, view_of_rows
 from analysis.errors import TraceError
-from analysis.measure.loaded_run import LoadedRun, measure_run
-from analysis.options import check_not_negative
-from analysis.overlap.analyze import Analysis, check_selection, concat_analyses, selected
-from analysis.parallel.measure_runs import RunResult, measure_runs
-from analysis.parallel.parallel import Progress
+from analysis.options import AnalysisOptions
+from analysis.overlap.across_ranks import run_across_ranks
+from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
+from analysis.parallel.file_task import analyze_file
+from analysis.parallel.per_file import RunResult, analyze_groups
+from analysis.parallel.tasks import Outcome
+from analysis.run.loaded_run import LoadedRun, load_run
 from analysis.run.run_files import RunFiles, find_runs, shown_files
-from analysis.run.runs import load_trace
 from analysis.timeline.lanes import Selection
 from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
+    from analysis.parallel.parallel import Progress
     from analysis.report.compare import Comparison
     from analysis.report.gate import Rule
     from analysis.report.report_folder import ReportResult
 
 
 class OpenRuns:
-    """Runs opened once; each is loaded (or analysed file by file) the first time it is asked for."""
+    """Runs opened once with their options; each is loaded (or analysed file by file) the first time it is
+    asked for. `patterns`: in place of the options' (a Patterns may set more than the options do);
+    `progress`: ticked per file; `task(path)`: the per-file task instead of file_task.analyze_file;
+    keep_traces=False: each run is loaded each time it is asked for, never kept; needs_events: the
+    caller will ask for the runs' events (collectives, timeline, report), so a run measured in one
+    piece keeps its collectives view's rows."""
 
     def __init__(
         self,
         runs: Sequence[RunFiles],
+        options: AnalysisOptions | None = None,
+        *,
         patterns: Patterns | None = None,
-        skip_steps: int = 0,
-        jobs: int = 1,
-        dask: str | None = None,
         progress: Progress | None = None,
-        keep_traces: bool = True,
         task: Callable | None = None,
-        cache: bool | None = None,
-        collectives: bool = True,
+        keep_traces: bool = True,
+        needs_events: bool = False,
     ):
-        check_not_negative(skip_steps=skip_steps)  # the check every CLI makes (analysis/options.py)
         self.runs = list(runs)
-        self.patterns = patterns or Patterns()
-        self.skip_steps = skip_steps
-        self.jobs, self.dask = jobs, dask
-        self.progress = progress
-        self.keep_traces = keep_traces
-        self.task = task
-        self.cache = cache  # the load cache (load_cache.py): None: on unless ANALYSIS_NO_CACHE is set
-        # False: the caller asks for no collectives view (the overlap command), so a run loaded in one
-        # piece skips its gather rows and in-time facts; .collectives() would then measure them on asking
-        self.collectives_view = collectives
+        self.options = options or AnalysisOptions()
+        self.patterns = patterns or self.options.patterns
+        self.progress, self.task = progress, task
+        self.keep_traces, self.needs_events = keep_traces, needs_events
         self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
+
+    @property
+    def skip_steps(self) -> int:
+        return self.options.skip_steps
+
+    @property
+    def jobs(self) -> int:
+        return self.options.jobs or 1
+
+    @property
+    def dask(self) -> str | None:
+        return self.options.dask
+
+    @property
+    def cache(self) -> bool | None:
+        """The load cache (cache/loads.py): False with no_cache, else None: on unless ANALYSIS_NO_CACHE is set."""
+        return False if self.options.no_cache else None
 
     @property
     def per_file(self) -> bool:
@@ -87,10 +100,10 @@ class OpenRuns:
         return self.jobs > 1 or self.dask is not None
 
     def loaded(self, i: int) -> LoadedRun:
-        """Run i read and measured (loaded_run.measure_run), once per OpenRuns when traces are kept."""
+        """Run i read and measured (loaded_run.load_run), once per OpenRuns when traces are kept."""
         if i in self._loaded:
             return self._loaded[i]
-        run = measure_run(load_trace(self.runs[i].paths, self.patterns, self.cache), self.patterns)
+        run = load_run(self.runs[i].paths, self.patterns, cache=self.cache)
         if self.keep_traces:
             self._loaded[i] = run
         return run
@@ -100,21 +113,49 @@ class OpenRuns:
         return self.loaded(i).trace
 
     def results(self) -> list[RunResult]:
-        """Every run's RunResult (computed once); failed runs carry their error."""
+        """Every run's RunResult (computed once): in one piece here, or file by file with jobs > 1 or a
+        Dask address; failed runs carry their error."""
         if self._results is None:
-            self._results = measure_runs(
-                self.runs,
-                self.loaded,
-                self.patterns,
-                self.skip_steps,
-                self.jobs,
-                self.dask,
-                self.progress,
-                self.task,
-                self.cache,
-                self.collectives_view,
-            )
+            if self.per_file:
+                self._results = self._per_file()
+            else:
+                self._results = [self._in_one_piece(i) for i in range(len(self.runs))]
         return self._results
+
+    def _in_one_piece(self, i: int) -> RunResult:
+        """Run i loaded in one piece and measured from its LoadedRun (the collectives view's rows kept
+        when events are needed; else only the plain call rows the overlap figures need are made)."""
+        run = self.runs[i]
+        try:
+            loaded = self.loaded(i)
+            rows = run_call_rows(loaded) if self.needs_events else None
+            analysis = analyze_run(loaded, skip_steps=self.skip_steps, rows=None if rows is None else rows[0])
+            spread = run_across_ranks(loaded, analysis.steps)
+        except TraceError as e:
+            self._tick(run, str(e))
+            return RunResult(run, None, pd.DataFrame(), error=str(e), failed=run.paths)
+        self._tick(run, None)
+        return RunResult(run, analysis, spread, call_rows=rows)
+
+    def _tick(self, run: RunFiles, error: str | None) -> None:
+        if self.progress is not None:
+            for path in run.paths:
+                self.progress.tick(Outcome(path, error=error))
+
+    def _per_file(self) -> list[RunResult]:
+        """Every file a task (parallel/per_file.py), each run merged from its files' results."""
+        task = self.task
+        if task is None:  # the per-file loads keep to the cache setting
+            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
+        groups = [list(r.paths) for r in self.runs]
+        done = analyze_groups(groups, jobs=self.jobs, dask=self.dask, progress=self.progress, task=task)
+        out = []
+        for run, g in zip(self.runs, done, strict=True):
+            if g.merged is None:
+                out.append(RunResult(run, None, pd.DataFrame(), g.files, "; ".join(g.errors), g.failed))
+            else:
+                out.append(RunResult(run, g.merged.analysis, g.merged.across_ranks, g.files))
+        return out
 
     def errors(self) -> list[str]:
         """The one-line error of every run that failed."""
@@ -166,6 +207,7 @@ class OpenRuns:
     def timeline(
         self,
         output: str | Path,
+        *,
         step: int | None = None,
         rank: int | None = None,
         width_px: int = 1600,
@@ -240,7 +282,7 @@ class OpenRuns:
         figures = trace_figures(new, self.runs[0].paths)
         if not old:
             raise TraceError("no trace path given")
-        base = OpenRuns(find_runs(old, merge=True), self.patterns, keep_traces=False, cache=self.cache)
+        base = OpenRuns(find_runs(old, merge=True), self.options, patterns=self.patterns, keep_traces=False)
         return compare_figures(figures, trace_figures(base.loaded(0), old), rules)
 
 

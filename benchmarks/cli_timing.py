@@ -21,7 +21,7 @@ PHASES = """
 import json, sys, time
 t0 = time.perf_counter()
 from analysis.overlap.metrics import measure_trace
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 t1 = time.perf_counter()
 trace = load_trace(sys.argv[1:])
 t2 = time.perf_counter()

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 TIMED = """
 import json, sys, time
 from analysis.collectives.collectives_view import collectives_of
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 t0 = time.perf_counter()
 trace = load_trace(sys.argv[1])
 t1 = time.perf_counter()

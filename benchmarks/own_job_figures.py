@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from analysis import analyze
 from analysis.measure.phases import launched_inside
 from analysis.overlap.metrics import SPLIT_METRICS
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.frames import GPU_KERNEL, Trace
 from tests import gpu_traces
 

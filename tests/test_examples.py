@@ -14,7 +14,7 @@ from analysis.advise.command import main as advise
 from analysis.collectives.command import main as collectives
 from analysis.overlap.command import main as overlap
 from analysis.report.command import main as report
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.timeline.command import main as timeline
 from tests import gpu_traces
 

@@ -31,10 +31,10 @@ from analysis.advise.sharded.shard_recorded import SHARDED
 from analysis.advise.sharded.shard_result import ShardAdvice
 from analysis.api import open_runs
 from analysis.errors import TraceError
-from analysis.measure.loaded_run import LoadedRun
 from analysis.measure.pairing import world_size
 from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
+from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import KERNELS, NS_PER_MS, Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.readers.meta_peek import declared_implementations
@@ -277,7 +277,8 @@ def advise(
 ) -> list[Advice | ShardAdvice]:
     """One Advice per run (run_files.find_runs: the CLIs' rule; merge=True: all paths one run's per-rank files);
     sharded runs (fsdp, torch_fsdp) get a ShardAdvice (shard_advice.py: prefetch depths `prefetch`)."""
-    runs = open_runs(paths, merge, patterns, keep_traces=False)  # the one door: each run read once, in turn
+    # the one door: each run read once, in turn
+    runs = open_runs(paths, merge=merge, patterns=patterns, keep_traces=False)
     for run in runs.runs:
         _check_declared(run.paths)
     out: list[Advice | ShardAdvice] = []

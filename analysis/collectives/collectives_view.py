@@ -17,9 +17,9 @@ from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.fsdp_units.in_time import in_time_sentences
 from analysis.fsdp_units.prefetch import PREFETCH_COLUMNS
 from analysis.measure.collective_calls import OUTSIDE_STEPS
-from analysis.measure.loaded_run import LoadedRun, measure_run
 from analysis.measure.op_phase import phase_labels
 from analysis.render.table import plain_records
+from analysis.run.loaded_run import LoadedRun, measure_run
 from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.phase_markers import phases_of

@@ -1,4 +1,4 @@
-"""The overlap metrics of one loaded run: `analyze_trace(trace) -> Analysis` (session.py opens runs).
+"""The overlap metrics of one loaded run: `analyze_run(loaded) -> Analysis` (`analyze_trace(trace)` for a bare Trace).
 
 See overlap/metrics.py for what each metric means.
 """
@@ -12,13 +12,13 @@ import pandas as pd
 
 from analysis.collectives.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
-from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.collective_calls import Calls, find_calls
+from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import unrecognised_comm_note
 from analysis.measure.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
 from analysis.measure.pairing import world_size
 from analysis.overlap.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.render.table import plain_records
+from analysis.run.loaded_run import LoadedRun, measure_run
 from analysis.trace.frames import CLOCK_NOTE_KEY, Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.phase_markers import phases_of
@@ -121,31 +121,25 @@ def _steps_text(steps: pd.DataFrame) -> str:
     return f"{n} steps ({listed})"
 
 
-def analyze_trace(
-    trace: Trace,
-    patterns: Patterns | None = None,
-    skip_steps: int = 0,
-    calls: Calls | None = None,
-    works: list[RankWork] | None = None,
-    rows: pd.DataFrame | None = None,
-) -> Analysis:
-    """Metrics of one loaded trace (`calls`: its collective_calls.find_calls, `works`: its
-    activity.rank_work, `rows`: its collective_rows.call_rows rows, when the caller has them already)."""
-    if works is None:  # the interval sets both the metrics and the collectives' split use
-        works = rank_work(trace, patterns)
-    per_step, totals = measure_trace(trace, patterns, works)
-    calls = calls if calls is not None else find_calls(trace, patterns, works)
+def analyze_trace(trace: Trace, patterns: Patterns | None = None, *, skip_steps: int = 0) -> Analysis:
+    """Metrics of one loaded trace: analyze_run of the trace measured here (loaded_run.measure_run)."""
+    return analyze_run(measure_run(trace, patterns), skip_steps=skip_steps)
+
+
+def analyze_run(run: LoadedRun, *, skip_steps: int = 0, rows: pd.DataFrame | None = None) -> Analysis:
+    """The overlap metrics of a loaded run, from its activity and collective calls (`rows`: its
+    collective_rows.call_rows rows, when the caller has them already)."""
+    trace, patterns = run.trace, run.patterns
+    per_step, totals = measure_trace(trace, patterns, run.works)
     if rows is None:
-        rows = call_rows(trace, patterns, works, calls)[0]
+        rows = call_rows(trace, patterns, run.works, run.calls)[0]
     per_step, totals = with_comm_split(per_step, totals, rows)  # collectives view
     per_step = _skip_first_steps(per_step, skip_steps, trace.path)
     summary = trace_summary(trace, per_step)
-    summary["comm_note"] = unrecognised_comm_note(
-        trace, patterns or Patterns(), world_size(trace.meta, len(trace.ranks))
-    )
+    summary["comm_note"] = unrecognised_comm_note(trace, patterns, world_size(trace.meta, len(trace.ranks)))
     summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
     summary["phases"] = phases_of(trace)
-    split = by_op_phase(trace, calls, per_step, patterns)
+    split = by_op_phase(trace, run.calls, per_step, patterns)
     for frame in (per_step, totals, split):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
             frame.insert(i, k, v)

@@ -1,3 +1,3 @@
-"""Parallel execution: the per-file tasks of `--jobs` processes and `--dask` clusters (parallel.py, dask_run.py,
-file_task.py) and the per-rank results merged back into a run (rank_merge.py); measure_runs.py is the one
-interface over serial, --jobs and Dask."""
+"""Runs analysed file by file (`--jobs`, `--dask`; session.OpenRuns enters here only then): each file a
+task in processes or on a Dask cluster (parallel.py, dask_run.py, tasks.py, file_task.py), grouped back
+into runs (per_file.py) and each run's per-rank results merged (rank_merge.py)."""

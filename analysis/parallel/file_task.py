@@ -18,10 +18,9 @@ import pandas as pd
 from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import CommEvidence, comm_evidence
-from analysis.measure.loaded_run import measure_run
-from analysis.overlap.analyze import Analysis, analyze_trace
+from analysis.overlap.analyze import Analysis, analyze_run
 from analysis.run.clocks import recorded_clocks
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_run
 from analysis.trace.patterns import Patterns
 
 
@@ -55,13 +54,13 @@ class FileResult:
 
 
 def analyze_file(
-    path: str | Path, patterns: Patterns | None = None, skip_steps: int = 0, cache: bool | None = None
+    path: str | Path, patterns: Patterns | None = None, *, skip_steps: int = 0, cache: bool | None = None
 ) -> FileResult:
     """Load and analyse one export (nsys SQLite or torch.profiler JSON); what `combine` needs to
-    merge it with the run's other files (`cache`: the load cache's setting, runs.load_trace)."""
-    run = measure_run(load_trace(path, patterns, cache), patterns)  # once: the calls and the metrics come from it
+    merge it with the run's other files (`cache`: the load cache's setting, loaded_run.load_trace)."""
+    run = load_run(path, patterns, cache=cache)  # once: the calls and the metrics come from it
     trace, calls = run.trace, run.calls
-    analysis = analyze_trace(trace, patterns, skip_steps, calls, run.works)
+    analysis = analyze_run(run, skip_steps=skip_steps)
     meta_rank = [
         trace.meta.get((int(part), int(pid)), {}).get("rank")
         for part, pid in zip(trace.ranks["part"], trace.ranks["pid"], strict=True)

@@ -1,7 +1,7 @@
 """Merge the results of one run's per-rank files (file_task.FileResult) into the run's analysis,
 without its events: `combine(paths, results) -> Merged`.
 
-`combine` turns the per-file results into exactly what `analyze_trace(load_trace(group))` gives
+`combine` turns the per-file results into exactly what `analyze_run(load_run(group))` gives
 for the whole group: ranks numbered across files the same way, rows in rank order, the run's
 metadata and shared-GPU flags from every file's ddp.meta marks and target info (ranks of two files
 may share a GPU), the summary over every rank-step. The collectives' wait/transfer split
@@ -11,9 +11,7 @@ collective_rows.split_rows: only the columns the split needs, op as a code share
 torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
 runs are refused by the loader's own check (run_identity.check_one_run, from each file's recorded identity),
 and the files' clocks come from the loader's one rule (clocks.clock_shifts).
-`across_ranks` adds the per-step view of a merged run: a step is as slow as its slowest rank, and
-its ranks' CPU step ranges, put on the first file's clock, show how far apart they started and
-finished it.
+overlap/across_ranks.py adds the per-step view of the merged run.
 """
 
 from __future__ import annotations
@@ -30,12 +28,13 @@ from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import comm_note, merged_evidence
 from analysis.measure.pairing import world_size
+from analysis.overlap.across_ranks import across_ranks
 from analysis.overlap.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
 from analysis.overlap.metrics import SPLIT_METRICS
 from analysis.parallel.file_task import FileResult
 from analysis.run.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.run.run_identity import check_one_run, file_identity
-from analysis.trace.frames import KERNELS, NS_PER_MS, RANGES, Trace
+from analysis.trace.frames import KERNELS, RANGES, Trace
 from analysis.trace.run_info import shared_gpu_ranks
 
 
@@ -200,59 +199,3 @@ def _run_of(paths: Sequence[str | Path], results: Sequence[FileResult], source: 
         implementation=implementation,
         info={i: r.info for i, r in enumerate(results)},
     )
-
-
-ACROSS_COLUMNS = [
-    "path",
-    "step",
-    "ranks",
-    "step_ms",
-    "slowest_rank",
-    "mean_step_ms",
-    "start_skew_ms",
-    "end_skew_ms",
-    "exposed_comm_ms",
-]
-
-
-def across_ranks(steps: pd.DataFrame, step_ranges: dict[int, pd.DataFrame], shifts: dict[int, int]) -> pd.DataFrame:
-    """One row per step number over the ranks that have it: step_ms of the slowest rank (the step is
-    as slow as it), that rank, the mean; start/end skew: latest minus earliest start/end of the
-    ranks' CPU step ranges (NVTX) on the first file's clock; the largest exposed_comm_ms. `step_ranges` and
-    `shifts` (ns onto that clock) are keyed by the rows' part (file index)."""
-    rows = steps[steps["step"].notna()]
-    if rows.empty:
-        return pd.DataFrame(columns=ACROSS_COLUMNS)
-    at = pd.concat(
-        [
-            pd.DataFrame(
-                {
-                    "part": i,
-                    "pid": r["pid"],
-                    "step": r["step"],
-                    "range_start": r["start"] + shifts[i],
-                    "range_end": r["end"] + shifts[i],
-                }
-            )
-            for i, r in step_ranges.items()
-        ],
-        ignore_index=True,
-    )
-    at = at.drop_duplicates(["part", "pid", "step"])  # a step number used twice: its first range
-    rows = rows.assign(step=rows["step"].astype(np.int64)).merge(at, on=["part", "pid", "step"], how="left")
-    by = rows.groupby(["path", "step"], sort=False)
-    slowest = rows.loc[by["step_ms"].idxmax(), ["path", "step", "rank"]]
-    out = by.agg(
-        ranks=("rank", "nunique"),
-        step_ms=("step_ms", "max"),
-        mean_step_ms=("step_ms", "mean"),
-        first_start=("range_start", "min"),
-        last_start=("range_start", "max"),
-        first_end=("range_end", "min"),
-        last_end=("range_end", "max"),
-        exposed_comm_ms=("exposed_comm_ms", "max"),
-    ).reset_index()
-    out = out.merge(slowest.rename(columns={"rank": "slowest_rank"}), on=["path", "step"])
-    out["start_skew_ms"] = (out["last_start"] - out["first_start"]) / NS_PER_MS
-    out["end_skew_ms"] = (out["last_end"] - out["first_end"]) / NS_PER_MS
-    return out.sort_values(["step"], kind="stable")[ACROSS_COLUMNS].reset_index(drop=True)

@@ -30,7 +30,7 @@ import pandas as pd
 from analysis import cli
 from analysis.options import IMAGE_FORMATS, add_options
 from analysis.render.table import print_frame
-from analysis.storage.report_files import SUMMARY_COLUMNS
+from analysis.report.report_files import SUMMARY_COLUMNS
 
 
 def progress(message: str) -> None:
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from analysis.report.ranked_runs import hashed_file
     from analysis.report.report_folder import RunsFailed
-    from analysis.report.report_runs import hashed_file
 
     if args.baseline is not None or args.fail_if:
         from analysis.report.gate_command import run_gate  # the CI gate: compare two runs, write nothing

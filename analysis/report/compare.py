@@ -21,9 +21,9 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.measure import intervals as iv
-from analysis.measure.loaded_run import LoadedRun
-from analysis.overlap.analyze import analyze_trace
+from analysis.overlap.analyze import analyze_run
 from analysis.report.gate import Rule, breached, change, parse_rule, unknown_metrics
+from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 
 RUN_METRICS = ["step_ms", "compute_ms", "comm_ms", "exposed_comm_ms", "overlap_pct", "backward_overlap_ms", "idle_ms"]
@@ -120,7 +120,7 @@ def _plain(value: object) -> object:
 def trace_figures(run: LoadedRun, paths: Iterable[str | Path]) -> RunFigures:
     """The metrics of a run already loaded from `paths` (its whole capture: no step, rank or skip), from
     what its load measured (its activity and collective calls)."""
-    analysis = analyze_trace(run.trace, run.patterns, 0, run.calls, run.works)
+    analysis = analyze_run(run)
     summary = analysis.summary.iloc[0].to_dict()
     metrics = {k: float(summary[k]) for k in RUN_METRICS if k in summary}
     calls = run.calls.frame

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from analysis.measure.loaded_run import LoadedRun
+    from analysis.run.loaded_run import LoadedRun
 
 PAGE_NAME = "timelines/side_by_side.html"
 INTRO = (

@@ -29,7 +29,7 @@ from analysis.trace.frames import NS_PER_MS
 
 if TYPE_CHECKING:
     from analysis.collectives.collectives_view import CollectivesView
-    from analysis.measure.loaded_run import LoadedRun
+    from analysis.run.loaded_run import LoadedRun
 
 WAIT_COLOUR = palette.WAITING
 

@@ -23,13 +23,13 @@ from analysis.render.export import FORMATS as IMAGE_FORMATS, Image, check_export
 from analysis.render.html_page import BESIDE_THE_PAGE, PLOTLY_FILE, PlotlyJs
 from analysis.report.compare_page import PAGE_NAME as COMPARE_PAGE
 from analysis.report.html_report import write_index
-from analysis.report.report_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
+from analysis.report.ranked_runs import AnalyzedTrace, analyze_all, steps_frame, summary_frame
+from analysis.report.report_files import SUMMARY_COLUMNS, check_out_dir, check_replaces, record_history, remove_stale
 from analysis.run.run_files import shown_files
-from analysis.storage.report_files import SUMMARY_COLUMNS, check_out_dir, check_replaces, record_history, remove_stale
 from analysis.timeline.lanes import Selection
 
 if TYPE_CHECKING:
-    from analysis.report.loaded import LoadedRuns
+    from analysis.report.ranked_runs import ReportRuns
 
 IMAGES = "img"  # the report folder's image subfolder
 TIMELINE_PX = 1600  # image width of the timeline pages (the index's figures: export.DEFAULT_WIDTH_PX)
@@ -79,13 +79,13 @@ def timeline_names(traces: list[tuple[str, str]]) -> dict[str, str]:
     return names
 
 
-def check_report_folder(runs: LoadedRuns, out: Path, timelines: bool = True, self_contained: bool = False) -> None:
+def check_report_folder(runs: ReportRuns, out: Path, timelines: bool = True, self_contained: bool = False) -> None:
     """Refuse `out` when it is a file or holds pages, a summary.csv, a results.db or a plotly.js of
     the report's names that this tool did not write (report_files.check_out_dir); reads no trace."""
     check_out_dir(out, _pages(runs, timelines), self_contained)
 
 
-def _pages(runs: LoadedRuns, timelines: bool) -> list[str]:
+def _pages(runs: ReportRuns, timelines: bool) -> list[str]:
     """The report's pages besides index.html."""
     if not timelines:
         return []
@@ -102,7 +102,7 @@ def _check_options(peak_busbw: float | None, images: Sequence[str]) -> None:
 
 
 def write_report(
-    runs: LoadedRuns,
+    runs: ReportRuns,
     out: Path,
     *,
     step: int | None = None,
@@ -177,7 +177,7 @@ def write_report(
 
 def write_timelines(
     out: Path,
-    runs: LoadedRuns,
+    runs: ReportRuns,
     results: list[AnalyzedTrace],
     summary: pd.DataFrame,
     selection: Selection,
@@ -226,7 +226,7 @@ def write_timelines(
 
 
 def collectives_blocks(
-    runs: LoadedRuns,
+    runs: ReportRuns,
     results: list[AnalyzedTrace],
     summary: pd.DataFrame,
     peak_busbw: float | None,

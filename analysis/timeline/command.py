@@ -120,7 +120,9 @@ def _run(args: argparse.Namespace) -> int:
     runs = cli.open_from_args(args, "[timeline]", needs_events=True)
     if cli.report_failures(runs.results()):
         return 2  # each bad run's error is printed above; nothing is written
-    page = runs.timeline(args.output, args.step, args.rank, args.width, args.self_contained)
+    page = runs.timeline(
+        args.output, step=args.step, rank=args.rank, width_px=args.width, self_contained=args.self_contained
+    )
     rows, notes, out, fig = page.panels, page.notes, page.path, page.figure
     progress(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB, {drawn_note(rows, count_drawn_segments(fig))})")
     if formats:

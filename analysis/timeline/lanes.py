@@ -23,7 +23,7 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.measure.activity import RankWork
-from analysis.measure.loaded_run import LoadedRun
+from analysis.run.loaded_run import LoadedRun
 from analysis.timeline.lane_segments import (
     GROUP_LABELS,
     STRIP,

@@ -20,7 +20,7 @@ from analysis.timeline.render_figure import build_figure
 if TYPE_CHECKING:
     import pandas as pd
 
-    from analysis.measure.loaded_run import LoadedRun
+    from analysis.run.loaded_run import LoadedRun
 
 
 @dataclass(frozen=True)

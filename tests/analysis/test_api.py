@@ -9,7 +9,7 @@ import pytest
 
 from analysis import open_runs
 from analysis.overlap import command as overlap
-from analysis.run import runs as runs_module
+from analysis.run import loaded_run as runs_module
 from analysis.timeline import command as timeline
 from tests.support.synthetic_ddp import write_rank_files
 
@@ -59,10 +59,10 @@ def test_the_api_takes_the_options_the_clis_take(rank_files):
 
     paths = [str(p) for p in rank_files]
     options = AnalysisOptions(paths, skip_steps=1, step=2, rank=1)
-    by_options = analyze(options).steps
+    by_options = analyze(paths, options).steps
     by_keywords = open_runs(paths, skip_steps=1).overlap(step=2, rank=1).steps
     assert len(by_options) == 1 and by_options.equals(by_keywords)
-    assert open_runs(options).runs == open_runs(paths).runs
-    assert open_runs(options).skip_steps == 1
+    assert open_runs(paths, options).runs == open_runs(paths).runs
+    assert open_runs(paths, options).skip_steps == 1 and open_runs(paths, options).options == options
     with pytest.raises(TypeError, match="skip_steps"):
-        open_runs(options, skip_steps=2)
+        open_runs(paths, options, skip_steps=2)

@@ -61,8 +61,8 @@ def test_the_imports_are_frozen_for_the_analysis_and_thawed_after(name, ddp_trac
     from analysis import api
 
     frozen = []
-    runs_of = api.runs_of
-    monkeypatch.setattr(api, "runs_of", lambda *a, **k: frozen.append(gc.get_freeze_count()) or runs_of(*a, **k))
+    open_runs = api.open_runs
+    monkeypatch.setattr(api, "open_runs", lambda *a, **k: frozen.append(gc.get_freeze_count()) or open_runs(*a, **k))
     main, extra = CLIS[name]
     assert main([str(ddp_trace), *[a.format(tmp=tmp_path) for a in extra], "--no-cache"]) == 0
     assert len(frozen) == 1 and frozen[0] > 10_000 and gc.get_freeze_count() == 0

@@ -12,16 +12,16 @@ import pytest
 
 from analysis.advise import command as advise_cli
 from analysis.collectives import command as collectives
-from analysis.measure import activity, backward_span, collective_calls, loaded_run
+from analysis.measure import activity, backward_span, collective_calls
 from analysis.overlap import command as overlap
 from analysis.report import command as report
-from analysis.run import runs as runs_module
+from analysis.run import loaded_run
 from analysis.timeline import command as timeline, lanes
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 # what each count names: the one load, and the per-run measures the views draw from
 COUNTED = {
-    "load_trace": runs_module.load_trace,
+    "load_trace": loaded_run.load_trace,
     "measure_run": loaded_run.measure_run,
     "rank_work": activity.rank_work,
     "find_calls": collective_calls.find_calls,
@@ -50,7 +50,7 @@ def traces(tmp_path_factory):
 
 
 def test_the_counter_sees_a_measure_run_twice(traces):
-    from analysis.run.runs import load_trace
+    from analysis.run.loaded_run import load_trace
 
     def twice():
         trace = load_trace(traces[0])

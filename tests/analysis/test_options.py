@@ -12,12 +12,12 @@ import pytest
 
 import analysis
 from analysis.advise import command as advise
+from analysis.api import open_runs
 from analysis.collectives import command as collectives
 from analysis.errors import TraceError
 from analysis.options import OPTIONS, AnalysisOptions
 from analysis.overlap import command as overlap
 from analysis.report import command as report
-from analysis.session import OpenRuns
 from analysis.timeline import command as timeline
 
 ROOT = Path(analysis.__file__).parent
@@ -88,7 +88,7 @@ def test_a_bad_value_is_named(given, message):
 
 def test_the_api_and_the_command_line_refuse_alike(capsys):
     with pytest.raises(TraceError) as e:
-        OpenRuns([], skip_steps=-2)
+        open_runs(["x.sqlite"], skip_steps=-2)
     assert overlap.main(["x.sqlite", "--skip-steps", "-2"]) == 2
     assert capsys.readouterr().err == f"error: {e.value}\n"
 

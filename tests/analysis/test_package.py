@@ -17,7 +17,7 @@ PACKAGE = Path(analysis.__file__).parent
 # what each folder may import from the package, sub-folders included (type-only imports under
 # `if TYPE_CHECKING:` aside): the trace core, then the measure core, then each feature, report on top.
 # errors.py and options.py are below all; session.py and cli.py above all: only the entry modules (each
-# feature's command, and advise's Python API advise(), which opens its runs through session.open_runs)
+# feature's command, and advise's Python API advise(), which opens its runs through api.open_runs)
 # import them.
 ALLOWED = {
     "trace": {"trace"},
@@ -25,16 +25,15 @@ ALLOWED = {
     "measure": {"measure", "trace"},
     "run": {"run", "cache", "measure", "trace"},
     "render": {"render"},
-    "storage": {"storage", "render"},
     "fsdp_units": {"fsdp_units", "measure", "trace", "render"},
-    "collectives": {"collectives", "fsdp_units", "cache", "measure", "trace", "render"},
-    "overlap": {"overlap", "collectives", "cache", "measure", "trace", "render"},
-    "timeline": {"timeline", "overlap", "measure", "trace", "render"},
+    "collectives": {"collectives", "fsdp_units", "run", "cache", "measure", "trace", "render"},
+    "overlap": {"overlap", "collectives", "run", "cache", "measure", "trace", "render"},
+    "timeline": {"timeline", "overlap", "run", "measure", "trace", "render"},
     "parallel": {"parallel", "overlap", "collectives", "run", "measure", "trace"},
     "advise": {"advise", "overlap", "fsdp_units", "run", "cache", "measure", "trace", "render"},
     "report": {
-        "report", "timeline", "overlap", "collectives", "fsdp_units", "parallel", "run", "storage", "measure",
-        "trace", "render",
+        "report", "timeline", "overlap", "collectives", "fsdp_units", "parallel", "run", "measure", "trace",
+        "render",
     },
 }  # fmt: skip
 TOP = {"session", "api", "cli"}  # the API and the CLIs' shared plumbing (the package root): the commands' only

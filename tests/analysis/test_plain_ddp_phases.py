@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from analysis.overlap.analyze import analyze_trace
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.phase_markers import phases_of
 from tests import nsys_cli
 

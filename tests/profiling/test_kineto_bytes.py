@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from analysis.collectives.collectives_view import collectives_of
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from contract import PAYLOAD_KEY
 from tests import small_run
 from tests.support.nsys import RECORDS_WITH_NSYS

@@ -24,7 +24,7 @@ from analysis.advise.comm_cost import CommCost, fit_cost
 from analysis.advise.sharded.shard_model import Phase, Replayed, Setting, ShardRun, fit_slowdown, replay
 from analysis.advise.sharded.shard_recorded import ShardRecorded, recorded_shard
 from analysis.advise.sharded.shard_result import ShardAdvice, ShardCandidate, choose
-from analysis.measure.loaded_run import LoadedRun
+from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 

@@ -16,10 +16,10 @@ import pandas as pd
 from analysis.advise.sharded.shard_inputs import blocked_inside, comm_beside, phase_windows, unit_spans
 from analysis.advise.sharded.shard_model import Setting
 from analysis.errors import TraceError
-from analysis.measure.loaded_run import LoadedRun
 from analysis.measure.pairing import pair, world_size
 from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
+from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import KERNELS, NS_PER_MS, Trace
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SHARDING_KEY
 

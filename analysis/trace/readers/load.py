@@ -4,7 +4,7 @@ The format is recognised from the content (torch.profiler JSON, gzipped or not, 
 export), the file(s) go to their reader (nsys.py, kineto.py), and several files are merged as the
 one-rank files of one run, each on its own clock. The frames come back as read: whether the files
 are one run's, their common clock and which GPU work is communication (gpu_ops.is_comm) are decided
-after reading, by `analysis.run.runs.load_trace`, the entry every CLI and the Python API use.
+after reading, by `analysis.run.loaded_run.load_trace`, the entry every CLI and the Python API use.
 """
 
 from __future__ import annotations

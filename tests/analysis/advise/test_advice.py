@@ -211,7 +211,7 @@ def recorded(tmp_path_factory):
 @pytest.mark.parametrize("impl, rule", [("overlap_bucket", "before"), ("torch", "after")])
 def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rule):
     from analysis.advise.bucket_layout import plan_buckets
-    from analysis.run.runs import load_trace
+    from analysis.run.loaded_run import load_trace
 
     meta = next(iter(load_trace(recorded / f"{impl}.sqlite").meta.values()))
     layout = meta["buckets"]

@@ -16,8 +16,8 @@ import pytest
 
 from analysis import open_runs
 from analysis.cache import key as cache_key, loads as load_cache
-from analysis.run import runs
-from analysis.run.runs import load_trace
+from analysis.run import loaded_run as runs
+from analysis.run.loaded_run import load_trace
 from analysis.trace.patterns import Patterns
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
@@ -139,8 +139,8 @@ def test_cache_off(trace_file, reads, monkeypatch):
     open_runs([trace_file]).overlap()
     assert len(reads) == 3 and not cache_key.cache_folder(trace_file).exists()
     monkeypatch.delenv(cache_key.NO_CACHE_ENV)
-    open_runs([trace_file], cache=False).overlap()
-    open_runs([trace_file], jobs=2, cache=False).overlap()  # the per-file task keeps the setting
+    open_runs([trace_file], no_cache=True).overlap()
+    open_runs([trace_file], jobs=2, no_cache=True).overlap()  # the per-file task keeps the setting
     assert not cache_key.cache_folder(trace_file).exists()
 
 

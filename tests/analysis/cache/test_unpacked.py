@@ -14,7 +14,7 @@ import pytest
 from analysis.cache import key as cache_key
 from analysis.cache.unpacked import PREFIX, compression
 from analysis.errors import TraceError
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.patterns import Patterns
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import write_kineto_ddp_trace

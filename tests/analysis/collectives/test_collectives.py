@@ -224,10 +224,9 @@ def test_no_collectives_is_not_an_error(tmp_path):
 
 
 def test_report_section_blocks(tmp_path):
-    from analysis.measure.loaded_run import measure_run
     from analysis.render.html_page import write_page
     from analysis.report.report_collectives import CollectivesEntry, collectives_section
-    from analysis.run.runs import load_trace
+    from analysis.run.loaded_run import load_trace, measure_run
 
     run = measure_run(load_trace(write_two_gpu_ranks(tmp_path / "two.sqlite")))
     trace, spans = run.trace, run.backward_spans

@@ -1,6 +1,6 @@
 """A GPU rank's whole-capture activity is its step activity with every item in window 0 (sharing the
 arrays, not copied); the kept unions equal fresh ones; one-window pieces equal keyed_union's; the overlap
-command's OpenRuns(collectives=False) gives the same overlap figures as the default."""
+command's OpenRuns (needs_events=False) gives the same overlap figures as the default."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from analysis.measure import intervals as iv
 from analysis.measure.activity import Items, rank_work
 from analysis.overlap.metrics import _pieces
+from analysis.run.loaded_run import load_trace
 from analysis.run.run_files import find_runs
-from analysis.run.runs import load_trace
 from analysis.session import OpenRuns
 from analysis.trace.patterns import Patterns
 from tests.analysis.timeline.test_timeline_traces import write_trace
@@ -106,8 +106,8 @@ def test_one_window_pieces_equal_keyed_union(seed):
 
 
 def test_overlap_without_the_collectives_view_gives_the_same_figures(trace_path):
-    full = OpenRuns(find_runs([trace_path]), keep_traces=False)
-    lean = OpenRuns(find_runs([trace_path]), keep_traces=False, collectives=False)
+    full = OpenRuns(find_runs([trace_path]), keep_traces=False, needs_events=True)
+    lean = OpenRuns(find_runs([trace_path]), keep_traces=False)
     a, b = full.overlap(), lean.overlap()
     for name in ("steps", "totals", "summary", "by_op_phase"):
         pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name))

@@ -7,7 +7,7 @@ from analysis import analyze
 from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import find_calls
 from analysis.measure.op_phase import op_phase_rows, phase_labels
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from tests.support.synthetic import START_END, NsysWriter
 
 

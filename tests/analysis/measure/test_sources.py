@@ -7,7 +7,7 @@ from analysis import analyze_collectives
 from analysis.measure.activity import rank_work
 from analysis.measure.collective_calls import find_calls
 from analysis.overlap.analyze import analyze_trace
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.frames import KERNELS, RANGES
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 

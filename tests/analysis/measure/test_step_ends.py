@@ -9,8 +9,7 @@ import pytest
 
 from analysis import analyze
 from analysis.collectives.collectives_view import collectives_of
-from analysis.measure.loaded_run import measure_run
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace, measure_run
 from analysis.timeline.lanes import Selection, build_panel
 from tests import gpu_traces
 from tests.analysis.overlap.gpu_reference import read

@@ -5,8 +5,7 @@ import numpy as np
 import pytest
 
 from analysis import analyze, analyze_trace
-from analysis.measure.loaded_run import measure_run
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace, measure_run
 from analysis.timeline.lanes import Selection, build_panel
 from tests.analysis.overlap.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS

@@ -131,10 +131,10 @@ def test_patterns_are_overridable(tmp_path):
 
     path = write_two_ranks(tmp_path / "two.sqlite")
     # nothing is a comm kernel by name any more: only the copy and the blocking-range kernel remain comm
-    result = analyze(path, Patterns(comm_kernel="^no-such-kernel$"))
+    result = analyze(path, patterns=Patterns(comm_kernel="^no-such-kernel$"))
     a = result.totals.set_index("rank").loc[1]
     assert (a["comm_kernels"], a["comm_copies"]) == (1, 1)
     assert ns(a["comm_ms"]) == 150  # [1100,1150) + [1200,1300)
     # without step ranges the whole capture is one window
-    whole = analyze(path, Patterns(step="^no-such-step$"))
+    whole = analyze(path, patterns=Patterns(step="^no-such-step$"))
     assert whole.steps["step"].isna().all() and len(whole.steps) == 2

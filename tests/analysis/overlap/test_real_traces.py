@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from analysis import analyze
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 
 DATA = Path(__file__).resolve().parents[3] / ".." / "shared" / "data"
 H100 = DATA / "nsys2026_2xH100_torchrun.sqlite"

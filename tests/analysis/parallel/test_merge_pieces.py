@@ -15,7 +15,7 @@ from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import find_calls
 from analysis.parallel.file_task import _overlapping, calls_to_ship
 from analysis.parallel.rank_merge import _op_codes, _renumbered
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.readers import sqlite_read
 from tests.support.synthetic_ddp import write_ddp_trace
 

@@ -24,7 +24,7 @@ from analysis.parallel.rank_merge import combine
 from analysis.parallel.tasks import Outcome
 from analysis.report import command as report, report_folder
 from analysis.run.clocks import PartClock, clock_shifts
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from tests.support.quick import slow_except
 from tests.support.synthetic import NsysWriter
 from tests.support.synthetic_ddp import write_ddp_trace, write_rank_files

@@ -6,11 +6,10 @@ from __future__ import annotations
 import pytest
 
 from analysis.measure.backward_span import backward_spans
-from analysis.measure.loaded_run import measure_run
 from analysis.overlap.analyze import analyze_trace
 from analysis.render import palette
 from analysis.report.compare_page import compare_panel, write_compare
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace, measure_run
 from analysis.timeline.lanes import representative_step
 from tests.analysis.timeline.test_timeline_traces import write_trace
 

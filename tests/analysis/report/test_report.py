@@ -13,10 +13,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis.overlap.analyze import analyze_trace
 from analysis.render.html_page import PLOTLY_FILE
-from analysis.report import command as report
+from analysis.report import command as report, report_files
 from analysis.report.html_report import breakdown
-from analysis.run.runs import load_trace
-from analysis.storage import report_files
+from analysis.run.loaded_run import load_trace
 from analysis.timeline.lanes import representative_step
 from tests.analysis.timeline.test_timeline_traces import write_trace
 

@@ -12,7 +12,6 @@ import pandas as pd
 import pytest
 
 from analysis.collectives.collectives_view import collectives_of
-from analysis.measure.loaded_run import measure_run
 from analysis.overlap.analyze import analyze_trace
 from analysis.render import palette
 from analysis.report.call_chart import calls_figure, longest_calls
@@ -23,7 +22,7 @@ from analysis.report.report_collectives import (
     step_time_split,
     wait_transfer_figure,
 )
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace, measure_run
 from analysis.trace.frames import KERNELS, RANGES
 from tests.analysis.timeline.test_timeline_traces import write_trace
 

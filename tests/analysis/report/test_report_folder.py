@@ -13,9 +13,9 @@ import pytest
 from analysis import TraceError, open_runs
 from analysis.render.html_page import PLOTLY_FILE
 from analysis.report import command as report
+from analysis.report.ranked_runs import content_hash
 from analysis.report.report_folder import ReportResult, RunsFailed
-from analysis.report.report_runs import content_hash
-from analysis.run import runs as runs_module
+from analysis.run import loaded_run as runs_module
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 

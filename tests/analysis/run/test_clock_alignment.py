@@ -14,7 +14,7 @@ import pytest
 from analysis.api import analyze
 from analysis.overlap.analyze import analyze_trace
 from analysis.overlap.metrics import SPLIT_METRICS
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from tests.support.synthetic_kineto import KinetoWriter
 
 pytestmark = pytest.mark.slow

@@ -15,9 +15,9 @@ from analysis.collectives import command as collectives
 from analysis.errors import TraceError
 from analysis.overlap import command as overlap
 from analysis.report import command as report
-from analysis.run import runs as runs_module
+from analysis.run import loaded_run as runs_module
+from analysis.run.loaded_run import FileIdentity, check_one_run
 from analysis.run.run_files import find_runs
-from analysis.run.runs import FileIdentity, check_one_run
 from analysis.timeline import command as timeline
 from tests.support.synthetic_ddp import write_ddp_trace, write_rank_files
 
@@ -147,7 +147,8 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
     that draws or pairs the events reads each file once, in this process: no per-file tasks (whose
     reads a worker would make unseen here) and one read_trace per file, timelines and collectives
     included."""
-    from analysis.parallel import measure_runs, parallel
+    from analysis import session
+    from analysis.parallel import parallel
 
     reads: list[str] = []
     real = runs_module.read_trace
@@ -161,7 +162,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
     monkeypatch.setattr(parallel, "default_jobs", lambda paths: 2)
-    monkeypatch.setattr(measure_runs, "analyze_groups", no_tasks)
+    monkeypatch.setattr(session, "analyze_groups", no_tasks)
     given = [files["naive0"], files["naive1"], files["overlap0"], files["overlap1"]]
     code, _, err = run(name, *given, tmp_path=tmp_path, capsys=capsys)
     assert code == 0, err

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measure.loaded_run import measure_run
 from analysis.render.html_page import write_page
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace, measure_run
 from analysis.timeline import command as timeline
 from analysis.timeline.lanes import Selection
 from analysis.timeline.render_figure import build_figure

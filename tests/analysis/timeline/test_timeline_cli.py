@@ -12,10 +12,9 @@ import pytest
 from plotly.offline import get_plotlyjs
 
 from analysis import analyze_trace
-from analysis.measure.loaded_run import measure_run
 from analysis.render.html_page import PLOTLY_FILE
+from analysis.run.loaded_run import load_trace, measure_run
 from analysis.run.run_files import find_runs
-from analysis.run.runs import load_trace
 from analysis.timeline import command as timeline
 from analysis.timeline.lane_segments import FROM_GPU, FROM_NVTX, GPU_COMM, GPU_COMPUTE, STRIP
 from analysis.timeline.lanes import Selection, build_panel

@@ -88,7 +88,7 @@ def write_trace(path: Path, kind: str, ranks: int = 2, steps: int = 3, gpu: bool
 
 
 def test_the_synthetic_exports_load_as_two_rank_traces(tmp_path):
-    from analysis.run.runs import load_trace
+    from analysis.run.loaded_run import load_trace
 
     gpu = load_trace(write_trace(tmp_path / "overlap.sqlite", "overlap"))
     assert gpu.source == "kernels" and gpu.ranks["rank"].tolist() == [0, 1]

@@ -14,7 +14,7 @@ from analysis.collectives import command as collectives
 from analysis.measure.collective_calls import find_calls
 from analysis.measure.comm_recognition import kernel_family
 from analysis.overlap import command as overlap
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.comm_families import CUSTOM, FAMILIES, family_of_kernel
 from analysis.trace.patterns import Patterns
 from tests.support.synthetic_kineto import BASE_TIME_NS, KinetoWriter

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from analysis.overlap.analyze import analyze_trace
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from tests.support.synthetic import NsysWriter
 
 MS = 1_000_000

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis.render.table import format_table
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.run_info import MEMORY_COLUMNS, profiler_label, trace_metadata
 from tests.support.synthetic import NsysWriter
 

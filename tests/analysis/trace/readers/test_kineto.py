@@ -17,8 +17,8 @@ import pytest
 
 from analysis.errors import TraceError
 from analysis.overlap.metrics import measure_trace
+from analysis.run.loaded_run import load_trace
 from analysis.run.run_files import find_runs
-from analysis.run.runs import load_trace
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import KinetoWriter, write_kineto_ddp_trace
 

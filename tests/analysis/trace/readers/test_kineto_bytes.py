@@ -6,7 +6,7 @@ numbers written into the trace."""
 import pytest
 
 from analysis.collectives.collectives_view import collectives_of
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from contract import ALL_GATHER, comm_range, step_range
 from tests.support.synthetic import START_END
 from tests.support.synthetic_kineto import BASE_TIME_NS, KinetoWriter

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.trace.readers.kineto_columns import EXACT_FLOAT_US, _ns
 from tests.support.synthetic_kineto import KinetoWriter
 

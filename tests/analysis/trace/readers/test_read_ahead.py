@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from analysis.errors import TraceError
-from analysis.run.runs import load_trace
+from analysis.run.loaded_run import load_trace
 from analysis.timeline import command as timeline
 from analysis.trace.readers import read_ahead, sqlite_chunks
 from tests.support.synthetic_ddp import write_ddp_trace

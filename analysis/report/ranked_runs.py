@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import pandas as pd
@@ -22,7 +22,28 @@ from analysis.run.run_files import RunFiles, distinct_names
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.report.loaded import LoadedRuns
+    from analysis.collectives.collectives_view import CollectivesView
+    from analysis.parallel.per_file import RunResult
+    from analysis.run.loaded_run import LoadedRun
+
+
+class ReportRuns(Protocol):
+    """The open runs as the report reads them (session.OpenRuns, which documents each; named here so the
+    report does not import the module that calls it)."""
+
+    runs: list[RunFiles]
+
+    def loaded(self, i: int) -> LoadedRun: ...
+
+    def results(self) -> list[RunResult]: ...
+
+    def errors(self) -> list[str]: ...
+
+    def check_selection(self, step: int | None = None, rank: int | None = None) -> None: ...
+
+    def collectives(
+        self, rank: int | None = None, step: int | None = None, peak_busbw: float | None = None
+    ) -> CollectivesView: ...
 
 
 @dataclass(frozen=True)
@@ -57,7 +78,7 @@ def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
     return replace(analyze_file(path, patterns), sha256=content_hash(path))
 
 
-def analyze_all(runs: LoadedRuns, step: int | None = None, rank: int | None = None) -> list[AnalyzedTrace]:
+def analyze_all(runs: ReportRuns, step: int | None = None, rank: int | None = None) -> list[AnalyzedTrace]:
     """Every run analysed (runs.results()) and hashed, only step/rank when given; a TraceError naming
     what the runs have when they lack it, or the failed runs' errors when a run failed."""
     done = runs.results()

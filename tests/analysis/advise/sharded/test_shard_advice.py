@@ -1,16 +1,13 @@
-"""analysis.advise on a synthetic sharded (fsdp) CPU run whose answer is worked out by hand, the keep
-rule, and the refusal of runs advise does not model."""
+"""analysis.advise on a synthetic sharded (fsdp) CPU run whose answer is worked out by hand, and the
+refusal of runs advise does not model (the keep rule: tests/analysis/advise/test_uncertainty.py)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from analysis.advise.advice import advise
-from analysis.advise.sharded.shard_model import Setting
-from analysis.advise.sharded.shard_result import choose
 from analysis.errors import TraceError
 from contract import (
     ALL_GATHER,
@@ -125,21 +122,6 @@ def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run):
     keys = {"setting", "prefetch", "separate_reduce_scatter", "recorded", "predicted_step_ms", "predicted_step_ms_err"}
     assert keys <= set(data["candidates"][0]) and len(data["candidates"]) == 8
     assert advise_cli(str(fsdp_run), "--bucket-mb", "5").returncode == 2
-
-
-def test_the_keep_rule_keeps_the_recorded_setting_within_the_uncertainty():
-    settings = [Setting(1, False), Setting(2, False), Setting(3, False)]
-    rng = np.random.default_rng(0)
-    noise = rng.normal(0, 2.0, size=(201, 1))
-    steps = np.hstack(
-        [110 + noise, 100 + noise + rng.normal(0, 1.0, (201, 1)), 99.5 + noise + rng.normal(0, 1.0, (201, 1))]
-    )
-    steps[0] = [110, 100, 99.5]
-    kept = choose(settings, steps, Setting(2, False))
-    assert kept.kept and kept.setting == Setting(2, False) and kept.best == Setting(3, False)
-    assert kept.reason.startswith("kept: prefetch 3, shared would gain 0.500 ±")
-    moved = choose(settings, steps, Setting(1, False))
-    assert not moved.kept and moved.setting == Setting(3, False) and moved.gain_ms == pytest.approx(10.5)
 
 
 @pytest.mark.parametrize("impl", ["naive", "flat"])

@@ -1,17 +1,29 @@
 """What `analysis.advise` answers for one sharded run: each candidate setting's predictions with their
-uncertainty, the recommendation (keep the recorded setting unless a candidate beats it by more than the
-uncertainty of that gain), and the JSON shape (the DDP advice's: `candidates[]` with a `setting`, `_err`
-keys as 95 % half-widths, `recommended`)."""
+uncertainty, the recommendation (uncertainty.choose), the JSON (the bucket layout's shape: `candidates[]`
+with a `setting`, `_err` keys as 95 % half-widths, `recommended`) and the run's lines of the table."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
+from analysis.advise.candidate_table import candidate_frame, plus_minus
+from analysis.advise.comm_cost import line_json
+from analysis.advise.sharded.recorded import ShardRecorded
+from analysis.advise.sharded.replay import Setting
+from analysis.advise.uncertainty import Choice
+from analysis.render.table import format_table
 
-from analysis.advise.advice_result import keep_rule
-from analysis.advise.sharded.shard_model import Setting
-from analysis.advise.sharded.shard_recorded import ShardRecorded
+KNOB = "prefetch, separate_reduce_scatter"
+COLUMNS = {
+    "prefetch": "prefetch",
+    "rs": "reduce-scatters",
+    "step": "predicted step ms",
+    "forward": "forward wait ms",
+    "backward": "backward wait ms",
+    "worst": "worst unit (wait ms)",
+    "note": "note",
+}
+RUN_KEYS = ["implementation", "trace", "measured_step_ms", "replayed_step_ms", "ideal_step_ms"]
 
 
 @dataclass(frozen=True)
@@ -44,37 +56,9 @@ class ShardCandidate:
         }
 
 
-@dataclass(frozen=True)
-class ShardChoice:
-    """The setting chosen; `kept` when the best candidate's gain over the recorded one is within its error."""
-
-    setting: Setting
-    best: Setting
-    kept: bool
-    gain_ms: float
-    gain_ms_err: float
-
-    @property
-    def reason(self) -> str:
-        gain = f"{self.gain_ms:.3f} ± {self.gain_ms_err:.3f} ms"
-        if self.kept and self.best != self.setting:
-            return f"kept: {label(self.best)} would gain {gain}, within the uncertainty"
-        if self.kept:
-            return "kept: the recorded setting is the fastest predicted"
-        return f"{gain} faster than the recorded setting, beyond the uncertainty"
-
-
 def label(s: Setting) -> str:
     """'prefetch 2, shared' / 'prefetch 3, separate reduce-scatters'."""
     return f"prefetch {s.prefetch}, {'separate reduce-scatters' if s.separate else 'shared'}"
-
-
-def choose(settings: list[Setting], steps: np.ndarray, recorded: Setting) -> ShardChoice:
-    """Keep the recorded setting unless the best one's gain exceeds Z95 x the spread of its paired
-    bootstrap differences (steps: (1 + B, C), row 0 the estimate)."""
-    best = int(np.argmin(steps[0]))
-    kept, gain, err = keep_rule(steps, settings.index(recorded), best)
-    return ShardChoice(recorded if kept else settings[best], settings[best], kept, gain, err)
 
 
 @dataclass(frozen=True)
@@ -92,22 +76,16 @@ class ShardAdvice:
     replicates: int
     costs: dict  # op -> comm_cost.CommCost fitted on every recorded step
     candidates: list[ShardCandidate] = field(default_factory=list)
-    choice: ShardChoice | None = None
+    choice: Choice | None = None  # its settings are Setting
 
     def to_json(self) -> dict:
         r = self.rec
         c = self.choice
         assert c is not None
-        cost = {
-            op: {"latency_us": round(k.overall.latency_ns / 1e3, 3),
-                 "bandwidth_gb_s": None if np.isinf(k.overall.bandwidth_gbps) else round(k.overall.bandwidth_gbps, 4),
-                 "calls": k.overall.calls}
-            for op, k in self.costs.items()
-        }  # fmt: skip
         return {
             "implementation": r.implementation,
             "trace": self.trace,
-            "knob": "prefetch, separate_reduce_scatter",
+            "knob": KNOB,
             "model": "sharded replay (GPU kernels)" if r.gpu else "sharded replay (CPU ranges)",
             "recorded_setting": {"prefetch": r.setting.prefetch, "separate_reduce_scatter": r.setting.separate},
             "recorded_setting_source": r.setting_source,
@@ -122,7 +100,7 @@ class ShardAdvice:
             "compute_slowdown": round(self.slowdown, 4),
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
-            "comm_cost": cost,
+            "comm_cost": {op: line_json(k.overall) for op, k in self.costs.items()},
             "candidates": [k.to_json(r.setting) for k in self.candidates],
             "recommended": {
                 "setting": {"prefetch": c.setting.prefetch, "separate_reduce_scatter": c.setting.separate},
@@ -130,6 +108,53 @@ class ShardAdvice:
                 "kept": c.kept,
                 "gain_ms": round(c.gain_ms, 3),
                 "gain_ms_err": round(c.gain_ms_err, 3),
-                "reason": c.reason,
+                "reason": c.reason(label, "setting"),
             },
         }
+
+
+def _communicator(separate: bool) -> str:
+    return "separate" if separate else "shared"
+
+
+def _worst(c: dict) -> str:
+    w = c["worst_unit"]
+    return f"{w['phase']} {w['unit']} ({w['wait_ms']:.3f})" if w["wait_ms"] > 0 else "-"
+
+
+CELLS = {
+    "prefetch": lambda c: c["prefetch"],
+    "rs": lambda c: _communicator(c["separate_reduce_scatter"]),
+    "step": lambda c: plus_minus(c, "predicted_step_ms"),
+    "forward": lambda c: plus_minus(c, "predicted_forward_wait_ms"),
+    "backward": lambda c: plus_minus(c, "predicted_backward_wait_ms"),
+    "worst": _worst,
+}
+
+
+def table_lines(run: dict) -> list[str]:
+    """The lines for one sharded run."""
+    rec = run["recorded_setting"]
+    bandwidth = lambda c: "n/a" if c["bandwidth_gb_s"] is None else format(c["bandwidth_gb_s"], ".3f")
+    cost = "; ".join(
+        f"{op} {c['latency_us']:.1f} us + {bandwidth(c)} GB/s ({c['calls']} calls)"
+        for op, c in run["comm_cost"].items()
+    )
+    chosen = run["recommended"]["setting"]
+    lanes = "one stream per communicator" if run["lanes"] == 1 else f"{run['lanes']} collectives at once per group"
+    return [
+        f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, "
+        f"reduce-scatters {_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), "
+        f"{run['steps']} rank-steps",
+        f"  measured step {run['measured_step_ms']:.3f} ms, of which waiting for weights and the tail "
+        f"{run['measured_wait_ms']:.3f} ms; the replay at the recorded setting: {run['replayed_step_ms']:.3f} ± "
+        f"{run['replayed_step_ms_err']:.3f} ms",
+        f"  perfect overlap (every collective free): {run['ideal_step_ms']:.3f} ms",
+        f"  model: {run['model']}, {lanes}; collective cost (all calls) {cost}; compute slowdown "
+        f"{run['compute_slowdown']:.3f} ± {run['compute_slowdown_err']:.3f} ms per ms of communication beside it",
+        f"  ±: {run['uncertainty']}; waits: ms per rank-step, summed over units",
+        format_table(candidate_frame(run, CELLS), COLUMNS),
+        f"recommended: prefetch {chosen['prefetch']}, reduce-scatters "
+        f"{_communicator(chosen['separate_reduce_scatter'])} ({run['recommended']['reason']})",
+        "",
+    ]

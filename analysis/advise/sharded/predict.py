@@ -1,14 +1,13 @@
-"""`analysis.advise` for sharded runs (fsdp, torch_fsdp): the step and the per-unit waits predicted at
-prefetch depths 1-4, each with reduce-scatters sharing the all-gathers' communicator or on their own,
-from one recorded run (shard_recorded.py -> advise/sharded/shard_model.replay), with a 95 % interval, the
-bound of perfect overlap, and the recommended setting (the recorded one kept unless a candidate's gain
-exceeds its uncertainty). docs/advise.md, "Sharded runs".
+"""The sharded layout's predictions: the step and the per-unit waits at prefetch depths 1-4, each with
+reduce-scatters sharing the all-gathers' communicator or on their own, from one recorded run (recorded.py ->
+replay.py), with a 95 % interval, the bound of perfect overlap, and the recommended setting (the recorded
+one kept unless a candidate's gain exceeds its uncertainty). docs/advise.md, "Sharded runs".
 
 Each prediction is anchored on the measured step: predicted = measured + replay(candidate) -
 replay(recorded setting), per rank-step, so what the replay does not model cancels; the replay's own
 figure at the recorded setting is reported beside the measured step (`replayed_step_ms`) as its check.
-Uncertainty: the model refitted (collective costs per op, compute slowdown) and replayed on bootstrap
-resamples of the recorded steps, as the DDP advice does (advice_predict.py).
+Uncertainty (uncertainty.py): the model refitted (collective costs per op, compute slowdown) and replayed on
+bootstrap resamples of the recorded steps, as the bucket layout does.
 """
 
 from __future__ import annotations
@@ -19,26 +18,17 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis.advise.advice_result import Z95
 from analysis.advise.comm_cost import CommCost, fit_cost
-from analysis.advise.sharded.shard_model import Phase, Replayed, Setting, ShardRun, fit_slowdown, replay
-from analysis.advise.sharded.shard_recorded import ShardRecorded, recorded_shard
-from analysis.advise.sharded.shard_result import ShardAdvice, ShardCandidate, choose
+from analysis.advise.sharded.recorded import ShardRecorded, recorded_shard
+from analysis.advise.sharded.replay import Phase, Replayed, Setting, ShardRun, replay
+from analysis.advise.sharded.result import ShardAdvice, ShardCandidate
+from analysis.advise.slowdown import instrumented_slope
+from analysis.advise.uncertainty import choose, half_width, resamples
 from analysis.measure.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 
 DEPTHS = (1, 2, 3, 4)
-REPLICATES = 200
-SEED = 0
-
-
-def resamples(steps: int, replicates: int = REPLICATES, seed: int = SEED) -> np.ndarray:
-    """(1 + replicates, steps): every step in order, then resamples with replacement (one row if 1 step)."""
-    if steps < 2:
-        return np.zeros((1, steps), dtype=np.int64)
-    draws = np.random.default_rng(seed).integers(0, steps, size=(replicates, steps))
-    return np.vstack([np.arange(steps)[None, :], draws])
 
 
 def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
@@ -67,7 +57,7 @@ def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.n
 
 
 def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:
-    """fit_slowdown over the picked steps' compute spans (own and glue, per phase and unit)."""
+    """slowdown.instrumented_slope over the picked steps' compute spans (own and glue, per phase and unit)."""
     ys, xs, zs, keys = [], [], [], []
     for p, phase in enumerate(("forward", "backward")):
         sp = rec.spans[phase]
@@ -78,7 +68,7 @@ def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:
             xs.append(sp[f"{name}_beside"][pick].ravel())
             zs.append(sp[f"{name}_typical"][pick].ravel())
             keys.append(k.ravel())
-    return fit_slowdown(np.concatenate(ys), np.concatenate(xs), np.concatenate(zs), np.concatenate(keys))
+    return instrumented_slope(np.concatenate(ys), np.concatenate(xs), np.concatenate(zs), np.concatenate(keys))
 
 
 def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.ndarray]:
@@ -127,7 +117,7 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
     run, costs, lam = shard_run(rec, rows)
     measured = rec.step_ns[rows.ravel()]
     per_row = lambda a: a.reshape(n_rows, -1).mean(axis=1) / NS_PER_MS
-    err = lambda a: float(Z95 * a[1:].std()) if len(a) > 2 else 0.0
+    err = lambda a: float(half_width(a))
     at_recorded = replay(run, rec.setting)
     settings = settings_for(rec.setting, depths)
     steps, candidates = [], []

@@ -10,7 +10,7 @@ byte counts: `ddp/` builds its buckets with it, `analysis/` replays other bucket
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection
 
 MIB = 2**20
 FIRST_BUCKET_MB = 1.0  # DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES) and OverlapBucketDDP's default
@@ -18,7 +18,7 @@ RULES = ("before", "after")
 
 
 def plan_buckets(
-    sizes_bytes: Sequence[float], cap_bytes: float | None, first_cap_bytes: float | None = None, rule: str = "before"
+    sizes_bytes: Collection[float], cap_bytes: float | None, first_cap_bytes: float | None = None, rule: str = "before"
 ) -> list[list[int]]:
     """Item indices, in the given order, grouped into buckets of at most `cap_bytes` (None: one bucket)
     closed by `rule`; `first_cap_bytes`, if given, caps the first bucket instead."""

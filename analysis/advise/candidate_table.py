@@ -3,7 +3,7 @@ the recorded and the recommended candidate marked. The lines above a run's table
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import pandas as pd
 
@@ -21,7 +21,7 @@ def marks(run: dict, candidate: dict) -> str:
     return ", ".join(mark)
 
 
-def candidate_frame(run: dict, cells: dict[str, Callable[[dict], object]]) -> pd.DataFrame:
+def candidate_frame(run: dict, cells: Mapping[str, Callable[[dict], object]]) -> pd.DataFrame:
     """One row per candidate of a run's JSON: each cell from its function of the candidate, then the note."""
     rows = [{**{name: cell(c) for name, cell in cells.items()}, "note": marks(run, c)} for c in run["candidates"]]
     return pd.DataFrame(rows)

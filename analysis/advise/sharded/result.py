@@ -4,6 +4,7 @@ with a `setting`, `_err` keys as 95 % half-widths, `recommended`) and the run's 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from analysis.advise.candidate_table import candidate_frame, plus_minus
@@ -81,7 +82,8 @@ class ShardAdvice:
     def to_json(self) -> dict:
         r = self.rec
         c = self.choice
-        assert c is not None
+        # the recorded setting is always a candidate: there is a gain over it
+        assert c is not None and c.gain_ms is not None and c.gain_ms_err is not None
         return {
             "implementation": r.implementation,
             "trace": self.trace,
@@ -122,7 +124,7 @@ def _worst(c: dict) -> str:
     return f"{w['phase']} {w['unit']} ({w['wait_ms']:.3f})" if w["wait_ms"] > 0 else "-"
 
 
-CELLS = {
+CELLS: dict[str, Callable[[dict], object]] = {
     "prefetch": lambda c: c["prefetch"],
     "rs": lambda c: _communicator(c["separate_reduce_scatter"]),
     "step": lambda c: plus_minus(c, "predicted_step_ms"),

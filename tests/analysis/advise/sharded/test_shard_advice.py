@@ -29,7 +29,7 @@ UNITS = ["l0", "l1", "l2", "l3"]
 GATHER_BYTES, SCATTER_BYTES = 1 << 20, 2 << 20
 STEP, STEPS = 101, 3
 # fsdp at prefetch 2 with one collective at a time on one group (NCCL's rule): gathers 4 ms, reduce-scatters 8 ms,
-# units 10 ms, 4 ms of compute before each phase's first unit; worked by hand (test_shard_model's second case):
+# units 10 ms, 4 ms of compute before each phase's first unit; worked by hand (sharded/test_replay.py's second case):
 # op, unit, issue, end (ms from the step's start); the waits: unit, need, resume
 CALLS = [
     (ALL_GATHER, "l0", 0, 4), (ALL_GATHER, "l1", 0, 8), (ALL_GATHER, "l2", 14, 18), (ALL_GATHER, "l3", 24, 28),
@@ -99,7 +99,7 @@ def test_the_recorded_setting_replays_the_recorded_step(fsdp_run):
 
 def test_separate_reduce_scatters_remove_the_backward_waits_worked_by_hand(fsdp_run):
     """Separate: the gathers of l1 and l0 run beside the reduce-scatters (58-62, 68-72) and arrive
-    before their units need them: 4 ms less per step (test_shard_model's second case)."""
+    before their units need them: 4 ms less per step (sharded/test_replay.py's second case)."""
     run = advise([fsdp_run])[0].to_json()
     sep = candidate(run, 2, True)
     assert sep["predicted_step_ms"] == pytest.approx(STEP - 4) and sep["predicted_backward_wait_ms"] == 0

@@ -10,9 +10,9 @@ import numpy as np
 class Communicator:
     """FIFO collectives with `lanes` in flight at most, on every rank of every row at once."""
 
-    def __init__(self, shape: tuple[int, int], lanes: int):
-        self.free = np.zeros((*shape, lanes))  # when each lane is next free
-        self.last_start = np.zeros(shape)  # FIFO: no collective starts before an earlier one
+    def __init__(self, shape: tuple[int, int], lanes: int, opens: float = 0.0):
+        self.free = np.full((*shape, lanes), opens)  # when each lane is next free (`opens`: nothing starts before)
+        self.last_start = np.full(shape, opens)  # FIFO: no collective starts before an earlier one
 
     def run(self, issue: np.ndarray, cost: np.ndarray) -> np.ndarray:
         """Queue one collective issued at `issue` (N, R) lasting `cost` (N,): its end (N,), the same on
@@ -35,7 +35,7 @@ def serial_collectives(launch: np.ndarray, cost_ns: np.ndarray) -> tuple[np.ndar
     launched it (launch: N, R, K) and collective k-1 ended, and lasts cost_ns[k] (or cost_ns[n, k])."""
     n, ranks, calls = launch.shape
     cost_ns = np.broadcast_to(np.asarray(cost_ns, dtype=float), (n, calls))
-    comm = Communicator((n, ranks), 1)
+    comm = Communicator((n, ranks), 1, opens=-np.inf)  # times on the trace's clock: any value
     start, end = np.zeros((n, calls)), np.zeros((n, calls))
     for k in range(calls):  # one pass per bucket
         end[:, k] = comm.run(launch[:, :, k], cost_ns[:, k])

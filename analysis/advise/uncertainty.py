@@ -10,11 +10,14 @@ the recorded setting is kept unless the best candidate's gain exceeds it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
+
+from analysis.trace.frames import NS_PER_MS
 
 REPLICATES = 200
 SEED = 0
@@ -27,6 +30,19 @@ def resamples(steps: int, replicates: int = REPLICATES, seed: int = SEED) -> np.
         return np.zeros((1, steps), dtype=np.int64)
     draws = np.random.default_rng(seed).integers(0, steps, size=(replicates, steps))
     return np.vstack([np.arange(steps)[None, :], draws])
+
+
+def resampled_calls(calls: pd.DataFrame, steps: np.ndarray, rows: np.ndarray) -> Iterator[pd.DataFrame]:
+    """Each row's calls, in turn: those of its steps (indices into `steps`, the recorded step numbers),
+    a step drawn twice giving its calls twice, in the row's order."""
+    by_step = [calls[calls["step"] == s] for s in steps]
+    for pick in rows:  # one frame per replicate (a few hundred), made when its fit asks for it
+        yield pd.concat([by_step[i] for i in pick], ignore_index=True)
+
+
+def row_means_ms(values: np.ndarray, rows: int) -> np.ndarray:
+    """Each row's mean in ms, of values (ns) replayed for every (row, step) flattened, rows first."""
+    return values.reshape(rows, -1).mean(axis=1) / NS_PER_MS
 
 
 def half_width(rows: np.ndarray) -> np.ndarray:

@@ -22,7 +22,7 @@ from analysis.advise.buckets.result import Advice, Candidate
 from analysis.advise.comm_cost import CommCost, fit_cost
 from analysis.advise.layouts import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
-from analysis.advise.uncertainty import choose, half_width, resamples
+from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms
 from analysis.measure.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract.buckets import FIRST_BUCKET_MB, MIB, plan_buckets
@@ -42,10 +42,8 @@ class Fitted:
 
 def fit(run: RecordedRun, served: pd.DataFrame, steps: np.ndarray, gpu: GpuRun | None, rows: np.ndarray) -> Fitted:
     """The parameters refitted on each row's steps (steps: the recorded step numbers, in S order)."""
-    by_step = [served[served["step"] == s] for s in steps]
     costs, lam, wait = [], [], []
-    for pick in rows:  # one fit per replicate (a few hundred): each a small least-squares problem
-        calls = pd.concat([by_step[i] for i in pick], ignore_index=True)
+    for pick, calls in zip(rows, resampled_calls(served, steps, rows), strict=True):  # each a small least-squares
         costs.append(fit_cost(calls["bytes"], calls["transfer_ns"]))
         if gpu is None:
             lam.append(
@@ -97,8 +95,7 @@ def predictor(
         else:
             step, d_comm, d_tail = predict_gpu(gpu, run, flat, lam, wait, buckets, cost_ns)
         exposed = np.maximum(exposed_ns[flat] + (1.0 - overlapped) * d_comm + d_tail, 0.0)
-        per_row = lambda a: a.reshape(n_rows, -1).mean(axis=1) / NS_PER_MS
-        return per_row(step), per_row(exposed)
+        return row_means_ms(step, n_rows), row_means_ms(exposed, n_rows)
 
     return predict
 

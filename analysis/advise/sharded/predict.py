@@ -23,7 +23,7 @@ from analysis.advise.sharded.recorded import ShardRecorded, recorded_shard
 from analysis.advise.sharded.replay import Phase, Replayed, Setting, ShardRun, replay
 from analysis.advise.sharded.result import ShardAdvice, ShardCandidate
 from analysis.advise.slowdown import instrumented_slope
-from analysis.advise.uncertainty import choose, half_width, resamples
+from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms
 from analysis.measure.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
@@ -31,12 +31,9 @@ from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 DEPTHS = (1, 2, 3, 4)
 
 
-def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    """The cost lines per op fitted on the picked steps, and per unit the all-gather, reduce-scatter and
-    summed all-reduce costs (ns)."""
-    served = rec.served
-    steps = rec.steps[pick]
-    chosen = pd.concat([served[served["step"] == s] for s in steps], ignore_index=True)
+def _costs(rec: ShardRecorded, chosen: pd.DataFrame) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """The cost lines per op fitted on one row's calls (`chosen`), and per unit the all-gather,
+    reduce-scatter and summed all-reduce costs (ns)."""
     lines: dict[str, CommCost] = {}
     out: dict[str, np.ndarray] = {}
     for op, sizes in ((ALL_GATHER, rec.gather_bytes), (REDUCE_SCATTER, rec.scatter_bytes)):
@@ -76,7 +73,7 @@ def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.
     costs of row 0 and the slowdown per row."""
     s = rows.shape[1]
     flat = rows.ravel()
-    costs = [_costs(rec, pick) for pick in rows]  # one refit per replicate
+    costs = [_costs(rec, calls) for calls in resampled_calls(rec.served, rec.steps, rows)]  # one refit per row
     slowdowns = np.array([_slowdown(rec, pick) for pick in rows])
     lam = np.repeat(slowdowns, s)
     per_unit = lambda i: np.repeat(np.stack([np.asarray(c[i], dtype=float) for c in costs]), s, axis=0)
@@ -116,7 +113,7 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
     n_rows, s = rows.shape
     run, costs, lam = shard_run(rec, rows)
     measured = rec.step_ns[rows.ravel()]
-    per_row = lambda a: a.reshape(n_rows, -1).mean(axis=1) / NS_PER_MS
+    per_row = lambda a: row_means_ms(a, n_rows)
     err = lambda a: float(half_width(a))
     at_recorded = replay(run, rec.setting)
     settings = settings_for(rec.setting, depths)

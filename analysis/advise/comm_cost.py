@@ -1,16 +1,16 @@
 """What a collective of n bytes costs: latency + n / bandwidth, fitted from a trace's own calls.
 
-The calls of one run are serial on their rank's communication stream (GPU: one NCCL stream; CPU: gloo's
-worker runs one collective at a time), so a call's service time is measured from its *effective* start, the
-later of its arrival and the end of the rank's previous call, to its end, minus the time it waited for the
-last rank to arrive (pairing.py). Those transfer times are fitted by least squares, one line per message-size
-range (the distinct sizes, smallest first, grouped greedily into ranges at most RANGE_FACTOR wide; a range
-gets a line when its sizes span at least MIN_SPREAD), and one line over all calls. A size inside a range's
-sizes takes that range's line; above every range, the largest range's line if that range holds the largest
-recorded size (large messages are bandwidth-bound there too); below every range, the smallest's if it holds
-the smallest recorded size; anywhere else (between ranges, or beyond a range past recorded sizes that made no
-line of their own), the overall line. Latency and per-byte time are clamped at zero: a line that would need a
-negative one is refitted with it at zero.
+The calls of one run queue on their rank's communicator (GPU: one NCCL stream; CPU: gloo's worker threads,
+`lanes` collectives at once), so a call's service time is measured from its *effective* start, the later of
+its arrival and the end of the call `lanes` places before it on the same communicator, to its end, minus the
+time it waited for the last rank to arrive (pairing.py). Those transfer times are fitted by least squares, one
+line per message-size range (the distinct sizes, smallest first, grouped greedily into ranges at most
+RANGE_FACTOR wide; a range gets a line when its sizes span at least MIN_SPREAD), and one line over all calls.
+A size inside a range's sizes takes that range's line; above every range, the largest range's line if that
+range holds the largest recorded size (large messages are bandwidth-bound there too); below every range, the
+smallest's if it holds the smallest recorded size; anywhere else (between ranges, or beyond a range past
+recorded sizes that made no line of their own), the overall line. Latency and per-byte time are clamped at
+zero: a line that would need a negative one is refitted with it at zero.
 """
 
 from __future__ import annotations
@@ -119,20 +119,31 @@ def size_ranges(sizes: np.ndarray) -> list[np.ndarray]:
     return runs
 
 
-def serial_starts(calls: pd.DataFrame) -> np.ndarray:
-    """Each call's effective start on its rank's serial stream: max(own start, the previous call's end)."""
-    order = calls.sort_values(["rank", "start_ns"], kind="stable")
-    prev_end = order.groupby("rank", sort=False)["end_ns"].shift(1)
-    prev_end = prev_end.groupby(order["rank"], sort=False).cummax()  # a call waits for all earlier ones
+def serial_starts(calls: pd.DataFrame, lanes: int = 1, channel: str | None = None) -> np.ndarray:
+    """Each call's effective start on its rank's communicator: max(own start, the end of the call `lanes`
+    places before it), per rank (and per `channel` column, one communicator each, when given)."""
+    keys = ["rank"] if channel is None else ["rank", channel]
+    order = calls.sort_values([*keys, "start_ns"], kind="stable")
+    prev_end = order.groupby(keys, sort=False)["end_ns"].shift(lanes)
+    prev_end = prev_end.groupby([order[k] for k in keys], sort=False).cummax()  # a call waits for all earlier ones
     start = np.maximum(order["start_ns"].to_numpy(dtype=float), prev_end.fillna(-np.inf).to_numpy())
     return pd.Series(start.astype(np.int64), index=order.index).reindex(calls.index).to_numpy()
 
 
-def transfer_times(calls: pd.DataFrame, world: int) -> pd.DataFrame:
-    """rank, step, op, tag, bytes, start_ns (serial start), end_ns, wait_ns (for the last rank) and
-    transfer_ns of every paired call with known bytes (serial starts, then pairing.pair)."""
-    served = calls.assign(start_ns=serial_starts(calls))
-    paired = pair(served, world)
+def transfer_times(calls: pd.DataFrame, world: int, lanes: int = 1, channel: str | None = None) -> pd.DataFrame:
+    """rank, step, op, tag, bytes, start_ns (effective start), end_ns, wait_ns (for the last rank) and
+    transfer_ns of every paired call with known bytes (serial_starts, then pairing.pair)."""
+    served = calls.assign(start_ns=serial_starts(calls, lanes, channel))
+    paired = pair(served if channel is None else served.drop(columns=channel), world)
     ok = paired["paired"].to_numpy() & paired["bytes"].notna().to_numpy()
     cols = ["rank", "step", "op", "tag", "bytes", "start_ns", "end_ns", "wait_ns", "transfer_ns"]
     return paired.loc[ok, [c for c in cols if c in paired.columns]].reset_index(drop=True)
+
+
+def line_json(line: Line) -> dict:
+    """A cost line as the JSON of `analysis.advise` gives it: latency in us, bandwidth in GB/s (None: inf)."""
+    return {
+        "latency_us": round(line.latency_ns / 1e3, 3),
+        "bandwidth_gb_s": None if np.isinf(line.bandwidth_gbps) else round(line.bandwidth_gbps, 4),
+        "calls": line.calls,
+    }

@@ -1,4 +1,4 @@
-"""Gradient buckets: which parameters share a flat buffer, and the life of one bucket per step."""
+"""Gradient buckets: the life of one bucket per step (which parameters share one: contract.buckets.plan_buckets)."""
 
 from __future__ import annotations
 
@@ -15,31 +15,6 @@ class Pending(Protocol):
     """An async all-reduce in flight (the wrapper's `async_all_reduce` returns one)."""
 
     def wait(self) -> Any: ...
-
-
-def plan_buckets(
-    sizes_bytes: list[int], cap_bytes: float | None, first_cap_bytes: float | None = None
-) -> list[list[int]]:
-    """Group item indices, in the given order, into runs of at most `cap_bytes` (None: one run).
-
-    An item larger than the cap gets a bucket of its own. `first_cap_bytes`, if given, caps the
-    first bucket instead, so that communication can start early in backward.
-    """
-    if cap_bytes is None:
-        return [list(range(len(sizes_bytes)))] if sizes_bytes else []
-    plan: list[list[int]] = []
-    current: list[int] = []
-    filled = 0
-    for i, size in enumerate(sizes_bytes):
-        cap = first_cap_bytes if not plan and first_cap_bytes is not None else cap_bytes
-        if current and filled + size > cap:
-            plan.append(current)
-            current, filled = [], 0
-        current.append(i)
-        filled += size
-    if current:
-        plan.append(current)
-    return plan
 
 
 class Bucket:

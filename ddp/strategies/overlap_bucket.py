@@ -5,8 +5,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from contract.buckets import plan_buckets
 from ddp.comm.instrumented import broadcast_from_rank0
-from ddp.grads.buckets import Bucket, plan_buckets
+from ddp.grads.buckets import Bucket
 from ddp.grads.grad_flags import ACCUMULATION_ERROR
 from ddp.strategies.base import DataParallelBase, check_same_dtype_and_device, nbytes
 

@@ -1,2 +1,3 @@
-"""advise for sharded runs (fsdp, torch_fsdp): the recorded inputs (shard_recorded.py, shard_inputs.py), the
-replay at other prefetch depths (shard_model.py), the answer and its table."""
+"""The sharded layout (fsdp, torch_fsdp): prefetch depth and reduce-scatter communicator. Inputs from a
+recorded run (recorded.py, spans.py), the replay (replay.py), the predictions (predict.py), the answer
+(result.py)."""

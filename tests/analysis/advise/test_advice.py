@@ -210,14 +210,15 @@ def recorded(tmp_path_factory):
 @pytest.mark.slow
 @pytest.mark.parametrize("impl, rule", [("overlap_bucket", "before"), ("torch", "after")])
 def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rule):
-    from analysis.advise.bucket_layout import plan_buckets
     from analysis.run.loaded_run import load_trace
+    from contract.buckets import FIRST_BUCKET_MB, MIB, plan_buckets
 
     meta = next(iter(load_trace(recorded / f"{impl}.sqlite").meta.values()))
     layout = meta["buckets"]
     order = [name for b in layout for name in b["params"]]  # the first step's arrival order
     sizes = [meta["param_bytes"][name] for name in order]
-    planned = [[order[i] for i in b] for b in plan_buckets(sizes, meta["bucket_mb"], rule)]
+    cap = meta["bucket_mb"]
+    planned = [[order[i] for i in b] for b in plan_buckets(sizes, cap * MIB, min(FIRST_BUCKET_MB, cap) * MIB, rule)]
     assert planned == [b["params"] for b in layout]
     assert len(layout) > 3  # 1 MiB buckets of the tiny model: the rules really split it
 

@@ -1,16 +1,13 @@
-"""analysis.advise on a synthetic sharded (fsdp) CPU run whose answer is worked out by hand, the keep
-rule, and the refusal of runs advise does not model."""
+"""analysis.advise on a synthetic sharded (fsdp) CPU run whose answer is worked out by hand, and the
+refusal of runs advise does not model (the keep rule: tests/analysis/advise/test_uncertainty.py)."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from analysis.advise.advice import advise
-from analysis.advise.sharded.shard_model import Setting
-from analysis.advise.sharded.shard_result import choose
 from analysis.errors import TraceError
 from contract import (
     ALL_GATHER,
@@ -32,7 +29,7 @@ UNITS = ["l0", "l1", "l2", "l3"]
 GATHER_BYTES, SCATTER_BYTES = 1 << 20, 2 << 20
 STEP, STEPS = 101, 3
 # fsdp at prefetch 2 with one collective at a time on one group (NCCL's rule): gathers 4 ms, reduce-scatters 8 ms,
-# units 10 ms, 4 ms of compute before each phase's first unit; worked by hand (test_shard_model's second case):
+# units 10 ms, 4 ms of compute before each phase's first unit; worked by hand (sharded/test_replay.py's second case):
 # op, unit, issue, end (ms from the step's start); the waits: unit, need, resume
 CALLS = [
     (ALL_GATHER, "l0", 0, 4), (ALL_GATHER, "l1", 0, 8), (ALL_GATHER, "l2", 14, 18), (ALL_GATHER, "l3", 24, 28),
@@ -102,7 +99,7 @@ def test_the_recorded_setting_replays_the_recorded_step(fsdp_run):
 
 def test_separate_reduce_scatters_remove_the_backward_waits_worked_by_hand(fsdp_run):
     """Separate: the gathers of l1 and l0 run beside the reduce-scatters (58-62, 68-72) and arrive
-    before their units need them: 4 ms less per step (test_shard_model's second case)."""
+    before their units need them: 4 ms less per step (sharded/test_replay.py's second case)."""
     run = advise([fsdp_run])[0].to_json()
     sep = candidate(run, 2, True)
     assert sep["predicted_step_ms"] == pytest.approx(STEP - 4) and sep["predicted_backward_wait_ms"] == 0
@@ -127,21 +124,6 @@ def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run):
     assert advise_cli(str(fsdp_run), "--bucket-mb", "5").returncode == 2
 
 
-def test_the_keep_rule_keeps_the_recorded_setting_within_the_uncertainty():
-    settings = [Setting(1, False), Setting(2, False), Setting(3, False)]
-    rng = np.random.default_rng(0)
-    noise = rng.normal(0, 2.0, size=(201, 1))
-    steps = np.hstack(
-        [110 + noise, 100 + noise + rng.normal(0, 1.0, (201, 1)), 99.5 + noise + rng.normal(0, 1.0, (201, 1))]
-    )
-    steps[0] = [110, 100, 99.5]
-    kept = choose(settings, steps, Setting(2, False))
-    assert kept.kept and kept.setting == Setting(2, False) and kept.best == Setting(3, False)
-    assert kept.reason.startswith("kept: prefetch 3, shared would gain 0.500 ±")
-    moved = choose(settings, steps, Setting(1, False))
-    assert not moved.kept and moved.setting == Setting(3, False) and moved.gain_ms == pytest.approx(10.5)
-
-
 @pytest.mark.parametrize("impl", ["naive", "flat"])
 def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp_path, monkeypatch, impl):
     from analysis import session  # advise opens its runs through OpenRuns, which loads them
@@ -155,7 +137,7 @@ def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp
     def no_loading(*args, **kwargs):
         raise AssertionError("the trace was loaded")
 
-    monkeypatch.setattr(session, "load_trace", no_loading)
+    monkeypatch.setattr(session, "load_run", no_loading)
     with pytest.raises(TraceError, match=rf"implementation {impl}: advise predicts DDP's bucket size from a run of "):
         advise([tmp_path / f"{impl}.sqlite"])
     res = advise_cli(str(tmp_path / f"{impl}.sqlite"))

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from analysis import load_trace
-from analysis.advise.sharded.shard_advice import advise_shard
-from analysis.advise.sharded.shard_model import Setting
-from analysis.advise.sharded.shard_recorded import recorded_shard
+from analysis.advise.sharded.predict import advise_shard
+from analysis.advise.sharded.recorded import recorded_shard
+from analysis.advise.sharded.replay import Setting
 from analysis.run.loaded_run import measure_run
 from tests import gpu_traces
 from tests.analysis.fsdp_units.test_gather_held_h200 import NAME, plain_held

@@ -1,6 +1,6 @@
-"""The sharded replay's recorded inputs from one loaded fsdp / torch_fsdp trace: `recorded_shard(trace)`.
+"""The sharded layout's inputs from one loaded fsdp / torch_fsdp run: `recorded_shard(loaded, impl)`.
 
-Per rank-step (S steps, R ranks) the phases' compute around each unit's wait (advise/sharded/shard_inputs.py),
+Per rank-step (S steps, R ranks) the phases' compute around each unit's wait (spans.py),
 the rest of the step, the collectives' service times (for the cost fits) and each compute span's
 communication beside it (for the slowdown fit); the recorded setting from `ddp.meta` or the
 strategy's default. See docs/advise.md ("Sharded runs").
@@ -13,17 +13,18 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.advise.sharded.shard_inputs import blocked_inside, comm_beside, phase_windows, unit_spans
-from analysis.advise.sharded.shard_model import Setting
+from analysis.advise.comm_cost import transfer_times
+from analysis.advise.layouts import run_meta
+from analysis.advise.sharded.replay import Setting
+from analysis.advise.sharded.spans import blocked_inside, comm_beside, phase_windows, unit_spans
 from analysis.errors import TraceError
-from analysis.measure.pairing import pair, world_size
+from analysis.measure.pairing import world_size
 from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
 from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import KERNELS, NS_PER_MS, Trace
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SHARDING_KEY
 
-SHARDED = ("fsdp", "torch_fsdp")
 DEFAULT_PREFETCH = {"fsdp": 2, "torch_fsdp": 1}  # fsdp's constructor default; FSDP2's implicit prefetch of one
 GLOO_LANES = 2  # ProcessGroupGloo runs this many collectives at once (its worker threads, Options.threads)
 
@@ -55,8 +56,7 @@ class ShardRecorded:
 
 def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
     """The recorded prefetch / separate_reduce_scatter from ddp.meta, else the strategy's defaults."""
-    meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
-    found = meta.get(SHARDING_KEY)
+    found = run_meta(trace).get(SHARDING_KEY)
     sharding: dict = found if isinstance(found, dict) else {}
     prefetch, separate = sharding.get("prefetch"), sharding.get("separate_reduce_scatter")
     if isinstance(prefetch, int) and not isinstance(prefetch, bool) and prefetch >= 1:
@@ -67,24 +67,18 @@ def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
 
 
 def _served(calls: pd.DataFrame, world: int, lanes: int, separate: bool) -> pd.DataFrame:
-    """Every paired call's service time: from its effective start (its issue, or the end of the call
-    `lanes` places before it on the same rank and communicator) less its wait for the last rank, to its end."""
-    comm = np.where((calls["op"] == REDUCE_SCATTER) & separate, 1, 0)
-    f = calls.assign(comm=comm).sort_values(["rank", "comm", "start_ns"], kind="stable")
-    before = f.groupby(["rank", "comm"], sort=False)["end_ns"].shift(lanes)
-    before = before.groupby([f["rank"], f["comm"]], sort=False).cummax()
-    f["start_ns"] = np.maximum(f["start_ns"].to_numpy(float), before.fillna(-np.inf).to_numpy()).astype(np.int64)
-    paired = pair(f.drop(columns="comm"), world)
-    ok = paired["paired"].to_numpy() & paired["bytes"].notna().to_numpy()
-    out = paired.loc[ok, ["rank", "step", "op", "tag", "bytes", "start_ns", "end_ns", "transfer_ns"]]
-    return out.rename(columns={"start_ns": "start", "end_ns": "end"}).reset_index(drop=True)
+    """Every paired call's service time (comm_cost.transfer_times), reduce-scatters on a communicator of
+    their own when `separate`; start and end as `start`, `end`."""
+    channel = np.where((calls["op"] == REDUCE_SCATTER) & separate, 1, 0)
+    f = calls.assign(channel=channel).sort_values(["rank", "channel", "start_ns"], kind="stable")
+    served = transfer_times(f, world, lanes, "channel").drop(columns="wait_ns")
+    return served.rename(columns={"start_ns": "start", "end_ns": "end"})
 
 
 def _with_layout_bytes(calls: pd.DataFrame, trace: Trace) -> pd.DataFrame:
     """Calls whose range carried no byte count (torch.profiler traces) take their unit's bytes from
     ddp.meta's `sharded` layout (all_gather_bytes / reduce_scatter_bytes)."""
-    meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
-    entries = meta.get("sharded")
+    entries = run_meta(trace).get("sharded")
     layout: list = entries if isinstance(entries, list) else []
     known = {
         (op, str(e["name"])): float(e[f"{op}_bytes"])
@@ -116,8 +110,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
     gathers = calls[calls["op"] == ALL_GATHER]
     if gathers.empty:
         raise TraceError(f"{trace.path}: {impl}: no all-gather calls inside steps: nothing to model")
-    meta: dict = next(iter(trace.meta.values()), {}) if trace.meta else {}
-    lanes = 1 if gpu or meta.get("backend") == "nccl" else GLOO_LANES
+    lanes = 1 if gpu or run_meta(trace).get("backend") == "nccl" else GLOO_LANES
     world = world_size(trace.meta, len(trace.ranks))
     served = _served(calls, world, lanes, setting.separate)
     units = _order(trace, gathers)

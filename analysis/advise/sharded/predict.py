@@ -1,14 +1,13 @@
-"""`analysis.advise` for sharded runs (fsdp, torch_fsdp): the step and the per-unit waits predicted at
-prefetch depths 1-4, each with reduce-scatters sharing the all-gathers' communicator or on their own,
-from one recorded run (shard_recorded.py -> advise/sharded/shard_model.replay), with a 95 % interval, the
-bound of perfect overlap, and the recommended setting (the recorded one kept unless a candidate's gain
-exceeds its uncertainty). docs/advise.md, "Sharded runs".
+"""The sharded layout's predictions: the step and the per-unit waits at prefetch depths 1-4, each with
+reduce-scatters sharing the all-gathers' communicator or on their own, from one recorded run (recorded.py ->
+replay.py), with a 95 % interval, the bound of perfect overlap, and the recommended setting (the recorded
+one kept unless a candidate's gain exceeds its uncertainty). docs/advise.md, "Sharded runs".
 
 Each prediction is anchored on the measured step: predicted = measured + replay(candidate) -
 replay(recorded setting), per rank-step, so what the replay does not model cancels; the replay's own
 figure at the recorded setting is reported beside the measured step (`replayed_step_ms`) as its check.
-Uncertainty: the model refitted (collective costs per op, compute slowdown) and replayed on bootstrap
-resamples of the recorded steps, as the DDP advice does (advice_predict.py).
+Uncertainty (uncertainty.py): the model refitted (collective costs per op, compute slowdown) and replayed on
+bootstrap resamples of the recorded steps, as the bucket layout does.
 """
 
 from __future__ import annotations
@@ -19,34 +18,22 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from analysis.advise.advice_result import Z95
 from analysis.advise.comm_cost import CommCost, fit_cost
-from analysis.advise.sharded.shard_model import Phase, Replayed, Setting, ShardRun, fit_slowdown, replay
-from analysis.advise.sharded.shard_recorded import ShardRecorded, recorded_shard
-from analysis.advise.sharded.shard_result import ShardAdvice, ShardCandidate, choose
+from analysis.advise.sharded.recorded import ShardRecorded, recorded_shard
+from analysis.advise.sharded.replay import Phase, Replayed, Setting, ShardRun, replay
+from analysis.advise.sharded.result import ShardAdvice, ShardCandidate
+from analysis.advise.slowdown import instrumented_slope
+from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms
 from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
 
 DEPTHS = (1, 2, 3, 4)
-REPLICATES = 200
-SEED = 0
 
 
-def resamples(steps: int, replicates: int = REPLICATES, seed: int = SEED) -> np.ndarray:
-    """(1 + replicates, steps): every step in order, then resamples with replacement (one row if 1 step)."""
-    if steps < 2:
-        return np.zeros((1, steps), dtype=np.int64)
-    draws = np.random.default_rng(seed).integers(0, steps, size=(replicates, steps))
-    return np.vstack([np.arange(steps)[None, :], draws])
-
-
-def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
-    """The cost lines per op fitted on the picked steps, and per unit the all-gather, reduce-scatter and
-    summed all-reduce costs (ns)."""
-    served = rec.served
-    steps = rec.steps[pick]
-    chosen = pd.concat([served[served["step"] == s] for s in steps], ignore_index=True)
+def _costs(rec: ShardRecorded, chosen: pd.DataFrame) -> tuple[dict, np.ndarray, np.ndarray, np.ndarray]:
+    """The cost lines per op fitted on one row's calls (`chosen`), and per unit the all-gather,
+    reduce-scatter and summed all-reduce costs (ns)."""
     lines: dict[str, CommCost] = {}
     out: dict[str, np.ndarray] = {}
     for op, sizes in ((ALL_GATHER, rec.gather_bytes), (REDUCE_SCATTER, rec.scatter_bytes)):
@@ -67,7 +54,7 @@ def _costs(rec: ShardRecorded, pick: np.ndarray) -> tuple[dict, np.ndarray, np.n
 
 
 def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:
-    """fit_slowdown over the picked steps' compute spans (own and glue, per phase and unit)."""
+    """slowdown.instrumented_slope over the picked steps' compute spans (own and glue, per phase and unit)."""
     ys, xs, zs, keys = [], [], [], []
     for p, phase in enumerate(("forward", "backward")):
         sp = rec.spans[phase]
@@ -78,7 +65,7 @@ def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:
             xs.append(sp[f"{name}_beside"][pick].ravel())
             zs.append(sp[f"{name}_typical"][pick].ravel())
             keys.append(k.ravel())
-    return fit_slowdown(np.concatenate(ys), np.concatenate(xs), np.concatenate(zs), np.concatenate(keys))
+    return instrumented_slope(np.concatenate(ys), np.concatenate(xs), np.concatenate(zs), np.concatenate(keys))
 
 
 def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.ndarray]:
@@ -86,7 +73,7 @@ def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.
     costs of row 0 and the slowdown per row."""
     s = rows.shape[1]
     flat = rows.ravel()
-    costs = [_costs(rec, pick) for pick in rows]  # one refit per replicate
+    costs = [_costs(rec, calls) for calls in resampled_calls(rec.served, rec.steps, rows)]  # one refit per row
     slowdowns = np.array([_slowdown(rec, pick) for pick in rows])
     lam = np.repeat(slowdowns, s)
     per_unit = lambda i: np.repeat(np.stack([np.asarray(c[i], dtype=float) for c in costs]), s, axis=0)
@@ -126,8 +113,8 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
     n_rows, s = rows.shape
     run, costs, lam = shard_run(rec, rows)
     measured = rec.step_ns[rows.ravel()]
-    per_row = lambda a: a.reshape(n_rows, -1).mean(axis=1) / NS_PER_MS
-    err = lambda a: float(Z95 * a[1:].std()) if len(a) > 2 else 0.0
+    per_row = lambda a: row_means_ms(a, n_rows)
+    err = lambda a: float(half_width(a))
     at_recorded = replay(run, rec.setting)
     settings = settings_for(rec.setting, depths)
     steps, candidates = [], []

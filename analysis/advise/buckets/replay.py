@@ -1,16 +1,17 @@
-"""Replaying a run's backward pass with other buckets: when the step would end at another bucket size.
+"""Replaying a run's backward pass with other buckets on CPU ranges: when the step would end at another size.
 
 Arrays are shaped (steps, ranks, ...), times int-like ns on the trace's clock. For a candidate layout
-(bucket_layout.plan_buckets) the model
+(contract.buckets.plan_buckets) the model
   1. makes each bucket ready when its last gradient is ready, and launches buckets in order (a bucket
      waits for the ones before it, as both strategies launch them);
-  2. runs the collectives one after another on the communication stream: collective k of a step
-     starts when every rank has launched it and collective k-1 has ended, and lasts cost(bytes)
-     (comm_cost.CommCost);
+  2. runs the collectives one after another on the communicator (communicator.serial_collectives):
+     collective k of a step starts when every rank has launched it and collective k-1 has ended, and
+     lasts cost(bytes) (comm_cost.CommCost);
   3. stretches the backward pass by `slowdown` ms per ms of communication in flight under it (compute
      runs slower while communication runs; the recorded run's own stretch is taken out first);
   4. predicts the step as the recorded step with its backward pass and its wait for communication
      after backward (the tail) replaced by the replayed ones.
+The GPU variant, where compute stalls beside the rank's own kernels, is buckets/gpu.py.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from numpy.typing import ArrayLike
 
 from analysis.advise.comm_cost import CommCost
+from analysis.advise.communicator import serial_collectives
 
 
 @dataclass(frozen=True)
@@ -53,41 +54,6 @@ class Replay:
     step_ns: np.ndarray
 
 
-def place_in_buckets(
-    bucket_ready: np.ndarray, members: list[np.ndarray], param_bytes: ArrayLike, start: np.ndarray
-) -> np.ndarray:
-    """Ready times (S, R, J) of parameters known only by their bucket's ready time (S, R, K).
-
-    A bucket's parameters (in arrival order) become ready one after another between the previous
-    bucket's ready time (the first bucket: `start`, the backward pass's start) and their own bucket's,
-    each after a share of that time proportional to its bytes; the last one at the bucket's time."""
-    sizes = np.asarray(param_bytes, dtype=float)
-    n_params = sum(len(m) for m in members)
-    ready = np.zeros((*bucket_ready.shape[:2], n_params))
-    previous = start.astype(float)
-    for k, idx in enumerate(members):  # one pass per recorded bucket
-        share = np.cumsum(sizes[idx]) / max(sizes[idx].sum(), 1.0)
-        own = bucket_ready[:, :, k].astype(float)
-        span = np.maximum(own - previous, 0.0)
-        ready[:, :, idx] = previous[:, :, None] + span[:, :, None] * share[None, None, :]
-        previous = np.maximum(previous, own)
-    return ready
-
-
-def serial_collectives(launch: np.ndarray, cost_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(start, end), each (S, K): collective k starts once every rank launched it (launch: S, R, K)
-    and collective k-1 ended, and lasts cost_ns[k] (or cost_ns[s, k], one cost per step)."""
-    arrive = launch.max(axis=1)
-    cost_ns = np.broadcast_to(np.asarray(cost_ns, dtype=float), arrive.shape)
-    start, end = np.zeros_like(arrive, dtype=float), np.zeros_like(arrive, dtype=float)
-    previous = np.full(arrive.shape[0], -np.inf)
-    for k in range(arrive.shape[1]):  # one pass per bucket
-        start[:, k] = np.maximum(arrive[:, k], previous)
-        end[:, k] = start[:, k] + cost_ns[:, k]
-        previous = end[:, k]
-    return start, end
-
-
 def under(start: np.ndarray, end: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per (S, R): the length of disjoint intervals (S, K) inside [lo, hi) (S, R)."""
     s = np.clip(start[:, None, :], lo[:, :, None], hi[:, :, None])
@@ -115,17 +81,3 @@ def replay(run: RecordedRun, buckets: list[np.ndarray], cost: CommCost | np.ndar
     tail = np.maximum(end[:, -1][:, None] - (b0 + backward), 0.0)
     step = run.step_ns - (b1 - b0) - run.tail_ns + backward + tail
     return Replay(start, end, under_backward, backward, tail, step)
-
-
-def fit_slowdown(backward_ns: ArrayLike, comm_under_ns: ArrayLike, min_points: int = 4) -> float:
-    """Extra compute per unit of communication in flight: the least-squares slope of the backward
-    pass's length on the communication under it over the run's steps and ranks, clamped to [0, 1] (at 1
-    compute stops while communication runs; more cannot be);
-    0 with fewer than `min_points` points or no spread in the communication."""
-    x, y = np.asarray(comm_under_ns, dtype=float).ravel(), np.asarray(backward_ns, dtype=float).ravel()
-    keep = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[keep], y[keep]
-    if x.size < min_points or np.ptp(x) <= 0:
-        return 0.0
-    slope = float(np.polyfit(x, y, 1)[0])
-    return float(np.clip(slope, 0.0, 1.0))

@@ -12,10 +12,9 @@ backward in reverse unit order), the rules of `ddp/strategies/fsdp.py`:
      the replicated parameters' all-reduces of its span, then (both phases) the all-gather of the unit
      `prefetch` places further on; in backward the unit's post-hook also waits for the reduce-scatter
      two units back (two flat gradient buffers are shared: a third unit waits for the oldest);
-  4. collectives run on communicators, FIFO in issue order, each with `lanes` collectives in flight at
-     most (NCCL: one stream; gloo: its worker threads); a collective starts when every rank has issued
-     it and a lane is free on every rank, and lasts its cost; all-gathers and all-reduces share one
-     communicator, reduce-scatters share it too (`separate=False`) or have their own;
+  4. collectives run on communicators (communicator.Communicator: FIFO, `lanes` in flight at most);
+     all-gathers and all-reduces share one communicator, reduce-scatters share it too
+     (`separate=False`) or have their own;
   5. compute runs `slowdown` ns longer per ns of communication in flight beside it (that communication
      taken as one busy period from the span's start to the latest end queued on any lane);
   6. after backward, the step waits for every collective (the tail); the step is `other` (what the
@@ -29,6 +28,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+
+from analysis.advise.communicator import Communicator
 
 BUFFERS = 2  # fsdp's flat gradient buffers (ddp/sharding/gradient_buffers.py)
 
@@ -85,29 +86,6 @@ class Replayed:
     tail: np.ndarray
     forward_wait: np.ndarray
     backward_wait: np.ndarray
-
-
-class Communicator:
-    """FIFO collectives with `lanes` in flight at most, on every rank of every row at once."""
-
-    def __init__(self, shape: tuple[int, int], lanes: int):
-        self.free = np.zeros((*shape, lanes))  # when each lane is next free
-        self.last_start = np.zeros(shape)  # FIFO: no collective starts before an earlier one
-
-    def run(self, issue: np.ndarray, cost: np.ndarray) -> np.ndarray:
-        """Queue one collective issued at `issue` (N, R) lasting `cost` (N,): its end (N,), the same on
-        every rank (it starts once every rank has issued it and has a lane free)."""
-        lane = self.free.argmin(axis=2)
-        ready = np.maximum(np.maximum(issue, self.free.min(axis=2)), self.last_start)
-        start = ready.max(axis=1)  # every rank must be there
-        end = start + cost
-        np.put_along_axis(self.free, lane[:, :, None], np.broadcast_to(end[:, None, None], (*lane.shape, 1)), axis=2)
-        self.last_start = np.broadcast_to(start[:, None], issue.shape).copy()
-        return end
-
-    def busy_until(self) -> np.ndarray:
-        """(N, R) the latest end of anything queued."""
-        return self.free.max(axis=2)
 
 
 def stretch(base: np.ndarray, start: np.ndarray, busy_until: np.ndarray, slowdown: np.ndarray) -> np.ndarray:
@@ -178,26 +156,3 @@ def replay(run: ShardRun, setting: Setting) -> Replayed:
         forward_wait=f_wait,
         backward_wait=b_wait,
     )
-
-
-def fit_slowdown(
-    span_ns: np.ndarray, beside_ns: np.ndarray, typical_ns: np.ndarray, unit: np.ndarray, min_points: int = 4
-) -> float:
-    """Extra compute ns per ns of communication beside it, from the compute spans of every rank-step,
-    each unit's own mean taken out: the slope of span length on the communication beside the span,
-    instrumented by the communication beside the unit's typical (median) span from the same start
-    (sum dz.dy / sum dz.dx): a span made long by anything else has more communication beside it, the
-    typical window does not grow with it. Clamped to [0, 0.95]; 0 with fewer than `min_points` spans
-    or no spread."""
-    y, x, z = (np.asarray(a, dtype=float) for a in (span_ns, beside_ns, typical_ns))
-    keep = ~(np.isnan(x) | np.isnan(y) | np.isnan(z))
-    y, x, z, unit = y[keep], x[keep], z[keep], np.asarray(unit)[keep]
-    if y.size < min_points:
-        return 0.0
-    _, inverse, counts = np.unique(unit, return_inverse=True, return_counts=True)
-    mean = lambda a: np.bincount(inverse, weights=a) / counts
-    dx, dy, dz = x - mean(x)[inverse], y - mean(y)[inverse], z - mean(z)[inverse]
-    denominator = float(np.dot(dz, dx))
-    if denominator <= 0:
-        return 0.0
-    return float(np.clip(np.dot(dz, dy) / denominator, 0.0, 0.95))

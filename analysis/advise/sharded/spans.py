@@ -1,4 +1,4 @@
-"""The sharded replay's inputs from one recorded fsdp / torch_fsdp run: `unit_spans` (per rank, step,
+"""The sharded layout's spans from one recorded fsdp / torch_fsdp run: `unit_spans` (per rank, step,
 phase and unit: when the unit needed its weights, when it resumed, its post-hook) and `phase_windows`.
 
 need / resume of a unit's all-gather (the first wait for it on the rank at or after its issue):

@@ -1,10 +1,17 @@
-"""How much a rank's backward compute loses while its own communication kernels are in flight (GPU).
+"""How much compute slows while communication runs: the estimates the replays take it from.
 
-On a GPU the backward pass's kernels and the NCCL kernels compete for the same SMs (more so when ranks
-share a GPU): compute can stall while a collective runs, or run slower beside it. Both show as lost
-compute *progress*. Each compute kernel's work is the median duration of its name's kernels that ran
-with no communication of their rank in flight; a kernel that overlapped communication by a fraction f
-of its duration did f of its work under communication. Per rank and step, over the backward window:
+`backward_slope` (bucket replay, CPU ranges): the least-squares slope of the backward pass's length on the
+communication in flight under it, over the run's steps and ranks.
+
+`instrumented_slope` (sharded replay): the slope of each compute span's length on the communication beside
+it, each unit's own mean taken out, instrumented by the communication beside the unit's typical span.
+
+`step_sums` and `progress_slowdown` (bucket replay, GPU kernels): on a GPU the backward pass's kernels and
+the NCCL kernels compete for the same SMs (more so when ranks share a GPU): compute can stall while a
+collective runs, or run slower beside it. Both show as lost compute *progress*. Each compute kernel's work
+is the median duration of its name's kernels that ran with no communication of their rank in flight; a
+kernel that overlapped communication by a fraction f of its duration did f of its work under
+communication. Per rank and step, over the backward window:
 
     rate_in  = work done under communication / communication in flight under backward
     rate_out = work done without communication / (backward window - communication in flight)
@@ -12,17 +19,55 @@ of its duration did f of its work under communication. Per rank and step, over t
 
 pooled over the rank-steps given (the sums, not a mean of ratios, so a step with little communication
 does not weigh as much as one with a lot). The per rank-step sums are returned so that callers can
-pool any subset of steps (the bootstrap of advice.py).
+pool any subset of steps (the bootstrap's resamples).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 from analysis.measure import intervals as iv
 
-SUMS = ["work_in", "work_out", "comm_ns", "span_ns"]
+SUMS = ["work_in", "work_out", "comm_ns", "span_ns"]  # step_sums' columns
+
+
+def backward_slope(backward_ns: ArrayLike, comm_under_ns: ArrayLike, min_points: int = 4) -> float:
+    """Extra compute per unit of communication in flight: the least-squares slope of the backward
+    pass's length on the communication under it over the run's steps and ranks, clamped to [0, 1] (at 1
+    compute stops while communication runs; more cannot be);
+    0 with fewer than `min_points` points or no spread in the communication."""
+    x, y = np.asarray(comm_under_ns, dtype=float).ravel(), np.asarray(backward_ns, dtype=float).ravel()
+    keep = ~(np.isnan(x) | np.isnan(y))
+    x, y = x[keep], y[keep]
+    if x.size < min_points or np.ptp(x) <= 0:
+        return 0.0
+    slope = float(np.polyfit(x, y, 1)[0])
+    return float(np.clip(slope, 0.0, 1.0))
+
+
+def instrumented_slope(
+    span_ns: np.ndarray, beside_ns: np.ndarray, typical_ns: np.ndarray, unit: np.ndarray, min_points: int = 4
+) -> float:
+    """Extra compute ns per ns of communication beside it, from the compute spans of every rank-step,
+    each unit's own mean taken out: the slope of span length on the communication beside the span,
+    instrumented by the communication beside the unit's typical (median) span from the same start
+    (sum dz.dy / sum dz.dx): a span made long by anything else has more communication beside it, the
+    typical window does not grow with it. Clamped to [0, 0.95]; 0 with fewer than `min_points` spans
+    or no spread."""
+    y, x, z = (np.asarray(a, dtype=float) for a in (span_ns, beside_ns, typical_ns))
+    keep = ~(np.isnan(x) | np.isnan(y) | np.isnan(z))
+    y, x, z, unit = y[keep], x[keep], z[keep], np.asarray(unit)[keep]
+    if y.size < min_points:
+        return 0.0
+    _, inverse, counts = np.unique(unit, return_inverse=True, return_counts=True)
+    mean = lambda a: np.bincount(inverse, weights=a) / counts
+    dx, dy, dz = x - mean(x)[inverse], y - mean(y)[inverse], z - mean(z)[inverse]
+    denominator = float(np.dot(dz, dx))
+    if denominator <= 0:
+        return 0.0
+    return float(np.clip(np.dot(dz, dy) / denominator, 0.0, 0.95))
 
 
 def step_sums(kernels: pd.DataFrame, comm: pd.DataFrame, windows: pd.DataFrame) -> pd.DataFrame:
@@ -78,7 +123,7 @@ def step_sums(kernels: pd.DataFrame, comm: pd.DataFrame, windows: pd.DataFrame) 
     return pd.concat(out, ignore_index=True) if out else pd.DataFrame(columns=["rank", "step", *SUMS])
 
 
-def slowdown(work_in: float, work_out: float, comm_ns: float, span_ns: float) -> float:
+def progress_slowdown(work_in: float, work_out: float, comm_ns: float, span_ns: float) -> float:
     """1 - (progress rate under communication) / (progress rate without), clamped to [0, 1]; 0 when
     there was no communication (or no time without it) to compare."""
     if comm_ns <= 0 or span_ns - comm_ns <= 0 or work_out <= 0:

@@ -1,4 +1,4 @@
-"""The sharded replay (advise/sharded/shard_model.py) on runs small enough to work out by hand.
+"""The sharded replay (advise/sharded/replay.py) on runs small enough to work out by hand.
 
 Every run: 2 identical ranks, 4 units, one row; times in ms. Each schedule is written out in the test's
 docstring as worked by hand from fsdp's rules (docs/advise.md, "Sharded runs")."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from analysis.advise.sharded.shard_model import Phase, Setting, ShardRun, fit_slowdown, replay
+from analysis.advise.sharded.replay import Phase, Setting, ShardRun, replay
 
 U, R = 4, 2
 
@@ -100,18 +100,6 @@ def test_compute_slows_by_the_communication_beside_it():
     assert out.forward_wait[0, 0, 0] == 6 and out.forward_wait[0, 0, 1] == 0
     assert replay(run(gather=6, scatter=0, lead=0, own=10), Setting(2, False)).forward[0, 0] < out.forward[0, 0]
 
-
-def test_the_slowdown_fit_recovers_the_slope_and_ignores_spans_long_for_other_reasons():
-    """Spans = 10 + 0.3 x communication beside them: the fit says 0.3. Spans made long by noise, with
-    communication in flight all along them (beside = the span), while the typical window's
-    communication does not move: 0, where a plain regression on `beside` would say 1."""
-    rng = np.random.default_rng(1)
-    unit = np.repeat(np.arange(5), 40)
-    typical = rng.uniform(0, 8, unit.size)
-    assert fit_slowdown(10 + 0.3 * typical, typical, typical, unit) == pytest.approx(0.3)
-    noise = rng.uniform(0, 20, unit.size)
-    spans = 10 + noise
-    assert fit_slowdown(spans, spans, np.full(unit.size, 4.0) + rng.uniform(0, 1e-9, unit.size), unit) < 0.05
     assert Setting(1, True).prefetch == 1
     with pytest.raises(ValueError, match="prefetch must be an integer >= 1, got 0"):
         Setting(0, False)
@@ -128,3 +116,9 @@ def test_a_unit_backward_does_not_gather_is_left_out_of_backward():
     out = replay(replace(r, backward=three, backward_units=np.array([2, 1, 0])), Setting(2, False))
     assert out.step.tolist() == [[82, 82]] and out.backward.tolist() == [[36, 36]]
     assert out.backward_wait.sum() == 0 and out.backward_wait.shape == (1, R, U)
+
+
+def test_a_setting_is_a_depth_of_at_least_one():
+    assert Setting(1, True).prefetch == 1
+    with pytest.raises(ValueError, match="prefetch must be an integer >= 1, got 0"):
+        Setting(0, False)

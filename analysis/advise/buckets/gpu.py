@@ -1,10 +1,19 @@
-"""The GPU what-if's inputs from a trace whose collectives are kernels (`GpuRun`), and its prediction.
+"""The bucket what-if on GPU kernels: compute stalls beside the rank's own communication kernels.
 
-Per rank-step (S, R): the interference sums (advise/interference.py), the rank's communication kernels
-in flight under backward, the first call's wait for the other ranks (the step's start carries the ranks'
-skew, paid once a step at any bucket size) and the other calls' waits (paid once a call); per parameter
-(S, R, J): the time from backward's start to its gradient's ready time and the communication in flight
-before it, so that its ready time in *work done* can be taken for any slowdown (stall_replay.py).
+Inputs (`GpuRun`), per rank-step (S, R): the interference sums (slowdown.step_sums), the rank's
+communication kernels in flight under backward, the first call's wait for the other ranks (the step's
+start carries the ranks' skew, paid once a step at any bucket size) and the other calls' waits (paid once
+a call); per parameter (S, R, J): the time from backward's start to its gradient's ready time and the
+communication in flight before it, so that its ready time in *work done* can be taken for any slowdown.
+
+The replay (`replay_stalls`), time counted from the start of backward's compute, arrays (N, R, ...) for N
+replayed steps (a step may appear several times: the bootstrap) and R ranks: a rank's backward compute is
+`compute_ns` of work; bucket k becomes ready when that work has reached `ready[..., k]` (work done, not
+wall time, so that a candidate that stalls compute more also makes its later gradients later). On the
+rank's one communication stream the calls run one after another: call k starts when it is ready and call
+k-1 has ended, and stays in flight `call_ns[..., k]` (its transfer and its wait for the other ranks).
+While a call is in flight compute runs at (1 - slowdown) of its pace; otherwise at full pace. Backward
+ends when its work is done; the tail is what the calls run on after that.
 """
 
 from __future__ import annotations
@@ -14,9 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from analysis.advise.bucket_model import RecordedRun
-from analysis.advise.interference import SUMS, slowdown, step_sums
-from analysis.advise.stall_replay import replay_stalls
+from analysis.advise.buckets.replay import RecordedRun
+from analysis.advise.slowdown import SUMS, progress_slowdown, step_sums
 from analysis.measure import intervals as iv
 from analysis.measure.phases import codes
 from analysis.trace.frames import GPU_KERNEL, Trace
@@ -24,7 +32,7 @@ from analysis.trace.frames import GPU_KERNEL, Trace
 
 @dataclass(frozen=True)
 class GpuRun:
-    sums: np.ndarray  # (S, R, 4): work_in, work_out, comm_ns, span_ns (interference.SUMS)
+    sums: np.ndarray  # (S, R, 4): work_in, work_out, comm_ns, span_ns (slowdown.SUMS)
     elapsed: np.ndarray  # (S, R, J) ready time - backward start
     comm_before: np.ndarray  # (S, R, J) own communication in flight between backward start and ready time
     first_wait_ns: np.ndarray  # (S, R)
@@ -36,8 +44,8 @@ class GpuRun:
         return self.sums[..., 2]
 
     def slowdown(self, rows: np.ndarray) -> float:
-        """interference.slowdown pooled over the given steps (indices into S, repeats allowed)."""
-        return slowdown(*self.sums[rows].reshape(-1, len(SUMS)).sum(axis=0))
+        """slowdown.progress_slowdown pooled over the given steps (indices into S, repeats allowed)."""
+        return progress_slowdown(*self.sums[rows].reshape(-1, len(SUMS)).sum(axis=0))
 
     def call_wait_ns(self, rows: np.ndarray) -> float:
         """Mean wait for the other ranks per call, the step's first call aside, over the given steps."""
@@ -57,7 +65,7 @@ def _covered(set_starts: np.ndarray, set_ends: np.ndarray, t: np.ndarray) -> np.
 
 
 def gpu_run(trace: Trace, run: RecordedRun, base: pd.DataFrame, served: pd.DataFrame) -> GpuRun:
-    """The GPU inputs of a recorded run (base: its rank-steps sorted by step then rank, as in advice.py)."""
+    """The GPU inputs of a recorded run (base: its rank-steps sorted by step then rank, as in recorded.py)."""
     shape = run.step_ns.shape
     ops = trace.gpu_ops
     ranks = trace.ranks[["part", "pid", "device", "rank"]]
@@ -79,6 +87,40 @@ def gpu_run(trace: Trace, run: RecordedRun, base: pd.DataFrame, served: pd.DataF
     first_wait = _grid(base, first[["rank", "step", "wait_ns"]], ["wait_ns"], shape)[..., 0]
     waits = _grid(base, rest, ["sum", "size"], shape)
     return GpuRun(sums, run.ready - b0[..., None], before, first_wait, waits[..., 0], waits[..., 1])
+
+
+@dataclass(frozen=True)
+class Stalled:
+    """Per replayed step and rank (N, R): backward's length, the tail after it, and the calls' time in
+    flight before backward ended."""
+
+    backward_ns: np.ndarray
+    tail_ns: np.ndarray
+    comm_under_ns: np.ndarray
+
+
+def replay_stalls(ready: np.ndarray, compute_ns: np.ndarray, call_ns: np.ndarray, slowdown: np.ndarray) -> Stalled:
+    """The module docstring's replay; `slowdown` broadcasts against (N, R) (one per replayed step)."""
+    work = np.asarray(compute_ns, dtype=float)
+    ready = np.minimum(np.maximum.accumulate(np.asarray(ready, dtype=float), axis=-1), work[..., None])
+    rate = np.broadcast_to(1.0 - np.clip(np.asarray(slowdown, dtype=float), 0.0, 1.0), work.shape)
+    t, done_work = np.zeros_like(work), np.zeros_like(work)
+    finished = np.full(work.shape, np.nan)  # wall time at which backward's work was done
+    under = np.zeros_like(work)
+    for k in range(ready.shape[-1]):  # one pass per bucket: each call waits for the one before it
+        idle = np.maximum(ready[..., k] - done_work, 0.0)  # nothing in flight: compute at full pace
+        t, done_work = t + idle, done_work + idle
+        left = work - done_work
+        finished = np.where(np.isnan(finished) & (left <= 0), t, finished)
+        d = call_ns[..., k]
+        to_finish = np.divide(left, rate, out=np.full(work.shape, np.inf), where=rate > 0)
+        running = np.isnan(finished)
+        under += np.where(running, np.minimum(d, to_finish), 0.0)
+        finished = np.where(running & (to_finish <= d), t + to_finish, finished)
+        done_work = np.minimum(done_work + rate * d, work)
+        t = t + d
+    finished = np.where(np.isnan(finished), t + (work - done_work), finished)
+    return Stalled(finished, np.maximum(t - finished, 0.0), under)
 
 
 def predict_gpu(

@@ -5,11 +5,13 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
+from tests.support import owned
 
 # Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
 # hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
@@ -32,6 +34,30 @@ gc.set_threshold(10_000, 10, 10)
 
 def pytest_collectreport(report):
     gc.freeze()
+
+
+# Every process the suite starts carries a token (tests/support/owned.py): this session's, under which
+# the module and session fixtures start theirs, or the running test's own.
+SESSION = owned.new_token()
+os.environ[owned.OWNER_ENV] = SESSION
+
+
+@pytest.fixture(autouse=True)
+def _ends_its_processes():
+    """The processes a test started end with it: what still runs 3 s after it is stopped, with a warning."""
+    token, before = owned.new_token(SESSION), owned.pids()
+    os.environ[owned.OWNER_ENV] = token
+    try:
+        yield
+    finally:
+        os.environ[owned.OWNER_ENV] = SESSION
+        if left := owned.end_all(token, among=owned.pids() - before):  # only a process started since can carry it
+            warnings.warn(f"stopped {len(left)} process(es) the test left running: {'; '.join(left)}", stacklevel=1)
+
+
+def pytest_sessionfinish(session):
+    """What the fixtures started and did not end, ended with the session (after a failure or Ctrl-C too)."""
+    owned.end_all(SESSION, below=True, wait_s=0.5)
 
 
 @pytest.fixture(scope="session")

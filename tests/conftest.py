@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
 from tests.support import owned
+from tests.support.recordings import Recordings
 
 # Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
 # hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
@@ -36,6 +37,26 @@ def pytest_collectreport(report):
     gc.freeze()
 
 
+# The costs a bare `pytest` leaves out (pyproject.toml's markers say what each means).
+COSTLY = ("ranks", "nsys", "browser", "pool", "real", "pages", "subprocess")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--whole-suite", action="store_true", help=f"run the costly tests too ({', '.join(COSTLY)})")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A bare `pytest` (no files, -m or -k named) runs the quick loop: the tests with none of the COSTLY marks."""
+    bare = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+    if not bare or config.option.keyword or config.getoption("whole_suite"):
+        return
+    quick = [item for item in items if not any(item.get_closest_marker(m) for m in COSTLY)]
+    if len(quick) < len(items):
+        kept = set(map(id, quick))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = quick
+
+
 # Every process the suite starts carries a token (tests/support/owned.py): this session's, under which
 # the module and session fixtures start theirs, or the running test's own.
 SESSION = owned.new_token()
@@ -51,7 +72,7 @@ def _ends_its_processes():
         yield
     finally:
         os.environ[owned.OWNER_ENV] = SESSION
-        if left := owned.end_all(token, among=owned.pids() - before):  # only a process started since can carry it
+        if left := owned.end_all(token, below=True, among=owned.pids() - before):  # only one started since can carry it
             warnings.warn(f"stopped {len(left)} process(es) the test left running: {'; '.join(left)}", stacklevel=1)
 
 
@@ -80,3 +101,20 @@ def gpu_h200_trace(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)
     folder = cache.mkdir("gpu_h200") if cache is not None else tmp_path_factory.mktemp("gpu_h200")
     return lambda name: gpu_traces.decompress(name, folder, gpu_traces.GPU_H200)
+
+
+@pytest.fixture(scope="session")
+def nsys_recordings(tmp_path_factory) -> Recordings:
+    """nsys_recordings("naive", "overlap") -> the folder of their small CPU recordings under the real nsys,
+    each made once for the session (tests/support/recordings.py); skipped without nsys."""
+    from tests.support.nsys import NSYS
+
+    if NSYS is None:
+        pytest.skip("nsys not installed (bash scripts/install_nsys.sh)")
+    return Recordings(tmp_path_factory.mktemp("nsys_recordings"), "nsys")
+
+
+@pytest.fixture(scope="session")
+def torch_recordings(tmp_path_factory) -> Recordings:
+    """The same runs recorded with `--profiler torch` (no nsys): <impl>.rank<N>.json.gz."""
+    return Recordings(tmp_path_factory.mktemp("torch_recordings"), "torch")

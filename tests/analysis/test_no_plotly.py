@@ -52,7 +52,7 @@ def test_the_blocker_refuses_plotly(traces):
     assert done.returncode != 0 and "made unimportable by the test" in done.stderr
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 @pytest.mark.parametrize(
     "command",
     [

@@ -114,7 +114,7 @@ def popen(cmd: list[str], env: dict[str, str] | None = None, **kwargs) -> Iterat
         with contextlib.suppress(OSError):
             proc.kill()
         end_all(token, wait_s=0.5)  # before reaping: a grandchild may hold its pipes open
-        proc.communicate()
+        proc.communicate(timeout=30)
 
 
 def run(cmd: list[str], timeout: float, env: dict[str, str] | None = None, **kwargs) -> subprocess.CompletedProcess:

@@ -196,18 +196,11 @@ ORDER BY e.start
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    from tests import small_run
-
-    out = tmp_path_factory.mktemp("advise_real")
-    res = small_run.record(["overlap", "overlap_bucket", "torch"], out, 4, 3, "--bucket-mb", "1", timeout_s=600)
-    if res.returncode == 2 and "nsys" in res.stderr:
-        pytest.skip("nsys not installed")
-    assert res.returncode == 0, res.stderr[-3000:]
-    return out
+def recorded(nsys_recordings):
+    return nsys_recordings("overlap", "overlap_bucket", "torch")  # 1 MiB buckets (tests/support/recordings.py)
 
 
-@pytest.mark.slow
+@pytest.mark.nsys
 @pytest.mark.parametrize("impl, rule", [("overlap_bucket", "before"), ("torch", "after")])
 def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rule):
     from analysis.advise.bucket_layout import plan_buckets
@@ -222,7 +215,7 @@ def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rul
     assert len(layout) > 3  # 1 MiB buckets of the tiny model: the rules really split it
 
 
-@pytest.mark.slow
+@pytest.mark.nsys
 def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorded):
     import sqlite3
 

@@ -54,7 +54,7 @@ def test_serial_loads_each_run_once_through_load_and_a_bad_run_fails_alone(rank_
     assert bad.failed == runs[1].paths
 
 
-@pytest.mark.slow  # starts a process pool
+@pytest.mark.pool  # starts a process pool
 def test_jobs_2_gives_the_serial_results(rank_files):
     runs = find_runs(rank_files)
     serial = measure_runs(runs, loader(runs, []), Patterns())

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from analysis.errors import TraceError
 from analysis.overlap import command as overlap
 from analysis.report import command as report
 from analysis.run.run_identity import FileIdentity, check_one_run
+from tests.support import owned
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -145,10 +145,10 @@ def test_the_rule_compares_only_what_both_files_say():
         )
 
 
-@pytest.mark.slow  # runs a two-rank plain PyTorch DDP job with torch.profiler
+@pytest.mark.ranks  # runs a two-rank plain PyTorch DDP job with torch.profiler
 def test_our_rank_0_with_a_plain_ddp_scripts_rank_1_is_refused(runs, tmp_path, capsys):
     cmd = [sys.executable, str(ROOT / "tests" / "support" / "plain_ddp.py"), "--out", str(tmp_path), "--steps", "11"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    done = owned.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     theirs = tmp_path / "plain_ddp.rank1.json"
     line = one_line(*merge(capsys, runs["ten"][0], theirs))

@@ -240,7 +240,7 @@ def bad(tmp_path_factory):
     return _bad_inputs(tmp_path_factory.mktemp("bad"))
 
 
-@pytest.mark.slow  # a subprocess per bad input
+@pytest.mark.subprocess  # a subprocess per bad input
 @pytest.mark.parametrize(
     "case",
     [

@@ -6,13 +6,14 @@ import gc
 import os
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
 from tests.support import owned
-from tests.support.recordings import Recordings
+from tests.support.recordings import Recordings, record_plain_ddp
 
 # Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
 # hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
@@ -118,3 +119,10 @@ def nsys_recordings(tmp_path_factory) -> Recordings:
 def torch_recordings(tmp_path_factory) -> Recordings:
     """The same runs recorded with `--profiler torch` (no nsys): <impl>.rank<N>.json.gz."""
     return Recordings(tmp_path_factory.mktemp("torch_recordings"), "torch")
+
+
+@pytest.fixture(scope="session")
+def plain_ddp_run(tmp_path_factory) -> Path:
+    """A two-rank plain PyTorch DDP job recorded with plain torch.profiler (tests/support/plain_ddp.py),
+    once for the session: the folder of its plain_ddp.rank<N>.json and timer.rank<N>.json."""
+    return record_plain_ddp(tmp_path_factory.mktemp("plain_ddp"))

@@ -21,12 +21,12 @@ from analysis.run.runs import load_trace
 from analysis.trace.phase_markers import phases_of
 from tests import nsys_cli
 from tests.support import owned
+from tests.support.recordings import PLAIN_DDP_STEPS as STEPS
 
 pytestmark = pytest.mark.ranks  # runs the two-rank job (and nsys)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "support" / "plain_ddp.py"
-STEPS = 6  # the first is torch.profiler's warm-up: ProfilerStep#1..#5 are recorded
 EXPECTED = (
     "steps from ProfilerStep#N, forward from DistributedDataParallel.forward, backward from "
     "autograd::engine::evaluate_function ops, optimizer from Optimizer.step#SGD.step"
@@ -34,12 +34,8 @@ EXPECTED = (
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("plain_ddp")
-    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--steps", str(STEPS)]
-    done = owned.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out
+def recorded(plain_ddp_run) -> Path:
+    return plain_ddp_run  # the job's STEPS steps, the first torch.profiler's warm-up
 
 
 def raw_events(path: Path) -> tuple[int, list[dict]]:

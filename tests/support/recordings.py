@@ -12,13 +12,27 @@ model into several).
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 from tests import small_run
+from tests.support import owned
 
 STEPS, WARMUP = 4, 3
 BUCKET_MB = "1"
 KEEP = "keep.txt"
+# Someone else's job (tests/support/plain_ddp.py) recorded with plain torch.profiler: its first step is
+# the profiler's warm-up, ProfilerStep#1..#10 are recorded.
+PLAIN_DDP = Path(__file__).resolve().parent / "plain_ddp.py"
+PLAIN_DDP_STEPS = 11
+
+
+def record_plain_ddp(out: Path) -> Path:
+    """`out`, holding plain_ddp.rank<N>.json and the job's own timer.rank<N>.json."""
+    cmd = [sys.executable, str(PLAIN_DDP), "--out", str(out), "--steps", str(PLAIN_DDP_STEPS)]
+    done = owned.run(cmd, capture_output=True, text=True, timeout=300, cwd=small_run.REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
 
 
 class Recordings:

@@ -12,6 +12,7 @@ import pytest
 from analysis.advise.advice import advise
 from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, comm_range, step_range
 from tests.profiling.test_nsys import REPO
+from tests.support.progress import without_progress
 from tests.support.synthetic import PUSH_POP, START_END, NsysWriter
 
 MS, US, MIB = 1_000_000, 1_000, 2**20
@@ -119,9 +120,12 @@ def test_collectives_fit_under_backward_at_one_size_and_not_at_another(overlap_r
 
 
 def advise_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    """`python -m analysis.advise ARGS`, its stderr without the progress lines a loaded machine adds."""
+    done = subprocess.run(
         [sys.executable, "-m", "analysis.advise", *args], capture_output=True, text=True, timeout=120, cwd=REPO
     )
+    done.stderr = without_progress(done.stderr)
+    return done
 
 
 def test_cli_json_has_the_documented_shape(overlap_run):

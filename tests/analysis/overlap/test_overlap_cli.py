@@ -11,6 +11,7 @@ import pytest
 
 from analysis.overlap.command import main
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
+from tests.support.progress import without_progress
 from tests.support.synthetic import NsysWriter
 
 REPO = Path(__file__).resolve().parents[3]
@@ -149,8 +150,7 @@ def test_merge_refuses_one_file_given_twice(capsys, exports, tmp_path):
 def assert_one_line_error(done, *words):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and done.stdout == ""
-    # on a machine slow enough to take over 3 s, the progress line comes first: not part of the error
-    lines = [line for line in done.stderr.strip().splitlines() if " files done" not in line]
+    lines = without_progress(done.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for word in words:
         assert word in lines[0]

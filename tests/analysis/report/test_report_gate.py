@@ -11,6 +11,7 @@ from analysis.overlap import command as overlap
 from analysis.report import command as report
 from analysis.report.compare import Comparison, RunFigures
 from analysis.report.gate import breached, parse_rule
+from tests.support.progress import without_progress
 
 
 def test_rules_read_sign_limit_and_unit():
@@ -137,5 +138,5 @@ def test_gate_input_errors_are_one_line_exit_2(recorded, capsys):
         [naive, "--baseline", str(recorded / "missing.sqlite")],
     ):
         code, _, err = gate(capsys, *args)
-        lines = [line for line in err.splitlines() if " files done" not in line]  # progress, past 3 s of reading
+        lines = without_progress(err).splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), args

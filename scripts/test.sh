@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (scripts/setup.sh --tests: into the project's .venv,
 # or into $PYTHON when set), runs scripts/lint.sh (ruff check, ruff format --check, mypy), then the whole
-# suite with that interpreter.
+# suite with that interpreter (--whole-suite: the costly tests a bare pytest leaves out too), printing the
+# 25 slowest tests.
 #   usage: bash scripts/test.sh [--no-system] [pytest args...]
 #     --no-system   setup changes nothing outside the repository (no apt); same as DDP_NO_APT=1
 set -euo pipefail
@@ -15,4 +16,4 @@ bash scripts/setup.sh --tests
 export PYTHON="$PY"   # run_nsys.sh, started by the tests, uses the same interpreter as pytest
 # ruff (lint + format check) and mypy first: they take seconds, and CI fails on their findings too
 bash scripts/lint.sh
-exec "$PY" -m pytest -q ${args[@]+"${args[@]}"}
+exec "$PY" -m pytest -q --whole-suite --durations=25 ${args[@]+"${args[@]}"}

@@ -5,11 +5,15 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import warnings
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
+from tests.support import owned
+from tests.support.recordings import Recordings, record_plain_ddp
 
 # Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
 # hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
@@ -34,6 +38,50 @@ def pytest_collectreport(report):
     gc.freeze()
 
 
+# The costs a bare `pytest` leaves out (pyproject.toml's markers say what each means).
+COSTLY = ("ranks", "nsys", "browser", "pool", "real", "pages", "subprocess")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--whole-suite", action="store_true", help=f"run the costly tests too ({', '.join(COSTLY)})")
+
+
+def pytest_collection_modifyitems(config, items):
+    """A bare `pytest` (no files, -m or -k named) runs the quick loop: the tests with none of the COSTLY marks."""
+    bare = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+    if not bare or config.option.keyword or config.getoption("whole_suite"):
+        return
+    quick = [item for item in items if not any(item.get_closest_marker(m) for m in COSTLY)]
+    if len(quick) < len(items):
+        kept = set(map(id, quick))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = quick
+
+
+# Every process the suite starts carries a token (tests/support/owned.py): this session's, under which
+# the module and session fixtures start theirs, or the running test's own.
+SESSION = owned.new_token()
+os.environ[owned.OWNER_ENV] = SESSION
+
+
+@pytest.fixture(autouse=True)
+def _ends_its_processes():
+    """The processes a test started end with it: what still runs 3 s after it is stopped, with a warning."""
+    token, before = owned.new_token(SESSION), owned.pids()
+    os.environ[owned.OWNER_ENV] = token
+    try:
+        yield
+    finally:
+        os.environ[owned.OWNER_ENV] = SESSION
+        if left := owned.end_all(token, below=True, among=owned.pids() - before):  # only one started since can carry it
+            warnings.warn(f"stopped {len(left)} process(es) the test left running: {'; '.join(left)}", stacklevel=1)
+
+
+def pytest_sessionfinish(session):
+    """What the fixtures started and did not end, ended with the session (after a failure or Ctrl-C too)."""
+    owned.end_all(SESSION, below=True, wait_s=0.5)
+
+
 @pytest.fixture(scope="session")
 def gpu_trace(request, tmp_path_factory):
     """gpu_trace("naive.sqlite") -> path of that real H100 trace, decompressed once into pytest's cache
@@ -54,3 +102,27 @@ def gpu_h200_trace(request, tmp_path_factory):
     cache = getattr(request.config, "cache", None)
     folder = cache.mkdir("gpu_h200") if cache is not None else tmp_path_factory.mktemp("gpu_h200")
     return lambda name: gpu_traces.decompress(name, folder, gpu_traces.GPU_H200)
+
+
+@pytest.fixture(scope="session")
+def nsys_recordings(tmp_path_factory) -> Recordings:
+    """nsys_recordings("naive", "overlap") -> the folder of their small CPU recordings under the real nsys,
+    each made once for the session (tests/support/recordings.py); skipped without nsys."""
+    from tests.support.nsys import NSYS
+
+    if NSYS is None:
+        pytest.skip("nsys not installed (bash scripts/install_nsys.sh)")
+    return Recordings(tmp_path_factory.mktemp("nsys_recordings"), "nsys")
+
+
+@pytest.fixture(scope="session")
+def torch_recordings(tmp_path_factory) -> Recordings:
+    """The same runs recorded with `--profiler torch` (no nsys): <impl>.rank<N>.json.gz."""
+    return Recordings(tmp_path_factory.mktemp("torch_recordings"), "torch")
+
+
+@pytest.fixture(scope="session")
+def plain_ddp_run(tmp_path_factory) -> Path:
+    """A two-rank plain PyTorch DDP job recorded with plain torch.profiler (tests/support/plain_ddp.py),
+    once for the session: the folder of its plain_ddp.rank<N>.json and timer.rank<N>.json."""
+    return record_plain_ddp(tmp_path_factory.mktemp("plain_ddp"))

@@ -113,7 +113,7 @@ def test_one_line_per_block_and_exit_1_on_a_difference(check_docs, tmp_path, cap
     assert code == 1
 
 
-@pytest.mark.slow
+@pytest.mark.real
 @pytest.mark.skipif(not (ROOT.parent / "shared" / "data").is_dir(), reason="../shared/data is absent")
 def test_the_pages_quote_what_their_commands_print_now():
     """The real tree: every checked block of README.md and docs/ matches its command's output today."""

@@ -76,7 +76,8 @@ def cli_outputs(folder: Path, name: str, monkeypatch, capsys) -> dict[str, str]:
     return out
 
 
-@pytest.mark.slow
+@pytest.mark.real  # two real exports through every CLI, pages included
+@pytest.mark.pages
 def test_a_slimmed_example_prints_what_its_original_prints(tmp_path, monkeypatch, capsys) -> None:
     if not gpu_traces.available():
         pytest.skip("../shared/data/gpu_h100 not present")

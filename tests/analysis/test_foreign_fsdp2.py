@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from analysis import analyze
+from tests.support import owned
 
 REPO = Path(__file__).resolve().parents[2]
 LAYERS = 2  # fully_shard groups: 2 per layer (up, down), the head, the root
@@ -25,7 +25,7 @@ def fsdp2_traces(tmp_path_factory) -> list[Path]:
     out = tmp_path_factory.mktemp("fsdp2")
     cmd = [sys.executable, "-W", "ignore", str(REPO / "scripts/record_torch_fsdp2.py"), "--profiler", "torch"]
     cmd += ["-o", str(out), "--steps", "4", "--layers", str(LAYERS)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
+    done = owned.run(cmd, capture_output=True, text=True, timeout=400, cwd=REPO)
     assert done.returncode == 0, done.stderr[-2000:]
     return [out / "fsdp2.rank0.json", out / "fsdp2.rank1.json"]
 
@@ -104,7 +104,7 @@ def reference(path: Path) -> dict:
     return {k: (v[0], _length(v[1]), _overlap(v[1], compute)) for k, v in out.items()}
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 def test_by_op_phase_of_a_foreign_fsdp2_trace_equals_a_plain_python_computation(fsdp2_traces):
     result = analyze(fsdp2_traces, merge=True)
     rows = result.by_op_phase

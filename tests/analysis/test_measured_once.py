@@ -89,7 +89,7 @@ def test_the_baseline_gate_opens_both_runs_through_open_runs_once_each(traces, c
     capsys.readouterr()
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_advise_loads_and_measures_the_run_once(gpu_h200_trace, capsys):
     path = str(gpu_h200_trace("torch.sqlite"))
     got = counts(lambda: advise_cli.main([path, "--format", "json"]))

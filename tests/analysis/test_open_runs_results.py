@@ -58,7 +58,7 @@ def test_serial_loads_each_run_once_and_a_bad_run_fails_alone(rank_files, tmp_pa
     assert bad.failed == runs[1].paths
 
 
-@pytest.mark.slow  # starts a process pool
+@pytest.mark.pool  # starts a process pool
 def test_jobs_2_gives_the_serial_results(rank_files, loads):
     runs = find_runs(rank_files)
     serial = OpenRuns(runs).results()

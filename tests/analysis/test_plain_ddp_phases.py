@@ -20,12 +20,13 @@ from analysis.overlap.analyze import analyze_trace
 from analysis.run.loaded_run import load_trace
 from analysis.trace.phase_markers import phases_of
 from tests import nsys_cli
+from tests.support import owned
+from tests.support.recordings import PLAIN_DDP_STEPS as STEPS
 
-pytestmark = pytest.mark.slow  # runs the two-rank job (and nsys)
+pytestmark = pytest.mark.ranks  # runs the two-rank job (and nsys)
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "support" / "plain_ddp.py"
-STEPS = 6  # the first is torch.profiler's warm-up: ProfilerStep#1..#5 are recorded
 EXPECTED = (
     "steps from ProfilerStep#N, forward from DistributedDataParallel.forward, backward from "
     "autograd::engine::evaluate_function ops, optimizer from Optimizer.step#SGD.step"
@@ -33,12 +34,8 @@ EXPECTED = (
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("plain_ddp")
-    cmd = [sys.executable, str(SCRIPT), "--out", str(out), "--steps", str(STEPS)]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return out
+def recorded(plain_ddp_run) -> Path:
+    return plain_ddp_run  # the job's STEPS steps, the first torch.profiler's warm-up
 
 
 def raw_events(path: Path) -> tuple[int, list[dict]]:
@@ -134,13 +131,13 @@ def test_plain_nsys_of_a_cpu_job_finds_no_pytorch_markers_and_says_why(tmp_path)
         pytest.fail(f"nsys profile failed (exit {e.returncode}): {e.stderr[-2000:]}")
     assert len(list(tmp_path.glob("timer.rank*.json"))) == 2  # the job itself ran, both ranks
     sqlite = tmp_path / "plain_ddp.sqlite"
-    subprocess.run(
+    owned.run(
         ["nsys", "export", "--type", "sqlite", "-o", str(sqlite), f"{report}.nsys-rep"],
         capture_output=True,
         timeout=300,
         check=True,
     )
-    run = subprocess.run(
+    run = owned.run(
         [sys.executable, "-m", "analysis.overlap", str(sqlite)], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert run.returncode == 2

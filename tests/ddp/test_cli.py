@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import subprocess
 import sys
@@ -11,18 +12,27 @@ from pathlib import Path
 import pytest
 
 from contract import MEMORY_PARTS
+from ddp import cli
 from ddp.benchmark_rows import CSV_COLUMNS
 from ddp.strategies.registry import IMPLEMENTATIONS, SHARDED
-
-pytestmark = pytest.mark.slow  # each test runs a CLI in a subprocess (torch import; verify/benchmark spawn ranks)
+from tests.support import owned
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def run(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
+    return owned.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=timeout)
 
 
+def run_in_process(capsys, module: str, *args: str) -> subprocess.CompletedProcess:
+    """`python -m MODULE ARGS` in this process: the same `cli.run_main` wrapper its `__main__` calls."""
+    with pytest.raises(SystemExit) as stop:
+        cli.run_main(importlib.import_module(module).main, list(args))
+    out = capsys.readouterr()
+    return subprocess.CompletedProcess(args, stop.value.code, out.out, out.err)
+
+
+@pytest.mark.ranks  # runs the CLI in a subprocess, which spawns ranks
 def test_verify_passes_every_implementation():
     out = run("ddp.verify", "--impl", "all", "--world-size", "2", "--steps", "2", "--format", "json")
     assert out.returncode == 0, out.stderr
@@ -34,6 +44,7 @@ def test_verify_passes_every_implementation():
     assert all(r["steps_bit_identical"] is None for r in records if r["implementation"] not in SHARDED)
 
 
+@pytest.mark.ranks  # runs the CLI in a subprocess, which spawns ranks
 def test_verify_compute_dtype_runs_the_sharded_strategies_against_a_cast_reference():
     out = run("ddp.verify", "--impl", "all", "--compute-dtype", "fp16", "--steps", "2", "--format", "json")
     assert out.returncode == 0, out.stderr
@@ -42,6 +53,7 @@ def test_verify_compute_dtype_runs_the_sharded_strategies_against_a_cast_referen
     assert all("cast to fp16" in r["compared"] and r["max_abs_diff_vs_single"] <= 1e-4 for r in records)
 
 
+@pytest.mark.ranks  # runs the CLI in a subprocess, which spawns ranks
 def test_verify_fails_when_tolerance_cannot_be_met():
     """A tolerance below float32 rounding must give FAIL and exit 1: the check can fail."""
     out = run(
@@ -63,6 +75,7 @@ def test_verify_fails_when_tolerance_cannot_be_met():
     assert out.stdout.splitlines()[1].endswith("FAIL")
 
 
+@pytest.mark.ranks  # runs the CLI in a subprocess, which spawns ranks
 def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
     target = tmp_path / "bench.csv"
     out = run(
@@ -131,13 +144,22 @@ def test_benchmark_sweeps_buckets_and_writes_exact_csv(tmp_path):
         (["ddp.benchmark", "--csv", "/tmp", "--overwrite"], "--csv /tmp is a folder: name a file"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, message):
-    out = run(*args)
+def test_bad_input_is_one_line_and_exit_2(capsys, args, message):
+    out = run_in_process(capsys, *args)  # refused before any rank starts
     assert out.returncode == 2
     assert message in out.stderr and "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.subprocess  # the real command: its exit status and stderr as a process
+def test_bad_input_exits_the_process_with_one_line():
+    out = run("ddp.benchmark", "--batch-size", "5", "--world-size", "2")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert line.startswith("ddp: error: batch size 5 is not divisible by world size 2: use 2, 4, 6")
+
+
+@pytest.mark.ranks  # runs the CLI in a subprocess, which spawns ranks
 def test_benchmark_names_its_figure_for_when_communication_ran_not_overlap():
     # analysis.overlap's "overlap" is communication with compute under it; the benchmark's figure is the share
     # of communication in flight before backward ended, which a blocking collective (torch_fsdp on CPU) fills.

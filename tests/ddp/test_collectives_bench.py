@@ -14,6 +14,7 @@ import torch.distributed as dist
 from ddp.collectives_bench import BenchConfig, build_parser, bus_bandwidth, check_result, format_size, main, parse_size
 from ddp.comm import collectives
 from ddp.launch.launcher import free_port
+from tests.support import owned
 
 
 @pytest.mark.parametrize(
@@ -73,12 +74,12 @@ def test_check_result_catches_a_wrong_sum(single_rank_group, monkeypatch) -> Non
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return owned.run(
         [sys.executable, "-m", "ddp.collectives_bench", *args], capture_output=True, text=True, timeout=180
     )
 
 
-@pytest.mark.slow  # runs the CLI in subprocesses
+@pytest.mark.ranks  # runs the CLI in subprocesses
 def test_cli_reports_every_collective_and_size_with_consistent_bandwidths() -> None:
     done = _bench(
         "--world-size",
@@ -128,7 +129,7 @@ def test_old_flag_name_algorithms_still_selects_collectives() -> None:
     assert build_parser().parse_args(["--algorithms", "ring", "torch"]).collectives == ["ring", "torch"]
 
 
-@pytest.mark.slow  # runs the CLI in subprocesses
+@pytest.mark.ranks  # runs the CLI in subprocesses
 def test_cli_bad_input_has_no_traceback() -> None:
     done = _bench("--sizes", "1Q")
     assert done.returncode == 2

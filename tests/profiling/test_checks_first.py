@@ -43,7 +43,7 @@ def test_an_output_folder_under_a_file_is_refused_naming_it(tmp_path):
     assert list((tmp_path / "a" / "b").iterdir()) == []
 
 
-@pytest.mark.slow  # runs run_nsys.sh in a subprocess
+@pytest.mark.subprocess  # runs run_nsys.sh in a subprocess
 def test_a_read_only_filesystem_is_refused_before_nsys_runs(tmp_path):
     # A read-only tmpfs in a private mount namespace: refused writes even for root, and nothing to unmount.
     folder = tmp_path / "ro"
@@ -57,7 +57,7 @@ def test_a_read_only_filesystem_is_refused_before_nsys_runs(tmp_path):
     refused_up_front(res, calls, f"error: output folder {folder} cannot be written to: Read-only file system")
 
 
-@pytest.mark.slow  # runs run_nsys.sh and profiling.session in subprocesses
+@pytest.mark.subprocess  # runs run_nsys.sh and profiling.session in subprocesses
 def test_a_folder_that_takes_no_file_is_refused_before_nsys_runs(tmp_path):
     folder = tmp_path / "locked"
     folder.mkdir()
@@ -110,7 +110,7 @@ def pid_free(line: str) -> str:
     return re.sub(r"\.partial-\d+\.", ".partial-PID.", line)
 
 
-@pytest.mark.slow  # records a real (stand-in nsys) run: spawns ranks
+@pytest.mark.ranks  # records a real (stand-in nsys) run: spawns ranks
 def test_dry_run_prints_the_commands_a_real_run_runs(tmp_path):
     out = tmp_path / "traces"
     args = ["naive", "--gpus", "0", "-o", str(out), "--model", "toy", "--steps", "1", "--warmup", "0"]

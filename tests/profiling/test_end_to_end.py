@@ -6,19 +6,17 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests import small_run
+from analysis.overlap import command as overlap
 from tests.profiling.test_nsys import REPO
+from tests.support import owned
 from tests.support.nsys import RECORDS_WITH_NSYS
+from tests.support.recordings import KEEP, STEPS, WARMUP
 
 pytestmark = RECORDS_WITH_NSYS
-
-STEPS, WARMUP = 3, 1
 PHASES = ("forward", "backward", "grad_sync", "optimizer")
 
 # Each rank's NVTX rows, names resolved (nsys keeps registered strings in StringIds).
@@ -31,14 +29,9 @@ WHERE e.eventType IN (34, 59, 60)
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("traces")
-    (out / "keep.txt").write_text("not ours")
-    res = small_run.record(["naive", "overlap"], out, STEPS, WARMUP, timeout_s=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    summary = json.loads(res.stdout)
-    assert [row["impl"] for row in summary] == ["naive", "overlap"]
-    return out
+def traces(nsys_recordings) -> Path:
+    """The folder of the suite's recordings (tests/support/recordings.py), naive and overlap in it."""
+    return nsys_recordings("naive", "overlap")
 
 
 def rows_by_rank(sqlite: Path) -> dict[int, list[tuple]]:
@@ -62,10 +55,15 @@ def expected_collectives_per_step() -> int:
     return len(named_trainable_parameters(build_model("tiny")))
 
 
-def test_outputs_are_written_and_nothing_else_is_touched(traces):
-    names = sorted(p.name for p in traces.iterdir())
-    assert names == ["keep.txt", "naive.nsys-rep", "naive.sqlite", "overlap.nsys-rep", "overlap.sqlite"]
-    assert (traces / "keep.txt").read_text() == "not ours"
+def test_outputs_are_written_and_nothing_else_is_touched(traces, nsys_recordings):
+    assert sorted(p.name for p in traces.iterdir()) == nsys_recordings.outputs()  # no partial or temporary file
+    assert {"naive.nsys-rep", "naive.sqlite", "overlap.nsys-rep", "overlap.sqlite"} <= set(nsys_recordings.outputs())
+    assert (traces / KEEP).read_text() == "not ours"
+    for impl in ("naive", "overlap"):  # the summary on stdout names what the run wrote
+        run = nsys_recordings.runs[impl]
+        assert {"impl": impl, "sqlite": str(traces / f"{impl}.sqlite")}.items() <= next(
+            row for row in json.loads(run.stdout) if row["impl"] == impl
+        ).items()
 
 
 @pytest.mark.parametrize("impl, comm_kind", [("naive", 59), ("overlap", 60)])
@@ -104,39 +102,23 @@ def test_every_captured_range_lies_inside_its_ranks_profile_range(traces):
             assert min(starts) >= p_start and max(e for *_, e in rows if e is not None) <= p_end
 
 
-def test_overlap_hides_far_more_communication_than_naive(traces):
-    pytest.importorskip("analysis.overlap", reason="analysis.overlap (issue 3) is not importable yet")
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "analysis.overlap",
-            "--format",
-            "json",
-            str(traces / "naive.sqlite"),
-            str(traces / "overlap.sqlite"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
-    assert res.returncode == 0, res.stderr
-    summary = {t["implementation"]: t["summary"] for t in json.loads(res.stdout)["traces"]}
+def test_overlap_hides_far_more_communication_than_naive(traces, capsys):
+    assert overlap.main(["--format", "json", str(traces / "naive.sqlite"), str(traces / "overlap.sqlite")]) == 0
+    summary = {t["implementation"]: t["summary"] for t in json.loads(capsys.readouterr().out)["traces"]}
     assert summary["naive"]["ranks"] == summary["overlap"]["ranks"] == 2
     assert summary["naive"]["overlap_pct"] < 10, summary["naive"]
     assert summary["overlap"]["overlap_pct"] > summary["naive"]["overlap_pct"] + 25, summary
 
 
-def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces):
+def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces, capsys):
     """On a machine without a GPU nsys still reports a CUDA driver version (its own bundled CUDA's) beside
     NvDriverVersion 0: the analysis shows neither, nor placeholders for the CUDA and NCCL torch lacks."""
     with sqlite3.connect(f"file:{traces / 'naive.sqlite'}?mode=ro", uri=True) as con:
         env = dict(con.execute("SELECT name, value FROM TARGET_INFO_SYSTEM_ENV").fetchall())
         exported_by = dict(con.execute("SELECT name, value FROM EXPORT_META_DATA").fetchall())
     assert str(env["NvDriverVersion"]) == "0" and str(env.get("CudaDriverVersion", "")).isdigit()  # the trap
-    cmd = [sys.executable, "-m", "analysis.overlap", str(traces / "naive.sqlite")]
-    doc = json.loads(subprocess.run([*cmd, "--format", "json"], capture_output=True, text=True, cwd=REPO).stdout)
+    assert overlap.main([str(traces / "naive.sqlite"), "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
     (trace,) = doc["traces"]
     about = trace["metadata"]
     assert {k: about[k] for k in ("gpus", "driver", "cuda_driver", "cuda", "nccl")} == dict.fromkeys(
@@ -144,7 +126,8 @@ def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces):
     )
     assert about["torch"].endswith("+cpu") and (about["backend"], about["world_size"]) == ("gloo", 2)
     assert trace["profiler"] == f"nsys {exported_by['EXPORT_PRODUCT_VERSION']}"
-    table = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO).stdout
+    assert overlap.main([str(traces / "naive.sqlite")]) == 0
+    table = capsys.readouterr().out
     about_line = next(line for line in table.splitlines() if line.startswith("naive.sqlite: "))  # notes follow it
     assert about_line.startswith("naive.sqlite: torch ") and about_line.endswith(f"; profiler {trace['profiler']}")
     for word in ("gpus", "driver", "cuda", "nccl", "None", "none", "<NA>"):
@@ -154,7 +137,7 @@ def test_a_cpu_run_shows_no_gpu_driver_or_cuda(traces):
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.sqlite").write_text("previous")
     # A setting only the ranks read, so the run starts and fails (bad run settings are refused up front).
-    res = subprocess.run(
+    res = owned.run(
         ["bash", str(REPO / "run_nsys.sh"), "naive", "--gpus", "0", "-o", str(tmp_path), "--model", "toy"],
         capture_output=True,
         text=True,

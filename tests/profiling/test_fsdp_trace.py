@@ -10,24 +10,22 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sqlite3
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from analysis.overlap import command as overlap_cli
 from ddp.strategies.registry import IMPLEMENTATIONS, SHARDED
 from ddp.training.models import build_model
-from tests import small_run
-from tests.profiling.test_nsys import REPO
 from tests.support.nsys import RECORDS_WITH_NSYS
+from tests.support.recordings import STEPS
 
 pytestmark = RECORDS_WITH_NSYS
-
-STEPS, WARMUP = 3, 1
 IMPLS = [name for name in SHARDED if name in IMPLEMENTATIONS]  # fsdp first, when it is registered
 MARK, PUSH_POP, START_END = 34, 59, 60  # NVTX_EVENTS.eventType
 ROWS = """
@@ -39,21 +37,13 @@ PHASES = {"forward": "forward", "backward": "backward", "optimizer": "optimizer"
 
 
 @pytest.fixture(scope="module", params=IMPLS)
-def recorded(request, tmp_path_factory) -> tuple[dict, dict]:
+def recorded(request, nsys_recordings) -> tuple[dict, dict]:
     """(raw NVTX rows by rank with each rank's ddp.meta, the analysis' JSON) of one recorded run."""
-    impl, out = request.param, tmp_path_factory.mktemp(request.param)
-    res = small_run.record([impl], out, STEPS, WARMUP, timeout_s=400)
-    assert res.returncode == 0, res.stderr[-3000:]
-    sqlite = out / f"{impl}.sqlite"
-    analysed = subprocess.run(
-        [sys.executable, "-m", "analysis.overlap", str(sqlite), "--format", "json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=REPO,
-    )
-    assert analysed.returncode == 0, analysed.stderr[-3000:]
-    return raw_by_rank(sqlite), json.loads(analysed.stdout)["traces"][0]
+    impl = request.param
+    sqlite = nsys_recordings(impl) / f"{impl}.sqlite"
+    with contextlib.redirect_stdout(io.StringIO()) as printed:  # `python -m analysis.overlap`, in this process
+        assert overlap_cli.main([str(sqlite), "--format", "json"]) == 0
+    return raw_by_rank(sqlite), json.loads(printed.getvalue())["traces"][0]
 
 
 def raw_by_rank(sqlite: Path) -> dict[int, dict]:

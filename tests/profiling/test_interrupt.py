@@ -1,6 +1,11 @@
 """Ctrl-C during a real `run_nsys.sh` recording leaves no process behind: not nsys, not the ranks, and not
 the agent nsys 2022.4 starts as a daemon of its own (`nsys --start-agent --session-name=profile-<prog>-<nsys
-pid>`, parent 1, its own session), which outlived the run when the interrupt came while the capture was open."""
+pid>`, parent 1, its own session), which outlived the run when the interrupt came while the capture was open.
+
+The run is started as a shell starts a foreground command, SIGINT at its default: a suite started in the
+background by a non-interactive shell (`bash scripts/test.sh &`) ignores SIGINT, and every process it starts
+inherits that, so run_nsys.sh would never see the Ctrl-C. What the run leaves is found by the token its
+processes carry (tests/support/owned.py), ranks spawned after any look at the process tree included."""
 
 from __future__ import annotations
 
@@ -8,17 +13,26 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.profiling.test_nsys import REPO
+from tests.support import owned
 from tests.support.nsys import RECORDS_WITH_NSYS
 
 pytestmark = RECORDS_WITH_NSYS
 
 Process = tuple[int, str, str, str]  # parent pid, start time, state, command line
+# exec the command with SIGINT at its default, whatever this process inherited (an ignored signal stays
+# ignored across exec, and bash cannot reset one it was started ignoring)
+AS_IN_A_TERMINAL = [
+    sys.executable,
+    "-c",
+    "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execvp(sys.argv[1], sys.argv[1:])",
+]
 
 
 def processes() -> dict[int, Process]:
@@ -82,7 +96,15 @@ def test_sigint_to_the_process_group_leaves_no_process(tmp_path, moment):
     # Endless measured steps of the toy model: the run is still going when the interrupt comes.
     cmd = ["bash", str(REPO / "run_nsys.sh"), "overlap", "--gpus", "0", "-o", str(out), "--model", "toy"]
     cmd += ["--steps", "1000000", "--warmup", "1", "--timeout", "300"]
-    proc = subprocess.Popen(cmd, cwd=REPO, start_new_session=True, stderr=subprocess.PIPE, text=True)
+    token = owned.new_token(os.environ.get(owned.OWNER_ENV))
+    proc = subprocess.Popen(
+        [*AS_IN_A_TERMINAL, *cmd],
+        cwd=REPO,
+        env=owned.env_with(token),
+        start_new_session=True,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     seen: dict[tuple[int, str], str] = {}
     try:
         wait_for(proc, moment, seen)
@@ -90,13 +112,13 @@ def test_sigint_to_the_process_group_leaves_no_process(tmp_path, moment):
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in a terminal does
         _, err = proc.communicate(timeout=60)
         deadline = time.monotonic() + 20
-        while still_running(seen) and time.monotonic() < deadline:
+        while (left := still_running(seen) + owned.describe(owned.carrying(token))) and time.monotonic() < deadline:
             time.sleep(0.5)
-        left = still_running(seen)
     finally:  # whatever the outcome, leave nothing running on the machine
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
-        for line in still_running(seen):
+        owned.end_all(token, wait_s=0)
+        for line in still_running(seen):  # the agent, in case it does not carry the token
             with contextlib.suppress(OSError):
                 os.kill(int(line.split()[0]), signal.SIGKILL)
     assert left == []

@@ -14,22 +14,16 @@ import pytest
 from analysis.collectives.collectives_view import collectives_of
 from analysis.run.loaded_run import load_trace
 from contract import PAYLOAD_KEY
-from tests import small_run
 from tests.support.nsys import RECORDS_WITH_NSYS
+from tests.support.recordings import STEPS
 
 pytestmark = RECORDS_WITH_NSYS
 
-STEPS, WARMUP = 3, 1
-
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory) -> tuple[Path, list[Path]]:
-    """(the nsys export, the torch.profiler rank files) of the same fsdp run, recorded into separate folders."""
-    base = tmp_path_factory.mktemp("fsdp_both")
-    for folder, extra in (("nsys", ()), ("torch", ("--profiler", "torch"))):
-        res = small_run.record(["fsdp"], base / folder, STEPS, WARMUP, *extra, timeout_s=400)
-        assert res.returncode == 0, res.stderr[-3000:]
-    return base / "nsys" / "fsdp.sqlite", sorted((base / "torch").glob("fsdp.rank*.json.gz"))
+def recorded(nsys_recordings, torch_recordings) -> tuple[Path, list[Path]]:
+    """(the nsys export, the torch.profiler rank files) of the same fsdp run, recorded both ways."""
+    return nsys_recordings("fsdp") / "fsdp.sqlite", sorted(torch_recordings("fsdp").glob("fsdp.rank*.json.gz"))
 
 
 def _bytes_by_op_unit(calls) -> dict:

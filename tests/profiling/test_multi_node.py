@@ -3,12 +3,14 @@ each rank under its own nsys, one trace per rank carrying its rank in its ddp.me
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 
 from ddp.launch.launcher import free_port
 from tests.profiling.test_end_to_end import rows_by_rank
 from tests.profiling.test_nsys import REPO
+from tests.support import owned
 from tests.support.nsys import RECORDS_WITH_NSYS
 
 pytestmark = RECORDS_WITH_NSYS  # two torchrun agents under the real nsys
@@ -44,15 +46,14 @@ def node_command(node_rank: int, port: int, out) -> list[str]:
 
 def test_two_node_agents_write_one_trace_per_rank(tmp_path):
     port = free_port()
-    nodes = [
-        subprocess.Popen(node_command(n, port, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for n in (0, 1)
-    ]
-    try:
+    with contextlib.ExitStack() as stack:  # leaving it ends every process of both nodes, whatever happened
+        nodes = [
+            stack.enter_context(
+                owned.popen(node_command(n, port, tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            )
+            for n in (0, 1)
+        ]
         outputs = [node.communicate(timeout=240) for node in nodes]
-    finally:
-        for node in nodes:
-            node.kill()
     for node, (_out, err) in zip(nodes, outputs, strict=True):
         assert node.returncode == 0, err[-3000:]
     # each agent reports only the rank it ran

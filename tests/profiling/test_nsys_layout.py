@@ -154,7 +154,7 @@ def test_importer_that_fails_too_is_reported_with_its_message_and_path(tmp_path,
     assert (out / "overlap.nsys-rep").read_text() == "previous report"
 
 
-@pytest.mark.slow  # runs run_nsys.sh
+@pytest.mark.ranks  # runs run_nsys.sh
 def test_cli_says_the_import_failed_in_one_line(tmp_path):
     """run_nsys.sh with nsys importing nothing: one error line naming the cause, exit 1, .qdstrm kept."""
     import subprocess
@@ -205,7 +205,7 @@ needs_debian_nsys = pytest.mark.skipif(
 )
 
 
-@pytest.mark.slow  # records with the real nsys
+@pytest.mark.nsys  # records with the real nsys
 @needs_debian_nsys
 def test_real_nsys_without_its_importer_link_records_from_the_private_folder(tmp_path, farm, monkeypatch, capfd):
     """A copy of Debian's CLI folder with no host-linux-x64 beside it: nsys alone writes only a .qdstrm

@@ -141,7 +141,7 @@ def run_nsys(*args: str, env: dict | None = None) -> subprocess.CompletedProcess
     )
 
 
-@pytest.mark.slow  # runs run_nsys.sh in a subprocess
+@pytest.mark.subprocess  # runs run_nsys.sh in a subprocess
 def test_help_documents_outputs_replacement_and_options():
     res = run_nsys("--help")
     assert res.returncode == 0
@@ -164,7 +164,7 @@ def test_help_documents_outputs_replacement_and_options():
         assert needle in res.stdout, needle
 
 
-@pytest.mark.slow  # runs run_nsys.sh in a subprocess
+@pytest.mark.subprocess  # runs run_nsys.sh in a subprocess
 def test_dry_run_on_a_gpu_machine_prints_the_cuda_command(tmp_path):
     res = run_nsys("all", "--gpus", "2", "--dry-run", "-o", str(tmp_path), "--", "--optimizer", "adamw")
     assert res.returncode == 0, res.stderr
@@ -182,7 +182,7 @@ def test_dry_run_on_a_gpu_machine_prints_the_cuda_command(tmp_path):
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
 
 
-@pytest.mark.slow  # runs run_nsys.sh in a subprocess
+@pytest.mark.subprocess  # runs run_nsys.sh in a subprocess
 def test_bad_implementation_is_one_line_and_exit_2():
     res = run_nsys("bogus")
     assert res.returncode == 2 and "unknown implementation 'bogus'" in res.stderr
@@ -215,7 +215,7 @@ def test_missing_nsys_is_exit_2_with_install_steps(capsys, monkeypatch):
     assert capsys.readouterr().err.strip() == "error: NSYS=/nonexistent/nsys is not an executable file"
 
 
-@pytest.mark.slow  # runs run_nsys.sh in a subprocess
+@pytest.mark.subprocess  # runs run_nsys.sh in a subprocess
 def test_output_folder_that_is_a_file_is_one_line_and_exit_2(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("the user's file")
@@ -224,7 +224,7 @@ def test_output_folder_that_is_a_file_is_one_line_and_exit_2(tmp_path):
     assert "Traceback" not in res.stderr and taken.read_text() == "the user's file"
 
 
-@pytest.mark.slow  # runs run_nsys.sh in a subprocess
+@pytest.mark.subprocess  # runs run_nsys.sh in a subprocess
 def test_unknown_model_is_refused_before_profiling():
     res = run_nsys("naive", "--model", "bogus")
     assert res.returncode == 2 and "invalid choice: 'bogus'" in res.stderr and "Traceback" not in res.stderr

@@ -19,7 +19,7 @@ def test_agent_session_is_read_from_the_agents_command_line_only():
     assert processes.agent_session(["/x/nsys", "profile", "--session-name=profile-python-42"]) is None
 
 
-@pytest.mark.slow  # spawns processes
+@pytest.mark.subprocess  # spawns processes
 def test_an_agent_named_after_a_finished_run_is_stopped_and_others_are_not():
     done = subprocess.Popen([*SLEEPER, "0"])
     done.wait()
@@ -34,7 +34,7 @@ def test_an_agent_named_after_a_finished_run_is_stopped_and_others_are_not():
         ours.kill(), other.kill()
 
 
-@pytest.mark.slow  # spawns processes
+@pytest.mark.subprocess  # spawns processes
 def test_descendants_in_a_session_of_their_own_are_found_while_the_parent_runs_and_stopped_after():
     # A parent that starts a child in a new session, as nsys-launcher starts the profiled program.
     code = "import subprocess, sys, time; subprocess.Popen(sys.argv[1:], start_new_session=True); time.sleep(60)"

@@ -10,15 +10,16 @@ import pytest
 
 from profiling.run import choose_model
 from tests.profiling.test_nsys import REPO
+from tests.support import owned
 
 
 def run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    return owned.run(
         [sys.executable, "-m", "profiling.run", *args], capture_output=True, text=True, cwd=REPO, timeout=180
     )
 
 
-@pytest.mark.slow  # spawns ranks in a subprocess
+@pytest.mark.ranks  # spawns ranks in a subprocess
 def test_runs_without_nsys_and_reports_every_ranks_steps():
     res = run(
         "--impl",
@@ -40,7 +41,7 @@ def test_runs_without_nsys_and_reports_every_ranks_steps():
     assert len(out["step_time_s"]) == 2 and all(len(r) == 2 and min(r) > 0 for r in out["step_time_s"])
 
 
-@pytest.mark.slow  # spawns ranks in a subprocess
+@pytest.mark.ranks  # spawns ranks in a subprocess
 def test_bad_config_is_one_line_and_exit_2():
     res = run("--impl", "naive", "--world-size", "3", "--batch-size", "16")
     assert res.returncode == 2

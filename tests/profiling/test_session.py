@@ -89,7 +89,7 @@ def test_failures_keep_previous_outputs_and_leave_no_partial_files(tmp_path, mon
     assert sorted(p.name for p in out.iterdir()) == ["overlap.nsys-rep", "overlap.sqlite"]
 
 
-@pytest.mark.slow  # waits on a process group: timeouts, retries, signals
+@pytest.mark.subprocess  # waits on a process group: timeouts, retries, signals
 def test_nsys_start_failure_is_retried(tmp_path, monkeypatch, capfd):
     nsys = fake_nsys(tmp_path)
     monkeypatch.setenv("FAKE_NSYS_START_FAILS_ONCE", str(tmp_path / "failed-once"))
@@ -102,7 +102,7 @@ def test_nsys_start_failure_is_retried(tmp_path, monkeypatch, capfd):
     assert "trying again" not in capfd.readouterr().err
 
 
-@pytest.mark.slow  # waits on a process group: timeouts, retries, signals
+@pytest.mark.subprocess  # waits on a process group: timeouts, retries, signals
 def test_timeout_kills_the_whole_run(tmp_path):
     nsys = fake_nsys(tmp_path)
     sleeper = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
@@ -111,7 +111,7 @@ def test_timeout_kills_the_whole_run(tmp_path):
     assert list(tmp_path.glob("*slow*")) == []
 
 
-@pytest.mark.slow  # subprocesses
+@pytest.mark.subprocess  # subprocesses
 def test_per_rank_entry_needs_rank_and_names_the_file_after_it(tmp_path):
     nsys = fake_nsys(tmp_path)
     env = {k: v for k, v in os.environ.items() if k != "RANK"}
@@ -125,7 +125,7 @@ def test_per_rank_entry_needs_rank_and_names_the_file_after_it(tmp_path):
     assert str(tmp_path / "x.rank3.sqlite") in res.stdout
 
 
-@pytest.mark.slow  # waits on a process group: timeouts, retries, signals
+@pytest.mark.subprocess  # waits on a process group: timeouts, retries, signals
 def test_sigterm_stops_run_nsys_and_its_whole_run_without_leftovers(tmp_path):
     nsys = fake_nsys(tmp_path)
     pidfile, out = tmp_path / "nsys.pid", tmp_path / "traces"

@@ -7,29 +7,28 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests import small_run
+from analysis.overlap import command as overlap
 from tests.profiling.test_end_to_end import PHASES, expected_collectives_per_step
+from tests.support import owned
+from tests.support.recordings import KEEP, STEPS, WARMUP
 
 REPO = Path(__file__).resolve().parents[2]
-STEPS, WARMUP = 3, 1
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("torch_traces")
-    (out / "keep.txt").write_text("not ours")
-    res = small_run.record(["naive", "overlap"], out, STEPS, WARMUP, "--profiler", "torch")
-    assert res.returncode == 0, res.stderr[-3000:]
-    assert [row["impl"] for row in json.loads(res.stdout)] == ["naive", "naive", "overlap", "overlap"]
-    assert "USDT:" not in res.stderr  # Kineto's start/stop markers are dropped (profiling.session)
-    assert "[profiling.torch_profile] wrote " in res.stderr and "\t" not in res.stderr  # says what its number is
+def traces(torch_recordings) -> Path:
+    """The suite's torch.profiler recordings (tests/support/recordings.py), naive and overlap in them."""
+    out = torch_recordings("naive", "overlap")
+    for impl in ("naive", "overlap"):
+        res = torch_recordings.runs[impl]
+        assert [row["impl"] for row in json.loads(res.stdout)].count(impl) == 2  # one row per rank's trace
+        assert "USDT:" not in res.stderr  # Kineto's start/stop markers are dropped (profiling.session)
+        assert "[profiling.torch_profile] wrote " in res.stderr and "\t" not in res.stderr  # says what its number is
     return out
 
 
@@ -37,19 +36,16 @@ def load(path: Path) -> dict:
     return json.loads(gzip.decompress(path.read_bytes()))
 
 
-@pytest.mark.slow  # records with torch.profiler in spawned ranks
-def test_one_trace_per_rank_and_nothing_else_is_touched(traces):
-    assert sorted(p.name for p in traces.iterdir()) == [
-        "keep.txt",
-        "naive.rank0.json.gz",
-        "naive.rank1.json.gz",
-        "overlap.rank0.json.gz",
-        "overlap.rank1.json.gz",
-    ]
-    assert (traces / "keep.txt").read_text() == "not ours"
+@pytest.mark.ranks  # records with torch.profiler in spawned ranks
+def test_one_trace_per_rank_and_nothing_else_is_touched(traces, torch_recordings):
+    assert sorted(p.name for p in traces.iterdir()) == torch_recordings.outputs()  # no partial or temporary file
+    assert {f"{impl}.rank{r}.json.gz" for impl in ("naive", "overlap") for r in (0, 1)} <= set(
+        torch_recordings.outputs()
+    )
+    assert (traces / KEEP).read_text() == "not ours"
 
 
-@pytest.mark.slow  # records with torch.profiler in spawned ranks
+@pytest.mark.ranks  # records with torch.profiler in spawned ranks
 @pytest.mark.parametrize("impl, asynchronous", [("naive", False), ("overlap", True)])
 def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(traces, impl, asynchronous):
     per_step = expected_collectives_per_step()
@@ -73,27 +69,13 @@ def test_every_rank_has_the_measured_steps_phases_and_one_range_per_collective(t
         assert all(profile["ts"] <= e["ts"] and e["ts"] + e["dur"] <= profile["ts"] + profile["dur"] for e in comm)
 
 
-@pytest.mark.slow  # records with torch.profiler in spawned ranks
-def test_overlap_hides_far_more_communication_than_naive(traces):
+@pytest.mark.ranks  # records with torch.profiler in spawned ranks
+def test_overlap_hides_far_more_communication_than_naive(traces, capsys):
     summary = {}
     for impl in ("naive", "overlap"):
-        res = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "analysis.overlap",
-                "--merge",
-                "--format",
-                "json",
-                *(str(traces / f"{impl}.rank{r}.json.gz") for r in (0, 1)),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            timeout=120,
-        )
-        assert res.returncode == 0, res.stderr
-        (trace,) = json.loads(res.stdout)["traces"]
+        ranks = [str(traces / f"{impl}.rank{r}.json.gz") for r in (0, 1)]
+        assert overlap.main(["--merge", "--format", "json", *ranks]) == 0
+        (trace,) = json.loads(capsys.readouterr().out)["traces"]
         assert trace["source"] == "ranges" and trace["implementation"] == impl
         # metadata as it is: a CPU run has no GPU, driver or CUDA; the profiler is torch's, with its version
         assert trace["profiler"] == f"torch.profiler {torch.__version__}"
@@ -105,10 +87,10 @@ def test_overlap_hides_far_more_communication_than_naive(traces):
     assert summary["overlap"]["overlap_pct"] > summary["naive"]["overlap_pct"] + 25, summary
 
 
-@pytest.mark.slow  # records with torch.profiler in spawned ranks
+@pytest.mark.ranks  # records with torch.profiler in spawned ranks
 def test_a_failing_run_exits_1_and_leaves_previous_outputs(tmp_path):
     (tmp_path / "naive.rank0.json.gz").write_text("previous")
-    res = subprocess.run(
+    res = owned.run(
         [
             "bash",
             str(REPO / "run_nsys.sh"),
@@ -145,7 +127,7 @@ def test_plan_names_a_bad_profiler_and_builds_torch_commands():
     assert "torch.profiler" in plan.describe()
 
 
-@pytest.mark.slow  # records with torch.profiler in spawned ranks
+@pytest.mark.ranks  # records with torch.profiler in spawned ranks
 def test_ddp_meta_records_each_ranks_memory(traces):
     """ddp.meta's `memory`: the wrapper's accounting after the warm-up, against the model's own tensors."""
     from ddp.training.models import build_model
@@ -153,7 +135,7 @@ def test_ddp_meta_records_each_ranks_memory(traces):
     net = build_model("tiny", context_length=64)
     params = sum(p.numel() * p.element_size() for p in net.parameters())
     buffers = sum(b.numel() * b.element_size() for b in net.buffers())
-    for path in sorted(traces.glob("*.json.gz")):
+    for path in sorted(traces.glob("naive.rank*.json.gz")) + sorted(traces.glob("overlap.rank*.json.gz")):
         meta = load(path)["ddp.meta"]
         memory = meta["memory"]
         assert memory["parameters"] == params + buffers, path.name

@@ -13,6 +13,6 @@ except NsysError:
     NSYS = None
 
 RECORDS_WITH_NSYS = [
-    pytest.mark.slow,  # runs run_nsys.sh under the real nsys
+    pytest.mark.nsys,  # records with the real nsys
     pytest.mark.skipif(NSYS is None, reason="nsys not installed (bash scripts/install_nsys.sh)"),
 ]

@@ -12,6 +12,7 @@ import pytest
 from analysis.advise.advice import advise
 from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, comm_range, step_range
 from tests.profiling.test_nsys import REPO
+from tests.support.progress import without_progress
 from tests.support.synthetic import PUSH_POP, START_END, NsysWriter
 
 MS, US, MIB = 1_000_000, 1_000, 2**20
@@ -119,9 +120,12 @@ def test_collectives_fit_under_backward_at_one_size_and_not_at_another(overlap_r
 
 
 def advise_cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
+    """`python -m analysis.advise ARGS`, its stderr without the progress lines a loaded machine adds."""
+    done = subprocess.run(
         [sys.executable, "-m", "analysis.advise", *args], capture_output=True, text=True, timeout=120, cwd=REPO
     )
+    done.stderr = without_progress(done.stderr)
+    return done
 
 
 def test_cli_json_has_the_documented_shape(overlap_run):
@@ -196,18 +200,11 @@ ORDER BY e.start
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    from tests import small_run
-
-    out = tmp_path_factory.mktemp("advise_real")
-    res = small_run.record(["overlap", "overlap_bucket", "torch"], out, 4, 3, "--bucket-mb", "1", timeout_s=600)
-    if res.returncode == 2 and "nsys" in res.stderr:
-        pytest.skip("nsys not installed")
-    assert res.returncode == 0, res.stderr[-3000:]
-    return out
+def recorded(nsys_recordings):
+    return nsys_recordings("overlap", "overlap_bucket", "torch")  # 1 MiB buckets (tests/support/recordings.py)
 
 
-@pytest.mark.slow
+@pytest.mark.nsys
 @pytest.mark.parametrize("impl, rule", [("overlap_bucket", "before"), ("torch", "after")])
 def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rule):
     from analysis.run.loaded_run import load_trace
@@ -223,7 +220,7 @@ def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rul
     assert len(layout) > 3  # 1 MiB buckets of the tiny model: the rules really split it
 
 
-@pytest.mark.slow
+@pytest.mark.nsys
 def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorded):
     import sqlite3
 

@@ -28,7 +28,7 @@ def sweep() -> dict[float, float]:
         return {float(r["bucket_mb"]): float(r["avg_step_time_ms"]) for r in csv.DictReader(f)}
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_every_size_within_10_percent_and_the_recommendation_within_5_of_the_best(h200_torch):
     measured = sweep()
     (result,) = advise([h200_torch], sorted(measured))
@@ -45,7 +45,7 @@ def test_every_size_within_10_percent_and_the_recommendation_within_5_of_the_bes
     assert all(c.predicted_step_ms_err > 0 for c in result.candidates)
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_the_recorded_size_reproduces_the_recorded_run(h200_torch):
     (result,) = advise([h200_torch], [25.0])
     (own,) = result.candidates
@@ -55,7 +55,7 @@ def test_the_recorded_size_reproduces_the_recorded_run(h200_torch):
     assert result.slowdown > 0.5
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_the_per_call_wait_is_the_kernels_own(h200_torch):
     # independent of the analysis: each rank's all-reduce kernels in order; the i-th of both ranks are one
     # collective; a rank waits from its kernel's start to the later start; the first call of each step

@@ -217,7 +217,7 @@ def test_answer_cache_prints_the_same_without_loading(trace_file, command, monke
     assert len(entries(trace_file, "answer-")) == 1
 
 
-@pytest.mark.slow
+@pytest.mark.subprocess
 def test_two_commands_at_once_and_no_pandas_when_warm(trace_file):
     expected = cli("analysis.overlap", str(trace_file), "--per-step", env_off=True)
     assert expected.returncode == 0

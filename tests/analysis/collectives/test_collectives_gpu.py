@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis import analyze_collectives
-from tests.support.quick import slow_except
+from tests.support.quick import costly_except
 
 ALL_REDUCE = """SELECT k.globalPid, k.start, k."end" FROM CUPTI_ACTIVITY_KIND_KERNEL k
                 JOIN StringIds s ON s.id = k.shortName WHERE s.value LIKE 'ncclDevKernel_AllReduce%'"""
@@ -67,7 +67,7 @@ def all_reduce_rows(view):
     return calls[calls["op"] == "all_reduce"].sort_values(["rank", "start_ns"]).reset_index(drop=True)
 
 
-@pytest.mark.slow  # every kernel of whole real H100 traces
+@pytest.mark.real  # every kernel of whole real H100 traces
 @pytest.mark.parametrize(
     "name", ["naive.sqlite", "overlap.sqlite", "overlap_bucket.sqlite", "torch.sqlite", "flat.sqlite"]
 )
@@ -97,7 +97,8 @@ def test_every_all_reduce_kernel_is_one_paired_collective(gpu_trace, view_of, na
 
 @pytest.mark.parametrize(
     "name, total, wait, transfer",
-    slow_except(
+    costly_except(
+        pytest.mark.real,
         [("overlap.sqlite", 89.6, 73.4, 16.2)],  # the quick loop: the trace the tests below read too
         [
             ("overlap.sqlite", 89.6, 73.4, 16.2),

@@ -48,7 +48,7 @@ def comm_ranges(path):
     return [sorted(v) for _, v in sorted(out.items())]
 
 
-@pytest.mark.slow  # records with the real nsys
+@pytest.mark.nsys  # records with the real nsys
 @pytest.mark.skipif(NSYS is None, reason="nsys not installed")
 def test_real_cpu_export_pairs_ranges_and_reads_payloads(tmp_path):
     pytest.importorskip("nvtx")

@@ -15,7 +15,7 @@ from tests import gpu_traces
 
 NAME = "fsdp_bf16.sqlite"
 pytestmark = [
-    pytest.mark.slow,  # reads the whole real trace
+    pytest.mark.real,  # reads the whole real trace
     pytest.mark.skipif(not (gpu_traces.GPU_H200 / f"{NAME}.xz").exists(), reason="../shared/data/gpu_h200 not present"),
 ]
 

@@ -91,7 +91,7 @@ def _plain_steps(path):
     return out
 
 
-@pytest.mark.slow  # reads the whole H200 traces twice (analysis and plain Python)
+@pytest.mark.real  # reads the whole H200 traces twice (analysis and plain Python)
 @pytest.mark.parametrize("name", ["fsdp_bf16.sqlite", "torch.sqlite"])
 def test_h200_steps_end_at_their_gpu_work_and_agree_with_the_run_timer(gpu_h200_trace, name):
     path = gpu_h200_trace(name)
@@ -105,7 +105,7 @@ def test_h200_steps_end_at_their_gpu_work_and_agree_with_the_run_timer(gpu_h200_
         assert mine["step_ms"].mean() == pytest.approx(gpu_traces.H200_RUN_TIMER_MS[name], rel=0.01)
 
 
-@pytest.mark.slow  # reads the whole H200 traces twice (analysis and plain Python)
+@pytest.mark.real  # reads the whole H200 traces twice (analysis and plain Python)
 @pytest.mark.parametrize("name", ["fsdp_bf16.sqlite", "torch.sqlite"])
 def test_h200_closing_barrier_is_outside_the_training_collectives(gpu_h200_trace, name):
     path = gpu_h200_trace(name)

@@ -9,7 +9,7 @@ from analysis.run.loaded_run import load_trace, measure_run
 from analysis.timeline.lanes import Selection, build_panel
 from tests.analysis.overlap.gpu_reference import length, read, reference
 from tests.gpu_traces import RUN_TIMER_MS
-from tests.support.quick import slow_except
+from tests.support.quick import costly_except
 from tests.support.synthetic_gpu import NOT_SYNCING, write_host_not_syncing, write_host_side_and_copies
 
 SINGLE = ["naive", "flat", "overlap", "overlap_bucket", "torch", "gloo_cuda_overlap"]
@@ -48,7 +48,7 @@ def loaded(gpu_trace):
 QUICK = ["naive", "overlap.merged", "gloo_cuda_overlap"]
 
 
-@pytest.mark.slow  # every step of every real H100 trace
+@pytest.mark.real  # every step of every real H100 trace
 @pytest.mark.parametrize("name", [*SINGLE, *(f"{p}.merged" for p in PAIRS)])
 def test_every_step_matches_the_independent_computation(loaded, name):
     """Per rank over the whole capture and per step; a merged pair is checked file by file (lengths do
@@ -67,7 +67,7 @@ def test_every_step_matches_the_independent_computation(loaded, name):
             assert {m: ns(got.loc[k, m]) for m in COMPARED} == row, (rank, k)
 
 
-@pytest.mark.parametrize("name", slow_except(QUICK, [*SINGLE, *(f"{p}.merged" for p in PAIRS)]))
+@pytest.mark.parametrize("name", costly_except(pytest.mark.real, QUICK, [*SINGLE, *(f"{p}.merged" for p in PAIRS)]))
 def test_mean_step_agrees_with_the_run_timer_and_across_ranks(loaded, name):
     """The run's timer prints the slowest rank's mean (profiling/run.py `summary`). Every rank is
     checked against it; in the per-rank overlap run, rank 1 began its first measured step 53 ms after
@@ -83,7 +83,7 @@ def test_mean_step_agrees_with_the_run_timer_and_across_ranks(loaded, name):
     assert later.max() / later.min() < 1.02  # after the first step the ranks run in lockstep
 
 
-@pytest.mark.parametrize("pair", slow_except(["overlap"], PAIRS))
+@pytest.mark.parametrize("pair", costly_except(pytest.mark.real, ["overlap"], PAIRS))
 def test_merged_ranks_run_each_all_reduce_at_the_same_time(loaded, pair):
     """After clock alignment, rank 0's k-th NCCL all-reduce kernel overlaps rank 1's k-th."""
     ops = loaded[f"{pair}.merged"][1].gpu_ops
@@ -116,7 +116,9 @@ def test_gloo_on_cuda_takes_comm_from_the_comm_ranges(loaded):
         assert steps.loc[steps["rank"] == r, "comm_ms"].mean() == pytest.approx(union_ms, rel=0.10)
 
 
-@pytest.mark.parametrize("name", slow_except(QUICK, ["naive", "flat", "overlap", "overlap_bucket", "torch"]))
+@pytest.mark.parametrize(
+    "name", costly_except(pytest.mark.real, QUICK, ["naive", "flat", "overlap", "overlap_bucket", "torch"])
+)
 def test_nccl_traces_count_kernels_only_and_each_collective_once(loaded, name):
     steps = loaded[name][2].steps
     assert set(steps["comm_source"]) == {"kernels"}
@@ -126,7 +128,7 @@ def test_nccl_traces_count_kernels_only_and_each_collective_once(loaded, name):
         assert (steps["comm_ranges"] == steps["comm_kernels"]).all()
 
 
-@pytest.mark.parametrize("name", slow_except(QUICK, ["torch", "gloo_cuda_overlap"]))
+@pytest.mark.parametrize("name", costly_except(pytest.mark.real, QUICK, ["torch", "gloo_cuda_overlap"]))
 def test_shared_gpu_and_metadata_are_reported(loaded, name):
     result = loaded[name][2]
     assert result.totals["shared_gpu"].all()
@@ -139,7 +141,9 @@ def test_shared_gpu_and_metadata_are_reported(loaded, name):
     assert about["nccl"] is None  # these runs did not record the library they loaded (ddp.meta nccl_loaded)
 
 
-@pytest.mark.parametrize("name", slow_except(QUICK, ["torch", "gloo_cuda_overlap", "overlap_bucket"]))
+@pytest.mark.parametrize(
+    "name", costly_except(pytest.mark.real, QUICK, ["torch", "gloo_cuda_overlap", "overlap_bucket"])
+)
 def test_timeline_step_view_covers_the_step_and_shades_its_overlap(loaded, name):
     _, trace, result = loaded[name]
     step = int(result.steps["step"].iloc[-2])
@@ -175,7 +179,7 @@ def test_host_side_collectives_and_which_copies_are_comm(tmp_path):
     assert not rows["shared_gpu"].any()  # GPUs 0 and 1
 
 
-@pytest.mark.slow  # the whole report on real H100 traces
+@pytest.mark.real  # the whole report on real H100 traces
 def test_report_ranks_and_splits_gpu_steps_like_the_analysis(loaded, tmp_path, capsys):
     import pandas as pd
 

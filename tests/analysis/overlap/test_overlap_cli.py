@@ -11,6 +11,7 @@ import pytest
 
 from analysis.overlap.command import main
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
+from tests.support.progress import without_progress
 from tests.support.synthetic import NsysWriter
 
 REPO = Path(__file__).resolve().parents[3]
@@ -39,8 +40,12 @@ METRIC_KEYS = {
 
 
 def run_main(capsys, *args):
-    """The CLI in-process (fast) for output-format checks; bad input goes through a real subprocess."""
-    code = main([str(a) for a in args])
+    """The CLI in-process (fast): its exit code (argparse's SystemExit included), stdout and stderr. One
+    test below runs the real `python -m analysis.overlap` for what only a process shows."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as stop:
+        code = stop.code
     out, err = capsys.readouterr()
     return subprocess.CompletedProcess(args, code, out, err)
 
@@ -62,9 +67,8 @@ def exports(tmp_path_factory):
     return write_two_ranks(d / "overlap.sqlite"), write_cpu_only(d / "cpu.sqlite")
 
 
-@pytest.mark.slow  # a subprocess
-def test_json_has_the_agreed_keys(exports):
-    done = run_cli(*exports, "--format", "json")
+def test_json_has_the_agreed_keys(capsys, exports):
+    done = run_main(capsys, *exports, "--format", "json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert [t["source"] for t in doc["traces"]] == ["kernels", "ranges"]
@@ -146,7 +150,7 @@ def test_merge_refuses_one_file_given_twice(capsys, exports, tmp_path):
 def assert_one_line_error(done, *words):
     assert done.returncode == 2
     assert "Traceback" not in done.stderr and done.stdout == ""
-    lines = done.stderr.strip().splitlines()
+    lines = without_progress(done.stderr).strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
     for word in words:
         assert word in lines[0]
@@ -157,58 +161,53 @@ def _write(path: Path, data: bytes) -> Path:
     return path
 
 
-@pytest.mark.slow  # a subprocess per bad input
+@pytest.mark.subprocess  # the real command: its exit status and stderr as a process
 def test_missing_path_and_directory(tmp_path):
     assert_one_line_error(run_cli(tmp_path / "nope.sqlite"), "no such file")
     assert_one_line_error(run_cli(tmp_path), "directory")
 
 
-@pytest.mark.slow  # a subprocess per bad input
-def test_empty_random_and_foreign_sqlite_files(tmp_path):
-    assert_one_line_error(run_cli(_write(tmp_path / "empty.sqlite", b"")), "empty")
+def test_empty_random_and_foreign_sqlite_files(capsys, tmp_path):
+    assert_one_line_error(run_main(capsys, _write(tmp_path / "empty.sqlite", b"")), "empty")
     noise = np.random.default_rng(1).integers(0, 256, 8192, dtype=np.uint8).tobytes()
-    assert_one_line_error(run_cli(_write(tmp_path / "noise.sqlite", noise)), "not an SQLite file")
+    assert_one_line_error(run_main(capsys, _write(tmp_path / "noise.sqlite", noise)), "not an SQLite file")
     import sqlite3
 
     conn = sqlite3.connect(tmp_path / "other.sqlite")
     conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
     conn.commit(), conn.close()
-    assert_one_line_error(run_cli(tmp_path / "other.sqlite"), "not an nsys export")
+    assert_one_line_error(run_main(capsys, tmp_path / "other.sqlite"), "not an nsys export")
 
 
-@pytest.mark.slow  # a subprocess per bad input
-def test_truncated_and_corrupt_exports(exports, tmp_path):
+def test_truncated_and_corrupt_exports(capsys, exports, tmp_path):
     data = exports[0].read_bytes()
-    assert_one_line_error(run_cli(_write(tmp_path / "cut.sqlite", data[: len(data) // 2])), "truncated")
+    assert_one_line_error(run_main(capsys, _write(tmp_path / "cut.sqlite", data[: len(data) // 2])), "truncated")
     damaged = bytearray(data)
     rng = np.random.default_rng(2)
     for offset in (2 * 4096, 5 * 4096):
         damaged[offset : offset + 3000] = rng.integers(0, 256, 3000, dtype=np.uint8).tobytes()
-    assert_one_line_error(run_cli(_write(tmp_path / "bad.sqlite", bytes(damaged))), "corrupt")
+    assert_one_line_error(run_main(capsys, _write(tmp_path / "bad.sqlite", bytes(damaged))), "corrupt")
 
 
-@pytest.mark.slow  # a subprocess
-def test_export_with_nothing_to_measure(tmp_path):
+def test_export_with_nothing_to_measure(capsys, tmp_path):
     path = NsysWriter(tmp_path / "blank.sqlite", cupti=False).close()
-    assert_one_line_error(run_cli(path), "neither GPU kernels nor NVTX ranges")
+    assert_one_line_error(run_main(capsys, path), "neither GPU kernels nor NVTX ranges")
 
 
-@pytest.mark.slow  # a subprocess per bad input
-def test_bad_options(exports):
-    assert_one_line_error(run_cli(exports[0], "--comm-pattern", "(unclosed"), "comm_kernel")
-    assert_one_line_error(run_cli(exports[0], "--skip-steps", "-1"), "--skip-steps")
+def test_bad_options(capsys, exports):
+    assert_one_line_error(run_main(capsys, exports[0], "--comm-pattern", "(unclosed"), "comm_kernel")
+    assert_one_line_error(run_main(capsys, exports[0], "--skip-steps", "-1"), "--skip-steps")
 
 
-@pytest.mark.slow  # a subprocess
-def test_report_instead_of_export_names_the_command(tmp_path):
+def test_report_instead_of_export_names_the_command(capsys, tmp_path, monkeypatch):
     report = _write(tmp_path / "run.nsys-rep", b"not really a report")
-    done = run_cli(report, env={"NSYS": "/nonexistent/nsys"})
+    monkeypatch.setenv("NSYS", "/nonexistent/nsys")
+    done = run_main(capsys, report)
     expected = f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {report}"
     assert_one_line_error(done, expected)
 
 
-@pytest.mark.slow  # subprocesses
-def test_export_flag_runs_nsys_and_never_overwrites(exports, tmp_path):
+def test_export_flag_runs_nsys_and_never_overwrites(capsys, exports, tmp_path, monkeypatch):
     fake = tmp_path / "fake_nsys"
     fake.write_text(
         f"#!{sys.executable}\nimport shutil, sys\nargs = sys.argv[1:]\n"
@@ -216,8 +215,9 @@ def test_export_flag_runs_nsys_and_never_overwrites(exports, tmp_path):
     )
     fake.chmod(0o755)
     report = _write(tmp_path / "run.nsys-rep", b"report")
-    done = run_cli(report, "--export", "--format", "json", env={"NSYS": str(fake)})
+    monkeypatch.setenv("NSYS", str(fake))
+    done = run_main(capsys, report, "--export", "--format", "json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["traces"][0]["path"].endswith("run.sqlite")
-    again = run_cli(report, "--export", env={"NSYS": str(fake)})
+    again = run_main(capsys, report, "--export")
     assert_one_line_error(again, "already exists")

@@ -12,7 +12,7 @@ H100 = DATA / "nsys2026_2xH100_torchrun.sqlite"
 OWN_TRACES = sorted((Path(__file__).resolve().parents[3] / "traces").glob("*.sqlite"))
 
 
-@pytest.mark.slow  # a whole real H100 trace, end to end
+@pytest.mark.real  # a whole real H100 trace, end to end
 @pytest.mark.skipif(not H100.exists(), reason="../shared/data/nsys2026_2xH100_torchrun.sqlite not present")
 def test_h100_trace_matches_the_independent_computation():
     """Figures from an independent computation (plain Python over the kernel table), to 1 us."""
@@ -41,7 +41,7 @@ def test_h100_trace_launches_and_nccl_ranges():
     assert set(ops.loc[ops["is_comm"], "name"]) == {"ncclDevKernel_SendRecv"}
 
 
-@pytest.mark.slow  # every trace run_nsys.sh made, end to end
+@pytest.mark.real  # every trace run_nsys.sh made, end to end
 @pytest.mark.skipif(not OWN_TRACES, reason="no traces/*.sqlite made yet (run_nsys.sh)")
 @pytest.mark.parametrize("path", OWN_TRACES, ids=[p.stem for p in OWN_TRACES])
 def test_our_own_traces_have_steps_and_communication(path):

@@ -65,7 +65,7 @@ def serial_table(rank_files: list[Path], capsys) -> str:
     return cli(capsys, *rank_files, "--jobs", "1", *NOTHING)[1]
 
 
-@pytest.mark.slow  # starts a Dask cluster
+@pytest.mark.pool  # starts a Dask cluster
 def test_dask_gives_the_serial_note(rank_files, capsys):
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:

@@ -25,7 +25,8 @@ from analysis.parallel.tasks import Outcome
 from analysis.report import command as report, report_folder
 from analysis.run.clocks import PartClock, clock_shifts
 from analysis.run.loaded_run import load_trace
-from tests.support.quick import slow_except
+from tests.support.progress import without_progress
+from tests.support.quick import costly_except
 from tests.support.synthetic import NsysWriter
 from tests.support.synthetic_ddp import write_ddp_trace, write_rank_files
 
@@ -93,7 +94,7 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 # --- per-rank merge from per-file results -------------------------------------------------------
 
 
-@pytest.mark.parametrize("skip", slow_except([0], [0, 1]))  # the quick loop: without skipped steps
+@pytest.mark.parametrize("skip", costly_except(pytest.mark.pool, [0], [0, 1]))  # the quick loop: without skipped steps
 def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, per_file, skip):
     whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
     results = per_file if skip == 0 else [analyze_file(p, skip_steps=skip) for p in rank_files]
@@ -186,13 +187,13 @@ def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files, per_file
 # --- process pool ---------------------------------------------------------------------------------
 
 
-@pytest.mark.slow  # starts a process pool
+@pytest.mark.pool  # starts a process pool
 def test_jobs_2_gives_the_serial_results_in_input_order(rank_files):
     assert_same(analyze(rank_files, jobs=2), analyze(rank_files, jobs=1))
     assert_same(analyze(rank_files, merge=True, jobs=2), analyze(rank_files, merge=True))
 
 
-@pytest.mark.slow  # starts a process pool
+@pytest.mark.pool  # starts a process pool
 def test_cli_jobs_2_output_is_byte_identical(rank_files, capsys):
     for extra in ([], ["--merge"]):
         serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
@@ -213,7 +214,7 @@ def test_one_bad_file_is_named_and_the_others_finish(rank_files, noise, capsys):
     assert errors == [f"error: {noise}: not an SQLite file"]
 
 
-@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
+@pytest.mark.pool  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_several_bad_files_get_a_closing_line_naming_them(rank_files, noise, tmp_path, capsys):
     missing = tmp_path / "missing.sqlite"
     code, out, err = cli(capsys, noise, rank_files[2], missing, "--jobs", "2", "--format", "csv")
@@ -226,7 +227,7 @@ def test_several_bad_files_get_a_closing_line_naming_them(rank_files, noise, tmp
     ]
 
 
-@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
+@pytest.mark.pool  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_a_merged_run_with_a_bad_rank_file_gives_no_result(rank_files, noise, capsys):
     code, out, err = cli(capsys, rank_files[0], noise, "--merge", "--jobs", "2")
     assert (
@@ -244,7 +245,7 @@ def exit_in_worker(item: int) -> int:
     return item * 10
 
 
-@pytest.mark.slow  # starts a process pool
+@pytest.mark.pool  # starts a process pool
 def test_a_worker_that_dies_fails_its_file_only():
     outcomes = run_tasks(exit_in_worker, [0, 1, 2, 3], jobs=2)
     assert [o.value for o in outcomes] == [0, None, 20, 30]
@@ -255,7 +256,7 @@ def pid_of(item: int) -> tuple[int, int]:
     return item, os.getpid()
 
 
-@pytest.mark.slow  # starts process pools
+@pytest.mark.pool  # starts process pools
 def test_workers_are_replaced_every_round_and_a_dead_one_is_retried_after(monkeypatch):
     """jobs x TASKS_PER_WORKER items per pool: 2 x 1 here, so 7 items take 4 pools of new workers;
     results stay in input order, and a worker killed in a round costs only its own file."""
@@ -281,7 +282,7 @@ def test_progress_lines_say_done_total_rate_and_eta():
     assert "1/2 files done, 1 failed" in lines[-1] and "ETA" in lines[-1]
 
 
-@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
+@pytest.mark.pool  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_cli_progress_goes_to_stderr(rank_files, capsys, monkeypatch):
     monkeypatch.setattr(parallel, "PROGRESS_AFTER_S", 0.0)
     code, out, err = cli(capsys, *rank_files, "--jobs", "2")
@@ -318,7 +319,7 @@ def _db_rows(path: Path) -> dict:
         return {t: sorted(db.execute(f"SELECT * FROM {t}").fetchall(), key=repr) for t in ("ranks", "steps")}
 
 
-@pytest.mark.slow  # starts a process pool
+@pytest.mark.pool  # starts a process pool
 def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files, tmp_path, capsys, monkeypatch):
     writers = []
     real = report_folder.record_history
@@ -337,14 +338,14 @@ def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files,
     assert row["step_ms"] == pytest.approx(whole["step_ms"]) and row["steps"] == whole["steps"]
 
 
-@pytest.mark.slow  # a process pool, then a timeline per trace
+@pytest.mark.pool  # a process pool, then a timeline per trace
 def test_report_with_jobs_draws_timelines_from_traces_loaded_again(rank_files, tmp_path, capsys):
     assert report.main([*map(str, rank_files[1:]), "-o", str(tmp_path / "r"), "--jobs", "2"]) == 0
     page = (tmp_path / "r" / "timelines" / "run.html").read_text()
     assert "<title>Timeline: synthetic</title>" in page
 
 
-@pytest.mark.slow  # a process pool (the quick loop keeps one: one bad file in a pool)
+@pytest.mark.pool  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_report_with_a_bad_file_names_it_and_writes_nothing(rank_files, noise, tmp_path, capsys):
     code = report.main([str(rank_files[1]), str(noise), "-o", str(tmp_path / "r"), "--jobs", "2"])
     err = capsys.readouterr().err
@@ -380,7 +381,7 @@ print(code, children(os.getpid()), file=sys.stderr)
 """
 
 
-@pytest.mark.slow  # starts a process pool in a subprocess
+@pytest.mark.pool  # starts a process pool in a subprocess
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs /proc")
 def test_no_worker_process_outlives_the_command(rank_files, tmp_path):
     """A pool's fork server, resource tracker and workers are gone when main returns, so a caller
@@ -412,7 +413,7 @@ def dask_cluster():
     cluster.close()
 
 
-@pytest.mark.slow  # starts a Dask cluster
+@pytest.mark.pool  # starts a Dask cluster
 def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_cluster, capsys):
     for extra in ([], ["--merge"]):
         serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
@@ -447,7 +448,7 @@ def worker_settings() -> tuple:
     return os.environ.get("MALLOC_TRIM_THRESHOLD_"), dask.config.get("distributed.worker.profile.enabled")
 
 
-@pytest.mark.slow  # starts a Dask cluster
+@pytest.mark.pool  # starts a Dask cluster
 def test_dask_local_workers_run_without_the_fixed_trim_threshold_and_profiler(monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)  # a nanny started earlier in this process sets it
@@ -466,14 +467,14 @@ def test_a_fixed_malloc_trim_threshold_is_undone_only_where_set(monkeypatch):
     assert dask_run.undo_fixed_trim_threshold() is True
 
 
-@pytest.mark.slow  # starts a Dask cluster
+@pytest.mark.pool  # starts a Dask cluster
 def test_report_on_dask_writes_the_serial_summary(rank_files, dask_cluster, tmp_path, capsys):
     for name, extra in (("serial", ["--jobs", "1"]), ("dask", ["--dask", dask_cluster])):
         assert report.main([*map(str, rank_files), "-o", str(tmp_path / name), "--no-timelines", *extra]) == 0
     assert (tmp_path / "serial" / "summary.csv").read_bytes() == (tmp_path / "dask" / "summary.csv").read_bytes()
 
 
-@pytest.mark.slow  # waits for a Dask scheduler that never answers
+@pytest.mark.pool  # waits for a Dask scheduler that never answers
 def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkeypatch):
     pytest.importorskip("distributed")
     monkeypatch.setattr(dask_run, "DASK_CONNECT_TIMEOUT", "1s")
@@ -485,7 +486,7 @@ def test_an_unreachable_scheduler_is_a_one_line_error(rank_files, capsys, monkey
 # --- real H100 per-rank traces ----------------------------------------------------------------------
 
 
-@pytest.mark.slow  # reads whole real traces
+@pytest.mark.real  # reads whole real traces
 @pytest.mark.parametrize("run", ["naive", "overlap"])
 def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys):
     from tests.gpu_traces import RUN_TIMER_MS
@@ -524,7 +525,7 @@ def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
     assert_same(merged, analyze_trace(load_trace(paths)))
     assert_split_paired(merged)
     code, out, err = cli(capsys, paths[0], "--format", "json")
-    assert code == 0 and err == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0
+    assert code == 0 and without_progress(err) == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0
 
 
 def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):

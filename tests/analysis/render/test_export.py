@@ -91,7 +91,7 @@ def test_images_of_someone_else_are_refused(tmp_path):
     assert image_name("naive (run 2): step 3") == "naive_run_2_step_3"
 
 
-@pytest.mark.slow  # starts Chromium through kaleido
+@pytest.mark.browser  # starts Chromium through kaleido
 def test_report_writes_every_figure_as_png_and_svg(traces, tmp_path, capsys):
     pytest.importorskip("kaleido")
     if find_chromium() is None:

@@ -18,19 +18,12 @@ from analysis.render.chromium import find_chromium
 from analysis.render.html_page import write_page
 from analysis.report import command as report
 from analysis.timeline import command as timeline
-from profiling.nsys import NsysError, find_nsys
-from tests import small_run
 from tests.analysis.fsdp_units.test_prefetch import write_fsdp2_shaped
 from tests.support.devtools import Browser
 from tests.support.page_layout import MIN_LANE_PX, PageLayout, click_button, inspect, measure, problems
 
-try:
-    NSYS: str | None = find_nsys()
-except NsysError:
-    NSYS = None
-
 pytestmark = [
-    pytest.mark.slow,  # starts headless Chromium and reads whole real traces
+    pytest.mark.browser,  # starts headless Chromium (and reads whole real traces)
     pytest.mark.skipif(find_chromium() is None, reason="no chromium on PATH: run `bash scripts/install_chromium.sh`"),
 ]
 GPU_RUNS = ("naive", "flat", "overlap", "overlap_bucket", "torch")
@@ -51,14 +44,9 @@ def gpu_report(gpu_trace, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cpu_traces(tmp_path_factory) -> Path:
-    """naive and overlap recorded here on CPU ranks through run_nsys.sh (2 measured steps)."""
-    if NSYS is None:
-        pytest.skip("nsys not installed (bash scripts/install_nsys.sh)")
-    out = tmp_path_factory.mktemp("cpu_traces")
-    done = small_run.record(["naive", "overlap"], out, 2, 1, timeout_s=300)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out
+def cpu_traces(nsys_recordings) -> Path:
+    """naive and overlap recorded on CPU ranks through run_nsys.sh (tests/support/recordings.py)."""
+    return nsys_recordings("naive", "overlap")
 
 
 def assert_fine(layout: PageLayout, figures: int) -> None:

@@ -32,7 +32,7 @@ def run(capsys, *argv) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-@pytest.mark.slow  # writes whole reports (pages and timelines), some twice
+@pytest.mark.pages  # writes whole reports (pages and timelines), some twice
 def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     out = tmp_path / "reports"
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -85,7 +85,7 @@ def test_breakdown_parts_add_up_to_the_step():
     assert parts_ms == (45, 15, 10, 30)
 
 
-@pytest.mark.slow  # writes whole reports (pages and timelines), some twice
+@pytest.mark.pages  # writes whole reports (pages and timelines), some twice
 def test_results_db_accumulates_history_without_duplicates(traces, tmp_path, capsys):
     copy = tmp_path / "naive.sqlite"
     shutil.copy(traces[0], copy)
@@ -104,7 +104,7 @@ def test_results_db_accumulates_history_without_duplicates(traces, tmp_path, cap
     assert {"path", "sha256", "rank", "step", "overlap_ms", "exposed_comm_ms"} <= cols
 
 
-@pytest.mark.slow  # writes whole reports (pages and timelines), some twice
+@pytest.mark.pages  # writes whole reports (pages and timelines), some twice
 def test_per_rank_files_are_one_trace(traces, tmp_path, capsys):
     files = [write_trace(tmp_path / f"naive.rank{r}.sqlite", "naive", ranks=1, first_rank=r) for r in (0, 1)]
     out = tmp_path / "rep"

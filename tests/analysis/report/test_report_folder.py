@@ -53,7 +53,7 @@ def history(db: Path) -> dict[str, list[tuple]]:
     return out
 
 
-@pytest.mark.slow  # writes two whole reports
+@pytest.mark.pages  # writes two whole reports
 def test_the_library_writes_what_the_cli_writes(traces, tmp_path, capsys):
     by_cli, by_library = tmp_path / "cli", tmp_path / "library"
     assert report.main([*map(str, traces), "-o", str(by_cli)]) == 0
@@ -68,7 +68,7 @@ def test_the_library_writes_what_the_cli_writes(traces, tmp_path, capsys):
     assert capsys.readouterr().err == ""  # the library prints nothing unless given `progress`
 
 
-@pytest.mark.slow  # writes a whole report
+@pytest.mark.pages  # writes a whole report
 def test_the_result_says_what_was_written(traces, tmp_path, reads):
     out = tmp_path / "r"
     lines: list[str] = []

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 
+from analysis.overlap import command as overlap
+from analysis.report import command as report
 from analysis.report.compare import Comparison, RunFigures
 from analysis.report.gate import breached, parse_rule
-from tests import small_run
-from tests.profiling.test_nsys import REPO
+from tests.support.progress import without_progress
 
 
 def test_rules_read_sign_limit_and_unit():
@@ -90,43 +89,36 @@ def test_comm_ms_per_op_is_wall_time_calls_in_flight_together_counted_once():
     assert sum((calls["end_ns"] - calls["start_ns"])[calls["op"] == "all_reduce"]) / ms / rank_steps > 5  # the sum
 
 
-def gate(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "analysis.report", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=REPO)
+def gate(capsys, *args: str) -> tuple[int, str, str]:
+    """`python -m analysis.report ARGS` in this process: (exit code, stdout, stderr)."""
+    try:
+        code = report.main(list(args))
+    except SystemExit as stop:  # argparse's refusals
+        code = stop.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    out = tmp_path_factory.mktemp("gate")
-    res = small_run.record(["naive", "overlap_bucket"], out, 6, 2, timeout_s=500)
-    if res.returncode == 2 and "nsys" in res.stderr:
-        pytest.skip("nsys not installed")
-    assert res.returncode == 0, res.stderr[-3000:]
-    return out
+def recorded(nsys_recordings):
+    return nsys_recordings("naive", "overlap_bucket")
 
 
-@pytest.mark.slow
-def test_naive_against_overlap_bucket_fails_the_exposed_comm_gate_and_the_reverse_passes(recorded):
+@pytest.mark.nsys
+def test_naive_against_overlap_bucket_fails_the_exposed_comm_gate_and_the_reverse_passes(recorded, capsys):
     naive, bucket = str(recorded / "naive.sqlite"), str(recorded / "overlap_bucket.sqlite")
-    worse = gate(naive, "--baseline", bucket, "--fail-if", "exposed_comm_ms:+10%")
-    assert worse.returncode == 1, worse.stderr
-    assert worse.stdout.strip().splitlines()[-1].startswith("verdict: REGRESSION: exposed_comm_ms +")
-    better = gate(bucket, "--baseline", naive, "--fail-if", "exposed_comm_ms:+10%", "--format", "json")
-    assert better.returncode == 0, better.stderr
-    doc = json.loads(better.stdout)
+    code, out, err = gate(capsys, naive, "--baseline", bucket, "--fail-if", "exposed_comm_ms:+10%")
+    assert code == 1, err
+    assert out.strip().splitlines()[-1].startswith("verdict: REGRESSION: exposed_comm_ms +")
+    code, out, err = gate(capsys, bucket, "--baseline", naive, "--fail-if", "exposed_comm_ms:+10%", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
     rows = {r["metric"]: r for r in doc["metrics"]}
     # the deltas are the two runs' own figures, as analysis.overlap reports them
     means = {}
     for path in (naive, bucket):
-        out = subprocess.run(
-            [sys.executable, "-m", "analysis.overlap", path, "--format", "json"],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=REPO,
-            check=True,
-        )
-        means[path] = json.loads(out.stdout)["traces"][0]["summary"]
+        assert overlap.main([path, "--format", "json"]) == 0
+        means[path] = json.loads(capsys.readouterr().out)["traces"][0]["summary"]
     for metric in ("step_ms", "exposed_comm_ms", "overlap_pct"):
         assert rows[metric]["new"] == pytest.approx(means[bucket][metric], abs=1e-3)
         assert rows[metric]["baseline"] == pytest.approx(means[naive][metric], abs=1e-3)
@@ -136,8 +128,8 @@ def test_naive_against_overlap_bucket_fails_the_exposed_comm_gate_and_the_revers
         assert rows["comm_ms:all_reduce"][side] <= rows["comm_ms"][side] + 1e-6 <= rows["step_ms"][side] + 1e-6
 
 
-@pytest.mark.slow
-def test_gate_input_errors_are_one_line_exit_2(recorded):
+@pytest.mark.nsys
+def test_gate_input_errors_are_one_line_exit_2(recorded, capsys):
     naive = str(recorded / "naive.sqlite")
     for args in (
         [naive, "--baseline", naive],
@@ -145,5 +137,6 @@ def test_gate_input_errors_are_one_line_exit_2(recorded):
         [naive, "--fail-if", "step_ms:+1"],
         [naive, "--baseline", str(recorded / "missing.sqlite")],
     ):
-        res = gate(*args)
-        assert res.returncode == 2 and res.stderr.startswith("error: ") and len(res.stderr.splitlines()) == 1, args
+        code, _, err = gate(capsys, *args)
+        lines = without_progress(err).splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), args

@@ -44,7 +44,7 @@ def _text(fig: dict) -> str:
     return json.dumps(fig)
 
 
-@pytest.mark.slow  # writes a whole report with its timelines
+@pytest.mark.pages  # writes a whole report with its timelines
 def test_a_report_keeps_two_runs_of_one_name_apart_everywhere(twins, tmp_path, capsys):
     _, paths = twins
     out = tmp_path / "r"

@@ -35,7 +35,7 @@ def snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.slow  # writes whole reports with their timelines, three times
+@pytest.mark.pages  # writes whole reports with their timelines, three times
 def test_a_report_of_other_runs_is_refused_then_replaced_only_when_asked(traces, tmp_path, capsys):
     out = tmp_path / "reports"
     assert run(capsys, traces["naive"], traces["overlap"], "-o", out)[0] == 0

@@ -17,7 +17,7 @@ from analysis.overlap.metrics import SPLIT_METRICS
 from analysis.run.loaded_run import load_trace
 from tests.support.synthetic_kineto import KinetoWriter
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.real  # the real per-rank H100 pairs
 SHIFTS_NS = [2_000_000, -2_000_000, 10_000_000, -10_000_000, 20_000_000, -20_000_000]
 
 

@@ -169,7 +169,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
     assert sorted(reads) == sorted(map(str, given))
 
 
-@pytest.mark.slow  # worker processes
+@pytest.mark.pool  # worker processes
 def test_report_with_jobs_reads_each_file_in_a_task_and_once_more_here(files, tmp_path, capsys, monkeypatch):
     """--jobs 2 asks for per-file tasks: the metrics come from the workers, and the pages' events
     are read once more in this process (what the --jobs help says)."""

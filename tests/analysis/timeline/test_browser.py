@@ -20,7 +20,7 @@ from tests.analysis.timeline.test_timeline_traces import write_trace
 from tests.support.html_check import check_page, find_chromium
 
 pytestmark = [
-    pytest.mark.slow,  # starts headless Chromium for every page
+    pytest.mark.browser,  # starts headless Chromium for every page
     pytest.mark.skipif(find_chromium() is None, reason="no chromium on PATH: run `bash scripts/install_chromium.sh`"),
 ]
 REPO = Path(__file__).resolve().parents[3]

@@ -277,7 +277,7 @@ def test_an_explicit_output_replaces_its_own_page(traces, tmp_path, capsys):
     assert "overlap.sqlite" in page.read_text()
 
 
-@pytest.mark.slow  # a subprocess
+@pytest.mark.subprocess  # a subprocess
 def test_module_entry_point_and_help():
     done = subprocess.run(
         [sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
@@ -293,7 +293,7 @@ def test_module_entry_point_and_help():
     assert done.returncode == 2 and done.stderr.strip() == "error: README.md: not an SQLite file"
 
 
-@pytest.mark.slow  # a whole real H100 trace, end to end
+@pytest.mark.real  # a whole real H100 trace, end to end
 @pytest.mark.skipif(not REAL.exists(), reason="real trace not present (../shared/data)")
 def test_real_h100_trace(tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, REAL, "-o", tmp_path / "real.html", "--format", "json")
@@ -326,7 +326,7 @@ def _fake_kaleido(monkeypatch, calls, fail=False):
     monkeypatch.setattr("analysis.render.chromium.find_chromium", lambda: "/usr/bin/chromium")
 
 
-@pytest.mark.slow  # writes three whole pages
+@pytest.mark.pages  # writes three whole pages
 def test_images_are_width_wide_and_replaced_only_when_they_pair_with_our_page(traces, tmp_path, capsys, monkeypatch):
     pytest.importorskip("kaleido")
     calls: list = []

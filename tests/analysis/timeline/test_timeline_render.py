@@ -104,7 +104,7 @@ def test_merging_does_not_touch_the_callers_frame():
     pd.testing.assert_frame_equal(seg, before)
 
 
-@pytest.mark.slow  # a million kernels
+@pytest.mark.real  # a million kernels
 def test_a_million_narrow_kernels_become_at_most_one_block_per_pixel_column():
     rng = np.random.default_rng(1)
     starts = np.sort(rng.integers(0, 2_000_000_000, 1_000_000))

@@ -91,7 +91,7 @@ def test_without_any_nvtx_the_autograd_threads_launches_are_the_backward(tmp_pat
     assert result.steps["step"].isna().all()  # no step marker: the whole capture is one window
 
 
-@pytest.mark.slow  # reads two real H100 exports
+@pytest.mark.real  # reads two real H100 exports
 @pytest.mark.parametrize("impl", ["naive", "overlap"])
 def test_on_real_h100_exports_stripped_of_nvtx_the_autograd_thread_finds_the_backward(gpu_trace, tmp_path, impl):
     """The real per-rank exports (our ranges, pt_autograd_0 named by nsys) with every NVTX row deleted:

@@ -93,7 +93,7 @@ def test_nccl_is_the_library_loaded_with_torchs_build_beside_it(tmp_path):
     assert (old["nccl"], old["nccl_build"]) == (None, "2.28.9")  # runs before the loaded one was recorded
 
 
-@pytest.mark.slow  # decompresses and reads a whole real H200 trace
+@pytest.mark.real  # decompresses and reads a whole real H200 trace
 def test_h200_trace_shows_the_nccl_its_ranks_loaded(gpu_h200_trace):
     path = gpu_h200_trace("fsdp_bf16.sqlite")
     db = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)

@@ -165,7 +165,7 @@ def _check_all(ctx: DistContext) -> list[str]:
 # ---------------------------------------------------------------- tests
 
 
-@pytest.mark.slow  # spawns 1-4 ranks
+@pytest.mark.ranks  # spawns 1-4 ranks
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
 def test_p2p_all_reduce_equals_dist_all_reduce(world: int) -> None:
     assert launch(_check_all, world, backend="gloo", timeout_s=120) == []

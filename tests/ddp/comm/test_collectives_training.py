@@ -43,7 +43,7 @@ def _configs(world: int) -> list[RunConfig]:
     ]
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 @pytest.mark.parametrize("world", [2, 3])
 def test_training_with_p2p_collectives_equals_single_process(world: int) -> None:
     configs = _configs(world)

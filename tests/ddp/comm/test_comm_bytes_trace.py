@@ -10,14 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from tests import small_run
 from tests.support.nsys import RECORDS_WITH_NSYS
+from tests.support.recordings import STEPS
 
 REPO = Path(__file__).resolve().parents[3]
 pytestmark = RECORDS_WITH_NSYS
 
 IMPLS = ("flat", "overlap_bucket", "torch")
-STEPS, WARMUP = 2, 2  # torch's buckets are final from its second step (DDP rebuilds them once)
 
 ROWS = """
 SELECT (e.globalTid >> 24) & 16777215 AS pid, COALESCE(e.text, s.value) AS name, e.start, e."end",
@@ -28,11 +27,8 @@ WHERE e.eventType IN (34, 59, 60)
 
 
 @pytest.fixture(scope="module")
-def traces(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("comm_bytes")
-    res = small_run.record(list(IMPLS), out, STEPS, WARMUP)
-    assert res.returncode == 0, res.stderr[-3000:]
-    return out
+def traces(nsys_recordings) -> Path:
+    return nsys_recordings(*IMPLS)  # after warm-up steps enough for torch's buckets to be final
 
 
 def gradient_bytes() -> tuple[int, list[str]]:

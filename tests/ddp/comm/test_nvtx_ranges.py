@@ -95,7 +95,7 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     assert list(recorder.started.values()).count("grad_sync") == (1 if impl == "torch" else 0)
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 def test_async_ranges_end_on_the_comm_thread():
     """On CPU an async range ends in the future's callback: at completion, on the comm thread."""
     ended = launch(cases.async_range_end_threads, 2, timeout_s=60)

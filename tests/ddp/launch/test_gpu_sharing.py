@@ -125,7 +125,7 @@ def _fake_nccl(folder: Path, code: int) -> Path:
     return lib
 
 
-@pytest.mark.slow  # compiles a library, runs subprocesses
+@pytest.mark.subprocess  # compiles a library, runs subprocesses
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs a C compiler for the stand-in libnccl")
 def test_loaded_library_version_is_read_from_the_mapped_library_and_preload_wins(tmp_path):
     built = _fake_nccl(tmp_path / "wheel", 22809)  # what torch's wheel would bring
@@ -159,7 +159,7 @@ def test_loaded_library_version_is_read_from_the_mapped_library_and_preload_wins
     assert none.stdout.strip() == "None"  # no NCCL mapped (CPU-only torch is not imported here)
 
 
-@pytest.mark.slow  # spawns ranks through the CLIs
+@pytest.mark.ranks  # spawns ranks through the CLIs
 def test_share_gpus_on_the_clis_without_gpus(tmp_path):
     """The flag exists where ranks are launched; with no GPU it has nothing to share and says so."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}

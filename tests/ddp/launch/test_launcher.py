@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import pickle
 import queue
-import subprocess
 import sys
 import threading
 import time
@@ -16,11 +15,12 @@ import pytest
 from ddp.launch.launcher import choose_backend, cpu_count, launch
 from ddp.launch.rank_failures import GRACE_S, RankFailedError, collect
 from tests.ddp import cases
+from tests.support import owned
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 def test_spawned_ranks_report_their_context():
     info = launch(cases.report_context, 2, timeout_s=60)
     assert info["rank"] == 0 and info["world_size"] == 2 and info["backend"] == "gloo"
@@ -28,7 +28,7 @@ def test_spawned_ranks_report_their_context():
     assert info["threads"] == max(1, cpu_count() // 2)  # ranks share the cores instead of oversubscribing
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 def test_rank_that_raises_stops_the_others_with_its_error():
     started = time.monotonic()
     with pytest.raises(RankFailedError, match=r"rank 1 failed: ValueError: boom on purpose"):
@@ -36,13 +36,13 @@ def test_rank_that_raises_stops_the_others_with_its_error():
     assert time.monotonic() - started < 45  # well before the 60 s collective timeout
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 def test_rank_that_dies_silently_is_named():
     with pytest.raises(RankFailedError, match=r"rank 1 exited with code 3"):
         launch(cases.exit_on_rank1, 2, timeout_s=60)
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 def test_ranks_that_finished_first_do_not_fail_a_slower_rank_0():
     """Ranks 1 and 2 reported and exited (their reports read one per pass, so one looks silent for a
     moment); rank 0 finishes after the grace period. That is a success, not a failure."""
@@ -71,7 +71,7 @@ def test_bad_world_size_and_backend_are_refused():
         choose_backend(2, "mpi")
 
 
-@pytest.mark.slow  # a torchrun job
+@pytest.mark.ranks  # a torchrun job
 def test_joins_an_existing_torchrun_job(tmp_path):
     """With RANK/WORLD_SIZE/LOCAL_RANK set, the CLI runs in-process as that rank (here a 1-rank job)."""
     env = {
@@ -83,7 +83,7 @@ def test_joins_an_existing_torchrun_job(tmp_path):
         "MASTER_ADDR": "127.0.0.1",
         "MASTER_PORT": str(_free_port()),
     }
-    out = subprocess.run(
+    out = owned.run(
         [sys.executable, "-m", "ddp.verify", "--impl", "flat", "--steps", "2", "--format", "csv"],
         cwd=REPO,
         env=env,

@@ -25,7 +25,7 @@ def every_ranks_run_id(ctx: DistContext) -> list:
     return ids
 
 
-@pytest.mark.slow  # spawns two ranks twice
+@pytest.mark.ranks  # spawns two ranks twice
 def test_one_launch_one_id_two_launches_two(monkeypatch):
     monkeypatch.delenv(RUN_ID_ENV, raising=False)
     first = launch(every_ranks_run_id, 2, backend="gloo")

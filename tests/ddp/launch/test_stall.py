@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,12 +15,13 @@ from ddp.comm.inflight import Position
 from ddp.launch import launcher, rank_failures
 from ddp.launch.launcher import RankFailedError, launch
 from tests.ddp.launch import stall_cases
+from tests.support import owned
 
 REPO = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 3.0
 
 
-@pytest.mark.slow  # spawns ranks that stall until a timeout
+@pytest.mark.ranks  # spawns ranks that stall until a timeout
 @pytest.mark.parametrize("impl, world, stalled", [("flat", 3, 2), ("overlap", 2, 1)])
 def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, world, stalled):
     started = time.monotonic()
@@ -42,7 +42,7 @@ def test_stalled_rank_is_named_with_the_collective_the_others_waited_in(impl, wo
     assert took < 60, took  # the stalled rank sleeps 600 s: the launcher stopped it
 
 
-@pytest.mark.slow  # spawns ranks that stall until a timeout
+@pytest.mark.ranks  # spawns ranks that stall until a timeout
 @pytest.mark.parametrize(
     "inside, expected",
     [
@@ -110,11 +110,11 @@ def test_timeout_comes_from_the_environment():
             launcher.default_timeout_s({"DDP_TIMEOUT_S": bad})
 
 
-@pytest.mark.slow  # a torchrun job that stalls until a timeout
+@pytest.mark.ranks  # a torchrun job that stalls until a timeout
 def test_under_torchrun_the_waiting_rank_names_its_collective():
     env = {**os.environ, "DDP_TIMEOUT_S": str(TIMEOUT_S), "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1"}
     started = time.monotonic()
-    res = subprocess.run(
+    res = owned.run(
         [
             sys.executable,
             "-m",
@@ -139,7 +139,7 @@ def test_under_torchrun_the_waiting_rank_names_its_collective():
     assert time.monotonic() - started < 200
 
 
-@pytest.mark.slow  # spawns ranks that stall until a timeout
+@pytest.mark.ranks  # spawns ranks that stall until a timeout
 def test_stall_outside_our_collectives_still_names_the_rank_left_running():
     """PyTorch DDP's second step starts with its own broadcast (bucket rebuild), which ddp.comm.collectives does not
     see: the timeout is reported with the rank that neither failed nor finished."""
@@ -150,7 +150,7 @@ def test_stall_outside_our_collectives_still_names_the_rank_left_running():
     assert "still running when it timed out: rank 1 not in a collective (last: comm:all_reduce:bucket" in msg
 
 
-@pytest.mark.slow  # spawns two ranks, one of them late
+@pytest.mark.ranks  # spawns two ranks, one of them late
 def test_a_rank_that_starts_later_than_the_collective_timeout_still_joins():
     """Joining waits for every rank to start, which can take seconds on a loaded machine: a 1 s collective
     timeout must not fail a rank that starts 3 s after the other (it used to: DistStoreError)."""

@@ -71,7 +71,7 @@ def test_is_an_optimizer_with_groups_defaults_and_schedulers(one_rank_group):
     assert len(sharded.owned_parameters()) == len(list(a.parameters()))
 
 
-@pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.ranks  # spawns 2 ranks
 def test_every_strategy_trains_bit_identically_sharded_or_not():
     keys = [(impl, model) for impl in IMPLS for model in ("tied", "toy", "frozen", "unused")]
     runs = [
@@ -93,7 +93,7 @@ def test_every_strategy_trains_bit_identically_sharded_or_not():
         assert any(not torch.equal(plain[k], cases.build(key[1], 0).state_dict()[k]) for k in plain), key  # trained
 
 
-@pytest.mark.slow  # spawns 3 ranks
+@pytest.mark.ranks  # spawns 3 ranks
 def test_groups_scheduler_and_state_split_across_three_ranks():
     impls = ["overlap_bucket", "torch"]
     for impl, everyone in zip(impls, launch(sharded_cases.groups_worker, 3, impls, timeout_s=240), strict=True):

@@ -9,7 +9,7 @@ from ddp.launch.launcher import launch
 from ddp.strategies.registry import IMPLEMENTATIONS, REPLICATED, SHARDED
 from tests.ddp import cases
 
-pytestmark = pytest.mark.slow  # every test reads the runs of 2 and 3 spawned ranks (module fixtures)
+pytestmark = pytest.mark.ranks  # every test reads the runs of 2 and 3 spawned ranks (module fixtures)
 
 STEPS = 3
 IMPLS = list(IMPLEMENTATIONS)

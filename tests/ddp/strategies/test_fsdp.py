@@ -11,7 +11,7 @@ from ddp.launch.launcher import launch
 from ddp.sharding.gradient_buffers import KEEP
 from tests.ddp.strategies import fsdp_cases
 
-pytestmark = pytest.mark.slow  # every test reads the runs of spawned ranks (module fixture)
+pytestmark = pytest.mark.ranks  # every test reads the runs of spawned ranks (module fixture)
 
 STEPS, BATCH, WORLD = 3, 8, 2
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

@@ -14,7 +14,7 @@ from ddp.sharding.gradient_buffers import KEEP
 from tests.ddp.strategies import fsdp_cases
 from tests.ddp.strategies.step_allocations import steady_state_allocations
 
-pytestmark = pytest.mark.slow  # spawns 2 ranks
+pytestmark = pytest.mark.ranks  # spawns 2 ranks
 
 WORLD = 2
 STRATEGY = ("ddp/strategies/", "ddp/sharding/", "ddp/grads/", "ddp/memory/")  # the strategies and their helpers

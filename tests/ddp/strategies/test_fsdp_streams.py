@@ -53,7 +53,7 @@ def logs() -> dict:
     return dict(zip(CASES, launch(ordering_worker, WORLD, cases, timeout_s=240), strict=True))
 
 
-@pytest.mark.slow  # spawns ranks
+@pytest.mark.ranks  # spawns ranks
 @pytest.mark.parametrize("case", list(CASES))
 def test_no_buffer_is_freed_reused_or_rewritten_before_the_collective_using_it_was_waited(logs, case):
     events = logs[case]["events"]
@@ -66,7 +66,7 @@ def test_no_buffer_is_freed_reused_or_rewritten_before_the_collective_using_it_w
     assert any(t[0] == r[0] for t in taken for r in scattered)
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 @pytest.mark.parametrize("case", ["host_sees_complete", "dangling", "mixed", "prefetch3", "separate_rs"])
 def test_the_logged_runs_still_train_bit_for_bit_like_one_process(logs, case):
     outcome, model = logs[case], CASES[case]["model"]
@@ -75,7 +75,7 @@ def test_the_logged_runs_still_train_bit_for_bit_like_one_process(logs, case):
         assert all(torch.equal(got[n], v) for n, v in want.items())
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 @pytest.mark.parametrize("case", ["prefetch2", "separate_rs"])
 def test_reduce_scatters_go_through_their_own_group_only_when_asked(logs, case):
     outcome = logs[case]

@@ -188,7 +188,7 @@ def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -
     return {**figures, "gathered": gathered}
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_without_sharded_state():
     impls = list(registry.IMPLEMENTATIONS)
     configs = [{**TOY_RUN, "impl": impl, "shard_optimizer": shard} for impl in impls for shard in (False, True)]
@@ -212,7 +212,7 @@ def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_with
         assert max(shares) <= full / 2 + F32 * (2 * 32 * 32 + 1)  # within one parameter (fc2.weight) of 1/W
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 def test_an_lm_counts_its_buffers_as_parameters():
     """The tiny LM (a buffer beside its parameters, tied weights if any): parameters and buffers counted once."""
     settings = {**TOY_RUN, "model": "tiny", "impl": "flat", "batch_size": 2, "context_length": 16}

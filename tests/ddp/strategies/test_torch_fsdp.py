@@ -93,7 +93,7 @@ def test_what_fsdp2_cannot_do_is_refused_before_any_collective():
 
 
 # ---- 2 gloo ranks ---------------------------------------------------------------------------------
-@pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.ranks  # spawns 2 ranks
 def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identically_to_torch_ddp():
     settings = [{"prefetch": 2}, {"prefetch": 3}, *([{"separate_reduce_scatter": True, "prefetch": 3}] * SEPARATE_RS)]
     runs = [
@@ -117,14 +117,14 @@ def group_runs() -> list[dict]:
     return launch(torch_fsdp_cases.groups_worker, 2, runs, timeout_s=240)
 
 
-@pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.ranks  # spawns 2 ranks
 def test_prefetch_3_has_the_next_two_units_gathered_when_a_unit_starts(group_runs):
     default, _, deep = group_runs
     assert default["at_forward"] == [("fc1", 1), ("fc2", 2), ("fc3", 3)]  # FSDP2 on gloo: each one at its turn
     assert deep["at_forward"] == [("fc1", 3), ("fc2", 3), ("fc3", 3)]  # fc1's pre-forward prefetched fc2 and fc3
 
 
-@pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.ranks  # spawns 2 ranks
 @pytest.mark.skipif(not SEPARATE_RS, reason=f"FSDP2 of torch {torch.__version__} has no separate reduce-scatter group")
 def test_separate_reduce_scatter_sends_every_reduce_scatter_through_a_group_of_its_own(group_runs):
     shared, separate, _ = group_runs
@@ -138,7 +138,7 @@ def test_separate_reduce_scatter_sends_every_reduce_scatter_through_a_group_of_i
     assert sum(scatters.values()) == 2 * units  # one per unit per step, none missing
 
 
-@pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.ranks  # spawns 2 ranks
 def test_trains_bit_identically_to_torch_ddp():
     """FSDP2's reduce-scatter (sum, then / 2) gives each rank's shard the same float32 mean gradient as DDP's
     all-reduce: the parameters after every optimizer's steps must be equal bit for bit, not just close."""
@@ -170,7 +170,7 @@ def payloads() -> dict:
     return dict(zip(runs, launch(torch_fsdp_cases.payloads_worker, 2, runs, timeout_s=240), strict=True))
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 @pytest.mark.parametrize("run", [("odd", None), ("toy", None), ("odd", torch.bfloat16)], ids=str)
 def test_each_collective_is_one_contract_range_whose_payload_the_layout_states(payloads, run):
     out = payloads[run]
@@ -188,7 +188,7 @@ def test_each_collective_is_one_contract_range_whose_payload_the_layout_states(p
         assert forward == set(layout)  # every unit gathered (again in backward, except the root)
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 def test_layout_pads_and_names_units_as_fsdp2_does(payloads):
     odd = {e["name"]: e for e in payloads[("odd", None)]["layout"]}
     inp_numel = torch_fsdp_cases.ODD * (cases.FEATURES + 1)
@@ -201,13 +201,13 @@ def test_layout_pads_and_names_units_as_fsdp2_does(payloads):
     assert bf16["inp"]["reduce_scatter_bytes"] == odd["inp"]["reduce_scatter_bytes"]  # gradients in float32
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 def test_master_weights_and_gradients_stay_float32_under_a_compute_dtype(payloads):
     master = payloads[("odd", torch.bfloat16)]["master"]
     assert set(master.values()) == {("torch.float32", "torch.float32")}
 
 
-@pytest.mark.slow  # spawns 2 ranks
+@pytest.mark.ranks  # spawns 2 ranks
 def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way():
     runs = [(model, dtype, 5, 0.01) for model in ("toy", "odd") for dtype in (torch.float16, torch.bfloat16)]
     outcomes = launch(torch_fsdp_cases.mixed_worker, 2, runs, timeout_s=240)
@@ -221,7 +221,7 @@ def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way():
         assert worst <= 1e-4 < moved, (run, worst, moved)  # close, and not because nothing trained
 
 
-@pytest.mark.slow
+@pytest.mark.ranks
 @pytest.mark.parametrize("run", [("odd", None), ("toy", None), ("odd", torch.bfloat16)], ids=str)
 def test_memory_parts_are_the_shards_and_the_gathered_units(payloads, run):
     out = payloads[run]

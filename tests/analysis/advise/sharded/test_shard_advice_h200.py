@@ -17,7 +17,7 @@ from tests.analysis.fsdp_units.test_gather_held_h200 import NAME, plain_held
 
 RUN_TIMER_MS = 413.9  # PROVENANCE.md
 pytestmark = [
-    pytest.mark.slow,  # reads the whole real trace
+    pytest.mark.real,  # reads the whole real trace
     pytest.mark.skipif(not (gpu_traces.GPU_H200 / f"{NAME}.xz").exists(), reason="../shared/data/gpu_h200 not present"),
 ]
 

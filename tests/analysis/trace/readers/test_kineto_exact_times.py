@@ -63,7 +63,7 @@ def decimal_reference() -> dict:
     return {d: sorted(ops) for d, ops in per_device.items()}
 
 
-@pytest.mark.slow
+@pytest.mark.real
 def test_real_trace_per_device_totals_are_exact(decimal_reference: dict) -> None:
     ops = load_trace(REAL).gpu_ops
     assert sorted(ops["device"].unique().tolist()) == sorted(decimal_reference)

@@ -26,7 +26,7 @@ for i in range(2):
 """
 
 
-@pytest.mark.slow  # records with the real nsys
+@pytest.mark.nsys  # records with the real nsys
 @pytest.mark.skipif(NSYS is None, reason="nsys not installed")
 def test_real_cpu_export_is_measured_from_nvtx(tmp_path):
     pytest.importorskip("nvtx")

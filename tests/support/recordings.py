@@ -1,0 +1,63 @@
+"""Small real recordings on CPU ranks, each implementation recorded once for the whole suite.
+
+The tests of the recorded traces (tests/profiling, the collectives' bytes, the report's gate, the
+bucket advice, the CPU report pages) read the same few runs: one `run_nsys.sh` recording per
+implementation and profiler, made when a test first asks for it, into one folder per profiler (which
+also holds `keep.txt`, a file not ours that no recording may touch). All with the same settings: 2 gloo
+ranks, the tiny model at batch 8 x 64, WARMUP warm-up steps (torch's DDP buckets are final from its
+second step) then STEPS measured ones, 1 MiB buckets (so that overlap_bucket and torch split the tiny
+model into several).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tests import small_run
+from tests.support import owned
+
+STEPS, WARMUP = 4, 3
+BUCKET_MB = "1"
+KEEP = "keep.txt"
+# Someone else's job (tests/support/plain_ddp.py) recorded with plain torch.profiler: its first step is
+# the profiler's warm-up, ProfilerStep#1..#10 are recorded.
+PLAIN_DDP = Path(__file__).resolve().parent / "plain_ddp.py"
+PLAIN_DDP_STEPS = 11
+
+
+def record_plain_ddp(out: Path) -> Path:
+    """`out`, holding plain_ddp.rank<N>.json and the job's own timer.rank<N>.json."""
+    cmd = [sys.executable, str(PLAIN_DDP), "--out", str(out), "--steps", str(PLAIN_DDP_STEPS)]
+    done = owned.run(cmd, capture_output=True, text=True, timeout=300, cwd=small_run.REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return out
+
+
+class Recordings:
+    """`recordings("naive", "overlap")` -> the folder holding `<impl>.sqlite` (nsys) or
+    `<impl>.rank<N>.json.gz` (torch.profiler) of each, recording those not made yet in one run_nsys.sh."""
+
+    def __init__(self, folder: Path, profiler: str) -> None:
+        self.folder, self.profiler = folder, profiler
+        self.runs: dict[str, subprocess.CompletedProcess] = {}  # the run_nsys.sh that recorded each impl
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / KEEP).write_text("not ours")
+
+    def __call__(self, *impls: str) -> Path:
+        todo = [impl for impl in impls if impl not in self.runs]
+        if todo:
+            extra = ["--bucket-mb", BUCKET_MB, "--profiler", self.profiler]
+            done = small_run.record(todo, self.folder, STEPS, WARMUP, *extra, timeout_s=240 * len(todo))
+            assert done.returncode == 0, done.stderr[-3000:]
+            self.runs |= dict.fromkeys(todo, done)
+        return self.folder
+
+    def outputs(self) -> list[str]:
+        """The file names the recordings made so far should have left in the folder, `keep.txt` included."""
+        if self.profiler == "nsys":
+            made = [f"{impl}.{ext}" for impl in self.runs for ext in ("nsys-rep", "sqlite")]
+        else:
+            made = [f"{impl}.rank{rank}.json.gz" for impl in self.runs for rank in (0, 1)]
+        return sorted([KEEP, *made])

@@ -38,13 +38,11 @@ def open_from_args(
     keep_traces: bool = True,
     task: Callable | None = None,
     needs_events: bool = False,
-    collectives: bool = True,
 ) -> OpenRuns:
     """The runs the input options name (session.OpenRuns), with progress lines on stderr for inputs
     of more than 200 MB (or any input analysed file by file). needs_events: the command draws or
     pairs the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read
-    once in this process rather than analysed file by file and read again for its events. collectives:
-    False when the command shows no collectives view (session.OpenRuns)."""
+    once in this process rather than analysed file by file and read again for its events."""
     from analysis.parallel.parallel import Progress, default_jobs
     from analysis.run.run_files import find_runs
 
@@ -56,7 +54,7 @@ def open_from_args(
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
     from analysis.api import runs_of
 
-    return runs_of(opts, runs, jobs, progress, keep_traces, task, collectives=collectives)
+    return runs_of(opts, runs, jobs, progress, keep_traces, task)
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:

@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
 
-    runs = cli.open_from_args(args, "[overlap]", keep_traces=False, collectives=False)
+    runs = cli.open_from_args(args, "[overlap]", keep_traces=False)
     bad = cli.report_failures(runs.results())
     good = runs.good()
     if not good:

@@ -11,11 +11,9 @@ that falls inside a string or a nested object leaves the batch unbalanced, so it
 the batch is extended to the next cut. A memory-mapped file's pages are unmapped from the process once
 their batch is decoded (`_release`).
 
-Decoders: `FAST` takes times as float µs, `FAST_INT_IDS` too with integer pids and tids (the usual
-case, a tenth less decode time; a batch that names one is decoded with `FAST`, and so is every batch
-after it, `_FastDecoder`); `EXACT` takes times as decimals, for a batch whose timestamps are too large
-for float64 ns (absolute epoch µs); `LENIENT` takes any phase as a plain field, for a batch that fits
-none of the others and for its error message.
+Decoders: `FAST` takes times as float µs; `EXACT` takes them as decimals, for a batch whose timestamps
+are too large for float64 ns (absolute epoch µs); `LENIENT` takes any phase as a plain field, for a
+batch that fits neither and for its error message.
 """
 
 from __future__ import annotations
@@ -69,13 +67,6 @@ class Complete(Fields, gc=False, tag="X", tag_field="ph"):
     """A complete event ("ph": "X"): everything this analysis reads is one."""
 
 
-class IntIdsComplete(Fields, gc=False, tag="X", tag_field="ph"):
-    """A complete event whose pid and tid are integers, as torch.profiler writes them."""
-
-    pid: int = -1
-    tid: int = -1
-
-
 class ExactComplete(Fields, gc=False, tag="X", tag_field="ph"):
     """A complete event with its times as written (decimals): for timestamps too large for float64 ns."""
 
@@ -105,7 +96,6 @@ def _decoder(complete: type) -> msgspec.json.Decoder:
 
 
 FAST = _decoder(Complete)
-FAST_INT_IDS = _decoder(IntIdsComplete)
 EXACT = _decoder(ExactComplete)
 LENIENT = msgspec.json.Decoder(list[AnyPhase])
 
@@ -113,34 +103,16 @@ BATCH_BYTES = 16 * 2**20  # event text decoded at a time
 CUT = re.compile(rb"\}\s*,\s*\{")
 
 
-class _FastDecoder:
-    """The fast decode of one pass over the events: FAST_INT_IDS until a batch does not fit it (a pid or tid
-    that is not an integer, as Chrome's named pids), FAST from then on, so that no more than one batch a
-    pass is decoded twice."""
-
-    def __init__(self) -> None:
-        self.int_ids = True
-
-    def decode(self, batch: bytes) -> list:
-        if self.int_ids:
-            try:
-                return FAST_INT_IDS.decode(batch)
-            except msgspec.ValidationError:
-                self.int_ids = False
-        return FAST.decode(batch)
-
-
 def event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> Iterator[list]:
     """The complete events of the event text data[start:last] (inside the array's brackets), batch by batch."""
     whole = memoryview(data)
-    fast = _FastDecoder()
     try:
         while True:
             cut = CUT.search(data, min(start + BATCH_BYTES, last), last)
             while True:
                 end = cut.start() + 1 if cut else last
                 try:
-                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")), fast)
+                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")))
                     break
                 except msgspec.DecodeError:  # the cut fell inside a string or a nested object
                     if cut is None:
@@ -165,10 +137,10 @@ def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
         data.madvise(mmap.MADV_DONTNEED, low, high - low)
 
 
-def _complete_events(path: Path, batch: bytes, fast: _FastDecoder) -> list:
+def _complete_events(path: Path, batch: bytes) -> list:
     """A batch of events, decoded: its complete events, and maybe skipped ones (category "")."""
     try:
-        events = fast.decode(batch)
+        events = FAST.decode(batch)
         return EXACT.decode(batch) if _beyond_float_ns(events) else events
     except msgspec.ValidationError:
         pass  # events that do not fit the fast types: try the lenient ones, for a precise message

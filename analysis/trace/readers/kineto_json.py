@@ -6,11 +6,12 @@ and each batch turned into columns (kineto_columns.py) before the next, so memor
 and one batch of events, not the file's events.
 
 A large mapped file's event text is cut at event boundaries into pieces (one per usable core, at most
-MAX_PIECES, none under PIECE_BYTES) that forked processes decode while this one decodes the first; the
-columns come back in file order, so they are the serial decode's. On the 1M-kernel trace (757 MB) it
-takes a median 21% off the wall time of `python -m analysis.overlap` on two cores (measured against
-one piece, in turns, under load; benchmarks/headline.py). A cut inside a string or a nested object
-makes a piece fail to decode, which sends the file to the whole decode below, as a wrong split does.
+MAX_PIECES, none under PIECE_BYTES) that forked processes decode; the columns come back in file order,
+so they are the serial decode's. This process decodes none: its memory holds the columns, not a batch's
+events besides. On the 1M-kernel trace (757 MB) the pieces take a median 21% off the wall time of
+`python -m analysis.overlap` on two cores (measured against one piece, in turns, under load;
+benchmarks/headline.py). A cut inside a string or a nested object makes a piece fail to decode, which
+sends the file to the whole decode below, as a wrong split does.
 
 The event array's place is found without a pass over it (`_split_top`): its opening is the first
 `"traceEvents": [`, its close the last `]` after an event's `}` whose following text ends the
@@ -33,7 +34,9 @@ import gzip
 import mmap
 import multiprocessing
 import os
+import pickle
 import re
+import tempfile
 import zlib
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -133,24 +136,36 @@ def _columns(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> list
 
 
 def _in_pieces(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> list[dict]:
-    """_columns of the event text data[start:last], its pieces after the first decoded by forked processes
-    (each maps the file itself) where the file is mapped and large enough; else all of it here."""
+    """_columns of the event text data[start:last], its pieces decoded by forked processes (each maps the
+    file itself) where the file is mapped and large enough; else all of it here."""
     spans = _pieces(data, start, last) if isinstance(data, mmap.mmap) else [(start, last)]
     if len(spans) == 1 or "fork" not in multiprocessing.get_all_start_methods():
         return _columns(path, data, start, last)
+    fork = multiprocessing.get_context("fork")
     try:
-        with ProcessPoolExecutor(len(spans) - 1, mp_context=multiprocessing.get_context("fork")) as pool:
-            others = [pool.submit(_mapped_columns, path, *span) for span in spans[1:]]
-            first = _columns(path, data, *spans[0])
-            return first + [batch for piece in others for batch in piece.result()]
+        with tempfile.TemporaryDirectory() as folder, ProcessPoolExecutor(len(spans), mp_context=fork) as pool:
+            outs = [Path(folder) / f"{i}.pickle" for i in range(len(spans))]
+            pieces = [pool.submit(_mapped_columns, path, *span, out) for span, out in zip(spans, outs, strict=True)]
+            for piece in pieces:
+                piece.result()  # a piece's TraceError, raised here
+            return [batch for out in outs for batch in _unpickled(out)]
     except (BrokenProcessPool, OSError):  # a process could not start, or died (memory): all of it here
         return _columns(path, data, start, last)
 
 
-def _mapped_columns(path: Path, start: int, last: int) -> list[dict]:
-    """_columns of data[start:last] of the file at `path`, mapped here (a piece, in a forked process)."""
+def _mapped_columns(path: Path, start: int, last: int, out: Path) -> None:
+    """_columns of data[start:last] of the file at `path`, mapped here (a piece, in a forked process), pickled
+    into the file `out`: read back from a file, array by array, they need no second copy in memory, as a
+    whole pickled result sent through a pipe does (about 80 MiB more at 1M kernels)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-        return _columns(path, data, start, last)
+        columns = _columns(path, data, start, last)
+    with open(out, "wb") as f:
+        pickle.dump(columns, f, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _unpickled(path: Path) -> list[dict]:
+    with open(path, "rb") as f:
+        return pickle.load(f)
 
 
 def _pieces(data: mmap.mmap, start: int, last: int) -> list[tuple[int, int]]:

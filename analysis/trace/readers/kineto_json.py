@@ -159,8 +159,8 @@ def _mapped_columns(path: Path, start: int, last: int, out: Path) -> None:
     whole pickled result sent through a pipe does (about 80 MiB more at 1M kernels)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
         columns = _columns(path, data, start, last)
-    with open(out, "wb") as f:
-        pickle.dump(columns, f, protocol=pickle.HIGHEST_PROTOCOL)
+    with open(out, "wb") as written:
+        pickle.dump(columns, written, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _unpickled(path: Path) -> list[dict]:

@@ -20,18 +20,12 @@ draws it.
     runs.collectives().by_rank                           # the collectives view of the same load
     runs.timeline("reports/t.html", step=3)              # the timeline page, from the same load
 
-Recording (`ddp/`, `profiling/`) never imports this package. Importing it loads nothing more: each name
-is imported when first used. It does choose Arrow's allocator, unless ARROW_DEFAULT_MEMORY_POOL already
-says one: the system's (glibc), not mimalloc, which pyarrow's wheels default to and which keeps the
-pages Arrow frees (the readers' and the load cache's Arrow buffers) for Arrow's own next allocations,
-while the analysis then allocates through numpy: a first look at the 10M-kernel export peaked 35-50 MB
-higher with it. Memory the system allocator frees is handed back (trace/free_memory.py).
+Recording (`ddp/`, `profiling/`) never imports this package. Importing it loads nothing more (each name
+is imported when first used) and changes nothing in the process: its environment, garbage collector and
+allocator stay as they were.
 """
 
-import os
 from typing import TYPE_CHECKING, Any
-
-os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")  # read when pyarrow makes its first allocation
 
 if TYPE_CHECKING:
     from analysis.api import analyze, analyze_collectives, open_runs

@@ -8,7 +8,6 @@ Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
-import gc
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
@@ -54,24 +53,10 @@ def open_from_args(
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
-    if jobs == 1 and opts.dask is None:
-        _read_ahead(runs[0].paths, opts)
-    from analysis.api import open_runs  # pandas and the analysis: imported while the first file reads
+    from analysis.api import open_runs
 
-    # The imports left some 200k objects that every full collection during the analysis walks again:
-    # frozen until the command ends (run), they are skipped: 0.05 s of collections at 1M kernels.
-    gc.freeze()
     options = replace(opts, jobs=jobs)
     return open_runs(runs, options, progress=progress, task=task, keep_traces=keep_traces, needs_events=needs_events)
-
-
-def _read_ahead(paths: Sequence[Path], opts: AnalysisOptions) -> None:
-    """Start reading the first run's first file (trace/readers/read_ahead.py) unless its load is cached."""
-    from analysis.cache.loads import holds
-    from analysis.trace.readers import read_ahead
-
-    if not holds(paths, opts.patterns, False if opts.no_cache else None):
-        read_ahead.start(paths[0])
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:
@@ -124,11 +109,6 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
     except OSError as e:
         return fail(f"{e.filename or ''}: {e.strerror or e}")
     finally:
-        gc.unfreeze()  # what open_from_args froze is collectable again (a command run in a longer process)
-        if "analysis.trace.readers.read_ahead" in sys.modules:  # a read ahead the command never took
-            from analysis.trace.readers.read_ahead import discard
-
-            discard()
         if "analysis.parallel.parallel" in sys.modules:  # a pool may have run: its helpers go with the command
             from analysis.parallel.parallel import stop_helpers
 
@@ -136,10 +116,7 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
 
 
 def exit_process(code: int) -> NoReturn:
-    """End a command's process with `code` (the `python -m analysis.<command>` entries). The objects are
-    frozen first so that Python's collection of every object at exit, about 0.1 s with a 1M-kernel run
-    loaded, has nothing to walk: nothing left then needs collecting; atexit handlers still run."""
-    gc.freeze()
+    """End a command's process with `code` (the `python -m analysis.<command>` entries)."""
     sys.exit(code)
 
 

@@ -38,21 +38,15 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from analysis.trace.kinds import (
-    GPU_KERNEL as GPU_KERNEL,  # the codes, re-exported for the frames' users
-    GPU_KIND_NAMES,
-    GPU_MEMCPY as GPU_MEMCPY,
-    GPU_MEMSET as GPU_MEMSET,
-)
-
 NS_PER_MS = 1e6  # frame times are int64 ns; figures are reported in ms
 CLOCK_OFFSET_KEY = "clock_offset_ns"  # in a part's `info`: UTC ns minus that file's trace-clock ns
 CLOCK_NOTE_KEY = "clock_note"  # in info[0] of a run of several files: how their clocks were aligned
 # What a figure was measured from, the one meaning of `source` everywhere (Trace.source, the collective
 # calls' source, a rank's comm_source and compute_source): GPU kernels, or NVTX/annotation ranges.
 KERNELS, RANGES = "kernels", "ranges"
-# gpu_ops.kind categories; their codes GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET (kinds.py)
-GPU_KINDS = pd.Index(list(GPU_KIND_NAMES), dtype=object)
+# gpu_ops.kind categories and their codes
+GPU_KINDS = pd.Index(["kernel", "memcpy", "memset"], dtype=object)
+GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET = range(len(GPU_KINDS))
 # nvtx.kind categories and their codes
 NVTX_KIND_NAMES = pd.Index(["push_pop", "start_end", "mark"], dtype=object)
 NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK = range(len(NVTX_KIND_NAMES))

@@ -6,8 +6,11 @@ and the next step's allocations do not always fit into it. connectorx builds eac
 its worker threads, in their arenas, which the analysis (on the main thread) never reuses: after the
 read of the 1M-kernel, 8-rank export the process kept about 65 MB more than it held. On the 10M-kernel
 export it held about 110 MB more than it used once the ranks' activity was measured (after the sort of
-every kernel row and each rank's windowing). Trimming at those points keeps the peak to what is in use.
-Elsewhere than glibc it does nothing.
+every kernel row and each rank's windowing). Trimming at those points keeps the peak to what is in use:
+a first look at the 10M-kernel, 8-rank export (`python -m analysis.overlap`, cache off) peaked at about
+900 MiB with it and 1090-1150 MiB without, a fifth more (benchmarks/headline.py's nsys_10m_x8, runs in
+turns on 2 cores). Elsewhere than glibc it does nothing; libc is looked up on first use, never when the
+package is imported.
 """
 
 from __future__ import annotations

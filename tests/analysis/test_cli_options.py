@@ -50,19 +50,3 @@ def test_timeline_and_overlap_agree_under_the_same_comm_pattern(ddp_trace, tmp_p
         assert row["step_ms"] == pytest.approx(summary["step_ms"])
         figures[pattern] = summary["comm_ms"]
     assert figures["(?i)^nccl"] > 0 and figures["(?i)^nccl"] != figures["^no_such_kernel$"]
-
-
-@pytest.mark.parametrize("name", list(CLIS))
-def test_the_imports_are_frozen_for_the_analysis_and_thawed_after(name, ddp_trace, tmp_path, monkeypatch, capsys):
-    """open_from_args freezes the objects the imports left (no collection walks them during the analysis);
-    the command's end thaws them, so a command run inside a longer process leaves collection as it was."""
-    import gc
-
-    from analysis import api
-
-    frozen = []
-    open_runs = api.open_runs
-    monkeypatch.setattr(api, "open_runs", lambda *a, **k: frozen.append(gc.get_freeze_count()) or open_runs(*a, **k))
-    main, extra = CLIS[name]
-    assert main([str(ddp_trace), *[a.format(tmp=tmp_path) for a in extra], "--no-cache"]) == 0
-    assert len(frozen) == 1 and frozen[0] > 10_000 and gc.get_freeze_count() == 0

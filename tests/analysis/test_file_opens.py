@@ -18,7 +18,7 @@ from analysis.collectives import command as collectives
 from analysis.overlap import command as overlap
 from analysis.report import command as report
 from analysis.timeline import command as timeline
-from analysis.trace.readers import kineto_json, kineto_parts, sqlite_read
+from analysis.trace.readers import sqlite_read
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
@@ -87,19 +87,11 @@ def test_each_nsys_file_is_sniffed_once_and_connected_once(nsys_run, command, tm
         assert 1 <= counts.get("connectorx", 0) <= NSYS_SELECTS, counts
 
 
-@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "pieces started early"])
-def test_a_kineto_file_is_sniffed_once_and_read_once(tmp_path, monkeypatch, capsys, pieces):
+def test_a_kineto_file_is_sniffed_once_and_read_once(tmp_path, monkeypatch, capsys):
     files = write_kineto_ddp_trace(tmp_path / "k", 400, 2, 3, 2)
-    started = []
-    if pieces:  # the first file's pieces start decoding in workers before the analysis is imported
-        monkeypatch.setattr(kineto_parts, "usable_cores", lambda: 2)
-        monkeypatch.setattr(kineto_parts, "PART_BYTES", 4096)
-        start = kineto_json.start_read
-        monkeypatch.setattr(kineto_json, "start_read", lambda *a: started.append(start(*a) or [*kineto_json._STARTED]))
     opens = Opens(monkeypatch, files)
     assert overlap.main([*map(str, files)]) == 0
     assert {f.name: opens.of(f.name) for f in files} == {f.name: {"open": 2} for f in files}
-    assert started == ([[files[0]]] if pieces else []) and kineto_json._STARTED == {}  # started, and taken
 
 
 def test_the_counter_sees_an_open(tmp_path, monkeypatch):

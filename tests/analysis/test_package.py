@@ -255,21 +255,76 @@ def test_the_cycle_check_counts_deferred_typing_and_relative_imports(tmp_path, m
     ]
 
 
-@pytest.mark.parametrize("chosen", [None, "jemalloc"])
-def test_importing_the_package_chooses_the_system_allocator_for_arrow_unless_one_was_chosen(chosen):
-    """Arrow's freed pages go back through glibc (analysis/__init__.py), not into mimalloc's keep; a pool
-    the user named is kept (shown when this pyarrow has it)."""
+# Run in a fresh interpreter: imports `analysis`, touches every public name (importing its module) and
+# every command's modules without running them, and prints what the process looked like before and after.
+# An audit hook sees every symbol looked up through ctypes (a mallopt or malloc_trim call needs one).
+IMPORT_EVERYTHING = """
+import gc, importlib.util, json, os, pkgutil, sys
+symbols = []
+sys.addaudithook(lambda event, args: symbols.append(str(args[1])) if event == "ctypes.dlsym" else None)
+def state():
+    return {"environ": dict(os.environ), "gc": [gc.isenabled(), gc.get_threshold(), gc.get_freeze_count()]}
+before = state()
+import analysis
+for name in analysis.__all__:
+    getattr(analysis, name)
+commands = [m.name for m in pkgutil.iter_modules(analysis.__path__, "analysis.") if m.ispkg]
+for package in ["analysis", *commands]:
+    for module in ("__main__", "command", "cli", "api", "session"):
+        if importlib.util.find_spec(package) and importlib.util.find_spec(f"{package}.{module}"):
+            importlib.import_module(f"{package}.{module}")
+print(json.dumps({"before": before, "after": state(), "symbols": symbols, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_importing_the_package_leaves_the_process_as_it_was():
+    """The environment, the garbage collector (enabled, thresholds, nothing frozen) and the allocator (no
+    ARROW_* or MALLOC_* setting, no mallopt or malloc_trim) are the same after importing `analysis`, its
+    public names' modules and every command's modules as before."""
+    import json
     import subprocess
 
-    import pyarrow as pa
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ARROW_", "MALLOC_"))}
+    got = subprocess.run(
+        [sys.executable, "-c", IMPORT_EVERYTHING],
+        cwd=PACKAGE.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    seen = json.loads(got.stdout)
+    assert {"analysis.api", "analysis.session", "analysis.overlap.command", "analysis.report.__main__"} <= set(
+        seen["modules"]
+    )  # the modules were imported, not only the package
+    assert seen["after"]["environ"] == seen["before"]["environ"]
+    assert seen["after"]["gc"] == seen["before"]["gc"]
+    assert not [s for s in seen["symbols"] if s.startswith(("malloc", "mallopt"))], seen["symbols"]
 
-    if chosen:
-        try:
-            getattr(pa, f"{chosen}_memory_pool")()
-        except NotImplementedError:
-            pytest.skip(f"this pyarrow has no {chosen} pool")
-    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
-    env |= {"ARROW_DEFAULT_MEMORY_POOL": chosen} if chosen else {}
-    code = "import analysis, pandas, pyarrow as pa; print(pa.default_memory_pool().backend_name)"
-    got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
-    assert got.stdout.strip() == (chosen or "system")
+
+def test_the_purity_check_sees_a_changed_process(tmp_path):
+    """The same check, on a stand-in `analysis` that sets the environment, freezes gc and trims the heap."""
+    import json
+    import subprocess
+
+    fake = tmp_path / "analysis"
+    fake.mkdir()
+    (fake / "__init__.py").write_text(
+        "import ctypes, gc, os\n__all__ = []\nos.environ['ARROW_DEFAULT_MEMORY_POOL'] = 'system'\ngc.freeze()\n"
+        "ctypes.CDLL('libc.so.6').malloc_trim(0)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    got = subprocess.run(
+        [sys.executable, "-c", IMPORT_EVERYTHING],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    seen = json.loads(got.stdout)
+    assert seen["after"]["environ"]["ARROW_DEFAULT_MEMORY_POOL"] == "system"
+    assert seen["after"]["gc"][2] > seen["before"]["gc"][2]
+    assert "malloc_trim" in seen["symbols"]

@@ -21,7 +21,7 @@ What goes where (see trace/frames.py for the frames):
             `autograd::engine::evaluate_function: ...` cpu_ops, `DistributedDataParallel.forward`,
             `Optimizer.step#...`) get ranges of their own: trace/phase_markers.py.
 `ranks`     one per file and device; rank and world size from `distributedInfo` (or our `ddp.meta`).
-`collectives` one row per `record_param_comms` op with its message sizes (kineto_comms.py).
+`collectives` one row per `record_param_comms` op with its message sizes (`_collectives`).
 Traces without GPU events (CPU-only runs) are measured from the ranges alone (source "ranges"), as
 CPU-only nsys exports are.
 """
@@ -43,19 +43,19 @@ from analysis.trace.frames import (
     NVTX_START_END,
     RANGES,
     Trace,
+    empty_collectives,
 )
 from analysis.trace.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.trace.patterns import Patterns, matches
 from analysis.trace.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
-from analysis.trace.readers.kineto_columns import Coded
-from analysis.trace.readers.kineto_comms import collectives_frame
+from analysis.trace.readers.kineto_columns import count, sizes
 from analysis.trace.readers.kineto_json import KinetoFile, read_kineto
 from analysis.trace.run_info import recorded
 
 TORCH_COMM_ANNOTATION = re.compile(r"^(gloo|nccl|mpi|ucc|xccl):")
 
 
-def _gpu_names(names: Coded) -> pd.Categorical:
+def _gpu_names(names: pd.Categorical) -> pd.Categorical:
     """Kineto's names (categories in order of appearance), copies and sets named as the nsys loader names them."""
     renamed = [
         "memcpy " + u.split()[1]
@@ -63,7 +63,7 @@ def _gpu_names(names: Coded) -> pd.Categorical:
         else "memset"
         if u.startswith("Memset")
         else u
-        for u in names.uniques
+        for u in names.categories
     ]
     new_codes, categories = pd.factorize(np.array(renamed, dtype=object))
     return pd.Categorical.from_codes(
@@ -197,9 +197,50 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         ranks=number_ranks(ops, nvtx, meta, implementation),
         meta=meta,
         implementation=implementation,
-        collectives=collectives_frame(calls),
+        collectives=_collectives(calls),
         info={
             part: {**f.info, CLOCK_OFFSET_KEY: f.clock_offset, **({PHASES_KEY: phases} if part == 0 else {})}
             for part, f in enumerate(files)
         },
     )
+
+
+def _collectives(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
+    """The `collectives` frame (trace/frames.py COLLECTIVE_COLUMNS) from (part, (pid, tid, start, end, args))
+    pairs: one row per `record_param_comms` op, the c10d collective PyTorch wraps in it, its element counts,
+    dtype and process group from the op's args. `bytes` is max(in_bytes, out_bytes) (nccl-tests' "size":
+    the full buffer, i.e. the gathered output of all_gather, the input of reduce_scatter); `wait` rows
+    (PyTorch records its waits the same way) have 0 bytes. One Python pass per collective call: a trace
+    holds thousands of them, not millions of events."""
+    if not calls:
+        return empty_collectives()
+    part = [p for p, _ in calls]
+    pid, tid, start, end, args = zip(*(c for _, c in calls), strict=True)
+    found = sizes(args)
+    frame = pd.DataFrame(
+        {
+            "part": np.array(part, dtype=np.int64),
+            "pid": np.array(pid, dtype=np.int64),
+            "tid": np.array(tid, dtype=np.int64),
+            "start": np.array(start, dtype=np.int64),
+            "end": np.array(end, dtype=np.int64),
+            "collective": pd.Series(
+                [str(a.collective) if a.collective is not None else "" for a in args], dtype=object
+            ),
+            "dtype": pd.Series(found["dtype"], dtype=object),
+            "element_bytes": found["size"],
+            "in_nelems": found["n_in"],
+            "out_nelems": found["n_out"],
+            "in_bytes": found["b_in"],
+            "out_bytes": found["b_out"],
+            "bytes": np.maximum(found["b_in"], found["b_out"]),
+            "group_size": np.array([count(a.group_size) for a in args], dtype=np.int64),
+            "process_group": pd.Series([_group_name(a.pg_name, a.pg_desc) for a in args], dtype=object),
+        }
+    )
+    return frame.sort_values(["part", "pid", "start"], kind="stable").reset_index(drop=True)
+
+
+def _group_name(name: object, desc: object) -> str:
+    name = "" if name is None else str(name)
+    return f"{name}:{desc}" if desc not in (None, "") else name

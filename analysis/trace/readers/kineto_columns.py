@@ -1,47 +1,60 @@
 """Kineto events (decoded structs, kineto_events.py) to numpy columns by family: GPU work, runtime launches,
-ranges, autograd ops, collective calls. C-level passes over the events (attrgetter, itemgetter), no
-Python code per event. No pandas: this runs in the workers kineto_parts.py forks before the analysis
-imports it, so columns of repeated strings are `Coded` (codes and their strings), not categoricals.
+ranges, autograd ops, collective calls; and the collectives' message sizes. C-level passes over the
+events (attrgetter, itemgetter), no Python code per event.
+
+Times: Kineto writes microseconds (float, 3 decimals) after `baseTimeNanoseconds`; columns hold int64
+ns. Below 2**43 µs (101 days) a float64 lies within 0.49 ns of its decimal text, and integral and
+fractional µs are scaled to ns apart (`_ns`); larger timestamps come decoded as decimals (`_exact_ns`).
 """
 
 from __future__ import annotations
 
 import operator
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from decimal import Decimal
 from itertools import chain, repeat
-from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING
+from operator import attrgetter, is_not, itemgetter
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from analysis.trace.kinds import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
-from analysis.trace.readers.kineto_sizes import kernel_bytes
+from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, GPU_MEMSET
+from analysis.trace.readers.kineto_events import Fields
 from contract import ASYNC_KIND
 
-if TYPE_CHECKING:
-    from analysis.trace.readers.kineto_events import Fields
-
 GPU_CATS = {"kernel": GPU_KERNEL, "gpu_memcpy": GPU_MEMCPY, "gpu_memset": GPU_MEMSET}  # -> gpu_ops kind codes
-
-
 RUNTIME_CATS = ("cuda_runtime", "cuda_driver")
-
-
 ANNOTATION_CAT = "user_annotation"
-
-
 PROFILER_STEP = "ProfilerStep#"
-
-
 AUTOGRAD_OP = "autograd::engine::evaluate_function: "
-
-
 COMMS_OP = "record_param_comms"
 
-
-EXACT_FLOAT_US = 2.0**43  # below this a float64 µs value is within 0.49 ns of its decimal text: ns are exact
+ELEMENT_BYTES = {
+    "Float": 4,
+    "Double": 8,
+    "Half": 2,
+    "BFloat16": 2,
+    "ComplexHalf": 4,
+    "ComplexFloat": 8,
+    "ComplexDouble": 16,
+    "Byte": 1,
+    "Char": 1,
+    "Bool": 1,
+    "Short": 2,
+    "Int": 4,
+    "Long": 8,
+    "UInt16": 2,
+    "UInt32": 4,
+    "UInt64": 8,
+    "Float8_e4m3fn": 1,
+    "Float8_e5m2": 1,
+    "Float8_e4m3fnuz": 1,
+    "Float8_e5m2fnuz": 1,
+    "QInt8": 1,
+    "QUInt8": 1,
+    "QInt32": 4,
+}
 _THOUSAND = Decimal(1000)
 
 
@@ -66,11 +79,11 @@ def _ns_field(events: Sequence[Fields], name: str) -> np.ndarray:
     return _ns(np.fromiter(map(attrgetter(name), events), dtype=np.float64, count=len(events)))  # one pass, no list
 
 
-def field_values(events: Sequence[Fields], name: str) -> list:
+def field_values(events: Sequence[Any], name: str) -> list:
     return list(map(attrgetter(name), events))  # a C-level pass: no Python code per event
 
 
-def _int_field(events: Sequence[Fields], name: str, default: int = -1) -> np.ndarray:
+def _int_field(events: Sequence[Any], name: str, default: int = -1) -> np.ndarray:
     """An integer field; values that are not integers (Chrome's named pids, "Spans") become default."""
     try:
         return np.fromiter(map(attrgetter(name), events), dtype=np.int64, count=len(events))
@@ -89,7 +102,7 @@ def _times(events: Sequence[Fields]) -> tuple[np.ndarray, np.ndarray]:
     return start, start + np.maximum(_ns_field(events, "dur"), 0)
 
 
-def take(events: Sequence[Fields], rows: np.ndarray) -> list:
+def _take(events: Sequence[Fields], rows: np.ndarray) -> list:
     """events[rows] for an index array, in one C-level call."""
     if rows.size == 0:
         return []
@@ -97,31 +110,18 @@ def take(events: Sequence[Fields], rows: np.ndarray) -> list:
     return list(got) if rows.size > 1 else [got]
 
 
-@dataclass(frozen=True, eq=False)
-class Coded:
-    """A column of repeated strings: row i holds uniques[codes[i]]; uniques in order of first appearance."""
-
-    codes: np.ndarray  # int32
-    uniques: list[str]
-
-    def values(self) -> np.ndarray:
-        """The column as an array of strings (objects)."""
-        return np.array(self.uniques, dtype=object)[self.codes] if self.uniques else np.zeros(0, dtype=object)
+def _categorical(values: list[str]) -> pd.Categorical:
+    """A column of repeated strings, its categories in order of first appearance (each string hashed once)."""
+    codes, uniques = pd.factorize(np.array(values, dtype=object))
+    return pd.Categorical.from_codes(codes, categories=pd.Index(uniques, dtype=object))
 
 
-def coded(values: Sequence[str]) -> Coded:
-    """values as a Coded column: two C-level passes, hashing each string once."""
-    uniques = list(dict.fromkeys(values))
-    index = {u: i for i, u in enumerate(uniques)}
-    return Coded(np.fromiter(map(index.__getitem__, values), dtype=np.int32, count=len(values)), uniques)
-
-
-def _by_value(values: list) -> dict:
+def _by_value(values: list[str]) -> dict[str, np.ndarray]:
     """{value: row indices} for a column of a few distinct strings."""
-    column = coded(values)
+    column = _categorical(values)
     order = np.argsort(column.codes, kind="stable")
-    bounds = np.searchsorted(column.codes[order], np.arange(len(column.uniques) + 1))
-    return {u: order[bounds[i] : bounds[i + 1]] for i, u in enumerate(column.uniques)}
+    bounds = np.searchsorted(column.codes[order], np.arange(len(column.categories) + 1))
+    return {u: order[bounds[i] : bounds[i + 1]] for i, u in enumerate(column.categories)}
 
 
 def _rows_named(by_name: dict, test: Callable[[str], bool]) -> np.ndarray:
@@ -130,19 +130,20 @@ def _rows_named(by_name: dict, test: Callable[[str], bool]) -> np.ndarray:
 
 
 def batch_columns(complete: list) -> dict:
-    """Columns of one batch of complete events, by family (see KinetoFile)."""
+    """Columns of one batch of complete events, by family (see kineto_json.KinetoFile)."""
     by_cat = _by_value(field_values(complete, "cat"))
-    pick = lambda cats: take(complete, np.sort(np.concatenate([by_cat.get(c, np.zeros(0, np.int64)) for c in cats])))
+    none = np.zeros(0, np.int64)
+    pick = lambda cats: _take(complete, np.sort(np.concatenate([by_cat.get(c, none) for c in cats])))
 
-    gpu_rows = [by_cat.get(c, np.zeros(0, np.int64)) for c in GPU_CATS]
-    gpu_events = take(complete, np.concatenate(gpu_rows))
+    gpu_rows = [by_cat.get(c, none) for c in GPU_CATS]
+    gpu_events = _take(complete, np.concatenate(gpu_rows))
     args = field_values(gpu_events, "args")
     device, stream = _int_field(args, "device"), _int_field(args, "stream")
     start, end = _times(gpu_events)
     kinds = zip(gpu_rows, GPU_CATS.values(), strict=True)
     gpu = {
         "kind": np.concatenate([np.full(r.size, k, dtype=np.int8) for r, k in kinds]),
-        "name": coded(field_values(gpu_events, "name")),  # codes: a piece's workers send few strings
+        "name": _categorical(field_values(gpu_events, "name")),  # a batch's names: a few strings, many codes
         "device": _or_field(device, gpu_events, "pid"),
         "stream": _or_field(stream, gpu_events, "tid"),
         "start": start,
@@ -161,7 +162,7 @@ def batch_columns(complete: list) -> dict:
 
     cpu_ops = pick(["cpu_op"])
     by_name = _by_value(field_values(cpu_ops, "name"))
-    steps = take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(PROFILER_STEP)))  # older torch: cpu_ops
+    steps = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(PROFILER_STEP)))  # older torch: cpu_ops
     annotations = pick([ANNOTATION_CAT]) + steps
     start, end = _times(annotations)
     ranges = {
@@ -174,11 +175,11 @@ def batch_columns(complete: list) -> dict:
         "payload": _int_field(field_values(annotations, "args"), "payload"),  # our recorder's, else -1
     }
 
-    ops = take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
+    ops = _take(cpu_ops, _rows_named(by_name, lambda n: n.startswith(AUTOGRAD_OP)))
     start, end = _times(ops)
     autograd = {"pid": _int_field(ops, "pid"), "tid": _int_field(ops, "tid"), "start": start, "end": end}
 
-    calls = take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
+    calls = _take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
     start, end = _times(calls)
     comms = list(
         zip(
@@ -200,29 +201,56 @@ def batch_columns(complete: list) -> dict:
     }
 
 
-_FAMILIES = ("gpu", "runtime", "ranges", "autograd")  # the batches' dicts of columns
-
-
 def joined(batches: list[dict]) -> dict:
-    """The batches' columns as one batch's, in order (Coded columns keep their strings' order of appearance;
-    the sampled pids are the first batch's)."""
+    """The batches' columns as one batch's, in order (categorical columns keep their strings' order of
+    appearance; the sampled pids are the first batch's)."""
     if len(batches) == 1:
         return batches[0]
-    out = {f: {k: _join([b[f][k] for b in batches]) for k in batches[0][f]} for f in _FAMILIES}
+    families = ("gpu", "runtime", "ranges", "autograd")
+    out = {f: {k: _join([b[f][k] for b in batches]) for k in batches[0][f]} for f in families}
     return {**out, "comms": [c for b in batches for c in b["comms"]], "sampled_pids": batches[0]["sampled_pids"]}
 
 
-def _join(columns: list) -> list | np.ndarray | Coded:
+def _join(columns: list) -> list | np.ndarray | pd.Categorical:
     if isinstance(columns[0], list):
         return list(chain.from_iterable(columns))
-    if isinstance(columns[0], Coded):
-        return _join_coded(columns)
+    if isinstance(columns[0], pd.Categorical):
+        return pd.api.types.union_categoricals(columns, sort_categories=False)
     return np.concatenate(columns)
 
 
-def _join_coded(columns: list[Coded]) -> Coded:
-    """Coded columns one after the other, each one's codes mapped onto the union of their strings."""
-    uniques = list(dict.fromkeys(chain.from_iterable(c.uniques for c in columns)))
-    index = {u: i for i, u in enumerate(uniques)}
-    mapped = [np.array([index[u] for u in c.uniques], dtype=np.int32)[c.codes] for c in columns if c.uniques]
-    return Coded(np.concatenate(mapped) if mapped else np.zeros(0, dtype=np.int32), uniques)
+def count(value: object) -> int:
+    """An element count or group size as recorded (an int, or a numeric string in some versions), else -1."""
+    if isinstance(value, bool):
+        return -1
+    if isinstance(value, int):
+        return value
+    try:
+        return int(str(value))
+    except ValueError:
+        return -1
+
+
+def sizes(args: Sequence) -> dict[str, Any]:
+    """dtype, element_bytes, in/out_nelems and in/out_bytes (-1 unknown) of each args (collective,
+    in_nelems, out_nelems, dtype attributes). One Python pass per collective call: thousands, not millions."""
+    dtype = [str(a.dtype) if a.dtype is not None else "" for a in args]
+    size = np.array([ELEMENT_BYTES.get(d, 0) for d in dtype], dtype=np.int64)
+    n_in = np.array([count(a.in_nelems) for a in args], dtype=np.int64)
+    n_out = np.array([count(a.out_nelems) for a in args], dtype=np.int64)
+    b_in = np.where((n_in >= 0) & (size > 0), n_in * size, -1)
+    b_out = np.where((n_out >= 0) & (size > 0), n_out * size, -1)
+    return {"dtype": dtype, "size": size, "n_in": n_in, "n_out": n_out, "b_in": b_in, "b_out": b_out}
+
+
+def kernel_bytes(args: Sequence) -> np.ndarray:
+    """Per GPU event's args: the collective's message size in nccl-tests' convention, max(in, out) bytes
+    (all-gather: the gathered output; reduce-scatter: the input; all-reduce: the buffer), from the
+    `In/Out msg nelems` and `dtype` PyTorch puts on NCCL kernels; -1 for events without them."""
+    out = np.full(len(args), -1, dtype=np.int64)
+    has = np.fromiter(map(is_not, map(attrgetter("collective"), args), repeat(None)), dtype=bool, count=len(args))
+    rows = np.flatnonzero(has)
+    if rows.size:
+        found = sizes([args[i] for i in rows.tolist()])  # the NCCL kernels only
+        out[rows] = np.maximum(found["b_in"], found["b_out"])
+    return out

@@ -1,23 +1,40 @@
-"""The typed structs a Kineto trace's events decode into (msgspec), and the decoders of an event batch.
+"""A Kineto trace's event array decoded batch by batch into small typed structs: `event_batches`.
 
-Only what the analysis reads is kept: a complete event (`ph: "X"`) keeps its category, name, pid, tid,
-times and the `args` keys listed in `Args`; every other phase decodes to an empty struct (`SKIPPED`),
-and unknown keys are skipped without building Python objects. `FAST` decodes times as float µs
-(`FAST_INT_IDS` too, for files whose pids and tids are all integers, the usual case),
-`EXACT` as decimals (for timestamps too large for float64 ns), `LENIENT` any phase as a plain field.
-kineto_json.py cuts the file into batches and applies these; kineto_columns.py turns the structs into columns.
+JSON parsing is the whole cost of reading these files, so msgspec decodes straight into structs that
+keep only what the analysis reads: a complete event (`ph: "X"`) keeps its category, name, pid, tid,
+times and the `args` keys listed in `Args`; every other phase (flows, metadata, instants, counters)
+decodes to an empty struct (`SKIPPED`), and unknown keys are skipped without building Python objects.
+
+To bound memory, the events are decoded in batches of about 16 MB of text, each turned into columns
+and dropped before the next. A batch is cut after the `}` of an event followed by `,` and `{`; a cut
+that falls inside a string or a nested object leaves the batch unbalanced, so its decode fails, and
+the batch is extended to the next cut. A memory-mapped file's pages are unmapped from the process once
+their batch is decoded (`_release`): without it, the 1M-kernel trace's read peaked at about 455 MiB
+instead of 300 (benchmarks/headline.py's kineto_1m, in turns).
+
+Decoders: `FAST` takes times as float µs; `EXACT` takes them as decimals, for a batch whose timestamps
+are too large for float64 ns (absolute epoch µs); `LENIENT` takes any phase as a plain field, for a
+batch that fits neither and for its error message.
 """
 
 from __future__ import annotations
 
 import functools
+import mmap
 import operator
+import re
+from collections.abc import Iterator
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 
+from analysis.errors import TraceError
 from contract import ASYNC_KIND_KEY, PAYLOAD_KEY
+
+EXACT_FLOAT_US = 2.0**43  # below this a float64 µs value is within 0.49 ns of its decimal text: ns are exact
 
 
 class Args(msgspec.Struct, gc=False):
@@ -51,14 +68,6 @@ class Complete(Fields, gc=False, tag="X", tag_field="ph"):
     """A complete event ("ph": "X"): everything this analysis reads is one."""
 
 
-class IntIdsComplete(Fields, gc=False, tag="X", tag_field="ph"):
-    """A complete event whose pid and tid are integers, as torch.profiler writes them: a tenth less decode time
-    than the int | str fields (a batch with a named pid or tid fails it, and is decoded with Complete)."""
-
-    pid: int = -1
-    tid: int = -1
-
-
 class ExactComplete(Fields, gc=False, tag="X", tag_field="ph"):
     """A complete event with its times as written (decimals): for timestamps too large for float64 ns."""
 
@@ -81,9 +90,69 @@ SKIPPED = tuple(
 )
 
 
-# Complete | Skip_66 | ...: built at run time from the phases, so typed Any (no static type names it)
-FAST_EVENT: Any = functools.reduce(operator.or_, SKIPPED, Complete)
-FAST = msgspec.json.Decoder(list[FAST_EVENT])
-FAST_INT_IDS = msgspec.json.Decoder(list[functools.reduce(operator.or_, SKIPPED, IntIdsComplete)])  # type: ignore[misc]
-EXACT = msgspec.json.Decoder(list[functools.reduce(operator.or_, SKIPPED, ExactComplete)])  # type: ignore[misc]
+def _decoder(complete: type) -> msgspec.json.Decoder:
+    """A decoder of a list of events: `complete` for "X", an empty struct for every other phase."""
+    event: Any = functools.reduce(operator.or_, SKIPPED, complete)  # built at run time: no static type names it
+    return msgspec.json.Decoder(list[event])
+
+
+FAST = _decoder(Complete)
+EXACT = _decoder(ExactComplete)
 LENIENT = msgspec.json.Decoder(list[AnyPhase])
+
+BATCH_BYTES = 16 * 2**20  # event text decoded at a time
+CUT = re.compile(rb"\}\s*,\s*\{")
+
+
+def event_batches(path: Path, data: bytes | mmap.mmap, start: int, last: int) -> Iterator[list]:
+    """The complete events of the event text data[start:last] (inside the array's brackets), batch by batch."""
+    whole = memoryview(data)
+    try:
+        while True:
+            cut = CUT.search(data, min(start + BATCH_BYTES, last), last)
+            while True:
+                end = cut.start() + 1 if cut else last
+                try:
+                    complete = _complete_events(path, b"".join((b"[", whole[start:end], b"]")))
+                    break
+                except msgspec.DecodeError:  # the cut fell inside a string or a nested object
+                    if cut is None:
+                        raise TraceError(f"{path}: not valid JSON (in traceEvents)") from None
+                    cut = CUT.search(data, cut.end(), last)
+            _release(data, start, end)
+            yield complete
+            del complete  # before the next batch is decoded: one batch of events alive at a time
+            if cut is None:
+                return
+            start = cut.end() - 1  # the "{" of the next event
+    finally:
+        whole.release()
+
+
+def _release(data: bytes | mmap.mmap, start: int, stop: int) -> None:
+    """Unmap the whole pages of a mapped file's data[start:stop], decoded and not read again, from this
+    process (the page cache keeps them): its memory holds a batch of the file, not all it has read."""
+    page = mmap.PAGESIZE
+    low, high = -(-start // page) * page, stop // page * page
+    if isinstance(data, mmap.mmap) and high > low and hasattr(data, "madvise"):
+        data.madvise(mmap.MADV_DONTNEED, low, high - low)
+
+
+def _complete_events(path: Path, batch: bytes) -> list:
+    """A batch of events, decoded: its complete events, and maybe skipped ones (category "")."""
+    try:
+        events = FAST.decode(batch)
+        return EXACT.decode(batch) if _beyond_float_ns(events) else events
+    except msgspec.ValidationError:
+        pass  # events that do not fit the fast types: try the lenient ones, for a precise message
+    try:
+        events = LENIENT.decode(batch)
+    except msgspec.ValidationError as e:
+        raise TraceError(f"{path}: JSON but not a torch.profiler (Kineto) trace (an event: {e})") from None
+    return [e for e in events if e.ph == "X"]
+
+
+def _beyond_float_ns(events: list) -> bool:
+    """True when a timestamp is too large for float64 to keep its ns (|ts| >= EXACT_FLOAT_US): decode exactly."""
+    ts = np.fromiter(map(operator.attrgetter("ts"), events), dtype=np.float64, count=len(events))
+    return bool(ts.size) and float(np.abs(ts).max()) >= EXACT_FLOAT_US

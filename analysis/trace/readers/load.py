@@ -15,8 +15,7 @@ from pathlib import Path
 from analysis.errors import TraceError
 from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
-from analysis.trace.readers import read_ahead
-from analysis.trace.readers.sniff import Sniffed
+from analysis.trace.readers.sniff import Sniffed, sniff
 
 
 def read_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None) -> Trace:
@@ -40,7 +39,7 @@ def read_trace(paths: str | Path | Iterable[str | Path], patterns: Patterns | No
 
 def sniffed_alike(files: list[Path]) -> list[Sniffed]:
     """Each file's format (sniff.py), all the same: a mix of torch.profiler JSON and nsys exports is a TraceError."""
-    sniffed = [read_ahead.sniffed(p) for p in files]  # sniffed now, or by read_ahead.start
+    sniffed = [sniff(p) for p in files]
     kineto = [s.kineto for s in sniffed]
     if any(kineto) and not all(kineto):
         raise TraceError(f"{', '.join(map(str, files))}: cannot merge torch.profiler JSON with nsys exports")

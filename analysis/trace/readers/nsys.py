@@ -44,7 +44,6 @@ from analysis.trace.merge import (
 )
 from analysis.trace.patterns import Patterns
 from analysis.trace.phase_markers import PHASES_KEY, derive_phases
-from analysis.trace.readers import read_ahead
 from analysis.trace.readers.nsys_db import KERNEL_TABLE, MEMCPY_TABLE, MEMSET_TABLE, TID_MASK, NsysExport, pid_of
 from analysis.trace.readers.nsys_nvtx import read_nvtx, shape_nvtx
 from analysis.trace.readers.sqlite_read import narrowed
@@ -147,7 +146,7 @@ def _load_part(
 ) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
     """(gpu columns, nvtx frame, nsys version, clock offset, target info, autograd threads: part, pid,
     tid) of one file (`head`: its first bytes, when sniffed); the file is closed after."""
-    ex = read_ahead.opened(path, head)
+    ex = NsysExport(path, head)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int32)

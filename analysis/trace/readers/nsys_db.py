@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.trace.readers.sqlite_chunks import read_table, stop_ahead, table_chunks
+from analysis.trace.readers.sqlite_chunks import read_table, table_chunks
 from analysis.trace.readers.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
 
 KERNEL_TABLE, MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -67,15 +66,8 @@ class NsysExport:
                 f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)"
             )
         self._strings: dict[int, str] | None = None
-        self.ahead: dict[str, Future] = {}  # chunk queries already reading (read_ahead.py), by SQL
 
     def close(self) -> None:
-        """Close the connection; chunks read ahead and never asked for are dropped, with their threads."""
-        if self.ahead:
-            for future in self.ahead.values():
-                future.cancel()
-            self.ahead.clear()
-        stop_ahead()  # the read-ahead threads, when this export was read ahead (one export at a time is)
         self.conn.close()
 
     def has(self, table: str, *columns: str) -> bool:
@@ -91,13 +83,13 @@ class NsysExport:
         self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
     ) -> dict[str, np.ndarray]:
         """A large table's SELECT, read in rowid chunks on several threads (sqlite_chunks.py)."""
-        return read_table(self.path, self.conn, table, exprs, names, where, narrow, ahead=self.ahead)
+        return read_table(self.path, self.conn, table, exprs, names, where, narrow)
 
     def chunks(
         self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
     ) -> Iterator[dict]:
         """The same, chunk by chunk in rowid order, for a reader that folds each into its result."""
-        return table_chunks(self.path, self.conn, table, exprs, names, where, narrow, ahead=self.ahead)
+        return table_chunks(self.path, self.conn, table, exprs, names, where, narrow)
 
     def gpu_select(self, table: str) -> Select | None:
         """How a CUPTI activity table (GPU_TABLES) is read: start, end, device, stream, correlation_id,
@@ -130,11 +122,6 @@ class NsysExport:
             return None
         exprs = ["start", "globalTid", "correlationId"]
         return RUNTIME_TABLE, exprs, ["start", "tid", "corr"], "correlationId IS NOT NULL", {}
-
-    def large_selects(self) -> list[Select]:
-        """The reads of the tables that grow with the trace, in the order the reader makes them."""
-        found = [self.gpu_select(t) for t in GPU_TABLES] + [self.runtime_select()]
-        return [s for s in found if s is not None]
 
     def strings(self) -> dict[int, str]:
         if self._strings is None:

@@ -8,8 +8,7 @@ an Arrow read (not for a streamed one, which is why this replaced the streamed r
 two chunks decode at once, and the first read overlaps whatever the main thread does meanwhile.
 At most one chunk per worker is waiting for the consumer: memory stays a few chunks above the result.
 Without connectorx, past sqlite_read's thread cap, or when a chunk's query fails in connectorx, that
-chunk is read with sqlite3 on the caller's connection (and gives the same arrays). `start_chunks`
-starts a table's first chunks before anyone asks (read_ahead.py); table_chunks takes them by query.
+chunk is read with sqlite3 on the caller's connection (and gives the same arrays).
 """
 
 from __future__ import annotations
@@ -74,20 +73,17 @@ def table_chunks(
     where: str | None = None,
     narrow: dict[str, type] | None = None,
     null_int: int = -1,
-    ahead: dict[str, Future] | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The table's rows (the SELECT of `exprs`, optionally filtered by `where`) as chunks of columns in
-    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result. `ahead`:
-    chunks already reading (start_chunks), by query, taken from it as they are used."""
-    return _read_queries(path, conn, chunk_queries(conn, table, exprs, where), names, narrow, null_int, ahead)
+    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result."""
+    return _read_queries(path, conn, chunk_queries(conn, table, exprs, where), names, narrow, null_int)
 
 
 def _read_queries(
     path: Path, conn: sqlite3.Connection, queries: list[str], names: list[str], narrow: dict[str, type] | None,
-    null_int: int, ahead: dict[str, Future] | None,
+    null_int: int,
 ) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     narrow = narrow or {}
-    ahead = ahead if ahead is not None else {}
     read = lambda sql: _read_chunk(path, sql, names, null_int, narrow)
     workers = min(len(queries), read_workers())
     with ThreadPoolExecutor(workers, thread_name_prefix="sqlite-chunk") as pool:
@@ -95,37 +91,11 @@ def _read_queries(
         todo = iter(queries)
         while True:
             while len(waiting) < workers and (sql := next(todo, None)) is not None:
-                started = ahead.pop(sql) if sql in ahead else None
-                waiting.append((sql, started or pool.submit(read, sql)))
+                waiting.append((sql, pool.submit(read, sql)))
             if not waiting:
                 return
             sql, future = waiting.popleft()
             yield _or_sqlite3(future.result(), conn, sql, names, null_int, narrow, path)
-
-
-def start_chunks(
-    path: Path, conn: sqlite3.Connection, table: str, exprs: list[str], names: list[str], where: str | None = None,
-    narrow: dict[str, type] | None = None, null_int: int = -1,
-) -> dict[str, Future]:  # fmt: skip
-    """Start reading the table's first chunks (one per worker) on background threads, before anyone
-    asks: {query: Future} for table_chunks' `ahead` (read_ahead.py). stop_ahead() ends the threads."""
-    global _AHEAD_POOL
-    queries = chunk_queries(conn, table, exprs, where)[: read_workers()]
-    if _AHEAD_POOL is None:
-        _AHEAD_POOL = ThreadPoolExecutor(read_workers(), thread_name_prefix="sqlite-ahead")
-    pool, narrowed = _AHEAD_POOL, narrow or {}
-    return {sql: pool.submit(_read_chunk, path, sql, names, null_int, narrowed) for sql in queries}
-
-
-def stop_ahead() -> None:
-    """End the read-ahead threads (a chunk still reading finishes first)."""
-    global _AHEAD_POOL
-    if _AHEAD_POOL is not None:
-        _AHEAD_POOL.shutdown(wait=True, cancel_futures=True)
-        _AHEAD_POOL = None
-
-
-_AHEAD_POOL: ThreadPoolExecutor | None = None
 
 
 def read_table(
@@ -137,14 +107,13 @@ def read_table(
     where: str | None = None,
     narrow: dict[str, type] | None = None,
     null_int: int = -1,
-    ahead: dict[str, Future] | None = None,
 ) -> dict[str, np.ndarray]:
     """table_chunks joined: each column one array (read_columns' types; a narrowed column stays narrow
     only where every chunk's values fit). Each chunk is copied into its place as it comes, while the
     next ones are read, into arrays sized from the first chunk (chunks span equal rowid ranges), rather
     than all chunks held and joined at the end: memory holds the result and a few chunks, not twice it."""
     queries = chunk_queries(conn, table, exprs, where)
-    chunks = _read_queries(path, conn, queries, names, narrow, null_int, ahead)
+    chunks = _read_queries(path, conn, queries, names, narrow, null_int)
     columns = {name: _Filling() for name in names}
     for chunk in chunks:
         for name in names:

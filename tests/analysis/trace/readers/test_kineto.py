@@ -320,7 +320,7 @@ def test_default_comm_pattern_matches_kineto_nccl_kernel_names(name):
 
 def test_batches_cut_between_events_only(tmp_path, monkeypatch):
     """Decoding in small batches gives the same frames, also when names hold the `}, {` a cut looks for."""
-    from analysis.trace.readers import kineto_json
+    from analysis.trace.readers import kineto_events
 
     w = KinetoWriter(tmp_path / "t.json")
     n = 300
@@ -337,7 +337,7 @@ def test_batches_cut_between_events_only(tmp_path, monkeypatch):
     w.nvtx(7, 7, [w.base], [w.base + n * 10_000], ["step 0"])
     w.close()
     whole = load_trace(tmp_path / "t.json")
-    monkeypatch.setattr(kineto_json, "BATCH_BYTES", 150)
+    monkeypatch.setattr(kineto_events, "BATCH_BYTES", 150)
     batched = load_trace(tmp_path / "t.json")
     pd.testing.assert_frame_equal(whole.gpu_ops, batched.gpu_ops)
     pd.testing.assert_frame_equal(whole.nvtx, batched.nvtx)

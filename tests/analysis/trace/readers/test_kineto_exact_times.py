@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from analysis.run.loaded_run import load_trace
-from analysis.trace.readers.kineto_columns import EXACT_FLOAT_US, _ns
+from analysis.trace.readers.kineto_columns import _ns
+from analysis.trace.readers.kineto_events import EXACT_FLOAT_US
 from tests.support.synthetic_kineto import KinetoWriter
 
 REAL = Path(__file__).resolve().parents[4] / ".." / "shared" / "data" / "kineto_ddp_2rank_nccl.json.gz"

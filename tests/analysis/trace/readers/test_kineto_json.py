@@ -4,14 +4,13 @@ too; where the shortcut cannot be checked, the whole decode takes over."""
 
 import gzip
 import json
-import mmap
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from analysis.trace.readers import kineto_json
-from analysis.trace.readers.kineto_columns import Coded
+from analysis.trace.readers import kineto_events, kineto_json
 from analysis.trace.readers.kineto_json import _decode_top, _raw_bounds, _split_top, read_kineto
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
@@ -61,8 +60,8 @@ def test_split_found_where_kineto_puts_things(layout):
 
 
 def column(values) -> np.ndarray:
-    """A KinetoFile column as an array (a Coded column's strings)."""
-    return values.values() if isinstance(values, Coded) else np.asarray(values)
+    """A KinetoFile column as an array (a categorical column's strings)."""
+    return np.asarray(values, dtype=object) if isinstance(values, pd.Categorical) else np.asarray(values)
 
 
 def same_columns(a: kineto_json.KinetoFile, b: kineto_json.KinetoFile) -> None:
@@ -98,19 +97,6 @@ def test_memory_mapped_file_reads_as_the_copy(tmp_path, monkeypatch):
     same_columns(mapped, read_kineto(path))
 
 
-def test_brackets_written_in_place_leave_the_file_as_it_was(tmp_path, monkeypatch):
-    """Batches of a mapped file are decoded between brackets written into the private mapping: the file's
-    bytes and mtime stay as they were, and a read-only mapping (batches copied) reads the same."""
-    (path,) = write_kineto_ddp_trace(tmp_path / "run", n_kernels=3000, n_steps=2, comm_per_step=3)
-    before, stat = path.read_bytes(), path.stat()
-    monkeypatch.setattr(kineto_json, "MMAP_BYTES", 0)
-    monkeypatch.setattr(kineto_json, "BATCH_BYTES", 2000)  # many batches, many brackets
-    mapped = read_kineto(path)
-    assert path.read_bytes() == before and path.stat().st_mtime_ns == stat.st_mtime_ns
-    monkeypatch.setattr(kineto_json, "_map", lambda fd: mmap.mmap(fd, 0, access=mmap.ACCESS_READ))
-    same_columns(mapped, read_kineto(path))
-
-
 @pytest.mark.skipif(not REAL.exists(), reason="shared data absent")
 def test_split_of_the_real_trace_is_the_whole_decodes():
     data = gzip.decompress(REAL.read_bytes())
@@ -119,22 +105,32 @@ def test_split_of_the_real_trace_is_the_whole_decodes():
     assert doc.distributedInfo["world_size"] == 2 and doc.baseTimeNanoseconds == 1711964646000000000
 
 
-def test_named_pids_read_as_with_the_union_types(tmp_path, monkeypatch):
-    """Integer pids and tids decode with the int-only types until a batch names one (Chrome's "Spans"):
-    that batch and the ones after it decode with the int | str types, and the columns are what those
-    types give for the whole file."""
+def test_named_pids_are_no_process_ids(tmp_path, monkeypatch):
+    """A pid or tid that is a name (Chrome's "Spans") reads as -1, in whichever batch it comes."""
     kernels = [{**KERNEL, "name": f"k{i}", "ts": 100.0 + i, "args": {"device": 0, "stream": 7}} for i in range(400)]
     named = {"ph": "X", "cat": "user_annotation", "name": "span", "pid": "Spans", "tid": "PyTorch", "ts": 1, "dur": 9}
     path = tmp_path / "t.json"
     path.write_text(json.dumps({"traceEvents": [*kernels[:300], named, STEP, *kernels[300:]]}, indent=1))
-    monkeypatch.setattr(kineto_json, "BATCH_BYTES", 2_000)  # many batches: integer ones, then the named one
-    switched = []
-    decode = kineto_json._FastDecoder.decode
-    monkeypatch.setattr(
-        kineto_json._FastDecoder, "decode", lambda self, b: (decode(self, b), switched.append(self.int_ids))[0]
-    )
+    monkeypatch.setattr(kineto_events, "BATCH_BYTES", 2_000)  # many batches: integer ones, then the named one
     got = read_kineto(path)
-    assert switched[0] and not switched[-1]  # integer ids first, the union types from the named one on
-    assert got.ranges["pid"].tolist() == [-1, 5] and len(got.gpu["start"]) == 400  # a name is no process id
-    monkeypatch.setattr(kineto_json, "FAST_INT_IDS", kineto_json.FAST)  # the int | str types throughout
-    same_columns(got, read_kineto(path))
+    assert got.ranges["pid"].tolist() == [-1, 5] and got.ranges["tid"].tolist() == [-1, 5]
+    assert len(got.gpu["start"]) == 400
+
+
+@pytest.mark.parametrize("names", ["plain", "cut text"])
+def test_pieces_decoded_by_forked_processes_read_as_the_whole(tmp_path, monkeypatch, names):
+    """A mapped file cut into pieces gives the serial read's columns; where a cut falls inside a name (its
+    piece fails to decode), the whole decode gives them."""
+    name = 'k}, {"a": [' if names == "cut text" else "k"
+    kernels = [{**KERNEL, "name": f"{name}{i % 7}", "ts": 100.0 + i, "args": {"device": 0}} for i in range(3000)]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": [STEP, *kernels], "baseTimeNanoseconds": 7}, indent=1))
+    serial = read_kineto(path)
+    monkeypatch.setattr(kineto_json, "MMAP_BYTES", 0)
+    monkeypatch.setattr(kineto_json, "PIECE_BYTES", 4096)
+    monkeypatch.setattr(kineto_json, "read_workers", lambda: 3)
+    cut = []
+    pieces = kineto_json._pieces
+    monkeypatch.setattr(kineto_json, "_pieces", lambda *a: cut.append(pieces(*a)) or cut[-1])
+    same_columns(serial, read_kineto(path))
+    assert len(cut[0]) == 3 and len(serial.gpu["start"]) == 3000

@@ -1,6 +1,6 @@
 """Compressed exports read as they are: `unpacked(files, cache)` gives the paths to read.
 
-An `.xz` file (any content) or a gzipped SQLite export is decompressed into its analysis cache folder
+A file named `.xz` (any content) or `.gz` holding a SQLite export is decompressed into its analysis cache folder
 (key.cache_folder), as `unpacked-<key>/<name without .xz/.gz>`, where <key> identifies the compressed
 file's content (key.file_state): one copy per content, read again on the next load, the copies of the
 file's earlier states removed. Nothing is ever written beside the input but that cache folder. With the
@@ -30,7 +30,10 @@ PREFIX = "unpacked-"
 
 
 def compression(path: Path) -> str | None:
-    """ "xz" or "gz" when `path` must be decompressed before it is read, else None (gzipped JSON: None)."""
+    """ "xz" or "gz" when `path` must be decompressed before it is read, else None (gzipped JSON: None).
+    Only a name ending in .xz or .gz is opened to look: every other file is read once, by its reader."""
+    if path.suffix not in (".xz", ".gz") or path.name.endswith(".json.gz"):
+        return None
     try:
         with open(path, "rb") as f:
             head = f.read(len(XZ_MAGIC))

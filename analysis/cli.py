@@ -98,7 +98,7 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
     """body()'s exit code; bad input (TraceError, an OSError on a path, running out of memory) is one
     line on stderr and exit code 2. No helper process of a pool outlives it (parallel.stop_helpers).
     no_cache (--no-cache): no analysis cache read or written by any load of body(), its helper processes'
-    and a baseline's included (cache_key.cache_off)."""
+    and a baseline's included (cache/key.py: cache_off)."""
     try:
         with cache_off() if no_cache else nullcontext():
             return body()

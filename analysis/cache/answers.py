@@ -3,7 +3,7 @@ pandas or reading the trace (`answered(command, args, body)`).
 
 The table CLIs (overlap, collectives, advise) parse their options with argparse alone, then look here:
 the key is the command, its options (all but --jobs/--dask, which do not change what it prints), the
-paths as given with each file's state (cache_key.file_state) and the code's fingerprint. A hit prints
+paths as given with each file's state (key.file_state) and the code's fingerprint. A hit prints
 the stored stdout and stderr and returns the stored exit code; a miss runs the command with its output
 copied as it is written, and keeps it when the command succeeded (exit 0) and its reader took it all
 (no closed pipe). Progress lines are not kept (a hit does no work to report). The entry is one JSON

@@ -2,7 +2,7 @@
 entry lives (`<folder>/.<file name>.analysis-cache/`, beside the export, never inside it).
 
 Light on purpose (os, hashlib, json): the table CLIs compute a key before they import pandas, to print
-an answer they have already given (answer_cache.py). The loaded traces stored under the same folder
+an answer they have already given (cache/answers.py). The loaded traces stored under the same folder
 (cache/loads.py) use the same keys.
 
 A file's key is its resolved path, size, mtime_ns and a hash of samples of its bytes (the first and last

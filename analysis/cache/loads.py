@@ -1,9 +1,9 @@
 """The load cache: a run's loaded Trace kept beside its first file, read back instead of the export the
 next time the same files are loaded with the same patterns by the same code (`cached_load`).
 
-An entry is a folder `trace-<key>` in the first file's cache folder (cache_key.cache_folder:
+An entry is a folder `trace-<key>` in the first file's cache folder (key.cache_folder:
 `.<name>.analysis-cache/` beside it), holding the Trace (cache/trace_store.py) and `key.json`. The key
-covers every file of the run (cache_key.file_state: path, size, mtime_ns, sampled hash), the paths as
+covers every file of the run (key.file_state: path, size, mtime_ns, sampled hash), the paths as
 given (Trace.path shows them), the patterns and the code's fingerprint. An entry is written into a
 temporary folder and renamed into place, so a reader never sees half of one; when two commands write
 the same entry at once, the second rename fails and its copy is dropped. Entries of the same files

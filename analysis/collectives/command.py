@@ -22,7 +22,7 @@ from analysis.errors import TraceError
 from analysis.options import add_options
 from contract import COMM_FORM
 
-if TYPE_CHECKING:  # the library loads after the answer cache is asked (answer_cache.py): start-up stays light
+if TYPE_CHECKING:  # the library loads after the answer cache is asked (cache/answers.py): start-up stays light
     import pandas as pd
 
     from analysis.collectives.collectives_view import CollectivesView

@@ -19,7 +19,7 @@ from analysis import cli
 from analysis.cache.answers import answered
 from analysis.options import add_options
 
-if TYPE_CHECKING:  # the library loads after the answer cache is asked (answer_cache.py): start-up stays light
+if TYPE_CHECKING:  # the library loads after the answer cache is asked (cache/answers.py): start-up stays light
     import pandas as pd
 
     from analysis.overlap.analyze import Analysis

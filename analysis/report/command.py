@@ -14,7 +14,7 @@ A veneer over the library: `open_runs(paths).report(folder)` (report/report_fold
 
     python -m analysis.report NEW... --baseline OLD... [--fail-if exposed_comm_ms:+10% ...] [--format json]
 
-compares one run with a baseline instead (report_gate.py): per-metric deltas and a one-line verdict,
+compares one run with a baseline instead (gate_command.py): per-metric deltas and a one-line verdict,
 exit 1 when a --fail-if limit is passed; no folder is written.
 """
 

@@ -15,7 +15,8 @@ after, with the change in %.
 The synthetic inputs are written once (tests.support.synthetic_ddp / synthetic_kineto, as
 analysis_speed.py and kineto_speed.py write them) into --inputs and reused.
 
-    python benchmarks/headline.py                                  # before=/work/base, after=this tree
+    git worktree add /tmp/before main~5                                  # the code to compare with
+    python benchmarks/headline.py --before /tmp/before                   # after: this tree
     python benchmarks/headline.py --before /tmp/old --after . --only kineto_1m --repeat 5
 """
 
@@ -146,7 +147,7 @@ def table(rows: list[tuple[str, dict]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--before", type=Path, default=Path("/work/base"), help="code tree before (default /work/base)")
+    ap.add_argument("--before", type=Path, required=True, help="code tree before (a checkout or worktree)")
     ap.add_argument("--after", type=Path, default=REPO, help="code tree after (default this repository)")
     ap.add_argument("--only", action="append", help="run only this measurement (repeatable)")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each tree per measurement (default 3)")

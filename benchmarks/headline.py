@@ -108,15 +108,15 @@ def measurements(folder: Path) -> dict[str, Callable[[Path], list[str]]]:
 def timed(tree: Path, args: list[str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MiB) of `python args` with PYTHONPATH at `tree`, in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(tree), "ANALYSIS_NO_CACHE": "1"}
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, *args], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{tree}: python {' '.join(args)} failed ({proc.returncode}): {proc.stderr.read().decode()}")
+    with tempfile.TemporaryFile() as err:  # a file, not a pipe: nothing reads while wait4 waits
+        started = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, *args], cwd=tree, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - started
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            err.seek(0)
+            raise SystemExit(f"{tree}: python {' '.join(args)} failed ({proc.returncode}): {err.read().decode()}")
     # wait4's usage covers the process and its waited-for descendants; ru_maxrss is the largest (KiB)
     return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 

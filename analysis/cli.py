@@ -8,10 +8,12 @@ Exit status: 0 ok, 2 bad input (one line on stderr, never a traceback).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import replace
+from importlib import import_module
 from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
@@ -115,9 +117,18 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
             stop_helpers(tracker=True)
 
 
-def exit_process(code: int) -> NoReturn:
-    """End a command's process with `code` (the `python -m analysis.<command>` entries)."""
-    sys.exit(code)
+def exit_process(command: str) -> NoReturn:
+    """Run the module `command`'s main as this process (the `python -m analysis.<command>` entries) and exit
+    with its code.
+
+    The process is the command's, so it chooses Arrow's allocator before the command's imports load pyarrow:
+    the system's (glibc) rather than mimalloc, pyarrow's default, which keeps the pages Arrow frees (the
+    readers' batches) for Arrow's own next allocations while the analysis allocates through numpy. The
+    report of the five H100 examples peaked at 224-226 MiB with it and 249 MiB without
+    (benchmarks/headline.py, report_h100). A pool the user named is kept; importing the package changes
+    nothing (tests/analysis/test_package.py)."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    sys.exit(import_module(command).main())
 
 
 def emit(write: Callable[[], None]) -> None:

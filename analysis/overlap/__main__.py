@@ -1,7 +1,6 @@
 """`python -m analysis.overlap`: runs command.py's `main`."""
 
-from analysis.cli import exit_process
-from analysis.overlap.command import main
-
 if __name__ == "__main__":
-    exit_process(main())
+    from analysis.cli import exit_process
+
+    exit_process("analysis.overlap.command")

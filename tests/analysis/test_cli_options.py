@@ -50,3 +50,27 @@ def test_timeline_and_overlap_agree_under_the_same_comm_pattern(ddp_trace, tmp_p
         assert row["step_ms"] == pytest.approx(summary["step_ms"])
         figures[pattern] = summary["comm_ms"]
     assert figures["(?i)^nccl"] > 0 and figures["(?i)^nccl"] != figures["^no_such_kernel$"]
+
+
+@pytest.mark.parametrize("named, chosen", [(None, "system"), ("mimalloc", "mimalloc")])
+def test_a_command_process_chooses_the_system_allocator_unless_one_is_named(named, chosen, monkeypatch, tmp_path):
+    """exit_process (the `python -m analysis.<command>` entries) sets Arrow's pool for its own process only,
+    before the command's module is imported."""
+    import os
+    import sys
+
+    from analysis.cli import exit_process
+
+    (tmp_path / "pool_probe.py").write_text(
+        "import os\nSEEN = os.environ['ARROW_DEFAULT_MEMORY_POOL']\n"
+        f"def main():\n    return 3 if SEEN == {chosen!r} else 1\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "pool_probe", raising=False)
+    monkeypatch.delenv("ARROW_DEFAULT_MEMORY_POOL", raising=False)
+    if named is not None:
+        monkeypatch.setenv("ARROW_DEFAULT_MEMORY_POOL", named)
+    with pytest.raises(SystemExit) as ended:
+        exit_process("pool_probe")
+    assert ended.value.code == 3
+    assert os.environ["ARROW_DEFAULT_MEMORY_POOL"] == chosen

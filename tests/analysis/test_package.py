@@ -277,24 +277,30 @@ print(json.dumps({"before": before, "after": state(), "symbols": symbols, "modul
 """
 
 
-def test_importing_the_package_leaves_the_process_as_it_was():
-    """The environment, the garbage collector (enabled, thresholds, nothing frozen) and the allocator (no
-    ARROW_* or MALLOC_* setting, no mallopt or malloc_trim) are the same after importing `analysis`, its
-    public names' modules and every command's modules as before."""
+def _import_everything(cwd: Path, env: dict) -> dict:
+    """What IMPORT_EVERYTHING reports from a fresh interpreter started in `cwd` with `env`."""
     import json
     import subprocess
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ARROW_", "MALLOC_"))}
     got = subprocess.run(
         [sys.executable, "-c", IMPORT_EVERYTHING],
-        cwd=PACKAGE.parent,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=120,
         check=True,
     )
-    seen = json.loads(got.stdout)
+    return json.loads(got.stdout)
+
+
+def test_importing_the_package_leaves_the_process_as_it_was():
+    """The environment, the garbage collector (enabled, thresholds, nothing frozen) and the allocator (no
+    ARROW_* or MALLOC_* setting, no mallopt or malloc_trim) are the same after importing `analysis`, its
+    public names' modules and every command's modules as before."""
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ARROW_", "MALLOC_"))}
+    seen = _import_everything(PACKAGE.parent, env)
     assert {"analysis.api", "analysis.session", "analysis.overlap.command", "analysis.report.__main__"} <= set(
         seen["modules"]
     )  # the modules were imported, not only the package
@@ -305,8 +311,6 @@ def test_importing_the_package_leaves_the_process_as_it_was():
 
 def test_the_purity_check_sees_a_changed_process(tmp_path):
     """The same check, on a stand-in `analysis` that sets the environment, freezes gc and trims the heap."""
-    import json
-    import subprocess
 
     fake = tmp_path / "analysis"
     fake.mkdir()
@@ -314,17 +318,7 @@ def test_the_purity_check_sees_a_changed_process(tmp_path):
         "import ctypes, gc, os\n__all__ = []\nos.environ['ARROW_DEFAULT_MEMORY_POOL'] = 'system'\ngc.freeze()\n"
         "ctypes.CDLL('libc.so.6').malloc_trim(0)\n"
     )
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
-    got = subprocess.run(
-        [sys.executable, "-c", IMPORT_EVERYTHING],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    seen = json.loads(got.stdout)
+    seen = _import_everything(tmp_path, {**os.environ, "PYTHONPATH": str(tmp_path)})
     assert seen["after"]["environ"]["ARROW_DEFAULT_MEMORY_POOL"] == "system"
     assert seen["after"]["gc"][2] > seen["before"]["gc"][2]
     assert "malloc_trim" in seen["symbols"]

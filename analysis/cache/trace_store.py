@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from analysis.machine import release_free_memory
 from analysis.trace.frames import Trace
-from analysis.trace.free_memory import release_free_memory
 
 FIELDS = "fields.json"
 # zstd: the 1M-kernel 8-rank export's gpu_ops in 10.6 MB instead of 82 MB, read back in no more CPU time

@@ -11,7 +11,6 @@ holds one file's frames at a time and only the small result frames travel back.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -20,6 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import cast
 
+from analysis.machine import available_memory, usable_cores
 from analysis.options import check_jobs
 from analysis.parallel.tasks import Outcome, call_task
 
@@ -72,33 +72,6 @@ class Progress:
         return (
             f"{self.done}/{self.total} files done{failed}, {rate:.2f} files/s, elapsed {elapsed:.1f} s, ETA {eta:.1f} s"
         )
-
-
-def usable_cores() -> int:
-    """Cores this process may run on (the affinity mask: taskset, cgroup cpusets), else os.cpu_count()."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
-def available_memory() -> int | None:
-    """Bytes the kernel says can be allocated without swapping (MemAvailable), capped by a cgroup v2
-    memory limit when one is set; None when neither is known."""
-    values = []
-    try:
-        with open("/proc/meminfo") as f:
-            values += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
-    except OSError:
-        pass
-    try:
-        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if limit != "max":
-            values.append(int(limit) - used)
-    except (OSError, ValueError):
-        pass
-    return min(values) if values else None
 
 
 def task_memory(paths: Sequence[Path]) -> int:

@@ -8,8 +8,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 from pandas.api.types import union_categoricals
 
+from analysis.machine import release_free_memory
 from analysis.trace.frames import GPU_KINDS
-from analysis.trace.free_memory import release_free_memory
 
 GPU_INT_COLUMNS = ["pid", "start", "end", "device", "stream", "correlation_id", "launch_start", "launch_tid"]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -141,11 +142,22 @@ def _run_metadata(nvtx: pd.DataFrame) -> dict:
 AUTOGRAD_THREAD = r"^pt_autograd_\d+$"  # PyTorch's autograd engine names its device threads so
 
 
-def _load_part(
-    path: Path, part: int, head: bytes | None = None
-) -> tuple[dict, pd.DataFrame, str, int, dict, pd.DataFrame]:
-    """(gpu columns, nvtx frame, nsys version, clock offset, target info, autograd threads: part, pid,
-    tid) of one file (`head`: its first bytes, when sniffed); the file is closed after."""
+@dataclass(frozen=True)
+class _Part:
+    """What one export of a run holds: its GPU activity as columns, its NVTX frame, the nsys version
+    that wrote it, its session-start clock offset, its target info and its autograd engine threads
+    (part, pid, tid)."""
+
+    ops: dict
+    nvtx: pd.DataFrame
+    version: str
+    clock_offset: int
+    info: dict
+    autograd_threads: pd.DataFrame
+
+
+def _load_part(path: Path, part: int, head: bytes | None = None) -> _Part:
+    """One file read (`head`: its first bytes, when sniffed); the file is closed after."""
     ex = NsysExport(path, head)
     try:
         ops = _read_gpu_ops(ex)
@@ -154,7 +166,7 @@ def _load_part(
         nvtx.insert(0, "part", np.int64(part))
         pid, tid = ex.threads_named(AUTOGRAD_THREAD)
         threads = pd.DataFrame({"part": np.full(pid.size, part, np.int64), "pid": pid, "tid": tid})
-        return ops, nvtx, ex.version(), ex.clock_offset(), ex.target_info(), threads
+        return _Part(ops, nvtx, ex.version(), ex.clock_offset(), ex.target_info(), threads)
     except (sqlite3.DatabaseError, ValueError, TypeError, OverflowError) as e:
         # a damaged file can fail anywhere: in SQLite, or as values of the wrong type
         raise TraceError(f"{path}: corrupt or unreadable nsys export ({type(e).__name__}: {e})") from None
@@ -211,8 +223,8 @@ def load_nsys(
     they came from in info[0][PHASES_KEY]."""
     heads = heads or [None] * len(paths)  # the files' first bytes, when load.read_trace sniffed them
     loaded = [_load_part(p, i, h) for i, (p, h) in enumerate(zip(paths, heads, strict=True))]
-    ops = ops_frame([part[0] for part in loaded])
-    nvtx = nvtx_frame([part[1] for part in loaded])
+    ops = ops_frame([part.ops for part in loaded])
+    nvtx = nvtx_frame([part.nvtx for part in loaded])
     label = ", ".join(str(p) for p in paths)
     if len(ops) == 0 and not (nvtx["kind"] != "mark").any():
         raise TraceError(
@@ -220,14 +232,14 @@ def load_nsys(
             "NVTX ranges only under `nsys profile --pytorch=autograd-nvtx` or torch.autograd.profiler.emit_nvtx, "
             "both of which need a CUDA build of torch; on the CPU record with torch.profiler)"
         )
-    threads = pd.concat([part[5] for part in loaded], ignore_index=True)
+    threads = pd.concat([part.autograd_threads for part in loaded], ignore_index=True)
     nvtx, phases = derive_phases(nvtx, patterns or Patterns(), launches=_launches_by_thread(ops, threads))
     meta = _run_metadata(nvtx)
     implementation = next((str(m["implementation"]) for m in meta.values() if m.get("implementation")), paths[0].stem)
     return Trace(
         path=label,
         profiler="nsys",
-        profiler_version=loaded[0][2],
+        profiler_version=loaded[0].version,
         source=KERNELS if len(ops) else RANGES,
         gpu_ops=ops,
         nvtx=nvtx,
@@ -235,7 +247,7 @@ def load_nsys(
         meta=meta,
         implementation=implementation,
         info={
-            i: {**part[4], CLOCK_OFFSET_KEY: part[3], **({PHASES_KEY: phases} if i == 0 else {})}
+            i: {**part.info, CLOCK_OFFSET_KEY: part.clock_offset, **({PHASES_KEY: phases} if i == 0 else {})}
             for i, part in enumerate(loaded)
         },
     )

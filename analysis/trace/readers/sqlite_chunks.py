@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import multiprocessing
-import os
 import sqlite3
 import threading
 from collections import deque
@@ -25,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis.trace.free_memory import release_free_memory
+from analysis.machine import release_free_memory, usable_cores
 from analysis.trace.readers import sqlite_read
 
 CHUNK_ROWS = 1 << 19  # rowids per chunk: its transient Arrow memory; connectorx reads 2 x 512k rows faster than 1M
@@ -37,10 +36,7 @@ def read_workers() -> int:
     several reading at once (a --jobs worker process, a Dask task thread)."""
     if multiprocessing.current_process().daemon or threading.current_thread() is not threading.main_thread():
         return 1
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    return usable_cores()
 
 
 def chunk_queries(conn: sqlite3.Connection, table: str, exprs: list[str], where: str | None = None) -> list[str]:

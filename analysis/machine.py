@@ -1,4 +1,6 @@
-"""Hand memory the process freed back to the system: `release_free_memory` (glibc's malloc_trim).
+"""What the machine offers the analysis: the cores it may run on (`usable_cores`), the memory it may
+still take (`available_memory`), and memory it freed handed back to the system (`release_free_memory`,
+glibc's malloc_trim).
 
 glibc keeps what a process frees in its heap for later allocations, and each thread's arena keeps its
 own. After a step that built and dropped large temporaries, that memory stays counted in the process,
@@ -16,6 +18,8 @@ package is imported.
 from __future__ import annotations
 
 import ctypes
+import os
+from pathlib import Path
 
 _LIBC: ctypes.CDLL | bool | None = None
 
@@ -31,3 +35,30 @@ def release_free_memory() -> None:
             _LIBC = False
     if isinstance(_LIBC, ctypes.CDLL):
         _LIBC.malloc_trim(0)
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (the affinity mask: taskset, cgroup cpusets), else os.cpu_count()."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def available_memory() -> int | None:
+    """Bytes the kernel says can be allocated without swapping (MemAvailable), capped by a cgroup v2
+    memory limit when one is set; None when neither is known."""
+    values = []
+    try:
+        with open("/proc/meminfo") as f:
+            values += [int(line.split()[1]) * 1024 for line in f if line.startswith("MemAvailable:")]
+    except OSError:
+        pass
+    try:
+        limit = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if limit != "max":
+            values.append(int(limit) - used)
+    except (OSError, ValueError):
+        pass
+    return min(values) if values else None

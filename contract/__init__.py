@@ -17,8 +17,10 @@ from contract.groups import (
     DIMENSIONS,
     GROUP_SEPARATOR,
     GROUPS_KEY,
+    REDUCE_SCATTER_GROUP,
     dimension_of,
     group_entry,
+    separate_reduce_scatter_groups,
     with_group,
 )
 from contract.meta import (
@@ -100,6 +102,7 @@ __all__ = [
     "REDUCE_BROADCAST_BROADCAST",
     "REDUCE_BROADCAST_REDUCE",
     "REDUCE_SCATTER",
+    "REDUCE_SCATTER_GROUP",
     "RING_ALL_GATHER",
     "RING_REDUCE_SCATTER",
     "RUN_ID_ENV",
@@ -117,6 +120,7 @@ __all__ = [
     "encode_meta",
     "group_entry",
     "is_comm_range",
+    "separate_reduce_scatter_groups",
     "sharded_entry",
     "step_range",
     "with_group",

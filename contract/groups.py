@@ -21,6 +21,8 @@ GROUP_SEPARATOR = "@"  # between a comm range's tag and its group's name
 GROUPS_KEY = "process_groups"  # in ddp.meta: {name: {"ranks": [...], "description": "..."}}
 DEFAULT_GROUP = "default"  # the name analysis gives the default group (every rank) of our own ranges
 DIMENSIONS = ("shard", "replicate", "tp", "pp", "ep", "dp")
+# the sharded strategies' reduce-scatters on a process group of their own (`--separate-reduce-scatter`): every rank
+REDUCE_SCATTER_GROUP = "reduce_scatter"
 # words in a group's name or description -> the dimension they say (matched whole, case-insensitive)
 _DIMENSION_WORDS = {
     "shard": "shard",
@@ -60,6 +62,11 @@ def group_entry(ranks: Iterable[int], description: str = "") -> dict[str, Any]:
     if not members or len(set(members)) != len(members):
         raise ValueError(f"process group ranks {members}: expected distinct ranks, at least one")
     return {"ranks": members, "description": description}
+
+
+def separate_reduce_scatter_groups(world_size: int) -> dict[str, dict[str, Any]]:
+    """ddp.meta's GROUPS_KEY of a sharded run whose reduce-scatters ran on a group of their own (every rank)."""
+    return {REDUCE_SCATTER_GROUP: group_entry(range(world_size), "separate reduce-scatter group")}
 
 
 def dimension_of(*texts: object) -> str | None:

@@ -6,10 +6,23 @@ default patterns that recognise them. Torch-free and dependency-free, so every p
            reduce_scatter), the point-to-point phases).
 `meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode, and
            the `sharded` entries of sharded strategies, the `memory` figures.
+`groups`   process groups: a comm range's `@<group>` suffix, the `process_groups` entry of `ddp.meta`, the
+           parallel dimension a group's name says.
 `patterns` the analysis' default regular expressions, built from the names.
 `nsys_cli` finding nsys and its complete-or-absent SQLite export (recording and analysis both run it).
 """
 
+from contract.groups import (
+    DEFAULT_GROUP,
+    DIMENSIONS,
+    GROUP_SEPARATOR,
+    GROUPS_KEY,
+    REDUCE_SCATTER_GROUP,
+    dimension_of,
+    group_entry,
+    separate_reduce_scatter_groups,
+    with_group,
+)
 from contract.meta import (
     ASYNC_KIND,
     ASYNC_KIND_KEY,
@@ -70,8 +83,12 @@ __all__ = [
     "COMM_PREFIX",
     "COMM_WAIT_PREFIX",
     "COMPUTE_PHASES",
+    "DEFAULT_GROUP",
+    "DIMENSIONS",
     "FORWARD",
     "GRAD_SYNC",
+    "GROUPS_KEY",
+    "GROUP_SEPARATOR",
     "MEMORY_CUDA",
     "MEMORY_KEY",
     "MEMORY_PARTS",
@@ -85,6 +102,7 @@ __all__ = [
     "REDUCE_BROADCAST_BROADCAST",
     "REDUCE_BROADCAST_REDUCE",
     "REDUCE_SCATTER",
+    "REDUCE_SCATTER_GROUP",
     "RING_ALL_GATHER",
     "RING_REDUCE_SCATTER",
     "RUN_ID_ENV",
@@ -98,8 +116,12 @@ __all__ = [
     "comm_range",
     "comm_wait_range",
     "decode_meta",
+    "dimension_of",
     "encode_meta",
+    "group_entry",
     "is_comm_range",
+    "separate_reduce_scatter_groups",
     "sharded_entry",
     "step_range",
+    "with_group",
 ]

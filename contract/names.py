@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contract.groups import with_group
+
 PROFILE = "profile"  # push/pop around the measured steps; nsys's capture range (--nvtx-capture=profile)
 STEP_PREFIX = "step "  # push/pop `step N`, one per training step, N from 0 at the run's first step
 FORWARD = "forward"  # push/pop phases inside a step
@@ -43,11 +45,12 @@ def step_range(n: int) -> str:
     return f"{STEP_PREFIX}{n}"
 
 
-def comm_range(op: str, tag: str) -> str:
-    """The name of one collective call's range: `comm:all_reduce:bucket3`."""
+def comm_range(op: str, tag: str, group: str | None = None) -> str:
+    """The name of one collective call's range: `comm:all_reduce:bucket3`; of a collective of a process group
+    other than the default one, `comm:all_reduce:bucket3@replicate` (contract/groups.py)."""
     if not op or ":" in op:
         raise ValueError(f"collective op {op!r}: expected a non-empty name without ':'")
-    return f"{COMM_PREFIX}{op}:{tag}"
+    return with_group(f"{COMM_PREFIX}{op}:{tag}", group)
 
 
 def comm_wait_range(op: str, tag: str) -> str:

@@ -16,6 +16,7 @@ from analysis.errors import TraceError
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.fsdp_units.in_time import in_time_sentences
 from analysis.fsdp_units.prefetch import PREFETCH_COLUMNS
+from analysis.measure.call_groups import group_objects
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.measure.op_phase import phase_labels
 from analysis.render.table import plain_records
@@ -45,6 +46,10 @@ class Summaries:
     @cached_property
     def by_rank(self) -> pd.DataFrame:
         return self._with_peak(_per_trace(self._calls, stats.by_rank))
+
+    @cached_property
+    def by_group(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_group))
 
     @cached_property
     def stragglers(self) -> pd.DataFrame:
@@ -92,14 +97,19 @@ class CollectivesView:
     def stragglers(self) -> pd.DataFrame:
         return self._mine(self.summaries.stragglers)
 
+    @property
+    def by_group(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_group)
+
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
         "gathers": [...]}]}."""
         parts = {
-            "calls": self.calls,
+            "calls": _with_group_objects(self.calls, self.traces),
             "by_size": self.by_size,
             "by_rank": self.by_rank,
             "stragglers": self.stragglers,
+            "by_group": self.by_group,
             "gathers": self.gathers.drop(columns=["issue_ns", "end_ns", "needed_ns"]),
         }
         out = []
@@ -114,6 +124,16 @@ class CollectivesView:
             f[f["path"] == path].reset_index(drop=True) for f in (self.calls, self.traces, self.gathers)
         )
         return CollectivesView(calls, traces, self.summaries, gathers, path)
+
+
+def _with_group_objects(calls: pd.DataFrame, traces: pd.DataFrame) -> pd.DataFrame:
+    """The calls with `group` as the JSON gives it (call_groups.group_objects: its name, description, members
+    and dimension; null where inferred) and `group_inferred`, in place of the group columns."""
+    world = dict(zip(traces["path"], traces["world_size"], strict=True)) if "world_size" in traces else {}
+    groups = pd.Series(None, index=calls.index, dtype=object)
+    for path, rows in calls.groupby("path", sort=False).indices.items():  # one pass per run
+        groups.iloc[rows] = group_objects(calls.iloc[rows], int(world.get(path, calls["rank"].max() + 1)))
+    return calls.drop(columns=["group_desc", "group_ranks"]).assign(group=groups)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

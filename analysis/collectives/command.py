@@ -76,6 +76,21 @@ def _with_bytes_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(bytes=np.where(np.isnan(b), "-", np.nan_to_num(b).astype(np.int64).astype(str)))
 
 
+def _several_groups(view: CollectivesView) -> bool:
+    """Whether a run's calls name more than one process group (only then do the outputs show groups)."""
+    from analysis.collectives.collective_stats import group_count
+
+    return any(group_count(calls) > 1 for _, calls in view.calls.groupby("path", sort=False))
+
+
+def _group_section(view: CollectivesView) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """The per-group summary's (title, rows, keys) when a run has several process groups, else nothing."""
+    if not _several_groups(view):
+        return []
+    title = f"by process group (dimension or name, member ranks; {SUMMED}):"
+    return [(title, view.by_group, ["group"])]
+
+
 def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
     from analysis.collectives.in_time_table import units_text
     from analysis.measure.collective_calls import OUTSIDE_STEPS
@@ -94,6 +109,7 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
     for title, frame, keys in (
         (f"by op and message size (all calls of all ranks; {SUMMED}):", view.by_size, ["op", "size_class"]),
         (f"by rank ({SUMMED}):", view.by_rank, ["rank"]),
+        *_group_section(view),
     ):
         if frame.empty:  # no calls at all: the note below says why
             out += [title, "(none)", ""]
@@ -243,7 +259,10 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
     if args.format == "json":
         print(json.dumps(view.to_json()))
     elif args.format == "csv":
-        print(view.calls.to_csv(index=False), end="")
+        from analysis.measure.call_groups import GROUP_COLUMNS
+
+        calls = view.calls if _several_groups(view) else view.calls.drop(columns=GROUP_COLUMNS)
+        print(calls.to_csv(index=False), end="")
         for head in view.traces.itertuples():  # stdout stays one CSV table: notes go to stderr
             print(f"phases: {head.path}: {head.phases}", file=sys.stderr)
             if head.note:

@@ -92,6 +92,7 @@ def render_table(result: Analysis, per_step: bool) -> str:
         steps["step"] = steps["step"].where(result.steps["step"].notna(), "all")  # no step ranges: whole capture
         out += ["", "per step:", _fmt(steps)]
     out += op_phase_lines(result)
+    out += group_lines(result)
     out += ["", "summary (mean per step over ranks):"]
     summary = _with_trace(result.summary).assign(rank="all")
     out.append(
@@ -134,6 +135,26 @@ def op_phase_lines(result: Analysis) -> list[str]:
         impl = mine["implementation"].iloc[0]
         lines.append(f"  rank {rank} ({impl}): " + "; ".join(parts))
         lines += overlap_note(use, n)
+    return lines
+
+
+def group_lines(result: Analysis) -> list[str]:
+    """Per rank of a run with several process groups: each group's communication over the capture, the part
+    hidden under compute and the exposed rest (measure/group_overlap.py); nothing for one-group runs."""
+    rows = result.by_group
+    if len(rows) == 0:
+        return []
+    several = rows.groupby("path")["label"].nunique() > 1
+    if not several.any():
+        return []
+    shown = rows[rows["path"].isin(several[several].index)]
+    lines = ["", "communication by process group (whole capture, ms; exposed in brackets, overlap %):"]
+    for (_, rank), mine in shown.groupby(["path", "rank"], sort=False):  # one pass per rank
+        parts = [
+            f"{r.label} x{r.calls} {r.comm_ms:.3f} ({r.exposed_comm_ms:.3f}, {r.overlap_pct:.1f}%)"
+            for r in mine.itertuples()
+        ]
+        lines.append(f"  rank {rank}: " + "; ".join(parts))
     return lines
 
 

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from contract import sharded_entry
+from contract import REDUCE_SCATTER, REDUCE_SCATTER_GROUP, comm_range, sharded_entry
 from ddp.comm import nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll
 from ddp.grads.grad_flags import ACCUMULATION_ERROR
@@ -85,6 +85,9 @@ class FSDP(DataParallelBase):
         largest, like = max((u.padded_numel for u in units), default=0), units[0].shard if units else torch.empty(0)
         self._grad_buffers = GradientBuffers(largest, like.dtype, like.device, self._reclaim_gradient_buffer)
         self.states = [UnitState(u, wire, self._meter, self._grad_buffers) for u in units]
+        if separate_reduce_scatter:  # their ranges name the group (contract/groups.py), as ddp.meta lists it
+            for state in self.states:
+                state.scatter_range = comm_range(REDUCE_SCATTER, state.unit.name, REDUCE_SCATTER_GROUP)
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
         self._recorded = False
         self._pending_ar: list[PendingAllReduce] = []

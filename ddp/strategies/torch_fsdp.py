@@ -33,7 +33,7 @@ except ImportError:  # an older torch: the other strategies still import, torch_
     AllGather = ReduceScatter = FSDPModule = object  # type: ignore[misc,assignment]
     FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
 
-from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
+from contract import ALL_GATHER, REDUCE_SCATTER, REDUCE_SCATTER_GROUP, comm_range, sharded_entry
 from ddp.memory.accounting import MemoryParts, storage_bytes
 from ddp.memory.fsdp2_gathered import GatheredMemory, fsdp_params_of
 from ddp.strategies.base import DataParallelBase, nbytes
@@ -80,7 +80,8 @@ class TorchFSDP(DataParallelBase):
         for tag, unit in self.units:
             fully_shard(unit, mp_policy=mp)
             unit.set_custom_all_gather(TimedAllGather(self, tag))  # type: ignore[operator]
-            unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag))  # type: ignore[operator]
+            group = REDUCE_SCATTER_GROUP if separate_reduce_scatter else None
+            unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag, group))  # type: ignore[operator]
         if separate_reduce_scatter:  # a collective (dist.new_group): every rank constructs alike
             module.set_separate_reduce_scatter_group(True)  # type: ignore[operator]
         self.prefetch, self.separate_reduce_scatter = prefetch, separate_reduce_scatter
@@ -174,8 +175,8 @@ class TimedAllGather(AllGather):
 class TimedReduceScatter(ReduceScatter):
     """FSDP2's default reduce-scatter of one unit's gradient, inside its `comm:reduce_scatter:<unit>` range."""
 
-    def __init__(self, owner: TorchFSDP, tag: str):
-        self.owner, self.name = owner, comm_range(REDUCE_SCATTER, tag)
+    def __init__(self, owner: TorchFSDP, tag: str, group: str | None = None):
+        self.owner, self.name = owner, comm_range(REDUCE_SCATTER, tag, group)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(size, dtype=dtype, device=device)

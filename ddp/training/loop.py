@@ -23,7 +23,17 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, RUN_ID_KEY, SHARDING_KEY, step_range
+from contract import (
+    BACKWARD,
+    FORWARD,
+    GROUPS_KEY,
+    MEMORY_CUDA,
+    OPTIMIZER,
+    RUN_ID_KEY,
+    SHARDING_KEY,
+    separate_reduce_scatter_groups,
+    step_range,
+)
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext, run_id
 from ddp.memory.accounting import SavedTensorBytes, optimizer_state_bytes
@@ -261,4 +271,5 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
         "argv": sys.argv[1:],
         **({SHARDING_KEY: sharding_settings(cfg)} if cfg.impl in registry.SHARDED else {}),
+        **({GROUPS_KEY: separate_reduce_scatter_groups(ctx.world_size)} if cfg.separate_reduce_scatter else {}),
     }

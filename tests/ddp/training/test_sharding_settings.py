@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch.distributed.fsdp import FSDPModule
 
-from contract import SHARDING_FIELDS, SHARDING_KEY
+from contract import GROUPS_KEY, SHARDING_FIELDS, SHARDING_KEY
 from ddp.launch.launcher import DistContext
 from ddp.strategies import registry
+from ddp.strategies.torch_fsdp import TimedReduceScatter
 from ddp.training import loop
 from ddp.training.config import RunConfig
 from profiling import record
@@ -70,6 +71,16 @@ def test_ddp_meta_records_the_sharding_settings_in_effect(settings, expected):
 
 def test_replicated_runs_have_no_sharding_key():
     assert SHARDING_KEY not in loop.run_metadata(CPU, RunConfig(impl="overlap_bucket", model="toy"))
+
+
+@pytest.mark.parametrize("impl", ["fsdp", "torch_fsdp"])
+def test_a_separate_reduce_scatter_group_is_listed_in_ddp_meta_and_named_in_its_ranges(impl):
+    """ddp.meta lists the group (every rank) and the reduce-scatter ranges carry its name (contract/groups.py)."""
+    meta = loop.run_metadata(CPU, RunConfig(impl=impl, model="toy", separate_reduce_scatter=True))
+    assert meta[GROUPS_KEY] == {"reduce_scatter": {"ranks": [0, 1], "description": "separate reduce-scatter group"}}
+    assert GROUPS_KEY not in loop.run_metadata(CPU, RunConfig(impl=impl, model="toy"))
+    assert TimedReduceScatter(None, "fc1", "reduce_scatter").name == "comm:reduce_scatter:fc1@reduce_scatter"
+    assert TimedReduceScatter(None, "fc1").name == "comm:reduce_scatter:fc1"
 
 
 def test_run_nsys_passes_the_sharding_options_on():

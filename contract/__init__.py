@@ -1,7 +1,7 @@
 """The NVTX contract between `ddp/`, `profiling/` and `analysis/`: range names, the `ddp.meta` mark and the
 default patterns that recognise them. Torch-free and dependency-free, so every package can import it.
 
-`names`    the range names (`step N`, `forward`, `backward`, `optimizer`, `grad_sync`, `profile`,
+`names`    the range names (`step N`, `forward`, `backward`, `optimizer`, `grad_sync`, `data`, `profile`,
            `comm:<op>:<tag>` with the collective's byte count as payload (ops: all_reduce, broadcast, all_gather,
            reduce_scatter), the point-to-point phases).
 `meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode, and
@@ -26,6 +26,7 @@ from contract.meta import (
     SHARDED_KEY,
     SHARDING_FIELDS,
     SHARDING_KEY,
+    SLOW_RANK_KEY,
     decode_meta,
     encode_meta,
     sharded_entry,
@@ -40,8 +41,10 @@ from contract.names import (
     COMM_PREFIX,
     COMM_WAIT_PREFIX,
     COMPUTE_PHASES,
+    DATA,
     FORWARD,
     GRAD_SYNC,
+    ISSUE,
     OPTIMIZER,
     P2P_PHASES,
     PROFILE,
@@ -51,6 +54,7 @@ from contract.names import (
     RING_ALL_GATHER,
     RING_REDUCE_SCATTER,
     SHARDED_OPS,
+    SLOW_PLACES,
     STEP_PREFIX,
     comm_range,
     comm_wait_range,
@@ -70,8 +74,10 @@ __all__ = [
     "COMM_PREFIX",
     "COMM_WAIT_PREFIX",
     "COMPUTE_PHASES",
+    "DATA",
     "FORWARD",
     "GRAD_SYNC",
+    "ISSUE",
     "MEMORY_CUDA",
     "MEMORY_KEY",
     "MEMORY_PARTS",
@@ -94,6 +100,8 @@ __all__ = [
     "SHARDED_OPS",
     "SHARDING_FIELDS",
     "SHARDING_KEY",
+    "SLOW_PLACES",
+    "SLOW_RANK_KEY",
     "STEP_PREFIX",
     "comm_range",
     "comm_wait_range",

@@ -13,6 +13,12 @@ OPTIMIZER = "optimizer"
 # TorchDDP also marks DDP's wait inside backward() as a start/end range of this name).
 GRAD_SYNC = "grad_sync"
 COMPUTE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+# push/pop `data` around the making of a step's batch, just before that step's `step N` range (outside it)
+DATA = "data"
+# The places `--slow-rank RANK:PLACE:MS` can stall a rank at (ddp/training/slow_rank.py): a phase, the data, or
+# `issue`: after backward, before the gradient synchronisation issues its collectives (inside no range).
+ISSUE = "issue"
+SLOW_PLACES = (FORWARD, BACKWARD, OPTIMIZER, DATA, ISSUE)
 # push/pop `comm_wait:<op>:<tag>` around a rank blocking on one in-flight async collective mid-phase (fsdp waits
 # for a unit's all-gather inside forward/backward): the rank is not computing there, whatever phase holds it.
 COMM_WAIT_PREFIX = "comm_wait:"

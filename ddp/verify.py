@@ -32,10 +32,11 @@ from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
 from ddp.training.config import SHARDED_ONLY, RunConfig
-from ddp.training.data import global_batch, rank_batch
-from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, train_step
+from ddp.training.data import global_batch
+from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, step_batch, train_step
 from ddp.training.models import build_model
 from ddp.training.reference import cpu_copies, deterministic, train_rank_slices
+from ddp.training.slow_rank import stall_of
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
 CAST_TOLERANCE = 1e-4  # fp16/bf16 compute: every parameter after every step this close to the cast reference
@@ -111,11 +112,9 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
         model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
         optimizer = run_optimizer(cfg, model.module.parameters())
         history = []
+        stall = stall_of(cfg.slow_rank, ctx.rank)
         for step in range(cfg.steps):
-            batch = rank_batch(
-                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
-            )
-            train_step(model, optimizer, batch, step)
+            train_step(model, optimizer, step_batch(ctx, cfg, step, stall), step, stall)
             if sharded:
                 history.append({k: v.cpu() for k, v in model.gather_full_params().items()})
         params = {k: v.cpu() for k, v in model.gather_full_params().items()}  # sharded strategies gather theirs

@@ -48,7 +48,15 @@ TABLE_ROWS = {
 # The summaries' ms add up every call's own time: calls in flight together (async all-reduces of several
 # buckets, waits of several ranks) each count, so a sum is not wall time and can exceed the steps' length.
 SUMMED = "ms summed over the calls, each counted in full: not wall time"
-STRAGGLER_HEADINGS = {"times_last": "times last", "wait_caused_ms": "wait caused ms (sum)", "wait_ms": "wait ms (sum)"}
+STRAGGLER_HEADINGS = {
+    "times_last": "times last",
+    "wait_caused_ms": "wait caused ms (sum)",
+    "wait_ms": "wait ms (sum)",
+    "late_ms": "late ms",
+    "cause_ms": "cause ms",
+    "steps_held": "steps held",
+    "recurrently_late": "recurrently late",
+}
 SUMMARY_TABLE = [
     "calls",
     "bytes",
@@ -93,6 +101,7 @@ def _group_section(view: CollectivesView) -> list[tuple[str, pd.DataFrame, list[
 
 def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
     from analysis.collectives.in_time_table import units_text
+    from analysis.collectives.straggler_cause import CAUSE_TEXT
     from analysis.measure.collective_calls import OUTSIDE_STEPS
     from analysis.trace.frames import KERNELS
 
@@ -123,12 +132,18 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
     if not strag.empty:
         strag = strag.assign(implementation=strag["path"].map(impl), trace=strag["path"].map(trace))
         columns = [*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]
+        columns += ["cause", "late_ms", "cause_ms"]
+        strag = strag.assign(cause=strag["cause"].map(CAUSE_TEXT).fillna("-"))
         shown = _fmt(strag[columns], {c: STRAGGLER_HEADINGS.get(c, c.replace("_", " ")) for c in columns})
     out += [
         "stragglers per step (the rank the others waited for; paired collectives only; waits summed over the "
         "step's calls and waiting ranks, so calls in flight together each count: not wall time, a sum can "
-        "exceed the step):",
+        "exceed the step; cause: where the straggler's lateness at the collective it held most came from, "
+        "late ms: how much later than the others' median it arrived there, cause ms: the part of it in the "
+        "cause):",
         shown,
+        "",
+        *_summary_lines(view, lead, trace, impl),
     ]
     for head in view.traces.itertuples():
         origin = "kernels" if head.source == KERNELS else f"{COMM_FORM} ranges (no communication kernels)"
@@ -146,6 +161,28 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
         out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
     out += units_text(view, units, rank)
     return "\n".join(out)
+
+
+def _summary_lines(view: CollectivesView, lead: list[str], trace: dict, impl: dict) -> list[str]:
+    """The straggler summary per rank that held a step, with the rule for `recurrently late`."""
+    from analysis.collectives.straggler_cause import CAUSE_TEXT, RECURRENT_RULE
+
+    summary = view.straggler_summary
+    shown = "(none)"
+    if not summary.empty:
+        causes = summary["causes"].map(lambda c: ", ".join(f"{CAUSE_TEXT.get(k, k)} {n}" for k, n in c.items()))
+        summary = summary.assign(
+            implementation=summary["path"].map(impl),
+            trace=summary["path"].map(trace),
+            causes=causes,
+            recurrently_late=summary["recurrently_late"].map({True: "yes", False: "no"}),
+        )
+        columns = [*lead, "rank", "steps_held", "steps", "wait_caused_ms", "causes", "recurrently_late"]
+        shown = _fmt(summary[columns], {c: STRAGGLER_HEADINGS.get(c, c.replace("_", " ")) for c in columns})
+    return [
+        f"straggler summary per rank (steps it held of those with a straggler, the wait it caused; {RECURRENT_RULE}):",
+        shown,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ from analysis.render import palette
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
 from analysis.report.call_chart import call_noun, calls_figure
+from analysis.report.straggler_chart import straggler_blocks
 from analysis.timeline.lanes import representative_step
 from analysis.trace.frames import NS_PER_MS
 
@@ -230,6 +231,7 @@ def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | Non
         if (e.view.calls["step"] >= 0).any():
             fig = wait_transfer_figure(e.view.calls, e.label, e.steps)
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_collectives_per_step")))
+            blocks += straggler_blocks(e.view, e.label, stem)
         fig = per_call_figure(e)
         if fig is not None:
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))

@@ -19,6 +19,7 @@ from ddp.strategies import registry
 from ddp.strategies.torch_fsdp import check_fsdp2_settings
 from ddp.training.data import check_divisible
 from ddp.training.models import MODEL_NAMES
+from ddp.training.slow_rank import check_slow_rank, parse_slow_rank
 
 OPTIMIZERS = ("sgd", "adamw")
 COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compute-dtype's names
@@ -126,6 +127,14 @@ class RunConfig:
         label="backend",
         optional=True,
     )
+    slow_rank: str | None = setting(
+        None,
+        "RANK:PLACE:MS: rank RANK sleeps MS ms at PLACE every step (forward, backward, optimizer, data, or "
+        "issue: after backward, before the gradient synchronisation), for straggler tests and demonstrations "
+        "(unset: no rank slowed)",
+        check=check_slow_rank,
+        optional=True,
+    )
 
     def __post_init__(self) -> None:
         check_settings(dataclasses.asdict(self))
@@ -139,6 +148,8 @@ class RunConfig:
                     f"{name}={value!r} applies to the sharded strategies ({', '.join(registry.SHARDED)}), "
                     f"not to {self.impl!r}"
                 )
+        if self.slow_rank is not None and parse_slow_rank(self.slow_rank).rank >= self.world_size:
+            raise ValueError(f"slow_rank={self.slow_rank!r}: RANK must be below the world size {self.world_size}")
         if self.impl == "torch_fsdp":  # what FSDP2's public API cannot do, refused before any rank starts
             check_fsdp2_settings(self.prefetch, self.separate_reduce_scatter)
 

@@ -25,12 +25,15 @@ import torch.nn.functional as F
 
 from contract import (
     BACKWARD,
+    DATA,
     FORWARD,
     GROUPS_KEY,
+    ISSUE,
     MEMORY_CUDA,
     OPTIMIZER,
     RUN_ID_KEY,
     SHARDING_KEY,
+    SLOW_RANK_KEY,
     separate_reduce_scatter_groups,
     step_range,
 )
@@ -44,6 +47,7 @@ from ddp.strategies.fsdp import DEFAULT_PREFETCH
 from ddp.training.config import COMPUTE_DTYPES, OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model
+from ddp.training.slow_rank import Stall, no_stall, slow_rank_meta, stall_of
 
 
 @dataclass
@@ -122,20 +126,40 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(
-    model: DataParallelBase, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor], step: int
+    model: DataParallelBase,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    step: int,
+    stall: Stall = no_stall,
 ) -> torch.Tensor:
-    """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
+    """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss.
+    `stall(place)` is called at the start of each phase and before the gradient sync (`--slow-rank`)."""
     inputs, targets = batch
     with nvtx_ranges.range(step_range(step), cache=False):
         optimizer.zero_grad(set_to_none=True)
         with nvtx_ranges.range(FORWARD):
+            stall(FORWARD)
             loss = loss_fn(model(inputs), targets)
         with nvtx_ranges.range(BACKWARD):
+            stall(BACKWARD)
             loss.backward()
+        stall(ISSUE)
         model.finish_gradient_synchronization()
         with nvtx_ranges.range(OPTIMIZER):
+            stall(OPTIMIZER)
             optimizer.step()
     return loss.detach()
+
+
+def step_batch(
+    ctx: DistContext, cfg: RunConfig, step: int, stall: Stall = no_stall
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch of `step`, made inside the NVTX `data` range (where the `data` stall sleeps)."""
+    with nvtx_ranges.range(DATA):
+        stall(DATA)
+        return rank_batch(
+            cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
+        )
 
 
 def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> DataParallelBase:
@@ -193,6 +217,7 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     own: dict[str, Any] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     clock = "host"
     loss = torch.zeros(())
+    stall = stall_of(cfg.slow_rank, ctx.rank)
     with contextlib.ExitStack() as region:
         for step in range(cfg.warmup + cfg.steps):
             if step == cfg.warmup:
@@ -200,13 +225,11 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 if measured_region is not None:
                     memory = memory_figures(model, optimizer, activations) if cfg.warmup else None
                     region.enter_context(measured_region(model, memory))
-            batch = rank_batch(
-                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
-            )
+            batch = step_batch(ctx, cfg, step, stall)
             synchronize_device(batch[0])
             t0 = time.perf_counter()
             with activations if step == 0 else contextlib.nullcontext():  # counted once: the same every step
-                loss = train_step(model, optimizer, batch, step)
+                loss = train_step(model, optimizer, batch, step, stall)
             synchronize_device(batch[0])  # the step's one synchronisation
             elapsed = time.perf_counter() - t0
             stats = model.reset_comm_stats()  # reads its events: nothing left to wait for
@@ -272,4 +295,5 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         "argv": sys.argv[1:],
         **({SHARDING_KEY: sharding_settings(cfg)} if cfg.impl in registry.SHARDED else {}),
         **({GROUPS_KEY: separate_reduce_scatter_groups(ctx.world_size)} if cfg.separate_reduce_scatter else {}),
+        SLOW_RANK_KEY: slow_rank_meta(cfg.slow_rank),
     }

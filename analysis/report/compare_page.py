@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from analysis.render import palette
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.timeline.lanes import Segments, Selection, representative_step
+from analysis.timeline.lanes import Segments, Selection
 from analysis.timeline.panel import Panel
+from analysis.timeline.representative import representative_step
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -24,7 +24,7 @@ from analysis.render import palette
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
 from analysis.report.call_chart import call_noun, calls_figure
-from analysis.timeline.lanes import representative_step
+from analysis.timeline.representative import representative_step
 from analysis.trace.frames import NS_PER_MS
 
 if TYPE_CHECKING:

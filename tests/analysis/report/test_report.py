@@ -16,7 +16,7 @@ from analysis.render.html_page import PLOTLY_FILE
 from analysis.report import command as report, report_files
 from analysis.report.html_report import breakdown
 from analysis.run.loaded_run import load_trace
-from analysis.timeline.lanes import representative_step
+from analysis.timeline.representative import representative_step
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 

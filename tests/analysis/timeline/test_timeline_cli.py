@@ -76,6 +76,35 @@ def test_one_progress_line_says_what_the_page_draws(traces, tmp_path, capsys):
     assert whole == sum(len(p.overview.segments) for p in panels) and drawn == opening + whole
 
 
+def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, tmp_path, capsys):
+    """Without --step each row describes the step its panel opens on (the representative step), the same
+    figures as the panel's title; the whole run's figures come beside it, named. Both are checked against
+    means taken here from the analysis' raw per-step rows."""
+    from analysis.timeline.representative import representative_step
+
+    out = tmp_path / "t.html"
+    code, stdout, _ = run_cli(capsys, traces["naive"], traces["overlap"], "-o", out, "--format", "json")
+    assert code == 0
+    page = out.read_text()
+    for row, name in zip(json.loads(stdout), ("naive", "overlap"), strict=True):
+        steps = analyze_trace(load_trace([traces[name]])).steps
+        step, rank = representative_step(steps)
+        assert row["view"].startswith(f"step {step} (representative, r{rank} ") and row["view"].endswith("all ranks")
+        at = steps.loc[steps["step"] == step]
+        assert row["steps"] == len(at) and row["ranks"] == at["rank"].nunique()  # steps: rank-steps averaged
+        for key in ("step_ms", "comm_ms", "exposed_comm_ms"):
+            assert row[key] == pytest.approx(sum(at[key]) / len(at))
+            assert row["whole_run"][key] == pytest.approx(sum(steps[key]) / len(steps))
+        assert row["whole_run"]["view"] == "all steps, all ranks" and row["whole_run"]["steps"] == len(steps)
+        assert f"exposed comm {row['exposed_comm_ms']:.2f} ms" in page  # the panel title says the same
+    assert "naive: naive all-reduces each gradient after backward" in page and "notes" in row
+    assert "Each panel opens on its representative step: the step closest to the run&#x27;s medians" in page
+    code, table, _ = run_cli(capsys, traces["naive"], "-o", out)
+    lines = table.splitlines()
+    assert any("behind 'whole run' (all steps, all ranks" in line for line in lines)
+    assert any(line.startswith("note: ") and "no overlap with backward, by design" in line for line in lines)
+
+
 def test_self_contained_page_embeds_plotly_and_writes_nothing_beside_it(traces, tmp_path, capsys):
     out = tmp_path / "one.html"
     assert run_cli(capsys, traces["naive"], "-o", out, "--self-contained")[0] == 0

@@ -42,3 +42,9 @@ def representative_step(steps: pd.DataFrame) -> tuple[int, int] | None:
     ranked = known.assign(_distance=distance).sort_values(["_distance", "step", "rank"], kind="stable")
     best = ranked.iloc[0]
     return int(best["step"]), int(best["rank"])
+
+
+SWITCH = (
+    "Another step or rank: each run's timeline page ('whole run' shows every step of every rank), or "
+    "python -m analysis.timeline TRACE --step N --rank R."
+)

@@ -13,7 +13,14 @@ import plotly.graph_objects as go
 
 from analysis.errors import TraceError
 from analysis.render import palette
-from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
+from analysis.render.html_page import (
+    BESIDE_THE_PAGE,
+    PlotlyJs,
+    check_plotly_file,
+    notes_html,
+    write_page,
+    written_by_us,
+)
 from analysis.timeline.lanes import Segments, Selection, build_panel
 from analysis.timeline.panel import Panel
 from analysis.timeline.render_figure import build_figure
@@ -173,11 +180,6 @@ def write_timeline(
     below = ([f"Each panel opens on its representative step: {RULE}."] if opening else []) + list(notes)
     write_page(output, title, [fig, notes_html(below)] if below else [fig], intro=intro, plotly_js=plotly_js)
     return output, fig
-
-
-def notes_html(lines: Sequence[str]) -> str:
-    """Lines shown under a chart, one paragraph each ('' for none)."""
-    return "".join(f'<p class="note">{html.escape(line)}</p>' for line in lines)
 
 
 def check_output(output: Path, inputs: list[Path], explicit: bool = True, self_contained: bool = False) -> None:

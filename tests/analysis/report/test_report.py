@@ -67,7 +67,7 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
         assert f"step {step}, rank {rank}: step " in side
         assert f"Call by call: step {step}, rank {rank}, the step closest to the run&#x27;s medians" in index
     assert "Each panel shows the step closest to the run&#x27;s medians" in side
-    said = "naive: naive all-reduces each gradient after backward, one blocking call at a time: no overlap with backward"
+    said = "naive: naive all-reduces each gradient after backward, one blocking call at a time: no overlap"
     for page in (index, side, (out / "timelines/naive.html").read_text()):  # the design note beside the figures
         assert said in page
     assert said not in (out / "timelines/overlap.html").read_text()

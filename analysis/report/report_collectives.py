@@ -24,6 +24,7 @@ from analysis.render import palette
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
 from analysis.render.html_page import notes_html
+from analysis.render.units import rate_unit
 from analysis.report.call_chart import call_noun, calls_figure
 from analysis.timeline.representative import RULE, representative_step
 from analysis.trace.frames import NS_PER_MS
@@ -55,27 +56,29 @@ def busbw_figure(
     known = calls[calls["busbw_gbps"].notna()]
     labels = list(dict.fromkeys(known["label"]))
     colours = colours or palette.implementation_colours(labels)
+    unit, per_unit = rate_unit(known["busbw_gbps"].to_numpy(float) * 1e9)  # units.py: what fits the values
+    in_unit = 1e9 / per_unit
     fig = trusted_figure()
     for label, group in known.groupby("label", sort=False):
         fig.add_trace(
             go.Scatter(
                 x=group["bytes"],
-                y=group["busbw_gbps"],
+                y=group["busbw_gbps"] * in_unit,
                 mode="markers",
                 name=str(label),
                 marker=dict(size=5, color=colours.get(str(label), palette.IDLE), opacity=0.6),
                 text=group["tag"],
-                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.1f} GB/s",
+                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.3g} " + unit,
             )
         )
     if peak_busbw:
-        fig.add_hline(y=peak_busbw, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
+        fig.add_hline(y=peak_busbw * in_unit, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
     fig.update_layout(
         height=420,
         title=dict(text="Bus bandwidth vs message size (each call, each rank)"),
         meta=dict(image="busbw"),
         xaxis=dict(type="log", title=dict(text="bytes")),
-        yaxis=dict(type="log", title=dict(text="busbw GB/s")),
+        yaxis=dict(type="log", title=dict(text=f"busbw {unit}"), exponentformat="none"),
         margin=dict(t=60, b=60),
     )
     return fig

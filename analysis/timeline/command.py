@@ -63,7 +63,7 @@ def whole_run_line(whole: dict) -> str:
 
     pct = "-" if whole["overlap_pct"] is None else f"{whole['overlap_pct']:.1f}%"
     return (
-        f"opens on the step above; behind 'whole run' ({whole['view']}, {whole['steps']} steps, "
+        f"opens on the step above; behind 'whole run' ({whole['view']}, {whole['steps']} rank-steps, "
         f"{whole['segments']} segments): step {ms('step_ms')}, comm {ms('comm_ms')}, overlapped {pct}, "
         f"exposed comm {ms('exposed_comm_ms')}"
     )

@@ -196,4 +196,16 @@ def build_panel(
         )
     if "step" not in panels:
         return panels["whole"]
-    return dataclasses.replace(panels["step"], overview=panels.get("whole"))
+    whole = panels.get("whole")
+    whole = None if whole is None else dataclasses.replace(whole, steps=_step_windows(works))
+    return dataclasses.replace(panels["step"], overview=whole)
+
+
+def _step_windows(works: list[RankWork]) -> tuple[tuple[int, int, int, str], ...]:
+    """(step, start, end) of every numbered step over the drawn ranks: earliest start, latest end of its work."""
+    frames = [w.windows[["step", "start", "work_end"]] for w in works]
+    if not frames:
+        return ()
+    both = pd.concat(frames, ignore_index=True)
+    both = both.loc[both["step"] >= 0].groupby("step").agg(start=("start", "min"), end=("work_end", "max"))
+    return tuple((int(k), int(a), int(b), "") for k, a, b in zip(both.index, both["start"], both["end"], strict=True))

@@ -140,6 +140,8 @@ def trace_panel(
         ),
         run,
     )
+    if opening is not None and panel.overview is not None:  # the whole run and every step titled with its figures
+        panel = _titled_overview(panel, trace.implementation, file_name or Path(path).name, selection, steps, colour)
     whole = None
     if opening is not None and panel.overview is not None:
         whole_row = _figures_row(view_name(selection), fig, len(panel.overview.segments))
@@ -149,6 +151,21 @@ def trace_panel(
         str(path), trace.implementation, view, figures["ranks"], n_steps, drawn, step_ms, comm_ms, pct, exposed, whole
     )
     return panel, summary
+
+
+def _titled_overview(
+    panel: Panel, implementation: str, shown: str, selection: Selection, steps: pd.DataFrame, colour: str | None
+) -> Panel:
+    """The panel with its overview titled with the whole selection's figures and each of its steps with
+    that step's, for the buttons and the step switch (render_figure.py)."""
+    assert panel.overview is not None
+
+    def title(selected: Selection) -> str:
+        return panel_title(implementation, shown, view_name(selected), analysis_figures(selected, steps), colour)
+
+    titled = tuple((k, lo, hi, title(Selection(k, selection.rank))) for k, lo, hi, _ in panel.overview.steps)
+    overview = dataclasses.replace(panel.overview, title=title(selection), steps=titled)
+    return dataclasses.replace(panel, overview=overview)
 
 
 def write_timeline(
@@ -175,7 +192,12 @@ def write_timeline(
         "rank's lanes is its backward pass (first to last GPU kernel launched in backward; on CPU traces the "
         "backward ranges): communication inside it overlaps backward. Work narrower than a pixel is merged "
         "into blocks (the hover gives the count); zoom with the mouse."
-        + (" It opens on one step; 'whole run' shows every step." if opening else "")
+        + (
+            " It opens on one step; 'whole run' shows every step"
+            + ("; the drop-down goes to any step, at the whole run's detail." if len(panels) == 1 else ".")
+            if opening
+            else ""
+        )
     )
     below = ([f"Each panel opens on its representative step: {RULE}."] if opening else []) + list(notes)
     write_page(output, title, [fig, notes_html(below)] if below else [fig], intro=intro, plotly_js=plotly_js)

@@ -105,6 +105,27 @@ def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, t
     assert any(line.startswith("note: ") and "no overlap with backward, by design" in line for line in lines)
 
 
+def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces):
+    from analysis import open_runs
+    from analysis.timeline.render_figure import build_figure
+
+    ((panel, row),) = open_runs([traces["overlap"]]).timeline_panels()
+    steps = analyze_trace(load_trace([traces["overlap"]])).steps
+    fig = build_figure([panel])
+    levels, switch = fig.layout.updatemenus
+    assert [b.label for b in levels.buttons] == ["one step", "whole run"]
+    assert levels.buttons[0].args[1]["annotations[0].text"] == panel.title  # each view titled with its own figures
+    assert "all steps, all ranks" in levels.buttons[1].args[1]["annotations[0].text"]
+    numbered = sorted(int(k) for k in steps["step"].dropna().unique())
+    assert [b.label for b in switch.buttons] == [f"step {k}" for k in numbered]
+    assert switch.buttons[switch.active].label == row.view.split(" (")[0]  # it reads the opened step
+    for button, (k, lo, hi, _) in zip(switch.buttons, panel.overview.steps, strict=True):
+        at = steps.loc[steps["step"] == k]
+        assert f"exposed comm {sum(at['exposed_comm_ms']) / len(at):.2f} ms" in button.args[1]["annotations[0].text"]
+        assert button.args[1]["xaxis.range"] == [(lo - panel.origin_ns) / 1e6, (hi - panel.origin_ns) / 1e6]
+        assert button.args[0]["visible"] == [not t.visible for t in fig.data]  # the whole run's traces
+
+
 def test_self_contained_page_embeds_plotly_and_writes_nothing_beside_it(traces, tmp_path, capsys):
     out = tmp_path / "one.html"
     assert run_cli(capsys, traces["naive"], "-o", out, "--self-contained")[0] == 0

@@ -37,6 +37,7 @@ from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimi
 from ddp.training.models import build_model
 from ddp.training.reference import cpu_copies, deterministic, train_rank_slices
 from ddp.training.slow_rank import stall_of
+from ddp.verify_table import verify_table
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
 CAST_TOLERANCE = 1e-4  # fp16/bf16 compute: every parameter after every step this close to the cast reference
@@ -223,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_output_arguments(parser)
     parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (torch.allclose default)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (torch.allclose default)")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column in full (default: within 120 columns, each way of comparing written "
+        "once under it; csv and json always carry every column)",
+    )
     return parser
 
 
@@ -275,7 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "result": "PASS" if not_close == 0 and same_ranks and as_unsharded else "FAIL",
             }
         )
-    print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
+    if args.format == "table":
+        print(verify_table(records, COLUMNS, wide=args.wide))
+    else:
+        print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
     return cli.EXIT_OK if all(r["result"] == "PASS" for r in records) else cli.EXIT_CHECK_FAILED
 
 

@@ -191,8 +191,10 @@ def memory_line(row: dict) -> str:
 
 
 def notes(result: Analysis) -> list[str]:
-    """Per run: its metadata, a warning where ranks share a GPU, and a note when ranks are missing."""
+    """Per run: its metadata, its design notes (run/design_notes.py: figures the strategy, backend or shared
+    GPUs decide) and a note when ranks are missing."""
     from analysis.overlap.analyze import METADATA
+    from analysis.run.design_notes import design_notes
     from analysis.trace.run_info import MEMORY_COLUMNS, nccl_label
 
     lines = []
@@ -210,11 +212,8 @@ def notes(result: Analysis) -> list[str]:
         for note in ("comm_note", "clock_note"):
             if isinstance(row.get(note), str) and row[note]:
                 lines.append(f"  note: {row[note]}")
-        if isinstance(row.get("shared_gpus"), str):
-            lines.append(
-                f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
-                "exclusive GPU time, and one rank's kernels slow the other's"
-            )
+        for note in design_notes(row.get("implementation"), row.get("backend"), row.get("shared_gpus")):
+            lines.append(f"  note: {note}")
         if row.get("ranks_note"):
             lines.append(f"  note: {row['ranks_note']}")
     return lines
@@ -266,11 +265,14 @@ def _print(args: argparse.Namespace, result: Analysis, spread: list[pd.DataFrame
 
     from analysis.overlap.analyze import per_rank_table
     from analysis.render.table import plain_records
+    from analysis.run.design_notes import design_notes
 
     if args.format == "json":
         doc = result.to_json()
         by_path = {str(f["path"].iloc[0]): f for f in spread if len(f)}
         for trace in doc["traces"]:  # a run of several files: the per-step view across its ranks
+            about = trace["metadata"]
+            trace["notes"] = design_notes(trace["implementation"], about.get("backend"), about.get("shared_gpus"))
             if trace["path"] in by_path:
                 trace["steps_across_ranks"] = plain_records(by_path[trace["path"]].drop(columns="path"))
         print(json.dumps(doc))  # compact: the C encoder (indent= falls back to pure Python)

@@ -1,21 +1,23 @@
 """The side-by-side page: one step of every implementation, fastest first, stacked on one time scale,
 each with its backward pass outlined, so where communication sits against backward reads at a glance.
 
-Each panel is the timeline (timeline/timeline_page.py) of one rank's one step: the median step of the
-slowest rank (the step the timelines open on), time zero at that step's start.
+Each panel is the timeline (timeline/timeline_page.py) of one rank's one step: the representative step
+(timeline/representative.py: closest to the run's medians), time zero at that step's start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis.render import palette
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.timeline.lanes import Segments, Selection, representative_step
+from analysis.timeline.lanes import Segments, Selection
 from analysis.timeline.panel import Panel
+from analysis.timeline.representative import RULE, SWITCH, representative_step
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +28,8 @@ if TYPE_CHECKING:
 PAGE_NAME = "timelines/side_by_side.html"
 INTRO = (
     "One step of each implementation, fastest first, on one time scale: time zero is the step's start. "
-    "Each panel is the median step of that run's slowest rank, that rank's lanes. The outlined box is the "
+    "Each panel is that run's representative step (named under the chart), the lanes of the rank nearest "
+    "the medians. The outlined box is the "
     "backward pass (first to last GPU kernel launched in backward; on CPU traces the backward ranges): "
     "communication inside it can overlap backward, and the overlap strip says which communication compute "
     "hid and which it left exposed."
@@ -76,13 +79,20 @@ def compare_panel(
 
 
 def write_compare(
-    output: Path, panels: list[Panel], labels: list[str], plotly_js: PlotlyJs = BESIDE_THE_PAGE, width_px: int = 1600
+    output: Path,
+    panels: list[Panel],
+    labels: list[str],
+    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
+    width_px: int = 1600,
+    notes: Sequence[str] = (),
 ) -> tuple[Path, go.Figure]:
-    """Write the side-by-side page of the panels (in the order given: fastest first)."""
-    from analysis.render.html_page import write_page
+    """Write the side-by-side page of the panels (in the order given: fastest first), the rule that chose
+    each panel's step and `notes` (the runs' design notes) under the chart."""
+    from analysis.render.html_page import notes_html, write_page
     from analysis.timeline.render_figure import build_figure
 
     fig = build_figure(panels, width_px=width_px, x_title="time since the step's start (ms), each panel its own step")
     title = "Side by side: " + ", ".join(labels)
-    write_page(output, title, [fig], intro=INTRO, plotly_js=plotly_js)
+    below = [f"Each panel shows {RULE}, on that step's rank nearest the medians.", *notes, SWITCH]
+    write_page(output, title, [fig, notes_html(below)], intro=INTRO, plotly_js=plotly_js)
     return output, fig

@@ -23,9 +23,11 @@ from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.render import palette
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
+from analysis.render.html_page import notes_html
+from analysis.render.units import rate_unit
 from analysis.report.call_chart import call_noun, calls_figure
 from analysis.report.straggler_chart import straggler_blocks
-from analysis.timeline.lanes import representative_step
+from analysis.timeline.representative import RULE, representative_step
 from analysis.trace.frames import NS_PER_MS
 
 if TYPE_CHECKING:
@@ -55,27 +57,29 @@ def busbw_figure(
     known = calls[calls["busbw_gbps"].notna()]
     labels = list(dict.fromkeys(known["label"]))
     colours = colours or palette.implementation_colours(labels)
+    unit, per_unit = rate_unit(known["busbw_gbps"].to_numpy(float) * 1e9)  # units.py: what fits the values
+    in_unit = 1e9 / per_unit
     fig = trusted_figure()
     for label, group in known.groupby("label", sort=False):
         fig.add_trace(
             go.Scatter(
                 x=group["bytes"],
-                y=group["busbw_gbps"],
+                y=group["busbw_gbps"] * in_unit,
                 mode="markers",
                 name=str(label),
                 marker=dict(size=5, color=colours.get(str(label), palette.IDLE), opacity=0.6),
                 text=group["tag"],
-                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.1f} GB/s",
+                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.3g} " + unit,
             )
         )
     if peak_busbw:
-        fig.add_hline(y=peak_busbw, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
+        fig.add_hline(y=peak_busbw * in_unit, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
     fig.update_layout(
         height=420,
         title=dict(text="Bus bandwidth vs message size (each call, each rank)"),
         meta=dict(image="busbw"),
         xaxis=dict(type="log", title=dict(text="bytes")),
-        yaxis=dict(type="log", title=dict(text="busbw GB/s")),
+        yaxis=dict(type="log", title=dict(text=f"busbw {unit}"), exponentformat="none"),
         margin=dict(t=60, b=60),
     )
     return fig
@@ -163,8 +167,8 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | 
 
 
 def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, int] | None:
-    """(step, rank) the per-call chart shows: the timelines' median step of the slowest rank when the
-    analysis has it and calls there, else the middle step of the lowest rank with calls."""
+    """(step, rank) the per-call chart shows: the timelines' representative step (representative.py) when
+    the analysis has it and calls there, else the middle step of the lowest rank with calls."""
     if steps is not None:
         chosen = representative_step(steps)
         if chosen is not None and ((calls["step"] == chosen[0]) & (calls["rank"] == chosen[1])).any():
@@ -174,6 +178,14 @@ def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, i
         return None
     step = int(have[len(have) // 2])
     return step, int(calls.loc[calls["step"] == step, "rank"].min())
+
+
+def call_chart_rule(entry: CollectivesEntry) -> str:
+    """The line under the per-call chart: which step and rank it shows, and by which rule."""
+    step, rank = chosen_step(entry.view.calls, entry.steps) or (None, None)
+    if entry.steps is not None and representative_step(entry.steps) == (step, rank):
+        return f"Call by call: step {step}, rank {rank}, {RULE}."
+    return f"Call by call: step {step}, rank {rank}: the middle step with calls of the lowest rank that has them."
 
 
 def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
@@ -234,7 +246,7 @@ def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | Non
             blocks += straggler_blocks(e.view, e.label, stem)
         fig = per_call_figure(e)
         if fig is not None:
-            blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))
+            blocks += [fig.update_layout(meta=dict(image=f"{stem}_calls")), notes_html([call_chart_rule(e)])]
         sentences = [s for t in e.view.traces["in_time"] for s in (t or [])] if "in_time" in e.view.traces else []
         blocks += in_time_blocks(e.view.gathers, sentences, e.label, stem)
     return blocks

@@ -25,6 +25,9 @@ class Panel:
     # Spans drawn as a band behind one rank's lanes (rank, start, end in ns): each step's backward pass.
     highlight: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "start", "end"]))
     highlight_name: str = "backward pass"
+    # (step, start, end) in ns of each step over the drawn ranks, and the title naming that step's figures
+    # (timeline_page.py fills it in), for the step switch (render_figure.py)
+    steps: tuple[tuple[int, int, int, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_segments(self.segments)

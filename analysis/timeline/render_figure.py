@@ -90,12 +90,11 @@ def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str
                 name=CATEGORY_LABELS.get(category, category),
                 legendgroup=category,
                 legendrank=LEGEND_RANK.get(category, 1000),
-                showlegend=visible and category not in in_legend,
+                showlegend=category not in in_legend,  # hidden traces leave the legend: each level has its own
                 visible=visible,
             )
         )
-        if visible:
-            in_legend.add(category)
+        in_legend.add(category)
         out.append(hover[category])
     labels = _step_labels(seg, panel, width_px, visible)
     return [*out, labels] if labels is not None else out
@@ -139,18 +138,22 @@ def _level_buttons(layout: dict, panels: list[Panel], is_overview: list[bool], p
     axes = [k for k in layout if k.startswith("xaxis")]
     whole = [p.overview or p for p in panels]
     step_label = "one step" + (" each" if len(panels) > 1 else "")
+    # one panel: its title follows the view (the opened step's figures, or the whole run's)
+    titles = [panels[0].title, whole[0].title] if len(panels) == 1 and panels[0].overview is not None else []
     buttons = [
         dict(
             label=label,
             method="update",
-            args=[{"visible": [o == show_overview for o in is_overview]}, {f"{a}.range": rng for a in axes}],
+            args=[
+                {"visible": [o == show_overview for o in is_overview]},
+                {f"{a}.range": rng for a in axes} | ({"annotations[0].text": titles[i]} if titles else {}),
+            ],
         )
-        for label, show_overview, rng in (
-            (step_label, False, _ms_range(panels)),
-            ("whole run", True, _ms_range(whole)),
+        for i, (label, show_overview, rng) in enumerate(
+            ((step_label, False, _ms_range(panels)), ("whole run", True, _ms_range(whole)))
         )
     ]
-    return [
+    menus = [
         dict(
             type="buttons",
             direction="right",
@@ -164,6 +167,41 @@ def _level_buttons(layout: dict, panels: list[Panel], is_overview: list[bool], p
             active=0,
         )
     ]
+    if len(panels) == 1 and panels[0].overview is not None and len(panels[0].overview.steps) > 1:
+        menus.append(_step_menu(panels[0], axes, is_overview, plot_px))
+    return menus
+
+
+def _step_menu(panel: Panel, axes: list[str], is_overview: list[bool], plot_px: int) -> dict:
+    """A drop-down beside the buttons: any step of the whole run, drawn at the whole run's detail, titled with
+    its figures; it reads the opened step until another is chosen."""
+    origin = panel.origin_ns
+    steps = panel.overview.steps if panel.overview is not None else ()
+    buttons = [
+        dict(
+            label=f"step {step}",
+            method="update",
+            args=[
+                {"visible": list(is_overview)},
+                {
+                    **{f"{a}.range": [(lo - origin) / 1e6, (hi - origin) / 1e6] for a in axes},
+                    **({"annotations[0].text": title} if title else {}),
+                },
+            ],
+        )
+        for step, lo, hi, title in steps
+    ]
+    return dict(
+        type="dropdown",
+        buttons=buttons,
+        x=0.22,
+        xanchor="left",
+        y=1 + 62 / plot_px,
+        yanchor="bottom",
+        pad=dict(t=0, b=0, l=0, r=0),
+        showactive=True,
+        active=next((i for i, (_, lo, _, _) in enumerate(steps) if lo == panel.window_ns[0]), -1),  # the opened step
+    )
 
 
 def build_figure(
@@ -177,6 +215,7 @@ def build_figure(
     spacing = PANEL_GAP_PX / plot_px * 0.8 if len(panels) > 1 else 0.0
     layout = stacked_layout([p.title for p in panels], heights, spacing)  # make_subplots' grid, unvalidated
     in_legend: set[str] = set()
+    in_whole_legend: set[str] = set()  # the whole-run level's legend entries, shown when it is
     is_overview: list[bool] = []
     traces: list[dict] = []
     shapes: list[dict] = []
@@ -185,7 +224,7 @@ def build_figure(
         levels = [(panel, True), *([(panel.overview, False)] if panel.overview is not None else [])]
         drawn = 0
         for level, visible in levels:
-            for trace in _panel_traces(level, width_px, visible, in_legend):
+            for trace in _panel_traces(level, width_px, visible, in_legend if visible else in_whole_legend):
                 traces.append({**trace, "xaxis": axes[0], "yaxis": axes[1]})
                 is_overview.append(not visible)
                 drawn += 1
@@ -213,7 +252,9 @@ def build_figure(
     top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
     layout.update(
         shapes=shapes,
-        height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
+        height=max(plot_px, LEGEND_ROW_PX * len(in_legend | in_whole_legend) + 20)
+        + top
+        + BOTTOM_PX,  # the legend never scrolls
         hovermode="closest",
         margin=dict(l=170, r=LEGEND_PX, t=top, b=BOTTOM_PX),
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),

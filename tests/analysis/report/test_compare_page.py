@@ -10,7 +10,7 @@ from analysis.overlap.analyze import analyze_trace
 from analysis.render import palette
 from analysis.report.compare_page import compare_panel, write_compare
 from analysis.run.loaded_run import load_trace, measure_run
-from analysis.timeline.lanes import representative_step
+from analysis.timeline.representative import representative_step
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 

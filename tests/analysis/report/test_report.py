@@ -16,7 +16,7 @@ from analysis.render.html_page import PLOTLY_FILE
 from analysis.report import command as report, report_files
 from analysis.report.html_report import breakdown
 from analysis.run.loaded_run import load_trace
-from analysis.timeline.lanes import representative_step
+from analysis.timeline.representative import representative_step
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 
@@ -62,9 +62,15 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     for heading in ("step ms", "comm ms", "exposed comm ms", "overlap %", "speedup over naive"):
         assert f"<th>{heading}</th>" in index
     side = (out / "timelines/side_by_side.html").read_text()
-    for trace in traces:  # each panel: the step the timelines open on (the median step of the slowest rank)
+    for trace in traces:  # each panel: the step the timelines open on (the representative step), the rule said
         step, rank = representative_step(analyze_trace(load_trace([trace])).steps)
         assert f"step {step}, rank {rank}: step " in side
+        assert f"Call by call: step {step}, rank {rank}, the step closest to the run&#x27;s medians" in index
+    assert "Each panel shows the step closest to the run&#x27;s medians" in side
+    said = "naive: naive all-reduces each gradient after backward, one blocking call at a time: no overlap"
+    for page in (index, side, (out / "timelines/naive.html").read_text()):  # the design note beside the figures
+        assert said in page
+    assert said not in (out / "timelines/overlap.html").read_text()
 
 
 def test_summary_csv_matches_the_analysis(traces, tmp_path, capsys):

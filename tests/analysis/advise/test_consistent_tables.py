@@ -116,3 +116,21 @@ def test_an_unfitted_bandwidth_says_why_not_na(fsdp_json, buckets_json):
     )
     assert line_text(flat).startswith("5000.0 us per call, whatever its size (bandwidth not fitted: 2 distinct")
     assert "n/a" not in render_table([buckets_json, fsdp_json])
+
+
+def test_the_csv_gives_the_changes_and_the_sizes_of_one_layout_in_one_cell(buckets_json, fsdp_json):
+    import csv
+    import io
+
+    from analysis.advise.command import render_csv
+
+    rows = list(csv.DictReader(io.StringIO(render_csv([buckets_json, fsdp_json]))))
+    by = {r["bucket_mb"]: r for r in rows if r["bucket_mb"]}
+    assert by["100.0"]["same_layout_mb"] == "100 200" and by["0.1"]["same_layout_mb"] == "0.1"
+    assert float(by["100.0"]["predicted_change_pct"]) == pytest.approx(
+        buckets_json["candidates"][1]["predicted_change_pct"]
+    )
+    sharded = [
+        r for r in rows if r["prefetch"] and float(r["prefetch"]) == 4 and r["separate_reduce_scatter"] == "False"
+    ]
+    assert sharded[0]["same_schedule"] == "2/True 3/False 3/True 4/False 4/True"

@@ -4,11 +4,11 @@ For every setting of one knob (the bucket size of `overlap_bucket` / `torch`, or
 with reduce-scatters shared or separate: `2` / `2s`) it records a run under nsys (`run_nsys.sh`), asks
 `python -m analysis.advise --format json` for every other setting's predicted change from the recorded
 one, measures every setting without a profiler (`python -m ddp.benchmark`, the settings interleaved over
---repeat sweeps, the median of the sweeps kept) and prints the error table: per recording and setting,
-the predicted change (% of the step, ± its 95 % interval), the measured change, their difference in
-percentage points, and the verdict (within 10 points, both within the noise, or missed); then per
-recording the recommended setting against the best measured one (target: within 5 %, or the recorded
-setting kept with no difference beyond the noise).
+--repeat sweeps, every other sweep in reverse order, the median of the sweeps kept) and prints the
+error table: per recording and setting, the predicted change (% of the step, ± its 95 % interval), the
+measured change, their difference in percentage points and the verdict (within 10 points, both within
+the noise, or missed); then per recording the recommended setting against the best measured one
+(target: within 5 %, or the recorded setting kept with no difference beyond the noise).
 
     python benchmarks/advise_crossval.py --impl overlap_bucket --settings 1 5 25 --steps 4 --warmup 1
     python benchmarks/advise_crossval.py --impl fsdp --settings 1 2 2s 3 --steps 4 --warmup 1
@@ -83,12 +83,13 @@ def measure(args: argparse.Namespace, keys: list[str]) -> dict[str, list[float]]
     """ms/step of every setting, one figure per sweep, the settings interleaved over --repeat sweeps."""
     out: dict[str, list[float]] = {k: [] for k in keys}
     base = [sys.executable, "-m", "ddp.benchmark", "--impl", args.impl, *shape(args), "--format", "json"]
-    for _ in range(args.repeat):
+    for sweep in range(args.repeat):
+        order = keys if sweep % 2 == 0 else keys[::-1]  # every other sweep reversed: no setting always first
         if args.impl in BUCKETED:  # one benchmark run times every size
-            for row in json.loads(run([*base, "--bucket-mb", *keys])):
+            for row in json.loads(run([*base, "--bucket-mb", *order])):
                 out[bucket_key(row["bucket_mb"])].append(float(row["avg_step_time_ms"]))
             continue
-        for k in keys:
+        for k in order:
             (row,) = json.loads(run([*base, *knobs(args.impl, k)]))
             out[k].append(float(row["avg_step_time_ms"]))
     return out

@@ -128,6 +128,7 @@ class CollectivesView:
     def by_group(self) -> pd.DataFrame:
         return self._mine(self.summaries.by_group)
 
+    @property
     def straggler_summary(self) -> pd.DataFrame:
         return self._mine(self.summaries.straggler_summary)
 

@@ -5,11 +5,12 @@
 #   bash scripts/gpu_checks.sh
 # Writes under $OUT (or ./gpu-out): log.txt, summary.txt and the recordings (xz-compressed exports,
 # torch.profiler files, ddp.benchmark CSVs), which are analysed on any machine afterwards:
-#   slow_<place>/overlap_bucket.sqlite   rank 1 held back 40 ms at <place> (backward, issue)
-#   groups/fsdp.rank<N>.json.gz          fsdp with separate reduce-scatters under torch.profiler
-#   ob_<MiB>/overlap_bucket.sqlite       the bucket sweep, recorded at each size; sweep_ob.csv unprofiled
-#   fsdp_<setting>/fsdp.sqlite           prefetch 1, 2 and 2 with separate reduce-scatters; fsdp_<setting>.csv
-# Every step is bounded; a failing step is logged and the next one runs. Most needed first.
+#   slow_<place>/overlap_bucket.sqlite.xz  rank 1 held back 40 ms at <place> (backward, issue)
+#   groups/fsdp.rank<N>.json.gz            fsdp with separate reduce-scatters under torch.profiler
+#   ob_<MiB>/overlap_bucket.sqlite.xz      recorded at 25 (and 1) MiB buckets; sweep_ob.csv: 1/5/25/100 unprofiled
+#   fsdp_2/fsdp.sqlite.xz                  recorded at prefetch 2; fsdp_{1,2,2s}.csv unprofiled (2s: separate RS)
+# Every step is bounded; a failing step is logged and the next one runs. Most needed first: a run cut
+# short keeps what it recorded.
 set -u
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -29,23 +30,28 @@ step() {
 N="--world-size 2 --backend nccl --share-gpus --model medium"
 S="--steps 5 --warmup 2"
 T="--trace cuda,nvtx"
-for place in backward issue; do
-    step 90 bash run_nsys.sh overlap_bucket $N $S $T --slow-rank 1:$place:40 -o "$OUT/slow_$place"
-done
-step 90 bash run_nsys.sh fsdp $N $S --separate-reduce-scatter --profiler torch -o "$OUT/groups"
-for mb in 1 25 100; do
-    step 70 bash run_nsys.sh overlap_bucket $N $S $T --bucket-mb $mb -o "$OUT/ob_$mb"
-done
-step 120 $PYTHON -m ddp.benchmark --impl overlap_bucket --bucket-mb 1 25 100 $N --steps 8 --warmup 3 \
-    --csv "$OUT/sweep_ob.csv" --overwrite
-for setting in 1 2 2s; do
-    knobs="--prefetch ${setting%s}"
-    [ "$setting" != "${setting%s}" ] && knobs="$knobs --separate-reduce-scatter"
-    step 70 bash run_nsys.sh fsdp $N $S $T $knobs -o "$OUT/fsdp_$setting"
-    step 60 $PYTHON -m ddp.benchmark --impl fsdp $N --steps 8 --warmup 3 $knobs --csv "$OUT/fsdp_$setting.csv" --overwrite
-done
+record() {  # record TIMEOUT FOLDER IMPL ARGS...: an nsys run, its export compressed at once (a cut run keeps it)
+    local t=$1 folder=$OUT/$2
+    shift 2
+    step "$t" bash run_nsys.sh "$@" $N $S -o "$folder"
+    rm -f "$folder"/*.nsys-rep
+    xz -T0 -6 "$folder"/*.sqlite 2> /dev/null
+}
+bench() {  # bench TIMEOUT CSV ARGS...: the unprofiled step time
+    local t=$1 csv=$OUT/$2
+    shift 2
+    step "$t" $PYTHON -m ddp.benchmark $N --steps 8 --warmup 3 --csv "$csv" --overwrite "$@"
+}
+record 75 slow_backward overlap_bucket $T --slow-rank 1:backward:40
+step 75 bash run_nsys.sh fsdp $N $S --separate-reduce-scatter --profiler torch -o "$OUT/groups"
+record 70 ob_25 overlap_bucket $T --bucket-mb 25
+bench 100 sweep_ob.csv --impl overlap_bucket --bucket-mb 1 5 25 100
+record 70 fsdp_2 fsdp $T --prefetch 2
+bench 45 fsdp_1.csv --impl fsdp --prefetch 1
+bench 45 fsdp_2.csv --impl fsdp --prefetch 2
+bench 45 fsdp_2s.csv --impl fsdp --prefetch 2 --separate-reduce-scatter
+record 75 slow_issue overlap_bucket $T --slow-rank 1:issue:40
+record 70 ob_1 overlap_bucket $T --bucket-mb 1
 echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
-find "$OUT" -name "*.nsys-rep" -delete
-find "$OUT" -name "*.sqlite" -exec xz -T0 -6 {} +
 grep -vE "Warning|warn_once|return func" "$L" | grep -E "^===|PASS|FAIL|error|Error|ms/step|illegal" > "$OUT/summary.txt"
 cat "$OUT/summary.txt"

@@ -62,16 +62,19 @@ def main() -> int:
     p.add_argument("--ms", type=float, default=1000.0, help="the stall (default: %(default)s)")
     p.add_argument("--steps", type=int, default=10)
     args = p.parse_args()
-    print("ranks  place      slow rank  steps  named  cause right  right %  recurrently late  wrong (step:rank:cause)")
+    print(
+        "ranks  place      slow rank  steps  named  cause right  right %  recurrently late  "
+        "misses; for none every straggler (step:rank:cause)"
+    )
     for world in args.ranks:
         for place in (None, *SLOW_PLACES):
             sqlite = record(args.traces / f"r{world}_{place or 'none'}", world, place, args)
             s = score(sqlite, world, place)
             pct = 100.0 * s["right"] / s["steps"] if place and s["steps"] else float("nan")
-            slow = "-" if place is None else str(world - 3)
+            slow, named, right = (str(world - 3), str(s["named"]), str(s["right"])) if place else ("-", "-", "-")
             late = ",".join(map(str, s["late"])) or "none"
             print(
-                f"{world:>5}  {place or 'none':<9}  {slow:>9}  {s['steps']:>5}  {s['named']:>5}  {s['right']:>11}  "
+                f"{world:>5}  {place or 'none':<9}  {slow:>9}  {s['steps']:>5}  {named:>5}  {right:>11}  "
                 f"{pct:>7.1f}  {late:>16}  {' '.join(s['wrong']) or '-'}",
                 flush=True,
             )

@@ -36,4 +36,4 @@ def verify_table(records: list[dict], columns: list[str], wide: bool = False, fl
     legend = ["compared (--wide: in the table):"]
     for i, text in enumerate(texts, start=1):
         legend += textwrap.wrap(text, WIDTH, initial_indent=f"[{i}] ", subsequent_indent="    ")
-    return "\n".join([table, *legend])
+    return "\n".join([*(line.rstrip() for line in table.splitlines()), *legend])

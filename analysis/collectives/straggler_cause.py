@@ -2,14 +2,18 @@
 
 For each step's straggler (collective_stats.stragglers) the decisive collective is the one of the step in
 which it arrived last and made the others wait longest. Every rank's run-up to it is the window from the
-anchor to its own arrival there: the anchor is the last arrival of the straggler's previous paired
-collective (one instant for every rank: all of them had arrived, so all were in step), else the earliest
-start of the step among the ranks. Each rank's window is split into time inside its `data`, `forward`,
-`backward` and `optimizer` ranges, inside its collective calls outside those (`transfer`: the tail of the
-previous collective, a slower transfer ends it later) and inside none of them (`issue`: the host stalled
-or launched late while its compute was done). The straggler's excess over the median of the other ranks
-in each part says where its lateness came from: `cause` is the part with the largest excess (`cause_ms`),
-`late_ms` the whole lateness (its window less the others' median); None when no part exceeds the others'.
+anchor to its own arrival there: the anchor is the latest last arrival, no later than any rank's arrival at
+that call, among the paired collectives of the step or the one before that the straggler saw complete before
+it (one instant for every rank: all of them had arrived, none had gone on to the decisive call; an async call
+still in flight does not count), else the earliest start of the step among the ranks. Each rank's window is
+split into time inside its `data`, `forward`, `backward` and `optimizer` ranges, inside its collective calls
+outside those (`transfer`: the tail of the previous collective, which a slower transfer ends later) and inside
+none of them (`issue`: the host stalled or launched late while its compute was done). The straggler's excess
+over the median of the other ranks in each part says where its lateness came from: `cause` is the part with
+the largest excess (`cause_ms`), `late_ms` the whole lateness (its window less the others' median); None when
+no part exceeds the others'. A call's range is taken as the trace has it: on CPU an async call ends at its
+completion, on CUDA where the host first observed it, so there a host stall while an async call was in flight
+reads as transfer.
 
 A rank is *recurrently late* when it held at least half of the steps that had a straggler and more of them
 than chance would give it: with each of the W ranks equally likely to be last, the binomial probability
@@ -63,17 +67,31 @@ def with_causes(stragglers: pd.DataFrame, calls: pd.DataFrame, spans: pd.DataFra
 def decisive(paired: pd.DataFrame, held: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
     """Per step with a straggler: op, step, seq of its decisive collective, the straggler and the anchor (ns)."""
     key = ["op", "step", "seq"]
-    ordered = paired.sort_values(["rank", "start_ns"], kind="stable")
-    previous = ordered.groupby("rank", sort=False)["last_arrival_ns"].shift(1)
-    rows = ordered.assign(anchor=previous)
-    caused = rows.groupby([*key, "last_rank"], as_index=False).agg(caused=("wait_ms", "sum"))
+    caused = paired.groupby([*key, "last_rank"], as_index=False).agg(caused=("wait_ms", "sum"))
     caused = caused.merge(held[["step", "straggler"]], left_on=["step", "last_rank"], right_on=["step", "straggler"])
     top = caused.sort_values(["step", "caused"], ascending=[True, False], kind="stable").drop_duplicates("step")
-    own = rows[[*key, "rank", "anchor"]].rename(columns={"rank": "straggler"})
-    top = top.merge(own, on=[*key, "straggler"], how="left")
+    own = paired[[*key, "rank", "start_ns"]].rename(columns={"rank": "straggler", "start_ns": "own_start"})
+    top = top.merge(own, on=[*key, "straggler"]).merge(
+        paired.groupby(key, as_index=False).agg(earliest=("start_ns", "min")), on=key
+    )
+    top["anchor"] = top["step"].map(_anchors(top, paired))
     steps = spans[spans["kind"] == "step"].groupby("step")["start_ns"].min()  # the earliest start among the ranks
     top["anchor"] = top["anchor"].fillna(top["step"].map(steps))
     return top.dropna(subset=["anchor"]).astype({"anchor": np.int64})[[*key, "straggler", "anchor"]]
+
+
+def _anchors(top: pd.DataFrame, paired: pd.DataFrame) -> pd.Series:
+    """Per step: the latest last arrival, at or before every rank's arrival at the decisive collective, among the
+    collectives of that step or the one before that the straggler saw complete before its own arrival: the
+    latest instant all ranks were in step. An async call still in flight, or one the others had already left
+    behind (they issued the decisive call before it completed), is no such instant."""
+    mine = paired[["rank", "step", "end_ns", "last_arrival_ns"]]
+    pairs = pd.concat(
+        [top.assign(at=top["step"] - back) for back in (0, 1)], ignore_index=True
+    )  # the step and the one before it
+    cand = pairs.merge(mine, left_on=["straggler", "at"], right_on=["rank", "step"], suffixes=("", "_call"))
+    ok = (cand["end_ns"] < cand["own_start"]) & (cand["last_arrival_ns"] <= cand["earliest"])
+    return cand[ok].groupby("step")["last_arrival_ns"].max()
 
 
 def window_parts(chosen: pd.DataFrame, paired: pd.DataFrame, calls: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:

@@ -34,16 +34,19 @@ def _brute(frame: pd.DataFrame) -> tuple[int, int]:
 
 
 def test_a_step_where_one_rank_waited_long_is_not_chosen():
-    # Like flat on CPU: most steps expose 18-47 ms; in step 3 rank 0 waits ~500 ms for rank 1, which makes that
-    # step the slowest rank's median under the old rule "median step of the slowest rank".
-    step_ms = [[300, 310, 305, 830, 320, 700, 800], [290, 300, 295, 820, 315, 312, 308]]
+    # Like flat on CPU: most steps expose 18-47 ms; in step 3 rank 0 waits ~500 ms for rank 1. Rank 0 is the
+    # slower rank and step 3 is its median step by time, so "the slowest rank's median step" would show it.
+    step_ms = [[300, 310, 305, 830, 900, 950, 1000], [290, 300, 295, 820, 315, 312, 308]]
     exposed = [[20, 30, 25, 534, 47, 40, 45], [18, 28, 22, 40, 35, 30, 33]]
     frame = _run(step_ms, exposed)
+    slowest = max(range(2), key=lambda r: sum(step_ms[r]) / len(step_ms[r]))
+    by_time = sorted(range(7), key=lambda s: step_ms[slowest][s])
+    assert (by_time[3], slowest) == (3, 0)  # that rule's pick: the step where rank 0 waited
     step, rank = representative_step(frame)
     assert (step, rank) != (3, 0)
     assert (step, rank) == _brute(frame)
     row = frame.query("step == @step and rank == @rank").iloc[0]
-    assert row.exposed_comm_ms < 50 and row.step_ms < 400  # a typical step, as the table's medians say
+    assert row.exposed_comm_ms < 50 and row.step_ms < 400  # a typical step, as the medians say
 
 
 @pytest.mark.parametrize("seed", range(20))

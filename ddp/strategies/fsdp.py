@@ -35,7 +35,7 @@ from ddp.memory.accounting import storage_key
 from ddp.sharding.gradient_buffers import GradientBuffers
 from ddp.sharding.shard_units import ShardSpec, find_units
 from ddp.sharding.unit_state import GatheredMeter, UnitState, WeightCast, cast_floating, cast_hooks
-from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes
+from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes, weak_method
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 DEFAULT_PREFETCH = 2
@@ -93,16 +93,18 @@ class FSDP(DataParallelBase):
         self._pending_ar: list[PendingAllReduce] = []
         self._rs_issued: list[UnitState] = []
         self._poll = self.collectives.poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
-        for state in self.states:
+        # Gradient hooks hold the wrapper weakly and a unit by its index (ddp.strategies.base.weak_method).
+        post_backward, on_replicated_grad = weak_method(self._post_backward), weak_method(self._on_replicated_grad)
+        for k, state in enumerate(self.states):
             state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
             state.unit.module.register_forward_hook(self._post_forward(state))
-            state.sink.register_post_accumulate_grad_hook(lambda _t, s=state: self._post_backward(s))
+            state.sink.register_post_accumulate_grad_hook(lambda _t, k=k: post_backward(k))
         self._casts: dict[int, WeightCast] = {}  # the other parameters' copies in compute_dtype
         if compute_dtype is not None:  # registered after the units' hooks: runs on what they put in place
             pieces = frozenset(id(p.piece) for u in units for p in u.params)
             cast_hooks(module, compute_dtype, skip=pieces, casts=self._casts)
         for name, p in named:
-            p.register_post_accumulate_grad_hook(lambda p, name=name: self._on_replicated_grad(p, name))
+            p.register_post_accumulate_grad_hook(lambda p, name=name: on_replicated_grad(p, name))
 
     # ---- forward --------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -152,7 +154,8 @@ class FSDP(DataParallelBase):
         self._issue_gather(state)
         self._wait_gather(state)
 
-    def _post_backward(self, state: UnitState) -> None:
+    def _post_backward(self, k: int) -> None:
+        state = self.states[k]
         if state.scattered:
             raise RuntimeError(ACCUMULATION_ERROR)
         self._poll.poll()

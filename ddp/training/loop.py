@@ -241,9 +241,9 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 own["hidden"].append(stats.hidden_s)
                 clock = stats.clock
     own["memory"] = memory_figures(model, optimizer, activations)  # after the last step: gradients, state exist
-    # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
-    # cyclic collector runs, before a sweep builds the next one.
-    del model, optimizer
+    # Free this run's model now, before a sweep builds the next one, not whenever the cyclic collector runs:
+    # `activations` holds the model too (its `holds_weights`), so it goes with it.
+    del model, optimizer, activations
     gc.collect()
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, own)

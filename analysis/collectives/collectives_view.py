@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.collectives import collective_stats as stats
 from analysis.collectives.collective_rows import call_rows
+from analysis.collectives.host_scope import host_scopes
 from analysis.errors import TraceError
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.fsdp_units.in_time import in_time_sentences
@@ -50,6 +51,10 @@ class Summaries:
     @cached_property
     def by_group(self) -> pd.DataFrame:
         return self._with_peak(_per_trace(self._calls, stats.by_group))
+
+    @cached_property
+    def by_host_scope(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_host_scope))
 
     @cached_property
     def stragglers(self) -> pd.DataFrame:
@@ -101,6 +106,10 @@ class CollectivesView:
     def by_group(self) -> pd.DataFrame:
         return self._mine(self.summaries.by_group)
 
+    @property
+    def by_host_scope(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_host_scope)
+
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
         "gathers": [...]}]}."""
@@ -110,6 +119,7 @@ class CollectivesView:
             "by_rank": self.by_rank,
             "stragglers": self.stragglers,
             "by_group": self.by_group,
+            "by_host_scope": self.by_host_scope,
             "gathers": self.gathers.drop(columns=["issue_ns", "end_ns", "needed_ns"]),
         }
         out = []
@@ -229,5 +239,6 @@ def _with_in_time(
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
     gathers = gather_rows(trace, rows, phases)
+    rows = rows.assign(host_scope=host_scopes(trace, rows, int(facts.get("world_size") or len(trace.ranks))))
     facts = {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(gathers)}
     return rows, facts, gathers.assign(path=trace.path)

@@ -178,6 +178,25 @@ def test_json_names_each_calls_group_and_each_ranks_groups(hsdp4, capsys):
         assert g["comm_ms"] == pytest.approx(g["overlap_ms"] + g["exposed_comm_ms"])
 
 
+def test_waits_split_within_and_across_hosts_as_plain_python(hsdp4, capsys):
+    """A shard group is one host (node<g>), a replicate group spans hosts: the scopes' wait sums are those of the
+    plain-Python pairing, and the table shows the split."""
+    calls, _ = raw_calls(hsdp4)
+    waits = {"intra-host": 0, "inter-host": 0}
+    for (_, group, *_), want in reference_pairing(calls).items():
+        waits["intra-host" if group == "shard" else "inter-host"] += want["wait_ns"]
+    assert collectives.main([str(hsdp4), "--format", "json", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)["traces"][0]
+    got = {row["host_scope"]: row for row in doc["by_host_scope"]}
+    assert set(got) == set(waits)
+    for scope, wait in waits.items():
+        assert got[scope]["wait_ms"] * NS_PER_MS == pytest.approx(wait, abs=1e-3)
+        assert got[scope]["median_busbw_gbps"] > 0
+    assert {c["host_scope"] for c in doc["calls"]} == set(waits)
+    assert collectives.main([str(hsdp4), "--no-cache", "--summary"]) == 0
+    assert "within one host or across hosts" in capsys.readouterr().out
+
+
 def test_tables_show_groups_only_for_runs_with_several(hsdp4, capsys):
     assert overlap.main([str(hsdp4), "--no-cache"]) == 0
     table = capsys.readouterr().out

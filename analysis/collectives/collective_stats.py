@@ -125,3 +125,11 @@ def group_count(calls: pd.DataFrame) -> int:
     if calls.empty or "group_ranks" not in calls:
         return 1
     return int(calls[["group", "group_ranks"]].astype(str).drop_duplicates().shape[0])
+
+
+def by_host_scope(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per host scope (intra-host, inter-host: host_scope.py) of the calls that have one: see _summarise."""
+    scoped = calls[calls["host_scope"] != ""] if "host_scope" in calls else calls.iloc[:0]
+    if scoped.empty:
+        return pd.DataFrame(columns=["host_scope"])
+    return _summarise(scoped.groupby("host_scope", sort=True))

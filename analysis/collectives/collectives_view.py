@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.collectives import collective_stats as stats
 from analysis.collectives.collective_rows import call_rows
+from analysis.collectives.host_scope import host_scopes
 from analysis.collectives.straggler_cause import straggler_summary, with_causes
 from analysis.errors import TraceError
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
@@ -63,6 +64,10 @@ class Summaries:
     @cached_property
     def by_group(self) -> pd.DataFrame:
         return self._with_peak(_per_trace(self._calls, stats.by_group))
+
+    @cached_property
+    def by_host_scope(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_host_scope))
 
     @cached_property
     def stragglers(self) -> pd.DataFrame:
@@ -132,6 +137,10 @@ class CollectivesView:
     def straggler_summary(self) -> pd.DataFrame:
         return self._mine(self.summaries.straggler_summary)
 
+    @property
+    def by_host_scope(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_host_scope)
+
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
         "straggler_summary": [...], "gathers": [...]}]}."""
@@ -142,6 +151,7 @@ class CollectivesView:
             "stragglers": self.stragglers,
             "by_group": self.by_group,
             "straggler_summary": self.straggler_summary,
+            "by_host_scope": self.by_host_scope,
             "gathers": self.gathers.drop(columns=["issue_ns", "end_ns", "needed_ns"]),
         }
         out = []
@@ -266,5 +276,6 @@ def _with_in_time(
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
     gathers = gather_rows(trace, rows, phases)
+    rows = rows.assign(host_scope=host_scopes(trace, rows, int(facts.get("world_size") or len(trace.ranks))))
     facts = {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(gathers)}
     return rows, facts, gathers.assign(path=trace.path)

@@ -92,11 +92,15 @@ def _several_groups(view: CollectivesView) -> bool:
 
 
 def _group_section(view: CollectivesView) -> list[tuple[str, pd.DataFrame, list[str]]]:
-    """The per-group summary's (title, rows, keys) when a run has several process groups, else nothing."""
-    if not _several_groups(view):
-        return []
-    title = f"by process group (dimension or name, member ranks; {SUMMED}):"
-    return [(title, view.by_group, ["group"])]
+    """(title, rows, keys) of the per-group summary when a run has several process groups, and of the
+    intra- / inter-host one when its ranks are on several hosts; else nothing."""
+    out = []
+    if _several_groups(view):
+        out.append((f"by process group (dimension or name, member ranks; {SUMMED}):", view.by_group, ["group"]))
+    if len(view.by_host_scope):
+        title = f"within one host or across hosts (the calls' group members; {SUMMED}):"
+        out.append((title, view.by_host_scope, ["host_scope"]))
+    return out
 
 
 def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
@@ -299,6 +303,8 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
         from analysis.measure.call_groups import GROUP_COLUMNS
 
         calls = view.calls if _several_groups(view) else view.calls.drop(columns=GROUP_COLUMNS)
+        if not (calls["host_scope"] != "").any():  # one host (or hosts unknown): the column says nothing
+            calls = calls.drop(columns="host_scope")
         print(calls.to_csv(index=False), end="")
         for head in view.traces.itertuples():  # stdout stays one CSV table: notes go to stderr
             print(f"phases: {head.path}: {head.phases}", file=sys.stderr)

@@ -7,7 +7,9 @@ backward kernels a reduce-scatter in its shard group followed by an all-reduce o
 on one communication stream: the two groups' calls interleave (rs0 ar0 rs1 ar1 ...). The ranks are simulated
 together: a collective starts on a rank when that rank is ready and ends for all its members a transfer time after
 the last of them arrived, so waits are real and differ per rank. Each call's `comm:<op>:unit<i>@<group>` start/end
-range (payload its bytes) holds its launch; each rank's `ddp.meta` lists its two groups (contract/groups.py).
+range (payload its bytes) holds its launch; each rank's `ddp.meta` lists its two groups (contract/groups.py)
+and its host (`node<g>`: a shard group per machine, so the shard calls stay within a host and the replicate ones
+cross hosts).
 `ranks` writes only those ranks (one file per host or per rank of the same run: same clock, same world).
 """
 
@@ -86,6 +88,7 @@ def write_hsdp_trace(
         w.process(pid)
         groups = {name: group_entry(m, f"mesh_{name}") for name, m in members(int(r), shard, replicas).items()}
         meta = {"implementation": "hsdp_synthetic", "rank": int(r), "world_size": world, "backend": "nccl"}
+        meta["hostname"] = f"node{int(r) // shard}"  # a shard group per machine, replicas across machines
         w.meta_mark(pid, pid, int(t[r]) - 2 * LEAD, **meta, device=f"cuda:{r}", **{GROUPS_KEY: groups})
     for step in range(steps):
         f_s, f_e = _kernels(rng, t, forward, speed)
@@ -122,7 +125,9 @@ def _write_rank_step(w: NsysWriter, r: int, step: int, fwd: tuple, bwd: tuple, o
         kernel = RS_KERNEL if op == REDUCE_SCATTER else AR_KERNEL
         w.kernels(pid, pid, r, COMM_STREAM, [start[r]], [end[r]], kernel, launch=[launch[r]])
         text = comm_range(op, f"unit{i}", group)
-        w.nvtx(pid, pid, [launch[r] - 200], [max(launch[r] + 1_000, end[r] - LEAD + 1_000)], text, kind=START_END)
+        size = (i + 1) << 20 if op == REDUCE_SCATTER else (i + 1) << 18  # the shard: a quarter of the unit
+        end_cpu = max(launch[r] + 1_000, end[r] - LEAD + 1_000)
+        w.nvtx(pid, pid, [launch[r] - 200], [end_cpu], text, kind=START_END, payload=[size])
     phases = [
         (FORWARD, fwd[0][0] - LEAD - 500, fwd[0][-1] - LEAD + 500),
         (BACKWARD, bwd[0][0] - LEAD - 500, bwd[0][-1] - LEAD + 1_000),

@@ -1,6 +1,7 @@
 """Process groups: each call's group, pairing within it and per-group overlap, against a plain-Python computation
 from the export's raw tables (HSDP-shaped synthetic exports whose shard and replicate calls interleave, 4 and 64
-ranks, each rank its own pace); the outputs show groups only when a run has more than one."""
+ranks, each rank its own pace); the outputs show groups only when a run has more than one; torch.profiler's own
+records name the groups of someone else's job."""
 
 from __future__ import annotations
 
@@ -16,8 +17,9 @@ from analysis.collectives import command as collectives
 from analysis.collectives.collective_rows import call_rows
 from analysis.overlap import command as overlap
 from analysis.run.loaded_run import load_trace
-from contract import GROUPS_KEY, META_PREFIX, dimension_of
+from contract import GROUPS_KEY, META_PREFIX, dimension_of, step_range
 from tests.support.synthetic_groups import write_hsdp_trace
+from tests.support.synthetic_kineto import BASE_TIME_NS, KinetoWriter
 
 NS_PER_MS = 1e6
 
@@ -178,9 +180,72 @@ def test_json_names_each_calls_group_and_each_ranks_groups(hsdp4, capsys):
         assert g["comm_ms"] == pytest.approx(g["overlap_ms"] + g["exposed_comm_ms"])
 
 
+def test_waits_split_within_and_across_hosts_as_plain_python(hsdp4, capsys):
+    """A shard group is one host (node<g>), a replicate group spans hosts: the scopes' wait sums are those of the
+    plain-Python pairing, and the table shows the split."""
+    calls, _ = raw_calls(hsdp4)
+    waits = {"intra-host": 0, "inter-host": 0}
+    for (_, group, *_), want in reference_pairing(calls).items():
+        waits["intra-host" if group == "shard" else "inter-host"] += want["wait_ns"]
+    assert collectives.main([str(hsdp4), "--format", "json", "--no-cache"]) == 0
+    doc = json.loads(capsys.readouterr().out)["traces"][0]
+    got = {row["host_scope"]: row for row in doc["by_host_scope"]}
+    assert set(got) == set(waits)
+    for scope, wait in waits.items():
+        assert got[scope]["wait_ms"] * NS_PER_MS == pytest.approx(wait, abs=1e-3)
+        assert got[scope]["median_busbw_gbps"] > 0
+    assert {c["host_scope"] for c in doc["calls"]} == set(waits)
+    assert collectives.main([str(hsdp4), "--no-cache", "--summary"]) == 0
+    assert "within one host or across hosts" in capsys.readouterr().out
+
+
 def test_tables_show_groups_only_for_runs_with_several(hsdp4, capsys):
     assert overlap.main([str(hsdp4), "--no-cache"]) == 0
     table = capsys.readouterr().out
     assert "communication by process group" in table and "rank 0: replicate 0,2 x6" in table
     assert collectives.main([str(hsdp4), "--no-cache", "--summary"]) == 0
     assert "by process group" in capsys.readouterr().out
+
+
+def write_kineto_two_groups(folder: Path) -> list[Path]:
+    """Two torch.profiler rank files of one step: all-reduces alternating between a tensor-parallel group ("1",
+    mesh_tp) and a data-parallel one ("2", mesh_dp), each inside torch's `record_param_comms` op holding its
+    launch, with the group in the op's and the kernel's args as PyTorch writes them. Rank 1 arrives late in the
+    tp calls only."""
+    paths = []
+    for rank in (0, 1):
+        pid = 5000 + rank
+        w = KinetoWriter(folder / f"tp.rank{rank}.json")
+        w.process(pid)
+        w.meta_mark(pid, pid, KT0, rank=rank, world_size=2, backend="nccl")
+        del w.top["ddp.meta"]  # someone else's job: torch's own records only
+        w.nvtx(pid, pid, [KT0], [KT0 + 200_000], step_range(0))
+        for i, (name, desc) in enumerate(KINETO_GROUPS * 2):
+            issue = KT0 + 20_000 * (i + 1)
+            late = 3_000 * rank if desc == "mesh_tp" else 0
+            args = {"Collective name": "allreduce", "In msg nelems": 256, "Out msg nelems": 256, "dtype": "Float"}
+            args |= {"Process Group Name": name, "Process Group Description": desc, "Process Group Ranks": "[0, 1]"}
+            w.cpu_op(pid, pid, issue, issue + 1_000, "record_param_comms", args)
+            kernel = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+            w.kernels(
+                pid, pid, rank, 20, [issue + 2_000 + late], [issue + 9_000], kernel, launch=[issue + 500], args=args
+            )
+        paths.append(w.close())
+    return paths
+
+
+KT0 = BASE_TIME_NS + 1_000_000_000
+KINETO_GROUPS = [("1", "mesh_tp"), ("2", "mesh_dp")]
+
+
+def test_torch_profiler_records_name_each_calls_group_and_the_calls_pair_within_it(tmp_path):
+    rows, _ = call_rows(load_trace(write_kineto_two_groups(tmp_path)))
+    assert len(rows) == 8 and rows["paired"].all() and not rows["group_inferred"].any()
+    assert set(zip(rows["group"], rows["group_desc"], rows["group_ranks"], strict=True)) == {
+        ("1", "mesh_tp", "0,1"),
+        ("2", "mesh_dp", "0,1"),
+    }
+    assert {dimension_of(n, d) for n, d in KINETO_GROUPS} == {"tp", "dp"}
+    for row in rows.itertuples():  # rank 0 waits 3 us for rank 1 in the tp calls, nobody in the dp calls
+        assert row.wait_ms * NS_PER_MS == (3_000 if row.group_desc == "mesh_tp" and row.rank == 0 else 0)
+        assert row.seq in (0, 1)  # the k-th call of its group: two per group and rank

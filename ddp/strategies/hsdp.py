@@ -11,7 +11,7 @@ order a backend adds in.
 
 Ranges name their group (contract/groups.py): `comm:all_gather:<unit>@shard`, `comm:reduce_scatter:<unit>@shard`,
 `comm:all_reduce:<unit>@replicate`, and for a replicated parameter `comm:all_reduce:<name>@shard` then
-`...@replicate`. With S = W (one replica) this is `fsdp` on a named group.
+`...@replicate`. With S = W (one replica) this is `fsdp` on a named group, with nothing to all-reduce across.
 """
 
 from __future__ import annotations
@@ -85,6 +85,8 @@ class HSDP(FSDP):
         all completed, in the order they were issued (the same on every rank, whatever order the host saw
         them complete in: gloo runs a group's collectives on more than one thread)."""
         super()._finish_reduce(state)
+        if self.replicas == 1:  # one replica: nothing to sum across
+            return
         for issued in self._rs_issued:
             if id(issued) in self._replica_sums:
                 continue
@@ -104,6 +106,9 @@ class HSDP(FSDP):
         for pending in self._replica_sums.values():
             pending.wait()
         self._replica_sums.clear()
+        if self.replicas == 1:
+            self._replicated_tags = []
+            return
         within = zip(self._pending_ar, self._replicated_tags, strict=True)
         self._pending_ar = [self._all_reduce_in(p.wait(), tag, REPLICATE_GROUP) for p, tag in within]
         self._replicated_tags = []

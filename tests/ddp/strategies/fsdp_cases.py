@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
 from ddp.sharding.unit_state import casting
 from ddp.strategies import registry
@@ -171,7 +172,22 @@ def _train_reference(
 
 
 def run_sharded(ctx: DistContext, case: dict) -> dict:
-    """Train one case with warnings as errors and deterministic algorithms; full parameters after each step."""
+    """Train one case with warnings as errors and deterministic algorithms; full parameters after each step, and
+    with `ranges` in the case the names of the comm ranges its steps opened."""
+    if not case.get("ranges"):
+        return _run_sharded(ctx, case)
+    from tests.ddp.comm.test_nvtx_ranges import Recorder
+
+    rec, saved = Recorder(), (nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end)
+    nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end = rec.range, rec.start, rec.end  # this process only
+    try:
+        outcome = _run_sharded(ctx, case)
+    finally:
+        nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end = saved
+    return {**outcome, "ranges": sorted({name for name, _ in rec.payloads if name.startswith("comm:")})}
+
+
+def _run_sharded(ctx: DistContext, case: dict) -> dict:
     warnings.simplefilter("error")
     # FSDP2's advice when a unit returns a view (a Linear on 3-D input does): these models change none in place
     warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")

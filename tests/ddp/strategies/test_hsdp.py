@@ -25,7 +25,7 @@ CASES = {
 def runs() -> dict:
     cases = [
         {"impl": impl, "model": model, "optimizer": opt, "steps": STEPS, "batch_size": BATCH,
-         "kwargs": {"shard_size": SHARD, **kwargs}}
+         "kwargs": {"shard_size": SHARD, **kwargs}, "ranges": True}
         for (impl, model, opt), kwargs in CASES.items()
     ]  # fmt: skip
     everyone = launch(fsdp_cases.every_rank_worker, WORLD, cases, timeout_s=240)
@@ -62,3 +62,29 @@ def test_every_rank_ends_with_the_same_parameters(runs, key):
     ranks = runs[key]
     for other in ranks[1:]:
         assert all(torch.equal(v, other["history"][-1][n]) for n, v in ranks[0]["history"][-1].items())
+
+
+@pytest.mark.parametrize("key", list(CASES), ids="-".join)
+def test_each_collectives_range_names_its_group(runs, key):
+    """Gathers and reduce-scatters in the shard group; hsdp's all-reduces: each unit's gradient shard across
+    replicas, each replicated parameter within the shard group and then across (FSDP2's own all-reduce across
+    replicas has no range of ours)."""
+    names = [n for n in runs[key][0]["ranges"] if n != "comm:broadcast:params"]
+    ops = {(n.split(":")[1], n.rsplit("@", 1)[-1]) for n in names}
+    tags = lambda op, group: {
+        n.split(":")[2].split("@")[0] for n in names if n.endswith(f"@{group}") and f":{op}:" in n
+    }
+    assert all("@" in n for n in names)
+    if key[0] == "torch_hsdp":
+        assert ops == {("all_gather", "shard"), ("reduce_scatter", "shard")}
+        return
+    assert ops == {
+        ("all_gather", "shard"),
+        ("reduce_scatter", "shard"),
+        ("all_reduce", "shard"),
+        ("all_reduce", "replicate"),
+    }
+    units = tags("reduce_scatter", "shard")
+    assert tags("all_gather", "shard") == units and tags("all_reduce", "replicate") == units | tags(
+        "all_reduce", "shard"
+    )

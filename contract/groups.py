@@ -23,6 +23,8 @@ DEFAULT_GROUP = "default"  # the name analysis gives the default group (every ra
 DIMENSIONS = ("shard", "replicate", "tp", "pp", "ep", "dp")
 # the sharded strategies' reduce-scatters on a process group of their own (`--separate-reduce-scatter`): every rank
 REDUCE_SCATTER_GROUP = "reduce_scatter"
+# HSDP's two groups: parameters sharded within a `shard` group, gradient shards all-reduced across `replicate`
+SHARD_GROUP, REPLICATE_GROUP = "shard", "replicate"
 # words in a group's name or description -> the dimension they say (matched whole, case-insensitive)
 _DIMENSION_WORDS = {
     "shard": "shard",
@@ -67,6 +69,33 @@ def group_entry(ranks: Iterable[int], description: str = "") -> dict[str, Any]:
 def separate_reduce_scatter_groups(world_size: int) -> dict[str, dict[str, Any]]:
     """ddp.meta's GROUPS_KEY of a sharded run whose reduce-scatters ran on a group of their own (every rank)."""
     return {REDUCE_SCATTER_GROUP: group_entry(range(world_size), "separate reduce-scatter group")}
+
+
+def default_shard_size(world_size: int) -> int:
+    """HSDP's shard group size when none is given: half the ranks (2 replicas) from 4 even ranks, else all."""
+    return world_size // 2 if world_size >= 4 and world_size % 2 == 0 else world_size
+
+
+def hsdp_layout(world_size: int, shard_size: int) -> tuple[list[list[int]], list[list[int]]]:
+    """HSDP's groups on a (replicate, shard) mesh of `world_size` ranks, rank = replica * shard_size + shard
+    index (torch's DeviceMesh order): the shard groups (consecutive ranks) and the replicate groups (the ranks
+    holding the same shard). ValueError naming a shard size that does not divide the world."""
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"shard_size={shard_size!r}: must be a positive integer")
+    if world_size % shard_size:
+        raise ValueError(f"shard_size={shard_size}: must divide the world size {world_size}")
+    replicas = world_size // shard_size
+    shards = [list(range(r * shard_size, (r + 1) * shard_size)) for r in range(replicas)]
+    return shards, [list(range(s, world_size, shard_size)) for s in range(shard_size)]
+
+
+def hsdp_groups(world_size: int, shard_size: int, rank: int) -> dict[str, dict[str, Any]]:
+    """ddp.meta's GROUPS_KEY of an HSDP rank: its shard group and its replicate group."""
+    shards, replicas = hsdp_layout(world_size, shard_size)
+    return {
+        SHARD_GROUP: group_entry(shards[rank // shard_size], "HSDP shard group: all-gather, reduce-scatter"),
+        REPLICATE_GROUP: group_entry(replicas[rank % shard_size], "HSDP replicate group: gradient-shard all-reduce"),
+    }
 
 
 def dimension_of(*texts: object) -> str | None:

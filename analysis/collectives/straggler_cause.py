@@ -66,7 +66,7 @@ def with_causes(stragglers: pd.DataFrame, calls: pd.DataFrame, spans: pd.DataFra
 
 def decisive(paired: pd.DataFrame, held: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
     """Per step with a straggler: op, step, seq of its decisive collective, the straggler and the anchor (ns)."""
-    key = ["op", "step", "seq"]
+    key = call_key(paired)
     caused = paired.groupby([*key, "last_rank"], as_index=False).agg(caused=("wait_ms", "sum"))
     caused = caused.merge(held[["step", "straggler"]], left_on=["step", "last_rank"], right_on=["step", "straggler"])
     top = caused.sort_values(["step", "caused"], ascending=[True, False], kind="stable").drop_duplicates("step")
@@ -78,6 +78,12 @@ def decisive(paired: pd.DataFrame, held: pd.DataFrame, spans: pd.DataFrame) -> p
     steps = spans[spans["kind"] == "step"].groupby("step")["start_ns"].min()  # the earliest start among the ranks
     top["anchor"] = top["anchor"].fillna(top["step"].map(steps))
     return top.dropna(subset=["anchor"]).astype({"anchor": np.int64})[[*key, "straggler", "anchor"]]
+
+
+def call_key(paired: pd.DataFrame) -> list[str]:
+    """The columns naming one collective: op, step, seq, and its group's members where calls carry groups (two
+    groups' k-th all-reduces of a step are two collectives)."""
+    return ["op", "step", "seq", *(["group_ranks"] if "group_ranks" in paired else [])]
 
 
 def _anchors(top: pd.DataFrame, paired: pd.DataFrame) -> pd.Series:
@@ -96,7 +102,8 @@ def _anchors(top: pd.DataFrame, paired: pd.DataFrame) -> pd.Series:
 
 def window_parts(chosen: pd.DataFrame, paired: pd.DataFrame, calls: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
     """One row per (decisive collective, rank): step, rank, straggler, window_ns and the ns of each of CAUSES."""
-    rows = chosen.merge(paired[["op", "step", "seq", "rank", "start_ns"]], on=["op", "step", "seq"])
+    key = call_key(paired)
+    rows = chosen.merge(paired[[*key, "rank", "start_ns"]], on=key)
     lo = rows["anchor"].to_numpy(np.int64)
     hi = np.maximum(rows["start_ns"].to_numpy(np.int64), lo)
     out = {part: np.zeros(len(rows), dtype=np.int64) for part in CAUSES}

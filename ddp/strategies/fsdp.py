@@ -73,7 +73,9 @@ class FSDP(DataParallelBase):
         self.separate_reduce_scatter = separate_reduce_scatter
         self.rs_group = dist.new_group(list(range(self.world_size))) if separate_reduce_scatter else None
         self.rank = dist.get_rank()
-        units = find_units(module, shard, self.world_size, self.rank)
+        # The ranks a unit is sharded over (hsdp: its shard group), how many, and this rank's place among them.
+        self.shard_group, self.shard_world, self.shard_rank = self._shard_layout()
+        units = find_units(module, shard, self.shard_world, self.shard_rank)
         sharded = {id(p.original) for u in units for p in u.params}
         for unit in units:
             unit.split()
@@ -161,7 +163,7 @@ class FSDP(DataParallelBase):
         self._poll.poll()
         self._drop_reduced_inputs()
         state.free()
-        grad, group = state.flat, self.group if self.rs_group is None else self.rs_group
+        grad, group = state.flat, self.shard_group if self.rs_group is None else self.rs_group
         assert grad is not None
         state.reduce = self.collectives.start(
             state.scatter_range,
@@ -206,6 +208,8 @@ class FSDP(DataParallelBase):
     def _synchronize(self) -> None:
         for state in self._rs_issued:
             self._finish_reduce(state)
+        self._reduce_across_replicas()
+        for state in self._rs_issued:
             state.take_mean_gradient(self.world_size)
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
@@ -214,6 +218,14 @@ class FSDP(DataParallelBase):
             state.free()
         self._rs_issued.clear()
         self._pending_ar.clear()
+
+    # ---- what hsdp changes -----------------------------------------------------------------
+    def _shard_layout(self) -> tuple[dist.ProcessGroup | None, int, int]:
+        """The group each unit is sharded over, its size and this rank's index in it: every rank."""
+        return self.group, self.world_size, self.rank
+
+    def _reduce_across_replicas(self) -> None:
+        """After the reduce-scatters: nothing (every rank holds a different shard)."""
 
     # ---- gathers --------------------------------------------------------------------------
     def _prefetch(self, order: list[UnitState], position: int) -> None:
@@ -225,7 +237,7 @@ class FSDP(DataParallelBase):
             return
         out, send = state.gather_buffers()
         state.gather = self.collectives.start(
-            state.gather_range, nbytes(out), lambda: _all_gather(out, send, group=self.group, async_op=True)
+            state.gather_range, nbytes(out), lambda: _all_gather(out, send, group=self.shard_group, async_op=True)
         )
 
     def _wait_gather(self, state: UnitState) -> None:
@@ -251,7 +263,7 @@ class FSDP(DataParallelBase):
             unit = s.unit
             entry = sharded_entry(
                 unit.name, [p.name for p in unit.params], unit.numel, unit.padded_numel, itemsize,
-                unit.shard.element_size(), self.world_size,
+                unit.shard.element_size(), self.shard_world,
             )  # fmt: skip
             entry["reduce_scatter_bytes"] = unit.padded_numel * unit.grad.element_size()
             entries.append(entry)
@@ -281,7 +293,7 @@ class FSDP(DataParallelBase):
         full: dict[str, torch.Tensor] = {}
         for state in self.states:
             buffer = state.unit.shard.new_empty(state.unit.padded_numel)
-            _all_gather(buffer, state.unit.shard, group=self.group)
+            _all_gather(buffer, state.unit.shard, group=self.shard_group)
             full.update(state.unit.full_params(buffer))
         return {n: full[n] if n in full else p.detach().clone() for n, p in self.module.named_parameters()}
 

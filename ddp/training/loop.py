@@ -34,6 +34,7 @@ from contract import (
     RUN_ID_KEY,
     SHARDING_KEY,
     SLOW_RANK_KEY,
+    hsdp_groups,
     separate_reduce_scatter_groups,
     step_range,
 )
@@ -170,6 +171,8 @@ def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> 
         kwargs["prefetch"] = cfg.prefetch
     if cfg.separate_reduce_scatter:
         kwargs["separate_reduce_scatter"] = True
+    if cfg.impl in registry.HYBRID:
+        kwargs["shard_size"] = cfg.resolved_shard_size
     return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective, **kwargs)
 
 
@@ -177,7 +180,7 @@ def sharding_settings(cfg: RunConfig) -> dict[str, Any]:
     """ddp.meta's `sharding` (contract.SHARDING_KEY) of a sharded run: the prefetch depth in effect (fsdp's
     default when unset; None: torch_fsdp left at FSDP2's own prefetching) and whether reduce-scatters ran on
     their own process group."""
-    default = DEFAULT_PREFETCH if cfg.impl == "fsdp" else None
+    default = DEFAULT_PREFETCH if cfg.impl in ("fsdp", "hsdp") else None
     return {
         "prefetch": default if cfg.prefetch is None else cfg.prefetch,
         "separate_reduce_scatter": cfg.separate_reduce_scatter,
@@ -263,6 +266,7 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
 
 def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
     """What profiling records in the `ddp.meta {json}` mark (JSON-serialisable)."""
+    hybrid = cfg.impl in registry.HYBRID
     size = MODEL_SIZES.get(cfg.model)
     try:
         from importlib.metadata import version
@@ -295,5 +299,6 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         "argv": sys.argv[1:],
         **({SHARDING_KEY: sharding_settings(cfg)} if cfg.impl in registry.SHARDED else {}),
         **({GROUPS_KEY: separate_reduce_scatter_groups(ctx.world_size)} if cfg.separate_reduce_scatter else {}),
+        **({GROUPS_KEY: hsdp_groups(ctx.world_size, cfg.resolved_shard_size, ctx.rank)} if hybrid else {}),
         SLOW_RANK_KEY: slow_rank_meta(cfg.slow_rank),
     }

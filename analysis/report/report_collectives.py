@@ -23,6 +23,7 @@ from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.render import palette
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
+from analysis.render.figure_switch import switched_figure
 from analysis.render.html_page import notes_html
 from analysis.render.units import rate_unit
 from analysis.report.call_chart import call_noun, calls_figure
@@ -181,35 +182,48 @@ def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, i
 
 
 def call_chart_rule(entry: CollectivesEntry) -> str:
-    """The line under the per-call chart: which step and rank it shows, and by which rule."""
+    """The line under the per-call chart: which step and rank it opens on, by which rule, and what its
+    drop-down offers."""
     step, rank = chosen_step(entry.view.calls, entry.steps) or (None, None)
     if entry.steps is not None and representative_step(entry.steps) == (step, rank):
-        return f"Call by call: step {step}, rank {rank}, {RULE}."
-    return f"Call by call: step {step}, rank {rank}: the middle step with calls of the lowest rank that has them."
+        head = f"Call by call: step {step}, rank {rank}, {RULE}."
+    else:
+        head = f"Call by call: step {step}, rank {rank}: the middle step with calls of the lowest rank that has them."
+    if step is None or rank is None or len(call_choices(entry.view.calls, (step, rank))) < 2:
+        return head
+    return head + f" The drop-down shows every step of rank {rank} and every rank in step {step}."
 
 
-def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
-    """The per-call chart of one trace (report/call_chart.py), or None without numbered steps."""
-    calls = entry.view.calls
-    chosen = chosen_step(calls, entry.steps)
-    if chosen is None:
-        return None
+def call_choices(calls: pd.DataFrame, chosen: tuple[int, int]) -> list[tuple[int, int]]:
+    """(step, rank) the per-call chart can switch to: every step of the chosen rank with calls, then every
+    other rank's call in the chosen step (not every step of every rank: the page would grow with both)."""
     step, rank = chosen
+    numbered = calls.loc[calls["step"] >= 0, ["step", "rank"]].drop_duplicates()
+    mine = sorted(int(k) for k in numbered.loc[numbered["rank"] == rank, "step"])
+    others = sorted(int(r) for r in numbered.loc[(numbered["step"] == step) & (numbered["rank"] != rank), "rank"])
+    return [(k, rank) for k in mine] + [(step, r) for r in others]
+
+
+def _one_call_figure(entry: CollectivesEntry, step: int, rank: int) -> go.Figure:
+    """The per-call chart of one step and rank (report/call_chart.py)."""
     spans = entry.run.backward_spans
     span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
     starts = entry.run.step_starts
     start = starts.loc[(starts["step"] == step) & (starts["rank"] == rank), "start_ns"]
     backward = (int(span["start_ns"].iloc[0]), int(span["end_ns"].iloc[0])) if len(span) else None
-    steps = entry.steps
-    return calls_figure(
-        calls,
-        step,
-        rank,
-        entry.label,
-        int(start.iloc[0]) if len(start) else None,
-        backward,
-        steps,
-    )
+    first = int(start.iloc[0]) if len(start) else None
+    return calls_figure(entry.view.calls, step, rank, entry.label, first, backward, entry.steps)
+
+
+def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
+    """The per-call chart of one trace, opened on chosen_step's step and rank with a drop-down to the others
+    of call_choices (render/figure_switch.py), or None without numbered steps."""
+    chosen = chosen_step(entry.view.calls, entry.steps)
+    if chosen is None:
+        return None
+    choices = call_choices(entry.view.calls, chosen)
+    figures = [(f"step {k}, rank {r}", _one_call_figure(entry, k, r)) for k, r in choices]
+    return switched_figure(figures, active=choices.index(chosen))
 
 
 def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | None = None) -> list:

@@ -19,6 +19,7 @@ from analysis.timeline.render_binning import merge_subpixel
 from analysis.timeline.render_highlight import highlight_bands
 from analysis.timeline.render_hover import category_rows, hover_traces
 from analysis.timeline.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
+from analysis.timeline.render_switch import Owner, choice_menus, choice_panels, opened_choice
 
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
@@ -219,18 +220,35 @@ def build_figure(
     is_overview: list[bool] = []
     traces: list[dict] = []
     shapes: list[dict] = []
+    owners: list[Owner] = []  # per trace, and per shape, the panel's choice it draws (render_switch.py)
+    shape_owners: list[Owner] = []
+    if any(p.choices for p in panels) and any(p.overview is not None for p in panels):
+        raise ValueError("build_figure draws panels with choices or panels with an overview, not both")
     for row, panel in enumerate(panels, start=1):
         axes = _axes(row)
+        before = set(in_legend)  # a choice, when shown, names in the legend what no earlier panel does
+        opened: Owner = (row, opened_choice(panel)) if panel.choices else None
         levels = [(panel, True), *([(panel.overview, False)] if panel.overview is not None else [])]
         drawn = 0
         for level, visible in levels:
             for trace in _panel_traces(level, width_px, visible, in_legend if visible else in_whole_legend):
                 traces.append({**trace, "xaxis": axes[0], "yaxis": axes[1]})
                 is_overview.append(not visible)
+                owners.append(opened)
                 drawn += 1
         if drawn:  # add_hrect skipped subplots without traces
             shapes += _rank_bands(panel, axes)
         shapes += highlight_bands(panel, axes, in_legend)
+        shape_owners += [opened] * (len(shapes) - len(shape_owners))
+        for j, choice in choice_panels(panel):  # drawn hidden, each from its own step's start
+            named = set(before)
+            hidden = [{**t, "xaxis": axes[0], "yaxis": axes[1]} for t in _panel_traces(choice, width_px, False, named)]
+            traces += hidden
+            is_overview += [False] * len(hidden)
+            owners += [(row, j)] * len(hidden)
+            bands = [*(_rank_bands(choice, axes) if hidden else []), *highlight_bands(choice, axes, named)]
+            shapes += [{**b, "visible": False} for b in bands]
+            shape_owners += [(row, j)] * len(bands)
         n_lanes = max(len(panel.lanes), 1)
         layout["yaxis" if row == 1 else f"yaxis{row}"].update(
             tickmode="array",
@@ -261,6 +279,9 @@ def build_figure(
     )
     if any(is_overview):
         layout["updatemenus"] = _level_buttons(layout, panels, is_overview, plot_px)
+    if any(p.choices for p in panels):
+        area_px = layout["height"] - top - BOTTOM_PX
+        layout["updatemenus"] = choice_menus(layout, panels, owners, shape_owners, area_px)
     # One unchecked hand-over (figure_dicts.py): every add_trace, add_shape or update call re-validates
     # what the figure holds, and the panels' traces are many.
     return trusted_figure(traces, layout)

@@ -190,3 +190,34 @@ def test_a_report_file_gets_the_export_command(traces, tmp_path, capsys):
     code, _, err = run(capsys, rep, traces[1], "-o", tmp_path / "r")
     assert code == 2 and f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {rep}" in err
     assert "--export" in err and len(_error_lines(err)) == 1 and not (tmp_path / "r").exists()
+
+
+def test_call_chart_switches_to_every_step_of_its_rank_and_every_rank_of_its_step(tmp_path):
+    """The per-call chart's drop-down lists the opened rank's steps, then the other ranks in the opened step;
+    each choice shows that step's calls and titles them with that step's figures from the raw per-step rows."""
+    from analysis import open_runs
+    from analysis.report.report_collectives import CollectivesEntry, call_chart_rule, per_call_figure
+
+    trace = write_trace(tmp_path / "overlap.sqlite", "overlap", ranks=3, steps=4)
+    runs = open_runs([trace])
+    steps = analyze_trace(load_trace([trace])).steps
+    entry = CollectivesEntry("overlap", runs.loaded(0), runs.collectives(), steps)
+    calls = entry.view.calls
+    step, rank = representative_step(steps)
+    fig = per_call_figure(entry)
+    (menu,) = fig.layout.updatemenus
+    expected = [(int(k), rank) for k in sorted(steps.loc[steps["rank"] == rank, "step"])]
+    expected += [(step, int(r)) for r in sorted(steps["rank"].unique()) if r != rank]
+    assert [b.label for b in menu.buttons] == [f"step {k}, rank {r}" for k, r in expected]
+    assert menu.buttons[menu.active].label == f"step {step}, rank {rank}"  # it opens on the representative step
+    assert [t.visible for t in fig.data] == list(menu.buttons[menu.active].args[0]["visible"])
+    for button, (k, r) in zip(menu.buttons, expected, strict=True):
+        row = steps.loc[(steps["step"] == k) & (steps["rank"] == r)].iloc[0]
+        title = button.args[1]["title"]["text"]
+        assert title.startswith(f"overlap: step {k}, rank {r}: {row['exposed_comm_ms']:.2f} ms of communication")
+        assert f"step {row['step_ms']:.2f} ms" in title
+        shown = [t for t, v in zip(fig.data, button.args[0]["visible"], strict=True) if v and t.type == "bar"]
+        mine = calls.loc[(calls["step"] == k) & (calls["rank"] == r)]
+        assert 0 < len(mine) <= 20  # every call on its own row: the bars are the calls' spans
+        assert sum(float(sum(t.x)) for t in shown) == pytest.approx(float(mine["duration_ms"].sum()))
+    assert f"every step of rank {rank} and every rank in step {step}" in call_chart_rule(entry)

@@ -17,7 +17,7 @@ import plotly.graph_objects as go
 from analysis.render import palette
 from analysis.render.figure_dicts import trusted_figure
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs, notes_html, write_page
-from analysis.run.design_notes import summary_notes
+from analysis.run.design_notes import labelled, summary_notes
 from analysis.trace.run_info import nccl_label
 
 TABLE_COLUMNS = {  # summary column -> heading, format
@@ -251,8 +251,9 @@ def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object
 
 
 def design_lines(summary: pd.DataFrame) -> list[str]:
-    """Each run's design notes (run/design_notes.py), after its label: figures its strategy or backend decides."""
-    return [f"{label}: {n}" for label, said in zip(summary["label"], summary_notes(summary), strict=True) for n in said]
+    """The runs' design notes (run/design_notes.py), each once after the labels of the runs it applies to:
+    figures their strategy or backend decides."""
+    return labelled(list(summary["label"]), summary_notes(summary))
 
 
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None, summary: pd.DataFrame) -> str:

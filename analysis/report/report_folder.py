@@ -189,7 +189,7 @@ def write_timelines(
     pages' figures as images to export (img/<page name>)."""
     from analysis.report.compare_page import compare_panel, write_compare
     from analysis.report.html_report import label_colours
-    from analysis.run.design_notes import summary_notes
+    from analysis.run.design_notes import labelled, summary_notes
     from analysis.timeline.lanes import run_segments
     from analysis.timeline.timeline_page import trace_panel, write_timeline
 
@@ -223,7 +223,7 @@ def write_timelines(
     if not compared:
         return names, None, images
     order = [x for x in summary["label"] if x in compared]  # fastest first
-    notes = [f"{x}: {n}" for x in order for n in design[x]]
+    notes = labelled(order, [design[x] for x in order])
     _, fig = write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js, notes=notes)
     images.append(Image(fig, out / IMAGES / Path(COMPARE_PAGE).stem, TIMELINE_PX))
     return names, COMPARE_PAGE, images

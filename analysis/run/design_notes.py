@@ -9,6 +9,8 @@ and table that shows the figures prints them beside the figures.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 AFTER_BACKWARD = {
@@ -42,3 +44,13 @@ def summary_notes(summary: pd.DataFrame) -> list[list[str]]:
         design_notes(row.get("implementation"), row.get("backend"), row.get("shared_gpus"))
         for row in summary.to_dict("records")
     ]
+
+
+def labelled(labels: Sequence[str], notes: Sequence[Sequence[str]]) -> list[str]:
+    """One line per distinct note, after the labels of every run it applies to ("a, b: note"), in the
+    order of their first run: five runs of ranks sharing one GPU read as one line, not five."""
+    runs: dict[str, list[str]] = {}
+    for label, said in zip(labels, notes, strict=True):
+        for note in said:
+            runs.setdefault(note, []).append(label)
+    return [f"{', '.join(names)}: {note}" for note, names in runs.items()]

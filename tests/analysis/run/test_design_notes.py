@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.run.design_notes import design_notes, summary_notes
+from analysis.run.design_notes import design_notes, labelled, summary_notes
 
 
 def test_after_backward_strategies_say_so_and_the_overlapping_ones_say_nothing():
@@ -33,3 +33,20 @@ def test_shared_gpus_from_the_summary_text_and_every_run_its_own():
     )
     flat, fsdp, torch = summary_notes(summary)
     assert len(flat) == 1 and len(fsdp) == 2 and torch == []
+
+
+def test_a_note_every_run_shares_is_one_line_naming_them_all():
+    """Five runs on one shared GPU read as one line after the five labels; a run's own note stays its own."""
+    notes = summary_notes(
+        pd.DataFrame(
+            [
+                {"implementation": impl, "backend": "nccl", "shared_gpus": "0,1"}
+                for impl in ("flat", "torch", "naive", "overlap_bucket", "overlap")
+            ]
+        )
+    )
+    lines = labelled(["flat", "torch", "naive", "overlap_bucket", "overlap"], notes)
+    shared = [line for line in lines if "share one GPU" in line]
+    assert shared == ["flat, torch, naive, overlap_bucket, overlap: " + notes[0][-1]]
+    assert [line.split(":")[0] for line in lines if "by design" in line] == ["flat", "naive"]
+    assert len(lines) == 3

@@ -22,7 +22,7 @@ timeline (.timeline), report (.report; with --baseline, .compare).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -218,6 +218,7 @@ class OpenRuns:
         the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
         the CLI checks it (timeline_page.check_output) before any work."""
         from analysis.render.html_page import PlotlyJs
+        from analysis.run.design_notes import summary_notes
         from analysis.timeline.timeline_page import write_timeline
 
         self.check_selection(step, rank)
@@ -226,10 +227,14 @@ class OpenRuns:
         for panel, row in self.timeline_panels(selection, width_px):
             panels.append(panel)
             rows.append(row)
+        summaries = [r.analysis.summary for r in self.good() if r.analysis is not None]
+        design = [summary_notes(s)[0] for s in summaries]
+        below = [f"{row.implementation}: {n}" for row, said in zip(rows, design, strict=True) for n in said]
         title = "Timeline: " + " vs ".join(r.implementation for r in rows)
-        path, fig = write_timeline(panels, Path(output), title, selection, width_px, PlotlyJs(self_contained))
-        notes = [r.analysis.summary["ranks_note"].iloc[0] for r in self.good() if r.analysis is not None]
-        return TimelinePage(path, fig, rows, notes)
+        js = PlotlyJs(self_contained)
+        path, fig = write_timeline(panels, Path(output), title, selection, width_px, js, notes=below)
+        notes = [s["ranks_note"].iloc[0] for s in summaries]
+        return TimelinePage(path, fig, rows, notes, design)
 
     def report(
         self,
@@ -288,10 +293,11 @@ class OpenRuns:
 
 @dataclass(frozen=True)
 class TimelinePage:
-    """A written timeline page: its path, the plotly figure, one PanelSummary per run and each run's
-    missing-ranks note ('' when none)."""
+    """A written timeline page: its path, the plotly figure, one PanelSummary per run, each run's
+    missing-ranks note ('' when none) and its design notes (run/design_notes.py; the page shows them)."""
 
     path: Path
     figure: Any
     panels: list
     notes: list[str]
+    design_notes: list[list[str]] = field(default_factory=list)

@@ -1,15 +1,33 @@
 """The NVTX contract between `ddp/`, `profiling/` and `analysis/`: range names, the `ddp.meta` mark and the
 default patterns that recognise them. Torch-free and dependency-free, so every package can import it.
 
-`names`    the range names (`step N`, `forward`, `backward`, `optimizer`, `grad_sync`, `profile`,
+`names`    the range names (`step N`, `forward`, `backward`, `optimizer`, `grad_sync`, `data`, `profile`,
            `comm:<op>:<tag>` with the collective's byte count as payload (ops: all_reduce, broadcast, all_gather,
            reduce_scatter), the point-to-point phases).
 `meta`     the `ddp.meta {json}` mark (nsys) and `ddp.meta` key (torch.profiler JSON): encode/decode, and
            the `sharded` entries of sharded strategies, the `memory` figures.
+`groups`   process groups: a comm range's `@<group>` suffix, the `process_groups` entry of `ddp.meta`, the
+           parallel dimension a group's name says.
 `patterns` the analysis' default regular expressions, built from the names.
 `nsys_cli` finding nsys and its complete-or-absent SQLite export (recording and analysis both run it).
 """
 
+from contract.groups import (
+    DEFAULT_GROUP,
+    DIMENSIONS,
+    GROUP_SEPARATOR,
+    GROUPS_KEY,
+    REDUCE_SCATTER_GROUP,
+    REPLICATE_GROUP,
+    SHARD_GROUP,
+    default_shard_size,
+    dimension_of,
+    group_entry,
+    hsdp_groups,
+    hsdp_layout,
+    separate_reduce_scatter_groups,
+    with_group,
+)
 from contract.meta import (
     ASYNC_KIND,
     ASYNC_KIND_KEY,
@@ -26,6 +44,7 @@ from contract.meta import (
     SHARDED_KEY,
     SHARDING_FIELDS,
     SHARDING_KEY,
+    SLOW_RANK_KEY,
     decode_meta,
     encode_meta,
     sharded_entry,
@@ -40,8 +59,10 @@ from contract.names import (
     COMM_PREFIX,
     COMM_WAIT_PREFIX,
     COMPUTE_PHASES,
+    DATA,
     FORWARD,
     GRAD_SYNC,
+    ISSUE,
     OPTIMIZER,
     P2P_PHASES,
     PROFILE,
@@ -51,6 +72,7 @@ from contract.names import (
     RING_ALL_GATHER,
     RING_REDUCE_SCATTER,
     SHARDED_OPS,
+    SLOW_PLACES,
     STEP_PREFIX,
     comm_range,
     comm_wait_range,
@@ -70,8 +92,14 @@ __all__ = [
     "COMM_PREFIX",
     "COMM_WAIT_PREFIX",
     "COMPUTE_PHASES",
+    "DATA",
+    "DEFAULT_GROUP",
+    "DIMENSIONS",
     "FORWARD",
     "GRAD_SYNC",
+    "GROUPS_KEY",
+    "GROUP_SEPARATOR",
+    "ISSUE",
     "MEMORY_CUDA",
     "MEMORY_KEY",
     "MEMORY_PARTS",
@@ -85,6 +113,8 @@ __all__ = [
     "REDUCE_BROADCAST_BROADCAST",
     "REDUCE_BROADCAST_REDUCE",
     "REDUCE_SCATTER",
+    "REDUCE_SCATTER_GROUP",
+    "REPLICATE_GROUP",
     "RING_ALL_GATHER",
     "RING_REDUCE_SCATTER",
     "RUN_ID_ENV",
@@ -94,12 +124,22 @@ __all__ = [
     "SHARDED_OPS",
     "SHARDING_FIELDS",
     "SHARDING_KEY",
+    "SHARD_GROUP",
+    "SLOW_PLACES",
+    "SLOW_RANK_KEY",
     "STEP_PREFIX",
     "comm_range",
     "comm_wait_range",
     "decode_meta",
+    "default_shard_size",
+    "dimension_of",
     "encode_meta",
+    "group_entry",
+    "hsdp_groups",
+    "hsdp_layout",
     "is_comm_range",
+    "separate_reduce_scatter_groups",
     "sharded_entry",
     "step_range",
+    "with_group",
 ]

@@ -36,6 +36,10 @@ SHARDED_FIELDS = ("name", "params", "numel", "padded_numel", "all_gather_bytes",
 SHARDING_KEY = "sharding"
 SHARDING_FIELDS = ("prefetch", "separate_reduce_scatter")
 
+# `--slow-rank RANK:PLACE:MS` of a run made slow on purpose: {"rank": int, "place": one of names.SLOW_PLACES,
+# "ms": the stall per step}; null when no rank was slowed.
+SLOW_RANK_KEY = "slow_rank"
+
 # Each rank's memory after the warm-up, in bytes (docs/memory.md): the parts of ddp.memory.accounting.MemoryParts,
 # their sum `peak`, and `cuda_max_allocated` (torch.cuda.max_memory_allocated; null off CUDA).
 MEMORY_KEY = "memory"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contract.groups import with_group
+
 PROFILE = "profile"  # push/pop around the measured steps; nsys's capture range (--nvtx-capture=profile)
 STEP_PREFIX = "step "  # push/pop `step N`, one per training step, N from 0 at the run's first step
 FORWARD = "forward"  # push/pop phases inside a step
@@ -11,6 +13,12 @@ OPTIMIZER = "optimizer"
 # TorchDDP also marks DDP's wait inside backward() as a start/end range of this name).
 GRAD_SYNC = "grad_sync"
 COMPUTE_PHASES = (FORWARD, BACKWARD, OPTIMIZER)
+# push/pop `data` around the making of a step's batch, just before that step's `step N` range (outside it)
+DATA = "data"
+# The places `--slow-rank RANK:PLACE:MS` can stall a rank at (ddp/training/slow_rank.py): a phase, the data, or
+# `issue`: after backward, before the gradient synchronisation issues its collectives (inside no range).
+ISSUE = "issue"
+SLOW_PLACES = (FORWARD, BACKWARD, OPTIMIZER, DATA, ISSUE)
 # push/pop `comm_wait:<op>:<tag>` around a rank blocking on one in-flight async collective mid-phase (fsdp waits
 # for a unit's all-gather inside forward/backward): the rank is not computing there, whatever phase holds it.
 COMM_WAIT_PREFIX = "comm_wait:"
@@ -43,11 +51,12 @@ def step_range(n: int) -> str:
     return f"{STEP_PREFIX}{n}"
 
 
-def comm_range(op: str, tag: str) -> str:
-    """The name of one collective call's range: `comm:all_reduce:bucket3`."""
+def comm_range(op: str, tag: str, group: str | None = None) -> str:
+    """The name of one collective call's range: `comm:all_reduce:bucket3`; of a collective of a process group
+    other than the default one, `comm:all_reduce:bucket3@replicate` (contract/groups.py)."""
     if not op or ":" in op:
         raise ValueError(f"collective op {op!r}: expected a non-empty name without ':'")
-    return f"{COMM_PREFIX}{op}:{tag}"
+    return with_group(f"{COMM_PREFIX}{op}:{tag}", group)
 
 
 def comm_wait_range(op: str, tag: str) -> str:

@@ -1,21 +1,25 @@
 """Data-parallel training wrappers behind one protocol, plus models, launcher and CLIs.
 
-from ddp import NaiveDDP, FlatDDP, FSDP, OverlapDDP, OverlapBucketDDP, TorchDDP, TorchFSDP, IMPLEMENTATIONS
+from ddp import NaiveDDP, FlatDDP, FSDP, HSDP, OverlapDDP, OverlapBucketDDP, TorchDDP, TorchFSDP, TorchHSDP,
+    IMPLEMENTATIONS
 """
 
 from ddp.optim.sharded_optimizer import ShardedOptimizer
 from ddp.strategies.base import CommStats, DataParallelBase
 from ddp.strategies.flat import FlatDDP
 from ddp.strategies.fsdp import FSDP
+from ddp.strategies.hsdp import HSDP
 from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.registry import IMPLEMENTATIONS
 from ddp.strategies.torch_ddp import TorchDDP
 from ddp.strategies.torch_fsdp import TorchFSDP
+from ddp.strategies.torch_hsdp import TorchHSDP
 
 __all__ = [
     "FSDP",
+    "HSDP",
     "IMPLEMENTATIONS",
     "CommStats",
     "DataParallelBase",
@@ -26,4 +30,5 @@ __all__ = [
     "ShardedOptimizer",
     "TorchDDP",
     "TorchFSDP",
+    "TorchHSDP",
 ]

@@ -104,7 +104,8 @@ def benchmark_worker(ctx: DistContext, configs: list[RunConfig], repeat: int = 1
                     f"[benchmark {r * len(configs) + k + 1}/{total}] {cfg.impl}{bucket} batch "
                     f"{cfg.batch_size} context {cfg.context_length}: "
                     f"{result.avg_step_time_s * 1e3:.1f} ms/step, "
-                    f"{percent(result.comm_overlap)} of communication in flight before backward ended"
+                    f"{percent(result.comm_overlap)} of communication in flight before backward ended "
+                    "(not analysis.overlap's overlap %: in flight, not under compute)"
                 )
             results[k] = pool(results[k], result) if k in results else result
     return list(results.values()) if ctx.is_main else None

@@ -32,10 +32,12 @@ from ddp import cli
 from ddp.launch.launcher import DistContext, launch
 from ddp.strategies import registry
 from ddp.training.config import SHARDED_ONLY, RunConfig
-from ddp.training.data import global_batch, rank_batch
-from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, train_step
+from ddp.training.data import global_batch
+from ddp.training.loop import build_wrapped, loss_fn, make_optimizer, run_optimizer, step_batch, train_step
 from ddp.training.models import build_model
-from ddp.training.reference import cpu_copies, deterministic, train_rank_slices
+from ddp.training.reference import cpu_copies, deterministic, summation_groups, train_rank_slices
+from ddp.training.slow_rank import stall_of
+from ddp.verify_table import verify_table
 
 RANK_TOLERANCE = 1e-6  # ranks hold the same all-reduced values; allow only rounding noise
 CAST_TOLERANCE = 1e-4  # fp16/bf16 compute: every parameter after every step this close to the cast reference
@@ -56,8 +58,14 @@ def bit_identity_skipped(cfg: RunConfig, backend: str, devices: Sequence[str]) -
 
     On 2 ranks every gradient element is one sum a + b, the same whichever rank's term the backend (gloo or
     NCCL) adds first, and the reference runs on rank 0's device with the same kernels: the bits can match.
+    So can hsdp's on 2 x 2 (or 2 x 1): a sum of two within the shard group, then of two across replicas,
+    which the reference adds in the same tree (ddp.training.reference.summation_groups).
     """
-    if cfg.world_size != 2:
+    if cfg.impl in registry.HYBRID:
+        shard = cfg.resolved_shard_size
+        if shard > 2 or cfg.world_size > 2 * shard:
+            return f"shard groups of {shard} ranks, {cfg.world_size // shard} replicas: sums of more than 2 terms"
+    elif cfg.world_size != 2:
         return f"{cfg.world_size} ranks: {backend} may add the {cfg.world_size} gradients in another order"
     if len(set(devices)) > 1:
         return f"ranks on different devices ({', '.join(sorted(set(devices)))}): kernels may round differently"
@@ -68,6 +76,8 @@ def how_compared(cfg: RunConfig, rtol: float, atol: float, device: str = "cpu", 
     """What a row's checks were: against whom (run on `device`), with which optimizer, how close; `skipped`:
     why bit-identity was reported but not required."""
     slices = f"each step vs 1 process on {device} adding the {cfg.world_size} rank slices' gradients"
+    if cfg.impl in registry.HYBRID:
+        slices += f" within shard groups of {cfg.resolved_shard_size}, then across them"
     strict = "deterministic, warnings as errors"
     if cfg.compute_dtype is not None:
         text = f"{slices}, cast to {cfg.compute_dtype} alike (|diff| <= {CAST_TOLERANCE:g}; {strict})"
@@ -111,11 +121,9 @@ def train_data_parallel(ctx: DistContext, cfg: RunConfig) -> dict:
         model = build_wrapped(ctx, cfg, seed=cfg.seed + ctx.rank)  # differs per rank until broadcast
         optimizer = run_optimizer(cfg, model.module.parameters())
         history = []
+        stall = stall_of(cfg.slow_rank, ctx.rank)
         for step in range(cfg.steps):
-            batch = rank_batch(
-                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
-            )
-            train_step(model, optimizer, batch, step)
+            train_step(model, optimizer, step_batch(ctx, cfg, step, stall), step, stall)
             if sharded:
                 history.append({k: v.cpu() for k, v in model.gather_full_params().items()})
         params = {k: v.cpu() for k, v in model.gather_full_params().items()}  # sharded strategies gather theirs
@@ -138,11 +146,12 @@ def references(configs: list[RunConfig], device: torch.device) -> dict:
     intra-op threads: `single` (whole batches; None with a compute dtype) and `slices` (the rank-slice run,
     None without a sharded strategy). Every config of a run shares the settings they depend on."""
     first = configs[0]
-    sharded = next((cfg for cfg in configs if cfg.impl in registry.SHARDED), None)
-    return {
-        "single": train_single_process(first, device) if first.compute_dtype is None else None,
-        "slices": None if sharded is None else train_rank_slices(sharded, torch.get_num_threads(), device),
-    }
+    slices: dict = {}  # one rank-slice run per way of grouping the sums (reference.summation_groups)
+    for cfg in configs:
+        key = str(summation_groups(cfg))
+        if cfg.impl in registry.SHARDED and key not in slices:
+            slices[key] = train_rank_slices(cfg, torch.get_num_threads(), device)
+    return {"single": train_single_process(first, device) if first.compute_dtype is None else None, "slices": slices}
 
 
 def verify_worker(ctx: DistContext, configs: list[RunConfig]) -> list[dict] | None:
@@ -198,6 +207,12 @@ def compare(
     return max(diffs, default=0.0), not_close
 
 
+def hybrid_settings(impl: str, shard_size: int | None, impls: list[str]) -> dict:
+    """`shard_size` for the strategies that take it (hsdp, torch_hsdp); under `all` nothing for the others (named
+    on their own, they refuse it)."""
+    return {"shard_size": shard_size} if impl in registry.HYBRID or "all" not in impls else {}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = cli.Parser(
         prog="python -m ddp.verify", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -224,6 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     cli.add_output_arguments(parser)
     parser.add_argument("--rtol", type=float, default=1e-5, help="relative tolerance (torch.allclose default)")
     parser.add_argument("--atol", type=float, default=1e-8, help="absolute tolerance (torch.allclose default)")
+    parser.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column in full (default: within 120 columns, each way of comparing written "
+        "once under it; csv and json always carry every column)",
+    )
     return parser
 
 
@@ -235,8 +256,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if settings["batch_size"] is None:
         settings["batch_size"] = 4 * world
     sharded_only = any(settings[name] not in (None, False) for name in SHARDED_ONLY)  # all: fsdp and torch_fsdp
+    shard_size = settings.pop("shard_size")  # hsdp's and torch_hsdp's only: the others run without it
     configs = [
-        RunConfig(impl=name, world_size=world, warmup=0, **settings)
+        RunConfig(impl=name, world_size=world, warmup=0, **settings, **hybrid_settings(name, shard_size, impls))
         for name in registry.resolve(impls)
         if not (name == "torch" and settings["collective"] != "torch" and "all" in impls)
         and not (name not in registry.SHARDED and sharded_only and "all" in impls)
@@ -253,7 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             diff, not_close = 0.0, 0
         exact = None
         if cfg.impl in registry.SHARDED:
-            steps = compare_steps(reference["slices"], outcome["history"], cfg.compute_dtype is None)
+            slices = reference["slices"][str(summation_groups(cfg))]
+            steps = compare_steps(slices, outcome["history"], cfg.compute_dtype is None)
             exact = f"{steps.equal_steps}/{cfg.steps}" if cfg.compute_dtype is None else None
             if cfg.compute_dtype is not None:
                 diff, not_close = steps.max_abs_diff, steps.elements_over
@@ -276,7 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "result": "PASS" if not_close == 0 and same_ranks and as_unsharded else "FAIL",
             }
         )
-    print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
+    if args.format == "table":
+        print(verify_table(records, COLUMNS, wide=args.wide))
+    else:
+        print(cli.format_records(records, args.format, COLUMNS, float_digits=3))
     return cli.EXIT_OK if all(r["result"] == "PASS" for r in records) else cli.EXIT_CHECK_FAILED
 
 

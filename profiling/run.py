@@ -166,7 +166,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{c.impl}: {c.world_size} ranks, model {c.model}, {c.steps} measured steps after {c.warmup} "
             f"warm-up: {1e3 * s['avg_step_time_s']:.1f} ms/step, "
-            f"{1e3 * s['avg_comm_time_s']:.1f} ms of communication after backward"
+            f"{1e3 * s['avg_comm_time_s']:.1f} ms of communication after backward ended (the runner's clocks, "
+            "slowest rank's means; `python -m analysis.overlap` measures exposed comm per rank from the trace)"
         )
     return 0
 

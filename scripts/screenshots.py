@@ -112,7 +112,7 @@ def shots(inputs: Callable[[str], Path]) -> list[Shot]:
     def naive_vs_overlap_bucket(_: Path) -> Path:
         return gpu_report(("naive", "overlap_bucket"), "h100_naive_vs_overlap_bucket") / COMPARE_PAGE
 
-    def gpu_step(out: Path) -> Path:  # opens on the median step of the slowest rank
+    def gpu_step(out: Path) -> Path:  # opens on the representative step (closest to the medians)
         run_cli(timeline.main, [str(inputs("gpu") / "overlap_bucket.sqlite"), "-o", str(out)])
         return out
 

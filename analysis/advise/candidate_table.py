@@ -29,13 +29,15 @@ def candidate_frame(run: dict, cells: Mapping[str, Callable[[dict], object]]) ->
 
 def csv_rows(run: dict, run_keys: list[str]) -> list[dict]:
     """One CSV row per candidate: the run's keys, then the candidate's (its setting left out, as each knob
-    has a column of its own; a nested figure flattened to `<key>_<field>`)."""
+    has a column of its own; a nested figure flattened to `<key>_<field>`, a list of settings to one cell)."""
     rows = []
     for c in run["candidates"]:
         flat: dict = {}
         for key, value in c.items():
             if isinstance(value, dict) and key != "setting":
                 flat.update({f"{key}_{field}": v for field, v in value.items()})
+            elif isinstance(value, list):  # the settings of one layout, as 'a b c' (a setting's values joined by /)
+                flat[key] = " ".join("/".join(map(str, v.values())) if isinstance(v, dict) else f"{v:g}" for v in value)
             elif key != "setting":
                 flat[key] = value
         rows.append({**{k: run[k] for k in run_keys}, **flat})

@@ -36,6 +36,7 @@ class Line:
     latency_ns: float
     ns_per_byte: float
     calls: int
+    sizes: int = 0  # distinct message sizes it was fitted on
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -44,6 +45,16 @@ class Line:
 
     def predict_ns(self, nbytes: ArrayLike) -> np.ndarray:
         return self.latency_ns + np.asarray(nbytes, dtype=float) * self.ns_per_byte
+
+    def unfitted(self) -> str | None:
+        """Why the bandwidth could not be fitted (None when it was): the calls' times did not grow with
+        their size, so the line is a latency alone."""
+        if not np.isinf(self.bandwidth_gbps):
+            return None
+        if self.sizes <= 1:
+            return "one call size only: too few distinct call sizes to fit a bandwidth"
+        few = "; too few distinct call sizes to fit a bandwidth" if self.sizes < 4 else ""
+        return f"{self.sizes} distinct call sizes, the larger no slower{few}"
 
 
 @dataclass(frozen=True)
@@ -98,13 +109,13 @@ def fit_cost(nbytes: ArrayLike, ns: ArrayLike) -> CommCost:
     keep = ~(np.isnan(b) | np.isnan(t)) & (b > 0)
     b, t = b[keep], t[keep]
     latency, per_byte = fit_line(b, t)
-    overall = Line(float(b.min()), float(b.max()), latency, per_byte, int(b.size))
+    overall = Line(float(b.min()), float(b.max()), latency, per_byte, int(b.size), int(np.unique(b).size))
     lines = []
     for sizes in size_ranges(np.unique(b)):
         if sizes.max() / sizes.min() >= MIN_SPREAD:
             inside = (b >= sizes.min()) & (b <= sizes.max())
             lat, pb = fit_line(b[inside], t[inside])
-            lines.append(Line(float(sizes.min()), float(sizes.max()), lat, pb, int(inside.sum())))
+            lines.append(Line(float(sizes.min()), float(sizes.max()), lat, pb, int(inside.sum()), int(sizes.size)))
     return CommCost(tuple(lines), overall)
 
 
@@ -141,9 +152,21 @@ def transfer_times(calls: pd.DataFrame, world: int, lanes: int = 1, channel: str
 
 
 def line_json(line: Line) -> dict:
-    """A cost line as the JSON of `analysis.advise` gives it: latency in us, bandwidth in GB/s (None: inf)."""
+    """A cost line as the JSON of `analysis.advise` gives it: latency in us, bandwidth in GB/s (None: not
+    fitted, and `bandwidth_not_fitted` says why), its calls and distinct call sizes."""
+    why = line.unfitted()
     return {
         "latency_us": round(line.latency_ns / 1e3, 3),
-        "bandwidth_gb_s": None if np.isinf(line.bandwidth_gbps) else round(line.bandwidth_gbps, 4),
+        "bandwidth_gb_s": None if why else round(line.bandwidth_gbps, 4),
         "calls": line.calls,
+        "call_sizes": line.sizes,
+        **({"bandwidth_not_fitted": why} if why else {}),
     }
+
+
+def line_text(line: dict) -> str:
+    """A line of line_json as text: 'latency us + bandwidth GB/s', or the latency alone and why."""
+    if line["bandwidth_gb_s"] is not None:
+        return f"{line['latency_us']:.1f} us + {line['bandwidth_gb_s']:.3f} GB/s"
+    why = line.get("bandwidth_not_fitted") or "no bandwidth fitted"
+    return f"{line['latency_us']:.1f} us per call, whatever its size (bandwidth not fitted: {why})"

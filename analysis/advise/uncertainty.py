@@ -5,7 +5,9 @@ the steps (drawn with replacement, fixed seed) with the model's parameters refit
 alone. The spread of the replicates is the uncertainty of each prediction (sampling noise of the recorded
 steps and of the fitted parameters together), given as the half-width of a 95 % interval. The replicates
 are paired across candidates, so the gain of one candidate over another has its own, smaller, spread:
-the recorded setting is kept unless the best candidate's gain exceeds it.
+the recorded setting is kept unless the best candidate's gain exceeds it, and kept as well when the gain
+is within the run's own step-to-step spread (`step_spread_ms`): a difference the run itself varies by from
+one step to the next cannot be told from noise.
 """
 
 from __future__ import annotations
@@ -58,22 +60,49 @@ def keep_rule(steps: np.ndarray, own: int, best: int) -> tuple[bool, float, floa
     return best == own or gain <= err, gain, err
 
 
+def step_spread_ms(step_ns: np.ndarray) -> float:
+    """The run's step-to-step spread: the standard deviation (ms) of the steps' lengths, each step's the mean
+    over its ranks (step_ns: (S, R) or (S,)); 0 with fewer than two steps."""
+    per_step = np.asarray(step_ns, dtype=float).reshape(len(step_ns), -1).mean(axis=1)
+    return float(per_step.std(ddof=1) / NS_PER_MS) if per_step.size > 1 else 0.0
+
+
+def changes(steps: np.ndarray, own: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each candidate's change from column `own` (1 + B, C) -> (estimate (C,), 95 % half-width (C,)),
+    paired by replicate row, so what every candidate shares cancels."""
+    diff = steps - steps[:, own : own + 1]
+    return diff[0], half_width(diff)
+
+
 @dataclass(frozen=True)
 class Choice:
     """The setting chosen; `kept` when the best candidate's gain over the recorded one is within its error
-    (gain None: no recorded setting among the candidates)."""
+    or within the run's step-to-step spread `noise_ms` (gain None: no recorded setting among the candidates).
+    `beyond_noise`: some candidate's predicted change exceeds that spread."""
 
     setting: Any
     best: Any
     kept: bool
     gain_ms: float | None
     gain_ms_err: float | None
+    noise_ms: float | None = None
+    beyond_noise: bool = True
+
+    @property
+    def within_noise(self) -> bool:
+        """The best gain is within the run's step-to-step spread (and was kept for that)."""
+        return self.noise_ms is not None and self.gain_ms is not None and self.gain_ms <= self.noise_ms
 
     def reason(self, label: Callable[[Any], str], noun: str) -> str:
         """Why, naming a setting by `label` and the knob by `noun` ("size", "setting")."""
         if self.gain_ms is None:
             return f"the fastest predicted; no recorded {noun} to keep"
         gain = f"{self.gain_ms:.3f} ± {self.gain_ms_err:.3f} ms"
+        spread = f"the run's step-to-step spread ({self.noise_ms or 0.0:.3f} ms)"
+        if not self.beyond_noise:
+            return f"kept: no {noun} is predicted to differ from the recorded one beyond {spread}"
+        if self.best != self.setting and self.within_noise and self.gain_ms > (self.gain_ms_err or 0.0):
+            return f"kept: {label(self.best)} would gain {gain}, within {spread}"
         if self.kept and self.best != self.setting:
             return f"kept: {label(self.best)} would gain {gain}, within the uncertainty"
         if self.kept:
@@ -81,13 +110,17 @@ class Choice:
         return f"{gain} faster than the recorded {noun}, beyond the uncertainty"
 
 
-def choose(settings: list, steps: np.ndarray, recorded: Any) -> Choice | None:
+def choose(settings: list, steps: np.ndarray, recorded: Any, noise_ms: float | None = None) -> Choice | None:
     """The recommendation from predicted steps (1 + B, C), one column per setting: keep the recorded
-    setting unless the best one's gain exceeds Z95 x the spread of its paired differences."""
+    setting unless the best one's gain exceeds Z95 x the spread of its paired differences and the run's
+    step-to-step spread `noise_ms` (None: no such rule)."""
     if not settings:
         return None
     best = int(np.argmin(steps[0]))
     if recorded is None or recorded not in settings:
         return Choice(settings[best], settings[best], False, None, None)
-    kept, gain, err = keep_rule(steps, settings.index(recorded), best)
-    return Choice(recorded if kept else settings[best], settings[best], kept, gain, err)
+    own = settings.index(recorded)
+    kept, gain, err = keep_rule(steps, own, best)
+    beyond = noise_ms is None or bool(np.abs(steps[0] - steps[0, own]).max() > noise_ms)
+    kept = kept or (noise_ms is not None and gain <= noise_ms)
+    return Choice(recorded if kept else settings[best], settings[best], kept, gain, err, noise_ms, beyond)

@@ -13,6 +13,7 @@ import pandas as pd
 from analysis.collectives import collective_stats as stats
 from analysis.fsdp_units.in_time import waited_by_rank
 from analysis.measure.activity import RankWork
+from analysis.measure.call_groups import GROUP_COLUMNS
 from analysis.measure.collective_calls import Calls, find_calls
 from analysis.measure.comm_recognition import unrecognised_comm_note
 from analysis.measure.pairing import exposure, pair, world_size
@@ -51,6 +52,7 @@ ROW_COLUMNS = [
     "start_ns",
     "end_ns",
     "last_arrival_ns",
+    *GROUP_COLUMNS,
 ]
 
 
@@ -92,7 +94,8 @@ def rows_of_calls(calls: Calls, world: int, path: str, implementation: str, rank
     return rows[ROW_COLUMNS], facts
 
 
-SPLIT_CALL_COLUMNS = ["rank", "op", "step", "start_ns", "end_ns"]  # what split_rows reads of the calls
+# what split_rows reads of the calls
+SPLIT_CALL_COLUMNS = ["rank", "op", "step", "start_ns", "end_ns", "group", "group_ranks"]
 
 
 def split_rows(calls: Calls, world: int) -> pd.DataFrame:

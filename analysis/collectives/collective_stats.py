@@ -92,7 +92,7 @@ def stragglers(calls: pd.DataFrame) -> pd.DataFrame:
     columns = ["step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]
     if paired.empty:
         return pd.DataFrame(columns=columns)
-    logical = paired.drop_duplicates(["op", "step", "seq"])
+    logical = paired.drop_duplicates([c for c in ("group", "group_ranks", "op", "step", "seq") if c in paired])
     caused = paired.groupby(["step", "last_rank"])["wait_ms"].sum().rename("wait_caused_ms").reset_index()
     times_last = logical.groupby(["step", "last_rank"]).size().rename("times_last").reset_index()
     caused = caused.merge(times_last, on=["step", "last_rank"], how="left")
@@ -106,3 +106,30 @@ def stragglers(calls: pd.DataFrame) -> pd.DataFrame:
     out["straggler"] = out["last_rank"].astype("Int64").mask(nobody)
     out["times_last"] = out["times_last"].astype("Int64").mask(nobody)
     return out[columns]
+
+
+def by_group(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per process group (its label: call_groups.group_label): see _summarise."""
+    from analysis.measure.call_groups import GROUP_COLUMNS, group_label
+
+    if calls.empty or "group_ranks" not in calls:
+        return pd.DataFrame(columns=["group"])
+    keys = calls[GROUP_COLUMNS].astype({"group": str, "group_desc": str, "group_ranks": str, "group_inferred": bool})
+    codes, uniques = pd.factorize(pd.MultiIndex.from_frame(keys))
+    labels = np.array([group_label(*u) for u in uniques], dtype=object)
+    return _summarise(calls.assign(group=labels[codes]).groupby("group", sort=True))
+
+
+def group_count(calls: pd.DataFrame) -> int:
+    """How many process groups the calls name (one when they name none)."""
+    if calls.empty or "group_ranks" not in calls:
+        return 1
+    return int(calls[["group", "group_ranks"]].astype(str).drop_duplicates().shape[0])
+
+
+def by_host_scope(calls: pd.DataFrame) -> pd.DataFrame:
+    """One row per host scope (intra-host, inter-host: host_scope.py) of the calls that have one: see _summarise."""
+    scoped = calls[calls["host_scope"] != ""] if "host_scope" in calls else calls.iloc[:0]
+    if scoped.empty:
+        return pd.DataFrame(columns=["host_scope"])
+    return _summarise(scoped.groupby("host_scope", sort=True))

@@ -12,26 +12,41 @@ import pandas as pd
 
 from analysis.collectives import collective_stats as stats
 from analysis.collectives.collective_rows import call_rows
+from analysis.collectives.host_scope import host_scopes
+from analysis.collectives.straggler_cause import straggler_summary, with_causes
 from analysis.errors import TraceError
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.fsdp_units.in_time import in_time_sentences
 from analysis.fsdp_units.prefetch import PREFETCH_COLUMNS
+from analysis.measure.call_groups import group_objects
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.measure.op_phase import phase_labels
+from analysis.measure.rank_spans import empty_spans, rank_spans
 from analysis.render.table import plain_records
 from analysis.run.loaded_run import LoadedRun, measure_run
 from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.phase_markers import phases_of
 
+# What run_call_rows gives per run: call rows, facts, gather rows, host spans (measure/rank_spans.py)
+RunRows = tuple[pd.DataFrame, dict, pd.DataFrame, pd.DataFrame]
+
 
 class Summaries:
     """Per trace: `by_size` and `by_rank` of the kept calls, `stragglers` of every rank's calls of the kept
-    steps (collective_stats.py); each computed the first time it is asked for (the report draws from the
-    calls alone, the collectives CLI prints them)."""
+    steps (collective_stats.py) with their causes and `straggler_summary` per rank (straggler_cause.py, from
+    the ranks' host `spans`); each computed the first time it is asked for (the report draws from the calls
+    alone, the collectives CLI prints them)."""
 
-    def __init__(self, calls: pd.DataFrame, every_rank: pd.DataFrame, peak_busbw: float | None = None):
+    def __init__(
+        self,
+        calls: pd.DataFrame,
+        every_rank: pd.DataFrame,
+        peak_busbw: float | None = None,
+        spans: pd.DataFrame | None = None,
+    ):
         self._calls, self._every_rank, self._peak = calls, every_rank, peak_busbw
+        self._spans = spans if spans is not None else empty_spans().assign(path="")
 
     def _with_peak(self, frame: pd.DataFrame) -> pd.DataFrame:
         if self._peak and "median_busbw_gbps" in frame:
@@ -47,8 +62,30 @@ class Summaries:
         return self._with_peak(_per_trace(self._calls, stats.by_rank))
 
     @cached_property
+    def by_group(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_group))
+
+    @cached_property
+    def by_host_scope(self) -> pd.DataFrame:
+        return self._with_peak(_per_trace(self._calls, stats.by_host_scope))
+
+    @cached_property
     def stragglers(self) -> pd.DataFrame:
-        return _per_trace(self._every_rank, stats.stragglers)
+        return _per_trace(self._every_rank, self._stragglers_of)
+
+    def _stragglers_of(self, calls: pd.DataFrame) -> pd.DataFrame:
+        spans = self._spans[self._spans["path"] == calls["path"].iloc[0]]
+        return with_causes(stats.stragglers(calls), calls, spans)
+
+    @cached_property
+    def straggler_summary(self) -> pd.DataFrame:
+        """Per trace and rank that held a step: straggler_cause.straggler_summary."""
+        world = self._every_rank.groupby("path", sort=False)["rank"].nunique()
+        parts = [
+            straggler_summary(mine, int(world.get(path, 0))).assign(path=path)
+            for path, mine in self.stragglers.groupby("path", sort=False)
+        ]
+        return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["path"])
 
 
 @dataclass(frozen=True)
@@ -92,14 +129,29 @@ class CollectivesView:
     def stragglers(self) -> pd.DataFrame:
         return self._mine(self.summaries.stragglers)
 
+    @property
+    def by_group(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_group)
+
+    @property
+    def straggler_summary(self) -> pd.DataFrame:
+        return self._mine(self.summaries.straggler_summary)
+
+    @property
+    def by_host_scope(self) -> pd.DataFrame:
+        return self._mine(self.summaries.by_host_scope)
+
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
-        "gathers": [...]}]}."""
+        "straggler_summary": [...], "gathers": [...]}]}."""
         parts = {
-            "calls": self.calls,
+            "calls": _with_group_objects(self.calls, self.traces),
             "by_size": self.by_size,
             "by_rank": self.by_rank,
             "stragglers": self.stragglers,
+            "by_group": self.by_group,
+            "straggler_summary": self.straggler_summary,
+            "by_host_scope": self.by_host_scope,
             "gathers": self.gathers.drop(columns=["issue_ns", "end_ns", "needed_ns"]),
         }
         out = []
@@ -114,6 +166,16 @@ class CollectivesView:
             f[f["path"] == path].reset_index(drop=True) for f in (self.calls, self.traces, self.gathers)
         )
         return CollectivesView(calls, traces, self.summaries, gathers, path)
+
+
+def _with_group_objects(calls: pd.DataFrame, traces: pd.DataFrame) -> pd.DataFrame:
+    """The calls with `group` as the JSON gives it (call_groups.group_objects: its name, description, members
+    and dimension; null where inferred) and `group_inferred`, in place of the group columns."""
+    world = dict(zip(traces["path"], traces["world_size"], strict=True)) if "world_size" in traces else {}
+    groups = pd.Series(None, index=calls.index, dtype=object)
+    for path, rows in calls.groupby("path", sort=False).indices.items():  # one pass per run
+        groups.iloc[rows] = group_objects(calls.iloc[rows], int(world.get(path, calls["rank"].max() + 1)))
+    return calls.drop(columns=["group_desc", "group_ranks"]).assign(group=groups)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -156,17 +218,17 @@ def _skip_first_steps(calls: pd.DataFrame, n: int) -> pd.DataFrame:
 
 
 def view_of_rows(
-    triples: Iterable[tuple[pd.DataFrame, dict, pd.DataFrame]],
+    triples: Iterable[RunRows],
     rank: int | None = None,
     step: int | None = None,
     peak_busbw: float | None = None,
     skip_steps: int = 0,
 ) -> CollectivesView:
-    """The view of runs' call rows, facts and gather rows (run_call_rows of each); rank/step keep
+    """The view of runs' call rows, facts, gather rows and host spans (run_call_rows of each); rank/step keep
     only that rank's/step's calls (stragglers use every rank of the kept steps), skip_steps leaves
     each rank's first steps out; peak_busbw (GB/s) adds busbw as % of that peak. A step or rank the
     calls do not have is a TraceError naming those they have."""
-    rows, facts, prefetch = zip(*triples, strict=True)
+    rows, facts, prefetch, spans = zip(*triples, strict=True)
     calls = _skip_first_steps(pd.concat(rows, ignore_index=True), skip_steps)
     gathers = pd.concat(prefetch, ignore_index=True)
     for name, value in (("step", step), ("rank", rank)):
@@ -183,7 +245,9 @@ def view_of_rows(
         calls = calls[calls["rank"] == rank]
     # calls outside the steps (the closing barrier) are listed, labelled, but are not training collectives
     training = lambda frame: frame[frame["phase"] != OUTSIDE_STEPS]
-    summaries = Summaries(training(calls), training(every_rank), peak_busbw)  # stragglers: every rank, whatever `rank`
+    spans_frame = pd.concat(spans, ignore_index=True)
+    # stragglers: every rank, whatever `rank`
+    summaries = Summaries(training(calls), training(every_rank), peak_busbw, spans_frame)
     if step is not None:
         gathers = gathers[gathers["step"] == step]
     outside = calls.loc[calls["phase"] == OUTSIDE_STEPS, "path"].value_counts()
@@ -193,10 +257,13 @@ def view_of_rows(
     return CollectivesView(calls.reset_index(drop=True), facts_frame, summaries, gathers)
 
 
-def run_call_rows(run: LoadedRun) -> tuple[pd.DataFrame, dict, pd.DataFrame]:
-    """collective_rows.call_rows of a loaded run (from its calls, found once), its facts with `in_time`
-    and its gather rows (see _with_in_time)."""
-    return _with_in_time(run.trace, *call_rows(run.trace, run.patterns, run.works, run.calls), run.patterns)
+def run_call_rows(run: LoadedRun) -> RunRows:
+    """collective_rows.call_rows of a loaded run (from its calls, found once), its facts with `in_time`,
+    its gather rows (see _with_in_time) and its ranks' host spans (measure/rank_spans.py)."""
+    rows, facts, gathers = _with_in_time(
+        run.trace, *call_rows(run.trace, run.patterns, run.works, run.calls), run.patterns
+    )
+    return rows, facts, gathers, rank_spans(run.trace, run.patterns).assign(path=run.trace.path)
 
 
 def _with_in_time(
@@ -209,5 +276,6 @@ def _with_in_time(
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
     gathers = gather_rows(trace, rows, phases)
+    rows = rows.assign(host_scope=host_scopes(trace, rows, int(facts.get("world_size") or len(trace.ranks))))
     facts = {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(gathers)}
     return rows, facts, gathers.assign(path=trace.path)

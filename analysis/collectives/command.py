@@ -48,7 +48,15 @@ TABLE_ROWS = {
 # The summaries' ms add up every call's own time: calls in flight together (async all-reduces of several
 # buckets, waits of several ranks) each count, so a sum is not wall time and can exceed the steps' length.
 SUMMED = "ms summed over the calls, each counted in full: not wall time"
-STRAGGLER_HEADINGS = {"times_last": "times last", "wait_caused_ms": "wait caused ms (sum)", "wait_ms": "wait ms (sum)"}
+STRAGGLER_HEADINGS = {
+    "times_last": "times last",
+    "wait_caused_ms": "wait caused ms (sum)",
+    "wait_ms": "wait ms (sum)",
+    "late_ms": "late ms",
+    "cause_ms": "cause ms",
+    "steps_held": "steps held",
+    "recurrently_late": "recurrently late",
+}
 SUMMARY_TABLE = [
     "calls",
     "bytes",
@@ -76,8 +84,28 @@ def _with_bytes_text(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(bytes=np.where(np.isnan(b), "-", np.nan_to_num(b).astype(np.int64).astype(str)))
 
 
+def _several_groups(view: CollectivesView) -> bool:
+    """Whether a run's calls name more than one process group (only then do the outputs show groups)."""
+    from analysis.collectives.collective_stats import group_count
+
+    return any(group_count(calls) > 1 for _, calls in view.calls.groupby("path", sort=False))
+
+
+def _group_section(view: CollectivesView) -> list[tuple[str, pd.DataFrame, list[str]]]:
+    """(title, rows, keys) of the per-group summary when a run has several process groups, and of the
+    intra- / inter-host one when its ranks are on several hosts; else nothing."""
+    out = []
+    if _several_groups(view):
+        out.append((f"by process group (dimension or name, member ranks; {SUMMED}):", view.by_group, ["group"]))
+    if len(view.by_host_scope):
+        title = f"within one host or across hosts (the calls' group members; {SUMMED}):"
+        out.append((title, view.by_host_scope, ["host_scope"]))
+    return out
+
+
 def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
     from analysis.collectives.in_time_table import units_text
+    from analysis.collectives.straggler_cause import CAUSE_TEXT
     from analysis.measure.collective_calls import OUTSIDE_STEPS
     from analysis.trace.frames import KERNELS
 
@@ -94,6 +122,7 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
     for title, frame, keys in (
         (f"by op and message size (all calls of all ranks; {SUMMED}):", view.by_size, ["op", "size_class"]),
         (f"by rank ({SUMMED}):", view.by_rank, ["rank"]),
+        *_group_section(view),
     ):
         if frame.empty:  # no calls at all: the note below says why
             out += [title, "(none)", ""]
@@ -107,12 +136,18 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
     if not strag.empty:
         strag = strag.assign(implementation=strag["path"].map(impl), trace=strag["path"].map(trace))
         columns = [*lead, "step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]
+        columns += ["cause", "late_ms", "cause_ms"]
+        strag = strag.assign(cause=strag["cause"].map(CAUSE_TEXT).fillna("-"))
         shown = _fmt(strag[columns], {c: STRAGGLER_HEADINGS.get(c, c.replace("_", " ")) for c in columns})
     out += [
         "stragglers per step (the rank the others waited for; paired collectives only; waits summed over the "
         "step's calls and waiting ranks, so calls in flight together each count: not wall time, a sum can "
-        "exceed the step):",
+        "exceed the step; cause: where the straggler's lateness at the collective it held most came from, "
+        "late ms: how much later than the others' median it arrived there, cause ms: the part of it in the "
+        "cause):",
         shown,
+        "",
+        *_summary_lines(view, lead, trace, impl),
     ]
     for head in view.traces.itertuples():
         origin = "kernels" if head.source == KERNELS else f"{COMM_FORM} ranges (no communication kernels)"
@@ -130,6 +165,28 @@ def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank
         out += [f"  {sentence}" for sentence in getattr(head, "in_time", None) or []]
     out += units_text(view, units, rank)
     return "\n".join(out)
+
+
+def _summary_lines(view: CollectivesView, lead: list[str], trace: dict, impl: dict) -> list[str]:
+    """The straggler summary per rank that held a step, with the rule for `recurrently late`."""
+    from analysis.collectives.straggler_cause import CAUSE_TEXT, RECURRENT_RULE
+
+    summary = view.straggler_summary
+    shown = "(none)"
+    if not summary.empty:
+        causes = summary["causes"].map(lambda c: ", ".join(f"{CAUSE_TEXT.get(k, k)} {n}" for k, n in c.items()))
+        summary = summary.assign(
+            implementation=summary["path"].map(impl),
+            trace=summary["path"].map(trace),
+            causes=causes,
+            recurrently_late=summary["recurrently_late"].map({True: "yes", False: "no"}),
+        )
+        columns = [*lead, "rank", "steps_held", "steps", "wait_caused_ms", "causes", "recurrently_late"]
+        shown = _fmt(summary[columns], {c: STRAGGLER_HEADINGS.get(c, c.replace("_", " ")) for c in columns})
+    return [
+        f"straggler summary per rank (steps it held of those with a straggler, the wait it caused; {RECURRENT_RULE}):",
+        shown,
+    ]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -243,7 +300,12 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
     if args.format == "json":
         print(json.dumps(view.to_json()))
     elif args.format == "csv":
-        print(view.calls.to_csv(index=False), end="")
+        from analysis.measure.call_groups import GROUP_COLUMNS
+
+        calls = view.calls if _several_groups(view) else view.calls.drop(columns=GROUP_COLUMNS)
+        if not (calls["host_scope"] != "").any():  # one host (or hosts unknown): the column says nothing
+            calls = calls.drop(columns="host_scope")
+        print(calls.to_csv(index=False), end="")
         for head in view.traces.itertuples():  # stdout stays one CSV table: notes go to stderr
             print(f"phases: {head.path}: {head.phases}", file=sys.stderr)
             if head.note:

@@ -13,6 +13,12 @@ from analysis.trace.frames import NS_PER_MS
 
 GATHER = palette.COLLECTIVE_COLOURS["all_gather"]
 STEP_CHART_UNITS = 40
+# under the axis when the trace does not say when each module's forward began (prefetch.py: needed_ns -1)
+NO_TICKS = (
+    "<br><span style='font-size:12px'>No 'forward began' ticks: this trace does not mark where each module's "
+    "forward began (FSDP2 marks it; this project's fsdp marks only its collectives),<br>so the pink part, the "
+    "time compute waited for the gather, says how late each one was.</span>"
+)
 
 
 def pick_step(rows: pd.DataFrame) -> tuple[int, int] | None:
@@ -69,10 +75,10 @@ def prefetch_figure(
         title=top_left_title(f"{label}: forward all-gathers of step {step}, rank {rank}"),
         barmode="overlay",
         template="plotly_white",  # as every other page
-        xaxis_title="ms from the step's first all-gather issue",
+        xaxis_title="ms from the step's first all-gather issue" + ("" if known.any() else NO_TICKS),
         yaxis={"autorange": "reversed", "title": "module (forward order)"},
         height=height,
         legend={"orientation": "h", "x": 0, "y": 1 - 45 / height, "yanchor": "top", "yref": "container"},
-        margin={"l": 200, "t": 110},
+        margin={"l": 200, "t": 110, **({} if known.any() else {"b": 110})},
     )
     return fig

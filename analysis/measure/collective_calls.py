@@ -29,6 +29,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.measure.activity import RankWork, rank_work
+from analysis.measure.call_groups import FOREIGN, GROUP_COLUMNS, OURS, group_columns
 from analysis.measure.phases import (
     codes,
     find_steps,
@@ -43,9 +44,11 @@ from analysis.measure.torch_calls import foreign_comm_ranges
 from analysis.trace.comm_families import family_of_range, kernel_families
 from analysis.trace.frames import GPU_KERNEL, KERNELS, NVTX_MARK, RANGES, Trace
 from analysis.trace.patterns import Patterns, matches
-from contract import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, OPTIMIZER
+from contract import BACKWARD, COMM_PREFIX, FORWARD, GRAD_SYNC, GROUP_SEPARATOR, OPTIMIZER
 
-COMM_CALL = re.compile(rf"^{re.escape(COMM_PREFIX)}([^:]+):?(.*)$")
+# op, tag, and the process group after GROUP_SEPARATOR (contract/groups.py; absent: the default group)
+_AT = re.escape(GROUP_SEPARATOR)
+COMM_CALL = re.compile(rf"^{re.escape(COMM_PREFIX)}([^:]+):?(.*?)(?:{_AT}([^{_AT}:]+))?$")
 # kernel-name fragment (lower case, underscores removed) -> op; ReduceScatter before Reduce
 KERNEL_OPS = (
     ("reducescatter", "reduce_scatter"),
@@ -79,6 +82,7 @@ CALL_COLUMNS = [
     "phase",
     "kernel",
     "family",
+    *GROUP_COLUMNS,
 ]
 
 
@@ -103,8 +107,8 @@ def _comm_ranges(trace: Trace) -> pd.DataFrame:
     nvtx = trace.nvtx
     ranges = nvtx[(codes(nvtx["kind"]) != NVTX_MARK) & nvtx["text"].str.startswith(COMM_PREFIX).to_numpy()]
     parts = ranges["text"].str.extract(COMM_CALL)
-    ours = ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""))
-    foreign = foreign_comm_ranges(nvtx, ours[["part", "pid"]].drop_duplicates())
+    ours = ranges.assign(op=parts[0].fillna(""), tag=parts[1].fillna(""), group=parts[2].fillna(OURS))
+    foreign = foreign_comm_ranges(nvtx, ours[["part", "pid"]].drop_duplicates()).assign(group=FOREIGN)
     return pd.concat([ours, foreign], ignore_index=True) if len(foreign) else ours
 
 
@@ -154,7 +158,7 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
     ranges = _comm_ranges(trace)
     ranges = ranges.assign(tkey=thread_key(ranges["part"], ranges["pid"], ranges["tid"]))
     ranges = (
-        ranges[["tkey", "start", "end", "op", "tag", "payload"]]
+        ranges[["tkey", "start", "end", "op", "tag", "payload", "group"]]
         .rename(columns={"start": "r_start", "end": "r_end", "op": "r_op"})
         .sort_values("r_start", kind="stable")
     )
@@ -185,6 +189,9 @@ def _kernel_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
             "end_ns": m["end"].to_numpy(),
             "kernel": m["kernel"].to_numpy(dtype=object),
             "family": kernel_families(m["kernel"]),
+            "group": np.where(hit, m["group"].fillna(FOREIGN).to_numpy(dtype=object), FOREIGN),
+            "probe_ns": np.where(launch >= 0, launch, m["start"]).astype(np.int64),  # torch's record holds the launch
+            "probe_open": True,
         }
     )
     return _with_ranks(out, trace, by_device=True)
@@ -204,6 +211,9 @@ def _range_calls(trace: Trace) -> pd.DataFrame:
             "end_ns": r["end"].to_numpy(),
             "kernel": "",
             "family": _range_families(trace, r),
+            "group": r["group"].to_numpy(dtype=object),
+            "probe_ns": r["start"].to_numpy(),  # gloo's annotation starts after torch's record was issued
+            "probe_open": False,
         }
     )
     return _with_ranks(out, trace, by_device=False)
@@ -273,6 +283,7 @@ def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankW
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
+    calls = pd.concat([calls.drop(columns="group"), group_columns(trace, calls).set_axis(calls.index)], axis=1)
     calls.loc[outside_steps(trace, patterns, calls), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns))

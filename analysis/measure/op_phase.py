@@ -120,12 +120,12 @@ def op_phase_rows(calls: pd.DataFrame, compute: dict, per_step: bool = True) -> 
     group = grouped.ngroup().to_numpy()
     rows = grouped.size().rename("calls").reset_index()
     rows["bytes"] = grouped["bytes"].sum(min_count=1).to_numpy(dtype=float)
-    comm_ns, hidden_ns = _comm_and_hidden(group, rows["rank"].to_numpy(), frame, compute, len(rows))
+    comm_ns, hidden_ns = comm_and_hidden(group, rows["rank"].to_numpy(), frame, compute, len(rows))
     rows["comm_ms"] = comm_ns / NS_PER_MS
     rows["hidden_ms"] = hidden_ns / NS_PER_MS
     rows["exposed_ms"] = (comm_ns - hidden_ns) / NS_PER_MS
     whole = frame.groupby(keys[:-2], sort=True)  # (rank[, step]): every op and phase at once
-    all_comm, all_hidden = _comm_and_hidden(
+    all_comm, all_hidden = comm_and_hidden(
         whole.ngroup().to_numpy(), whole.size().reset_index()["rank"].to_numpy(), frame, compute, whole.ngroups
     )
     at = whole.ngroup().groupby(group).first().to_numpy()  # each row's (rank[, step]) group
@@ -138,7 +138,7 @@ def op_phase_rows(calls: pd.DataFrame, compute: dict, per_step: bool = True) -> 
     return rows.sort_values(["rank", "step", "_o", "op"], kind="stable").drop(columns="_o")[OP_PHASE_COLUMNS]
 
 
-def _comm_and_hidden(
+def comm_and_hidden(
     group: np.ndarray, group_rank: np.ndarray, frame: pd.DataFrame, compute: dict, n: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per group: |union of its calls| and |that union ∩ its rank's compute| in ns."""

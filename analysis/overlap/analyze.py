@@ -14,6 +14,7 @@ from analysis.collectives.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import unrecognised_comm_note
+from analysis.measure.group_overlap import GROUP_FIGURES, empty_group_rows, group_overlap_rows
 from analysis.measure.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
 from analysis.measure.pairing import world_size
 from analysis.overlap.metrics import METRICS, SOURCES, measure_trace, summarise
@@ -60,18 +61,21 @@ class Analysis:
     carries the trace keys (path, implementation, source, profiler); steps and totals carry each
     rank's comm_source, compute_source and shared_gpu. `by_op_phase`: communication per rank, op and
     phase (measure/op_phase.py), one row per step (kept steps) and one per rank with step NA (the
-    whole capture), with the trace keys."""
+    whole capture), with the trace keys. `by_group`: communication per rank and process group over the
+    whole capture (measure/group_overlap.py), with the trace keys."""
 
     steps: pd.DataFrame
     totals: pd.DataFrame
     summary: pd.DataFrame
     by_op_phase: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["path", *OP_PHASE_COLUMNS]))
+    by_group: pd.DataFrame = field(default_factory=lambda: empty_group_rows().assign(path=pd.Series(dtype=object)))
 
     def to_json(self) -> dict:
         """The CLI's JSON document: {"traces": [{path, implementation, source, profiler, metadata,
         ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]};
         each step and each total carries its `by_op_phase` rows (op, phase, calls, bytes, comm_ms,
-        hidden_ms, exposed_ms)."""
+        hidden_ms, exposed_ms); each rank its `groups` (group, comm_ms, overlap_ms, exposed_comm_ms, overlap_pct,
+        calls: group_overlap.py; group as the collectives JSON gives it, null where inferred)."""
         split: dict[tuple, list] = {}
         for row in plain_records(self.by_op_phase, ["path", *OP_PHASE_COLUMNS]):
             split.setdefault((row.pop("path"), row.pop("rank"), row.pop("step")), []).append(row)
@@ -80,13 +84,17 @@ class Analysis:
             path, rank = row.pop("path"), row.pop("rank")
             row["by_op_phase"] = split.get((path, rank, row["step"]), [])  # step None: the whole capture
             steps.setdefault((path, rank), []).append(row)
+        by_group = self._groups_json()
         ranks: dict[str, list] = {}
         sources = [c for c in SOURCES if c in self.totals]
         for row in plain_records(self.totals, ["path", *RANK_KEYS, *sources, *METRICS]):
             path = row.pop("path")
             ident = {k: row.pop(k) for k in [*RANK_KEYS, *sources]}
             row["by_op_phase"] = split.get((path, ident["rank"], None), [])
-            ranks.setdefault(path, []).append({**ident, "steps": steps.get((path, ident["rank"]), []), "total": row})
+            groups = by_group.get((path, ident["rank"]), [])
+            ranks.setdefault(path, []).append(
+                {**ident, "steps": steps.get((path, ident["rank"]), []), "total": row, "groups": groups}
+            )
         traces = []
         metadata = [c for c in METADATA if c in self.summary]
         notes = [c for c in NOTES if c in self.summary]
@@ -96,6 +104,21 @@ class Analysis:
             said = {k: head.pop(k) or "" for k in notes}
             traces.append({**trace, "metadata": about, **said, "ranks": ranks.get(trace["path"], []), "summary": head})
         return {"traces": traces}
+
+    def _groups_json(self) -> dict[tuple, list]:
+        """(path, rank) -> that rank's `groups` entries."""
+        from analysis.measure.call_groups import group_objects
+
+        frame = self.by_group
+        world = dict(zip(self.summary["path"], self.summary.get("world_size", pd.Series(dtype=object)), strict=False))
+        out: dict[tuple, list] = {}
+        for path, mine in frame.groupby("path", sort=False):  # one pass per run
+            known = world.get(path)
+            size = int(known) if isinstance(known, (int, float)) and known == known else int(mine["rank"].max()) + 1
+            shown = mine.assign(group=group_objects(mine, size))
+            for row in plain_records(shown, ["rank", "group", *GROUP_FIGURES]):
+                out.setdefault((path, row.pop("rank")), []).append(row)
+        return out
 
 
 def _skip_first_steps(per_step: pd.DataFrame, n: int, path: str) -> pd.DataFrame:
@@ -140,10 +163,11 @@ def analyze_run(run: LoadedRun, *, skip_steps: int = 0, rows: pd.DataFrame | Non
     summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
     summary["phases"] = phases_of(trace)
     split = by_op_phase(trace, run.calls, per_step, patterns)
-    for frame in (per_step, totals, split):
+    groups = group_overlap_rows(run.calls.frame, run.calls.compute)
+    for frame in (per_step, totals, split, groups):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
             frame.insert(i, k, v)
-    return Analysis(per_step, totals, summary, split)
+    return Analysis(per_step, totals, summary, split, groups)
 
 
 def by_op_phase(trace: Trace, calls: Calls, per_step: pd.DataFrame, patterns: Patterns | None = None) -> pd.DataFrame:
@@ -218,12 +242,13 @@ def selected(result: Analysis, step: int | None = None, rank: int | None = None)
     if step is None and rank is None:
         return result
     check_selection(result, step, rank)
-    steps, totals, split = result.steps, result.totals, result.by_op_phase
+    steps, totals, split, groups = result.steps, result.totals, result.by_op_phase, result.by_group
     if rank is not None:
-        steps, totals, split = (
+        steps, totals, split, groups = (
             steps[steps["rank"] == rank],
             totals[totals["rank"] == rank],
             split[split["rank"] == rank],
+            groups[groups["rank"] == rank],
         )
     if step is not None:
         steps, split = steps[steps["step"] == step], split[split["step"] == step]
@@ -231,7 +256,13 @@ def selected(result: Analysis, step: int | None = None, rank: int | None = None)
     for head in result.summary.to_dict("records"):  # one per trace
         rows.append({**head, **summarise(steps[steps["path"] == head["path"]])})
     summary = pd.DataFrame(rows, columns=result.summary.columns)
-    return Analysis(steps.reset_index(drop=True), totals.reset_index(drop=True), summary, split.reset_index(drop=True))
+    return Analysis(
+        steps.reset_index(drop=True),
+        totals.reset_index(drop=True),
+        summary,
+        split.reset_index(drop=True),
+        groups.reset_index(drop=True),
+    )
 
 
 PER_RANK_KEYS = [*TRACE_KEYS, *RANK_KEYS]

@@ -92,6 +92,7 @@ def render_table(result: Analysis, per_step: bool) -> str:
         steps["step"] = steps["step"].where(result.steps["step"].notna(), "all")  # no step ranges: whole capture
         out += ["", "per step:", _fmt(steps)]
     out += op_phase_lines(result)
+    out += group_lines(result)
     out += ["", "summary (mean per step over ranks):"]
     summary = _with_trace(result.summary).assign(rank="all")
     out.append(
@@ -137,6 +138,26 @@ def op_phase_lines(result: Analysis) -> list[str]:
     return lines
 
 
+def group_lines(result: Analysis) -> list[str]:
+    """Per rank of a run with several process groups: each group's communication over the capture, the part
+    hidden under compute and the exposed rest (measure/group_overlap.py); nothing for one-group runs."""
+    rows = result.by_group
+    if len(rows) == 0:
+        return []
+    several = rows.groupby("path")["label"].nunique() > 1
+    if not several.any():
+        return []
+    shown = rows[rows["path"].isin(several[several].index)]
+    lines = ["", "communication by process group (whole capture, ms; exposed in brackets, overlap %):"]
+    for (_, rank), mine in shown.groupby(["path", "rank"], sort=False):  # one pass per rank
+        parts = [
+            f"{r.label} x{r.calls} {r.comm_ms:.3f} ({r.exposed_comm_ms:.3f}, {r.overlap_pct:.1f}%)"
+            for r in mine.itertuples()
+        ]
+        lines.append(f"  rank {rank}: " + "; ".join(parts))
+    return lines
+
+
 def overlap_note(rows: pd.DataFrame, n: int) -> list[str]:
     """A note under a rank's rows when they overlap in time (not a partition: op_phase.py): what they add up
     to beside the rank's communication counted once (all_comm_ms), per step."""
@@ -170,8 +191,10 @@ def memory_line(row: dict) -> str:
 
 
 def notes(result: Analysis) -> list[str]:
-    """Per run: its metadata, a warning where ranks share a GPU, and a note when ranks are missing."""
+    """Per run: its metadata, its design notes (run/design_notes.py: figures the strategy, backend or shared
+    GPUs decide) and a note when ranks are missing."""
     from analysis.overlap.analyze import METADATA
+    from analysis.run.design_notes import design_notes
     from analysis.trace.run_info import MEMORY_COLUMNS, nccl_label
 
     lines = []
@@ -189,11 +212,8 @@ def notes(result: Analysis) -> list[str]:
         for note in ("comm_note", "clock_note"):
             if isinstance(row.get(note), str) and row[note]:
                 lines.append(f"  note: {row[note]}")
-        if isinstance(row.get("shared_gpus"), str):
-            lines.append(
-                f"  note: ranks {row['shared_gpus']} share one GPU: their compute and idle are not "
-                "exclusive GPU time, and one rank's kernels slow the other's"
-            )
+        for note in design_notes(row.get("implementation"), row.get("backend"), row.get("shared_gpus")):
+            lines.append(f"  note: {note}")
         if row.get("ranks_note"):
             lines.append(f"  note: {row['ranks_note']}")
     return lines
@@ -245,11 +265,14 @@ def _print(args: argparse.Namespace, result: Analysis, spread: list[pd.DataFrame
 
     from analysis.overlap.analyze import per_rank_table
     from analysis.render.table import plain_records
+    from analysis.run.design_notes import design_notes
 
     if args.format == "json":
         doc = result.to_json()
         by_path = {str(f["path"].iloc[0]): f for f in spread if len(f)}
         for trace in doc["traces"]:  # a run of several files: the per-step view across its ranks
+            about = trace["metadata"]
+            trace["notes"] = design_notes(trace["implementation"], about.get("backend"), about.get("shared_gpus"))
             if trace["path"] in by_path:
                 trace["steps_across_ranks"] = plain_records(by_path[trace["path"]].drop(columns="path"))
         print(json.dumps(doc))  # compact: the C encoder (indent= falls back to pure Python)

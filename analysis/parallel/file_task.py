@@ -87,7 +87,16 @@ def analyze_file(
     )
 
 
-TEXT_CALL_COLUMNS = ["op", "tag", "phase", "kernel", "family"]  # few distinct values: shipped as categoricals
+TEXT_CALL_COLUMNS = [
+    "op",
+    "tag",
+    "phase",
+    "kernel",
+    "family",
+    "group",
+    "group_desc",
+    "group_ranks",
+]  # few distinct values: shipped as categoricals
 
 
 def calls_to_ship(calls: Calls) -> Calls:

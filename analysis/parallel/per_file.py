@@ -40,7 +40,7 @@ class RunResult:
     files: tuple[FileResult, ...] = ()
     error: str | None = None
     failed: tuple[Path, ...] = ()
-    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame] | None = None
+    call_rows: tuple[pd.DataFrame, dict, pd.DataFrame, pd.DataFrame] | None = None  # collectives_view.RunRows
 
 
 @dataclass(frozen=True)

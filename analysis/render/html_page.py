@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -90,6 +91,11 @@ def page_html(title: str, blocks: list[str | go.Figure], intro: str = "", plotly
         + "\n".join(parts)
         + "\n</body></html>\n"
     )
+
+
+def notes_html(lines: Sequence[str]) -> str:
+    """Lines shown under a chart or table, one paragraph each ('' for none)."""
+    return "".join(f'<p class="note">{html.escape(line)}</p>' for line in lines)
 
 
 def written_by_us(path: Path) -> bool:

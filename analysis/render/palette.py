@@ -58,6 +58,17 @@ GATHER_CAUSE_COLOURS = {
     "late": "#EE3377",  # magenta, as exposed communication
 }
 ISSUE = "#222222"  # the CPU issue mark
+# why a step's straggler was late (collectives/straggler_cause.py): a phase in its phase colour, the host's
+# late launch in the issue mark's colour, a slower transfer in the all-reduce's
+STRAGGLER_CAUSE_COLOURS = {
+    "data": "#56B4E9",  # sky blue
+    FORWARD: PHASE_COLOURS[FORWARD],
+    BACKWARD: PHASE_COLOURS[BACKWARD],
+    OPTIMIZER: PHASE_COLOURS[OPTIMIZER],
+    "transfer": COLLECTIVE_COLOURS["all_reduce"],
+    "issue": ISSUE,
+    "unknown": STEP,
+}
 OTHER_CALLS = "#888888"  # grey: the shorter calls merged on a per-call chart's "others" row
 BACKWARD_SPAN = "rgba(230, 159, 0, 0.14)"  # the backward pass behind per-call charts (backward, faint)
 

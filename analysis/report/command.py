@@ -38,15 +38,19 @@ def progress(message: str) -> None:
 
 
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
-    """The summary rows; as a table without the hash, each run's note (missing ranks) under it."""
+    """The summary rows; as a table without the hash, each run's notes under it (its design notes,
+    run/design_notes.py, then missing ranks); JSON gives the design notes as `notes`, CSV leaves them out."""
+    from analysis.run.design_notes import summary_notes
+
     shown = summary[SUMMARY_COLUMNS]
+    design = summary_notes(summary)
     if fmt != "table":
-        print_frame(shown, fmt, headings=False, indent=2)
+        print_frame(shown.assign(notes=design) if fmt == "json" else shown, fmt, headings=False, indent=2)
         return
     print_frame(shown.drop(columns=["sha256", "ranks_note"]), fmt, headings=False, indent=2)
-    for label, note in zip(summary["label"], summary["ranks_note"], strict=True):
-        if note:
-            print(f"note: {label}: {note}")
+    for label, said, note in zip(summary["label"], design, summary["ranks_note"], strict=True):
+        for line in [*said, *([note] if note else [])]:
+            print(f"note: {label}: {line}")
 
 
 def build_parser() -> argparse.ArgumentParser:

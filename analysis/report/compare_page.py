@@ -1,21 +1,23 @@
 """The side-by-side page: one step of every implementation, fastest first, stacked on one time scale,
 each with its backward pass outlined, so where communication sits against backward reads at a glance.
 
-Each panel is the timeline (timeline/timeline_page.py) of one rank's one step: the median step of the
-slowest rank (the step the timelines open on), time zero at that step's start.
+Each panel is the timeline (timeline/timeline_page.py) of one rank's one step: the representative step
+(timeline/representative.py: closest to the run's medians), time zero at that step's start.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import html
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from analysis.render import palette
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.timeline.lanes import Segments, Selection, representative_step
+from analysis.timeline.lanes import Segments, Selection
 from analysis.timeline.panel import Panel
+from analysis.timeline.representative import RULE, SWITCH, representative_step
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,10 +28,17 @@ if TYPE_CHECKING:
 PAGE_NAME = "timelines/side_by_side.html"
 INTRO = (
     "One step of each implementation, fastest first, on one time scale: time zero is the step's start. "
-    "Each panel is the median step of that run's slowest rank, that rank's lanes. The outlined box is the "
+    "Each panel is that run's representative step (named under the chart), the lanes of the rank nearest "
+    "the medians. The outlined box is the "
     "backward pass (first to last GPU kernel launched in backward; on CPU traces the backward ranges): "
     "communication inside it can overlap backward, and the overlap strip says which communication compute "
     "hid and which it left exposed."
+)
+CHOICES = (
+    "Another step or rank: the drop-down left of each panel's title offers every step of the rank it opens on and "
+    "every rank in the step it opens on (every step of every rank would make the page too large); any step of any "
+    "rank: each run's timeline page ('whole run'), or "
+    "python -m analysis.timeline TRACE --step N --rank R."
 )
 
 
@@ -51,6 +60,16 @@ def compare_title(label: str, colour: str, step: int | None, rank: int | None, r
     )
 
 
+def step_choices(steps: pd.DataFrame, chosen: tuple[int, int]) -> list[tuple[int, int]]:
+    """(step, rank) a panel's drop-down offers: every step of the chosen rank, then every other rank in the
+    chosen step (not every step of every rank: the page would grow with both)."""
+    step, rank = chosen
+    numbered = steps.loc[steps["step"].notna(), ["step", "rank"]].drop_duplicates()
+    mine = sorted(int(k) for k in numbered.loc[numbered["rank"] == rank, "step"])
+    others = sorted(int(r) for r in numbered.loc[(numbered["step"] == step) & (numbered["rank"] != rank), "rank"])
+    return [(k, rank) for k in mine] + [(step, r) for r in others]
+
+
 def compare_panel(
     label: str,
     colour: str,
@@ -60,29 +79,46 @@ def compare_panel(
     width_px: int = 1600,
     segments: Segments | None = None,
 ) -> Panel:
-    """One implementation's panel: its representative step and rank, backward outlined, titled in its colour
-    (`segments`: the run's lanes.run_segments when the caller draws it more than once)."""
-    from analysis.timeline.timeline_page import trace_panel
-
+    """One implementation's panel: its representative step and rank, backward outlined, titled in its colour,
+    with the steps and ranks of step_choices behind its drop-down (`segments`: the run's lanes.run_segments
+    when the caller draws it more than once)."""
     chosen = representative_step(steps)
-    selection = Selection() if chosen is None else Selection(step=chosen[0], rank=chosen[1])
-    panel, _ = trace_panel(path, selection, run, steps, width_px=width_px, segments=segments)
-    row = None
-    if chosen is not None:
-        at = steps.loc[(steps["step"] == chosen[0]) & (steps["rank"] == chosen[1])]
+
+    def drawn(step: int | None, rank: int | None) -> Panel:
+        from analysis.timeline.timeline_page import trace_panel
+
+        selection = Selection() if step is None else Selection(step=step, rank=rank)
+        panel, _ = trace_panel(path, selection, run, steps, width_px=width_px, segments=segments)
+        at = steps.loc[(steps["step"] == step) & (steps["rank"] == rank)]
         row = at.iloc[0] if len(at) else None
-    step, rank = (None, None) if chosen is None else chosen
-    return dataclasses.replace(panel, title=compare_title(label, colour, step, rank, row))
+        return dataclasses.replace(panel, title=compare_title(label, colour, step, rank, row))
+
+    if chosen is None:
+        return drawn(None, None)
+    panel = drawn(*chosen)
+    choices = step_choices(steps, chosen)
+    if len(choices) < 2:
+        return panel
+    views = tuple((f"step {k}, rank {r}", None if (k, r) == chosen else drawn(k, r)) for k, r in choices)
+    return dataclasses.replace(panel, choices=views)
 
 
 def write_compare(
-    output: Path, panels: list[Panel], labels: list[str], plotly_js: PlotlyJs = BESIDE_THE_PAGE, width_px: int = 1600
+    output: Path,
+    panels: list[Panel],
+    labels: list[str],
+    plotly_js: PlotlyJs = BESIDE_THE_PAGE,
+    width_px: int = 1600,
+    notes: Sequence[str] = (),
 ) -> tuple[Path, go.Figure]:
-    """Write the side-by-side page of the panels (in the order given: fastest first)."""
-    from analysis.render.html_page import write_page
+    """Write the side-by-side page of the panels (in the order given: fastest first), the rule that chose
+    each panel's step and `notes` (the runs' design notes) under the chart."""
+    from analysis.render.html_page import notes_html, write_page
     from analysis.timeline.render_figure import build_figure
 
     fig = build_figure(panels, width_px=width_px, x_title="time since the step's start (ms), each panel its own step")
     title = "Side by side: " + ", ".join(labels)
-    write_page(output, title, [fig], intro=INTRO, plotly_js=plotly_js)
+    switch = CHOICES if any(p.choices for p in panels) else SWITCH
+    below = [f"Each panel shows {RULE}, on that step's rank nearest the medians.", *notes, switch]
+    write_page(output, title, [fig, notes_html(below)], intro=INTRO, plotly_js=plotly_js)
     return output, fig

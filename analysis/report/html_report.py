@@ -16,7 +16,8 @@ import plotly.graph_objects as go
 
 from analysis.render import palette
 from analysis.render.figure_dicts import trusted_figure
-from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs, write_page
+from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs, notes_html, write_page
+from analysis.run.design_notes import labelled, summary_notes
 from analysis.trace.run_info import nccl_label
 
 TABLE_COLUMNS = {  # summary column -> heading, format
@@ -175,17 +176,17 @@ RUN_COLUMNS = {
 MEMORY_PARTS_CELL = "memory_parts"  # not a summary column: the parts, drawn into one cell
 MEMORY_RUN_COLUMNS = {
     "mem_peak_mib": "memory peak MiB/rank",
-    MEMORY_PARTS_CELL: "its parts MiB",
+    MEMORY_PARTS_CELL: "its parts MiB (zeros left out)",
     "cuda_max_allocated_mib": "CUDA max allocated MiB",
 }
 MEMORY_RECORDED = "mem_parameters_mib"  # every run that recorded memory knows its parameters' bytes
-MEMORY_PARTS = {  # summary column -> its name in the parts cell, one part a line (keeps the table narrow)
-    "mem_parameters_mib": "params",
-    "mem_gradients_mib": "grads",
-    "mem_optimizer_state_mib": "optimizer",
-    "mem_gathered_mib": "gathered",
-    "mem_comm_buffers_mib": "comm buffers",
-    "mem_activations_mib": "activations",
+MEMORY_PARTS = {  # summary column -> its short name in the one-line parts cell, and the full name on hover
+    "mem_parameters_mib": ("params", "parameters"),
+    "mem_gradients_mib": ("grads", "gradients"),
+    "mem_optimizer_state_mib": ("optim", "optimizer state"),
+    "mem_gathered_mib": ("gathered", "gathered parameters"),
+    "mem_comm_buffers_mib": ("comm", "communication buffers"),
+    "mem_activations_mib": ("act", "activations"),
 }
 
 
@@ -235,9 +236,11 @@ def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object
     # count (torch_fsdp's gathered buffers on some torch) and so the peak
     recorded = _known(rec.get(MEMORY_RECORDED))
     shown = lambda c, f: "n/a" if recorded and not _known(rec.get(c)) else _cell(whole(rec.get(c)), f)
-    if column == MEMORY_PARTS_CELL:
-        lines = "<br>".join(f"{name} {shown(c, '{:g}')}" for c, name in MEMORY_PARTS.items())
-        return f'<span style="white-space:nowrap">{lines}</span>'  # a part's name and figure on one line
+    if column == MEMORY_PARTS_CELL:  # one short line (three figures a part), every part exact on hover
+        kept = [(c, short) for c, (short, _) in MEMORY_PARTS.items() if not (_known(rec.get(c)) and rec[c] == 0)]
+        line = " · ".join(f"{short} {shown(c, '{:.3g}')}" for c, short in kept)
+        exact = "; ".join(f"{full} {shown(c, '{:g}')} MiB" for c, (_, full) in MEMORY_PARTS.items())
+        return f'<span style="white-space:nowrap" title="{html.escape(exact)}">{line}</span>'
     if column == "nccl" and isinstance(rec.get(column), str):  # the version, then what torch was built with
         version, _, beside = rec[column].partition(" ")
         small = f'<br><span style="white-space:nowrap;font-size:smaller">{html.escape(beside)}</span>'
@@ -245,6 +248,12 @@ def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object
     if column in MEMORY_RUN_COLUMNS:
         return shown(column, fmt)
     return _cell(whole(rec.get(column)), fmt)
+
+
+def design_lines(summary: pd.DataFrame) -> list[str]:
+    """The runs' design notes (run/design_notes.py), each once after the labels of the runs it applies to:
+    figures their strategy or backend decides."""
+    return labelled(list(summary["label"]), summary_notes(summary))
 
 
 def link_list(links: dict[str, str], side_by_side: tuple[str, str] | None, summary: pd.DataFrame) -> str:
@@ -283,7 +292,7 @@ def write_index(
         "communication with no compute under it; idle is neither; speedup over naive compares mean step times."
     )
     blocks = [
-        "<h2>Implementations, fastest first</h2>" + table_html(summary, links),
+        "<h2>Implementations, fastest first</h2>" + table_html(summary, links) + notes_html(design_lines(summary)),
         breakdown_figure(summary),
         spread_figure(steps, summary),
         runs_html(summary),

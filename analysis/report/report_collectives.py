@@ -23,8 +23,12 @@ from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.render import palette
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
+from analysis.render.figure_switch import switched_figure
+from analysis.render.html_page import notes_html
+from analysis.render.units import rate_unit
 from analysis.report.call_chart import call_noun, calls_figure
-from analysis.timeline.lanes import representative_step
+from analysis.report.straggler_chart import straggler_blocks
+from analysis.timeline.representative import RULE, representative_step
 from analysis.trace.frames import NS_PER_MS
 
 if TYPE_CHECKING:
@@ -54,27 +58,29 @@ def busbw_figure(
     known = calls[calls["busbw_gbps"].notna()]
     labels = list(dict.fromkeys(known["label"]))
     colours = colours or palette.implementation_colours(labels)
+    unit, per_unit = rate_unit(known["busbw_gbps"].to_numpy(float) * 1e9)  # units.py: what fits the values
+    in_unit = 1e9 / per_unit
     fig = trusted_figure()
     for label, group in known.groupby("label", sort=False):
         fig.add_trace(
             go.Scatter(
                 x=group["bytes"],
-                y=group["busbw_gbps"],
+                y=group["busbw_gbps"] * in_unit,
                 mode="markers",
                 name=str(label),
                 marker=dict(size=5, color=colours.get(str(label), palette.IDLE), opacity=0.6),
                 text=group["tag"],
-                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.1f} GB/s",
+                hovertemplate="%{text}<br>%{x:,} bytes<br>%{y:.3g} " + unit,
             )
         )
     if peak_busbw:
-        fig.add_hline(y=peak_busbw, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
+        fig.add_hline(y=peak_busbw * in_unit, line_dash="dash", annotation_text=f"peak {peak_busbw:g} GB/s")
     fig.update_layout(
         height=420,
         title=dict(text="Bus bandwidth vs message size (each call, each rank)"),
         meta=dict(image="busbw"),
         xaxis=dict(type="log", title=dict(text="bytes")),
-        yaxis=dict(type="log", title=dict(text="busbw GB/s")),
+        yaxis=dict(type="log", title=dict(text=f"busbw {unit}"), exponentformat="none"),
         margin=dict(t=60, b=60),
     )
     return fig
@@ -162,8 +168,8 @@ def wait_transfer_figure(calls: pd.DataFrame, label: str, steps: pd.DataFrame | 
 
 
 def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, int] | None:
-    """(step, rank) the per-call chart shows: the timelines' median step of the slowest rank when the
-    analysis has it and calls there, else the middle step of the lowest rank with calls."""
+    """(step, rank) the per-call chart shows: the timelines' representative step (representative.py) when
+    the analysis has it and calls there, else the middle step of the lowest rank with calls."""
     if steps is not None:
         chosen = representative_step(steps)
         if chosen is not None and ((calls["step"] == chosen[0]) & (calls["rank"] == chosen[1])).any():
@@ -175,28 +181,49 @@ def chosen_step(calls: pd.DataFrame, steps: pd.DataFrame | None) -> tuple[int, i
     return step, int(calls.loc[calls["step"] == step, "rank"].min())
 
 
-def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
-    """The per-call chart of one trace (report/call_chart.py), or None without numbered steps."""
-    calls = entry.view.calls
-    chosen = chosen_step(calls, entry.steps)
-    if chosen is None:
-        return None
+def call_chart_rule(entry: CollectivesEntry) -> str:
+    """The line under the per-call chart: which step and rank it opens on, by which rule, and what its
+    drop-down offers."""
+    step, rank = chosen_step(entry.view.calls, entry.steps) or (None, None)
+    if entry.steps is not None and representative_step(entry.steps) == (step, rank):
+        head = f"Call by call: step {step}, rank {rank}, {RULE}."
+    else:
+        head = f"Call by call: step {step}, rank {rank}: the middle step with calls of the lowest rank that has them."
+    if step is None or rank is None or len(call_choices(entry.view.calls, (step, rank))) < 2:
+        return head
+    return head + f" The drop-down shows every step of rank {rank} and every rank in step {step}."
+
+
+def call_choices(calls: pd.DataFrame, chosen: tuple[int, int]) -> list[tuple[int, int]]:
+    """(step, rank) the per-call chart can switch to: every step of the chosen rank with calls, then every
+    other rank's call in the chosen step (not every step of every rank: the page would grow with both)."""
     step, rank = chosen
+    numbered = calls.loc[calls["step"] >= 0, ["step", "rank"]].drop_duplicates()
+    mine = sorted(int(k) for k in numbered.loc[numbered["rank"] == rank, "step"])
+    others = sorted(int(r) for r in numbered.loc[(numbered["step"] == step) & (numbered["rank"] != rank), "rank"])
+    return [(k, rank) for k in mine] + [(step, r) for r in others]
+
+
+def _one_call_figure(entry: CollectivesEntry, step: int, rank: int) -> go.Figure:
+    """The per-call chart of one step and rank (report/call_chart.py)."""
     spans = entry.run.backward_spans
     span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
     starts = entry.run.step_starts
     start = starts.loc[(starts["step"] == step) & (starts["rank"] == rank), "start_ns"]
     backward = (int(span["start_ns"].iloc[0]), int(span["end_ns"].iloc[0])) if len(span) else None
-    steps = entry.steps
-    return calls_figure(
-        calls,
-        step,
-        rank,
-        entry.label,
-        int(start.iloc[0]) if len(start) else None,
-        backward,
-        steps,
-    )
+    first = int(start.iloc[0]) if len(start) else None
+    return calls_figure(entry.view.calls, step, rank, entry.label, first, backward, entry.steps)
+
+
+def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
+    """The per-call chart of one trace, opened on chosen_step's step and rank with a drop-down to the others
+    of call_choices (render/figure_switch.py), or None without numbered steps."""
+    chosen = chosen_step(entry.view.calls, entry.steps)
+    if chosen is None:
+        return None
+    choices = call_choices(entry.view.calls, chosen)
+    figures = [(f"step {k}, rank {r}", _one_call_figure(entry, k, r)) for k, r in choices]
+    return switched_figure(figures, active=choices.index(chosen))
 
 
 def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | None = None) -> list:
@@ -230,9 +257,10 @@ def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | Non
         if (e.view.calls["step"] >= 0).any():
             fig = wait_transfer_figure(e.view.calls, e.label, e.steps)
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_collectives_per_step")))
+            blocks += straggler_blocks(e.view, e.label, stem)
         fig = per_call_figure(e)
         if fig is not None:
-            blocks.append(fig.update_layout(meta=dict(image=f"{stem}_calls")))
+            blocks += [fig.update_layout(meta=dict(image=f"{stem}_calls")), notes_html([call_chart_rule(e)])]
         sentences = [s for t in e.view.traces["in_time"] for s in (t or [])] if "in_time" in e.view.traces else []
         blocks += in_time_blocks(e.view.gathers, sentences, e.label, stem)
     return blocks

@@ -189,6 +189,7 @@ def write_timelines(
     pages' figures as images to export (img/<page name>)."""
     from analysis.report.compare_page import compare_panel, write_compare
     from analysis.report.html_report import label_colours
+    from analysis.run.design_notes import labelled, summary_notes
     from analysis.timeline.lanes import run_segments
     from analysis.timeline.timeline_page import trace_panel, write_timeline
 
@@ -196,6 +197,7 @@ def write_timelines(
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
     shown = dict(zip([r.path for r in results], shown_files([r.path for r in results]), strict=True))
     colours = label_colours(summary)
+    design = dict(zip(summary["label"], summary_notes(summary), strict=True))
     compared = {}
     images = []
     for r in results:
@@ -212,7 +214,8 @@ def write_timelines(
             file_name=shown[r.path],
             segments=segments,
         )
-        _, fig = write_timeline([panel], out / names[r.path], f"Timeline: {label}", selection, plotly_js=plotly_js)
+        title, notes = f"Timeline: {label}", [f"{label}: {n}" for n in design[label]]
+        _, fig = write_timeline([panel], out / names[r.path], title, selection, plotly_js=plotly_js, notes=notes)
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
             compared[label] = compare_panel(label, colours[label], r.path, run, r.analysis.steps, segments=segments)
@@ -220,7 +223,8 @@ def write_timelines(
     if not compared:
         return names, None, images
     order = [x for x in summary["label"] if x in compared]  # fastest first
-    _, fig = write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js)
+    notes = labelled(order, [design[x] for x in order])
+    _, fig = write_compare(out / COMPARE_PAGE, [compared[x] for x in order], order, plotly_js, notes=notes)
     images.append(Image(fig, out / IMAGES / Path(COMPARE_PAGE).stem, TIMELINE_PX))
     return names, COMPARE_PAGE, images
 

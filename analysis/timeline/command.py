@@ -34,16 +34,39 @@ def progress(message: str) -> None:
     print(f"[timeline] {message}", file=sys.stderr, flush=True)
 
 
-def print_rows(rows: list[PanelSummary], notes: list[str], fmt: str) -> None:
-    """The summary on stdout as an aligned table, CSV or JSON, with each run's note (missing ranks)."""
-    frame = pd.DataFrame([asdict(r) for r in rows], columns=list(PanelSummary.__annotations__))
-    if fmt != "table":
-        print_frame(frame.assign(ranks_note=notes), fmt, headings=False, indent=2)
+def print_rows(rows: list[PanelSummary], notes: list[str], design: list[list[str]], fmt: str) -> None:
+    """The summary on stdout as an aligned table, CSV or JSON: one row per panel, the view it opens on, with
+    each run's notes (missing ranks; design notes under the table and as JSON `notes`) and, where the panel
+    opens on one step, the whole run's figures (a line under the table; JSON `whole_run`)."""
+    columns = [c for c in PanelSummary.__annotations__ if c != "whole_run"]
+    frame = pd.DataFrame([asdict(r) for r in rows], columns=columns)
+    if fmt == "json":
+        wholes = [r.whole_run for r in rows]
+        print_frame(frame.assign(ranks_note=notes, notes=design, whole_run=wholes), fmt, headings=False, indent=2)
+        return
+    if fmt == "csv":
+        print_frame(frame.assign(ranks_note=notes), fmt, headings=False)
         return
     print_frame(frame, fmt, headings=False)
-    for row, note in zip(rows, notes, strict=True):
-        if note:
-            print(f"note: {row.trace}: {note}")
+    for row, note, said in zip(rows, notes, design, strict=True):
+        if row.whole_run:
+            print(f"{row.trace}: {whole_run_line(row.whole_run)}")
+        for line in [*said, *([note] if note else [])]:
+            print(f"note: {row.trace}: {line}")
+
+
+def whole_run_line(whole: dict) -> str:
+    """The whole run's figures, named, for the line under the table."""
+
+    def ms(key: str) -> str:
+        return "-" if whole[key] is None else f"{whole[key]:.2f} ms"
+
+    pct = "-" if whole["overlap_pct"] is None else f"{whole['overlap_pct']:.1f}%"
+    return (
+        f"opens on the step above; behind 'whole run' ({whole['view']}, {whole['steps']} rank-steps, "
+        f"{whole['segments']} segments): step {ms('step_ms')}, comm {ms('comm_ms')}, overlapped {pct}, "
+        f"exposed comm {ms('exposed_comm_ms')}"
+    )
 
 
 def drawn_note(rows: list[PanelSummary], drawn: int) -> str:
@@ -128,7 +151,7 @@ def _run(args: argparse.Namespace) -> int:
     if formats:
         written = write_images([dataclasses.replace(image, fig=fig)], formats, chromium)
         progress("wrote " + ", ".join(map(str, written)))
-    cli.emit(lambda: print_rows(rows, notes, args.format))
+    cli.emit(lambda: print_rows(rows, notes, page.design_notes, args.format))
     return 0
 
 

@@ -57,17 +57,6 @@ class Selection:
                 raise TraceError(f"--{name} {value!r}: expected a non-negative integer")
 
 
-def representative_step(steps: pd.DataFrame) -> tuple[int, int] | None:
-    """(step, rank): the median step of the slowest rank (highest mean step_ms), from the analysis'
-    per-step frame; None when it has no numbered steps."""
-    known = steps.loc[steps["step"].notna() & steps["step_ms"].notna()]
-    if known.empty:
-        return None
-    slowest = known.groupby("rank")["step_ms"].mean().idxmax()
-    mine = known.loc[known["rank"] == slowest].sort_values(["step_ms", "step"], kind="stable")
-    return int(mine["step"].iloc[(len(mine) - 1) // 2]), int(slowest)
-
-
 def _window(cpu: pd.DataFrame, seg: pd.DataFrame, step: int | None, where: str, works: list) -> tuple[int, int, int]:
     """(origin, window start, window end) in ns: the chosen step (from its start to the later of its
     window end and the end of the work launched in it, over the drawn ranks), or the whole selection."""
@@ -207,4 +196,16 @@ def build_panel(
         )
     if "step" not in panels:
         return panels["whole"]
-    return dataclasses.replace(panels["step"], overview=panels.get("whole"))
+    whole = panels.get("whole")
+    whole = None if whole is None else dataclasses.replace(whole, steps=_step_windows(works))
+    return dataclasses.replace(panels["step"], overview=whole)
+
+
+def _step_windows(works: list[RankWork]) -> tuple[tuple[int, int, int, str], ...]:
+    """(step, start, end) of every numbered step over the drawn ranks: earliest start, latest end of its work."""
+    frames = [w.windows[["step", "start", "work_end"]] for w in works]
+    if not frames:
+        return ()
+    both = pd.concat(frames, ignore_index=True)
+    both = both.loc[both["step"] >= 0].groupby("step").agg(start=("start", "min"), end=("work_end", "max"))
+    return tuple((int(k), int(a), int(b), "") for k, a, b in zip(both.index, both["start"], both["end"], strict=True))

@@ -25,12 +25,20 @@ class Panel:
     # Spans drawn as a band behind one rank's lanes (rank, start, end in ns): each step's backward pass.
     highlight: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=["rank", "start", "end"]))
     highlight_name: str = "backward pass"
+    # (step, start, end) in ns of each step over the drawn ranks, and the title naming that step's figures
+    # (timeline_page.py fills it in), for the step switch (render_figure.py)
+    steps: tuple[tuple[int, int, int, str], ...] = ()
+    # Other views of the same run (its other steps or ranks) the panel's drop-down switches to, as (label,
+    # panel), the opened view itself as (label, None): render_switch.py; a panel has these or an overview
+    choices: tuple[tuple[str, Panel | None], ...] = ()
 
     def __post_init__(self) -> None:
         check_segments(self.segments)
         for col in ("lane", "label", "rank"):
             if col not in self.lanes.columns:
                 raise ValueError(f"panel {self.title!r}: lanes frame lacks column {col!r}")
+        if self.choices and (self.overview is not None or sum(c is None for _, c in self.choices) != 1):
+            raise ValueError(f"panel {self.title!r}: choices need one opened view (None) and no overview")
         if not self.window_ns[1] > self.window_ns[0]:
             raise ValueError(f"panel {self.title!r}: empty window {self.window_ns!r}")
 

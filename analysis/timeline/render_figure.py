@@ -19,6 +19,7 @@ from analysis.timeline.render_binning import merge_subpixel
 from analysis.timeline.render_highlight import highlight_bands
 from analysis.timeline.render_hover import category_rows, hover_traces
 from analysis.timeline.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
+from analysis.timeline.render_switch import Owner, choice_menus, choice_panels, opened_choice
 
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
@@ -90,12 +91,11 @@ def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str
                 name=CATEGORY_LABELS.get(category, category),
                 legendgroup=category,
                 legendrank=LEGEND_RANK.get(category, 1000),
-                showlegend=visible and category not in in_legend,
+                showlegend=category not in in_legend,  # hidden traces leave the legend: each level has its own
                 visible=visible,
             )
         )
-        if visible:
-            in_legend.add(category)
+        in_legend.add(category)
         out.append(hover[category])
     labels = _step_labels(seg, panel, width_px, visible)
     return [*out, labels] if labels is not None else out
@@ -139,18 +139,22 @@ def _level_buttons(layout: dict, panels: list[Panel], is_overview: list[bool], p
     axes = [k for k in layout if k.startswith("xaxis")]
     whole = [p.overview or p for p in panels]
     step_label = "one step" + (" each" if len(panels) > 1 else "")
+    # one panel: its title follows the view (the opened step's figures, or the whole run's)
+    titles = [panels[0].title, whole[0].title] if len(panels) == 1 and panels[0].overview is not None else []
     buttons = [
         dict(
             label=label,
             method="update",
-            args=[{"visible": [o == show_overview for o in is_overview]}, {f"{a}.range": rng for a in axes}],
+            args=[
+                {"visible": [o == show_overview for o in is_overview]},
+                {f"{a}.range": rng for a in axes} | ({"annotations[0].text": titles[i]} if titles else {}),
+            ],
         )
-        for label, show_overview, rng in (
-            (step_label, False, _ms_range(panels)),
-            ("whole run", True, _ms_range(whole)),
+        for i, (label, show_overview, rng) in enumerate(
+            ((step_label, False, _ms_range(panels)), ("whole run", True, _ms_range(whole)))
         )
     ]
-    return [
+    menus = [
         dict(
             type="buttons",
             direction="right",
@@ -164,6 +168,41 @@ def _level_buttons(layout: dict, panels: list[Panel], is_overview: list[bool], p
             active=0,
         )
     ]
+    if len(panels) == 1 and panels[0].overview is not None and len(panels[0].overview.steps) > 1:
+        menus.append(_step_menu(panels[0], axes, is_overview, plot_px))
+    return menus
+
+
+def _step_menu(panel: Panel, axes: list[str], is_overview: list[bool], plot_px: int) -> dict:
+    """A drop-down beside the buttons: any step of the whole run, drawn at the whole run's detail, titled with
+    its figures; it reads the opened step until another is chosen."""
+    origin = panel.origin_ns
+    steps = panel.overview.steps if panel.overview is not None else ()
+    buttons = [
+        dict(
+            label=f"step {step}",
+            method="update",
+            args=[
+                {"visible": list(is_overview)},
+                {
+                    **{f"{a}.range": [(lo - origin) / 1e6, (hi - origin) / 1e6] for a in axes},
+                    **({"annotations[0].text": title} if title else {}),
+                },
+            ],
+        )
+        for step, lo, hi, title in steps
+    ]
+    return dict(
+        type="dropdown",
+        buttons=buttons,
+        x=0.22,
+        xanchor="left",
+        y=1 + 62 / plot_px,
+        yanchor="bottom",
+        pad=dict(t=0, b=0, l=0, r=0),
+        showactive=True,
+        active=next((i for i, (_, lo, _, _) in enumerate(steps) if lo == panel.window_ns[0]), -1),  # the opened step
+    )
 
 
 def build_figure(
@@ -177,21 +216,39 @@ def build_figure(
     spacing = PANEL_GAP_PX / plot_px * 0.8 if len(panels) > 1 else 0.0
     layout = stacked_layout([p.title for p in panels], heights, spacing)  # make_subplots' grid, unvalidated
     in_legend: set[str] = set()
+    in_whole_legend: set[str] = set()  # the whole-run level's legend entries, shown when it is
     is_overview: list[bool] = []
     traces: list[dict] = []
     shapes: list[dict] = []
+    owners: list[Owner] = []  # per trace, and per shape, the panel's choice it draws (render_switch.py)
+    shape_owners: list[Owner] = []
+    if any(p.choices for p in panels) and any(p.overview is not None for p in panels):
+        raise ValueError("build_figure draws panels with choices or panels with an overview, not both")
     for row, panel in enumerate(panels, start=1):
         axes = _axes(row)
+        before = set(in_legend)  # a choice, when shown, names in the legend what no earlier panel does
+        opened: Owner = (row, opened_choice(panel)) if panel.choices else None
         levels = [(panel, True), *([(panel.overview, False)] if panel.overview is not None else [])]
         drawn = 0
         for level, visible in levels:
-            for trace in _panel_traces(level, width_px, visible, in_legend):
+            for trace in _panel_traces(level, width_px, visible, in_legend if visible else in_whole_legend):
                 traces.append({**trace, "xaxis": axes[0], "yaxis": axes[1]})
                 is_overview.append(not visible)
+                owners.append(opened)
                 drawn += 1
         if drawn:  # add_hrect skipped subplots without traces
             shapes += _rank_bands(panel, axes)
         shapes += highlight_bands(panel, axes, in_legend)
+        shape_owners += [opened] * (len(shapes) - len(shape_owners))
+        for j, choice in choice_panels(panel):  # drawn hidden, each from its own step's start
+            named = set(before)
+            hidden = [{**t, "xaxis": axes[0], "yaxis": axes[1]} for t in _panel_traces(choice, width_px, False, named)]
+            traces += hidden
+            is_overview += [False] * len(hidden)
+            owners += [(row, j)] * len(hidden)
+            bands = [*(_rank_bands(choice, axes) if hidden else []), *highlight_bands(choice, axes, named)]
+            shapes += [{**b, "visible": False} for b in bands]
+            shape_owners += [(row, j)] * len(bands)
         n_lanes = max(len(panel.lanes), 1)
         layout["yaxis" if row == 1 else f"yaxis{row}"].update(
             tickmode="array",
@@ -213,13 +270,18 @@ def build_figure(
     top = TOP_PX if any(is_overview) else TOP_NO_BUTTONS_PX
     layout.update(
         shapes=shapes,
-        height=max(plot_px, LEGEND_ROW_PX * len(in_legend) + 20) + top + BOTTOM_PX,  # the legend never scrolls
+        height=max(plot_px, LEGEND_ROW_PX * len(in_legend | in_whole_legend) + 20)
+        + top
+        + BOTTOM_PX,  # the legend never scrolls
         hovermode="closest",
         margin=dict(l=170, r=LEGEND_PX, t=top, b=BOTTOM_PX),
         legend=dict(orientation="v", x=1.01, xanchor="left", y=1, yanchor="top", font=dict(size=11)),
     )
     if any(is_overview):
         layout["updatemenus"] = _level_buttons(layout, panels, is_overview, plot_px)
+    if any(p.choices for p in panels):
+        area_px = layout["height"] - top - BOTTOM_PX
+        layout["updatemenus"] = choice_menus(layout, panels, owners, shape_owners, area_px)
     # One unchecked hand-over (figure_dicts.py): every add_trace, add_shape or update call re-validates
     # what the figure holds, and the panels' traces are many.
     return trusted_figure(traces, layout)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import html
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,10 +13,18 @@ import plotly.graph_objects as go
 
 from analysis.errors import TraceError
 from analysis.render import palette
-from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs, check_plotly_file, write_page, written_by_us
-from analysis.timeline.lanes import Segments, Selection, build_panel, representative_step
+from analysis.render.html_page import (
+    BESIDE_THE_PAGE,
+    PlotlyJs,
+    check_plotly_file,
+    notes_html,
+    write_page,
+    written_by_us,
+)
+from analysis.timeline.lanes import Segments, Selection, build_panel
 from analysis.timeline.panel import Panel
 from analysis.timeline.render_figure import build_figure
+from analysis.timeline.representative import RULE, representative_step
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,6 +46,12 @@ class PanelSummary:
     comm_ms: float | None
     overlap_pct: float | None
     exposed_comm_ms: float | None
+    # the same figures over the whole selection when the panel opens on one step (its 'whole run' button),
+    # else None; not a column of the CSV or table (command.print_rows)
+    whole_run: dict | None = None
+
+
+WHOLE_RUN_KEYS = ("view", "steps", "segments", "step_ms", "comm_ms", "overlap_pct", "exposed_comm_ms")
 
 
 def view_name(selection: Selection) -> str:
@@ -55,6 +70,11 @@ def analysis_figures(selection: Selection, steps: pd.DataFrame) -> dict:
     if selection.step is not None:
         steps = steps.loc[steps["step"] == selection.step]
     return summarise(steps)
+
+
+def _figures_row(view: str, fig: dict, segments: int) -> tuple:
+    """WHOLE_RUN_KEYS' values: the view's name, its steps, drawn segments and analysis figures."""
+    return view, fig["steps"], segments, fig["step_ms"], fig["comm_ms"], fig["overlap_pct"], fig["exposed_comm_ms"]
 
 
 def _ms(value: float | None) -> str:
@@ -95,39 +115,57 @@ def trace_panel(
     among the panels it shows, run_files.unique_tails) plus the summary row; `steps`: the run's per-step frame
     (its analysis' steps), `segments`: its lanes.run_segments when the caller draws it more than once.
 
-    Without a step selected the panel opens on the median step of the slowest rank, its title giving
-    that step's figures, with the whole run one click away; the summary row is the whole selection's.
+    Without a step selected the panel opens on the representative step (representative.py), its title giving
+    that step's figures, with the whole run one click away; the summary row is the view it opens on, its
+    `whole_run` the whole selection's figures.
     `colour`: the implementation's colour in the title (a report's, where two traces share a name)."""
     trace = run.trace
     fig = analysis_figures(selection, steps)
-    opening = representative_step(steps if selection.rank is None else steps.loc[steps["rank"] == selection.rank])
-    if selection.step is None and opening is not None:
-        shown = Selection(step=opening[0], rank=selection.rank)
-        view = (
-            f"step {opening[0]} (median step of the slowest rank, r{opening[1]}), "
-            + view_name(selection).split(", ")[1]
-        )
-        figures = analysis_figures(shown, steps)
-        title = panel_title(trace.implementation, file_name or Path(path).name, view, figures, colour)
-    else:
-        title = panel_title(trace.implementation, file_name or Path(path).name, view_name(selection), fig, colour)
-    step = opening[0] if selection.step is None and opening is not None else None
+    mine = steps if selection.rank is None else steps.loc[steps["rank"] == selection.rank]
+    opening = None if selection.step is not None else representative_step(mine)
+    shown = selection if opening is None else Selection(step=opening[0], rank=selection.rank)
+    view = view_name(shown)
+    if opening is not None:
+        view = f"step {opening[0]} (representative, r{opening[1]} nearest the medians), " + view.split(", ")[1]
+    figures = analysis_figures(shown, steps)
+    title = panel_title(trace.implementation, file_name or Path(path).name, view, figures, colour)
     panel = with_backward(
-        build_panel(run, selection, title=title, width_px=width_px, opening_step=step, segments=segments), run
+        build_panel(
+            run,
+            selection,
+            title=title,
+            width_px=width_px,
+            opening_step=None if opening is None else opening[0],
+            segments=segments,
+        ),
+        run,
     )
+    if opening is not None and panel.overview is not None:  # the whole run and every step titled with its figures
+        panel = _titled_overview(panel, trace.implementation, file_name or Path(path).name, selection, steps, colour)
+    whole = None
+    if opening is not None and panel.overview is not None:
+        whole_row = _figures_row(view_name(selection), fig, len(panel.overview.segments))
+        whole = dict(zip(WHOLE_RUN_KEYS, whole_row, strict=True))
+    _, n_steps, drawn, step_ms, comm_ms, pct, exposed = _figures_row(view, figures, len(panel.segments))
     summary = PanelSummary(
-        str(path),
-        trace.implementation,
-        view_name(selection),
-        fig["ranks"],
-        fig["steps"],
-        len(panel.segments),
-        fig["step_ms"],
-        fig["comm_ms"],
-        fig["overlap_pct"],
-        fig["exposed_comm_ms"],
+        str(path), trace.implementation, view, figures["ranks"], n_steps, drawn, step_ms, comm_ms, pct, exposed, whole
     )
     return panel, summary
+
+
+def _titled_overview(
+    panel: Panel, implementation: str, shown: str, selection: Selection, steps: pd.DataFrame, colour: str | None
+) -> Panel:
+    """The panel with its overview titled with the whole selection's figures and each of its steps with
+    that step's, for the buttons and the step switch (render_figure.py)."""
+    assert panel.overview is not None
+
+    def title(selected: Selection) -> str:
+        return panel_title(implementation, shown, view_name(selected), analysis_figures(selected, steps), colour)
+
+    titled = tuple((k, lo, hi, title(Selection(k, selection.rank))) for k, lo, hi, _ in panel.overview.steps)
+    overview = dataclasses.replace(panel.overview, title=title(selection), steps=titled)
+    return dataclasses.replace(panel, overview=overview)
 
 
 def write_timeline(
@@ -137,8 +175,10 @@ def write_timeline(
     selection: Selection,
     width_px: int = 1600,
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
+    notes: Sequence[str] = (),
 ) -> tuple[Path, go.Figure]:
-    """Write the stacked-panel page (plotly.js as `plotly_js` says); returns its path and the figure."""
+    """Write the stacked-panel page (plotly.js as `plotly_js` says) with `notes` (design notes, run/design_notes.py)
+    under the chart, after the line naming the opening step's rule; returns its path and the figure."""
     opening = selection.step is None and any(p.overview is not None for p in panels)
     if selection.step is not None or opening:
         x_title = "time since the step's start (ms)" + (" (each panel's own step)" if len(panels) > 1 else "")
@@ -152,9 +192,15 @@ def write_timeline(
         "rank's lanes is its backward pass (first to last GPU kernel launched in backward; on CPU traces the "
         "backward ranges): communication inside it overlaps backward. Work narrower than a pixel is merged "
         "into blocks (the hover gives the count); zoom with the mouse."
-        + (" It opens on one step; 'whole run' shows every step." if opening else "")
+        + (
+            " It opens on one step; 'whole run' shows every step"
+            + ("; the drop-down goes to any step, at the whole run's detail." if len(panels) == 1 else ".")
+            if opening
+            else ""
+        )
     )
-    write_page(output, title, [fig], intro=intro, plotly_js=plotly_js)
+    below = ([f"Each panel opens on its representative step: {RULE}."] if opening else []) + list(notes)
+    write_page(output, title, [fig, notes_html(below)] if below else [fig], intro=intro, plotly_js=plotly_js)
     return output, fig
 
 

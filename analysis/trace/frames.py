@@ -61,6 +61,8 @@ NVTX_PUSH_POP, NVTX_START_END, NVTX_MARK = range(len(NVTX_KIND_NAMES))
 #   bytes           the collective's message size: max(in_bytes, out_bytes) (nccl-tests' "size")
 #   group_size      ranks in the process group (-1 when not recorded)
 #   process_group   the group's name and, after a colon, its description when recorded ("0:default_pg")
+#   group_name, group_desc   the group's name and description apart ("" when not recorded)
+#   group_ranks     the group's members, global ranks as "0,1" ("" when not recorded)
 COLLECTIVE_COLUMNS = [
     "part",
     "pid",
@@ -77,6 +79,9 @@ COLLECTIVE_COLUMNS = [
     "bytes",
     "group_size",
     "process_group",
+    "group_name",
+    "group_desc",
+    "group_ranks",
 ]
 COLLECTIVE_INT_COLUMNS = [
     "part",

@@ -8,7 +8,8 @@ Parameters that got no gradient follow the "had a gradient" protocol of ddp.grad
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -35,6 +36,24 @@ def synchronize_device(tensor: torch.Tensor) -> None:
     """
     if tensor.is_cuda:
         torch.cuda.synchronize(tensor.device)
+
+
+def weak_method(method: Callable[..., None]) -> Callable[..., None]:
+    """`method`, bound to a wrapper, called through a weak reference to it: a no-op once the wrapper is gone.
+
+    For gradient hooks (`register_post_accumulate_grad_hook`): autograd keeps them in C++, where the cyclic
+    garbage collector cannot see them, so a hook referring to its wrapper (or to anything that leads back to
+    the hooked tensor) makes a cycle no collection frees: the wrapper, its model, gradients and buffers would
+    stay allocated for the life of the process. A hook holds only this and plain values (indices, names).
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
 
 
 class PendingAllReduce:

@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from contract import sharded_entry
+from contract import REDUCE_SCATTER, REDUCE_SCATTER_GROUP, comm_range, sharded_entry
 from ddp.comm import nvtx_ranges
 from ddp.comm.completion_poll import CompletionPoll
 from ddp.grads.grad_flags import ACCUMULATION_ERROR
@@ -35,7 +35,7 @@ from ddp.memory.accounting import storage_key
 from ddp.sharding.gradient_buffers import GradientBuffers
 from ddp.sharding.shard_units import ShardSpec, find_units
 from ddp.sharding.unit_state import GatheredMeter, UnitState, WeightCast, cast_floating, cast_hooks
-from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes
+from ddp.strategies.base import DataParallelBase, PendingAllReduce, nbytes, weak_method
 
 COMPUTE_DTYPES = (None, torch.float32, torch.float16, torch.bfloat16)
 DEFAULT_PREFETCH = 2
@@ -73,7 +73,9 @@ class FSDP(DataParallelBase):
         self.separate_reduce_scatter = separate_reduce_scatter
         self.rs_group = dist.new_group(list(range(self.world_size))) if separate_reduce_scatter else None
         self.rank = dist.get_rank()
-        units = find_units(module, shard, self.world_size, self.rank)
+        # The ranks a unit is sharded over (hsdp: its shard group), how many, and this rank's place among them.
+        self.shard_group, self.shard_world, self.shard_rank = self._shard_layout()
+        units = find_units(module, shard, self.shard_world, self.shard_rank)
         sharded = {id(p.original) for u in units for p in u.params}
         for unit in units:
             unit.split()
@@ -85,21 +87,26 @@ class FSDP(DataParallelBase):
         largest, like = max((u.padded_numel for u in units), default=0), units[0].shard if units else torch.empty(0)
         self._grad_buffers = GradientBuffers(largest, like.dtype, like.device, self._reclaim_gradient_buffer)
         self.states = [UnitState(u, wire, self._meter, self._grad_buffers) for u in units]
+        if separate_reduce_scatter:  # their ranges name the group (contract/groups.py), as ddp.meta lists it
+            for state in self.states:
+                state.scatter_range = comm_range(REDUCE_SCATTER, state.unit.name, REDUCE_SCATTER_GROUP)
         self._order: list[UnitState] = []  # forward order of first calls, recorded in the first step
         self._recorded = False
         self._pending_ar: list[PendingAllReduce] = []
         self._rs_issued: list[UnitState] = []
         self._poll = self.collectives.poll = CompletionPoll()  # collectives without a future (gloo's reduce-scatter)
-        for state in self.states:
+        # Gradient hooks hold the wrapper weakly and a unit by its index (ddp.strategies.base.weak_method).
+        post_backward, on_replicated_grad = weak_method(self._post_backward), weak_method(self._on_replicated_grad)
+        for k, state in enumerate(self.states):
             state.unit.module.register_forward_pre_hook(self._pre_forward(state), with_kwargs=True)
             state.unit.module.register_forward_hook(self._post_forward(state))
-            state.sink.register_post_accumulate_grad_hook(lambda _t, s=state: self._post_backward(s))
+            state.sink.register_post_accumulate_grad_hook(lambda _t, k=k: post_backward(k))
         self._casts: dict[int, WeightCast] = {}  # the other parameters' copies in compute_dtype
         if compute_dtype is not None:  # registered after the units' hooks: runs on what they put in place
             pieces = frozenset(id(p.piece) for u in units for p in u.params)
             cast_hooks(module, compute_dtype, skip=pieces, casts=self._casts)
         for name, p in named:
-            p.register_post_accumulate_grad_hook(lambda p, name=name: self._on_replicated_grad(p, name))
+            p.register_post_accumulate_grad_hook(lambda p, name=name: on_replicated_grad(p, name))
 
     # ---- forward --------------------------------------------------------------------------
     def forward(self, *args, **kwargs):
@@ -149,13 +156,14 @@ class FSDP(DataParallelBase):
         self._issue_gather(state)
         self._wait_gather(state)
 
-    def _post_backward(self, state: UnitState) -> None:
+    def _post_backward(self, k: int) -> None:
+        state = self.states[k]
         if state.scattered:
             raise RuntimeError(ACCUMULATION_ERROR)
         self._poll.poll()
         self._drop_reduced_inputs()
         state.free()
-        grad, group = state.flat, self.group if self.rs_group is None else self.rs_group
+        grad, group = state.flat, self.shard_group if self.rs_group is None else self.rs_group
         assert grad is not None
         state.reduce = self.collectives.start(
             state.scatter_range,
@@ -200,6 +208,8 @@ class FSDP(DataParallelBase):
     def _synchronize(self) -> None:
         for state in self._rs_issued:
             self._finish_reduce(state)
+        self._reduce_across_replicas()
+        for state in self._rs_issued:
             state.take_mean_gradient(self.world_size)
         for pending in self._pending_ar:
             pending.wait().div_(self.world_size)
@@ -208,6 +218,14 @@ class FSDP(DataParallelBase):
             state.free()
         self._rs_issued.clear()
         self._pending_ar.clear()
+
+    # ---- what hsdp changes -----------------------------------------------------------------
+    def _shard_layout(self) -> tuple[dist.ProcessGroup | None, int, int]:
+        """The group each unit is sharded over, its size and this rank's index in it: every rank."""
+        return self.group, self.world_size, self.rank
+
+    def _reduce_across_replicas(self) -> None:
+        """After the reduce-scatters: nothing (every rank holds a different shard)."""
 
     # ---- gathers --------------------------------------------------------------------------
     def _prefetch(self, order: list[UnitState], position: int) -> None:
@@ -219,7 +237,7 @@ class FSDP(DataParallelBase):
             return
         out, send = state.gather_buffers()
         state.gather = self.collectives.start(
-            state.gather_range, nbytes(out), lambda: _all_gather(out, send, group=self.group, async_op=True)
+            state.gather_range, nbytes(out), lambda: _all_gather(out, send, group=self.shard_group, async_op=True)
         )
 
     def _wait_gather(self, state: UnitState) -> None:
@@ -245,7 +263,7 @@ class FSDP(DataParallelBase):
             unit = s.unit
             entry = sharded_entry(
                 unit.name, [p.name for p in unit.params], unit.numel, unit.padded_numel, itemsize,
-                unit.shard.element_size(), self.world_size,
+                unit.shard.element_size(), self.shard_world,
             )  # fmt: skip
             entry["reduce_scatter_bytes"] = unit.padded_numel * unit.grad.element_size()
             entries.append(entry)
@@ -275,7 +293,7 @@ class FSDP(DataParallelBase):
         full: dict[str, torch.Tensor] = {}
         for state in self.states:
             buffer = state.unit.shard.new_empty(state.unit.padded_numel)
-            _all_gather(buffer, state.unit.shard, group=self.group)
+            _all_gather(buffer, state.unit.shard, group=self.shard_group)
             full.update(state.unit.full_params(buffer))
         return {n: full[n] if n in full else p.detach().clone() for n, p in self.module.named_parameters()}
 

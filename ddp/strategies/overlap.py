@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from ddp.grads.grad_flags import ACCUMULATION_ERROR, FlagCarrier
-from ddp.strategies.base import DataParallelBase, PendingAllReduce
+from ddp.strategies.base import DataParallelBase, PendingAllReduce, weak_method
 
 
 class OverlapDDP(DataParallelBase):
@@ -27,8 +27,9 @@ class OverlapDDP(DataParallelBase):
         self._ready = [False] * len(self.order)
         self._pending: list[PendingAllReduce] = []
         self._next = 0  # position in `order` of the next collective to issue
+        ready = weak_method(self._on_gradient_ready)  # not `self`: the hooks would keep the wrapper alive
         for pos, i in enumerate(self.order):
-            self.params[i].register_post_accumulate_grad_hook(lambda _p, pos=pos: self._on_gradient_ready(pos))
+            self.params[i].register_post_accumulate_grad_hook(lambda _p, pos=pos: ready(pos))
 
     def comm_buffers(self) -> list[torch.Tensor]:
         return [self.carrier.buffer] if self.carrier else []

@@ -9,7 +9,7 @@ from contract.buckets import plan_buckets
 from ddp.comm.instrumented import broadcast_from_rank0
 from ddp.grads.buckets import Bucket
 from ddp.grads.grad_flags import ACCUMULATION_ERROR
-from ddp.strategies.base import DataParallelBase, check_same_dtype_and_device, nbytes
+from ddp.strategies.base import DataParallelBase, check_same_dtype_and_device, nbytes, weak_method
 
 
 class OverlapBucketDDP(DataParallelBase):
@@ -49,8 +49,9 @@ class OverlapBucketDDP(DataParallelBase):
         self._build(list(range(len(self.params)))[::-1])
         self._arrival: list[int] | None = []  # first step only: parameter indices as their hooks fire
         self._next_launch = 0
+        ready = weak_method(self._on_gradient_ready)  # not `self`: the hooks would keep the wrapper alive
         for i, p in enumerate(self.params):
-            p.register_post_accumulate_grad_hook(lambda _p, i=i: self._on_gradient_ready(i))
+            p.register_post_accumulate_grad_hook(lambda _p, i=i: ready(i))
 
     def _build(self, order: list[int]) -> None:
         """Buckets over the parameters taken in `order`, and each parameter's (bucket, slot)."""

@@ -9,11 +9,13 @@ from torch import nn
 from ddp.strategies.base import DataParallelBase
 from ddp.strategies.flat import FlatDDP
 from ddp.strategies.fsdp import FSDP
+from ddp.strategies.hsdp import HSDP
 from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.torch_ddp import TorchDDP
 from ddp.strategies.torch_fsdp import TorchFSDP
+from ddp.strategies.torch_hsdp import TorchHSDP
 
 IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "naive": NaiveDDP,
@@ -23,12 +25,15 @@ IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
     "torch": TorchDDP,
     "fsdp": FSDP,
     "torch_fsdp": TorchFSDP,
+    "hsdp": HSDP,
+    "torch_hsdp": TorchHSDP,
 }
 
 BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
 # The implementations that shard parameters, gradients and optimizer state (they take compute_dtype); the
 # others replicate them and all-reduce gradients.
-SHARDED = ("fsdp", "torch_fsdp")
+SHARDED = ("fsdp", "torch_fsdp", "hsdp", "torch_hsdp")
+HYBRID = ("hsdp", "torch_hsdp")  # sharded within shard groups, all-reduced across replicas: they take shard_size
 REPLICATED = tuple(n for n in IMPLEMENTATIONS if n not in SHARDED)
 
 

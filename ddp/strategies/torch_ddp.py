@@ -2,6 +2,7 @@
 
 # No `from __future__ import annotations` here: DDP checks the hook's annotations as real objects.
 import inspect
+import weakref
 from typing import Any
 
 import torch
@@ -56,7 +57,9 @@ class TorchDDP(DataParallelBase):
             find_unused_parameters=find_unused_parameters,
             **bucket_caps(bucket_size_mb, first_bucket_mb),
         )
-        self.ddp.register_comm_hook(self, _timed_all_reduce_hook)
+        # DDP's reducer keeps the hook's state in C++, out of the cyclic collector's sight: `self` there
+        # would keep this wrapper, its model and gradients alive for good; a weak proxy does not.
+        self.ddp.register_comm_hook(weakref.proxy(self), _timed_all_reduce_hook)
         # DDP rebuilds its buckets once, in the second step's forward, from the first step's
         # gradient order: the hook records the layout in the first two steps (then it is final).
         self._layout: dict[int, dict] = {}  # the last finished step's

@@ -33,7 +33,7 @@ except ImportError:  # an older torch: the other strategies still import, torch_
     AllGather = ReduceScatter = FSDPModule = object  # type: ignore[misc,assignment]
     FSDP2_MISSING = f"torch_fsdp needs torch>=2.9 (FSDP2's custom collectives), not torch {torch.__version__}"
 
-from contract import ALL_GATHER, REDUCE_SCATTER, comm_range, sharded_entry
+from contract import ALL_GATHER, REDUCE_SCATTER, REDUCE_SCATTER_GROUP, comm_range, sharded_entry
 from ddp.memory.accounting import MemoryParts, storage_bytes
 from ddp.memory.fsdp2_gathered import GatheredMemory, fsdp_params_of
 from ddp.strategies.base import DataParallelBase, nbytes
@@ -55,6 +55,8 @@ class TorchFSDP(DataParallelBase):
     original names (what an optimizer steps); `gather_full_params()` returns them in full.
     """
 
+    shard_group_name: str | None = None  # the group its ranges name (contract/groups.py); None: the default group
+
     def __init__(
         self,
         module: nn.Module,
@@ -75,12 +77,15 @@ class TorchFSDP(DataParallelBase):
         super().__init__(module, collective)  # rank 0's state everywhere before each rank keeps its slice
         self.compute_dtype = compute_dtype
         self.rank = dist.get_rank()
+        self.shard_world = self.world_size  # the ranks each parameter is sharded over
+        mesh = self._device_mesh(module)
         mp = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None)
         self.units = [*unit_modules(module, shard), (ROOT_UNIT, module)]
         for tag, unit in self.units:
-            fully_shard(unit, mp_policy=mp)
-            unit.set_custom_all_gather(TimedAllGather(self, tag))  # type: ignore[operator]
-            unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag))  # type: ignore[operator]
+            fully_shard(unit, mesh=mesh, mp_policy=mp)
+            unit.set_custom_all_gather(TimedAllGather(self, tag, self.shard_group_name))  # type: ignore[operator]
+            group = REDUCE_SCATTER_GROUP if separate_reduce_scatter else self.shard_group_name
+            unit.set_custom_reduce_scatter(TimedReduceScatter(self, tag, group))  # type: ignore[operator]
         if separate_reduce_scatter:  # a collective (dist.new_group): every rank constructs alike
             module.set_separate_reduce_scatter_group(True)  # type: ignore[operator]
         self.prefetch, self.separate_reduce_scatter = prefetch, separate_reduce_scatter
@@ -92,6 +97,10 @@ class TorchFSDP(DataParallelBase):
         # FSDP2 replaced the parameters by DTensors: the base's list must name the new objects.
         named = [(n, p) for n, p in module.named_parameters() if p.requires_grad]
         self.param_names, self.params = [n for n, _ in named], [p for _, p in named]
+
+    def _device_mesh(self, module: nn.Module) -> Any:
+        """The DeviceMesh `fully_shard` gets: None, FSDP2's default (every rank, one dimension)."""
+        return None
 
     def comm_layout(self) -> list[dict]:
         """No all-reduce: FSDP2 reduce-scatters every gradient (see `sharded_layout`)."""
@@ -115,12 +124,12 @@ class TorchFSDP(DataParallelBase):
             own = unit_parameters(self.module, unit, self.units)
             if not own:
                 continue
-            padded = sum(padded_numel(p.shape, self.world_size) for _, p in own)
+            padded = sum(padded_numel(p.shape, self.shard_world) for _, p in own)
             entry = sharded_entry(
-                tag, [n for n, _ in own], sum(p.numel() for _, p in own), padded, comm_itemsize, 4, self.world_size
+                tag, [n for n, _ in own], sum(p.numel() for _, p in own), padded, comm_itemsize, 4, self.shard_world
             )
             # Gradients are reduced in float32, and only the trainable parameters' (frozen ones are gathered).
-            trainable = sum(padded_numel(p.shape, self.world_size) for _, p in own if p.requires_grad)
+            trainable = sum(padded_numel(p.shape, self.shard_world) for _, p in own if p.requires_grad)
             entry["reduce_scatter_bytes"] = trainable * 4
             entries.append(entry)
         return entries
@@ -156,8 +165,8 @@ class TorchFSDP(DataParallelBase):
 class TimedAllGather(AllGather):
     """FSDP2's default all-gather of one unit, inside its `comm:all_gather:<unit>` range."""
 
-    def __init__(self, owner: TorchFSDP, tag: str):
-        self.owner, self.name = owner, comm_range(ALL_GATHER, tag)
+    def __init__(self, owner: TorchFSDP, tag: str, group: str | None = None):
+        self.owner, self.name = owner, comm_range(ALL_GATHER, tag, group)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return self.owner.gathered.track_flat(torch.empty(size, dtype=dtype, device=device))
@@ -174,8 +183,8 @@ class TimedAllGather(AllGather):
 class TimedReduceScatter(ReduceScatter):
     """FSDP2's default reduce-scatter of one unit's gradient, inside its `comm:reduce_scatter:<unit>` range."""
 
-    def __init__(self, owner: TorchFSDP, tag: str):
-        self.owner, self.name = owner, comm_range(REDUCE_SCATTER, tag)
+    def __init__(self, owner: TorchFSDP, tag: str, group: str | None = None):
+        self.owner, self.name = owner, comm_range(REDUCE_SCATTER, tag, group)
 
     def allocate(self, size: Sequence[int | torch.SymInt], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         return torch.empty(size, dtype=dtype, device=device)

@@ -14,11 +14,13 @@ from typing import Any
 
 import torch
 
+from contract import default_shard_size, hsdp_layout
 from ddp.comm.collectives import COLLECTIVES
 from ddp.strategies import registry
 from ddp.strategies.torch_fsdp import check_fsdp2_settings
 from ddp.training.data import check_divisible
 from ddp.training.models import MODEL_NAMES
+from ddp.training.slow_rank import check_slow_rank, parse_slow_rank
 
 OPTIMIZERS = ("sgd", "adamw")
 COMPUTE_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}  # --compute-dtype's names
@@ -119,11 +121,27 @@ class RunConfig:
         "all-gathers (own NCCL communicator and stream on GPU, own gloo group on CPU)",
         check=_flag,
     )
+    shard_size: int | None = setting(
+        None,
+        "hsdp and torch_hsdp: ranks per shard group (parameters sharded within it, gradient shards all-reduced "
+        "across the world size / shard size replicas); must divide the world size (unset: half the ranks from 4 "
+        "even ranks, else all of them)",
+        check=_positive_int,
+        optional=True,
+    )
     backend: str | None = setting(
         None,
         "process-group backend (unset: nccl when every local rank has a GPU, else gloo)",
         choices=BACKENDS,
         label="backend",
+        optional=True,
+    )
+    slow_rank: str | None = setting(
+        None,
+        "RANK:PLACE:MS: rank RANK sleeps MS ms at PLACE every step (forward, backward, optimizer, data, or "
+        "issue: after backward, before the gradient synchronisation), for straggler tests and demonstrations "
+        "(unset: no rank slowed)",
+        check=check_slow_rank,
         optional=True,
     )
 
@@ -139,8 +157,23 @@ class RunConfig:
                     f"{name}={value!r} applies to the sharded strategies ({', '.join(registry.SHARDED)}), "
                     f"not to {self.impl!r}"
                 )
-        if self.impl == "torch_fsdp":  # what FSDP2's public API cannot do, refused before any rank starts
+        if self.shard_size is not None and self.impl not in registry.HYBRID:
+            raise ValueError(
+                f"shard_size={self.shard_size!r} applies to {', '.join(registry.HYBRID)}, not to {self.impl!r}"
+            )
+        if self.impl in registry.HYBRID:
+            hsdp_layout(self.world_size, self.resolved_shard_size)
+            if self.separate_reduce_scatter:
+                raise ValueError(f"separate_reduce_scatter=True applies to fsdp and torch_fsdp, not to {self.impl!r}")
+        if self.slow_rank is not None and parse_slow_rank(self.slow_rank).rank >= self.world_size:
+            raise ValueError(f"slow_rank={self.slow_rank!r}: RANK must be below the world size {self.world_size}")
+        if self.impl in ("torch_fsdp", "torch_hsdp"):  # what FSDP2's API cannot do, refused before any rank starts
             check_fsdp2_settings(self.prefetch, self.separate_reduce_scatter)
+
+    @property
+    def resolved_shard_size(self) -> int:
+        """The shard group size in effect (hsdp, torch_hsdp): `shard_size`, or contract.default_shard_size."""
+        return default_shard_size(self.world_size) if self.shard_size is None else self.shard_size
 
 
 SETTINGS: dict[str, dataclasses.Field] = {f.name: f for f in dataclasses.fields(RunConfig)}

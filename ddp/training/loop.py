@@ -23,7 +23,21 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from contract import BACKWARD, FORWARD, MEMORY_CUDA, OPTIMIZER, RUN_ID_KEY, SHARDING_KEY, step_range
+from contract import (
+    BACKWARD,
+    DATA,
+    FORWARD,
+    GROUPS_KEY,
+    ISSUE,
+    MEMORY_CUDA,
+    OPTIMIZER,
+    RUN_ID_KEY,
+    SHARDING_KEY,
+    SLOW_RANK_KEY,
+    hsdp_groups,
+    separate_reduce_scatter_groups,
+    step_range,
+)
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext, run_id
 from ddp.memory.accounting import SavedTensorBytes, optimizer_state_bytes
@@ -34,6 +48,7 @@ from ddp.strategies.fsdp import DEFAULT_PREFETCH
 from ddp.training.config import COMPUTE_DTYPES, OPTIMIZERS, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.models import MODEL_SIZES, build_model
+from ddp.training.slow_rank import Stall, no_stall, slow_rank_meta, stall_of
 
 
 @dataclass
@@ -112,20 +127,40 @@ def loss_fn(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
 
 
 def train_step(
-    model: DataParallelBase, optimizer: torch.optim.Optimizer, batch: tuple[torch.Tensor, torch.Tensor], step: int
+    model: DataParallelBase,
+    optimizer: torch.optim.Optimizer,
+    batch: tuple[torch.Tensor, torch.Tensor],
+    step: int,
+    stall: Stall = no_stall,
 ) -> torch.Tensor:
-    """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss."""
+    """One step inside NVTX `step N`: forward, backward, gradient sync, optimizer. Returns the loss.
+    `stall(place)` is called at the start of each phase and before the gradient sync (`--slow-rank`)."""
     inputs, targets = batch
     with nvtx_ranges.range(step_range(step), cache=False):
         optimizer.zero_grad(set_to_none=True)
         with nvtx_ranges.range(FORWARD):
+            stall(FORWARD)
             loss = loss_fn(model(inputs), targets)
         with nvtx_ranges.range(BACKWARD):
+            stall(BACKWARD)
             loss.backward()
+        stall(ISSUE)
         model.finish_gradient_synchronization()
         with nvtx_ranges.range(OPTIMIZER):
+            stall(OPTIMIZER)
             optimizer.step()
     return loss.detach()
+
+
+def step_batch(
+    ctx: DistContext, cfg: RunConfig, step: int, stall: Stall = no_stall
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """This rank's batch of `step`, made inside the NVTX `data` range (where the `data` stall sleeps)."""
+    with nvtx_ranges.range(DATA):
+        stall(DATA)
+        return rank_batch(
+            cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
+        )
 
 
 def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> DataParallelBase:
@@ -136,6 +171,8 @@ def build_wrapped(ctx: DistContext, cfg: RunConfig, seed: int | None = None) -> 
         kwargs["prefetch"] = cfg.prefetch
     if cfg.separate_reduce_scatter:
         kwargs["separate_reduce_scatter"] = True
+    if cfg.impl in registry.HYBRID:
+        kwargs["shard_size"] = cfg.resolved_shard_size
     return registry.wrap(cfg.impl, model, cfg.bucket_mb, cfg.collective, **kwargs)
 
 
@@ -143,7 +180,7 @@ def sharding_settings(cfg: RunConfig) -> dict[str, Any]:
     """ddp.meta's `sharding` (contract.SHARDING_KEY) of a sharded run: the prefetch depth in effect (fsdp's
     default when unset; None: torch_fsdp left at FSDP2's own prefetching) and whether reduce-scatters ran on
     their own process group."""
-    default = DEFAULT_PREFETCH if cfg.impl == "fsdp" else None
+    default = DEFAULT_PREFETCH if cfg.impl in ("fsdp", "hsdp") else None
     return {
         "prefetch": default if cfg.prefetch is None else cfg.prefetch,
         "separate_reduce_scatter": cfg.separate_reduce_scatter,
@@ -183,6 +220,7 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
     own: dict[str, Any] = {"step": [], "comm": [], "ops": [], "in_flight": [], "hidden": []}
     clock = "host"
     loss = torch.zeros(())
+    stall = stall_of(cfg.slow_rank, ctx.rank)
     with contextlib.ExitStack() as region:
         for step in range(cfg.warmup + cfg.steps):
             if step == cfg.warmup:
@@ -190,13 +228,11 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 if measured_region is not None:
                     memory = memory_figures(model, optimizer, activations) if cfg.warmup else None
                     region.enter_context(measured_region(model, memory))
-            batch = rank_batch(
-                cfg.model, step, cfg.batch_size, cfg.context_length, ctx.rank, ctx.world_size, cfg.seed, ctx.device
-            )
+            batch = step_batch(ctx, cfg, step, stall)
             synchronize_device(batch[0])
             t0 = time.perf_counter()
             with activations if step == 0 else contextlib.nullcontext():  # counted once: the same every step
-                loss = train_step(model, optimizer, batch, step)
+                loss = train_step(model, optimizer, batch, step, stall)
             synchronize_device(batch[0])  # the step's one synchronisation
             elapsed = time.perf_counter() - t0
             stats = model.reset_comm_stats()  # reads its events: nothing left to wait for
@@ -208,9 +244,9 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
                 own["hidden"].append(stats.hidden_s)
                 clock = stats.clock
     own["memory"] = memory_figures(model, optimizer, activations)  # after the last step: gradients, state exist
-    # The wrappers' gradient hooks refer back to them: free this run's model now, not whenever the
-    # cyclic collector runs, before a sweep builds the next one.
-    del model, optimizer
+    # Free this run's model now, before a sweep builds the next one, not whenever the cyclic collector runs:
+    # `activations` holds the model too (its `holds_weights`), so it goes with it.
+    del model, optimizer, activations
     gc.collect()
     gathered: list = [None] * ctx.world_size
     dist.all_gather_object(gathered, own)
@@ -230,6 +266,7 @@ def run_training(ctx: DistContext, cfg: RunConfig, measured_region: MeasuredRegi
 
 def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
     """What profiling records in the `ddp.meta {json}` mark (JSON-serialisable)."""
+    hybrid = cfg.impl in registry.HYBRID
     size = MODEL_SIZES.get(cfg.model)
     try:
         from importlib.metadata import version
@@ -261,4 +298,7 @@ def run_metadata(ctx: DistContext, cfg: RunConfig) -> dict:
         "versions": {"python": platform.python_version(), "torch": torch.__version__, "nvtx": nvtx_version},
         "argv": sys.argv[1:],
         **({SHARDING_KEY: sharding_settings(cfg)} if cfg.impl in registry.SHARDED else {}),
+        **({GROUPS_KEY: separate_reduce_scatter_groups(ctx.world_size)} if cfg.separate_reduce_scatter else {}),
+        **({GROUPS_KEY: hsdp_groups(ctx.world_size, cfg.resolved_shard_size, ctx.rank)} if hybrid else {}),
+        SLOW_RANK_KEY: slow_rank_meta(cfg.slow_rank),
     }

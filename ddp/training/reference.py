@@ -1,9 +1,11 @@
 """The single-process run a sharded strategy must reproduce bit for bit: `train_rank_slices`.
 
 One process trains on each whole global batch, but forms each step's gradient as the ranks do: the
-gradient of each rank's slice (its mean loss), summed in rank order, divided by the world size. The
-parameters after every step are kept. A sharded strategy on 2 ranks gets the same bits in fp32 (the
-sum of two gradients does not depend on the order gloo adds them in; with more ranks it may). With a
+gradient of each rank's slice (its mean loss), summed in rank order, divided by the world size; for hsdp
+and torch_hsdp summed within each shard group in rank order, then the groups' sums in order, as they sum
+(contract.hsdp_layout). The parameters after every step are kept. A sharded strategy on 2 ranks gets the
+same bits in fp32 (the sum of two gradients does not depend on the order gloo adds them in; with more ranks
+it may, except for hsdp on 2 x 2: two sums of two). With a
 compute dtype every module runs as FSDP runs it (ddp.sharding.unit_state.casting): its weights and
 floating inputs cast to that dtype, gradients reaching the fp32 parameters.
 
@@ -21,7 +23,9 @@ from collections.abc import Iterator
 
 import torch
 
+from contract import hsdp_layout
 from ddp.sharding.unit_state import casting
+from ddp.strategies.registry import HYBRID
 from ddp.training.config import COMPUTE_DTYPES, RunConfig
 from ddp.training.data import rank_batch
 from ddp.training.loop import loss_fn, make_optimizer
@@ -65,21 +69,32 @@ def train_rank_slices(
         history = []
         for step in range(cfg.steps):
             total: dict[str, torch.Tensor] = {}
-            for rank in range(cfg.world_size):
-                model.zero_grad(set_to_none=True)
-                inputs, targets = rank_batch(
-                    cfg.model, step, cfg.batch_size, cfg.context_length, rank, cfg.world_size, cfg.seed, device
-                )
-                with casting(model, dtype):
-                    loss_fn(model(inputs), targets).backward()
-                for name, p in model.named_parameters():
-                    if p.grad is not None:
-                        total[name] = total[name] + p.grad if name in total else p.grad.clone()
+            for group in summation_groups(cfg):
+                partial: dict[str, torch.Tensor] = {}
+                for rank in group:
+                    model.zero_grad(set_to_none=True)
+                    inputs, targets = rank_batch(
+                        cfg.model, step, cfg.batch_size, cfg.context_length, rank, cfg.world_size, cfg.seed, device
+                    )
+                    with casting(model, dtype):
+                        loss_fn(model(inputs), targets).backward()
+                    for name, p in model.named_parameters():
+                        if p.grad is not None:
+                            partial[name] = partial[name] + p.grad if name in partial else p.grad.clone()
+                for name, g in partial.items():
+                    total[name] = total[name] + g if name in total else g
             for name, p in model.named_parameters():
                 p.grad = total[name] / cfg.world_size if name in total else None
             optimizer.step()
             history.append(cpu_copies(model))
     return history
+
+
+def summation_groups(cfg: RunConfig) -> list[list[int]]:
+    """The ranks whose gradients are summed first, group by group (hsdp: the shard groups; else all ranks)."""
+    if cfg.impl in HYBRID:
+        return hsdp_layout(cfg.world_size, cfg.resolved_shard_size)[0]
+    return [list(range(cfg.world_size))]
 
 
 def cpu_copies(model: torch.nn.Module) -> dict[str, torch.Tensor]:

@@ -58,7 +58,7 @@ def test_each_strategy_has_its_own_module_named_as_the_registry_names_it(name):
     cls = registry.IMPLEMENTATIONS[name]
     assert cls.__module__ == f"ddp.strategies.{MODULE_OF.get(name, name)}"
     # class names match: overlap_bucket -> OverlapBucketDDP, fsdp -> FSDP, torch_fsdp -> TorchFSDP
-    expected = name.replace("_", "") + ("" if name.endswith("fsdp") else "ddp")
+    expected = name.replace("_", "") + ("" if name.endswith(("fsdp", "hsdp")) else "ddp")
     assert cls.__name__.lower() == expected
     assert getattr(ddp, cls.__name__) is cls
 

@@ -169,7 +169,7 @@ def test_dry_run_on_a_gpu_machine_prints_the_cuda_command(tmp_path):
     res = run_nsys("all", "--gpus", "2", "--dry-run", "-o", str(tmp_path), "--", "--optimizer", "adamw")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.strip().splitlines()
-    assert len(lines) == 4 * len(IMPLEMENTATIONS)  # profile, export, two renames per implementation (seven)
+    assert len(lines) == 4 * len(IMPLEMENTATIONS)  # profile, export, two renames per implementation (nine)
     first = shlex.split(lines[0])
     assert first[0] == "NSYS_NVTX_PROFILER_REGISTER_ONLY=0"
     assert value_after(first, "--trace") == "cuda,nvtx,osrt"

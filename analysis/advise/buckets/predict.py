@@ -18,11 +18,11 @@ import pandas as pd
 from analysis.advise.buckets.gpu import GpuRun, predict_gpu
 from analysis.advise.buckets.recorded import recorded_run
 from analysis.advise.buckets.replay import RecordedRun, bucket_bytes, replay
-from analysis.advise.buckets.result import Advice, Candidate
+from analysis.advise.buckets.result import Advice, Candidate, Replayed
 from analysis.advise.comm_cost import CommCost, fit_cost
 from analysis.advise.layouts import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
-from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms
+from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms, step_spread_ms
 from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract.buckets import FIRST_BUCKET_MB, MIB, plan_buckets
@@ -100,9 +100,20 @@ def predictor(
     return predict
 
 
+def layouts(run: RecordedRun, sizes: list[float], rule: str) -> dict[tuple, list[float]]:
+    """The distinct bucket layouts of the candidate sizes (contract.buckets.plan_buckets), each with the
+    sizes that give it, smallest first: sizes past the model's whole gradient give the same buckets."""
+    out: dict[tuple, list[float]] = {}
+    for mb in sizes:
+        planned = plan_buckets(run.param_bytes, mb * MIB, min(FIRST_BUCKET_MB, mb) * MIB, rule)
+        out.setdefault(tuple(tuple(int(i) for i in b) for b in planned), []).append(mb)
+    return out
+
+
 def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | None = None) -> Advice:
     """Predictions for one loaded run of `impl` at each bucket size (default DEFAULT_BUCKETS_MB and the
-    recorded one), each with its uncertainty, and the recommendation (uncertainty.choose)."""
+    recorded one), each a change from the replay of the recorded layout with its uncertainty, and the
+    recommendation (uncertainty.choose, over the distinct layouts)."""
     trace = loaded.trace
     rec = recorded_run(loaded, impl)
     run, base, gpu = rec.run, rec.base, rec.gpu
@@ -116,26 +127,45 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
     overlapped = min(float(base["backward_overlap_ms"].sum() * NS_PER_MS / max(under.sum(), 1.0)), 1.0)
     exposed_ns = base["exposed_comm_ms"].to_numpy(dtype=float).reshape(run.step_ns.shape) * NS_PER_MS
     predict = predictor(run, fitted, gpu, exposed_ns, overlapped)
-    rule = STRATEGIES[impl][1]
-    step_rows, exposed_rows, counts = [], [], []
-    for mb in sizes:  # one replay per candidate size (every bootstrap replicate at once)
-        planned = plan_buckets(run.param_bytes, mb * MIB, min(FIRST_BUCKET_MB, mb) * MIB, rule)
-        buckets = [np.asarray(b, dtype=np.int64) for b in planned]
-        step_ms, exposed_ms = predict(buckets)
+    groups = layouts(run, sizes, STRATEGIES[impl][1])
+    # the recorded layout: the recorded size's buckets, or one collective per parameter (overlap)
+    own_layout = next((k for k, v in groups.items() if recorded in v), None)
+    own = own_layout or tuple((j,) for j in range(len(run.param_bytes)))
+    own_step, own_exposed = predict([np.asarray(b, dtype=np.int64) for b in own])
+    step_rows, exposed_rows = [], []
+    for layout in groups:  # one replay per distinct layout (every bootstrap replicate at once)
+        step_ms, exposed_ms = predict([np.asarray(b, dtype=np.int64) for b in layout])
         step_rows.append(step_ms)
         exposed_rows.append(exposed_ms)
-        counts.append(len(buckets))
     steps_ms, exposed_all = np.stack(step_rows, axis=1), np.stack(exposed_rows, axis=1)
-    candidates = [
-        Candidate(mb, n, float(s), float(e), float(se), float(ee))
-        for mb, n, s, e, se, ee in zip(
-            sizes, counts, steps_ms[0], exposed_all[0], half_width(steps_ms), half_width(exposed_all), strict=True
-        )
-    ]
-    lam = float(fitted.slowdown[0])
+    n_rows = len(fitted.rows)
+    flat = fitted.rows.ravel()
+    measured_rows = row_means_ms(run.step_ns[flat], n_rows)
+    exposed_meas_rows = row_means_ms(exposed_ns[flat], n_rows)
+    d_step = steps_ms - own_step[:, None]  # paired by row: what every layout shares cancels
+    d_exposed = exposed_all - own_exposed[:, None]
+    anchored = measured_rows[:, None] + d_step
+    anchored_exposed = np.maximum(exposed_meas_rows[:, None] + d_exposed, 0.0)
     measured = float(base["step_ms"].mean())
     exposed = float(base["exposed_comm_ms"].mean())
+    candidates = []
+    for g, (layout, same) in enumerate(groups.items()):
+        for mb in same:
+            candidates.append(
+                Candidate(
+                    mb, len(layout), float(anchored[0, g]), float(anchored_exposed[0, g]),
+                    float(half_width(anchored[:, g])), float(half_width(anchored_exposed[:, g])),
+                    change_ms=float(d_step[0, g]), change_ms_err=float(half_width(d_step[:, g])),
+                    change_pct=100.0 * float(d_step[0, g]) / measured,
+                    change_pct_err=100.0 * float(half_width(d_step[:, g])) / measured,
+                    same_layout_mb=tuple(same),
+                )
+            )  # fmt: skip
+    # one setting per layout for the recommendation: the recorded size where its layout is one
+    reps = [recorded if recorded in same else same[0] for same in groups.values()]
+    lam = float(fitted.slowdown[0])
     compute = float(base["compute_ms"].mean()) - lam * under.mean() / NS_PER_MS
+    ideal = measured - exposed
     return Advice(
         implementation=impl,
         trace=trace.path,
@@ -143,14 +173,17 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         steps=len(base),
         measured_step_ms=measured,
         measured_exposed_comm_ms=exposed,
-        ideal_step_ms=measured - exposed,
-        floor_step_ms=max(compute, float(base["transfer_ms"].mean())),
+        ideal_step_ms=ideal,
+        floor_step_ms=min(max(compute, float(base["transfer_ms"].mean())), ideal),  # never above what it bounds
         slowdown=lam,
         cost=rec.cost,
         candidates=candidates,
-        recommendation=choose(sizes, steps_ms, recorded),
+        recommendation=choose(reps, steps_ms, recorded, step_spread_ms(run.step_ns)),
         model="replay" if gpu is None else "stalls",
         slowdown_err=float(half_width(fitted.slowdown)),
         call_wait_ms=None if gpu is None else float(fitted.wait_ns[0] / NS_PER_MS),
         replicates=len(fitted.rows) - 1,
-    )
+        replayed=Replayed(float(own_step[0]), float(half_width(own_step)), float(own_exposed[0]),
+                          float(half_width(own_exposed))),
+        step_spread_ms=step_spread_ms(run.step_ns),
+    )  # fmt: skip

@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.advise.candidate_table import candidate_frame, plus_minus
-from analysis.advise.comm_cost import CommCost, line_json
+from analysis.advise.candidate_table import plus_minus
+from analysis.advise.comm_cost import CommCost, line_json, line_text
 from analysis.advise.uncertainty import Choice
 from analysis.render.table import format_table
 
@@ -17,8 +17,10 @@ KNOB = "bucket_mb"
 TABLE_COLUMNS = {
     "bucket_mb": "bucket MiB",
     "buckets": "buckets",
-    "step": "predicted step ms",
-    "exposed": "predicted exposed comm ms",
+    "change_ms": "step change ms",
+    "change_pct": "step change %",
+    "step": "step under profiler ms",
+    "exposed": "exposed comm under profiler ms",
     "note": "note",
 }
 RUN_KEYS = ["implementation", "trace", "measured_step_ms", "ideal_step_ms", "floor_step_ms", "recommended_bucket_mb"]
@@ -32,6 +34,21 @@ class Candidate:
     predicted_exposed_comm_ms: float
     predicted_step_ms_err: float = 0.0  # 95 % half-width (bootstrap over steps)
     predicted_exposed_comm_ms_err: float = 0.0
+    change_ms: float = 0.0  # the step's change from the recorded layout (paired replays)
+    change_ms_err: float = 0.0
+    change_pct: float = 0.0  # the same, % of the measured step
+    change_pct_err: float = 0.0
+    same_layout_mb: tuple[float, ...] = ()  # every candidate size that gives the same buckets
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """The replay of the recorded layout (ms, 95 % half-widths): the check that the model reproduces the run."""
+
+    step_ms: float
+    step_err: float
+    exposed_ms: float
+    exposed_err: float
 
 
 def size_label(mb: float) -> str:
@@ -58,6 +75,8 @@ class Advice:
     slowdown_err: float = 0.0
     call_wait_ms: float | None = None  # GPU: mean wait for the other ranks per call (not the step's first)
     replicates: int = 0
+    replayed: Replayed | None = None
+    step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
 
     @property
     def recommended_bucket_mb(self) -> float | None:
@@ -81,6 +100,9 @@ class Advice:
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "call_wait_ms": None if self.call_wait_ms is None else round(self.call_wait_ms, 4),
             "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
+            "absolute_figures": "under the profiler: the recorded step plus the predicted change",
+            "step_spread_ms": round(self.step_spread_ms, 3),
+            "replay_check": None if self.replayed is None else replay_check(self),
             "comm_cost": [
                 {
                     "min_bytes": line.lo_bytes,
@@ -99,6 +121,11 @@ class Advice:
                     "predicted_step_ms_err": round(c.predicted_step_ms_err, 3),
                     "predicted_exposed_comm_ms": round(c.predicted_exposed_comm_ms, 3),
                     "predicted_exposed_comm_ms_err": round(c.predicted_exposed_comm_ms_err, 3),
+                    "predicted_change_ms": round(c.change_ms, 3),
+                    "predicted_change_ms_err": round(c.change_ms_err, 3),
+                    "predicted_change_pct": round(c.change_pct, 3),
+                    "predicted_change_pct_err": round(c.change_pct_err, 3),
+                    "same_layout_mb": list(c.same_layout_mb),
                 }
                 for c in self.candidates
             ],
@@ -112,19 +139,77 @@ class Advice:
                 "gain_ms": None if rec.gain_ms is None else round(rec.gain_ms, 3),
                 "gain_ms_err": None if rec.gain_ms_err is None else round(rec.gain_ms_err, 3),
                 "reason": rec.reason(size_label, "size"),
+                "beyond_noise": rec.beyond_noise,
             },
             "recommended_bucket_mb": self.recommended_bucket_mb,
         }
 
 
+def replay_check(a: Advice) -> dict:
+    """The replay of the recorded layout against the measured step and exposed communication: each within
+    the replay's 95 % interval or not, and by how much it is off."""
+    r = a.replayed
+    assert r is not None
+    check = lambda got, err, measured: {
+        "replayed_ms": round(got, 3),
+        "replayed_ms_err": round(err, 3),
+        "measured_ms": round(measured, 3),
+        "off_ms": round(got - measured, 3),
+        "within": bool(abs(got - measured) <= err),
+    }
+    return {
+        "step": check(r.step_ms, r.step_err, a.measured_step_ms),
+        "exposed_comm": check(r.exposed_ms, r.exposed_err, a.measured_exposed_comm_ms),
+    }
+
+
+def check_text(name: str, c: dict) -> str:
+    """'step 735.3 ± 20.1 ms vs 773.3 measured: within its interval' or '...: off by -38.0 ms (-4.9 %)'."""
+    head = f"{name} {c['replayed_ms']:.3f} ± {c['replayed_ms_err']:.3f} ms vs {c['measured_ms']:.3f} measured"
+    if c["within"]:
+        return f"{head}, within its interval"
+    pct = 100.0 * c["off_ms"] / c["measured_ms"] if c["measured_ms"] else float("nan")
+    return f"{head}, NOT within its interval (off by {c['off_ms']:+.3f} ms, {pct:+.1f} %)"
+
+
+def merged_rows(run: dict) -> list[dict]:
+    """One candidate per distinct layout (the recorded size standing for its own), its sizes named."""
+    rows, seen = [], set()
+    for c in run["candidates"]:
+        same = tuple(c.get("same_layout_mb") or (c["bucket_mb"],))
+        if same in seen:
+            continue
+        seen.add(same)
+        pick = next((d for d in run["candidates"] if d["bucket_mb"] in same and d["recorded"]), c)
+        rows.append({**pick, "same_layout_mb": list(same)})
+    return rows
+
+
+def _sizes(c: dict) -> str:
+    same = c["same_layout_mb"]
+    return f"{same[0]:g}" if len(same) == 1 else f"{same[0]:g}-{same[-1]:g}"
+
+
+def _note(run: dict, c: dict) -> str:
+    chosen = (run["recommended"] or {}).get("bucket_mb")
+    mark = (
+        ["recorded"] if any(d["recorded"] for d in run["candidates"] if d["bucket_mb"] in c["same_layout_mb"]) else []
+    )
+    mark += ["recommended"] if chosen in c["same_layout_mb"] else []
+    if len(c["same_layout_mb"]) > 1:
+        mark.append(f"{_sizes(c)} MiB: same {c['buckets']} buckets")
+    return ", ".join(mark)
+
+
 def table_lines(run: dict) -> list[str]:
-    """The lines for one run's JSON: the recorded figures, the model's parameters, the candidates, the choice."""
+    """The lines for one run's JSON: the recorded figures, the replay's check, the model's parameters, the
+    candidates (one row per distinct layout, changes first), the choice."""
+    import pandas as pd
+
     recorded = run["recorded_bucket_mb"]
     size = f"{recorded:g} MiB buckets" if recorded else "one collective per parameter"
     lines = "; ".join(
-        f"{_bytes(c['min_bytes'])}-{_bytes(c['max_bytes'])}: {c['latency_us']:.1f} us + "
-        f"{'n/a' if c['bandwidth_gb_s'] is None else format(c['bandwidth_gb_s'], '.3f')} GB/s"
-        for c in _distinct_lines(run["comm_cost"])
+        f"{_bytes(c['min_bytes'])}-{_bytes(c['max_bytes'])}: {line_text(c)}" for c in _distinct_lines(run["comm_cost"])
     )
     wait = run["call_wait_ms"]
     model = (
@@ -135,20 +220,39 @@ def table_lines(run: dict) -> list[str]:
         "communication under backward"
     )
     cells = {
-        "bucket_mb": lambda c: c["bucket_mb"],
+        "bucket_mb": _sizes,
         "buckets": lambda c: c["buckets"],
+        "change_ms": lambda c: f"{c['predicted_change_ms']:+.3f} ± {c['predicted_change_ms_err']:.3f}",
+        "change_pct": lambda c: f"{c['predicted_change_pct']:+.1f} ± {c['predicted_change_pct_err']:.1f}",
         "step": lambda c: plus_minus(c, "predicted_step_ms"),
         "exposed": lambda c: plus_minus(c, "predicted_exposed_comm_ms"),
     }
-    return [
+    rows = merged_rows(run)
+    frame = pd.DataFrame([{**{k: f(c) for k, f in cells.items()}, "note": _note(run, c)} for c in rows])
+    measured = run["measured_step_ms"]
+    bound = lambda ms: f"{ms:.3f} ms ({ms - measured:+.3f} ms, {100 * (ms - measured) / measured:+.1f} %)"
+    out = [
         f"{run['trace']}: {run['implementation']}, {size}, {run['steps']} rank-steps",
-        f"  measured step {run['measured_step_ms']:.3f} ms, exposed communication "
-        f"{run['measured_exposed_comm_ms']:.3f} ms",
-        f"  perfect overlap (step - exposed): {run['ideal_step_ms']:.3f} ms; floor (max of compute, "
-        f"communication): {run['floor_step_ms']:.3f} ms",
+        f"  measured step {measured:.3f} ms (step-to-step spread {run['step_spread_ms']:.3f} ms), exposed "
+        f"communication {run['measured_exposed_comm_ms']:.3f} ms; every absolute figure is under the profiler",
+    ]
+    check = run.get("replay_check")
+    if check:
+        out.append(
+            f"  replay of the recorded layout: {check_text('step', check['step'])}; "
+            f"{check_text('exposed communication', check['exposed_comm'])}"
+        )
+        if not (check["step"]["within"] and check["exposed_comm"]["within"]):
+            out.append(
+                "  the changes below are differences of replays: what the replay misses above may also miss there"
+            )
+    return [
+        *out,
+        f"  perfect overlap (step - exposed): {bound(run['ideal_step_ms'])}; floor (max of compute, "
+        f"communication): {bound(run['floor_step_ms'])}",
         f"  model: collective cost (overall, then per message-size range) {lines}; {model}",
-        f"  ±: {run['uncertainty']}",
-        format_table(candidate_frame(run, cells), TABLE_COLUMNS),
+        f"  ±: {run['uncertainty']}; changes from the recorded layout, % of the measured step",
+        format_table(frame, TABLE_COLUMNS),
         f"recommended bucket size: {run['recommended_bucket_mb']:g} MiB ({run['recommended']['reason']})",
         "",
     ]

@@ -23,7 +23,15 @@ from analysis.advise.sharded.recorded import ShardRecorded, recorded_shard
 from analysis.advise.sharded.replay import Phase, Replayed, Setting, ShardRun, replay
 from analysis.advise.sharded.result import ShardAdvice, ShardCandidate
 from analysis.advise.slowdown import instrumented_slope
-from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms
+from analysis.advise.uncertainty import (
+    changes,
+    choose,
+    half_width,
+    resampled_calls,
+    resamples,
+    row_means_ms,
+    step_spread_ms,
+)
 from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER
@@ -117,33 +125,53 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
     err = lambda a: float(half_width(a))
     at_recorded = replay(run, rec.setting)
     settings = settings_for(rec.setting, depths)
-    steps, candidates = [], []
+    steps, replays = [], []
     for setting in settings:  # one replay per candidate (every bootstrap row at once)
         r = replay(run, setting)
-        step = per_row(measured + r.step - at_recorded.step)
+        replays.append(r)
+        steps.append(per_row(measured + r.step - at_recorded.step))
+    table = np.stack(steps, axis=1)
+    change, change_err = changes(table, settings.index(rec.setting))
+    measured_ms = float(rec.step_ns.mean() / NS_PER_MS)
+    same = _same_schedule(replays, settings)
+    candidates = []
+    for i, (setting, r) in enumerate(zip(settings, replays, strict=True)):
         fw, bw = per_row(r.forward_wait.sum(axis=2)), per_row(r.backward_wait.sum(axis=2))
-        steps.append(step)
         worst_phase, worst_unit, worst = _worst(r, rec.units, s)
         candidates.append(
-            ShardCandidate(setting, float(step[0]), err(step), float(fw[0]), err(fw), float(bw[0]), err(bw),
-                           worst_unit, worst_phase, worst)
+            ShardCandidate(setting, float(table[0, i]), err(table[:, i]), float(fw[0]), err(fw), float(bw[0]), err(bw),
+                           worst_unit, worst_phase, worst, float(change[i]), float(change_err[i]),
+                           100.0 * float(change[i]) / measured_ms, 100.0 * float(change_err[i]) / measured_ms,
+                           same[i])
         )  # fmt: skip
-    ideal = replay(_free(run), rec.setting)
+    # the bound: every collective free, never above the replay of the recorded setting it bounds
+    free = np.minimum(replay(_free(run), rec.setting).step, at_recorded.step)
     replayed = per_row(at_recorded.step)
+    spread = step_spread_ms(rec.step_ns)
     return ShardAdvice(
         rec=rec,
         trace=trace,
-        measured_step_ms=float(rec.step_ns.mean() / NS_PER_MS),
+        measured_step_ms=measured_ms,
         replayed_step_ms=float(replayed[0]),
         replayed_step_err=err(replayed),
-        ideal_step_ms=float(per_row(measured + ideal.step - at_recorded.step)[0]),
+        ideal_step_ms=float(per_row(measured + free - at_recorded.step)[0]),
         slowdown=float(lam[0]),
         slowdown_err=err(lam),
         replicates=n_rows - 1,
         costs=costs,
         candidates=candidates,
-        choice=choose(settings, np.stack(steps, axis=1), rec.setting),
+        choice=choose(settings, table, rec.setting, spread),
+        ideal_replayed_ms=float(per_row(free)[0]),
+        step_spread_ms=spread,
     )
+
+
+def _same_schedule(replays: list[Replayed], settings: list[Setting]) -> list[tuple[Setting, ...]]:
+    """Per setting, every setting whose replay is the same schedule (the same steps and waits in every
+    row): a depth past what the run can prefetch, or a communicator nothing else uses, changes nothing."""
+    key = lambda r: (r.step.tobytes(), r.forward_wait.tobytes(), r.backward_wait.tobytes())
+    keys = [key(r) for r in replays]
+    return [tuple(t for t, k2 in zip(settings, keys, strict=True) if k2 == k) for k in keys]
 
 
 def _free(run: ShardRun) -> ShardRun:

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from analysis.advise.candidate_table import candidate_frame, plus_minus
-from analysis.advise.comm_cost import line_json
+from analysis.advise.comm_cost import line_json, line_text
 from analysis.advise.sharded.recorded import ShardRecorded
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.uncertainty import Choice
@@ -18,7 +18,9 @@ KNOB = "prefetch, separate_reduce_scatter"
 COLUMNS = {
     "prefetch": "prefetch",
     "rs": "reduce-scatters",
-    "step": "predicted step ms",
+    "change_ms": "step change ms",
+    "change_pct": "step change %",
+    "step": "step under profiler ms",
     "forward": "forward wait ms",
     "backward": "backward wait ms",
     "worst": "worst unit (wait ms)",
@@ -39,6 +41,11 @@ class ShardCandidate:
     worst_unit: str
     worst_phase: str
     worst_wait_ms: float
+    change_ms: float = 0.0  # the step's change from the recorded setting (paired replays)
+    change_ms_err: float = 0.0
+    change_pct: float = 0.0  # the same, % of the measured step
+    change_pct_err: float = 0.0
+    same_schedule: tuple[Setting, ...] = ()  # every candidate whose replay is this one's
 
     def to_json(self, recorded: Setting) -> dict:
         s = self.setting
@@ -54,6 +61,13 @@ class ShardCandidate:
             "predicted_backward_wait_ms": round(self.backward_wait_ms, 3),
             "predicted_backward_wait_ms_err": round(self.backward_wait_err, 3),
             "worst_unit": {"phase": self.worst_phase, "unit": self.worst_unit, "wait_ms": round(self.worst_wait_ms, 3)},
+            "predicted_change_ms": round(self.change_ms, 3),
+            "predicted_change_ms_err": round(self.change_ms_err, 3),
+            "predicted_change_pct": round(self.change_pct, 3),
+            "predicted_change_pct_err": round(self.change_pct_err, 3),
+            "same_schedule": [
+                {"prefetch": t.prefetch, "separate_reduce_scatter": t.separate} for t in self.same_schedule
+            ],
         }
 
 
@@ -78,6 +92,8 @@ class ShardAdvice:
     costs: dict  # op -> comm_cost.CommCost fitted on every recorded step
     candidates: list[ShardCandidate] = field(default_factory=list)
     choice: Choice | None = None  # its settings are Setting
+    ideal_replayed_ms: float = 0.0  # the replay with every collective free (<= replayed_step_ms)
+    step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
 
     def to_json(self) -> dict:
         r = self.rec
@@ -98,7 +114,11 @@ class ShardAdvice:
             "measured_wait_ms": round(self.rec.exposed_ms, 3),
             "replayed_step_ms": round(self.replayed_step_ms, 3),
             "replayed_step_ms_err": round(self.replayed_step_err, 3),
+            "replay_within": bool(abs(self.replayed_step_ms - self.measured_step_ms) <= self.replayed_step_err),
             "ideal_step_ms": round(self.ideal_step_ms, 3),
+            "ideal_replayed_ms": round(self.ideal_replayed_ms, 3),
+            "step_spread_ms": round(self.step_spread_ms, 3),
+            "absolute_figures": "under the profiler: the recorded step plus the predicted change",
             "compute_slowdown": round(self.slowdown, 4),
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
@@ -111,6 +131,7 @@ class ShardAdvice:
                 "gain_ms": round(c.gain_ms, 3),
                 "gain_ms_err": round(c.gain_ms_err, 3),
                 "reason": c.reason(label, "setting"),
+                "beyond_noise": c.beyond_noise,
             },
         }
 
@@ -127,6 +148,8 @@ def _worst(c: dict) -> str:
 CELLS: dict[str, Callable[[dict], object]] = {
     "prefetch": lambda c: c["prefetch"],
     "rs": lambda c: _communicator(c["separate_reduce_scatter"]),
+    "change_ms": lambda c: f"{c['predicted_change_ms']:+.3f} ± {c['predicted_change_ms_err']:.3f}",
+    "change_pct": lambda c: f"{c['predicted_change_pct']:+.1f} ± {c['predicted_change_pct_err']:.1f}",
     "step": lambda c: plus_minus(c, "predicted_step_ms"),
     "forward": lambda c: plus_minus(c, "predicted_forward_wait_ms"),
     "backward": lambda c: plus_minus(c, "predicted_backward_wait_ms"),
@@ -134,28 +157,63 @@ CELLS: dict[str, Callable[[dict], object]] = {
 }
 
 
+def merged(run: dict) -> dict:
+    """The run with one candidate per distinct schedule (the recorded setting standing for its own), its
+    note naming the settings that replay the same."""
+    out, seen = [], []
+    for c in run["candidates"]:
+        same = c.get("same_schedule") or [c["setting"]]
+        if same in seen:
+            continue
+        seen.append(same)
+        group = [d for d in run["candidates"] if d["setting"] in same]
+        out.append(next((d for d in group if d["recorded"]), c))
+    return {**run, "candidates": out}
+
+
+def _same(c: dict) -> str:
+    others = [s for s in c.get("same_schedule") or [] if s != c["setting"]]
+    names = ", ".join(f"{s['prefetch']}/{_communicator(s['separate_reduce_scatter'])}" for s in others)
+    return f"same schedule as {names} (prefetch/reduce-scatters)" if names else ""
+
+
 def table_lines(run: dict) -> list[str]:
-    """The lines for one sharded run."""
+    """The lines for one sharded run: the recorded figures, the replay's check, the bound, the model, the
+    candidates (one row per distinct schedule, changes first), the choice."""
     rec = run["recorded_setting"]
-    bandwidth = lambda c: "n/a" if c["bandwidth_gb_s"] is None else format(c["bandwidth_gb_s"], ".3f")
-    cost = "; ".join(
-        f"{op} {c['latency_us']:.1f} us + {bandwidth(c)} GB/s ({c['calls']} calls)"
-        for op, c in run["comm_cost"].items()
-    )
+    cost = "; ".join(f"{op} {line_text(c)} ({c['calls']} calls)" for op, c in run["comm_cost"].items())
     chosen = run["recommended"]["setting"]
     lanes = "one stream per communicator" if run["lanes"] == 1 else f"{run['lanes']} collectives at once per group"
+    measured, replayed = run["measured_step_ms"], run["replayed_step_ms"]
+    off = replayed - measured
+    check = (
+        "within its interval"
+        if run["replay_within"]
+        else f"NOT within its interval (off by {off:+.3f} ms, {100 * off / measured:+.1f} %): the changes below are "
+        "differences of replays, and may miss what the replay misses"
+    )
+    ideal = run["ideal_step_ms"] - measured
+    shown = merged(run)
+    frame = candidate_frame(shown, CELLS)
+    frame["note"] = [
+        ", ".join(x for x in (n, _same(c)) if x) for n, c in zip(frame["note"], shown["candidates"], strict=True)
+    ]
     return [
         f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, "
         f"reduce-scatters {_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), "
         f"{run['steps']} rank-steps",
-        f"  measured step {run['measured_step_ms']:.3f} ms, of which waiting for weights and the tail "
-        f"{run['measured_wait_ms']:.3f} ms; the replay at the recorded setting: {run['replayed_step_ms']:.3f} ± "
-        f"{run['replayed_step_ms_err']:.3f} ms",
-        f"  perfect overlap (every collective free): {run['ideal_step_ms']:.3f} ms",
+        f"  measured step {measured:.3f} ms (step-to-step spread {run['step_spread_ms']:.3f} ms), of which waiting "
+        f"for weights and the tail {run['measured_wait_ms']:.3f} ms; every absolute figure is under the profiler",
+        f"  replay of the recorded setting: step {replayed:.3f} ± {run['replayed_step_ms_err']:.3f} ms vs "
+        f"{measured:.3f} measured, {check}",
+        f"  perfect overlap (every collective free): {ideal:+.3f} ms ({100 * ideal / measured:+.1f} %) from the "
+        f"recorded step, {run['ideal_step_ms']:.3f} ms (replayed: {run['ideal_replayed_ms']:.3f} ms, at most the "
+        f"replay's {replayed:.3f})",
         f"  model: {run['model']}, {lanes}; collective cost (all calls) {cost}; compute slowdown "
         f"{run['compute_slowdown']:.3f} ± {run['compute_slowdown_err']:.3f} ms per ms of communication beside it",
-        f"  ±: {run['uncertainty']}; waits: ms per rank-step, summed over units",
-        format_table(candidate_frame(run, CELLS), COLUMNS),
+        f"  ±: {run['uncertainty']}; changes from the recorded setting, % of the measured step; waits: ms per "
+        "rank-step, summed over units",
+        format_table(frame, COLUMNS),
         f"recommended: prefetch {chosen['prefetch']}, reduce-scatters "
         f"{_communicator(chosen['separate_reduce_scatter'])} ({run['recommended']['reason']})",
         "",

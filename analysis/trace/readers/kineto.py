@@ -236,9 +236,22 @@ def _collectives(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
             "bytes": np.maximum(found["b_in"], found["b_out"]),
             "group_size": np.array([count(a.group_size) for a in args], dtype=np.int64),
             "process_group": pd.Series([_group_name(a.pg_name, a.pg_desc) for a in args], dtype=object),
+            "group_name": pd.Series(["" if a.pg_name is None else str(a.pg_name) for a in args], dtype=object),
+            "group_desc": pd.Series(["" if a.pg_desc is None else str(a.pg_desc) for a in args], dtype=object),
+            "group_ranks": pd.Series([_group_ranks(a.pg_ranks) for a in args], dtype=object),
         }
     )
     return frame.sort_values(["part", "pid", "start"], kind="stable").reset_index(drop=True)
+
+
+def _group_ranks(ranks: object) -> str:
+    """The group's members as "0,1,2" from the recorded "[0, 1, 2]" (a list in some versions); "" when not recorded
+    or not a list of integers."""
+    if ranks is None:
+        return ""
+    text = ",".join(str(r) for r in ranks) if isinstance(ranks, list) else str(ranks).strip().strip("[]")
+    members = [m.strip() for m in text.split(",") if m.strip()]
+    return ",".join(members) if members and all(m.isdigit() for m in members) else ""
 
 
 def _group_name(name: object, desc: object) -> str:

@@ -51,6 +51,7 @@ class Args(msgspec.Struct, gc=False):
     group_size: Any = msgspec.field(name="Group size", default=None)
     pg_name: Any = msgspec.field(name="Process Group Name", default=None)
     pg_desc: Any = msgspec.field(name="Process Group Description", default=None)
+    pg_ranks: Any = msgspec.field(name="Process Group Ranks", default=None)
     payload: Any = msgspec.field(name=PAYLOAD_KEY, default=-1)  # our recorder's range payload (a comm call's bytes)
 
 

@@ -46,6 +46,24 @@ def test_every_size_within_10_percent_and_the_recommendation_within_5_of_the_bes
 
 
 @pytest.mark.real
+def test_every_predicted_change_from_the_recorded_size_within_10_points(h200_torch):
+    measured = sweep()
+    (result,) = advise([h200_torch], sorted(measured))
+    run = result.to_json()
+    base = measured[run["recorded_bucket_mb"]]
+    for c in run["candidates"]:
+        change = 100 * (measured[c["bucket_mb"]] - base) / base  # the sweep's own change, unprofiled
+        assert abs(c["predicted_change_pct"] - change) <= 10, (c["bucket_mb"], c["predicted_change_pct"], change)
+        assert c["predicted_change_pct"] == pytest.approx(
+            100 * c["predicted_change_ms"] / run["measured_step_ms"], abs=1e-2
+        )
+    # the replay of the recorded size is checked against the recorded run before any candidate
+    assert run["replay_check"]["step"]["off_ms"] == pytest.approx(
+        run["replay_check"]["step"]["replayed_ms"] - result.measured_step_ms, abs=2e-3
+    )
+
+
+@pytest.mark.real
 def test_the_recorded_size_reproduces_the_recorded_run(h200_torch):
     (result,) = advise([h200_torch], [25.0])
     (own,) = result.candidates

@@ -10,7 +10,7 @@ import pytest
 from analysis.advise.buckets.result import size_label
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.sharded.result import label
-from analysis.advise.uncertainty import Z95, choose, resamples
+from analysis.advise.uncertainty import Z95, changes, choose, resamples, step_spread_ms
 
 
 def steps(estimate: list[float], spread: float, replicates: int = 400) -> np.ndarray:
@@ -69,3 +69,36 @@ def test_resamples_start_with_every_step_in_order_and_are_fixed():
     assert rows.shape == (51, 5) and rows[0].tolist() == [0, 1, 2, 3, 4]
     assert np.array_equal(rows, resamples(5, replicates=50)) and rows.min() >= 0 and rows.max() <= 4
     assert resamples(1).tolist() == [[0]]
+
+
+def test_the_step_spread_is_the_sd_of_the_steps_rank_means():
+    step_ns = np.array([[10e6, 12e6], [14e6, 14e6], [9e6, 11e6]])
+    means = [11.0, 14.0, 10.0]
+    mu = sum(means) / 3
+    assert step_spread_ms(step_ns) == pytest.approx((sum((m - mu) ** 2 for m in means) / 2) ** 0.5)
+    assert step_spread_ms(np.array([[5e6, 5e6]])) == 0.0
+
+
+def test_changes_are_paired_by_replicate():
+    rows = np.array([[10.0, 12.0], [11.0, 13.0], [9.0, 11.0], [10.0, 12.5]])
+    change, err = changes(rows, 0)
+    assert change.tolist() == [0.0, 2.0]
+    d = rows[1:, 1] - rows[1:, 0]
+    assert err[1] == pytest.approx(Z95 * d.std()) and err[0] == 0
+
+
+def test_within_the_runs_step_spread_the_recorded_setting_is_kept():
+    # 1 MiB 5 ms faster, beyond the bootstrap's 0.98 ms, but the run's steps vary by 8 ms: no verdict
+    every = steps([570.0, 575.0], 0.5)
+    rec = choose([1.0, 25.0], every, 25.0, noise_ms=8.0)
+    assert rec.kept and rec.setting == 25.0 and not rec.beyond_noise
+    assert rec.reason(size_label, "size") == (
+        "kept: no size is predicted to differ from the recorded one beyond the run's step-to-step spread (8.000 ms)"
+    )
+    # a third, slower size differs beyond the spread, the best gain does not: kept, the gain named
+    three = np.column_stack([every, every[:, 1] + 20.0])
+    rec = choose([1.0, 25.0, 50.0], three, 25.0, noise_ms=8.0)
+    assert rec.kept and rec.beyond_noise
+    assert rec.reason(size_label, "size").startswith("kept: 1 MiB would gain 5.000 ± 0.980 ms, within the run's")
+    # a spread smaller than the gain: the switch stands
+    assert choose([1.0, 25.0], every, 25.0, noise_ms=2.0).setting == 1.0

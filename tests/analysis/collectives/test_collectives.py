@@ -235,11 +235,16 @@ def test_report_section_blocks(tmp_path):
     view = analyze_collectives(trace.path)
     blocks = collectives_section([CollectivesEntry("fixture", run, view)], peak_busbw=100)
     figures = [b for b in blocks if not isinstance(b, str)]
-    assert [f.layout.title.text.split(":")[0] for f in figures] == [
+    assert [f.layout.title.text for f in figures] == [
         "Bus bandwidth vs message size (each call, each rank)",
-        "fixture",
-        "fixture",
+        "fixture: collectives per step, in ms of the step",
+        "fixture: who held each step, and why",  # the step's straggler: one bar, its rank, its cause
+        figures[3].layout.title.text,
     ]
+    held = view.stragglers.dropna(subset=["straggler"])
+    (bar,) = figures[2].data
+    assert list(bar.x) == held["step"].tolist() and list(bar.y) == held["wait_caused_ms"].tolist()
+    assert list(bar.text) == [f"rank {int(r)}" for r in held["straggler"]]
     assert "peak 100" in str(figures[0].layout.annotations)
     notes = "".join(b for b in blocks if isinstance(b, str))
     assert "<h2>Collectives</h2>" in blocks[0] and "1 calls of ranks [0]" in notes

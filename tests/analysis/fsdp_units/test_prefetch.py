@@ -2,6 +2,7 @@
 and phases from FSDP2's markers, when each module's forward began (fsdp_units/prefetch.py, torch_calls.py)."""
 
 import numpy as np
+import pytest
 
 from analysis import analyze_collectives
 from analysis.collectives import command as collectives
@@ -71,3 +72,16 @@ def test_the_cli_writes_the_prefetch_chart_and_refuses_a_file_it_did_not_write(t
     assert collectives.main([str(trace), "--prefetch-chart", str(mine)]) == 2
     assert mine.read_text() == "<html>my notes</html>"
     assert "refusing to overwrite" in capsys.readouterr().err
+
+
+def test_the_chart_draws_forward_ticks_where_the_trace_has_them_and_says_why_not_elsewhere(tmp_path):
+    from analysis.fsdp_units.prefetch_chart import prefetch_figure
+
+    rows = analyze_collectives(write_fsdp2_shaped(tmp_path / "fsdp2.sqlite")).prefetch
+    with_ticks = prefetch_figure(rows, 1, 0, "fsdp2")
+    (ticks,) = [t for t in with_ticks.data if t.name == "module's forward began"]
+    assert list(ticks.x) == pytest.approx([-0.2, 2.8])  # from the first issue (1.2 ms): 1 and 4 ms
+    assert "No 'forward began' ticks" not in with_ticks.layout.xaxis.title.text
+    unmarked = prefetch_figure(rows.assign(needed_ns=-1), 1, 0, "fsdp")  # our fsdp: no module forward ranges
+    assert not [t for t in unmarked.data if t.name == "module's forward began"]
+    assert "No 'forward began' ticks: this trace does not mark" in unmarked.layout.xaxis.title.text

@@ -81,6 +81,16 @@ def test_json_has_the_agreed_keys(capsys, exports):
     step1 = next(s for s in rank["steps"] if s["step"] == 1)
     assert rank["rank"] == 0 and step1["overlap_pct"] is None  # no comm in that step -> null
     assert gpu["ranks"][1]["total"]["comm_ms"] == pytest.approx(600e-6)
+    assert gpu["notes"] == []  # design notes (run/design_notes.py): none for this implementation
+
+
+def test_notes_say_when_the_strategy_makes_the_overlap_zero(capsys, tmp_path):
+    from tests.analysis.timeline.test_timeline_traces import write_trace
+
+    naive = write_trace(tmp_path / "naive.sqlite", "naive")
+    (note,) = json.loads(run_main(capsys, naive, "--format", "json").stdout)["traces"][0]["notes"]
+    assert "naive all-reduces each gradient after backward" in note
+    assert f"  note: {note}" in run_main(capsys, naive).stdout.splitlines()  # the line under the table
 
 
 def test_table_shows_one_row_per_rank_and_a_summary(capsys, exports):

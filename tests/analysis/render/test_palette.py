@@ -65,6 +65,7 @@ SHOWN_TOGETHER = {  # colours one figure shows side by side, and the least CIELA
         20,
     ),
     "all seven (bash run.sh's report)": (palette.IMPLEMENTATION_COLOURS, 15),
+    "straggler causes": (palette.STRAGGLER_CAUSE_COLOURS, 10),
 }
 
 

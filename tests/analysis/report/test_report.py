@@ -16,7 +16,7 @@ from analysis.render.html_page import PLOTLY_FILE
 from analysis.report import command as report, report_files
 from analysis.report.html_report import breakdown
 from analysis.run.loaded_run import load_trace
-from analysis.timeline.lanes import representative_step
+from analysis.timeline.representative import representative_step
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
 
@@ -55,6 +55,8 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
         "overlap": pytest.approx(43.936, abs=1e-3),
     }
     assert all(r["speedup_vs_naive"] == pytest.approx(1.0) for r in rows)
+    notes = {r["implementation"]: r["notes"] for r in rows}  # design notes (run/design_notes.py)
+    assert len(notes["naive"]) == 1 and "after backward" in notes["naive"][0] and notes["overlap"] == []
     index = (out / "index.html").read_text()
     assert get_plotlyjs() not in index and f'src="{PLOTLY_FILE}"' in index  # plotly.js once for the folder
     assert f'src="../{PLOTLY_FILE}"' in (out / "timelines/naive.html").read_text()
@@ -62,9 +64,15 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
     for heading in ("step ms", "comm ms", "exposed comm ms", "overlap %", "speedup over naive"):
         assert f"<th>{heading}</th>" in index
     side = (out / "timelines/side_by_side.html").read_text()
-    for trace in traces:  # each panel: the step the timelines open on (the median step of the slowest rank)
+    for trace in traces:  # each panel: the step the timelines open on (the representative step), the rule said
         step, rank = representative_step(analyze_trace(load_trace([trace])).steps)
         assert f"step {step}, rank {rank}: step " in side
+        assert f"Call by call: step {step}, rank {rank}, the step closest to the run&#x27;s medians" in index
+    assert "Each panel shows the step closest to the run&#x27;s medians" in side
+    said = "naive: naive all-reduces each gradient after backward, one blocking call at a time: no overlap"
+    for page in (index, side, (out / "timelines/naive.html").read_text()):  # the design note beside the figures
+        assert said in page
+    assert said not in (out / "timelines/overlap.html").read_text()
 
 
 def test_summary_csv_matches_the_analysis(traces, tmp_path, capsys):
@@ -182,3 +190,34 @@ def test_a_report_file_gets_the_export_command(traces, tmp_path, capsys):
     code, _, err = run(capsys, rep, traces[1], "-o", tmp_path / "r")
     assert code == 2 and f"nsys export --type sqlite -o {tmp_path / 'run.sqlite'} {rep}" in err
     assert "--export" in err and len(_error_lines(err)) == 1 and not (tmp_path / "r").exists()
+
+
+def test_call_chart_switches_to_every_step_of_its_rank_and_every_rank_of_its_step(tmp_path):
+    """The per-call chart's drop-down lists the opened rank's steps, then the other ranks in the opened step;
+    each choice shows that step's calls and titles them with that step's figures from the raw per-step rows."""
+    from analysis import open_runs
+    from analysis.report.report_collectives import CollectivesEntry, call_chart_rule, per_call_figure
+
+    trace = write_trace(tmp_path / "overlap.sqlite", "overlap", ranks=3, steps=4)
+    runs = open_runs([trace])
+    steps = analyze_trace(load_trace([trace])).steps
+    entry = CollectivesEntry("overlap", runs.loaded(0), runs.collectives(), steps)
+    calls = entry.view.calls
+    step, rank = representative_step(steps)
+    fig = per_call_figure(entry)
+    (menu,) = fig.layout.updatemenus
+    expected = [(int(k), rank) for k in sorted(steps.loc[steps["rank"] == rank, "step"])]
+    expected += [(step, int(r)) for r in sorted(steps["rank"].unique()) if r != rank]
+    assert [b.label for b in menu.buttons] == [f"step {k}, rank {r}" for k, r in expected]
+    assert menu.buttons[menu.active].label == f"step {step}, rank {rank}"  # it opens on the representative step
+    assert [t.visible for t in fig.data] == list(menu.buttons[menu.active].args[0]["visible"])
+    for button, (k, r) in zip(menu.buttons, expected, strict=True):
+        row = steps.loc[(steps["step"] == k) & (steps["rank"] == r)].iloc[0]
+        title = button.args[1]["title"]["text"]
+        assert title.startswith(f"overlap: step {k}, rank {r}: {row['exposed_comm_ms']:.2f} ms of communication")
+        assert f"step {row['step_ms']:.2f} ms" in title
+        shown = [t for t, v in zip(fig.data, button.args[0]["visible"], strict=True) if v and t.type == "bar"]
+        mine = calls.loc[(calls["step"] == k) & (calls["rank"] == r)]
+        assert 0 < len(mine) <= 20  # every call on its own row: the bars are the calls' spans
+        assert sum(float(sum(t.x)) for t in shown) == pytest.approx(float(mine["duration_ms"].sum()))
+    assert f"every step of rank {rank} and every rank in step {step}" in call_chart_rule(entry)

@@ -175,3 +175,16 @@ def test_the_per_call_title_quotes_the_tables_figures(entries):
         assert f"mean per step: {mean:.2f} ms exposed" in title
     headings = [b for b in blocks if isinstance(b, str) and 'class="impl"' in b]
     assert [palette.IMPLEMENTATION_COLOURS[k] in h for k, h in zip(("overlap", "naive"), headings, strict=True)]
+
+
+@pytest.mark.parametrize(
+    ("gbps", "unit", "shown"), [(1.2e-4, "KB/s", 120.0), (0.25, "MB/s", 250.0), (42.0, "GB/s", 42.0)]
+)
+def test_bus_bandwidth_axis_reads_in_a_unit_that_fits_the_values(gbps, unit, shown):
+    from analysis.report.report_collectives import busbw_figure
+
+    calls = pd.DataFrame({"label": ["a", "a"], "bytes": [1000, 2000], "busbw_gbps": [gbps, gbps], "tag": ["x", "y"]})
+    fig = busbw_figure(calls, peak_busbw=100.0)
+    assert fig.layout.yaxis.title.text == f"busbw {unit}" and fig.layout.yaxis.exponentformat == "none"
+    assert list(fig.data[0].y) == pytest.approx([shown, shown]) and unit in fig.data[0].hovertemplate
+    assert fig.layout.shapes[0].y0 == pytest.approx(100.0 * shown / gbps)  # the peak in the same unit

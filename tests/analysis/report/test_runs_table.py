@@ -44,7 +44,7 @@ def test_memory_sits_beside_the_step_time_and_cuda_is_na_off_cuda():
         "implementation",
         "step ms",
         "memory peak MiB/rank",
-        "its parts MiB",
+        "its parts MiB (zeros left out)",
         "CUDA max allocated MiB",
         "backend",
         "world size",
@@ -52,8 +52,14 @@ def test_memory_sits_beside_the_step_time_and_cuda_is_na_off_cuda():
     by_column = [dict(zip(head, row, strict=True)) for row in rows]
     assert [r["step ms"] for r in by_column] == ["12.35", "20.00"]
     assert [r["memory peak MiB/rank"] for r in by_column] == ["114.772", "126.54"]
-    assert by_column[1]["its parts MiB"] == (
-        "params 11.8 | grads 11.768 | optimizer 23.536 | gathered 0 | comm buffers 11.768 | activations 67.637"
+    # one short line, three figures a part, the zero one (gathered) left out; the exact figures on hover
+    assert (
+        by_column[1]["its parts MiB (zeros left out)"] == "params 11.8 · grads 11.8 · optim 23.5 · comm 11.8 · act 67.6"
+    )
+    page = runs_html(_summary(**memory))
+    assert (
+        'title="parameters 11.8 MiB; gradients 11.768 MiB; optimizer state 23.536 MiB; gathered parameters 0 MiB'
+        in page
     )
     assert [r["CUDA max allocated MiB"] for r in by_column] == ["n/a", "n/a"]
 
@@ -80,7 +86,6 @@ def test_a_part_that_could_not_be_counted_and_so_the_peak_read_na_beside_the_rec
     head, rows = _cells(runs_html(_summary(**memory)))
     by_column = [dict(zip(head, row, strict=True)) for row in rows]
     assert [r["memory peak MiB/rank"] for r in by_column] == ["114.742", "n/a"]
-    assert by_column[1]["its parts MiB"] == (
-        "params 5.9 | grads 5.884 | optimizer 11.768 | gathered n/a | comm buffers 0 | activations 67.637"
-    )
-    assert by_column[0]["its parts MiB"].startswith("params 11.8 | grads 11.768 | optimizer 23.536 | gathered 0 |")
+    parts = "its parts MiB (zeros left out)"
+    assert by_column[1][parts] == "params 5.9 · grads 5.88 · optim 11.8 · gathered n/a · act 67.6"
+    assert by_column[0][parts] == "params 11.8 · grads 11.8 · optim 23.5 · comm 0.001 · act 67.6"

@@ -114,9 +114,10 @@ def test_report_pages_render(traces, tmp_path):
     assert report.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(out)]) == 0
     check = check_page(out / "index.html", screenshot=SHOTS / "report_index.png", height=1500)
     assert check.errors == []
-    # breakdown, spread; Collectives: per trace wait vs transfer (two bars + the step's length), and one
-    # step's calls (wait, all-reduce transfer, issue dots)
-    collectives = [(3, "bar"), (3, "bar")] * 2
+    # breakdown, spread; Collectives: per trace wait vs transfer (two bars + the step's length), the straggler
+    # chart, and the calls of each step its drop-down offers (wait, all-reduce transfer, issue dots; 3 steps of
+    # the opened rank and the other rank in the opened step)
+    collectives = [(3, "bar"), (2, "bar"), (3 * 4, "bar")] * 2
     assert [(p["traces"], p["types"][0]) for p in check.plots] == [(4, "bar"), (2, "box"), *collectives]
     assert all(p["svg_layers"] >= 1 for p in check.plots)
     paths = [traces["naive"], traces["overlap"]]

@@ -76,6 +76,56 @@ def test_one_progress_line_says_what_the_page_draws(traces, tmp_path, capsys):
     assert whole == sum(len(p.overview.segments) for p in panels) and drawn == opening + whole
 
 
+def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, tmp_path, capsys):
+    """Without --step each row describes the step its panel opens on (the representative step), the same
+    figures as the panel's title; the whole run's figures come beside it, named. Both are checked against
+    means taken here from the analysis' raw per-step rows."""
+    from analysis.timeline.representative import representative_step
+
+    out = tmp_path / "t.html"
+    code, stdout, _ = run_cli(capsys, traces["naive"], traces["overlap"], "-o", out, "--format", "json")
+    assert code == 0
+    page = out.read_text()
+    for row, name in zip(json.loads(stdout), ("naive", "overlap"), strict=True):
+        steps = analyze_trace(load_trace([traces[name]])).steps
+        step, rank = representative_step(steps)
+        assert row["view"].startswith(f"step {step} (representative, r{rank} ") and row["view"].endswith("all ranks")
+        at = steps.loc[steps["step"] == step]
+        assert row["steps"] == len(at) and row["ranks"] == at["rank"].nunique()  # steps: rank-steps averaged
+        for key in ("step_ms", "comm_ms", "exposed_comm_ms"):
+            assert row[key] == pytest.approx(sum(at[key]) / len(at))
+            assert row["whole_run"][key] == pytest.approx(sum(steps[key]) / len(steps))
+        assert row["whole_run"]["view"] == "all steps, all ranks" and row["whole_run"]["steps"] == len(steps)
+        assert f"exposed comm {row['exposed_comm_ms']:.2f} ms" in page  # the panel title says the same
+    assert "naive: naive all-reduces each gradient after backward" in page and "notes" in row
+    assert "Each panel opens on its representative step: the step closest to the run&#x27;s medians" in page
+    code, table, _ = run_cli(capsys, traces["naive"], "-o", out)
+    lines = table.splitlines()
+    assert any("behind 'whole run' (all steps, all ranks" in line for line in lines)
+    assert any(line.startswith("note: ") and "no overlap with backward, by design" in line for line in lines)
+
+
+def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces):
+    from analysis import open_runs
+    from analysis.timeline.render_figure import build_figure
+
+    ((panel, row),) = open_runs([traces["overlap"]]).timeline_panels()
+    steps = analyze_trace(load_trace([traces["overlap"]])).steps
+    fig = build_figure([panel])
+    levels, switch = fig.layout.updatemenus
+    assert [b.label for b in levels.buttons] == ["one step", "whole run"]
+    assert levels.buttons[0].args[1]["annotations[0].text"] == panel.title  # each view titled with its own figures
+    assert "all steps, all ranks" in levels.buttons[1].args[1]["annotations[0].text"]
+    numbered = sorted(int(k) for k in steps["step"].dropna().unique())
+    assert [b.label for b in switch.buttons] == [f"step {k}" for k in numbered]
+    assert switch.buttons[switch.active].label == row.view.split(" (")[0]  # it reads the opened step
+    for button, (k, lo, hi, _) in zip(switch.buttons, panel.overview.steps, strict=True):
+        at = steps.loc[steps["step"] == k]
+        assert f"exposed comm {sum(at['exposed_comm_ms']) / len(at):.2f} ms" in button.args[1]["annotations[0].text"]
+        assert button.args[1]["xaxis.range"] == [(lo - panel.origin_ns) / 1e6, (hi - panel.origin_ns) / 1e6]
+        assert button.args[0]["visible"] == [not t.visible for t in fig.data]  # the whole run's traces
+
+
 def test_self_contained_page_embeds_plotly_and_writes_nothing_beside_it(traces, tmp_path, capsys):
     out = tmp_path / "one.html"
     assert run_cli(capsys, traces["naive"], "-o", out, "--self-contained")[0] == 0

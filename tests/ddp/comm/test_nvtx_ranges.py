@@ -62,6 +62,8 @@ EXPECTED_COMM = {
     "torch": {"comm:all_reduce:bucket0"},
     "fsdp": set(),  # all-gathers and reduce-scatters, no all-reduce: the toy has only Linear layers
     "torch_fsdp": set(),  # reduce-scatters, no all-reduce; and on one rank FSDP2 communicates nothing
+    "hsdp": set(),  # as fsdp: one rank is one replica, with nothing to all-reduce across
+    "torch_hsdp": set(),
 }
 ASYNC = {"overlap", "overlap_bucket", "torch"}
 
@@ -80,9 +82,11 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     # fsdp marks its waits for each unit's all-gather (forward and backward) and, when every gradient buffer
     # is taken, for the oldest reduce-scatter; each names a collective it issued
     waited = {"comm:" + w[len(COMM_WAIT_PREFIX) :] for w in waits}
-    gathers = {n for n in comm if n.startswith("comm:all_gather:")}
-    scatters = {n for n in comm if n.startswith("comm:reduce_scatter:")}
-    if impl == "fsdp":
+    # (a wait range names the collective without its group: hsdp's `comm:all_gather:fc1@shard` is waited for
+    # in `comm_wait:all_gather:fc1`)
+    gathers = {n.split("@")[0] for n in comm if n.startswith("comm:all_gather:")}
+    scatters = {n.split("@")[0] for n in comm if n.startswith("comm:reduce_scatter:")}
+    if impl in ("fsdp", "hsdp"):
         assert gathers and gathers <= waited and waited <= gathers | scatters
     else:
         assert waited == set()

@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import DistContext
 from ddp.sharding.unit_state import casting
 from ddp.strategies import registry
@@ -121,35 +122,48 @@ def train_reference(
     world: int,
     dtype: torch.dtype | None = None,
     threads: int = 1,
+    groups: list[list[int]] | None = None,
 ) -> list[dict[str, torch.Tensor]]:
     """Single-process training on whole global batches, the parameters after every step. Each step's
     gradient is each rank's slice's gradient, summed in rank order, divided by the world size: the same
     arithmetic as the ranks'. With `dtype`, every parameter and floating input is cast as FSDP casts.
-    `threads`: the ranks' intra-op threads (LayerNorm's backward sums per thread: its bits depend on it)."""
+    `threads`: the ranks' intra-op threads (LayerNorm's backward sums per thread: its bits depend on it).
+    `groups`: sum within each group of ranks in rank order first, then the groups' sums in order (hsdp's shard
+    groups); default one group of every rank."""
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return _train_reference(model, opt_name, steps, batch_size, world, dtype)
+        return _train_reference(model, opt_name, steps, batch_size, world, dtype, groups or [list(range(world))])
     finally:
         torch.set_num_threads(before)
 
 
 def _train_reference(
-    model: str, opt_name: str, steps: int, batch_size: int, world: int, dtype: torch.dtype | None
+    model: str,
+    opt_name: str,
+    steps: int,
+    batch_size: int,
+    world: int,
+    dtype: torch.dtype | None,
+    groups: list[list[int]],
 ) -> list[dict[str, torch.Tensor]]:
     net = build(model, seed=0)
     opt = optimizer(opt_name, net.parameters())
     history = []
     for step in range(steps):
         total: dict[str, torch.Tensor] = {}
-        for r in range(world):
-            net.zero_grad(set_to_none=True)
-            x, y = shard(batch(step, batch_size), r, world)
-            with casting(net, dtype):
-                loss_of(net(x), y).backward()
-            for n, p in net.named_parameters():
-                if p.grad is not None:
-                    total[n] = total[n] + p.grad if n in total else p.grad.clone()
+        for group in groups:
+            partial: dict[str, torch.Tensor] = {}
+            for r in group:
+                net.zero_grad(set_to_none=True)
+                x, y = shard(batch(step, batch_size), r, world)
+                with casting(net, dtype):
+                    loss_of(net(x), y).backward()
+                for n, p in net.named_parameters():
+                    if p.grad is not None:
+                        partial[n] = partial[n] + p.grad if n in partial else p.grad.clone()
+            for n, g in partial.items():
+                total[n] = total[n] + g if n in total else g
         for n, p in net.named_parameters():
             p.grad = total[n] / world if n in total else None
         opt.step()
@@ -158,8 +172,25 @@ def _train_reference(
 
 
 def run_sharded(ctx: DistContext, case: dict) -> dict:
-    """Train one case with warnings as errors and deterministic algorithms; full parameters after each step."""
+    """Train one case with warnings as errors and deterministic algorithms; full parameters after each step, and
+    with `ranges` in the case the names of the comm ranges its steps opened."""
+    if not case.get("ranges"):
+        return _run_sharded(ctx, case)
+    from tests.ddp.comm.test_nvtx_ranges import Recorder
+
+    rec, saved = Recorder(), (nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end)
+    nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end = rec.range, rec.start, rec.end  # this process only
+    try:
+        outcome = _run_sharded(ctx, case)
+    finally:
+        nvtx_ranges.range, nvtx_ranges.start, nvtx_ranges.end = saved
+    return {**outcome, "ranges": sorted({name for name, _ in rec.payloads if name.startswith("comm:")})}
+
+
+def _run_sharded(ctx: DistContext, case: dict) -> dict:
     warnings.simplefilter("error")
+    # FSDP2's advice when a unit returns a view (a Linear on 3-D input does): these models change none in place
+    warnings.filterwarnings("ignore", message="FSDP2-wrapped module .* returned a view tensor")
     torch.use_deterministic_algorithms(True)
     module = build(case["model"], seed=ctx.rank)  # differs per rank until the wrapper broadcasts rank 0's
     wrapper = registry.get(case["impl"])(module, **case.get("kwargs", {}))

@@ -190,7 +190,7 @@ def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -
 
 @pytest.mark.ranks
 def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_without_sharded_state():
-    impls = list(registry.IMPLEMENTATIONS)
+    impls = [name for name in registry.IMPLEMENTATIONS if name not in registry.HYBRID]  # 2 ranks: one replica
     configs = [{**TOY_RUN, "impl": impl, "shard_optimizer": shard} for impl in impls for shard in (False, True)]
     runs = launch(memory_cases.memory_of_runs, 2, configs, timeout_s=180)
     for run in runs:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddp import FSDP, FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP, TorchFSDP
+from ddp import FSDP, HSDP, FlatDDP, NaiveDDP, OverlapBucketDDP, OverlapDDP, TorchDDP, TorchFSDP, TorchHSDP
 from ddp.strategies import registry
 from ddp.training.config import RunConfig
 
@@ -18,6 +18,8 @@ def test_registry_names_map_to_the_exported_classes():
         "torch": TorchDDP,
         "fsdp": FSDP,
         "torch_fsdp": TorchFSDP,
+        "hsdp": HSDP,
+        "torch_hsdp": TorchHSDP,
     }
 
 
@@ -25,7 +27,7 @@ def test_unknown_implementation_lists_choices():
     with pytest.raises(
         ValueError,
         match="unknown implementation 'fast': choose from naive, flat, overlap, overlap_bucket, torch, fsdp, "
-        "torch_fsdp",
+        "torch_fsdp, hsdp, torch_hsdp",
     ):
         registry.get("fast")
     with pytest.raises(ValueError, match="unknown implementation"):

@@ -34,6 +34,11 @@ def test_every_setting_has_a_docstring_and_a_check():
         ("optimizer", "lion", "unknown optimizer 'lion': choose from sgd, adamw"),
         ("collective", "pigeon", "unknown collective 'pigeon'"),
         ("backend", "mpi", "unknown backend 'mpi': choose from gloo, nccl"),
+        ("slow_rank", "1:backward", "slow_rank='1:backward': expected RANK:PLACE:MS"),
+        ("slow_rank", "x:backward:5", "slow_rank='x:backward:5': RANK 'x' must be an integer >= 0"),
+        ("slow_rank", "1:fwd:5", "unknown PLACE 'fwd': choose from forward, backward, optimizer, data, issue"),
+        ("slow_rank", "1:data:0", "MS '0' must be a positive number of milliseconds"),
+        ("slow_rank", "1:data:nan", "MS 'nan' must be a positive number of milliseconds"),
     ],
 )
 def test_a_bad_value_is_named(name, value, message):
@@ -129,3 +134,19 @@ def test_the_clis_build_the_same_config():
     )
     # the same run but for bucket_mb, which the benchmark leaves unset where it does not apply
     assert bench == [dataclasses.replace(from_run, bucket_mb=None)]
+
+
+def test_the_slow_rank_must_be_in_the_run_and_stalls_only_its_place(monkeypatch):
+    from ddp.training import slow_rank
+
+    with pytest.raises(ValueError, match="slow_rank='2:issue:5': RANK must be below the world size 2"):
+        RunConfig(world_size=2, slow_rank="2:issue:5")
+    slept: list[float] = []
+    monkeypatch.setattr(slow_rank.time, "sleep", slept.append)
+    stall = slow_rank.stall_of(RunConfig(world_size=2, slow_rank="1:issue:5").slow_rank, rank=1)
+    for place in ("forward", "backward", "issue", "optimizer", "data"):
+        stall(place)
+    slow_rank.stall_of("1:issue:5", rank=0)("issue")
+    assert slept == [0.005]
+    assert slow_rank.slow_rank_meta("1:issue:5") == {"rank": 1, "place": "issue", "ms": 5.0}
+    assert slow_rank.slow_rank_meta(None) is None

@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch.distributed.fsdp import FSDPModule
 
-from contract import SHARDING_FIELDS, SHARDING_KEY
+from contract import GROUPS_KEY, SHARDING_FIELDS, SHARDING_KEY, dimension_of
 from ddp.launch.launcher import DistContext
 from ddp.strategies import registry
+from ddp.strategies.torch_fsdp import TimedReduceScatter
 from ddp.training import loop
 from ddp.training.config import RunConfig
 from profiling import record
@@ -25,7 +26,11 @@ CPU = DistContext(rank=0, local_rank=0, world_size=2, local_world_size=2, backen
         ({"impl": "fsdp", "prefetch": 2.5}, "prefetch=2.5: must be a positive integer"),
         ({"impl": "fsdp", "prefetch": True}, "prefetch=True: must be a positive integer"),
         ({"impl": "fsdp", "separate_reduce_scatter": "yes"}, "separate_reduce_scatter='yes': must be True or False"),
-        ({"impl": "naive", "prefetch": 3}, "prefetch=3 applies to the sharded strategies .fsdp, torch_fsdp., not to"),
+        ({"impl": "naive", "prefetch": 3}, "prefetch=3 applies to the sharded strategies .fsdp, torch_fsdp, hsdp, "),
+        ({"impl": "hsdp", "world_size": 4, "shard_size": 3}, "shard_size=3: must divide the world size 4"),
+        ({"impl": "torch_hsdp", "world_size": 4, "shard_size": 0}, "shard_size=0: must be a positive integer"),
+        ({"impl": "fsdp", "world_size": 4, "shard_size": 2}, "shard_size=2 applies to hsdp, torch_hsdp, not to 'fsdp'"),
+        ({"impl": "hsdp", "world_size": 4, "separate_reduce_scatter": True}, "applies to fsdp and torch_fsdp, not"),
         ({"impl": "torch", "separate_reduce_scatter": True}, "separate_reduce_scatter=True applies to the sharded"),
         ({"impl": "torch_fsdp", "prefetch": 1}, r"torch_fsdp cannot gather on demand \(prefetch=1\)"),
     ],
@@ -72,8 +77,34 @@ def test_replicated_runs_have_no_sharding_key():
     assert SHARDING_KEY not in loop.run_metadata(CPU, RunConfig(impl="overlap_bucket", model="toy"))
 
 
+@pytest.mark.parametrize("impl", ["fsdp", "torch_fsdp"])
+def test_a_separate_reduce_scatter_group_is_listed_in_ddp_meta_and_named_in_its_ranges(impl):
+    """ddp.meta lists the group (every rank) and the reduce-scatter ranges carry its name (contract/groups.py)."""
+    meta = loop.run_metadata(CPU, RunConfig(impl=impl, model="toy", separate_reduce_scatter=True))
+    assert meta[GROUPS_KEY] == {"reduce_scatter": {"ranks": [0, 1], "description": "separate reduce-scatter group"}}
+    assert GROUPS_KEY not in loop.run_metadata(CPU, RunConfig(impl=impl, model="toy"))
+    assert TimedReduceScatter(None, "fc1", "reduce_scatter").name == "comm:reduce_scatter:fc1@reduce_scatter"
+    assert TimedReduceScatter(None, "fc1").name == "comm:reduce_scatter:fc1"
+
+
 def test_run_nsys_passes_the_sharding_options_on():
     plan, _ = record.parse_args(["fsdp", "--prefetch", "3", "--separate-reduce-scatter"])
     assert plan.run_settings == {"prefetch": 3, "separate_reduce_scatter": True}
     command = plan.resolved().runner_command("fsdp")
     assert command[command.index("--prefetch") + 1] == "3" and "--separate-reduce-scatter" in command
+
+
+@pytest.mark.parametrize("rank, shard, replicate", [(0, [0, 1], [0, 2]), (3, [2, 3], [1, 3])])
+def test_an_hsdp_rank_lists_its_shard_and_replicate_groups_in_ddp_meta(rank, shard, replicate):
+    """4 ranks, default shard size 2: shard groups of consecutive ranks, replicate groups of the same shard index."""
+    ctx = DistContext(rank=rank, local_rank=rank, world_size=4, local_world_size=4, backend="gloo", device=CPU.device)
+    groups = loop.run_metadata(ctx, RunConfig(impl="hsdp", model="toy", world_size=4))[GROUPS_KEY]
+    assert {name: (g["ranks"], dimension_of(name, g["description"])) for name, g in groups.items()} == {
+        "shard": (shard, "shard"),
+        "replicate": (replicate, "replicate"),
+    }
+
+
+@pytest.mark.parametrize("world, expected", [(2, 2), (3, 3), (4, 2), (6, 3), (8, 4)])
+def test_the_default_shard_size_is_half_the_ranks_from_four_even_ranks(world, expected):
+    assert RunConfig(impl="hsdp", model="toy", world_size=world, batch_size=24 * world).resolved_shard_size == expected

@@ -52,3 +52,30 @@ def test_the_replay_reproduces_the_recorded_step(trace, recorded):
     assert own.forward_wait_ms == pytest.approx(recorded_wait("forward"), rel=0.05)
     assert own.backward_wait_ms == pytest.approx(recorded_wait("backward"), rel=0.05)
     assert by[(1, False)].step_ms > own.step_ms and by[(3, False)].backward_wait_ms < own.backward_wait_ms / 10
+
+
+def test_the_table_holds_together_on_the_h200_recording(trace, recorded):
+    """Changes from the recorded setting, the bound at most the replay, one row per schedule, and the
+    recorded setting kept when no change exceeds the run's step-to-step spread."""
+    run = advise_shard(recorded, str(trace), (1, 2, 3, 4)).to_json()
+    by = {(c["prefetch"], c["separate_reduce_scatter"]): c for c in run["candidates"]}
+    own = by[(2, False)]
+    for c in run["candidates"]:
+        assert c["predicted_change_ms"] == pytest.approx(c["predicted_step_ms"] - own["predicted_step_ms"], abs=2e-3)
+    assert run["ideal_replayed_ms"] <= run["replayed_step_ms"] and run["ideal_step_ms"] <= run["measured_step_ms"]
+    assert run["replay_within"]
+    # plain Python: each step's mean over its ranks, their sample standard deviation
+    means = [sum(row) / len(row) / 1e6 for row in recorded.step_ns.tolist()]
+    mu = sum(means) / len(means)
+    spread = (sum((m - mu) ** 2 for m in means) / (len(means) - 1)) ** 0.5
+    assert run["step_spread_ms"] == pytest.approx(spread, abs=1e-3)
+    assert max(abs(c["predicted_change_ms"]) for c in run["candidates"]) < spread
+    rec = run["recommended"]
+    assert (
+        rec["kept"] and not rec["beyond_noise"] and rec["setting"] == {"prefetch": 2, "separate_reduce_scatter": False}
+    )
+    # depth 4 replays the same schedule shared or separate
+    assert {(s["prefetch"], s["separate_reduce_scatter"]) for s in by[(4, False)]["same_schedule"]} == {
+        (4, False),
+        (4, True),
+    }

@@ -1,0 +1,49 @@
+"""Each rank's host ranges by kind: `rank_spans(trace) -> frame (rank, kind, step, start_ns, end_ns)`.
+
+Kinds: `step` (the step ranges, with their number), the phases `forward`, `backward`, `optimizer` (ours or
+what the patterns match) and `data` (the contract's range around the making of a step's batch). What the
+straggler causes (collectives/straggler_cause.py) measure a late rank's time in.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from analysis.measure.phases import find_steps, ranges_named
+from analysis.trace.frames import Trace
+from analysis.trace.patterns import Patterns
+from contract import DATA
+
+SPAN_COLUMNS = ["rank", "kind", "step", "start_ns", "end_ns"]
+PHASE_KINDS = ("forward", "backward", "optimizer")
+DATA_RANGE = re.compile(rf"^{re.escape(DATA)}$")
+
+
+def rank_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
+    """The trace's step, phase and data ranges with their rank (step -1 except on `step` rows)."""
+    patterns = patterns or Patterns()
+    frames = [find_steps(trace.nvtx, patterns).assign(kind="step")]
+    for kind in PHASE_KINDS:
+        frames.append(ranges_named(trace.nvtx, patterns.regex(kind)).assign(kind=kind, step=-1))
+    frames.append(ranges_named(trace.nvtx, DATA_RANGE).assign(kind="data", step=-1))
+    spans = pd.concat([f[["part", "pid", "kind", "step", "start", "end"]] for f in frames], ignore_index=True)
+    ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates(["part", "pid"])
+    spans = spans.merge(ranks, on=["part", "pid"], how="inner")
+    out = pd.DataFrame(
+        {
+            "rank": spans["rank"].to_numpy(np.int64),
+            "kind": spans["kind"].to_numpy(dtype=object),
+            "step": spans["step"].to_numpy(np.int64),
+            "start_ns": spans["start"].to_numpy(np.int64),
+            "end_ns": spans["end"].to_numpy(np.int64),
+        }
+    )
+    return out.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def empty_spans() -> pd.DataFrame:
+    """A spans frame without rows."""
+    return pd.DataFrame({c: pd.Series(dtype=object if c == "kind" else np.int64) for c in SPAN_COLUMNS})

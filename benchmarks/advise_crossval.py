@@ -1,0 +1,217 @@
+"""Cross-validates `analysis.advise`: record at each setting in turn, predict the others' change, measure.
+
+For every setting of one knob (the bucket size of `overlap_bucket` / `torch`, or fsdp's prefetch depth
+with reduce-scatters shared or separate: `2` / `2s`) it records a run under nsys (`run_nsys.sh`), asks
+`python -m analysis.advise --format json` for every other setting's predicted change from the recorded
+one, measures every setting without a profiler (`python -m ddp.benchmark`, the settings interleaved over
+--repeat sweeps, every other sweep in reverse order, the median of the sweeps kept) and prints the
+error table: per recording and setting, the predicted change (% of the step, ± its 95 % interval), the
+measured change, their difference in percentage points and the verdict (within 10 points, both within
+the noise, or missed); then per recording the recommended setting against the best measured one
+(target: within 5 %, or the recorded setting kept with no difference beyond the noise).
+
+    python benchmarks/advise_crossval.py --impl overlap_bucket --settings 1 5 25 --steps 4 --warmup 1
+    python benchmarks/advise_crossval.py --impl fsdp --settings 1 2 2s 3 --steps 4 --warmup 1
+
+From recordings made elsewhere (a GPU machine), no recording or measuring here: --traces (one per
+recorded setting; each says its setting in ddp.meta) and --measured, a `ddp.benchmark --csv` file whose
+rows carry `bucket_mb` (bucket sizes), or SETTING=CSV pairs, one benchmark CSV per setting (fsdp: the
+CSV has no prefetch column):
+
+    python benchmarks/advise_crossval.py --impl torch --traces t1.sqlite t25.sqlite --measured sweep.csv
+    python benchmarks/advise_crossval.py --impl fsdp --traces p1.sqlite p2.sqlite --measured 1=p1.csv 2=p2.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from validation_runs import run, say, shape  # benchmarks/: the script's own folder is on sys.path
+
+BUCKETED = ("overlap_bucket", "torch")
+SHARDED = ("fsdp", "torch_fsdp")
+TARGET_PP = 10.0  # a predicted change within this many percentage points of the measured one
+TARGET_BEST = 5.0  # the recommendation within this % of the best measured setting
+
+
+def knobs(impl: str, key: str) -> list[str]:
+    """The training options of one setting: '25' -> --bucket-mb 25; '2s' -> --prefetch 2 --separate-..."""
+    if impl in BUCKETED:
+        return ["--bucket-mb", key]
+    return ["--prefetch", key.rstrip("s"), *(["--separate-reduce-scatter"] if key.endswith("s") else [])]
+
+
+def bucket_key(mb: float) -> str:
+    return f"{float(mb):g}"
+
+
+def shard_key(setting: dict) -> str:
+    return f"{setting['prefetch']}{'s' if setting['separate_reduce_scatter'] else ''}"
+
+
+def record(args: argparse.Namespace, key: str, out: Path) -> str:
+    folder = out / f"{args.impl}_{key}"
+    run(["bash", "run_nsys.sh", args.impl, "-o", str(folder), *shape(args), *knobs(args.impl, key)])
+    return str(folder / f"{args.impl}.sqlite")
+
+
+def predict(impl: str, trace: str, keys: list[str]) -> dict:
+    """advise's JSON for one trace, asked for every setting of `keys`."""
+    if impl in BUCKETED:
+        wanted = ["--bucket-mb", *keys]
+    else:
+        wanted = ["--prefetch", *sorted({k.rstrip("s") for k in keys}, key=int)]
+    (result,) = json.loads(run([sys.executable, "-m", "analysis.advise", trace, *wanted, "--format", "json"]))["runs"]
+    return result
+
+
+def predictions(result: dict) -> tuple[str, dict[str, dict]]:
+    """(recorded key, key -> candidate) of one advise result."""
+    if "recorded_bucket_mb" in result:
+        recorded = bucket_key(result["recorded_bucket_mb"])
+        return recorded, {bucket_key(c["bucket_mb"]): c for c in result["candidates"]}
+    return shard_key(result["recorded_setting"]), {shard_key(c["setting"]): c for c in result["candidates"]}
+
+
+def measure(args: argparse.Namespace, keys: list[str]) -> dict[str, list[float]]:
+    """ms/step of every setting, one figure per sweep, the settings interleaved over --repeat sweeps."""
+    out: dict[str, list[float]] = {k: [] for k in keys}
+    base = [sys.executable, "-m", "ddp.benchmark", "--impl", args.impl, *shape(args), "--format", "json"]
+    for sweep in range(args.repeat):
+        order = keys if sweep % 2 == 0 else keys[::-1]  # every other sweep reversed: no setting always first
+        if args.impl in BUCKETED:  # one benchmark run times every size
+            for row in json.loads(run([*base, "--bucket-mb", *order])):
+                out[bucket_key(row["bucket_mb"])].append(float(row["avg_step_time_ms"]))
+            continue
+        for k in order:
+            (row,) = json.loads(run([*base, *knobs(args.impl, k)]))
+            out[k].append(float(row["avg_step_time_ms"]))
+    return out
+
+
+def read_measured(impl: str, specs: list[str]) -> dict[str, list[float]]:
+    """--measured: one `ddp.benchmark --csv` file with a bucket_mb column, or SETTING=CSV pairs."""
+    out: dict[str, list[float]] = {}
+    for spec in specs:
+        key, _, path = spec.rpartition("=")
+        with open(path, newline="") as f:
+            rows = [r for r in csv.DictReader(f) if r.get("implementation", impl) == impl]
+        if not rows:
+            raise SystemExit(f"{path}: no rows of {impl}")
+        for r in rows:
+            k = key or (bucket_key(float(r["bucket_mb"])) if r.get("bucket_mb") else "")
+            if not k:
+                raise SystemExit(f"{spec}: give the setting as SETTING=CSV (the CSV has no bucket_mb)")
+            out.setdefault(k, []).append(float(r["avg_step_time_ms"]))
+    return out
+
+
+def spread_pct(values: list[float], base: float) -> float:
+    """Half the range of a setting's sweeps, % of `base` (0 with one sweep)."""
+    return 100.0 * (max(values) - min(values)) / 2 / base if len(values) > 1 else 0.0
+
+
+def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
+    """One row per measured setting of one recording: predicted and measured change and their difference."""
+    recorded, by = predictions(result)
+    if recorded not in measured:
+        raise SystemExit(f"{result['trace']}: its recorded setting {recorded} was not measured")
+    base = statistics.median(measured[recorded])
+    noise_pred = 100.0 * result.get("step_spread_ms", 0.0) / result["measured_step_ms"]
+    rows = []
+    for key, values in measured.items():
+        c = by.get(key)
+        if c is None:
+            continue
+        got = 100.0 * (statistics.median(values) - base) / base
+        pred = c["predicted_change_pct"]
+        noise = max(spread_pct(values, base), spread_pct(measured[recorded], base))
+        quiet = abs(pred) <= noise_pred and abs(got) <= noise
+        verdict = "met" if abs(pred - got) <= TARGET_PP else ("both within the noise" if quiet else "MISSED")
+        rows.append(
+            {"recorded": recorded, "setting": key, "predicted_pct": pred,
+             "predicted_err": c["predicted_change_pct_err"], "measured_pct": got, "error_pp": pred - got,
+             "noise_pct": noise, "verdict": verdict}
+        )  # fmt: skip
+    return rows
+
+
+def recommendation(result: dict, measured: dict[str, list[float]]) -> str:
+    """The recommended setting against the best measured one, or the recorded one kept within the noise."""
+    recorded, _ = predictions(result)
+    rec = result["recommended"]
+    chosen = bucket_key(rec["bucket_mb"]) if "bucket_mb" in rec else shard_key(rec["setting"])
+    medians = {k: statistics.median(v) for k, v in measured.items()}
+    best = min(medians, key=lambda k: medians[k])
+    slower = 100.0 * (medians[chosen] - medians[best]) / medians[best]
+    quiet = chosen == recorded and not rec.get("beyond_noise", True)
+    verdict = "met" if slower <= TARGET_BEST else ("kept: no difference beyond the noise" if quiet else "MISSED")
+    return (
+        f"recorded {recorded}: recommends {chosen} ({rec['reason']}); measured {medians[chosen]:.1f} ms/step, "
+        f"best {best} {medians[best]:.1f}: {slower:+.1f} % (target {TARGET_BEST:g} %): {verdict}"
+    )
+
+
+def table(results: list[dict], measured: dict[str, list[float]]) -> list[str]:
+    lines = [
+        "measured (no profiler), median ms/step: "
+        + ", ".join(f"{k} {statistics.median(v):.1f} ({len(v)} sweeps)" for k, v in measured.items()),
+        f"{'recorded':>8} {'setting':>7} {'predicted %':>16} {'measured %':>10} {'error pp':>8} {'noise %':>7}"
+        "  verdict",
+    ]
+    for result in results:
+        for r in error_rows(result, measured):
+            lines.append(
+                f"{r['recorded']:>8} {r['setting']:>7} {r['predicted_pct']:>+8.1f} ± {r['predicted_err']:<5.1f} "
+                f"{r['measured_pct']:>+10.1f} {r['error_pp']:>+8.1f} {r['noise_pct']:>7.1f}  {r['verdict']}"
+            )
+    lines += [recommendation(result, measured) for result in results]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--impl", default="overlap_bucket", choices=[*BUCKETED, *SHARDED])
+    p.add_argument("--settings", nargs="+", default=None, help="bucket MiB (1 5 25) or prefetch[s] (1 2 2s)")
+    p.add_argument("--model", default="tiny")
+    p.add_argument("--world-size", type=int, default=2)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--context-length", type=int, default=64)
+    p.add_argument("--repeat", type=int, default=2, help="unprofiled sweeps over every setting (default 2)")
+    p.add_argument("--out", type=Path, default=None, help="keep the recordings here (default: a temporary folder)")
+    p.add_argument("--traces", nargs="+", default=None, help="recorded traces: predict from these, record none")
+    p.add_argument("--measured", nargs="+", default=None, help="ddp.benchmark CSV, or SETTING=CSV pairs: measure none")
+    p.add_argument("--save", type=Path, default=None, help="write the predictions and measurements here (JSON)")
+    args = p.parse_args(argv)
+    if (args.traces is None) != (args.measured is None):
+        p.error("--traces and --measured go together (recordings made elsewhere)")
+    if args.traces is None and not args.settings:
+        p.error("--settings: the settings to record at and measure")
+    with tempfile.TemporaryDirectory() as tmp:
+        out = args.out or Path(tmp)
+        out.mkdir(parents=True, exist_ok=True)
+        if args.traces is not None:
+            measured = read_measured(args.impl, args.measured)
+            traces = args.traces
+        else:
+            keys = [bucket_key(float(k)) if args.impl in BUCKETED else k for k in args.settings]
+            traces = [record(args, k, out) for k in keys]
+            measured = measure(args, keys)
+        results = [predict(args.impl, t, list(measured)) for t in traces]
+    if args.save:
+        args.save.write_text(json.dumps({"advice": results, "measured": measured}, indent=1))
+    say("done")
+    print("\n".join(table(results, measured)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -45,6 +45,7 @@ def kernel_ns_by_name(paths: list[Path]) -> dict[str, int]:
     return dict(total)
 
 
+@pytest.mark.pool  # --jobs 2: a process pool
 def test_serial_and_jobs_give_the_same_note_over_every_rank(rank_files, capsys):
     for fmt in ("table", "json"):
         serial = cli(capsys, *rank_files, "--format", fmt, "--jobs", "1", *NOTHING)

@@ -515,6 +515,7 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
 # --- torch.profiler JSON ----------------------------------------------------------------------------
 
 
+@pytest.mark.pool  # --jobs 2: a process pool
 def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
     """Kineto files go through the per-file task alone and merged; the merge equals the one-piece load."""
     from tests.support.synthetic_kineto import write_kineto_ddp_trace
@@ -528,6 +529,7 @@ def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
     assert code == 0 and without_progress(err) == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0
 
 
+@pytest.mark.pool  # jobs=2: a process pool
 def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     """Per-rank Kineto files whose captures started apart (baseTimeNanoseconds 0, 7 and 3 ms later)
     merge from per-file results exactly as the loader merges them, the wait/transfer split included;

@@ -218,7 +218,7 @@ class OpenRuns:
         the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
         the CLI checks it (timeline_page.check_output) before any work."""
         from analysis.render.html_page import PlotlyJs
-        from analysis.run.design_notes import summary_notes
+        from analysis.run.design_notes import labelled, summary_notes
         from analysis.timeline.timeline_page import write_timeline
 
         self.check_selection(step, rank)
@@ -229,7 +229,7 @@ class OpenRuns:
             rows.append(row)
         summaries = [r.analysis.summary for r in self.good() if r.analysis is not None]
         design = [summary_notes(s)[0] for s in summaries]
-        below = [f"{row.implementation}: {n}" for row, said in zip(rows, design, strict=True) for n in said]
+        below = labelled([row.implementation for row in rows], design)
         title = "Timeline: " + " vs ".join(r.implementation for r in rows)
         js = PlotlyJs(self_contained)
         path, fig = write_timeline(panels, Path(output), title, selection, width_px, js, notes=below)

@@ -214,7 +214,7 @@ def write_timelines(
             file_name=shown[r.path],
             segments=segments,
         )
-        title, notes = f"Timeline: {label}", [f"{label}: {n}" for n in design[label]]
+        title, notes = f"Timeline: {label}", labelled([label], [design[label]])
         _, fig = write_timeline([panel], out / names[r.path], title, selection, plotly_js=plotly_js, notes=notes)
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:

@@ -18,7 +18,7 @@ from analysis.errors import TraceError
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
 from analysis.fsdp_units.in_time import in_time_sentences
 from analysis.fsdp_units.prefetch import PREFETCH_COLUMNS
-from analysis.measure.call_groups import group_objects
+from analysis.measure.call_groups import FOLDED, folded_summary, group_objects
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.measure.op_phase import phase_labels
 from analysis.measure.rank_spans import empty_spans, rank_spans
@@ -143,7 +143,8 @@ class CollectivesView:
 
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
-        "straggler_summary": [...], "gathers": [...]}]}."""
+        "straggler_summary": [...], "gathers": [...], "groups_folded": [...]}]} (groups_folded:
+        call_groups.folded_summary, the inferred calls counted in a named group)."""
         parts = {
             "calls": _with_group_objects(self.calls, self.traces),
             "by_size": self.by_size,
@@ -157,7 +158,9 @@ class CollectivesView:
         out = []
         for head in plain_records(self.traces):
             mine = {name: _records(f[f["path"] == head["path"]].drop(columns="path")) for name, f in parts.items()}
-            out.append({**head, **mine})
+            world = int(head.get("world_size") or 0)
+            folded = folded_summary(self.calls[self.calls["path"] == head["path"]], world)
+            out.append({**head, **mine, "groups_folded": folded})
         return {"traces": out}
 
     def only(self, path: str) -> CollectivesView:
@@ -175,7 +178,7 @@ def _with_group_objects(calls: pd.DataFrame, traces: pd.DataFrame) -> pd.DataFra
     groups = pd.Series(None, index=calls.index, dtype=object)
     for path, rows in calls.groupby("path", sort=False).indices.items():  # one pass per run
         groups.iloc[rows] = group_objects(calls.iloc[rows], int(world.get(path, calls["rank"].max() + 1)))
-    return calls.drop(columns=["group_desc", "group_ranks"]).assign(group=groups)
+    return calls.drop(columns=["group_desc", "group_ranks", FOLDED], errors="ignore").assign(group=groups)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

@@ -300,9 +300,12 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
     if args.format == "json":
         print(json.dumps(view.to_json()))
     elif args.format == "csv":
-        from analysis.measure.call_groups import GROUP_COLUMNS
+        from analysis.measure.call_groups import FOLDED, GROUP_COLUMNS
 
-        calls = view.calls if _several_groups(view) else view.calls.drop(columns=GROUP_COLUMNS)
+        several = _several_groups(view)
+        calls = view.calls if several else view.calls.drop(columns=[*GROUP_COLUMNS, FOLDED])
+        if several and not calls[FOLDED].astype(bool).any():  # no inferred call folded into a named group
+            calls = calls.drop(columns=FOLDED)
         if not (calls["host_scope"] != "").any():  # one host (or hosts unknown): the column says nothing
             calls = calls.drop(columns="host_scope")
         print(calls.to_csv(index=False), end="")

@@ -13,6 +13,10 @@ Where it comes from, first found first:
    still open then; a range's start);
 3. our comm range without a suffix: the default group (every rank), named `default`;
 4. otherwise inferred: every rank, group_inferred.
+
+`fold_inferred`: an inferred call (every rank) joins the named group of every rank when the run has one (the
+default group of our ranges: a barrier's NCCL kernel outside every comm range is the default group's), so a
+run with one real group has one group; `group_folded` marks the calls that were folded.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from analysis.trace.frames import Trace
 from contract import DEFAULT_GROUP, GROUPS_KEY, dimension_of
 
 GROUP_COLUMNS = ["group", "group_desc", "group_ranks", "group_inferred"]
+FOLDED = "group_folded"  # True where an inferred call was folded into the named group of every rank
 OURS, FOREIGN = DEFAULT_GROUP, ""  # what a comm range's `group` column holds without a suffix
 
 
@@ -89,6 +94,43 @@ def group_columns(trace: Trace, calls: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {"group": name, "group_desc": desc, "group_ranks": ranks, "group_inferred": inferred}, index=np.arange(n)
     )
+
+
+def fold_inferred(groups: pd.DataFrame, world: int) -> pd.DataFrame:
+    """GROUP_COLUMNS and FOLDED: the inferred calls given the named group whose members are every one of `world`
+    ranks (the default group, members "", first; else the one group listing every rank), unchanged when the
+    calls name no such group or several."""
+    inferred = groups["group_inferred"].to_numpy(bool)
+    out = groups[GROUP_COLUMNS].assign(**{FOLDED: False})
+    if not inferred.any() or inferred.all():
+        return out
+    every = ",".join(map(str, range(world)))
+    named = groups.loc[~inferred, ["group", "group_desc", "group_ranks"]].astype(str).drop_duplicates()
+    whole = named[(named["group_ranks"] == "") | (named["group_ranks"] == every)]
+    default = whole[(whole["group_ranks"] == "") & (whole["group"] == DEFAULT_GROUP)]
+    target = default if len(default) else whole
+    if len(target) != 1:
+        return out
+    for column in ("group", "group_desc", "group_ranks"):
+        out.loc[inferred, column] = target[column].iloc[0]
+    out.loc[inferred, "group_inferred"] = False
+    out.loc[inferred, FOLDED] = True
+    return out
+
+
+def folded_summary(calls: pd.DataFrame, world: int) -> list[dict]:
+    """What fold_inferred folded in these calls (rank, op, FOLDED and GROUP_COLUMNS): per group folded into,
+    {"into": its group object, "calls", "ranks": the ranks with folded calls, "ops"}; [] when nothing."""
+    if FOLDED not in calls or not calls[FOLDED].astype(bool).any():
+        return []
+    folded = calls[calls[FOLDED].astype(bool)]
+    out = []
+    for _, mine in folded.groupby(["group", "group_ranks"], sort=True):  # one pass per group folded into
+        first = mine.iloc[0]
+        into = _group_object(str(first["group"]), str(first["group_desc"]), str(first["group_ranks"]), False, world)
+        ranks, ops = sorted(int(r) for r in mine["rank"].unique()), sorted(str(o) for o in mine["op"].unique())
+        out.append({"into": into, "calls": len(mine), "ranks": ranks, "ops": ops})
+    return out
 
 
 def group_objects(frame: pd.DataFrame, world: int) -> np.ndarray:

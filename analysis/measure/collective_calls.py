@@ -29,7 +29,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.call_groups import FOREIGN, GROUP_COLUMNS, OURS, group_columns
+from analysis.measure.call_groups import FOLDED, FOREIGN, GROUP_COLUMNS, OURS, fold_inferred, group_columns
+from analysis.measure.pairing import world_size
 from analysis.measure.phases import (
     codes,
     find_steps,
@@ -83,6 +84,7 @@ CALL_COLUMNS = [
     "kernel",
     "family",
     *GROUP_COLUMNS,
+    FOLDED,
 ]
 
 
@@ -283,7 +285,8 @@ def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankW
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
-    calls = pd.concat([calls.drop(columns="group"), group_columns(trace, calls).set_axis(calls.index)], axis=1)
+    groups = fold_inferred(group_columns(trace, calls), world_size(trace.meta, len(trace.ranks)))
+    calls = pd.concat([calls.drop(columns="group"), groups.set_axis(calls.index)], axis=1)
     calls.loc[outside_steps(trace, patterns, calls), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns))

@@ -7,6 +7,7 @@ One row per (rank, group) over the whole capture:
   overlap_ms       |that union ∩ the rank's compute| (the compute the overlap metrics use)
   exposed_comm_ms  comm_ms - overlap_ms
   overlap_pct      100 * overlap_ms / comm_ms (NaN without communication)
+  folded_calls     of those calls, the ones inferred and folded into this group (call_groups.fold_inferred)
 Union semantics within a row, so overlap_ms + exposed_comm_ms = comm_ms exactly; calls of two groups in flight
 together count in both rows (the groups are not a partition of the rank's communication time).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.measure.call_groups import GROUP_COLUMNS, group_label
+from analysis.measure.call_groups import FOLDED, GROUP_COLUMNS, group_label
 from analysis.measure.op_phase import comm_and_hidden
 from analysis.trace.frames import NS_PER_MS
 
@@ -29,10 +30,18 @@ GROUP_OVERLAP_COLUMNS = [
     "overlap_ms",
     "exposed_comm_ms",
     "overlap_pct",
+    "folded_calls",
 ]
 
 
-GROUP_FIGURES = ["calls", "comm_ms", "overlap_ms", "exposed_comm_ms", "overlap_pct"]  # each rank's `groups` in JSON
+GROUP_FIGURES = [
+    "calls",
+    "comm_ms",
+    "overlap_ms",
+    "exposed_comm_ms",
+    "overlap_pct",
+    "folded_calls",
+]  # each rank's `groups` in JSON
 
 
 def empty_group_rows() -> pd.DataFrame:
@@ -45,8 +54,11 @@ def group_overlap_rows(calls: pd.DataFrame, compute: dict) -> pd.DataFrame:
     if len(calls) == 0 or "group_ranks" not in calls:
         return empty_group_rows()
     keys = ["rank", *GROUP_COLUMNS]
-    frame = calls[[*keys, "start_ns", "end_ns"]].astype(
-        {"group": str, "group_desc": str, "group_ranks": str, "group_inferred": bool}
+    folded = calls[FOLDED].to_numpy(bool) if FOLDED in calls else np.zeros(len(calls), dtype=bool)
+    frame = (
+        calls[[*keys, "start_ns", "end_ns"]]
+        .assign(**{FOLDED: folded})
+        .astype({"group": str, "group_desc": str, "group_ranks": str, "group_inferred": bool})
     )
     grouped = frame.groupby(keys, sort=True)
     rows = grouped.size().rename("calls").reset_index()
@@ -56,6 +68,7 @@ def group_overlap_rows(calls: pd.DataFrame, compute: dict) -> pd.DataFrame:
     rows["comm_ms"] = comm_ns / NS_PER_MS
     rows["overlap_ms"] = hidden_ns / NS_PER_MS
     rows["exposed_comm_ms"] = (comm_ns - hidden_ns) / NS_PER_MS
+    rows["folded_calls"] = grouped[FOLDED].sum().to_numpy(np.int64)
     rows["overlap_pct"] = np.where(comm_ns > 0, 100.0 * hidden_ns / np.maximum(comm_ns, 1), np.nan)
     labels = {k: group_label(*k) for k in rows[GROUP_COLUMNS].drop_duplicates().itertuples(index=False, name=None)}
     rows["label"] = [labels[k] for k in rows[GROUP_COLUMNS].itertuples(index=False, name=None)]

@@ -1,7 +1,8 @@
 """Each rank's host ranges by kind: `rank_spans(trace) -> frame (rank, kind, step, start_ns, end_ns)`.
 
 Kinds: `step` (the step ranges, with their number), the phases `forward`, `backward`, `optimizer` (ours or
-what the patterns match) and `data` (the contract's range around the making of a step's batch). What the
+what the patterns match), `data` (the contract's range around the making of a step's batch) and `sync_wait`
+(where the host waited for the gradient synchronisation: `grad_sync` or what the patterns match). What the
 straggler causes (collectives/straggler_cause.py) measure a late rank's time in.
 """
 
@@ -19,6 +20,7 @@ from contract import DATA
 
 SPAN_COLUMNS = ["rank", "kind", "step", "start_ns", "end_ns"]
 PHASE_KINDS = ("forward", "backward", "optimizer")
+SYNC_WAIT = "sync_wait"
 DATA_RANGE = re.compile(rf"^{re.escape(DATA)}$")
 
 
@@ -29,6 +31,7 @@ def rank_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
     for kind in PHASE_KINDS:
         frames.append(ranges_named(trace.nvtx, patterns.regex(kind)).assign(kind=kind, step=-1))
     frames.append(ranges_named(trace.nvtx, DATA_RANGE).assign(kind="data", step=-1))
+    frames.append(ranges_named(trace.nvtx, patterns.regex(SYNC_WAIT)).assign(kind=SYNC_WAIT, step=-1))
     spans = pd.concat([f[["part", "pid", "kind", "step", "start", "end"]] for f in frames], ignore_index=True)
     ranks = trace.ranks[["rank", "part", "pid"]].drop_duplicates(["part", "pid"])
     spans = spans.merge(ranks, on=["part", "pid"], how="inner")

@@ -27,6 +27,7 @@ from analysis.render.figure_switch import switched_figure
 from analysis.render.html_page import notes_html
 from analysis.render.units import rate_unit
 from analysis.report.call_chart import call_noun, calls_figure
+from analysis.report.group_chart import group_blocks
 from analysis.report.straggler_chart import straggler_blocks
 from analysis.timeline.representative import RULE, representative_step
 from analysis.trace.frames import NS_PER_MS
@@ -41,13 +42,15 @@ WAIT_COLOUR = palette.WAITING
 @dataclass(frozen=True)
 class CollectivesEntry:
     """One trace of the section: `steps` is its analysis' per-step frame (the table's figures come from
-    it, and so do the sentences); `colour` its implementation colour (palette.trace_colours)."""
+    it, and so do the sentences); `colour` its implementation colour (palette.trace_colours); `groups` its
+    communication per rank and process group (the chart of group_chart.py when it has several groups)."""
 
     label: str
     run: LoadedRun
     view: CollectivesView
     steps: pd.DataFrame | None = None
     colour: str | None = None
+    groups: pd.DataFrame | None = None  # the analysis' `by_group` (measure/group_overlap.py); None: not shown
 
 
 def busbw_figure(
@@ -258,6 +261,7 @@ def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | Non
             fig = wait_transfer_figure(e.view.calls, e.label, e.steps)
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_collectives_per_step")))
             blocks += straggler_blocks(e.view, e.label, stem)
+        blocks += group_blocks(e.groups, e.label, stem)
         fig = per_call_figure(e)
         if fig is not None:
             blocks += [fig.update_layout(meta=dict(image=f"{stem}_calls")), notes_html([call_chart_rule(e)])]

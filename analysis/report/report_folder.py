@@ -249,5 +249,6 @@ def collectives_blocks(
     for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per run
         r = by_trace[path]
         mine = view.only(r.analysis.summary["path"].iloc[0])
-        entries.append(CollectivesEntry(label, runs.loaded(r.index), mine, r.analysis.steps, colours[label]))
+        loaded = runs.loaded(r.index)
+        entries.append(CollectivesEntry(label, loaded, mine, r.analysis.steps, colours[label], r.analysis.by_group))
     return collectives_section(entries, peak_busbw)

@@ -6,7 +6,7 @@ sharded over the S ranks of a shard group (consecutive ranks, contract.hsdp_layo
 reduce-scattered there through `torch_fsdp`'s timed hooks (ranges `comm:all_gather:<unit>@shard`,
 `comm:reduce_scatter:<unit>@shard`), and FSDP2 then all-reduces each reduce-scattered shard across the
 replicate group itself (`dist.all_reduce` in FSDP2's reduce path: there is no custom-comm hook for it). Its
-range `comm:all_reduce:<unit>@replicate` (payload the shard's bytes) brackets that call from the host's side:
+push/pop range `comm:all_reduce:<unit>@replicate` (payload the shard's bytes) brackets that call on the host:
 opened when the unit's reduce-scatter returns (FSDP2 issues the all-reduce next, on the same thread) and closed
 by FSDP2's all-reduce hook (`set_all_reduce_hook`, which native HSDP runs right after its all-reduce). On gloo
 the all-reduce is blocking, so the range is its duration; on CUDA it holds the all-reduce's launch, which is
@@ -18,6 +18,7 @@ sums then match `hsdp`'s bit for bit on 2 x 2.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
@@ -69,7 +70,7 @@ class ReplicateBracketed(TimedReduceScatter):
     def __init__(self, owner: TorchFSDP, tag: str, group: str | None = None):
         super().__init__(owner, tag, group)
         self.replicate_name = comm_range(ALL_REDUCE, tag, REPLICATE_GROUP)
-        self.open: object | None = None
+        self.open: contextlib.AbstractContextManager | None = None
 
     def __call__(
         self,
@@ -81,11 +82,13 @@ class ReplicateBracketed(TimedReduceScatter):
     ) -> Any:
         work = super().__call__(output_tensor, input_tensor, group, op, async_op)
         self.all_reduced(output_tensor)  # a range left open (no all-reduce followed the last one) ends here
-        self.open = nvtx_ranges.start(self.replicate_name, payload=nbytes(output_tensor))
+        # a push/pop range, like every blocking collective's (gloo's all-reduce blocks; its hook runs on this thread)
+        self.open = nvtx_ranges.range(self.replicate_name, payload=nbytes(output_tensor))
+        self.open.__enter__()
         return work
 
     def all_reduced(self, _reduce_output: torch.Tensor) -> None:
         """FSDP2's all-reduce hook: the all-reduce across replicas was issued (on gloo: done); close its range."""
         if self.open is not None:
-            nvtx_ranges.end(self.open)
+            self.open.__exit__(None, None, None)
             self.open = None

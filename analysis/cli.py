@@ -73,13 +73,8 @@ def open_from_args(
 
 def _started_read(paths: Sequence[Path], opts: AnalysisOptions) -> StartedRead | None:
     """The first run's first file sniffed and, for a plain nsys export, opened with its large tables' first
-    chunks reading on threads (trace/readers/load.start_read), unless the load cache holds the run.
-
-    A first look at a large export spends some 0.4 s importing pandas and the analysis before it reads a
-    row, while the other core idles: started here, the reads (connectorx releases the GIL) go on while
-    open_runs is imported, and the load takes them (OpenRuns closes what it did not take). On the
-    1M-kernel x 8-rank export it takes NN% off the wall time of `python -m analysis.overlap` (with and
-    without it, in turns: docs/measurements/2026-11-28-read-ahead.md)."""
+    chunks reading on threads (trace/readers/read_ahead.py says why and what it buys), unless the load
+    cache holds the run. Called before open_runs is imported: the reads go on while it is."""
     from analysis.cache.loads import holds
     from analysis.trace.readers.read_ahead import start_read
 

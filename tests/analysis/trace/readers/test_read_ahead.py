@@ -27,7 +27,7 @@ def export(tmp_path):
 
 
 @pytest.fixture
-def reads(monkeypatch) -> list[tuple[str, str]]:
+def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
     """(thread name, query) of every connectorx read."""
     pytest.importorskip("connectorx")
     monkeypatch.setattr(sqlite_read, "process_threads", lambda: 0)  # a long test process is past the thread cap

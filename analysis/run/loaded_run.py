@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -34,6 +35,9 @@ from analysis.run.run_identity import FileIdentity as FileIdentity, check_one_ru
 from analysis.trace.frames import CLOCK_OFFSET_KEY, Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.readers.load import read_trace
+
+if TYPE_CHECKING:
+    from analysis.trace.readers.read_ahead import StartedRead
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,10 +76,14 @@ def measure_run(trace: Trace, patterns: Patterns | None = None) -> LoadedRun:
 
 
 def load_run(
-    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, *, cache: bool | None = None
+    paths: str | Path | Iterable[str | Path],
+    patterns: Patterns | None = None,
+    *,
+    cache: bool | None = None,
+    started: StartedRead | None = None,
 ) -> LoadedRun:
     """The run's files loaded (load_trace) and measured once (measure_run)."""
-    return measure_run(load_trace(paths, patterns, cache=cache), patterns)
+    return measure_run(load_trace(paths, patterns, cache=cache, started=started), patterns)
 
 
 def trace_identities(trace: Trace, paths: Sequence[str | Path], patterns: Patterns | None = None) -> list[FileIdentity]:
@@ -94,32 +102,37 @@ def trace_identities(trace: Trace, paths: Sequence[str | Path], patterns: Patter
 
 
 def load_trace(
-    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, *, cache: bool | None = None
+    paths: str | Path | Iterable[str | Path],
+    patterns: Patterns | None = None,
+    *,
+    cache: bool | None = None,
+    started: StartedRead | None = None,
 ) -> Trace:
     """Load one file, or several one-rank files of one run on the first file's clock (check_one_run
     refuses files of different runs), with gpu_ops.is_comm set by `patterns`; from the load cache
     beside the first file when it holds this load (cache/loads.py; cache=False: neither read nor
-    written, None: on unless ANALYSIS_NO_CACHE is set)."""
+    written, None: on unless ANALYSIS_NO_CACHE is set). `started`: the first file's read, started
+    already (trace/readers/read_ahead.py), which the read takes; the caller closes it."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     patterns = patterns or Patterns()
     if not files:
         raise TraceError("no trace path given")
-    return cached_load(files, patterns, lambda: _load(files, patterns, cache), cache)
+    return cached_load(files, patterns, lambda: _load(files, patterns, cache, started), cache)
 
 
-def _load(files: list[Path], patterns: Patterns, cache: bool | None = None) -> Trace:
-    trace = _read(files, patterns, cache)
+def _load(files: list[Path], patterns: Patterns, cache: bool | None, started: StartedRead | None) -> Trace:
+    trace = _read(files, patterns, cache, started)
     check_one_run(trace_identities(trace, files, patterns))
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return align_on_collectives(trace, patterns)  # the calls it checks the clocks with need is_comm
 
 
-def _read(files: list[Path], patterns: Patterns, cache: bool | None) -> Trace:
+def _read(files: list[Path], patterns: Patterns, cache: bool | None, started: StartedRead | None) -> Trace:
     """read_trace of the files, a compressed export read from its decompressed copy (cache/unpacked.py);
     the trace and its errors name the files as given."""
     with unpacked(files, cache) as readable:
         if readable == files:
-            return read_trace(files, patterns)
+            return read_trace(files, patterns, started=started)
         try:
             trace = read_trace(readable, patterns)
         except TraceError as e:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
 from tests.support import owned
-from tests.support.recordings import Recordings, record_plain_ddp
+from tests.support.recordings import Recordings, asked_together, record_plain_ddp
 
 # Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
 # hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
@@ -104,21 +104,29 @@ def gpu_h200_trace(request, tmp_path_factory):
     return lambda name: gpu_traces.decompress(name, folder, gpu_traces.GPU_H200)
 
 
+def _ahead(request, fixture: str, profiler: str) -> tuple[str, ...]:
+    """What the session's modules that use `fixture` ask `profiler` for, when there are several of them."""
+    users = {item.module.__name__ for item in request.session.items if fixture in getattr(item, "fixturenames", ())}
+    return asked_together(profiler, users)
+
+
 @pytest.fixture(scope="session")
-def nsys_recordings(tmp_path_factory) -> Recordings:
+def nsys_recordings(request, tmp_path_factory) -> Recordings:
     """nsys_recordings("naive", "overlap") -> the folder of their small CPU recordings under the real nsys,
     each made once for the session (tests/support/recordings.py); skipped without nsys."""
     from tests.support.nsys import NSYS
 
     if NSYS is None:
         pytest.skip("nsys not installed (bash scripts/install_nsys.sh)")
-    return Recordings(tmp_path_factory.mktemp("nsys_recordings"), "nsys")
+    return Recordings(tmp_path_factory.mktemp("nsys_recordings"), "nsys", _ahead(request, "nsys_recordings", "nsys"))
 
 
 @pytest.fixture(scope="session")
-def torch_recordings(tmp_path_factory) -> Recordings:
+def torch_recordings(request, tmp_path_factory) -> Recordings:
     """The same runs recorded with `--profiler torch` (no nsys): <impl>.rank<N>.json.gz."""
-    return Recordings(tmp_path_factory.mktemp("torch_recordings"), "torch")
+    return Recordings(
+        tmp_path_factory.mktemp("torch_recordings"), "torch", _ahead(request, "torch_recordings", "torch")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -68,6 +68,7 @@ def test_each_table_command_loads_and_measures_each_run_once(traces, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.pages  # writes the timeline page
 def test_the_timeline_draws_each_run_from_its_one_load(traces, tmp_path, capsys):
     runs = len(traces)
     got = counts(lambda: timeline.main([*traces, "-o", str(tmp_path / "t.html")]))
@@ -75,6 +76,7 @@ def test_the_timeline_draws_each_run_from_its_one_load(traces, tmp_path, capsys)
     capsys.readouterr()
 
 
+@pytest.mark.pages  # writes a whole report, its timeline pages too
 def test_the_report_draws_each_run_three_times_from_its_one_load(traces, tmp_path, capsys):
     """Timeline page, side-by-side panel and Collectives charts of each run: one load, one of each measure."""
     runs = len(traces)

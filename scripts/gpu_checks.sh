@@ -54,6 +54,11 @@ bench 45 fsdp_1.csv --impl fsdp --prefetch 1
 bench 45 fsdp_2.csv --impl fsdp --prefetch 2
 record 75 slow_issue overlap_bucket $T --slow-rank 1:issue:40
 record 70 ob_1 overlap_bucket $T --bucket-mb 1
+# ---- advise (what-if) GPU error tables: recordings and unprofiled sweeps of overlap_bucket, torch and fsdp, in
+# $OUT/advise (scripts/gpu_advise_sweeps.sh: what it records, its own budget ADVISE_BUDGET_S, default 420 s, and
+# the offline commands that make the tables). ADVISE=0 leaves it out.
+[ "${ADVISE:-1}" = 0 ] || OUT=$OUT/advise ADVISE_KEEP_MPS=1 bash scripts/gpu_advise_sweeps.sh > /dev/null 2>&1
+# ---- end of the advise block
 echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
 grep -vE "Warning|warn_once|return func" "$L" | grep -E "^===|PASS|FAIL|error|Error|ms/step|illegal" > "$OUT/summary.txt"
 cat "$OUT/summary.txt"

@@ -3,7 +3,7 @@
 # the same settings, on a machine with one H100/H200 that two ranks share (NCCL >= 2.30 under MPS, as
 # ../shared/notes/gpu.md describes; `bash ../shared/tools/gpu-carry.sh` builds .gpu/, send it along).
 #   bash scripts/gpu_advise_sweeps.sh            (scripts/gpu_checks.sh runs it too, in its "advise" block)
-# Writes under $OUT (or ./gpu-out/advise): log.txt, summary.txt and
+# Writes under $OUT (or ./gpu-out/advise): log.txt, summary.txt, advise.tar (all of it in one file) and
 #   ob_<MiB>/overlap_bucket.sqlite.xz   overlap_bucket recorded at 1, 25 (then 5, 100) MiB; sweep_ob.csv: 1/5/25/100
 #   torch_25/torch.sqlite.xz            torch recorded at 25 MiB;                          sweep_torch.csv: 1/5/25/100
 #   fsdp_<N>/fsdp.sqlite.xz             fsdp recorded at prefetch 2 and 1;                 fsdp_{1,2,3}.csv
@@ -31,9 +31,11 @@ step() {  # step USUAL_S TIMEOUT_S CMD...: run CMD if its usual time still fits 
         return
     fi
     echo "=== $(date +%T) [$t s] $*" >> "$L"
-    timeout -k 5 "$t" "$@" >> "$L" 2>&1
+    setsid timeout -k 5 "$t" "$@" >> "$L" 2>&1 &  # its own process group: a cut step's ranks go with it
+    local pid=$!
+    wait $pid
     echo "=== rc=$?" >> "$L"
-    pkill -9 -f "multiprocessing.spawn|-m profiling.run|-m ddp.benchmark" > /dev/null 2>&1  # ranks a cut step left
+    kill -9 -- -$pid 2> /dev/null
     sleep 2
 }
 N="--world-size 2 --backend nccl --share-gpus --model medium"
@@ -64,4 +66,6 @@ record ob_100 overlap_bucket --bucket-mb 100
 echo "=== done in $(($(date +%s) - T0)) s" >> "$L"
 [ -n "${ADVISE_KEEP_MPS:-}" ] || echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
 grep -vE "Warning|warn_once|return func" "$L" | grep -E "^===|error|Error|ms/step" > "$OUT/summary.txt"
+# one file of everything (a device run may bring back only a few files): tar xf advise.tar where the tables are made
+(cd "$OUT" && tar cf advise.tar --exclude advise.tar ./*)
 cat "$OUT/summary.txt"

@@ -9,8 +9,7 @@
 # Writes under $OUT (or ./gpu-out): log.txt, summary.txt and the recordings (xz-compressed exports,
 # torch.profiler files, ddp.benchmark CSVs), which are analysed on any machine afterwards:
 #   slow_<place>/overlap_bucket.sqlite.xz  rank 1 held back 40 ms at <place> (backward, issue)
-#   ob_<MiB>/overlap_bucket.sqlite.xz      recorded at 25 (and 1) MiB buckets; sweep_ob.csv: 1/5/25/100 unprofiled
-#   fsdp_2/fsdp.sqlite.xz                  recorded at prefetch 2; fsdp_{1,2}.csv unprofiled
+#   advise/                                the what-if's recordings and unprofiled sweeps (scripts/gpu_advise_sweeps.sh)
 # fsdp with --separate-reduce-scatter (a second NCCL communicator) hung with two ranks sharing one H200
 # under MPS (2026-11-28, docs/measurements/2026-11-28-gpu-h200.md), so it is not among the steps.
 # Every step is bounded; a failing step is logged and the next one runs. Most needed first: a run cut
@@ -79,14 +78,13 @@ bench() {  # bench TIMEOUT CSV ARGS...: the unprofiled step time
 # the host stall before a collective is issued: its cause must read `issue` (a sleep in backward: `backward`)
 record 75 slow_issue overlap_bucket $T --slow-rank 1:issue:40
 record 75 slow_backward overlap_bucket $T --slow-rank 1:backward:40
-if [ "$ONLY" != slow ]; then
-    record 70 ob_25 overlap_bucket $T --bucket-mb 25
-    bench 100 sweep_ob.csv --impl overlap_bucket --bucket-mb 1 5 25 100
-    record 70 fsdp_2 fsdp $T --prefetch 2
-    bench 45 fsdp_1.csv --impl fsdp --prefetch 1
-    bench 45 fsdp_2.csv --impl fsdp --prefetch 2
-    record 70 ob_1 overlap_bucket $T --bucket-mb 1
+# ---- advise (what-if) GPU error tables: recordings and unprofiled sweeps of overlap_bucket, torch and fsdp, in
+# $OUT/advise (scripts/gpu_advise_sweeps.sh: what it records, its own budget ADVISE_BUDGET_S, default 420 s, and
+# the offline commands that make the tables). `slow` or ADVISE=0 leaves it out.
+if [ "$ONLY" != slow ] && [ "${ADVISE:-1}" != 0 ]; then
+    OUT=$OUT/advise ADVISE_KEEP_MPS=1 bash scripts/gpu_advise_sweeps.sh > /dev/null 2>&1
 fi
+# ---- end of the advise block
 echo quit | nvidia-cuda-mps-control > /dev/null 2>&1
 grep -vE "Warning|warn_once|return func" "$L" | grep -E "^===|PASS|FAIL|error|Error|ms/step|illegal|^straggler|^held" > "$OUT/summary.txt"
 cat "$OUT/summary.txt"

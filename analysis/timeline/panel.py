@@ -29,7 +29,7 @@ class Panel:
     # (timeline_page.py fills it in), for the step switch (render_figure.py)
     steps: tuple[tuple[int, int, int, str], ...] = ()
     # Other views of the same run (its other steps or ranks) the panel's drop-down switches to, as (label,
-    # panel), the opened view itself as (label, None): render_switch.py; a panel has these or an overview
+    # panel), the opened view itself as (label, None): render/drop_downs.py; a panel has these or an overview
     choices: tuple[tuple[str, Panel | None], ...] = ()
 
     def __post_init__(self) -> None:

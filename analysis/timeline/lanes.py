@@ -37,9 +37,8 @@ from analysis.timeline.lane_segments import (
     streams_of,
     strip_segments,
 )
-from analysis.timeline.panel import Panel
-from analysis.timeline.render_binning import merge_subpixel
-from analysis.timeline.render_style import HIDDEN
+from analysis.timeline.panel import Panel, merge_subpixel
+from analysis.timeline.style import HIDDEN
 from analysis.trace.frames import Trace
 
 

@@ -15,11 +15,16 @@ import plotly.graph_objects as go
 
 from analysis.render.drop_downs import Owner, choice_menus, choice_panels, opened_choice
 from analysis.render.figure_dicts import stacked_layout, trusted_figure
-from analysis.timeline.panel import Panel, panel_pixel_ns
-from analysis.timeline.render_binning import merge_subpixel
-from analysis.timeline.render_highlight import highlight_bands
-from analysis.timeline.render_hover import category_rows, hover_traces
-from analysis.timeline.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
+from analysis.timeline.panel import Panel, merge_subpixel, panel_pixel_ns
+from analysis.timeline.style import (
+    CATEGORY_COLOURS,
+    CATEGORY_LABELS,
+    category_colour,
+    category_order,
+    category_rows,
+    highlight_bands,
+    hover_traces,
+)
 
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title

@@ -26,9 +26,9 @@ from analysis.cache.loads import cached_load
 from analysis.cache.unpacked import unpacked
 from analysis.errors import TraceError
 from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.backward_span import backward_spans
 from analysis.measure.collective_calls import Calls, find_calls
 from analysis.measure.phases import communication_mask, find_steps
+from analysis.measure.rank_spans import backward_spans
 from analysis.run.clocks import align_on_collectives
 from analysis.run.run_identity import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
 from analysis.trace.frames import CLOCK_OFFSET_KEY, Trace
@@ -54,7 +54,7 @@ class LoadedRun:
 
     @cached_property
     def backward_spans(self) -> pd.DataFrame:
-        """rank, step, start_ns, end_ns of each step's backward pass (backward_span.py), measured on first use."""
+        """rank, step, start_ns, end_ns of each step's backward pass (measure/rank_spans.py), measured on first use."""
         return backward_spans(self.trace, self.patterns)
 
     @property

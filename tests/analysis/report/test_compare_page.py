@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.measure.backward_span import backward_spans
+from analysis.measure.rank_spans import backward_spans
 from analysis.overlap.analyze import analyze_trace
 from analysis.render import palette
 from analysis.report.compare_page import compare_panel, write_compare

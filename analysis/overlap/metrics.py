@@ -1,6 +1,6 @@
 """Overlap metrics per rank and per step, exact to the nanosecond (union semantics throughout).
 
-For each window (one step, see steps.py for its bounds; or the whole capture):
+For each window (one step, see phases.step_windows for its bounds; or the whole capture):
   step_ms              the step window's length (GPU ranks: start to next step's start; CPU-only
                        ranks: the NVTX step range); whole capture: span of the rank's activity
   backward_ms          span of the backward pass's compute (GPU: first start to last end of its kernels)
@@ -14,7 +14,7 @@ For each window (one step, see steps.py for its bounds; or the whole capture):
   comm_wait_ms, comm_transfer_ms, exposed_comm_wait_ms, exposed_comm_transfer_ms  the step's collective
                        calls split into waiting for the last rank and transfer, and the parts of each
                        not under compute (the collectives view; added by overlap/analyze.analyze_trace)
-A step owns the work launched inside it (NVTX projection, see phases.py and steps.py); its
+A step owns the work launched inside it (NVTX projection, see phases.py); its
 communication is intersected with all of the rank's compute, so comm launched in step k and hidden
 behind step k+1's compute still counts as overlapped.
 

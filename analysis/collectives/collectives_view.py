@@ -20,7 +20,7 @@ from analysis.fsdp_units.in_time import in_time_sentences
 from analysis.fsdp_units.prefetch import PREFETCH_COLUMNS
 from analysis.measure.call_groups import group_objects
 from analysis.measure.collective_calls import OUTSIDE_STEPS
-from analysis.measure.op_phase import phase_labels
+from analysis.measure.comm_breakdown import phase_labels
 from analysis.measure.rank_spans import empty_spans, rank_spans
 from analysis.render.table import plain_records
 from analysis.run.loaded_run import LoadedRun, measure_run

@@ -140,7 +140,7 @@ def op_phase_lines(result: Analysis) -> list[str]:
 
 def group_lines(result: Analysis) -> list[str]:
     """Per rank of a run with several process groups: each group's communication over the capture, the part
-    hidden under compute and the exposed rest (measure/group_overlap.py); nothing for one-group runs."""
+    hidden under compute and the exposed rest (measure/comm_breakdown.py); nothing for one-group runs."""
     rows = result.by_group
     if len(rows) == 0:
         return []
@@ -159,7 +159,7 @@ def group_lines(result: Analysis) -> list[str]:
 
 
 def overlap_note(rows: pd.DataFrame, n: int) -> list[str]:
-    """A note under a rank's rows when they overlap in time (not a partition: op_phase.py): what they add up
+    """A note under a rank's rows when they overlap in time (not a partition: comm_breakdown.py): what they add up
     to beside the rank's communication counted once (all_comm_ms), per step."""
     once = rows.drop_duplicates("step")[["all_comm_ms", "all_exposed_ms"]].sum() / n
     summed = rows[["comm_ms", "exposed_ms"]].sum() / n

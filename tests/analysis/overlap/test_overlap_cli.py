@@ -35,7 +35,7 @@ METRIC_KEYS = {
     "comm_transfer_ms",
     "exposed_comm_wait_ms",
     "exposed_comm_transfer_ms",
-    "by_op_phase",  # rows per collective kind and phase (measure/op_phase.py)
+    "by_op_phase",  # rows per collective kind and phase (measure/comm_breakdown.py)
 }
 
 

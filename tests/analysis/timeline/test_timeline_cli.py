@@ -373,7 +373,7 @@ def _fake_kaleido(monkeypatch, calls, fail=False):
         return ()
 
     monkeypatch.setattr(kaleido, "write_fig_from_object_sync", write)
-    monkeypatch.setattr("analysis.render.chromium.find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr("analysis.render.export.find_chromium", lambda: "/usr/bin/chromium")
 
 
 @pytest.mark.pages  # writes three whole pages
@@ -404,7 +404,7 @@ def test_image_failure_is_one_line_and_exit_2(traces, tmp_path, capsys, monkeypa
 
 
 def test_without_chromium_images_are_refused_before_any_work(traces, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("analysis.render.chromium.find_chromium", lambda: None)
+    monkeypatch.setattr("analysis.render.export.find_chromium", lambda: None)
     code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--svg")
     assert code == 2 and "--svg: needs a system Chromium" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t.html").exists()

@@ -1,6 +1,6 @@
 """The prefetch chart of one step and rank: each sharded module's forward all-gather from issue to
 end, the part of it compute waited for, and when the module's forward began (where the trace says),
-in forward order, times from the step's first issue. Rows: fsdp_units/prefetch.py."""
+in forward order, times from the step's first issue. Rows: fsdp_units/gather_rows.py (PREFETCH_COLUMNS)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from analysis.trace.frames import NS_PER_MS
 
 GATHER = palette.COLLECTIVE_COLOURS["all_gather"]
 STEP_CHART_UNITS = 40
-# under the axis when the trace does not say when each module's forward began (prefetch.py: needed_ns -1)
+# under the axis when the trace does not say when each module's forward began (gather_rows.py: needed_ns -1)
 NO_TICKS = (
     "<br><span style='font-size:12px'>No 'forward began' ticks: this trace does not mark where each module's "
     "forward began (FSDP2 marks it; this project's fsdp marks only its collectives),<br>so the pink part, the "

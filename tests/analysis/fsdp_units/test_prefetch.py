@@ -1,5 +1,5 @@
 """Forward all-gathers of a foreign (FSDP2-shaped) trace: calls from PyTorch's gloo annotations, modules
-and phases from FSDP2's markers, when each module's forward began (fsdp_units/prefetch.py, torch_calls.py)."""
+and phases from FSDP2's markers, when each module's forward began (fsdp_units/gather_rows.py, torch_calls.py)."""
 
 import numpy as np
 import pytest

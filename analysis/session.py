@@ -32,8 +32,8 @@ import pandas as pd
 from analysis.collectives.collectives_view import CollectivesView, run_call_rows, view_of_rows
 from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
-from analysis.overlap.across_ranks import run_across_ranks
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
+from analysis.overlap.metrics import run_across_ranks
 from analysis.parallel.file_task import analyze_file
 from analysis.parallel.per_file import RunResult, analyze_groups
 from analysis.parallel.tasks import Outcome

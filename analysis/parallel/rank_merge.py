@@ -11,7 +11,7 @@ collective_rows.split_rows: only the columns the split needs, op as a code share
 torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
 runs are refused by the loader's own check (run_files.check_one_run, from each file's recorded identity),
 and the files' clocks come from the loader's one rule (clocks.clock_shifts).
-overlap/across_ranks.py adds the per-step view of the merged run.
+overlap/metrics.across_ranks adds the per-step view of the merged run.
 """
 
 from __future__ import annotations
@@ -28,9 +28,8 @@ from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import comm_note, merged_evidence
 from analysis.measure.pairing import world_size
-from analysis.overlap.across_ranks import across_ranks
 from analysis.overlap.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
-from analysis.overlap.metrics import SPLIT_METRICS
+from analysis.overlap.metrics import SPLIT_METRICS, across_ranks
 from analysis.parallel.file_task import FileResult
 from analysis.run.clocks import PartAlignment, PartClock, clock_alignment, clock_note
 from analysis.run.run_files import check_one_run, file_identity

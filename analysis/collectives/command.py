@@ -268,8 +268,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
-    from analysis.fsdp_units.prefetch_chart import STEP_CHART_UNITS, pick_step, prefetch_figure
-    from analysis.fsdp_units.unit_chart import measured, units_figure
+    from analysis.fsdp_units.charts import STEP_CHART_UNITS, measured, pick_step, prefetch_figure, units_figure
     from analysis.render.html_page import write_page
 
     figures: list = []

@@ -1,6 +1,6 @@
 """The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step,
 one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward,
-and for sharded runs whether each unit's all-gathers arrived in time and why not (unit_chart.py).
+and for sharded runs whether each unit's all-gathers arrived in time and why not (fsdp_units/charts.py).
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
 html_page.write_page; each entry (CollectivesEntry) is one run: its label, LoadedRun, CollectivesView,
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.fsdp_units.unit_chart import in_time_blocks
+from analysis.fsdp_units.charts import in_time_blocks
 from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.render import palette

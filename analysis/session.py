@@ -218,8 +218,8 @@ class OpenRuns:
         the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
         the CLI checks it (timeline_page.check_output) before any work."""
         from analysis.render.html_page import PlotlyJs
-        from analysis.run.design_notes import labelled, summary_notes
         from analysis.timeline.timeline_page import write_timeline
+        from analysis.trace.run_info import labelled, summary_notes
 
         self.check_selection(step, rank)
         selection = Selection(step=step, rank=rank)
@@ -294,7 +294,7 @@ class OpenRuns:
 @dataclass(frozen=True)
 class TimelinePage:
     """A written timeline page: its path, the plotly figure, one PanelSummary per run, each run's
-    missing-ranks note ('' when none) and its design notes (run/design_notes.py; the page shows them)."""
+    missing-ranks note ('' when none) and its design notes (trace/run_info.py; the page shows them)."""
 
     path: Path
     figure: Any

@@ -191,11 +191,10 @@ def memory_line(row: dict) -> str:
 
 
 def notes(result: Analysis) -> list[str]:
-    """Per run: its metadata, its design notes (run/design_notes.py: figures the strategy, backend or shared
+    """Per run: its metadata, its design notes (trace/run_info.py: figures the strategy, backend or shared
     GPUs decide) and a note when ranks are missing."""
     from analysis.overlap.analyze import METADATA
-    from analysis.run.design_notes import design_notes
-    from analysis.trace.run_info import MEMORY_COLUMNS, nccl_label
+    from analysis.trace.run_info import MEMORY_COLUMNS, design_notes, nccl_label
 
     lines = []
     for row in result.summary.to_dict("records"):  # one per trace
@@ -265,7 +264,7 @@ def _print(args: argparse.Namespace, result: Analysis, spread: list[pd.DataFrame
 
     from analysis.overlap.analyze import per_rank_table
     from analysis.render.table import plain_records
-    from analysis.run.design_notes import design_notes
+    from analysis.trace.run_info import design_notes
 
     if args.format == "json":
         doc = result.to_json()

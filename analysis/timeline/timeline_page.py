@@ -177,7 +177,7 @@ def write_timeline(
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
     notes: Sequence[str] = (),
 ) -> tuple[Path, go.Figure]:
-    """Write the stacked-panel page (plotly.js as `plotly_js` says) with `notes` (design notes, run/design_notes.py)
+    """Write the stacked-panel page (plotly.js as `plotly_js` says) with `notes` (design notes, trace/run_info.py)
     under the chart, after the line naming the opening step's rule; returns its path and the figure."""
     opening = selection.step is None and any(p.overview is not None for p in panels)
     if selection.step is not None or opening:

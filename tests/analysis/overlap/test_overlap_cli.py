@@ -81,7 +81,7 @@ def test_json_has_the_agreed_keys(capsys, exports):
     step1 = next(s for s in rank["steps"] if s["step"] == 1)
     assert rank["rank"] == 0 and step1["overlap_pct"] is None  # no comm in that step -> null
     assert gpu["ranks"][1]["total"]["comm_ms"] == pytest.approx(600e-6)
-    assert gpu["notes"] == []  # design notes (run/design_notes.py): none for this implementation
+    assert gpu["notes"] == []  # design notes (trace/run_info.py): none for this implementation
 
 
 def test_notes_say_when_the_strategy_makes_the_overlap_zero(capsys, tmp_path):

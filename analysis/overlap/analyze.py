@@ -12,6 +12,7 @@ import pandas as pd
 
 from analysis.collectives.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
+from analysis.measure.call_groups import world_size
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_breakdown import (
     GROUP_FIGURES,
@@ -22,7 +23,6 @@ from analysis.measure.comm_breakdown import (
     phase_labels,
 )
 from analysis.measure.comm_recognition import unrecognised_comm_note
-from analysis.measure.pairing import world_size
 from analysis.overlap.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.render.table import plain_records
 from analysis.run.loaded_run import LoadedRun, measure_run

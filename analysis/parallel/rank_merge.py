@@ -25,9 +25,9 @@ import pandas as pd
 
 from analysis.collectives.collective_rows import SPLIT_CALL_COLUMNS, split_rows, with_comm_split
 from analysis.measure import intervals as iv
+from analysis.measure.call_groups import world_size
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import comm_note, merged_evidence
-from analysis.measure.pairing import world_size
 from analysis.overlap.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
 from analysis.overlap.metrics import SPLIT_METRICS, across_ranks
 from analysis.parallel.file_task import FileResult

@@ -62,7 +62,6 @@ METRICS = [
     "comm_ranges",
     *SPLIT_METRICS,
 ]
-COUNTS = ["comm_kernels", "compute_kernels", "comm_copies", "comm_ranges"]
 SOURCES = ["comm_source", "compute_source", "shared_gpu"]  # per rank: where the figures come from
 
 

@@ -32,8 +32,8 @@ import pandas as pd
 from analysis.collectives.collectives_view import CollectivesView, run_call_rows, view_of_rows
 from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
-from analysis.overlap.across_ranks import run_across_ranks
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
+from analysis.overlap.metrics import run_across_ranks
 from analysis.parallel.file_task import analyze_file
 from analysis.parallel.per_file import RunResult, analyze_groups
 from analysis.parallel.tasks import Outcome
@@ -227,8 +227,8 @@ class OpenRuns:
         the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
         the CLI checks it (timeline_page.check_output) before any work."""
         from analysis.render.html_page import PlotlyJs
-        from analysis.run.design_notes import labelled, summary_notes
         from analysis.timeline.timeline_page import write_timeline
+        from analysis.trace.run_info import labelled, summary_notes
 
         self.check_selection(step, rank)
         selection = Selection(step=step, rank=rank)
@@ -303,7 +303,7 @@ class OpenRuns:
 @dataclass(frozen=True)
 class TimelinePage:
     """A written timeline page: its path, the plotly figure, one PanelSummary per run, each run's
-    missing-ranks note ('' when none) and its design notes (run/design_notes.py; the page shows them)."""
+    missing-ranks note ('' when none) and its design notes (trace/run_info.py; the page shows them)."""
 
     path: Path
     figure: Any

@@ -2,7 +2,7 @@
 
     python -m analysis.collectives TRACE... [--format table|csv|json] [--rank R] [--step N] [--peak-busbw GBPS]
 
-One row per collective call per rank (collective_calls.py finds them, pairing.py pairs them across
+One row per collective call per rank (collective_calls.py finds them, call_groups.py pairs them across
 ranks into wait and transfer, collective_stats.py adds bandwidths and summaries). Python API:
 `open_runs(paths).collectives() -> CollectivesView` with `.calls`, `.by_size`, `.by_rank`,
 `.stragglers` and `.traces` DataFrames (session.py); `collectives_of([trace])` does loaded traces.
@@ -268,8 +268,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
-    from analysis.fsdp_units.prefetch_chart import STEP_CHART_UNITS, pick_step, prefetch_figure
-    from analysis.fsdp_units.unit_chart import measured, units_figure
+    from analysis.fsdp_units.charts import STEP_CHART_UNITS, measured, pick_step, prefetch_figure, units_figure
     from analysis.render.html_page import write_page
 
     figures: list = []

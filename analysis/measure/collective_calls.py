@@ -7,7 +7,7 @@ Two sources, chosen per trace:
   `comm:<op>:<tag>` range (README contract) is the latest one opened on the launching thread before
   the launch and still open then: it gives the tag, the byte count (the range's integer payload) and
   the issue time (range start); without one, issue is the launch call's start and tag/bytes are unknown.
-  A call's step is the step whose window (steps.py) holds its issue time, as for the overlap metrics.
+  A call's step is the step whose window (phases.step_windows) holds its issue time, as for the overlap metrics.
 - "ranges" (CPU traces, and GPU traces whose collectives run on the host, e.g. gloo): one call per
   `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
@@ -30,17 +30,18 @@ from numpy.typing import ArrayLike
 
 from analysis.measure.activity import RankWork, rank_work
 from analysis.measure.call_groups import FOLDED, FOREIGN, GROUP_COLUMNS, OURS, fold_inferred, group_columns
-from analysis.measure.pairing import world_size
+from analysis.measure.call_groups import world_size
 from analysis.measure.phases import (
     codes,
     find_steps,
     keyed_contains,
     process_key,
     ranges_named,
+    step_windows,
     thread_key,
+    window_index,
 )
 from analysis.measure.rank_periods import compute_sets
-from analysis.measure.steps import step_windows, window_index
 from analysis.measure.torch_calls import foreign_comm_ranges
 from analysis.trace.comm_families import family_of_range, kernel_families
 from analysis.trace.frames import GPU_KERNEL, KERNELS, NVTX_MARK, RANGES, Trace
@@ -229,7 +230,7 @@ def _range_families(trace: Trace, ranges: pd.DataFrame) -> np.ndarray:
 
 
 def step_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: ArrayLike) -> np.ndarray:
-    """Number of the step whose window (steps.py: on GPU traces start to next step's start) holds each
+    """Number of the step whose window (phases.step_windows: on GPU traces start to next step's start) holds each
     time t of process (part, pid); -1 outside every step."""
     part, pid, t = (np.asarray(a, dtype=np.int64) for a in (part, pid, t))
     out = np.full(t.shape, -1, dtype=np.int64)

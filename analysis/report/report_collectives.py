@@ -1,6 +1,6 @@
 """The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step,
 one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward,
-and for sharded runs whether each unit's all-gathers arrived in time and why not (unit_chart.py).
+and for sharded runs whether each unit's all-gathers arrived in time and why not (fsdp_units/charts.py).
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
 html_page.write_page; each entry (CollectivesEntry) is one run: its label, LoadedRun, CollectivesView,
@@ -17,13 +17,13 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.fsdp_units.unit_chart import in_time_blocks
+from analysis.fsdp_units.charts import in_time_blocks
 from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.render import palette
+from analysis.render.drop_downs import switched_figure
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
-from analysis.render.figure_switch import switched_figure
 from analysis.render.html_page import notes_html
 from analysis.render.units import rate_unit
 from analysis.report.call_chart import call_noun, calls_figure
@@ -220,7 +220,7 @@ def _one_call_figure(entry: CollectivesEntry, step: int, rank: int) -> go.Figure
 
 def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
     """The per-call chart of one trace, opened on chosen_step's step and rank with a drop-down to the others
-    of call_choices (render/figure_switch.py), or None without numbered steps."""
+    of call_choices (render/drop_downs.py), or None without numbered steps."""
     chosen = chosen_step(entry.view.calls, entry.steps)
     if chosen is None:
         return None

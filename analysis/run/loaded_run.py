@@ -2,7 +2,7 @@
 once into `LoadedRun`, the object every feature and every view takes.
 
 `load_trace(paths)` reads a run's file(s) (trace/readers/load.py), refuses files that are not ranks of
-one run (run_identity.check_one_run: two implementations, world sizes, run ids or step counts, ddp.meta
+one run (run_files.check_one_run: two implementations, world sizes, run ids or step counts, ddp.meta
 in one only, captures far apart in time, the same rank twice), decides once which GPU work is
 communication (measure/phases.communication_mask: gpu_ops.is_comm is what every measure and view reads)
 and puts every file on the first file's clock (clocks.align_on_collectives). `measure_run(trace)`
@@ -27,11 +27,11 @@ from analysis.cache.loads import cached_load
 from analysis.cache.unpacked import unpacked
 from analysis.errors import TraceError
 from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.backward_span import backward_spans
 from analysis.measure.collective_calls import Calls, find_calls
 from analysis.measure.phases import communication_mask, find_steps
+from analysis.measure.rank_spans import backward_spans
 from analysis.run.clocks import align_on_collectives
-from analysis.run.run_identity import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
+from analysis.run.run_files import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
 from analysis.trace.frames import CLOCK_OFFSET_KEY, Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.readers.load import read_trace
@@ -58,7 +58,7 @@ class LoadedRun:
 
     @cached_property
     def backward_spans(self) -> pd.DataFrame:
-        """rank, step, start_ns, end_ns of each step's backward pass (backward_span.py), measured on first use."""
+        """rank, step, start_ns, end_ns of each step's backward pass (measure/rank_spans.py), measured on first use."""
         return backward_spans(self.trace, self.patterns)
 
     @property

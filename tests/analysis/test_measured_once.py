@@ -12,7 +12,7 @@ import pytest
 
 from analysis.advise import command as advise_cli
 from analysis.collectives import command as collectives
-from analysis.measure import activity, backward_span, collective_calls
+from analysis.measure import activity, collective_calls, rank_spans
 from analysis.overlap import command as overlap
 from analysis.report import command as report
 from analysis.run import loaded_run
@@ -25,7 +25,7 @@ COUNTED = {
     "measure_run": loaded_run.measure_run,
     "rank_work": activity.rank_work,
     "find_calls": collective_calls.find_calls,
-    "backward_spans": backward_span.backward_spans,
+    "backward_spans": rank_spans.backward_spans,
     "run_segments": lanes.run_segments,
 }
 

@@ -25,7 +25,7 @@ from analysis.advise.comm_cost import CommCost, fit_cost, transfer_times
 from analysis.advise.layouts import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
 from analysis.errors import TraceError
-from analysis.measure.pairing import world_size
+from analysis.measure.call_groups import world_size
 from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
 from analysis.run.loaded_run import LoadedRun

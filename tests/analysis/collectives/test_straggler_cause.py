@@ -11,7 +11,7 @@ import pytest
 
 from analysis.collectives import collective_stats as stats
 from analysis.collectives.straggler_cause import CAUSES, recurrently_late, straggler_summary, with_causes
-from analysis.measure.pairing import pair
+from analysis.measure.call_groups import pair
 from analysis.trace.frames import KERNELS
 
 MS = 1_000_000

@@ -108,7 +108,7 @@ def test_real_trace_totals_equal_plain_python(real):
 
 def test_real_trace_steps_come_from_profiler_step(real):
     """Steps are the ProfilerStep#N ranges; on a GPU rank step k lasts until step k+1 starts, the last
-    one until the later of its CPU end and the end of the GPU work launched inside it (steps.py)."""
+    one until the later of its CPU end and the end of the GPU work launched inside it (measure/phases.py)."""
     events = real["traceEvents"]
     steps = sorted(
         (int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))

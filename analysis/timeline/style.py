@@ -106,11 +106,12 @@ def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     The HTML tags live once in the hovertemplate where they can, since JSON escapes every '<' in
     per-point strings into six bytes.
     """
-    name = seg["name"].astype(str).str.slice(0, 80)
-    merged = seg["count"] > 1
-    name = name.where(~merged, seg["count"].astype(str) + " merged, first: " + name)
+    name = seg["name"].astype(str).str.slice(0, 80).to_numpy(dtype=object)
+    count = seg["count"].to_numpy()
+    merged = np.flatnonzero(count > 1)  # one per drawn block at most: a few thousand strings
+    name[merged] = [f"{n} merged, first: {text}" for n, text in zip(count[merged], name[merged], strict=True)]
     where = seg["phase"].astype(str) + "; " + seg["stream"].astype(str) + pd.Series(_sizes(seg), index=seg.index)
-    return name.to_numpy(), where.to_numpy()
+    return name, where.to_numpy()
 
 
 def hover_traces(hover: pd.DataFrame, origin_ns: int, visible: bool) -> dict[str, dict]:

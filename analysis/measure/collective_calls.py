@@ -29,8 +29,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.call_groups import FOLDED, FOREIGN, GROUP_COLUMNS, OURS, fold_inferred, group_columns
-from analysis.measure.call_groups import world_size
+from analysis.measure.call_groups import FOLDED, FOREIGN, GROUP_COLUMNS, OURS, fold_inferred, group_columns, world_size
 from analysis.measure.phases import (
     codes,
     find_steps,

@@ -1,8 +1,9 @@
 """Drop-downs that show one choice at a time (a step, a rank) in one place of a page.
 
-`switched_figure`: one figure per choice, drawn as one figure with a drop-down above it. Every choice's
-traces are in the page, hidden but the chosen one's; a choice's button shows its traces and puts its
-title, axes, shapes and annotations in place, so each choice reads exactly as its own figure would.
+`switched_figure`: one figure per choice (its traces and layout as dicts), drawn as one figure with a
+drop-down above it. Every choice's traces are in the page, hidden but the chosen one's; a choice's
+button shows its traces and puts its title, axes, shapes and annotations in place, so each choice reads
+exactly as its own figure would.
 
 `choice_menus`: a drop-down per timeline panel that shows another of its `choices` (other steps or ranks
 of the same run) in its place, the other panels unchanged. Every choice is drawn hidden, at its own
@@ -18,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
-from analysis.render.figure_dicts import trusted_figure
+from analysis.render.figure_dicts import ordered_figure, trusted_figure
 
 if TYPE_CHECKING:
     from analysis.timeline.panel import Panel
@@ -39,29 +40,31 @@ def _room_for_menu(layout: dict) -> dict:
     }
 
 
-def _layout_of(fig: go.Figure) -> dict:
-    """The switched parts of a figure's layout, as plotly.js takes them."""
-    layout = _room_for_menu(fig.layout.to_plotly_json())
+def _layout_of(layout: dict) -> dict:
+    """The switched parts of a choice's layout, as plotly.js takes them."""
+    layout = _room_for_menu(layout)
     return {key: layout.get(key, [] if key in ("shapes", "annotations") else {}) for key in SWITCHED}
 
 
-def switched_figure(choices: Sequence[tuple[str, go.Figure]], active: int = 0) -> go.Figure:
-    """One figure of every choice's (label, figure): the `active` one shown, a drop-down above the plot's
-    top left corner naming each choice by its label (the figure MENU_PX taller for it). A single choice is
-    returned as it is."""
+# One choice: its label, its traces and its layout, as the dicts a figure holds (figure_dicts.py).
+Choice = tuple[str, list[dict], dict]
+
+
+def switched_figure(choices: Sequence[Choice], active: int = 0) -> go.Figure:
+    """One figure of every choice's (label, traces, layout): the `active` one shown, a drop-down above the
+    plot's top left corner naming each choice by its label (the figure MENU_PX taller for it). A single
+    choice is drawn as its own figure, without a drop-down."""
     if not choices:
         raise ValueError("switched_figure needs at least one choice")
     if len(choices) == 1:
-        return choices[0][1]
-    owner = [i for i, (_, fig) in enumerate(choices) for _ in fig.data]
-    data = [
-        {**trace.to_plotly_json(), "visible": i == active} for i, (_, fig) in enumerate(choices) for trace in fig.data
-    ]
+        return ordered_figure(choices[0][1], choices[0][2])
+    owner = [i for i, (_, data, _) in enumerate(choices) for _ in data]
+    data = [{**trace, "visible": i == active} for i, (_, traces, _) in enumerate(choices) for trace in traces]
     buttons = [
-        dict(label=label, method="update", args=[{"visible": [o == i for o in owner]}, _layout_of(fig)])
-        for i, (label, fig) in enumerate(choices)
+        dict(label=label, method="update", args=[{"visible": [o == i for o in owner]}, _layout_of(layout)])
+        for i, (label, _, layout) in enumerate(choices)
     ]
-    shown = _room_for_menu(choices[active][1].layout.to_plotly_json())
+    shown = _room_for_menu(choices[active][2])
     menu = dict(
         type="dropdown",
         buttons=buttons,

@@ -26,7 +26,7 @@ from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
 from analysis.render.html_page import notes_html
 from analysis.render.units import rate_unit
-from analysis.report.call_chart import call_noun, calls_figure
+from analysis.report.call_chart import call_chart, call_noun, step_means
 from analysis.report.group_chart import group_blocks
 from analysis.report.straggler_chart import straggler_blocks
 from analysis.timeline.representative import RULE, representative_step
@@ -207,25 +207,35 @@ def call_choices(calls: pd.DataFrame, chosen: tuple[int, int]) -> list[tuple[int
     return [(k, rank) for k in mine] + [(step, r) for r in others]
 
 
-def _one_call_figure(entry: CollectivesEntry, step: int, rank: int) -> go.Figure:
-    """The per-call chart of one step and rank (report/call_chart.py)."""
-    spans = entry.run.backward_spans
-    span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
-    starts = entry.run.step_starts
-    start = starts.loc[(starts["step"] == step) & (starts["rank"] == rank), "start_ns"]
-    backward = (int(span["start_ns"].iloc[0]), int(span["end_ns"].iloc[0])) if len(span) else None
-    first = int(start.iloc[0]) if len(start) else None
-    return calls_figure(entry.view.calls, step, rank, entry.label, first, backward, entry.steps)
+def _first(frame: pd.DataFrame, groups: dict, key: tuple[int, int], column: str) -> int | None:
+    """`column` of the first row of the (step, rank) group `key` of `frame` (groups: its groupby indices)."""
+    rows = groups.get(key)
+    return None if rows is None else int(frame[column].iloc[rows[0]])
 
 
 def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
     """The per-call chart of one trace, opened on chosen_step's step and rank with a drop-down to the others
     of call_choices (render/drop_downs.py), or None without numbered steps."""
-    chosen = chosen_step(entry.view.calls, entry.steps)
+    calls = entry.view.calls
+    chosen = chosen_step(calls, entry.steps)
     if chosen is None:
         return None
-    choices = call_choices(entry.view.calls, chosen)
-    figures = [(f"step {k}, rank {r}", _one_call_figure(entry, k, r)) for k, r in choices]
+    choices = call_choices(calls, chosen)
+    # Each frame split by (step, rank) once, not filtered again per choice.
+    by_call = calls.groupby(["step", "rank"]).indices
+    spans, starts = entry.run.backward_spans, entry.run.step_starts
+    by_span, by_start = spans.groupby(["step", "rank"]).indices, starts.groupby(["step", "rank"]).indices
+    steps = entry.steps if entry.steps is not None and len(entry.steps) else None
+    mean = None if steps is None else step_means(steps)
+    noun = call_noun(calls)
+    figures = []
+    for k, r in choices:  # the per-call chart of one step and rank (report/call_chart.py)
+        b0, b1 = _first(spans, by_span, (k, r), "start_ns"), _first(spans, by_span, (k, r), "end_ns")
+        backward = None if b0 is None or b1 is None else (b0, b1)
+        first = _first(starts, by_start, (k, r), "start_ns")
+        mine = calls.iloc[by_call[(k, r)]]
+        data, layout = call_chart(mine, noun, k, r, entry.label, first, backward, steps, mean)
+        figures.append((f"step {k}, rank {r}", data, layout))
     return switched_figure(figures, active=choices.index(chosen))
 
 

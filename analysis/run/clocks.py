@@ -19,9 +19,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
-from analysis.measure.call_groups import fold_inferred, group_columns
+from analysis.measure.call_groups import fold_inferred, group_columns, world_size
 from analysis.measure.collective_calls import call_times
-from analysis.measure.call_groups import world_size
 from analysis.run.clock_offsets import GROUP_KEYS, OffsetEstimate, collective_times, estimate_offsets
 from analysis.trace.frames import CLOCK_NOTE_KEY, CLOCK_OFFSET_KEY, Trace
 from analysis.trace.patterns import Patterns

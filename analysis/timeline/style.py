@@ -106,11 +106,12 @@ def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     The HTML tags live once in the hovertemplate where they can, since JSON escapes every '<' in
     per-point strings into six bytes.
     """
-    name = seg["name"].astype(str).str.slice(0, 80)
-    merged = seg["count"] > 1
-    name = name.where(~merged, seg["count"].astype(str) + " merged, first: " + name)
+    name = seg["name"].astype(str).str.slice(0, 80).to_numpy(dtype=object)
+    count = seg["count"].to_numpy()
+    merged = np.flatnonzero(count > 1)  # one per drawn block at most: a few thousand strings
+    name[merged] = [f"{n} merged, first: {text}" for n, text in zip(count[merged], name[merged], strict=True)]
     where = seg["phase"].astype(str) + "; " + seg["stream"].astype(str) + pd.Series(_sizes(seg), index=seg.index)
-    return name.to_numpy(), where.to_numpy()
+    return name, where.to_numpy()
 
 
 def hover_traces(hover: pd.DataFrame, origin_ns: int, visible: bool) -> dict[str, dict]:
@@ -154,21 +155,33 @@ def hover_traces(hover: pd.DataFrame, origin_ns: int, visible: bool) -> dict[str
 # The highlight bands
 
 
+def _rank_lanes(lanes: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, its first lane, its last lane) of every rank among the lanes, by rank."""
+    rank, lane = lanes["rank"].to_numpy(), lanes["lane"].to_numpy()
+    order = np.argsort(rank, kind="stable")
+    ranks, at = np.unique(rank[order], return_index=True)
+    if not ranks.size:
+        return ranks, lane[:0], lane[:0]
+    return ranks, np.minimum.reduceat(lane[order], at), np.maximum.reduceat(lane[order], at)
+
+
 def highlight_bands(panel: Panel, axes: tuple[str, str], in_legend: set[str]) -> list[dict]:
     """Each highlight span as a band (a layout shape on the panel's `axes`, 'x2', 'y2') behind its rank's
     lanes, outlined so it shows where lanes cover it; one legend entry for all panels."""
     lo, hi = (panel.overview or panel).window_ns  # what the panel can show: its step, or its whole run
-    spans = panel.highlight.assign(
-        start=panel.highlight["start"].clip(lower=lo), end=panel.highlight["end"].clip(upper=hi)
-    )
-    lanes = panel.lanes.groupby("rank")["lane"].agg(["min", "max"])
-    spans = spans.loc[spans["rank"].isin(lanes.index) & (spans["end"] > spans["start"])]
-    if spans.empty or len(spans) > MAX_BANDS:
+    if panel.highlight.empty:
         return []
-    top = lanes.loc[spans["rank"], "min"].to_numpy() - 0.5
-    bottom = lanes.loc[spans["rank"], "max"].to_numpy() + 0.5
-    x0 = (spans["start"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
-    x1 = (spans["end"].to_numpy(dtype=float) - panel.origin_ns) / 1e6
+    rank = panel.highlight["rank"].to_numpy()
+    start = np.maximum(panel.highlight["start"].to_numpy(), lo)
+    end = np.minimum(panel.highlight["end"].to_numpy(), hi)
+    ranks, first_lane, last_lane = _rank_lanes(panel.lanes)
+    at = np.minimum(np.searchsorted(ranks, rank), max(len(ranks) - 1, 0))
+    kept = np.flatnonzero((ranks[at] == rank) & (end > start)) if len(ranks) else np.empty(0, np.int64)
+    if not kept.size or kept.size > MAX_BANDS:
+        return []
+    top, bottom = first_lane[at[kept]] - 0.5, last_lane[at[kept]] + 0.5
+    x0 = (start[kept].astype(float) - panel.origin_ns) / 1e6
+    x1 = (end[kept].astype(float) - panel.origin_ns) / 1e6
     key = "highlight: " + panel.highlight_name  # apart from the category of the same name
     first = key not in in_legend
     in_legend.add(key)

@@ -127,7 +127,7 @@ def trace_panel(
     view = view_name(shown)
     if opening is not None:
         view = f"step {opening[0]} (representative, r{opening[1]} nearest the medians), " + view.split(", ")[1]
-    figures = analysis_figures(shown, steps)
+    figures = fig if shown == selection else analysis_figures(shown, steps)
     title = panel_title(trace.implementation, file_name or Path(path).name, view, figures, colour)
     panel = with_backward(
         build_panel(

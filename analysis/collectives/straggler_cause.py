@@ -156,12 +156,16 @@ def split_window(
 
 def _host_led(gpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
     """GPU traces: the phases and `issue` measured on the host's windows, the lateness (window_ns) and `transfer`
-    on the arrival windows (kernel times)."""
-    keys = ["step", "rank"]
-    on_host = gpu[[*keys, "straggler", "window_ns", "transfer"]].merge(
-        host[[*keys, *PHASE_PARTS, "issue"]], on=keys, how="left"
+    on the arrival windows (kernel times). A rank-step with no window on the host (no step range and no call
+    before it, as in a job without step ranges) keeps the parts measured on its arrival window."""
+    keys, parts = ["step", "rank"], [*PHASE_PARTS, "issue"]
+    windows = host.loc[host["window_ns"] > 0, [*keys, *parts]]
+    on_host = gpu[[*keys, "straggler", "window_ns", "transfer", *parts]].merge(
+        windows, on=keys, how="left", suffixes=("_gpu", "")
     )
-    return on_host.fillna(0).astype(dict.fromkeys((*PHASE_PARTS, "issue"), np.int64))
+    for part in parts:
+        on_host[part] = on_host[part].fillna(on_host[f"{part}_gpu"])
+    return on_host[[*keys, "straggler", "window_ns", "transfer", *parts]].astype(dict.fromkeys(parts, np.int64))
 
 
 def _bounds(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -5,13 +5,16 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from analysis.collectives import collective_stats as stats
+from analysis.collectives.collectives_view import run_call_rows
 from analysis.collectives.straggler_cause import CAUSES, recurrently_late, straggler_summary, with_causes
 from analysis.measure.call_groups import pair
+from analysis.run.loaded_run import load_run
 from analysis.trace.frames import KERNELS
 
 MS = 1_000_000
@@ -295,3 +298,20 @@ def test_recurrently_late_is_the_stated_binomial_rule():
                 want = 2 * held >= steps and tail(held, steps, 1 / world) < 0.01 / world
                 assert recurrently_late(held, steps, world) == want
     assert recurrently_late(10, 10, 4) and not recurrently_late(5, 10, 4)
+
+
+FOREIGN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
+
+
+@pytest.mark.skipif(not FOREIGN.exists(), reason="../shared/data/nsys2026_2xH100_torchrun.sqlite not present")
+def test_a_job_without_step_ranges_keeps_the_arrival_windows_cause():
+    """A torchrun job of someone else's (no step ranges: its calls are one step, -1) has no window on the host:
+    no call before the decisive one's step and no step start. Its cause is then what the arrival windows give (a
+    CPU trace's rule), not none."""
+    run = load_run([FOREIGN])
+    calls, _, _, spans = run_call_rows(run)
+    strag = with_causes(stats.stragglers(calls), calls, spans)
+    arrival_rule = with_causes(stats.stragglers(calls), calls.drop(columns="source"), spans)
+    assert list(strag["step"]) == [-1] and strag["cause"].notna().all()
+    columns = ["straggler", "cause", "cause_ms", "late_ms"]
+    assert strag[columns].to_dict("records") == arrival_rule[columns].to_dict("records")

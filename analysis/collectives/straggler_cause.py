@@ -12,8 +12,17 @@ none of them (`issue`: the host stalled or launched late while its compute was d
 over the median of the other ranks in each part says where its lateness came from: `cause` is the part with
 the largest excess (`cause_ms`), `late_ms` the whole lateness (its window less the others' median); None when
 no part exceeds the others'. A call's range is taken as the trace has it: on CPU an async call ends at its
-completion, on CUDA where the host first observed it, so there a host stall while an async call was in flight
-reads as transfer.
+completion.
+
+On GPU traces (calls from kernels) the host runs ahead of its GPU: by the anchor, a host that stalled after
+backward with the buckets in flight has often stalled already, and a GPU far behind its host reads a sleep at
+the start of backward as time in no range. There the phases and the host gap are measured on the host's
+clock instead (host_parts): each rank's window runs from its issue of its last collective of the step before
+(its step's start without one) to its issue of the decisive collective; time in its `sync_wait` ranges (the
+host waiting for the collectives) is neither a phase nor `issue`. The lateness (late_ms) and `transfer` stay
+measured on the arrival windows, so cause_ms (host time) can exceed late_ms where the GPU's queue absorbed
+part of a host stall. A rank-step with no window on the host (no step range and no call of the step before,
+as in a job without step ranges) keeps the parts of its arrival window.
 
 A rank is *recurrently late* when it held at least half of the steps that had a straggler and more of them
 than chance would give it: with each of the W ranks equally likely to be last, the binomial probability

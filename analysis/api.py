@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from analysis.collectives.collectives_view import CollectivesView
 from analysis.errors import TraceError
@@ -21,6 +21,9 @@ from analysis.parallel.parallel import Progress
 from analysis.run.run_files import RunFiles, find_runs
 from analysis.session import OpenRuns
 from analysis.trace.patterns import Patterns
+
+if TYPE_CHECKING:
+    from analysis.trace.readers.read_ahead import StartedRead
 
 Paths = str | Path | Iterable[str | Path]
 
@@ -58,6 +61,7 @@ def open_runs(
     task: Callable | None = None,
     keep_traces: bool = True,
     needs_events: bool = False,
+    started: StartedRead | None = None,
     **fields: Any,
 ) -> OpenRuns:
     """The runs the paths hold (run_files.find_runs, by the options' merge and export; or the runs
@@ -74,6 +78,7 @@ def open_runs(
         task=task,
         keep_traces=keep_traces,
         needs_events=needs_events,
+        started=started,
     )
 
 

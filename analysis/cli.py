@@ -24,6 +24,7 @@ from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
     from analysis.session import OpenRuns, RunResult
+    from analysis.trace.readers.read_ahead import StartedRead
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 
@@ -55,10 +56,31 @@ def open_from_args(
     big = sum(p.stat().st_size for p in files if p.is_file()) > 200 * 2**20
     progress = Progress(len(files), prefix, after_s=0 if big else None)
     jobs = opts.jobs or (1 if needs_events else default_jobs(files))
-    from analysis.api import open_runs
+    started = _started_read(runs[0].paths, opts) if jobs == 1 and opts.dask is None else None
+    from analysis.api import open_runs  # pandas and the analysis: imported while the first file reads
 
     options = replace(opts, jobs=jobs)
-    return open_runs(runs, options, progress=progress, task=task, keep_traces=keep_traces, needs_events=needs_events)
+    return open_runs(
+        runs,
+        options,
+        progress=progress,
+        task=task,
+        keep_traces=keep_traces,
+        needs_events=needs_events,
+        started=started,
+    )
+
+
+def _started_read(paths: Sequence[Path], opts: AnalysisOptions) -> StartedRead | None:
+    """The first run's first file sniffed and, for a plain nsys export, opened with its large tables' first
+    chunks reading on threads (trace/readers/read_ahead.py says why and what it buys), unless the load
+    cache holds the run. Called before open_runs is imported: the reads go on while it is."""
+    from analysis.cache.loads import holds
+    from analysis.trace.readers.read_ahead import start_read
+
+    if holds(paths, opts.patterns, False if opts.no_cache else None):
+        return None
+    return start_read(paths[0])
 
 
 def add_pattern_options(parser: argparse.ArgumentParser) -> None:

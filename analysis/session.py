@@ -32,8 +32,8 @@ import pandas as pd
 from analysis.collectives.collectives_view import CollectivesView, run_call_rows, view_of_rows
 from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
-from analysis.overlap.across_ranks import run_across_ranks
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
+from analysis.overlap.metrics import run_across_ranks
 from analysis.parallel.file_task import analyze_file
 from analysis.parallel.per_file import RunResult, analyze_groups
 from analysis.parallel.tasks import Outcome
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from analysis.report.compare import Comparison
     from analysis.report.gate import Rule
     from analysis.report.report_folder import ReportResult
+    from analysis.trace.readers.read_ahead import StartedRead
 
 
 class OpenRuns:
@@ -56,7 +57,8 @@ class OpenRuns:
     `progress`: ticked per file; `task(path)`: the per-file task instead of file_task.analyze_file;
     keep_traces=False: each run is loaded each time it is asked for, never kept; needs_events: the
     caller will ask for the runs' events (collectives, timeline, report), so a run measured in one
-    piece keeps its collectives view's rows."""
+    piece keeps its collectives view's rows; `started`: the first run's first file's read, started
+    already (trace/readers/read_ahead.py), which the run's first load takes and then closes."""
 
     def __init__(
         self,
@@ -68,6 +70,7 @@ class OpenRuns:
         task: Callable | None = None,
         keep_traces: bool = True,
         needs_events: bool = False,
+        started: StartedRead | None = None,
     ):
         self.runs = list(runs)
         self.options = options or AnalysisOptions()
@@ -76,6 +79,7 @@ class OpenRuns:
         self.keep_traces, self.needs_events = keep_traces, needs_events
         self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
+        self._started = started
 
     @property
     def skip_steps(self) -> int:
@@ -103,7 +107,12 @@ class OpenRuns:
         """Run i read and measured (loaded_run.load_run), once per OpenRuns when traces are kept."""
         if i in self._loaded:
             return self._loaded[i]
-        run = load_run(self.runs[i].paths, self.patterns, cache=self.cache)
+        started, self._started = (self._started, None) if i == 0 else (None, self._started)
+        try:
+            run = load_run(self.runs[i].paths, self.patterns, cache=self.cache, started=started)
+        finally:
+            if started is not None:  # read from, or not needed (the load came from the cache)
+                started.close()
         if self.keep_traces:
             self._loaded[i] = run
         return run
@@ -218,8 +227,8 @@ class OpenRuns:
         the page's path, figure and one PanelSummary per panel. Refuses nothing about `output`:
         the CLI checks it (timeline_page.check_output) before any work."""
         from analysis.render.html_page import PlotlyJs
-        from analysis.run.design_notes import labelled, summary_notes
         from analysis.timeline.timeline_page import write_timeline
+        from analysis.trace.run_info import labelled, summary_notes
 
         self.check_selection(step, rank)
         selection = Selection(step=step, rank=rank)
@@ -294,7 +303,7 @@ class OpenRuns:
 @dataclass(frozen=True)
 class TimelinePage:
     """A written timeline page: its path, the plotly figure, one PanelSummary per run, each run's
-    missing-ranks note ('' when none) and its design notes (run/design_notes.py; the page shows them)."""
+    missing-ranks note ('' when none) and its design notes (trace/run_info.py; the page shows them)."""
 
     path: Path
     figure: Any

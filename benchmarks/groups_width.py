@@ -28,12 +28,12 @@ from tests.support.synthetic_groups import write_hsdp_trace  # noqa: E402
 
 def host_files(folder: Path, ranks: int, per_file: int, shard: int, steps: int, calls: int) -> list[Path]:
     """The run's R/P host files in `folder` (written once: kept files are reused)."""
-    shape = {"shard": shard, "replicas": ranks // shard, "steps": steps, "calls": calls}
     files = []
     for h in range(ranks // per_file):
         path = folder / f"hsdp{ranks}.host{h:03d}.sqlite"
         if not path.exists():
-            write_hsdp_trace(path, **shape, ranks=range(h * per_file, (h + 1) * per_file))
+            members = range(h * per_file, (h + 1) * per_file)
+            write_hsdp_trace(path, shard=shard, replicas=ranks // shard, steps=steps, calls=calls, ranks=members)
         files.append(path)
     return files
 

@@ -13,6 +13,11 @@ after, with the change in %.
     report_h100    python -m analysis.report of the five H100 exports (naive, flat, overlap,
                    overlap_bucket, torch), decompressed once from ../shared/data/gpu_h100
 
+On a machine other work keeps busy, the second core the commands overlap their reading with is never
+idle, and the wall times say little; run the script at real-time priority (`chrt -f 10 python
+benchmarks/headline.py ...`, as root) to time them as on an idle machine: plain `nice` does not reach
+across the scheduler's per-session groups.
+
 The synthetic inputs are written once (tests.support.synthetic_ddp / synthetic_kineto, as
 analysis_speed.py and kineto_speed.py write them) into --inputs and reused.
 

@@ -22,6 +22,9 @@ SLOW_PLACES = (FORWARD, BACKWARD, OPTIMIZER, DATA, ISSUE)
 # push/pop `comm_wait:<op>:<tag>` around a rank blocking on one in-flight async collective mid-phase (fsdp waits
 # for a unit's all-gather inside forward/backward): the rank is not computing there, whatever phase holds it.
 COMM_WAIT_PREFIX = "comm_wait:"
+# push/pop `comm_issue:<op>:<tag>` around the host work a bucketed strategy does to issue one collective (dividing
+# the bucket, writing its flags, the issue itself): the per-call host time besides the transfer (analysis.advise).
+COMM_ISSUE_PREFIX = "comm_issue:"
 
 # One range per collective call, `comm:<op>:<tag>`: push/pop when blocking, start/end when async (it may end on
 # another thread). Its integer payload (NVTX_EVENTS.int64Value in nsys exports) is the collective's byte count.
@@ -62,6 +65,11 @@ def comm_range(op: str, tag: str, group: str | None = None) -> str:
 def comm_wait_range(op: str, tag: str) -> str:
     """The name of a rank's wait for one in-flight collective: `comm_wait:all_gather:layers.0.attn`."""
     return COMM_WAIT_PREFIX + comm_range(op, tag)[len(COMM_PREFIX) :]
+
+
+def comm_issue_range(op: str, tag: str) -> str:
+    """The name of the host work that issues one collective: `comm_issue:all_reduce:bucket3`."""
+    return COMM_ISSUE_PREFIX + comm_range(op, tag)[len(COMM_PREFIX) :]
 
 
 def is_comm_range(name: str) -> bool:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, settings
 
 from tests import gpu_traces
 from tests.support import owned
-from tests.support.recordings import Recordings, record_plain_ddp
+from tests.support.recordings import Recordings, asked_together, record_plain_ddp
 
 # Property tests check behaviour, not speed: on a loaded machine an example may take seconds, and
 # hypothesis' deadline and too-slow health check would fail a correct test (speed has benchmark scripts).
@@ -42,14 +42,38 @@ def pytest_collectreport(report):
 COSTLY = ("ranks", "nsys", "browser", "pool", "real", "pages", "subprocess")
 
 
+# The quick loop's workers (pytest-xdist, a test extra): its tests run in this process and mostly wait on
+# one core, so two workers, each taking whole files (a module's fixtures are made once), nearly halve it.
+QUICK_WORKERS = 2
+
+
 def pytest_addoption(parser):
     parser.addoption("--whole-suite", action="store_true", help=f"run the costly tests too ({', '.join(COSTLY)})")
 
 
-def pytest_collection_modifyitems(config, items):
-    """A bare `pytest` (no files, -m or -k named) runs the quick loop: the tests with none of the COSTLY marks."""
+def _quick_loop(config) -> bool:
+    """A bare `pytest`: no files, -m, -k or --whole-suite named."""
     bare = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
-    if not bare or config.option.keyword or config.getoption("whole_suite"):
+    return bare and not config.option.keyword and not config.getoption("whole_suite")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config):
+    """The quick loop runs on QUICK_WORKERS xdist workers when xdist is installed and -n was not given
+    (`-n 0` runs it in this process); what a worker runs, it chooses itself (pytest_collection_modifyitems)."""
+    numprocesses = getattr(config.option, "numprocesses", "absent")  # absent: xdist not installed or -p no:xdist
+    if (
+        numprocesses is None
+        and _quick_loop(config)
+        and not config.option.usepdb
+        and "PYTEST_XDIST_WORKER" not in os.environ
+    ):
+        config.option.numprocesses, config.option.dist = QUICK_WORKERS, "loadfile"
+
+
+def pytest_collection_modifyitems(config, items):
+    """A bare `pytest` runs the quick loop: the tests with none of the COSTLY marks."""
+    if not _quick_loop(config):
         return
     quick = [item for item in items if not any(item.get_closest_marker(m) for m in COSTLY)]
     if len(quick) < len(items):
@@ -78,8 +102,10 @@ def _ends_its_processes():
 
 
 def pytest_sessionfinish(session):
-    """What the fixtures started and did not end, ended with the session (after a failure or Ctrl-C too)."""
-    owned.end_all(SESSION, below=True, wait_s=0.5)
+    """What the fixtures started and did not end, ended with the session (after a failure or Ctrl-C too).
+    An xdist controller runs no test: what runs under its token is its workers, which end their own."""
+    if not session.config.pluginmanager.has_plugin("dsession"):
+        owned.end_all(SESSION, below=True, wait_s=0.5)
 
 
 @pytest.fixture(scope="session")
@@ -104,21 +130,29 @@ def gpu_h200_trace(request, tmp_path_factory):
     return lambda name: gpu_traces.decompress(name, folder, gpu_traces.GPU_H200)
 
 
+def _ahead(request, fixture: str, profiler: str) -> tuple[str, ...]:
+    """What the session's modules that use `fixture` ask `profiler` for, when there are several of them."""
+    users = {item.module.__name__ for item in request.session.items if fixture in getattr(item, "fixturenames", ())}
+    return asked_together(profiler, users)
+
+
 @pytest.fixture(scope="session")
-def nsys_recordings(tmp_path_factory) -> Recordings:
+def nsys_recordings(request, tmp_path_factory) -> Recordings:
     """nsys_recordings("naive", "overlap") -> the folder of their small CPU recordings under the real nsys,
     each made once for the session (tests/support/recordings.py); skipped without nsys."""
     from tests.support.nsys import NSYS
 
     if NSYS is None:
         pytest.skip("nsys not installed (bash scripts/install_nsys.sh)")
-    return Recordings(tmp_path_factory.mktemp("nsys_recordings"), "nsys")
+    return Recordings(tmp_path_factory.mktemp("nsys_recordings"), "nsys", _ahead(request, "nsys_recordings", "nsys"))
 
 
 @pytest.fixture(scope="session")
-def torch_recordings(tmp_path_factory) -> Recordings:
+def torch_recordings(request, tmp_path_factory) -> Recordings:
     """The same runs recorded with `--profiler torch` (no nsys): <impl>.rank<N>.json.gz."""
-    return Recordings(tmp_path_factory.mktemp("torch_recordings"), "torch")
+    return Recordings(
+        tmp_path_factory.mktemp("torch_recordings"), "torch", _ahead(request, "torch_recordings", "torch")
+    )
 
 
 @pytest.fixture(scope="session")

@@ -3,7 +3,7 @@
 The calls of one run queue on their rank's communicator (GPU: one NCCL stream; CPU: gloo's worker threads,
 `lanes` collectives at once), so a call's service time is measured from its *effective* start, the later of
 its arrival and the end of the call `lanes` places before it on the same communicator, to its end, minus the
-time it waited for the last rank to arrive (pairing.py). Those transfer times are fitted by least squares, one
+time it waited for the last rank to arrive (call_groups.pair). Those transfer times are fitted by least squares, one
 line per message-size range (the distinct sizes, smallest first, grouped greedily into ranges at most
 RANGE_FACTOR wide; a range gets a line when its sizes span at least MIN_SPREAD), and one line over all calls.
 A size inside a range's sizes takes that range's line; above every range, the largest range's line if that
@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from analysis.measure.pairing import pair
+from analysis.measure.call_groups import pair
 
 RANGE_FACTOR = 16.0  # each message-size range spans this factor of sizes
 MIN_SPREAD = 1.5  # a range's distinct sizes must span this factor for a line of its own

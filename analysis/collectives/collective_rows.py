@@ -13,10 +13,9 @@ import pandas as pd
 from analysis.collectives import collective_stats as stats
 from analysis.fsdp_units.in_time import waited_by_rank
 from analysis.measure.activity import RankWork
-from analysis.measure.call_groups import GROUP_COLUMNS
+from analysis.measure.call_groups import FOLDED, GROUP_COLUMNS, exposure, pair, world_size
 from analysis.measure.collective_calls import Calls, find_calls
 from analysis.measure.comm_recognition import unrecognised_comm_note
-from analysis.measure.pairing import exposure, pair, world_size
 from analysis.trace.frames import NS_PER_MS, Trace
 from analysis.trace.patterns import Patterns
 
@@ -53,6 +52,7 @@ ROW_COLUMNS = [
     "end_ns",
     "last_arrival_ns",
     *GROUP_COLUMNS,
+    FOLDED,
 ]
 
 

@@ -1,4 +1,4 @@
-"""Bandwidths and summaries of paired collective calls (see pairing.py for wait and transfer).
+"""Bandwidths and summaries of paired collective calls (see call_groups.pair for wait and transfer).
 
 algbw = bytes / transfer time (GB/s: bytes per ns); busbw = algbw x the nccl-tests factor for the op
 and the n ranks of the collective: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all

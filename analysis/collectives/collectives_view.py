@@ -15,12 +15,11 @@ from analysis.collectives.collective_rows import call_rows
 from analysis.collectives.host_scope import host_scopes
 from analysis.collectives.straggler_cause import straggler_summary, with_causes
 from analysis.errors import TraceError
-from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows
+from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, PREFETCH_COLUMNS, gather_rows
 from analysis.fsdp_units.in_time import in_time_sentences
-from analysis.fsdp_units.prefetch import PREFETCH_COLUMNS
-from analysis.measure.call_groups import group_objects
+from analysis.measure.call_groups import FOLDED, folded_summary, group_objects
 from analysis.measure.collective_calls import OUTSIDE_STEPS
-from analysis.measure.op_phase import phase_labels
+from analysis.measure.comm_breakdown import phase_labels
 from analysis.measure.rank_spans import empty_spans, rank_spans
 from analysis.render.table import plain_records
 from analysis.run.loaded_run import LoadedRun, measure_run
@@ -97,7 +96,7 @@ class CollectivesView:
     world size, ranks present, a note when calls lack partners, `outside_steps_calls`, `phases` (where
     the steps and phases came from) and `in_time` (the all-gather answer in words); `gathers`: per
     trace, each all-gather of a step's forward or backward per rank, whether it was in time and why not
-    (fsdp_units/gather_rows.py); `prefetch`: its forward rows as fsdp_units/prefetch.py's columns; `path`:
+    (fsdp_units/gather_rows.py); `prefetch`: its forward rows as fsdp_units/gather_rows.py's PREFETCH_COLUMNS; `path`:
     the one trace this view keeps (only), None for every trace."""
 
     calls: pd.DataFrame
@@ -143,7 +142,8 @@ class CollectivesView:
 
     def to_json(self) -> dict:
         """{"traces": [{facts..., "calls": [...], "by_size": [...], "by_rank": [...], "stragglers": [...],
-        "straggler_summary": [...], "gathers": [...]}]}."""
+        "straggler_summary": [...], "gathers": [...], "groups_folded": [...]}]} (groups_folded:
+        call_groups.folded_summary, the inferred calls counted in a named group)."""
         parts = {
             "calls": _with_group_objects(self.calls, self.traces),
             "by_size": self.by_size,
@@ -157,7 +157,9 @@ class CollectivesView:
         out = []
         for head in plain_records(self.traces):
             mine = {name: _records(f[f["path"] == head["path"]].drop(columns="path")) for name, f in parts.items()}
-            out.append({**head, **mine})
+            world = int(head.get("world_size") or 0)
+            folded = folded_summary(self.calls[self.calls["path"] == head["path"]], world)
+            out.append({**head, **mine, "groups_folded": folded})
         return {"traces": out}
 
     def only(self, path: str) -> CollectivesView:
@@ -175,7 +177,7 @@ def _with_group_objects(calls: pd.DataFrame, traces: pd.DataFrame) -> pd.DataFra
     groups = pd.Series(None, index=calls.index, dtype=object)
     for path, rows in calls.groupby("path", sort=False).indices.items():  # one pass per run
         groups.iloc[rows] = group_objects(calls.iloc[rows], int(world.get(path, calls["rank"].max() + 1)))
-    return calls.drop(columns=["group_desc", "group_ranks"]).assign(group=groups)
+    return calls.drop(columns=["group_desc", "group_ranks", FOLDED], errors="ignore").assign(group=groups)
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:

@@ -2,7 +2,7 @@
 
     python -m analysis.collectives TRACE... [--format table|csv|json] [--rank R] [--step N] [--peak-busbw GBPS]
 
-One row per collective call per rank (collective_calls.py finds them, pairing.py pairs them across
+One row per collective call per rank (collective_calls.py finds them, call_groups.py pairs them across
 ranks into wait and transfer, collective_stats.py adds bandwidths and summaries). Python API:
 `open_runs(paths).collectives() -> CollectivesView` with `.calls`, `.by_size`, `.by_rank`,
 `.stragglers` and `.traces` DataFrames (session.py); `collectives_of([trace])` does loaded traces.
@@ -268,8 +268,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _write_prefetch_chart(path: Path, view: CollectivesView, rank: int | None) -> None:
-    from analysis.fsdp_units.prefetch_chart import STEP_CHART_UNITS, pick_step, prefetch_figure
-    from analysis.fsdp_units.unit_chart import measured, units_figure
+    from analysis.fsdp_units.charts import STEP_CHART_UNITS, measured, pick_step, prefetch_figure, units_figure
     from analysis.render.html_page import write_page
 
     figures: list = []
@@ -300,9 +299,12 @@ def _print(args: argparse.Namespace, view: CollectivesView) -> None:
     if args.format == "json":
         print(json.dumps(view.to_json()))
     elif args.format == "csv":
-        from analysis.measure.call_groups import GROUP_COLUMNS
+        from analysis.measure.call_groups import FOLDED, GROUP_COLUMNS
 
-        calls = view.calls if _several_groups(view) else view.calls.drop(columns=GROUP_COLUMNS)
+        several = _several_groups(view)
+        calls = view.calls if several else view.calls.drop(columns=[*GROUP_COLUMNS, FOLDED])
+        if several and not calls[FOLDED].astype(bool).any():  # no inferred call folded into a named group
+            calls = calls.drop(columns=FOLDED)
         if not (calls["host_scope"] != "").any():  # one host (or hosts unknown): the column says nothing
             calls = calls.drop(columns="host_scope")
         print(calls.to_csv(index=False), end="")

@@ -12,8 +12,17 @@ none of them (`issue`: the host stalled or launched late while its compute was d
 over the median of the other ranks in each part says where its lateness came from: `cause` is the part with
 the largest excess (`cause_ms`), `late_ms` the whole lateness (its window less the others' median); None when
 no part exceeds the others'. A call's range is taken as the trace has it: on CPU an async call ends at its
-completion, on CUDA where the host first observed it, so there a host stall while an async call was in flight
-reads as transfer.
+completion.
+
+On GPU traces (calls from kernels) the host runs ahead of its GPU: by the anchor, a host that stalled after
+backward with the buckets in flight has often stalled already, and a GPU far behind its host reads a sleep at
+the start of backward as time in no range. There the phases and the host gap are measured on the host's
+clock instead (host_parts): each rank's window runs from its issue of its last collective of the step before
+(its step's start without one) to its issue of the decisive collective; time in its `sync_wait` ranges (the
+host waiting for the collectives) is neither a phase nor `issue`. The lateness (late_ms) and `transfer` stay
+measured on the arrival windows, so cause_ms (host time) can exceed late_ms where the GPU's queue absorbed
+part of a host stall. A rank-step with no window on the host (no step range and no call of the step before,
+as in a job without step ranges) keeps the parts of its arrival window.
 
 A rank is *recurrently late* when it held at least half of the steps that had a straggler and more of them
 than chance would give it: with each of the W ranks equally likely to be last, the binomial probability
@@ -28,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.measure import intervals as iv
-from analysis.trace.frames import NS_PER_MS
+from analysis.measure.rank_spans import SYNC_WAIT
+from analysis.trace.frames import KERNELS, NS_PER_MS
 
 PHASE_PARTS = ("data", "forward", "backward", "optimizer")
 CAUSES = (*PHASE_PARTS, "transfer", "issue")
@@ -56,7 +66,10 @@ def with_causes(stragglers: pd.DataFrame, calls: pd.DataFrame, spans: pd.DataFra
     paired = calls[calls["paired"]]
     if held.empty or paired.empty:
         return out
-    parts = window_parts(decisive(paired, held.astype({"straggler": np.int64}), spans), paired, calls, spans)
+    chosen = decisive(paired, held.astype({"straggler": np.int64}), spans)
+    parts = window_parts(chosen, paired, calls, spans)
+    if "source" in calls and (calls["source"] == KERNELS).any():
+        parts = _host_led(parts, host_parts(chosen, paired, spans))
     found = blame(parts).set_index("step")
     at = out["step"].isin(found.index)  # steps whose straggler has a decisive collective
     for column in ("cause", "cause_ms", "late_ms"):
@@ -101,24 +114,67 @@ def _anchors(top: pd.DataFrame, paired: pd.DataFrame) -> pd.Series:
 
 
 def window_parts(chosen: pd.DataFrame, paired: pd.DataFrame, calls: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
-    """One row per (decisive collective, rank): step, rank, straggler, window_ns and the ns of each of CAUSES."""
+    """One row per (decisive collective, rank): step, rank, straggler, window_ns and the ns of each of CAUSES, each
+    rank's window from the anchor to its arrival at the decisive collective."""
     key = call_key(paired)
     rows = chosen.merge(paired[[*key, "rank", "start_ns"]], on=key)
     lo = rows["anchor"].to_numpy(np.int64)
     hi = np.maximum(rows["start_ns"].to_numpy(np.int64), lo)
-    out = {part: np.zeros(len(rows), dtype=np.int64) for part in CAUSES}
-    rank_of = rows["rank"].to_numpy()
+    out = split_window(rows["rank"].to_numpy(), lo, hi, spans, calls)
+    return rows[["step", "rank", "straggler"]].assign(window_ns=hi - lo, **out)
+
+
+def host_parts(chosen: pd.DataFrame, paired: pd.DataFrame, spans: pd.DataFrame) -> pd.DataFrame:
+    """window_parts on the host's clock (GPU traces, where the host runs ahead of its GPU): each rank's window
+    from its issue of its last collective of the step before (its step's start without one) to its issue of the
+    decisive collective; the ns of each phase, `transfer` (in its `sync_wait` ranges outside the phases: the host
+    waiting for the collectives) and `issue` (in none of those ranges)."""
+    key = call_key(paired)
+    rows = chosen.merge(paired[[*key, "rank", "issue_ns"]], on=key)
+    last = paired.groupby(["rank", "step"], as_index=False)["issue_ns"].max().rename(columns={"issue_ns": "before"})
+    rows = rows.merge(last.assign(step=last["step"] + 1), on=["rank", "step"], how="left")
+    starts = spans[spans["kind"] == "step"][["rank", "step", "start_ns"]].drop_duplicates(["rank", "step"])
+    rows = rows.merge(starts, on=["rank", "step"], how="left")
+    hi = rows["issue_ns"].to_numpy(np.int64)
+    lo = rows["before"].fillna(rows["start_ns"]).to_numpy(np.float64)
+    lo = np.where(np.isnan(lo), hi, np.minimum(lo, hi)).astype(np.int64)
+    waits = spans[spans["kind"] == SYNC_WAIT]  # the host waiting for the collectives: neither a phase nor a stall
+    out = split_window(rows["rank"].to_numpy(), lo, hi, spans, waits)
+    return rows[["step", "rank", "straggler"]].assign(window_ns=hi - lo, **out)
+
+
+def split_window(
+    rank_of: np.ndarray, lo: np.ndarray, hi: np.ndarray, spans: pd.DataFrame, calls: pd.DataFrame | None
+) -> dict[str, np.ndarray]:
+    """Per window [lo, hi) of a rank: ns inside each phase's ranges, inside the rank's `calls` outside those
+    (`transfer`; none without calls) and inside none of them (`issue`)."""
+    out = {part: np.zeros(len(lo), dtype=np.int64) for part in CAUSES}
     for rank in np.unique(rank_of):  # one iteration per rank: its ranges' unions, every window at once
         mine = np.flatnonzero(rank_of == rank)
         own = spans[spans["rank"] == rank]
         phase_sets = {k: iv.union(*_bounds(own[own["kind"] == k])) for k in PHASE_PARTS}
         phases = iv.union(*_bounds(own[own["kind"].isin(PHASE_PARTS)]))
-        comm = iv.subtract(*iv.union(*_bounds(calls[calls["rank"] == rank])), *phases)
+        mine_calls = calls[calls["rank"] == rank] if calls is not None else calls
+        comm = iv.subtract(*iv.union(*_bounds(mine_calls)), *phases) if mine_calls is not None else (iv.EMPTY, iv.EMPTY)
         for part, (s, e) in (*phase_sets.items(), ("transfer", comm)):
             out[part][mine] = iv.overlap_lengths(lo[mine], hi[mine], s, e)
         everything = iv.union(np.r_[phases[0], comm[0]], np.r_[phases[1], comm[1]])
         out["issue"][mine] = (hi[mine] - lo[mine]) - iv.overlap_lengths(lo[mine], hi[mine], *everything)
-    return rows[["step", "rank", "straggler"]].assign(window_ns=hi - lo, **out)
+    return out
+
+
+def _host_led(gpu: pd.DataFrame, host: pd.DataFrame) -> pd.DataFrame:
+    """GPU traces: the phases and `issue` measured on the host's windows, the lateness (window_ns) and `transfer`
+    on the arrival windows (kernel times). A rank-step with no window on the host (no step range and no call
+    before it, as in a job without step ranges) keeps the parts measured on its arrival window."""
+    keys, parts = ["step", "rank"], [*PHASE_PARTS, "issue"]
+    windows = host.loc[host["window_ns"] > 0, [*keys, *parts]]
+    on_host = gpu[[*keys, "straggler", "window_ns", "transfer", *parts]].merge(
+        windows, on=keys, how="left", suffixes=("_gpu", "")
+    )
+    for part in parts:
+        on_host[part] = on_host[part].fillna(on_host[f"{part}_gpu"])
+    return on_host[[*keys, "straggler", "window_ns", "transfer", *parts]].astype(dict.fromkeys(parts, np.int64))
 
 
 def _bounds(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:

@@ -10,23 +10,34 @@ uses is in `definition`:
       rank had stopped computing; `cause` is `late` or `in time` (a CPU trace has no streams or
       launches to tell the causes apart).
 
-Times (issue/start/end/ready) in ms on the trace's clock as in the call rows, durations in ms;
-`needed_ns`: where FSDP2 marks it, when the rank reached the unit's forward (prefetch.py), else -1.
+Times (issue/start/end/ready) in ms on the trace's clock as in the call rows, durations in ms.
+
+`needed_ns` (`forward_reached`): when the rank reached the unit's forward, where the trace says so: the
+start of FSDP2's `FSDP::pre_forward (<module>)` range (the first of the module's ranges in the process that
+ends after the call's issue); -1 where the trace has no such range (this project's `fsdp` marks its
+collectives, not each module's forward: there, the time compute waited says how late the gather was).
+PREFETCH_COLUMNS: the forward gathers' columns the collectives view's `prefetch` gives (rank, step, tag,
+issue_ns, end_ns, waited_ns: the row's held or waited time, needed_ns), times on the trace's clock.
 """
 
 from __future__ import annotations
+
+import re
 
 import numpy as np
 import pandas as pd
 
 from analysis.fsdp_units.gather_cause import CPU_LATE, IN_TIME, LATE_NS, with_causes
 from analysis.fsdp_units.gather_held import held_rows
-from analysis.fsdp_units.prefetch import forward_reached
+from analysis.measure.phases import process_key, ranges_named
+from analysis.measure.torch_calls import FSDP_MODULE
 from analysis.trace.frames import KERNELS, NS_PER_MS, Trace
 
 HELD = "held (GPU: compute stream waiting)"
 WAITED = "waited (CPU)"
 PHASES = ("forward", "backward")
+PREFETCH_COLUMNS = ["rank", "step", "tag", "issue_ns", "end_ns", "waited_ns", "needed_ns"]
+FSDP_PRE_FORWARD = r"^FSDP::pre_forward \(([^)]+)\)"
 GATHER_COLUMNS = [
     "rank",
     "step",
@@ -108,3 +119,33 @@ def gather_rows(trace: Trace, rows: pd.DataFrame, phases: np.ndarray) -> pd.Data
         out["issue_ns"].to_numpy(),
     )
     return out.assign(needed_ns=np.where(forward, reached, -1))[GATHER_COLUMNS]
+
+
+def _module_key(part: np.ndarray, pid: np.ndarray, module: pd.Series, modules: pd.Index) -> np.ndarray:
+    """One int64 per (process, module name), modules numbered by `modules`."""
+    return (process_key(part, pid) << 20) | modules.get_indexer(module.to_numpy()).astype(np.int64)
+
+
+def forward_reached(trace: Trace, part: np.ndarray, pid: np.ndarray, tag: pd.Series, issue: np.ndarray) -> np.ndarray:
+    """Per call: start of the first `FSDP::pre_forward (<tag>)` range of its process that ends after
+    its issue; -1 where none."""
+    out = np.full(len(issue), -1, dtype=np.int64)
+    pre = ranges_named(trace.nvtx, re.compile(FSDP_PRE_FORWARD))
+    if len(pre) == 0 or len(issue) == 0:
+        return out
+    module = pre["text"].astype(str).str.extract(FSDP_MODULE)[0].fillna("")
+    modules = pd.Index(pd.unique(module.to_numpy()))
+    right = pd.DataFrame(
+        {
+            "key": _module_key(pre["part"].to_numpy(), pre["pid"].to_numpy(), module, modules),
+            "end": pre["end"].to_numpy(),
+        }
+    ).assign(start=pre["start"].to_numpy())
+    right = right.sort_values("end", kind="stable")  # a call whose tag names no such module gets key -1: no match
+    left = pd.DataFrame(
+        {"key": _module_key(part, pid, tag.astype(str), modules), "t": issue + 1, "i": np.arange(len(issue))}
+    ).sort_values("t", kind="stable")
+    found = pd.merge_asof(left, right, left_on="t", right_on="end", by="key", direction="forward")
+    has = found["start"].notna().to_numpy()
+    out[found["i"].to_numpy()[has]] = found["start"].to_numpy()[has].astype(np.int64)
+    return out

@@ -20,8 +20,16 @@ import pandas as pd
 
 from analysis.machine import release_free_memory
 from analysis.measure import intervals as iv
-from analysis.measure.phases import codes, counted_comm_ranges, find_steps, launched_inside, of_process, ranges_named
-from analysis.measure.steps import step_windows, window_index
+from analysis.measure.phases import (
+    codes,
+    counted_comm_ranges,
+    find_steps,
+    launched_inside,
+    of_process,
+    ranges_named,
+    step_windows,
+    window_index,
+)
 from analysis.measure.torch_calls import FSDP_WAIT
 from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, KERNELS, NVTX_MARK, NVTX_PUSH_POP, RANGES, Trace
 from analysis.trace.merge import rank_rows

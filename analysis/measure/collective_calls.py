@@ -7,7 +7,7 @@ Two sources, chosen per trace:
   `comm:<op>:<tag>` range (README contract) is the latest one opened on the launching thread before
   the launch and still open then: it gives the tag, the byte count (the range's integer payload) and
   the issue time (range start); without one, issue is the launch call's start and tag/bytes are unknown.
-  A call's step is the step whose window (steps.py) holds its issue time, as for the overlap metrics.
+  A call's step is the step whose window (phases.step_windows) holds its issue time, as for the overlap metrics.
 - "ranges" (CPU traces, and GPU traces whose collectives run on the host, e.g. gloo): one call per
   `comm:<op>:<tag>` range. Arrival = range start (issue), completion = range end: the rank entered
   the collective at issue and saw it complete at the end (for an async range, when it waited for it).
@@ -29,17 +29,18 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.call_groups import FOREIGN, GROUP_COLUMNS, OURS, group_columns
+from analysis.measure.call_groups import FOLDED, FOREIGN, GROUP_COLUMNS, OURS, fold_inferred, group_columns, world_size
 from analysis.measure.phases import (
     codes,
     find_steps,
     keyed_contains,
     process_key,
     ranges_named,
+    step_windows,
     thread_key,
+    window_index,
 )
 from analysis.measure.rank_periods import compute_sets
-from analysis.measure.steps import step_windows, window_index
 from analysis.measure.torch_calls import foreign_comm_ranges
 from analysis.trace.comm_families import family_of_range, kernel_families
 from analysis.trace.frames import GPU_KERNEL, KERNELS, NVTX_MARK, RANGES, Trace
@@ -83,6 +84,7 @@ CALL_COLUMNS = [
     "kernel",
     "family",
     *GROUP_COLUMNS,
+    FOLDED,
 ]
 
 
@@ -227,7 +229,7 @@ def _range_families(trace: Trace, ranges: pd.DataFrame) -> np.ndarray:
 
 
 def step_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: ArrayLike) -> np.ndarray:
-    """Number of the step whose window (steps.py: on GPU traces start to next step's start) holds each
+    """Number of the step whose window (phases.step_windows: on GPU traces start to next step's start) holds each
     time t of process (part, pid); -1 outside every step."""
     part, pid, t = (np.asarray(a, dtype=np.int64) for a in (part, pid, t))
     out = np.full(t.shape, -1, dtype=np.int64)
@@ -283,7 +285,8 @@ def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankW
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
-    calls = pd.concat([calls.drop(columns="group"), group_columns(trace, calls).set_axis(calls.index)], axis=1)
+    groups = fold_inferred(group_columns(trace, calls), world_size(trace.meta, len(trace.ranks)))
+    calls = pd.concat([calls.drop(columns="group"), groups.set_axis(calls.index)], axis=1)
     calls.loc[outside_steps(trace, patterns, calls), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns))

@@ -12,11 +12,17 @@ import pandas as pd
 
 from analysis.collectives.collective_rows import call_rows, with_comm_split
 from analysis.errors import TraceError
+from analysis.measure.call_groups import world_size
 from analysis.measure.collective_calls import Calls
+from analysis.measure.comm_breakdown import (
+    GROUP_FIGURES,
+    OP_PHASE_COLUMNS,
+    empty_group_rows,
+    group_overlap_rows,
+    op_phase_rows,
+    phase_labels,
+)
 from analysis.measure.comm_recognition import unrecognised_comm_note
-from analysis.measure.group_overlap import GROUP_FIGURES, empty_group_rows, group_overlap_rows
-from analysis.measure.op_phase import OP_PHASE_COLUMNS, op_phase_rows, phase_labels
-from analysis.measure.pairing import world_size
 from analysis.overlap.metrics import METRICS, SOURCES, measure_trace, summarise
 from analysis.render.table import plain_records
 from analysis.run.loaded_run import LoadedRun, measure_run
@@ -60,9 +66,9 @@ class Analysis:
     metrics averaged over its steps and ranks, plus the run's metadata (METADATA columns). Each frame
     carries the trace keys (path, implementation, source, profiler); steps and totals carry each
     rank's comm_source, compute_source and shared_gpu. `by_op_phase`: communication per rank, op and
-    phase (measure/op_phase.py), one row per step (kept steps) and one per rank with step NA (the
+    phase (measure/comm_breakdown.py), one row per step (kept steps) and one per rank with step NA (the
     whole capture), with the trace keys. `by_group`: communication per rank and process group over the
-    whole capture (measure/group_overlap.py), with the trace keys."""
+    whole capture (measure/comm_breakdown.py), with the trace keys."""
 
     steps: pd.DataFrame
     totals: pd.DataFrame
@@ -75,7 +81,7 @@ class Analysis:
         ranks: [{rank, pid, device, comm_source, compute_source, shared_gpu, steps, total}], summary}]};
         each step and each total carries its `by_op_phase` rows (op, phase, calls, bytes, comm_ms,
         hidden_ms, exposed_ms); each rank its `groups` (group, comm_ms, overlap_ms, exposed_comm_ms, overlap_pct,
-        calls: group_overlap.py; group as the collectives JSON gives it, null where inferred)."""
+        calls: comm_breakdown.py; group as the collectives JSON gives it, null where inferred)."""
         split: dict[tuple, list] = {}
         for row in plain_records(self.by_op_phase, ["path", *OP_PHASE_COLUMNS]):
             split.setdefault((row.pop("path"), row.pop("rank"), row.pop("step")), []).append(row)

@@ -140,7 +140,7 @@ def op_phase_lines(result: Analysis) -> list[str]:
 
 def group_lines(result: Analysis) -> list[str]:
     """Per rank of a run with several process groups: each group's communication over the capture, the part
-    hidden under compute and the exposed rest (measure/group_overlap.py); nothing for one-group runs."""
+    hidden under compute and the exposed rest (measure/comm_breakdown.py); nothing for one-group runs."""
     rows = result.by_group
     if len(rows) == 0:
         return []
@@ -159,7 +159,7 @@ def group_lines(result: Analysis) -> list[str]:
 
 
 def overlap_note(rows: pd.DataFrame, n: int) -> list[str]:
-    """A note under a rank's rows when they overlap in time (not a partition: op_phase.py): what they add up
+    """A note under a rank's rows when they overlap in time (not a partition: comm_breakdown.py): what they add up
     to beside the rank's communication counted once (all_comm_ms), per step."""
     once = rows.drop_duplicates("step")[["all_comm_ms", "all_exposed_ms"]].sum() / n
     summed = rows[["comm_ms", "exposed_ms"]].sum() / n
@@ -191,11 +191,10 @@ def memory_line(row: dict) -> str:
 
 
 def notes(result: Analysis) -> list[str]:
-    """Per run: its metadata, its design notes (run/design_notes.py: figures the strategy, backend or shared
+    """Per run: its metadata, its design notes (trace/run_info.py: figures the strategy, backend or shared
     GPUs decide) and a note when ranks are missing."""
     from analysis.overlap.analyze import METADATA
-    from analysis.run.design_notes import design_notes
-    from analysis.trace.run_info import MEMORY_COLUMNS, nccl_label
+    from analysis.trace.run_info import MEMORY_COLUMNS, design_notes, nccl_label
 
     lines = []
     for row in result.summary.to_dict("records"):  # one per trace
@@ -265,7 +264,7 @@ def _print(args: argparse.Namespace, result: Analysis, spread: list[pd.DataFrame
 
     from analysis.overlap.analyze import per_rank_table
     from analysis.render.table import plain_records
-    from analysis.run.design_notes import design_notes
+    from analysis.trace.run_info import design_notes
 
     if args.format == "json":
         doc = result.to_json()

@@ -9,9 +9,9 @@ may share a GPU), the summary over every rank-step. The collectives' wait/transf
 file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
 collective_rows.split_rows: only the columns the split needs, op as a code shared by the files).
 torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
-runs are refused by the loader's own check (run_identity.check_one_run, from each file's recorded identity),
+runs are refused by the loader's own check (run_files.check_one_run, from each file's recorded identity),
 and the files' clocks come from the loader's one rule (clocks.clock_shifts).
-overlap/across_ranks.py adds the per-step view of the merged run.
+overlap/metrics.across_ranks adds the per-step view of the merged run.
 """
 
 from __future__ import annotations
@@ -25,15 +25,14 @@ import pandas as pd
 
 from analysis.collectives.collective_rows import SPLIT_CALL_COLUMNS, split_rows, with_comm_split
 from analysis.measure import intervals as iv
+from analysis.measure.call_groups import world_size
 from analysis.measure.collective_calls import Calls
 from analysis.measure.comm_recognition import comm_note, merged_evidence
-from analysis.measure.pairing import world_size
-from analysis.overlap.across_ranks import across_ranks
 from analysis.overlap.analyze import TRACE_KEYS, Analysis, trace_keys, trace_summary
-from analysis.overlap.metrics import SPLIT_METRICS
+from analysis.overlap.metrics import SPLIT_METRICS, across_ranks
 from analysis.parallel.file_task import FileResult
 from analysis.run.clocks import PartAlignment, PartClock, clock_alignment, clock_note
-from analysis.run.run_identity import check_one_run, file_identity
+from analysis.run.run_files import check_one_run, file_identity
 from analysis.trace.frames import KERNELS, RANGES, Trace
 from analysis.trace.run_info import shared_gpu_ranks
 

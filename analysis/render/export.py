@@ -1,4 +1,5 @@
-"""Static images of figures (PNG, SVG) through kaleido driving the system Chromium, offline.
+"""Static images of figures (PNG, SVG) through kaleido driving the system Chromium, offline; and finding
+that Chromium (`find_chromium`: the page checks under tests/support open pages in it too).
 
 kaleido's page loads plotly.js from the installed plotly package and, unless told otherwise, MathJax
 from a CDN; MathJax is switched off here, so an export makes no network request. All figures of one
@@ -8,6 +9,7 @@ command are drawn in one browser session (starting Chromium costs seconds; each 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,7 @@ from analysis.options import IMAGE_FORMATS
 
 FORMATS = IMAGE_FORMATS  # --png / --svg (analysis/options.py)
 DEFAULT_WIDTH_PX = 1400
+CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
 
 @dataclass(frozen=True)
@@ -35,10 +38,17 @@ def image_name(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_") or "figure"
 
 
+def find_chromium() -> str | None:
+    """Path of a Chromium-family executable on PATH, or None."""
+    for name in CHROMIUM_NAMES:
+        path = shutil.which(name)
+        if path:
+            return path
+    return None
+
+
 def check_export(formats: Sequence[str]) -> str:
     """The Chromium to draw with, or TraceError (one line) saying why images cannot be made here."""
-    from analysis.render.chromium import find_chromium
-
     flags = "/".join(f"--{f}" for f in formats)
     try:
         import kaleido  # noqa: F401

@@ -39,6 +39,14 @@ def trusted_figure(data: Sequence[dict | BaseTraceType] = (), layout: dict[str, 
     return go.Figure(data=list(data), layout=layout, _validate=False)
 
 
+def ordered_figure(data: Sequence[dict], layout: dict[str, Any]) -> go.Figure:
+    """A trusted_figure whose layout keeps the order of `layout`'s keys (the constructor would put them in
+    plotly's order; a page writes them as the figure holds them)."""
+    fig = trusted_figure(data)
+    fig.update_layout(layout)
+    return fig
+
+
 def _clamped(y: float) -> float:
     """A domain end a float error put just outside [0, 1], put back (as make_subplots does)."""
     return 0.0 if -0.01 < y < 0.0 else 1.0 if 1.0 < y < 1.01 else y

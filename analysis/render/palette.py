@@ -96,11 +96,6 @@ def collective_of(op: str) -> str:
     return "other"
 
 
-def collective_colour(op: str) -> str:
-    """Colour of a collective op (see collective_of)."""
-    return COLLECTIVE_COLOURS[collective_of(op)]
-
-
 def implementation_colours(names: list[str]) -> dict[str, str]:
     """Colour of each implementation name: its own when known, else the next spare (stable for the list)."""
     spare = iter(SPARE_IMPLEMENTATION_COLOURS * (1 + len(names) // len(SPARE_IMPLEMENTATION_COLOURS)))

@@ -39,8 +39,8 @@ def progress(message: str) -> None:
 
 def print_summary(summary: pd.DataFrame, fmt: str) -> None:
     """The summary rows; as a table without the hash, each run's notes under it (its design notes,
-    run/design_notes.py, then missing ranks); JSON gives the design notes as `notes`, CSV leaves them out."""
-    from analysis.run.design_notes import summary_notes
+    trace/run_info.py, then missing ranks); JSON gives the design notes as `notes`, CSV leaves them out."""
+    from analysis.trace.run_info import summary_notes
 
     shown = summary[SUMMARY_COLUMNS]
     design = summary_notes(summary)

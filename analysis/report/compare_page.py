@@ -114,7 +114,7 @@ def write_compare(
     """Write the side-by-side page of the panels (in the order given: fastest first), the rule that chose
     each panel's step and `notes` (the runs' design notes) under the chart."""
     from analysis.render.html_page import notes_html, write_page
-    from analysis.timeline.render_figure import build_figure
+    from analysis.timeline.figure import build_figure
 
     fig = build_figure(panels, width_px=width_px, x_title="time since the step's start (ms), each panel its own step")
     title = "Side by side: " + ", ".join(labels)

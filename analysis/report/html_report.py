@@ -17,8 +17,7 @@ import plotly.graph_objects as go
 from analysis.render import palette
 from analysis.render.figure_dicts import trusted_figure
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs, notes_html, write_page
-from analysis.run.design_notes import labelled, summary_notes
-from analysis.trace.run_info import nccl_label
+from analysis.trace.run_info import labelled, nccl_label, summary_notes
 
 TABLE_COLUMNS = {  # summary column -> heading, format
     "implementation": ("implementation", "{}"),
@@ -251,7 +250,7 @@ def _run_cell(rec: dict, column: str, fmt: str, whole: Callable[[object], object
 
 
 def design_lines(summary: pd.DataFrame) -> list[str]:
-    """The runs' design notes (run/design_notes.py), each once after the labels of the runs it applies to:
+    """The runs' design notes (trace/run_info.py), each once after the labels of the runs it applies to:
     figures their strategy or backend decides."""
     return labelled(list(summary["label"]), summary_notes(summary))
 

@@ -1,6 +1,6 @@
 """The report's "Collectives" section: bus bandwidth vs message size, wait vs transfer per step,
 one step's backward pass with each bucket's issue, kernel span and the exposed tail after backward,
-and for sharded runs whether each unit's all-gathers arrived in time and why not (unit_chart.py).
+and for sharded runs whether each unit's all-gathers arrived in time and why not (fsdp_units/charts.py).
 
 `collectives_section(entries, peak_busbw)` returns page blocks (HTML strings and plotly figures) for
 html_page.write_page; each entry (CollectivesEntry) is one run: its label, LoadedRun, CollectivesView,
@@ -17,16 +17,17 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from analysis.fsdp_units.unit_chart import in_time_blocks
+from analysis.fsdp_units.charts import in_time_blocks
 from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.render import palette
+from analysis.render.drop_downs import switched_figure
 from analysis.render.export import image_name
 from analysis.render.figure_dicts import trusted_figure
-from analysis.render.figure_switch import switched_figure
 from analysis.render.html_page import notes_html
 from analysis.render.units import rate_unit
-from analysis.report.call_chart import call_noun, calls_figure
+from analysis.report.call_chart import call_chart, call_noun, step_means
+from analysis.report.group_chart import group_blocks
 from analysis.report.straggler_chart import straggler_blocks
 from analysis.timeline.representative import RULE, representative_step
 from analysis.trace.frames import NS_PER_MS
@@ -41,13 +42,15 @@ WAIT_COLOUR = palette.WAITING
 @dataclass(frozen=True)
 class CollectivesEntry:
     """One trace of the section: `steps` is its analysis' per-step frame (the table's figures come from
-    it, and so do the sentences); `colour` its implementation colour (palette.trace_colours)."""
+    it, and so do the sentences); `colour` its implementation colour (palette.trace_colours); `groups` its
+    communication per rank and process group (the chart of group_chart.py when it has several groups)."""
 
     label: str
     run: LoadedRun
     view: CollectivesView
     steps: pd.DataFrame | None = None
     colour: str | None = None
+    groups: pd.DataFrame | None = None  # the analysis' `by_group` (measure/group_overlap.py); None: not shown
 
 
 def busbw_figure(
@@ -204,25 +207,35 @@ def call_choices(calls: pd.DataFrame, chosen: tuple[int, int]) -> list[tuple[int
     return [(k, rank) for k in mine] + [(step, r) for r in others]
 
 
-def _one_call_figure(entry: CollectivesEntry, step: int, rank: int) -> go.Figure:
-    """The per-call chart of one step and rank (report/call_chart.py)."""
-    spans = entry.run.backward_spans
-    span = spans[(spans["step"] == step) & (spans["rank"] == rank)]
-    starts = entry.run.step_starts
-    start = starts.loc[(starts["step"] == step) & (starts["rank"] == rank), "start_ns"]
-    backward = (int(span["start_ns"].iloc[0]), int(span["end_ns"].iloc[0])) if len(span) else None
-    first = int(start.iloc[0]) if len(start) else None
-    return calls_figure(entry.view.calls, step, rank, entry.label, first, backward, entry.steps)
+def _first(frame: pd.DataFrame, groups: dict, key: tuple[int, int], column: str) -> int | None:
+    """`column` of the first row of the (step, rank) group `key` of `frame` (groups: its groupby indices)."""
+    rows = groups.get(key)
+    return None if rows is None else int(frame[column].iloc[rows[0]])
 
 
 def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
     """The per-call chart of one trace, opened on chosen_step's step and rank with a drop-down to the others
-    of call_choices (render/figure_switch.py), or None without numbered steps."""
-    chosen = chosen_step(entry.view.calls, entry.steps)
+    of call_choices (render/drop_downs.py), or None without numbered steps."""
+    calls = entry.view.calls
+    chosen = chosen_step(calls, entry.steps)
     if chosen is None:
         return None
-    choices = call_choices(entry.view.calls, chosen)
-    figures = [(f"step {k}, rank {r}", _one_call_figure(entry, k, r)) for k, r in choices]
+    choices = call_choices(calls, chosen)
+    # Each frame split by (step, rank) once, not filtered again per choice.
+    by_call = calls.groupby(["step", "rank"]).indices
+    spans, starts = entry.run.backward_spans, entry.run.step_starts
+    by_span, by_start = spans.groupby(["step", "rank"]).indices, starts.groupby(["step", "rank"]).indices
+    steps = entry.steps if entry.steps is not None and len(entry.steps) else None
+    mean = None if steps is None else step_means(steps)
+    noun = call_noun(calls)
+    figures = []
+    for k, r in choices:  # the per-call chart of one step and rank (report/call_chart.py)
+        b0, b1 = _first(spans, by_span, (k, r), "start_ns"), _first(spans, by_span, (k, r), "end_ns")
+        backward = None if b0 is None or b1 is None else (b0, b1)
+        first = _first(starts, by_start, (k, r), "start_ns")
+        mine = calls.iloc[by_call[(k, r)]]
+        data, layout = call_chart(mine, noun, k, r, entry.label, first, backward, steps, mean)
+        figures.append((f"step {k}, rank {r}", data, layout))
     return switched_figure(figures, active=choices.index(chosen))
 
 
@@ -258,6 +271,7 @@ def collectives_section(entries: list[CollectivesEntry], peak_busbw: float | Non
             fig = wait_transfer_figure(e.view.calls, e.label, e.steps)
             blocks.append(fig.update_layout(meta=dict(image=f"{stem}_collectives_per_step")))
             blocks += straggler_blocks(e.view, e.label, stem)
+        blocks += group_blocks(e.groups, e.label, stem)
         fig = per_call_figure(e)
         if fig is not None:
             blocks += [fig.update_layout(meta=dict(image=f"{stem}_calls")), notes_html([call_chart_rule(e)])]

@@ -189,9 +189,9 @@ def write_timelines(
     pages' figures as images to export (img/<page name>)."""
     from analysis.report.compare_page import compare_panel, write_compare
     from analysis.report.html_report import label_colours
-    from analysis.run.design_notes import labelled, summary_notes
     from analysis.timeline.lanes import run_segments
     from analysis.timeline.timeline_page import trace_panel, write_timeline
+    from analysis.trace.run_info import labelled, summary_notes
 
     names = timeline_names([(r.path, r.name) for r in results])
     labels = dict(zip(summary["trace"], summary["label"], strict=True))
@@ -249,5 +249,6 @@ def collectives_blocks(
     for path, label in zip(summary["trace"], summary["label"], strict=True):  # one per run
         r = by_trace[path]
         mine = view.only(r.analysis.summary["path"].iloc[0])
-        entries.append(CollectivesEntry(label, runs.loaded(r.index), mine, r.analysis.steps, colours[label]))
+        loaded = runs.loaded(r.index)
+        entries.append(CollectivesEntry(label, loaded, mine, r.analysis.steps, colours[label], r.analysis.by_group))
     return collectives_section(entries, peak_busbw)

@@ -4,8 +4,10 @@ The ranks' kernels of one NCCL collective end together (within microseconds: the
 arrival releases every rank), and so do the ranks' host ranges of one gloo collective. So for each
 collective both files saw, the difference of its end times on the two files' clocks is one sample
 of their clock offset. Collectives are matched as the collectives view pairs them (pairing.pair):
-the k-th call of an op in a step is one collective on every rank. A file holding several ranks
-contributes the median of its ranks' starts and ends.
+the k-th call of an op in a step of a process group (its name with its members: call_groups.py) is one
+collective on every member, so calls of two groups are never matched (two HSDP shard groups' reduce-scatters
+end at different times). A file holding several ranks contributes the median of its ranks' starts and
+ends per collective.
 
 "Together" is not "at once": which rank ends first depends on which one arrived last. On the real
 H100 pairs (two ranks, one GPU, so the true offset is 0) the rank that started a collective last
@@ -33,6 +35,7 @@ import pandas as pd
 MAD_TO_SIGMA = 1.4826  # median absolute deviation -> standard deviation of normal samples
 MIN_ERROR_NS = 1_000  # clocks are not trusted to agree better than 1 µs from a handful of samples
 MIN_PER_ORDER = 8  # collectives of each arrival order needed to measure the arrival-order skew
+GROUP_KEYS = ["group", "group_ranks"]  # a call's process group, where the calls carry it (call_groups.py)
 
 
 @dataclass(frozen=True)
@@ -51,26 +54,31 @@ class OffsetEstimate:
 
 
 def collective_times(calls: pd.DataFrame) -> pd.DataFrame:
-    """One row per collective of one file (op, step, seq): the median start and end (ns, the file's
-    clock) over the file's ranks. `calls`: rank, op, step, start_ns, end_ns (collective_calls' frame)."""
+    """One row per collective of one file ([group, group_ranks,] op, step, seq): the median start and end (ns,
+    the file's clock) over the file's ranks. `calls`: rank, op, step, start_ns, end_ns and, where known, the
+    GROUP_KEYS (collective_calls' frame)."""
     ordered = calls.sort_values(["rank", "start_ns"], kind="stable")
-    seq = ordered.groupby(["rank", "op", "step"], sort=False).cumcount().to_numpy()
+    groups = {c: ordered[c].astype(str).to_numpy() for c in GROUP_KEYS if c in ordered}
     keyed = pd.DataFrame(
         {
+            "rank": ordered["rank"].to_numpy(),
+            **groups,
             "op": ordered["op"].astype(str).to_numpy(),
             "step": ordered["step"].to_numpy(),
-            "seq": seq,
             "start_ns": ordered["start_ns"].to_numpy(np.int64),
             "end_ns": ordered["end_ns"].to_numpy(np.int64),
         }
     )
-    return keyed.groupby(["op", "step", "seq"], sort=False)[["start_ns", "end_ns"]].median().reset_index()
+    keyed["seq"] = keyed.groupby(["rank", *groups, "op", "step"], sort=False).cumcount().to_numpy()
+    key = [*groups, "op", "step", "seq"]
+    return keyed.groupby(key, sort=False)[["start_ns", "end_ns"]].median().reset_index()
 
 
 def paired_differences(reference: pd.DataFrame, other: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    """Per collective in both (collective_times frames): (reference end minus other end, reference
-    start minus other start), in ns."""
-    both = reference.merge(other, on=["op", "step", "seq"], suffixes=("_ref", "_other"))
+    """Per collective in both (collective_times frames, matched on their group, op, step and seq): (reference
+    end minus other end, reference start minus other start), in ns."""
+    key = [c for c in [*GROUP_KEYS, "op", "step", "seq"] if c in reference and c in other]
+    both = reference.merge(other, on=key, suffixes=("_ref", "_other"))
     ref, other_ = (both[[f"start_ns_{s}", f"end_ns_{s}"]].to_numpy(np.float64) for s in ("ref", "other"))
     return ref[:, 1] - other_[:, 1], ref[:, 0] - other_[:, 0]
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import pandas as pd
 
+from analysis.measure.call_groups import fold_inferred, group_columns, world_size
 from analysis.measure.collective_calls import call_times
-from analysis.run.clock_offsets import OffsetEstimate, collective_times, estimate_offsets
+from analysis.run.clock_offsets import GROUP_KEYS, OffsetEstimate, collective_times, estimate_offsets
 from analysis.trace.frames import CLOCK_NOTE_KEY, CLOCK_OFFSET_KEY, Trace
 from analysis.trace.patterns import Patterns
 
@@ -154,10 +155,20 @@ def align_on_collectives(trace: Trace, patterns: Patterns) -> Trace:
     clocks = recorded_clocks(trace)
     if len(clocks) < 2:
         return trace
-    calls, _ = call_times(trace, patterns)
+    calls = _grouped_calls(trace, patterns)
     by_part = calls.groupby("part").indices if len(calls) else {}
     parts = [replace(c, calls=calls.iloc[by_part[i]] if i in by_part else None) for i, c in enumerate(clocks)]
     alignment = clock_alignment(parts)
     ranks_of_part = {int(p): sorted(g["rank"].tolist()) for p, g in trace.ranks.groupby("part")}
     info = {**trace.info, 0: {**trace.info.get(0, {}), CLOCK_NOTE_KEY: clock_note(alignment, ranks_of_part)}}
     return replace(align_clocks(trace, [a.shift_ns for a in alignment]), info=info)
+
+
+def _grouped_calls(trace: Trace, patterns: Patterns) -> pd.DataFrame:
+    """The trace's calls on their parts' own clocks (call_times) with their process group's GROUP_KEYS as
+    find_calls gives them, so that only calls of one group are matched across files."""
+    calls, _ = call_times(trace, patterns)
+    if calls.empty:
+        return calls
+    groups = fold_inferred(group_columns(trace, calls), world_size(trace.meta, len(trace.ranks)))
+    return pd.concat([calls.drop(columns="group"), groups[GROUP_KEYS].set_axis(calls.index)], axis=1)

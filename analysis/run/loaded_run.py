@@ -2,7 +2,7 @@
 once into `LoadedRun`, the object every feature and every view takes.
 
 `load_trace(paths)` reads a run's file(s) (trace/readers/load.py), refuses files that are not ranks of
-one run (run_identity.check_one_run: two implementations, world sizes, run ids or step counts, ddp.meta
+one run (run_files.check_one_run: two implementations, world sizes, run ids or step counts, ddp.meta
 in one only, captures far apart in time, the same rank twice), decides once which GPU work is
 communication (measure/phases.communication_mask: gpu_ops.is_comm is what every measure and view reads)
 and puts every file on the first file's clock (clocks.align_on_collectives). `measure_run(trace)`
@@ -19,6 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -26,14 +27,17 @@ from analysis.cache.loads import cached_load
 from analysis.cache.unpacked import unpacked
 from analysis.errors import TraceError
 from analysis.measure.activity import RankWork, rank_work
-from analysis.measure.backward_span import backward_spans
 from analysis.measure.collective_calls import Calls, find_calls
 from analysis.measure.phases import communication_mask, find_steps
+from analysis.measure.rank_spans import backward_spans
 from analysis.run.clocks import align_on_collectives
-from analysis.run.run_identity import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
+from analysis.run.run_files import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
 from analysis.trace.frames import CLOCK_OFFSET_KEY, Trace
 from analysis.trace.patterns import Patterns
 from analysis.trace.readers.load import read_trace
+
+if TYPE_CHECKING:
+    from analysis.trace.readers.read_ahead import StartedRead
 
 
 @dataclass(frozen=True, eq=False)
@@ -54,7 +58,7 @@ class LoadedRun:
 
     @cached_property
     def backward_spans(self) -> pd.DataFrame:
-        """rank, step, start_ns, end_ns of each step's backward pass (backward_span.py), measured on first use."""
+        """rank, step, start_ns, end_ns of each step's backward pass (measure/rank_spans.py), measured on first use."""
         return backward_spans(self.trace, self.patterns)
 
     @property
@@ -72,10 +76,14 @@ def measure_run(trace: Trace, patterns: Patterns | None = None) -> LoadedRun:
 
 
 def load_run(
-    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, *, cache: bool | None = None
+    paths: str | Path | Iterable[str | Path],
+    patterns: Patterns | None = None,
+    *,
+    cache: bool | None = None,
+    started: StartedRead | None = None,
 ) -> LoadedRun:
     """The run's files loaded (load_trace) and measured once (measure_run)."""
-    return measure_run(load_trace(paths, patterns, cache=cache), patterns)
+    return measure_run(load_trace(paths, patterns, cache=cache, started=started), patterns)
 
 
 def trace_identities(trace: Trace, paths: Sequence[str | Path], patterns: Patterns | None = None) -> list[FileIdentity]:
@@ -94,32 +102,37 @@ def trace_identities(trace: Trace, paths: Sequence[str | Path], patterns: Patter
 
 
 def load_trace(
-    paths: str | Path | Iterable[str | Path], patterns: Patterns | None = None, *, cache: bool | None = None
+    paths: str | Path | Iterable[str | Path],
+    patterns: Patterns | None = None,
+    *,
+    cache: bool | None = None,
+    started: StartedRead | None = None,
 ) -> Trace:
     """Load one file, or several one-rank files of one run on the first file's clock (check_one_run
     refuses files of different runs), with gpu_ops.is_comm set by `patterns`; from the load cache
     beside the first file when it holds this load (cache/loads.py; cache=False: neither read nor
-    written, None: on unless ANALYSIS_NO_CACHE is set)."""
+    written, None: on unless ANALYSIS_NO_CACHE is set). `started`: the first file's read, started
+    already (trace/readers/read_ahead.py), which the read takes; the caller closes it."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     patterns = patterns or Patterns()
     if not files:
         raise TraceError("no trace path given")
-    return cached_load(files, patterns, lambda: _load(files, patterns, cache), cache)
+    return cached_load(files, patterns, lambda: _load(files, patterns, cache, started), cache)
 
 
-def _load(files: list[Path], patterns: Patterns, cache: bool | None = None) -> Trace:
-    trace = _read(files, patterns, cache)
+def _load(files: list[Path], patterns: Patterns, cache: bool | None, started: StartedRead | None) -> Trace:
+    trace = _read(files, patterns, cache, started)
     check_one_run(trace_identities(trace, files, patterns))
     trace.gpu_ops["is_comm"] = communication_mask(trace.gpu_ops, trace.nvtx, patterns)  # a frame of our own
     return align_on_collectives(trace, patterns)  # the calls it checks the clocks with need is_comm
 
 
-def _read(files: list[Path], patterns: Patterns, cache: bool | None) -> Trace:
+def _read(files: list[Path], patterns: Patterns, cache: bool | None, started: StartedRead | None) -> Trace:
     """read_trace of the files, a compressed export read from its decompressed copy (cache/unpacked.py);
     the trace and its errors name the files as given."""
     with unpacked(files, cache) as readable:
         if readable == files:
-            return read_trace(files, patterns)
+            return read_trace(files, patterns, started=started)
         try:
             trace = read_trace(readable, patterns)
         except TraceError as e:

@@ -1,2 +1,4 @@
-"""The timeline feature: a loaded run's lanes and segments (lanes.py, panel.py), drawn as one plotly figure
-(render_*.py), the page (timeline_page.py) and `python -m analysis.timeline` (command.py)."""
+"""The timeline feature: a loaded run's lanes and segments (lane_segments.py, lanes.py), one trace's picture
+as a panel with its level of detail (panel.py), drawn as one plotly figure (figure.py) in the segments'
+colours, hover labels and highlight bands (style.py), the page (timeline_page.py) and
+`python -m analysis.timeline` (command.py)."""

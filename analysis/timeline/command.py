@@ -24,7 +24,7 @@ from analysis.options import IMAGE_FORMATS, add_options
 from analysis.render.export import Image, check_export, refuse_existing, write_images
 from analysis.render.html_page import written_by_us
 from analysis.render.table import print_frame
-from analysis.timeline.render_figure import count_drawn_segments
+from analysis.timeline.figure import count_drawn_segments
 from analysis.timeline.timeline_page import PanelSummary, check_output
 
 DEFAULT_OUTPUT = Path("reports/timeline.html")

@@ -15,7 +15,7 @@ from numpy.typing import ArrayLike
 
 from analysis.measure.activity import RankWork
 from analysis.measure.rank_periods import exposed_periods, overlap_periods
-from analysis.timeline.render_style import (
+from analysis.timeline.style import (
     CATEGORY_COLOURS,
     CATEGORY_LABELS,
     COMM_CATEGORIES,

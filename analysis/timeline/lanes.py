@@ -8,7 +8,7 @@ a communication lane, then the rank's overlap strip. The strip is the analysis' 
 copies; comm ranges where collectives run on the host; CPU-only ranks: comm ranges), hidden where
 its compute (GPU kernels; CPU-only ranks: forward/backward/optimizer minus blocking comm and
 gradient-sync waits) lies under it, exposed elsewhere. A step view spans the GPU-aware step
-(analysis.measure.steps) and everything launched in it, and its strip holds the communication
+(analysis.measure.phases: step_windows) and everything launched in it, and its strip holds the communication
 launched in that step, so its hidden part equals that step's overlap_ms and its exposed part the
 step's exposed_comm_ms; the whole-run view holds all communication.
 """
@@ -37,9 +37,8 @@ from analysis.timeline.lane_segments import (
     streams_of,
     strip_segments,
 )
-from analysis.timeline.panel import Panel
-from analysis.timeline.render_binning import merge_subpixel
-from analysis.timeline.render_style import HIDDEN
+from analysis.timeline.panel import Panel, merge_subpixel
+from analysis.timeline.style import HIDDEN
 from analysis.trace.frames import Trace
 
 

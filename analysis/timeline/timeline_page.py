@@ -21,9 +21,9 @@ from analysis.render.html_page import (
     write_page,
     written_by_us,
 )
+from analysis.timeline.figure import build_figure
 from analysis.timeline.lanes import Segments, Selection, build_panel
 from analysis.timeline.panel import Panel
-from analysis.timeline.render_figure import build_figure
 from analysis.timeline.representative import RULE, representative_step
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ def trace_panel(
     view = view_name(shown)
     if opening is not None:
         view = f"step {opening[0]} (representative, r{opening[1]} nearest the medians), " + view.split(", ")[1]
-    figures = analysis_figures(shown, steps)
+    figures = fig if shown == selection else analysis_figures(shown, steps)
     title = panel_title(trace.implementation, file_name or Path(path).name, view, figures, colour)
     panel = with_backward(
         build_panel(
@@ -157,7 +157,7 @@ def _titled_overview(
     panel: Panel, implementation: str, shown: str, selection: Selection, steps: pd.DataFrame, colour: str | None
 ) -> Panel:
     """The panel with its overview titled with the whole selection's figures and each of its steps with
-    that step's, for the buttons and the step switch (render_figure.py)."""
+    that step's, for the buttons and the step switch (figure.py)."""
     assert panel.overview is not None
 
     def title(selected: Selection) -> str:
@@ -177,7 +177,7 @@ def write_timeline(
     plotly_js: PlotlyJs = BESIDE_THE_PAGE,
     notes: Sequence[str] = (),
 ) -> tuple[Path, go.Figure]:
-    """Write the stacked-panel page (plotly.js as `plotly_js` says) with `notes` (design notes, run/design_notes.py)
+    """Write the stacked-panel page (plotly.js as `plotly_js` says) with `notes` (design notes, trace/run_info.py)
     under the chart, after the line naming the opening step's rule; returns its path and the figure."""
     opening = selection.step is None and any(p.overview is not None for p in panels)
     if selection.step is not None or opening:

@@ -144,7 +144,7 @@ def _forward_markers(mine: dict[str, pd.DataFrame]) -> tuple[pd.DataFrame, str, 
     """(the ranges whose starts begin steps, where forward came from ('' for nowhere), the derived
     forward ranges or None). FSDP2's markers begin steps but make no forward range: its forward hooks
     hold the waits for the all-gathers, which on a CPU-only trace would count as forward compute (the
-    collectives view still labels calls in them forward, measure/op_phase.py)."""
+    collectives view still labels calls in them forward, measure/comm_breakdown.py)."""
     if len(mine["forward"]):
         return mine["forward"], _named_source(mine["forward"], "forward"), None
     if len(mine["ddp_forward"]):

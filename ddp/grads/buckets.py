@@ -7,6 +7,8 @@ from typing import Any, Protocol
 
 import torch
 
+from contract import ALL_REDUCE, comm_issue_range
+from ddp.comm import nvtx_ranges
 from ddp.comm.instrumented import nbytes
 from ddp.grads.grad_flags import GradFlags
 
@@ -41,6 +43,7 @@ class Bucket:
             for start, size, p in zip(offsets, self.sizes, params, strict=True)
         ]
         self.tag = f"bucket{index}"
+        self.issue_range = comm_issue_range(ALL_REDUCE, self.tag)
         self.ready = [False] * len(params)
         self.num_ready = 0
         self.pending: Pending | None = None
@@ -94,10 +97,12 @@ class Bucket:
 
     def launch(self, world_size: int, all_reduce: Callable[[torch.Tensor, str], Pending]) -> None:
         """Divide the gradients by the world size in place (as DDP does: the sum is then the mean,
-        with nothing left to do after the wait), write the flags, start the async all-reduce."""
-        self.grads.div_(world_size)
-        self.flags.write()
-        self.pending = all_reduce(self.buffer, self.tag)
+        with nothing left to do after the wait), write the flags, start the async all-reduce; inside a
+        `comm_issue` push/pop range (the host's time per bucket besides the transfer)."""
+        with nvtx_ranges.range(self.issue_range):
+            self.grads.div_(world_size)
+            self.flags.write()
+            self.pending = all_reduce(self.buffer, self.tag)
 
     def wait(self) -> None:
         """Wait for the all-reduce: each .grad view now holds the mean over ranks."""

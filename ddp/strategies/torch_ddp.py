@@ -10,7 +10,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
-from contract import GRAD_SYNC
+from contract import ALL_REDUCE, GRAD_SYNC, comm_issue_range
+from ddp.comm import nvtx_ranges
 from ddp.memory.accounting import MemoryParts
 from ddp.strategies.base import DataParallelBase, nbytes
 
@@ -114,7 +115,14 @@ def module_device(module: nn.Module) -> torch.device:
 
 
 def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-    """Average one DDP bucket inside a `comm:all_reduce:bucket<i>` start/end range (payload: its bytes)."""
+    """Average one DDP bucket inside a `comm:all_reduce:bucket<i>` start/end range (payload: its bytes); the
+    hook's host work inside a `comm_issue:all_reduce:bucket<i>` push/pop range."""
+    tag = f"bucket{bucket.index()}"
+    with nvtx_ranges.range(comm_issue_range(ALL_REDUCE, tag)):
+        return _issue_bucket(state, bucket, tag)
+
+
+def _issue_bucket(state: "TorchDDP", bucket: dist.GradBucket, tag: str) -> torch.futures.Future[torch.Tensor]:
     buffer = bucket.buffer()
     buffer.div_(state.world_size)
     size = nbytes(buffer)
@@ -124,7 +132,7 @@ def _timed_all_reduce_hook(state: "TorchDDP", bucket: dist.GradBucket) -> torch.
     if last:  # backward has no gradient left to compute: DDP waits from here
         state.comm.backward_ended()
     flight = state.collectives.start(
-        state._range_name(f"bucket{bucket.index()}"),
+        state._range_name(tag),
         size,
         lambda: state._sum(buffer, async_op=True),
         also=GRAD_SYNC if last else None,  # the last bucket's issue to its completion: DDP's wait

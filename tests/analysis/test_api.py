@@ -26,9 +26,9 @@ def test_one_open_serves_overlap_collectives_and_timeline_from_one_read(rank_fil
     reads: list[str] = []
     real = runs_module.read_trace
 
-    def counted(paths, patterns=None):
+    def counted(paths, patterns=None, **how):
         reads.extend(str(p) for p in paths)
-        return real(paths, patterns)
+        return real(paths, patterns, **how)
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
     runs = open_runs(rank_files)  # <run>.rank<N> files: one run

@@ -12,7 +12,7 @@ import pytest
 
 from analysis.advise import command as advise_cli
 from analysis.collectives import command as collectives
-from analysis.measure import activity, backward_span, collective_calls
+from analysis.measure import activity, collective_calls, rank_spans
 from analysis.overlap import command as overlap
 from analysis.report import command as report
 from analysis.run import loaded_run
@@ -25,7 +25,7 @@ COUNTED = {
     "measure_run": loaded_run.measure_run,
     "rank_work": activity.rank_work,
     "find_calls": collective_calls.find_calls,
-    "backward_spans": backward_span.backward_spans,
+    "backward_spans": rank_spans.backward_spans,
     "run_segments": lanes.run_segments,
 }
 
@@ -68,6 +68,7 @@ def test_each_table_command_loads_and_measures_each_run_once(traces, capsys):
     capsys.readouterr()
 
 
+@pytest.mark.pages  # writes the timeline page
 def test_the_timeline_draws_each_run_from_its_one_load(traces, tmp_path, capsys):
     runs = len(traces)
     got = counts(lambda: timeline.main([*traces, "-o", str(tmp_path / "t.html")]))
@@ -75,6 +76,7 @@ def test_the_timeline_draws_each_run_from_its_one_load(traces, tmp_path, capsys)
     capsys.readouterr()
 
 
+@pytest.mark.pages  # writes a whole report, its timeline pages too
 def test_the_report_draws_each_run_three_times_from_its_one_load(traces, tmp_path, capsys):
     """Timeline page, side-by-side panel and Collectives charts of each run: one load, one of each measure."""
     runs = len(traces)

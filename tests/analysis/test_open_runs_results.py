@@ -30,9 +30,9 @@ def loads(monkeypatch) -> list[tuple[str, ...]]:
     calls: list[tuple[str, ...]] = []
     real = loaded_run.load_trace
 
-    def counted(paths, patterns=None, *, cache=None):
+    def counted(paths, patterns=None, **how):
         calls.append(tuple(str(p) for p in paths))
-        return real(paths, patterns, cache=cache)
+        return real(paths, patterns, **how)
 
     monkeypatch.setattr(loaded_run, "load_trace", counted)
     return calls

@@ -92,7 +92,7 @@ def overlap(a, b):
 
 def expected_rows(rank_rows: list[tuple]) -> dict[tuple[int, str, str], dict]:
     """(step, op, phase) -> calls, bytes, comm_ms, hidden_ms from one rank's NVTX rows, as the analysis
-    defines them (analysis/measure/op_phase.py): a call is a `comm:<op>:<tag>` range; its step and phase
+    defines them (analysis/measure/comm_breakdown.py): a call is a `comm:<op>:<tag>` range; its step and phase
     are the `step N` and forward/backward/optimizer ranges holding its start (`grad_sync`: after
     backward); compute is the phase ranges less blocking (push/pop) comm ranges, `grad_sync` and
     `comm_wait:<op>:<tag>` ranges."""

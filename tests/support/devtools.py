@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from analysis.render.chromium import find_chromium
+from analysis.render.export import find_chromium
 from tests.support.html_check import CHROMIUM_FLAGS
 
 FLAGS = (

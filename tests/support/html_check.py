@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.render.chromium import find_chromium
+from analysis.render.export import find_chromium
 
 # Headless, offline, no first-run work; SwiftShader gives WebGL without a GPU.
 CHROMIUM_FLAGS = (

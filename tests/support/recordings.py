@@ -6,7 +6,9 @@ implementation and profiler, made when a test first asks for it, into one folder
 also holds `keep.txt`, a file not ours that no recording may touch). All with the same settings: 2 gloo
 ranks, the tiny model at batch 8 x 64, WARMUP warm-up steps (torch's DDP buckets are final from its
 second step) then STEPS measured ones, 1 MiB buckets (so that overlap_bucket and torch split the tiny
-model into several).
+model into several). When several test modules of a session read a profiler's recordings, the first
+request records what all of them ask for (ASKED) in one run_nsys.sh: one start of the recorder and its
+imports instead of one per module.
 """
 
 from __future__ import annotations
@@ -25,6 +27,30 @@ KEEP = "keep.txt"
 # the profiler's warm-up, ProfilerStep#1..#10 are recorded.
 PLAIN_DDP = Path(__file__).resolve().parent / "plain_ddp.py"
 PLAIN_DDP_STEPS = 11
+# What each test module reading the recordings asks for, by profiler: a session of several of them records
+# the union of theirs with the first request. (A module missing here, or asking for more, still gets what
+# it asks for, in a run_nsys.sh of its own.)
+ASKED = {
+    "nsys": {
+        "test_advice": ("overlap", "overlap_bucket", "torch"),
+        "test_browser_pages": ("naive", "overlap"),
+        "test_report_gate": ("naive", "overlap_bucket"),
+        "test_comm_bytes_trace": ("flat", "overlap_bucket", "torch"),
+        "test_end_to_end": ("naive", "overlap"),
+        "test_fsdp_trace": ("fsdp", "torch_fsdp"),
+        "test_kineto_bytes": ("fsdp",),
+    },
+    "torch": {"test_torch_profiler": ("naive", "overlap"), "test_kineto_bytes": ("fsdp",)},
+}
+
+
+def asked_together(profiler: str, modules: set[str]) -> tuple[str, ...]:
+    """The implementations the named test modules (their last dotted part) ask `profiler` for, when more
+    than one of them is in the session; none otherwise."""
+    if len(modules) < 2:
+        return ()
+    asked = [impl for module in sorted(modules) for impl in ASKED[profiler].get(module.rpartition(".")[2], ())]
+    return tuple(dict.fromkeys(asked))
 
 
 def record_plain_ddp(out: Path) -> Path:
@@ -39,14 +65,16 @@ class Recordings:
     """`recordings("naive", "overlap")` -> the folder holding `<impl>.sqlite` (nsys) or
     `<impl>.rank<N>.json.gz` (torch.profiler) of each, recording those not made yet in one run_nsys.sh."""
 
-    def __init__(self, folder: Path, profiler: str) -> None:
+    def __init__(self, folder: Path, profiler: str, ahead: tuple[str, ...] = ()) -> None:
         self.folder, self.profiler = folder, profiler
+        self.ahead = ahead  # recorded with the first request too
         self.runs: dict[str, subprocess.CompletedProcess] = {}  # the run_nsys.sh that recorded each impl
         folder.mkdir(parents=True, exist_ok=True)
         (folder / KEEP).write_text("not ours")
 
     def __call__(self, *impls: str) -> Path:
-        todo = [impl for impl in impls if impl not in self.runs]
+        todo = [impl for impl in dict.fromkeys((*impls, *self.ahead)) if impl not in self.runs]
+        self.ahead = ()
         if todo:
             extra = ["--bucket-mb", BUCKET_MB, "--profiler", self.profiler]
             done = small_run.record(todo, self.folder, STEPS, WARMUP, *extra, timeout_s=240 * len(todo))

@@ -11,6 +11,9 @@ range (payload its bytes) holds its launch; each rank's `ddp.meta` lists its two
 and its host (`node<g>`: a shard group per machine, so the shard calls stay within a host and the replicate ones
 cross hosts).
 `ranks` writes only those ranks (one file per host or per rank of the same run: same clock, same world).
+`grouped=False` names no group (ranges without `@<group>`, no groups in ddp.meta: a run of the default group
+alone); `barrier=True` adds, after the last step, one all-reduce kernel per rank outside every comm range (a
+closing barrier, its group not named anywhere).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ def write_hsdp_trace(
     backward: int = 12,
     seed: int = 0,
     ranks: Sequence[int] | None = None,
+    grouped: bool = True,
+    barrier: bool = False,
 ) -> Path:
     """Write the export (see the module docstring); returns its path."""
     world = shard * replicas
@@ -89,7 +94,8 @@ def write_hsdp_trace(
         groups = {name: group_entry(m, f"mesh_{name}") for name, m in members(int(r), shard, replicas).items()}
         meta = {"implementation": "hsdp_synthetic", "rank": int(r), "world_size": world, "backend": "nccl"}
         meta["hostname"] = f"node{int(r) // shard}"  # a shard group per machine, replicas across machines
-        w.meta_mark(pid, pid, int(t[r]) - 2 * LEAD, **meta, device=f"cuda:{r}", **{GROUPS_KEY: groups})
+        listed = {GROUPS_KEY: groups} if grouped else {}
+        w.meta_mark(pid, pid, int(t[r]) - 2 * LEAD, **meta, device=f"cuda:{r}", **listed)
     for step in range(steps):
         f_s, f_e = _kernels(rng, t, forward, speed)
         b_s, b_e = _kernels(rng, f_e[:, -1], backward, speed)
@@ -107,15 +113,32 @@ def write_hsdp_trace(
             free = ar_end + US
         o_s, o_e = _kernels(rng, np.maximum(b_e[:, -1], free) + 5 * US, 3, speed)
         for r in np.flatnonzero(keep):
-            _write_rank_step(w, int(r), step, (f_s[r], f_e[r]), (b_s[r], b_e[r]), (o_s[r], o_e[r]), comm)
+            _write_rank_step(w, int(r), step, (f_s[r], f_e[r]), (b_s[r], b_e[r]), (o_s[r], o_e[r]), comm, grouped)
         t = o_e[:, -1] + 50 * US
+    if barrier:
+        arrive = t + rng.integers(0, 20 * US, world)
+        end = arrive.max() + 5 * US
+        for r in np.flatnonzero(keep):
+            w.kernels(
+                1000 + 10 * int(r),
+                1000 + 10 * int(r),
+                int(r),
+                COMM_STREAM,
+                [arrive[r]],
+                [end],
+                AR_KERNEL,
+                launch=[arrive[r] - LEAD],
+            )
+        t = np.full(world, end + 50 * US)
     for r in np.flatnonzero(keep):
         pid = 1000 + 10 * int(r)
         w.nvtx(pid, pid, [int(first[r]) - 2 * LEAD + 100], [int(t[r])], PROFILE)
     return w.close()
 
 
-def _write_rank_step(w: NsysWriter, r: int, step: int, fwd: tuple, bwd: tuple, opt: tuple, comm: list) -> None:
+def _write_rank_step(
+    w: NsysWriter, r: int, step: int, fwd: tuple, bwd: tuple, opt: tuple, comm: list, grouped: bool = True
+) -> None:
     """One rank's kernels and ranges of one step (nothing random here: any subset of ranks writes the same rows)."""
     pid = 1000 + 10 * r
     names = np.array(["sgemm_128x64_tn", "vectorized_elementwise_kernel", "reduce_kernel"], dtype=object)
@@ -124,7 +147,7 @@ def _write_rank_step(w: NsysWriter, r: int, step: int, fwd: tuple, bwd: tuple, o
     for op, group, i, start, end, launch in comm:
         kernel = RS_KERNEL if op == REDUCE_SCATTER else AR_KERNEL
         w.kernels(pid, pid, r, COMM_STREAM, [start[r]], [end[r]], kernel, launch=[launch[r]])
-        text = comm_range(op, f"unit{i}", group)
+        text = comm_range(op, f"unit{i}", group if grouped else None)
         size = (i + 1) << 20 if op == REDUCE_SCATTER else (i + 1) << 18  # the shard: a quarter of the unit
         end_cpu = max(launch[r] + 1_000, end[r] - LEAD + 1_000)
         w.nvtx(pid, pid, [launch[r] - 200], [end_cpu], text, kind=START_END, payload=[size])

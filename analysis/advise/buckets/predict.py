@@ -186,4 +186,6 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         replayed=Replayed(float(own_step[0]), float(half_width(own_step)), float(own_exposed[0]),
                           float(half_width(own_exposed))),
         step_spread_ms=step_spread_ms(run.step_ns),
+        call_host_ms=tuple(float(v) / NS_PER_MS for v in rec.call.host_ns),
+        call_host_source=rec.call.source,
     )  # fmt: skip

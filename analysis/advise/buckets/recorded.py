@@ -20,11 +20,12 @@ from numpy.typing import ArrayLike
 
 from analysis.advise.buckets.gpu import GpuRun, gpu_run
 from analysis.advise.buckets.replay import RecordedRun
+from analysis.advise.call_cost import CallCost, call_cost
 from analysis.advise.comm_cost import CommCost, fit_cost, transfer_times
 from analysis.advise.layouts import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
 from analysis.errors import TraceError
-from analysis.measure.pairing import world_size
+from analysis.measure.call_groups import world_size
 from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
 from analysis.run.loaded_run import LoadedRun
@@ -74,6 +75,7 @@ class Recorded:
     cost: CommCost
     served: pd.DataFrame
     gpu: GpuRun | None
+    call: CallCost  # the host time per collective issue (call_cost.py)
 
 
 def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
@@ -137,6 +139,7 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
 
     b0, b1 = grid(base["backward_start"].to_numpy()), grid(base["backward_end"].to_numpy())
     ready_cols = grid(base[[f"ready:{t}" for t in tags]].to_numpy(dtype=float))
+    last = None
     if kind == "param":
         ready = ready_cols
     else:
@@ -145,8 +148,11 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
         starts = np.cumsum([0, *map(len, members)])
         idx = [np.arange(starts[i], starts[i + 1]) for i in range(len(members))]
         ready = place_in_buckets(ready_cols, idx, sizes, b0)
+        last = starts[1:] - 1
     tail = np.maximum(grid(base["comm_end"].to_numpy()) - b1, 0.0)
     under_b = grid(under)
+    on_gpu = calls_found.source == KERNELS
+    per_call = call_cost(trace, calls, list(base["rank"].to_numpy()[:n_ranks]), on_gpu)
     run = RecordedRun(
         step_ns=grid(base["step_ms"].to_numpy() * NS_PER_MS),
         backward_start=b0,
@@ -157,9 +163,11 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
         param_bytes=np.asarray(sizes, dtype=float),
         flag_bytes=flags,
         slowdown=backward_slope(b1 - b0, under_b),
+        recorded_last=last,
+        host_ns=0.0 if on_gpu else per_call.host_ns,  # on CPU the host is the compute: each issue adds to backward
     )
-    gpu = gpu_run(trace, run, base, served) if calls_found.source == KERNELS else None
-    return Recorded(run, base, cost, served, gpu)
+    gpu = gpu_run(trace, run, base, served, per_call.host_ns) if on_gpu else None
+    return Recorded(run, base, cost, served, gpu, per_call)
 
 
 def _under_backward(segments: pd.DataFrame, base: pd.DataFrame) -> np.ndarray:

@@ -9,7 +9,9 @@ Arrays are shaped (steps, ranks, ...), times int-like ns on the trace's clock. F
      lasts cost(bytes) (comm_cost.CommCost);
   3. stretches the backward pass by `slowdown` ms per ms of communication in flight under it (compute
      runs slower while communication runs; the recorded run's own stretch is taken out first);
-  4. predicts the step as the recorded step with its backward pass and its wait for communication
+  4. adds the host's time per call's issue (call_cost.py; on CPU the host is the compute) once per call
+     more than recorded to backward, and to every gradient's ready time once per call more before it;
+  5. predicts the step as the recorded step with its backward pass and its wait for communication
      after backward (the tail) replaced by the replayed ones.
 The GPU variant, where compute stalls beside the rank's own kernels, is buckets/gpu.py.
 """
@@ -40,6 +42,21 @@ class RecordedRun:
     param_bytes: np.ndarray
     flag_bytes: int  # extra bytes per parameter in each collective (the "had a gradient" flags)
     slowdown: float | np.ndarray  # extra compute ns per ns of communication in flight under it (or per step, (S, 1))
+    recorded_last: np.ndarray | None = None  # each recorded call's last parameter (arrival index); None: one each
+    host_ns: float | np.ndarray = 0.0  # host time per call's issue (call_cost.py), per rank (R,) or one for all
+
+
+def calls_before(last: np.ndarray, params: int) -> np.ndarray:
+    """Per parameter (J,): how many calls (each given by its last parameter's arrival index) are issued before
+    its gradient is ready."""
+    return np.searchsorted(np.sort(np.asarray(last)), np.arange(params), side="left")
+
+
+def recorded_calls_before(run: RecordedRun) -> np.ndarray:
+    """calls_before of the recorded calls (per-parameter runs: one call per parameter)."""
+    params = len(run.param_bytes)
+    last = np.arange(params) if run.recorded_last is None else run.recorded_last
+    return calls_before(last, params)
 
 
 @dataclass(frozen=True)
@@ -71,13 +88,19 @@ def replay(run: RecordedRun, buckets: list[np.ndarray], cost: CommCost | np.ndar
     calls' cost from the fitted line, or given per bucket (K) or per step and bucket (S, K)."""
     nbytes = bucket_bytes(run, buckets)
     cost_ns = cost.predict_ns(nbytes) if isinstance(cost, CommCost) else np.asarray(cost, dtype=float)
-    bucket_ready = np.stack([run.ready[:, :, b].max(axis=2) for b in buckets], axis=2)
+    # each call's issue takes the host `host_ns`: a call more (fewer) than recorded before a gradient makes it
+    # that much later (sooner), and backward that much longer (shorter)
+    host = np.broadcast_to(np.asarray(run.host_ns, dtype=float), run.step_ns.shape[1:])[None, :]
+    moved = calls_before(np.array([b.max() for b in buckets]), run.ready.shape[2]) - recorded_calls_before(run)
+    ready = run.ready + host[:, :, None] * moved[None, None, :]
+    recorded_calls = run.ready.shape[2] if run.recorded_last is None else len(run.recorded_last)
+    bucket_ready = np.stack([ready[:, :, b].max(axis=2) for b in buckets], axis=2)
     launch = np.maximum.accumulate(bucket_ready, axis=2)  # in order: a bucket waits for earlier ones
     start, end = serial_collectives(launch, cost_ns)
     b0, b1 = run.backward_start.astype(float), run.backward_end.astype(float)
     under_backward = under(start, end, b0, b1)
     own_compute = (b1 - b0) - run.slowdown * run.comm_under_backward_ns
-    backward = own_compute + run.slowdown * under_backward
+    backward = own_compute + run.slowdown * under_backward + host * (len(buckets) - recorded_calls)
     tail = np.maximum(end[:, -1][:, None] - (b0 + backward), 0.0)
     step = run.step_ns - (b1 - b0) - run.tail_ns + backward + tail
     return Replay(start, end, under_backward, backward, tail, step)

@@ -77,6 +77,8 @@ class Advice:
     replicates: int = 0
     replayed: Replayed | None = None
     step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
+    call_host_ms: tuple[float, ...] = ()  # per rank: host time of each call's issue (call_cost.py)
+    call_host_source: str = ""  # how that was measured, or why it was not
 
     @property
     def recommended_bucket_mb(self) -> float | None:
@@ -99,6 +101,8 @@ class Advice:
             "compute_slowdown": round(self.slowdown, 4),
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "call_wait_ms": None if self.call_wait_ms is None else round(self.call_wait_ms, 4),
+            "call_host_ms": [round(v, 4) for v in self.call_host_ms],
+            "call_host_source": self.call_host_source,
             "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
             "absolute_figures": "under the profiler: the recorded step plus the predicted change",
             "step_spread_ms": round(self.step_spread_ms, 3),
@@ -218,6 +222,13 @@ def table_lines(run: dict) -> list[str]:
         if run["model"] == "stalls"
         else f"compute slowdown {run['compute_slowdown']:.3f} ± {run['compute_slowdown_err']:.3f} ms per ms of "
         "communication under backward"
+    )
+    host = run.get("call_host_ms") or []
+    model += (
+        f"; each call's issue takes {', '.join(f'{v:.3f}' for v in host)} ms of host time per rank "
+        f"({run['call_host_source']})"
+        if any(host)
+        else f"; host time per call's issue {run.get('call_host_source') or 'not measured'}"
     )
     cells = {
         "bucket_mb": _sizes,

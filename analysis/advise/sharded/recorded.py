@@ -18,7 +18,7 @@ from analysis.advise.layouts import run_meta
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.sharded.spans import blocked_inside, comm_beside, phase_windows, unit_spans
 from analysis.errors import TraceError
-from analysis.measure.pairing import world_size
+from analysis.measure.call_groups import world_size
 from analysis.measure.rank_periods import backward_windows
 from analysis.overlap.metrics import measure_trace
 from analysis.run.loaded_run import LoadedRun

@@ -163,7 +163,7 @@ def _time_inside(
 
 def phase_windows(trace: Trace, patterns: Patterns, works: list, name: str) -> pd.DataFrame:
     """rank, step, lo, hi of each `name` (forward/backward) range, its step by the rank's step windows."""
-    from analysis.measure.steps import window_index
+    from analysis.measure.phases import window_index
 
     ranges = ranges_named(trace.nvtx, patterns.regex(name))
     frames = []

@@ -156,9 +156,10 @@ class _Part:
     autograd_threads: pd.DataFrame
 
 
-def _load_part(path: Path, part: int, head: bytes | None = None) -> _Part:
-    """One file read (`head`: its first bytes, when sniffed); the file is closed after."""
-    ex = NsysExport(path, head)
+def _load_part(path: Path, part: int, head: bytes | None = None, started: NsysExport | None = None) -> _Part:
+    """One file read (`head`: its first bytes, when sniffed; `started`: the file opened already, its reads
+    started, when it is this one); the file is closed after."""
+    ex = started if started is not None and started.path == path else NsysExport(path, head)
     try:
         ops = _read_gpu_ops(ex)
         ops["part"] = np.full(len(ops["start"]), part, dtype=np.int32)
@@ -215,14 +216,20 @@ def _thread_keys(part: ArrayLike, pid: ArrayLike, tid: ArrayLike) -> np.ndarray:
 
 
 def load_nsys(
-    paths: list[Path], patterns: Patterns | None = None, heads: Sequence[bytes | None] | None = None
+    paths: list[Path],
+    patterns: Patterns | None = None,
+    *,
+    heads: Sequence[bytes | None] | None = None,
+    started: NsysExport | None = None,
 ) -> Trace:
     """Load one export, or several one-rank exports of the same run; each part's times stay on its
     own clock, its session-start offset in info[part][CLOCK_OFFSET_KEY] (run/clocks.py aligns them).
     Steps and phases PyTorch marks its own way are added as ranges (trace/phase_markers.py), where
-    they came from in info[0][PHASES_KEY]."""
+    they came from in info[0][PHASES_KEY]. `started`: the first file, opened and reading already
+    (NsysExport.start_reading), which its part takes."""
     heads = heads or [None] * len(paths)  # the files' first bytes, when load.read_trace sniffed them
-    loaded = [_load_part(p, i, h) for i, (p, h) in enumerate(zip(paths, heads, strict=True))]
+    firsts = [started] + [None] * (len(paths) - 1)  # the started export is the first file's
+    loaded = [_load_part(*args) for args in zip(paths, range(len(paths)), heads, firsts, strict=True)]
     ops = ops_frame([part.ops for part in loaded])
     nvtx = nvtx_frame([part.nvtx for part in loaded])
     label = ", ".join(str(p) for p in paths)

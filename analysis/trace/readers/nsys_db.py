@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from analysis.errors import TraceError
-from analysis.trace.readers.sqlite_chunks import read_table, table_chunks
+from analysis.trace.readers.sqlite_chunks import read_table, read_workers, start_chunks, table_chunks
 from analysis.trace.readers.sqlite_read import check_sqlite_file, connect_readonly, read_columns, table_columns
 
 KERNEL_TABLE, MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY"
@@ -52,11 +53,12 @@ def tid_of(global_tid: np.ndarray) -> np.ndarray:
 
 
 class NsysExport:
-    """An open export: read-only connection, its tables and columns, string table, version and clock."""
+    """An open export: read-only connection, its tables and columns, string table, version and clock.
+    `start_reading` starts its large tables' first chunks on threads of its own, which its reads take."""
 
     def __init__(self, path: Path, head: bytes | None = None):
         check_sqlite_file(path, head)  # head: the first bytes, when the file was sniffed (trace/readers/sniff.py)
-        self.path = path
+        self.path, self.head = path, head
         self.conn = connect_readonly(path)
         self.tables = table_columns(self.conn)
         if not self.tables:
@@ -66,8 +68,24 @@ class NsysExport:
                 f"{path}: an SQLite file but not an nsys export (no NVTX_EVENTS, CUPTI_* or StringIds tables)"
             )
         self._strings: dict[int, str] | None = None
+        self._ahead: dict[str, Future] = {}  # chunk reads started by start_reading, by query
+        self._ahead_pool: ThreadPoolExecutor | None = None
+
+    def start_reading(self) -> None:
+        """Start reading the first chunks of the tables that grow with the trace (large_selects), on
+        threads of this export's, so that they read while the caller does other work (the commands
+        import the analysis meanwhile: cli.open_from_args); the reads below take them."""
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(read_workers(), thread_name_prefix="sqlite-ahead")
+            for select in self.large_selects():
+                self._ahead.update(start_chunks(self._ahead_pool, self.path, self.conn, *select))
 
     def close(self) -> None:
+        """Close the connection; chunks started and never taken are dropped (one still reading ends first)."""
+        if self._ahead_pool is not None:
+            self._ahead_pool.shutdown(wait=True, cancel_futures=True)
+            self._ahead_pool = None
+            self._ahead.clear()
         self.conn.close()
 
     def has(self, table: str, *columns: str) -> bool:
@@ -83,13 +101,13 @@ class NsysExport:
         self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
     ) -> dict[str, np.ndarray]:
         """A large table's SELECT, read in rowid chunks on several threads (sqlite_chunks.py)."""
-        return read_table(self.path, self.conn, table, exprs, names, where, narrow)
+        return read_table(self.path, self.conn, table, exprs, names, where, narrow, ahead=self._ahead)
 
     def chunks(
         self, table: str, exprs: list[str], names: list[str], where: str | None = None, narrow: dict | None = None
     ) -> Iterator[dict]:
         """The same, chunk by chunk in rowid order, for a reader that folds each into its result."""
-        return table_chunks(self.path, self.conn, table, exprs, names, where, narrow)
+        return table_chunks(self.path, self.conn, table, exprs, names, where, narrow, ahead=self._ahead)
 
     def gpu_select(self, table: str) -> Select | None:
         """How a CUPTI activity table (GPU_TABLES) is read: start, end, device, stream, correlation_id,
@@ -122,6 +140,11 @@ class NsysExport:
             return None
         exprs = ["start", "globalTid", "correlationId"]
         return RUNTIME_TABLE, exprs, ["start", "tid", "corr"], "correlationId IS NOT NULL", {}
+
+    def large_selects(self) -> list[Select]:
+        """The reads of the tables that grow with the trace, in the order the reader makes them."""
+        found = [self.gpu_select(t) for t in GPU_TABLES] + [self.runtime_select()]
+        return [s for s in found if s is not None]
 
     def strings(self) -> dict[int, str]:
         if self._strings is None:

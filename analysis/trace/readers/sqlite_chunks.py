@@ -7,6 +7,8 @@ the columns equal a one-query read's. Why threads help: connectorx releases the 
 an Arrow read (not for a streamed one, which is why this replaced the streamed read), so on two cores
 two chunks decode at once, and the first read overlaps whatever the main thread does meanwhile.
 At most one chunk per worker is waiting for the consumer: memory stays a few chunks above the result.
+`start_chunks` starts a table's first chunks before anyone asks (nsys_db.NsysExport.start_reading);
+a read given them as `ahead` takes each started query's result instead of reading it again.
 Without connectorx, past sqlite_read's thread cap, or when a chunk's query fails in connectorx, that
 chunk is read with sqlite3 on the caller's connection (and gives the same arrays).
 """
@@ -69,15 +71,29 @@ def table_chunks(
     where: str | None = None,
     narrow: dict[str, type] | None = None,
     null_int: int = -1,
+    *,
+    ahead: dict[str, Future] | None = None,
 ) -> Iterator[dict[str, np.ndarray]]:
     """The table's rows (the SELECT of `exprs`, optionally filtered by `where`) as chunks of columns in
-    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result."""
-    return _read_queries(path, conn, chunk_queries(conn, table, exprs, where), names, narrow, null_int)
+    rowid order, each keyed by `names` and typed as sqlite_read.read_columns types a result. `ahead`:
+    chunk reads already started (start_chunks), taken out of it as they are used."""
+    queries = chunk_queries(conn, table, exprs, where)
+    return _read_queries(path, conn, queries, names, narrow, null_int, ahead or {})
+
+
+def start_chunks(
+    pool: ThreadPoolExecutor, path: Path, conn: sqlite3.Connection, table: str, exprs: list[str], names: list[str],
+    where: str | None = None, narrow: dict[str, type] | None = None, null_int: int = -1,
+) -> dict[str, Future]:  # fmt: skip
+    """Start reading the table's first chunks (one per worker) on `pool`'s threads, before anyone asks:
+    {query: Future}, the `ahead` of a later table_chunks or read_table of the same table."""
+    queries = chunk_queries(conn, table, exprs, where)[: read_workers()]
+    return {sql: pool.submit(_read_chunk, path, sql, names, null_int, narrow or {}) for sql in queries}
 
 
 def _read_queries(
     path: Path, conn: sqlite3.Connection, queries: list[str], names: list[str], narrow: dict[str, type] | None,
-    null_int: int,
+    null_int: int, ahead: dict[str, Future],
 ) -> Iterator[dict[str, np.ndarray]]:  # fmt: skip
     narrow = narrow or {}
     read = lambda sql: _read_chunk(path, sql, names, null_int, narrow)
@@ -87,7 +103,8 @@ def _read_queries(
         todo = iter(queries)
         while True:
             while len(waiting) < workers and (sql := next(todo, None)) is not None:
-                waiting.append((sql, pool.submit(read, sql)))
+                started = ahead.pop(sql, None)
+                waiting.append((sql, started or pool.submit(read, sql)))
             if not waiting:
                 return
             sql, future = waiting.popleft()
@@ -103,13 +120,15 @@ def read_table(
     where: str | None = None,
     narrow: dict[str, type] | None = None,
     null_int: int = -1,
+    *,
+    ahead: dict[str, Future] | None = None,
 ) -> dict[str, np.ndarray]:
     """table_chunks joined: each column one array (read_columns' types; a narrowed column stays narrow
     only where every chunk's values fit). Each chunk is copied into its place as it comes, while the
     next ones are read, into arrays sized from the first chunk (chunks span equal rowid ranges), rather
     than all chunks held and joined at the end: memory holds the result and a few chunks, not twice it."""
     queries = chunk_queries(conn, table, exprs, where)
-    chunks = _read_queries(path, conn, queries, names, narrow, null_int)
+    chunks = _read_queries(path, conn, queries, names, narrow, null_int, ahead or {})
     columns = {name: _Filling() for name in names}
     for chunk in chunks:
         for name in names:

@@ -5,13 +5,17 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from analysis.collectives import collective_stats as stats
+from analysis.collectives.collectives_view import run_call_rows
 from analysis.collectives.straggler_cause import CAUSES, recurrently_late, straggler_summary, with_causes
-from analysis.measure.pairing import pair
+from analysis.measure.call_groups import pair
+from analysis.run.loaded_run import load_run
+from analysis.trace.frames import KERNELS
 
 MS = 1_000_000
 PLACES = ("data", "forward", "backward", "optimizer", "issue", "transfer")
@@ -83,10 +87,12 @@ def _overlap(lo: int, hi: int, pieces: list[tuple[int, int]]) -> int:
     return sum(max(0, min(hi, e) - max(lo, s)) for s, e in merged)
 
 
-def reference_causes(calls: pd.DataFrame, spans: pd.DataFrame, stragglers: pd.DataFrame) -> dict:
+def reference_causes(calls: pd.DataFrame, spans: pd.DataFrame, stragglers: pd.DataFrame, gpu: bool = False) -> dict:
     """step -> (cause, cause_ms, late_ms), from the raw rows: the straggler's collective of the step that made
     the others wait longest, anchored at the latest last arrival (no later than any rank's arrival there) of
-    the collectives of that step or the one before that it saw complete before it."""
+    the collectives of that step or the one before that it saw complete before it. `gpu`: the phases and the
+    host gap are measured on each rank's host window instead, from its issue of its last collective of the step
+    before (its step's start without one) to its issue of the decisive one, the host gap outside its sync waits."""
     out = {}
     rows = calls.to_dict("records")
     span_rows = spans.to_dict("records")
@@ -117,7 +123,9 @@ def reference_causes(calls: pd.DataFrame, spans: pd.DataFrame, stragglers: pd.Da
         for rank, call in mine.items():
             lo, hi = anchor, max(anchor, call["start_ns"])
             own = [x for x in span_rows if x["rank"] == rank]
-            phases = [(x["start_ns"], x["end_ns"]) for x in own if x["kind"] != "step"]
+            phases = [
+                (x["start_ns"], x["end_ns"]) for x in own if x["kind"] in ("data", "forward", "backward", "optimizer")
+            ]
             figures = {
                 k: _overlap(lo, hi, [(x["start_ns"], x["end_ns"]) for x in own if x["kind"] == k])
                 for k in ("data", "forward", "backward", "optimizer")
@@ -127,6 +135,19 @@ def reference_causes(calls: pd.DataFrame, spans: pd.DataFrame, stragglers: pd.Da
             figures["transfer"] = covered - _overlap(lo, hi, phases)
             figures["issue"] = (hi - lo) - covered
             figures["window"] = hi - lo
+            if gpu:  # phases and the host gap on the host's clock, from its own issue times
+                before = [r["issue_ns"] for r in rows if r["rank"] == rank and r["step"] == step - 1]
+                h_hi = call["issue_ns"]
+                h_lo = (
+                    max(before)
+                    if before
+                    else next(x["start_ns"] for x in own if x["kind"] == "step" and x["step"] == step)
+                )
+                h_lo = min(h_lo, h_hi)
+                for k in ("data", "forward", "backward", "optimizer"):
+                    figures[k] = _overlap(h_lo, h_hi, [(x["start_ns"], x["end_ns"]) for x in own if x["kind"] == k])
+                waits = [(x["start_ns"], x["end_ns"]) for x in own if x["kind"] == "sync_wait"]
+                figures["issue"] = (h_hi - h_lo) - _overlap(h_lo, h_hi, phases + waits)
             parts[rank] = figures
         excess = {
             k: parts[late][k] - statistics.median(p[k] for r, p in parts.items() if r != late)
@@ -135,6 +156,89 @@ def reference_causes(calls: pd.DataFrame, spans: pd.DataFrame, stragglers: pd.Da
         best = max(CAUSES, key=lambda k: (excess[k], -CAUSES.index(k)))
         out[step] = (best if excess[best] > 0 else None, excess[best] / MS, excess["window"] / MS)
     return out
+
+
+def gpu_run(world: int, steps: int, slow: tuple[int, str, float] | None, seed: int = 0, gpu_ms: tuple = (6, 28)):
+    """(calls, spans) of a GPU-like run as overlap_bucket records it under NCCL: the host launches fast (its phase
+    ranges are short) and runs ahead of the GPU; each call's issue is on the host, its arrival and end are its
+    kernel's (start: when both the host launched it and the GPU reached it). Two buckets per step, issued halfway
+    through and at the end of the host's backward, still in flight when the host leaves backward; the host then
+    waits for the last one (grad sync) and runs the optimizer. `slow` sleeps on the host: at the start of data,
+    forward, backward or optimizer, or after backward (issue: the buckets are in flight, the GPU still has
+    backward queued, so the stall shows only in the next step). `gpu_ms`: the GPU's forward and backward (the
+    host launches each in about 4 ms): the longer, the further the host runs ahead."""
+    rng = random.Random(seed)
+    host, free = [0.0] * world, [0.0] * world  # per rank: the host's clock, the GPU's end of work
+    calls, spans = [], []
+    for step in range(steps):
+        issued = []  # per rank: (host issue, GPU ready) of the two buckets
+        marks = []
+        for r in range(world):
+            extra = {p: extra_of(slow, r, p) for p in PLACES}
+            start = t = host[r]
+            gpu = free[r]
+            for kind, host_ms, busy in (("data", 3, 0), ("forward", 4, gpu_ms[0]), ("backward", 4, gpu_ms[1])):
+                d = host_ms + rng.uniform(0, 0.5) + extra[kind]
+                spans.append((r, kind, -1, int(t * MS), int((t + d) * MS)))
+                launched = t + extra[kind]  # the kernels are launched after the sleep
+                if kind == "backward":
+                    half = max(gpu, launched) + busy / 2  # the GPU reaches the first bucket's gradients
+                    issued.append(((launched + (t + d - launched) / 2, half), (t + d, 0.0)))
+                gpu = max(gpu, launched) + busy * (1 + rng.uniform(0, 0.05)) if busy else gpu
+                t += d
+            issued[-1] = (issued[-1][0], (issued[-1][1][0], gpu))
+            marks.append((start, t + 0.5 + rng.uniform(0, 0.3) + extra["issue"]))
+            free[r] = gpu
+        ends = []
+        for b in (0, 1):
+            arrive = [max(issued[r][b][0], issued[r][b][1]) for r in range(world)]
+            end = max(arrive) + 2 + rng.uniform(0, 0.5)
+            for r in range(world):
+                calls.append({**_call(r, step, arrive[r], end), "issue_ns": int(issued[r][b][0] * MS)})
+            ends.append(end)
+        for r in range(world):
+            start, after = marks[r]
+            begin = max(after, ends[1])  # the grad sync waits for the last bucket on the host
+            spans.append((r, "sync_wait", -1, int(after * MS), int(begin * MS)))
+            d = 2 + rng.uniform(0, 0.3) + extra_of(slow, r, "optimizer")
+            spans.append((r, "optimizer", -1, int(begin * MS), int((begin + d) * MS)))
+            free[r] = max(free[r], ends[1], begin + extra_of(slow, r, "optimizer")) + 6  # optimizer kernels
+            host[r] = begin + d
+            spans.append((r, "step", step, int(start * MS), int(host[r] * MS)))
+    rows = pair(pd.DataFrame(calls), world)
+    rows["wait_ms"] = rows.pop("wait_ns") / MS
+    rows["transfer_ms"] = rows.pop("transfer_ns") / MS
+    rows["source"] = KERNELS
+    return rows, pd.DataFrame(spans, columns=["rank", "kind", "step", "start_ns", "end_ns"])
+
+
+@pytest.mark.parametrize("place", ["data", "forward", "backward", "optimizer", "issue"])
+def test_gpu_trace_host_stall_is_told_from_a_longer_phase(place):
+    """On a GPU trace the host runs ahead: a stall after backward, with the buckets in flight, holds the others
+    in the next step and is named `issue`, a sleep inside a phase that phase, each as plain Python measures it
+    on the host windows; the stall's size is the cause's."""
+    calls, spans = gpu_run(4, 6, (1, place, 40.0), seed=5)
+    strag = with_causes(stats.stragglers(calls), calls, spans)
+    want = reference_causes(calls, spans, stats.stragglers(calls), gpu=True)
+    for row in strag.to_dict("records"):
+        cause, cause_ms, late_ms = want[row["step"]]
+        assert row["cause"] == cause
+        assert row["cause_ms"] == pytest.approx(cause_ms, abs=1e-6)
+        assert row["late_ms"] == pytest.approx(late_ms, abs=1e-6)
+    held = strag[strag["step"] > 0] if place in ("issue", "optimizer") else strag
+    assert (held["straggler"] == 1).all() and (held["cause"] == place).all()
+    assert held["cause_ms"].between(30, 45).all()
+
+
+def test_gpu_trace_longer_backward_far_behind_the_host_is_not_read_as_a_host_stall():
+    """With the GPU far behind the host, a sleep at the start of backward shows on the arrival windows (a CPU
+    trace's rule) as time in no range in some steps; on the host windows it is the backward's every step."""
+    calls, spans = gpu_run(4, 6, (1, "backward", 40.0), seed=5, gpu_ms=(30, 40))
+    strag = with_causes(stats.stragglers(calls), calls, spans)
+    want = reference_causes(calls, spans, stats.stragglers(calls), gpu=True)
+    assert [want[s][0] for s in strag["step"]] == list(strag["cause"]) == ["backward"] * 6
+    arrival_rule = with_causes(stats.stragglers(calls), calls.drop(columns="source"), spans)
+    assert (arrival_rule["cause"] == "issue").any()
 
 
 @pytest.mark.parametrize("place", PLACES)
@@ -194,3 +298,20 @@ def test_recurrently_late_is_the_stated_binomial_rule():
                 want = 2 * held >= steps and tail(held, steps, 1 / world) < 0.01 / world
                 assert recurrently_late(held, steps, world) == want
     assert recurrently_late(10, 10, 4) and not recurrently_late(5, 10, 4)
+
+
+FOREIGN = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
+
+
+@pytest.mark.skipif(not FOREIGN.exists(), reason="../shared/data/nsys2026_2xH100_torchrun.sqlite not present")
+def test_a_job_without_step_ranges_keeps_the_arrival_windows_cause():
+    """A torchrun job of someone else's (no step ranges: its calls are one step, -1) has no window on the host:
+    no call before the decisive one's step and no step start. Its cause is then what the arrival windows give (a
+    CPU trace's rule), not none."""
+    run = load_run([FOREIGN])
+    calls, _, _, spans = run_call_rows(run)
+    strag = with_causes(stats.stragglers(calls), calls, spans)
+    arrival_rule = with_causes(stats.stragglers(calls), calls.drop(columns="source"), spans)
+    assert list(strag["step"]) == [-1] and strag["cause"].notna().all()
+    columns = ["straggler", "cause", "cause_ms", "late_ms"]
+    assert strag[columns].to_dict("records") == arrival_rule[columns].to_dict("records")

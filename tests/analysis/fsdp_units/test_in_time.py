@@ -7,7 +7,7 @@ from analysis import analyze_collectives
 from analysis.fsdp_units.gather_rows import WAITED
 from analysis.fsdp_units.in_time import in_time_sentence, waited_ns
 from analysis.measure import intervals as iv
-from tests.analysis.measure.test_op_phase import write_fsdp_shaped
+from tests.analysis.measure.test_comm_breakdown import write_fsdp_shaped
 from tests.support.synthetic import START_END, NsysWriter
 
 

@@ -1,5 +1,5 @@
 """Forward all-gathers of a foreign (FSDP2-shaped) trace: calls from PyTorch's gloo annotations, modules
-and phases from FSDP2's markers, when each module's forward began (fsdp_units/prefetch.py, torch_calls.py)."""
+and phases from FSDP2's markers, when each module's forward began (fsdp_units/gather_rows.py, torch_calls.py)."""
 
 import numpy as np
 import pytest
@@ -75,7 +75,7 @@ def test_the_cli_writes_the_prefetch_chart_and_refuses_a_file_it_did_not_write(t
 
 
 def test_the_chart_draws_forward_ticks_where_the_trace_has_them_and_says_why_not_elsewhere(tmp_path):
-    from analysis.fsdp_units.prefetch_chart import prefetch_figure
+    from analysis.fsdp_units.charts import prefetch_figure
 
     rows = analyze_collectives(write_fsdp2_shaped(tmp_path / "fsdp2.sqlite")).prefetch
     with_ticks = prefetch_figure(rows, 1, 0, "fsdp2")

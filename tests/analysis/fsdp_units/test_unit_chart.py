@@ -1,4 +1,4 @@
-"""The per-unit all-gather chart (fsdp_units/unit_chart.py), the per-unit table (in_time.unit_table) and the
+"""The per-unit all-gather chart (fsdp_units/charts.py), the per-unit table (in_time.unit_table) and the
 collectives CLI's --units rows."""
 
 import numpy as np
@@ -6,9 +6,9 @@ import pandas as pd
 import pytest
 
 from analysis.collectives import command as collectives
+from analysis.fsdp_units.charts import units_figure
 from analysis.fsdp_units.gather_rows import HELD
 from analysis.fsdp_units.in_time import unit_table
-from analysis.fsdp_units.unit_chart import units_figure
 from tests.support.synthetic_gather import Gather, write_gathers
 
 

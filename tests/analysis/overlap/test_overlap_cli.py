@@ -35,7 +35,7 @@ METRIC_KEYS = {
     "comm_transfer_ms",
     "exposed_comm_wait_ms",
     "exposed_comm_transfer_ms",
-    "by_op_phase",  # rows per collective kind and phase (measure/op_phase.py)
+    "by_op_phase",  # rows per collective kind and phase (measure/comm_breakdown.py)
 }
 
 
@@ -81,7 +81,7 @@ def test_json_has_the_agreed_keys(capsys, exports):
     step1 = next(s for s in rank["steps"] if s["step"] == 1)
     assert rank["rank"] == 0 and step1["overlap_pct"] is None  # no comm in that step -> null
     assert gpu["ranks"][1]["total"]["comm_ms"] == pytest.approx(600e-6)
-    assert gpu["notes"] == []  # design notes (run/design_notes.py): none for this implementation
+    assert gpu["notes"] == []  # design notes (trace/run_info.py): none for this implementation
 
 
 def test_notes_say_when_the_strategy_makes_the_overlap_zero(capsys, tmp_path):

@@ -10,8 +10,7 @@ import plotly.graph_objects as go
 import pytest
 
 from analysis.errors import TraceError
-from analysis.render.chromium import find_chromium
-from analysis.render.export import Image, check_export, image_name, refuse_existing, write_images
+from analysis.render.export import Image, check_export, find_chromium, image_name, refuse_existing, write_images
 from analysis.report import command as report
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
@@ -36,7 +35,7 @@ def _no_kaleido(monkeypatch):
 def test_without_kaleido_or_chromium_the_flag_is_one_line_and_exit_2_before_anything(
     traces, tmp_path, capsys, monkeypatch
 ):
-    monkeypatch.setattr("analysis.render.chromium.find_chromium", lambda: None)
+    monkeypatch.setattr("analysis.render.export.find_chromium", lambda: None)
     with pytest.raises(TraceError, match=r"--png/--svg: needs a system Chromium"):
         check_export(["png", "svg"])
     assert report.main([*map(str, traces), "-o", str(tmp_path / "r"), "--svg"]) == 2

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from analysis.render import palette
-from analysis.timeline.render_style import CATEGORY_COLOURS
+from analysis.timeline.style import CATEGORY_COLOURS
 
 # Machado, Oliveira & Fernandes (2009), severity 1.0, on linear RGB.
 SIMULATIONS = {

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from analysis.collectives import command as collectives
-from analysis.render.chromium import find_chromium
+from analysis.render.export import find_chromium
 from analysis.render.html_page import write_page
 from analysis.report import command as report
 from analysis.timeline import command as timeline

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.measure.backward_span import backward_spans
+from analysis.measure.rank_spans import backward_spans
 from analysis.overlap.analyze import analyze_trace
 from analysis.render import palette
 from analysis.report.compare_page import compare_panel, write_compare
@@ -96,7 +96,7 @@ def test_timeline_titles_carry_the_implementation_colour(runs):
 
 
 def test_the_plot_is_tall_enough_for_its_legend(runs, tmp_path):
-    from analysis.timeline.render_figure import LEGEND_ROW_PX
+    from analysis.timeline.figure import LEGEND_ROW_PX
 
     run, steps = runs["overlap"]
     _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", "o", run, steps)], ["o"])

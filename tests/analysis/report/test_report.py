@@ -55,7 +55,7 @@ def test_report_writes_every_output_inside_the_folder(traces, tmp_path, capsys):
         "overlap": pytest.approx(43.936, abs=1e-3),
     }
     assert all(r["speedup_vs_naive"] == pytest.approx(1.0) for r in rows)
-    notes = {r["implementation"]: r["notes"] for r in rows}  # design notes (run/design_notes.py)
+    notes = {r["implementation"]: r["notes"] for r in rows}  # design notes (trace/run_info.py)
     assert len(notes["naive"]) == 1 and "after backward" in notes["naive"][0] and notes["overlap"] == []
     index = (out / "index.html").read_text()
     assert get_plotlyjs() not in index and f'src="{PLOTLY_FILE}"' in index  # plotly.js once for the folder

@@ -31,9 +31,9 @@ def reads(monkeypatch):
     seen: list[str] = []
     real = runs_module.read_trace
 
-    def counted(paths, patterns=None):
+    def counted(paths, patterns=None, **how):
         seen.extend(str(p) for p in paths)
-        return real(paths, patterns)
+        return real(paths, patterns, **how)
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
     return seen

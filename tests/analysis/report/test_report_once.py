@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from analysis import open_runs
-from analysis.measure import activity, backward_span
+from analysis.measure import activity, rank_spans
 from analysis.timeline import lanes
 from tests.analysis.timeline.test_timeline_traces import write_trace
 
@@ -25,7 +25,7 @@ def test_each_per_trace_measure_is_computed_once_per_report(tmp_path, monkeypatc
         monkeypatch.setattr(module, name, wrapper)
 
     counted(activity, "step_windows")  # once per rank each time rank_work runs
-    counted(backward_span, "step_at")  # once each time backward_spans runs
+    counted(rank_spans, "step_at")  # once each time backward_spans runs
     counted(lanes, "gpu_segments")  # once each time a trace's timeline segments are built
     runs = open_runs(traces)
     ranks = sum(len(runs.trace(i).ranks) for i in range(len(traces)))

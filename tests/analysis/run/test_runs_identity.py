@@ -14,7 +14,7 @@ import pytest
 from analysis.errors import TraceError
 from analysis.overlap import command as overlap
 from analysis.report import command as report
-from analysis.run.run_identity import FileIdentity, check_one_run
+from analysis.run.run_files import FileIdentity, check_one_run
 from tests.support.synthetic_kineto import write_kineto_ddp_trace
 
 ROOT = Path(__file__).resolve().parents[3]

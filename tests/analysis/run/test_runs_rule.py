@@ -153,9 +153,9 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
     reads: list[str] = []
     real = runs_module.read_trace
 
-    def counted(paths, patterns=None):
+    def counted(paths, patterns=None, **how):
         reads.extend(str(p) for p in paths)
-        return real(paths, patterns)
+        return real(paths, patterns, **how)
 
     def no_tasks(*args, **kwargs):
         raise AssertionError("the files were analysed file by file")
@@ -176,9 +176,9 @@ def test_report_with_jobs_reads_each_file_in_a_task_and_once_more_here(files, tm
     reads: list[str] = []
     real = runs_module.read_trace
 
-    def counted(paths, patterns=None):
+    def counted(paths, patterns=None, **how):
         reads.extend(str(p) for p in paths)
-        return real(paths, patterns)
+        return real(paths, patterns, **how)
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
     given = [files["naive0"], files["naive1"]]

@@ -13,8 +13,8 @@ import pytest
 from analysis.render.html_page import write_page
 from analysis.run.loaded_run import load_trace, measure_run
 from analysis.timeline import command as timeline
+from analysis.timeline.figure import build_figure
 from analysis.timeline.lanes import Selection
-from analysis.timeline.render_figure import build_figure
 from analysis.timeline.timeline_page import trace_panel
 from tests.analysis.timeline.test_timeline_traces import write_trace
 from tests.support.html_check import check_page, find_chromium

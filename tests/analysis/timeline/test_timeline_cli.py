@@ -21,6 +21,7 @@ from analysis.timeline.lanes import Selection, build_panel
 from analysis.trace.patterns import Patterns
 from tests.analysis.overlap_fixtures import write_cpu_ddp_wait
 from tests.analysis.timeline.test_timeline_traces import write_trace
+from tests.support.progress import without_progress
 from tests.support.synthetic import START_END, NsysWriter
 
 REAL = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "nsys2026_2xH100_torchrun.sqlite"
@@ -107,7 +108,7 @@ def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, t
 
 def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces):
     from analysis import open_runs
-    from analysis.timeline.render_figure import build_figure
+    from analysis.timeline.figure import build_figure
 
     ((panel, row),) = open_runs([traces["overlap"]]).timeline_panels()
     steps = analyze_trace(load_trace([traces["overlap"]])).steps
@@ -273,6 +274,7 @@ def test_per_rank_files_of_one_run_form_one_panel(tmp_path, capsys):
 def test_bad_input_gives_one_line_and_exit_2(traces, tmp_path, capsys, args, message):
     argv = [a.format(naive=traces["naive"]) for a in args] + ["-o", str(tmp_path / "x.html")]
     code, _, err = run_cli(capsys, *argv)
+    err = without_progress(err)  # a loaded machine may make the read last past the progress line's 3 s
     assert code == 2
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert not (tmp_path / "x.html").exists()
@@ -373,7 +375,7 @@ def _fake_kaleido(monkeypatch, calls, fail=False):
         return ()
 
     monkeypatch.setattr(kaleido, "write_fig_from_object_sync", write)
-    monkeypatch.setattr("analysis.render.chromium.find_chromium", lambda: "/usr/bin/chromium")
+    monkeypatch.setattr("analysis.render.export.find_chromium", lambda: "/usr/bin/chromium")
 
 
 @pytest.mark.pages  # writes three whole pages
@@ -404,24 +406,24 @@ def test_image_failure_is_one_line_and_exit_2(traces, tmp_path, capsys, monkeypa
 
 
 def test_without_chromium_images_are_refused_before_any_work(traces, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr("analysis.render.chromium.find_chromium", lambda: None)
+    monkeypatch.setattr("analysis.render.export.find_chromium", lambda: None)
     code, _, err = run_cli(capsys, traces["naive"], "-o", tmp_path / "t.html", "--svg")
     assert code == 2 and "--svg: needs a system Chromium" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "t.html").exists()
 
 
 def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
-    from analysis.timeline import render_figure
+    from analysis.timeline import figure
 
     panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(), width_px=800, opening_step=1)
     calls = []
-    real = render_figure.merge_subpixel
-    monkeypatch.setattr(render_figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))
-    same = render_figure.build_figure([panel], width_px=800)
+    real = figure.merge_subpixel
+    monkeypatch.setattr(figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))
+    same = figure.build_figure([panel], width_px=800)
     levels = [panel, panel.overview]  # the opening step and the whole run
     drawn = sum(len(level.segments) for level in levels)
-    hover_only = [level.merged_pixel_ns * render_figure.HOVER_PX for level in levels]
-    assert calls and set(calls) <= set(hover_only) and render_figure.count_drawn_segments(same) == drawn
+    hover_only = [level.merged_pixel_ns * figure.HOVER_PX for level in levels]
+    assert calls and set(calls) <= set(hover_only) and figure.count_drawn_segments(same) == drawn
     calls.clear()
-    render_figure.build_figure([panel], width_px=400)  # a coarser view still merges its lines
+    figure.build_figure([panel], width_px=400)  # a coarser view still merges its lines
     assert {level.merged_pixel_ns * 2 for level in levels} <= set(calls)

@@ -14,10 +14,9 @@ from plotly.offline import get_plotlyjs
 
 from analysis.measure import intervals
 from analysis.render.html_page import page_html
-from analysis.timeline.panel import Panel
-from analysis.timeline.render_binning import _cummax_by_run, merge_subpixel
-from analysis.timeline.render_figure import build_figure, count_drawn_segments
-from analysis.timeline.render_style import CATEGORY_COLOURS
+from analysis.timeline.figure import build_figure, count_drawn_segments
+from analysis.timeline.panel import Panel, _cummax_by_run, merge_subpixel
+from analysis.timeline.style import CATEGORY_COLOURS
 
 
 def segments(starts, durations, lane=0, category="compute", name="k"):

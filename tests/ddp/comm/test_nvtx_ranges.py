@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch.distributed as dist
 
-from contract import COMM_WAIT_PREFIX
+from contract import COMM_ISSUE_PREFIX, COMM_WAIT_PREFIX
 from ddp.comm import nvtx_ranges
 from ddp.launch.launcher import launch
 from ddp.strategies import registry
@@ -75,7 +75,8 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     opt = make_optimizer("sgd", model.module.parameters(), 0.1)
     train_step(model, opt, cases.batch(0, 4), step=7)
     waits = [n for n in recorder.pushed if n.startswith(COMM_WAIT_PREFIX)]
-    phases = [n for n in recorder.pushed if not n.startswith(COMM_WAIT_PREFIX)]
+    issues = [n for n in recorder.pushed if n.startswith(COMM_ISSUE_PREFIX)]
+    phases = [n for n in recorder.pushed if not n.startswith((COMM_WAIT_PREFIX, COMM_ISSUE_PREFIX))]
     assert phases[1:5] == ["step 7", "forward", "backward", "grad_sync"]
     assert phases[-1] == "optimizer"
     comm = set(recorder.pushed) | set(recorder.started.values())
@@ -91,6 +92,11 @@ def test_step_emits_contract_names(one_rank_group, recorder, impl):
     else:
         assert waited == set()
     assert {n for n in comm if n.startswith("comm:all_reduce:")} == EXPECTED_COMM[impl]
+    # the bucketed strategies mark the host work that issues each bucket's all-reduce, once per bucket
+    issued = {"comm:" + n[len(COMM_ISSUE_PREFIX) :] for n in issues}
+    assert (issued, len(issues)) == (
+        (EXPECTED_COMM[impl], len(issued)) if impl in ("overlap_bucket", "torch") else (set(), 0)
+    )
     if impl in ASYNC:  # start/end ranges, each closed exactly once
         assert recorder.started and not any(n.startswith("comm:all_reduce") for n in recorder.pushed)
         dist.barrier()  # lets completion callbacks on the comm thread finish

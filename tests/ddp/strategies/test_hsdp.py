@@ -66,9 +66,9 @@ def test_every_rank_ends_with_the_same_parameters(runs, key):
 
 @pytest.mark.parametrize("key", list(CASES), ids="-".join)
 def test_each_collectives_range_names_its_group(runs, key):
-    """Gathers and reduce-scatters in the shard group; hsdp's all-reduces: each unit's gradient shard across
-    replicas, each replicated parameter within the shard group and then across (FSDP2's own all-reduce across
-    replicas has no range of ours)."""
+    """Gathers and reduce-scatters in the shard group; the all-reduces: each unit's gradient shard across
+    replicas (torch_hsdp's: FSDP2's own, bracketed by our range), and hsdp's each replicated parameter within
+    the shard group and then across."""
     names = [n for n in runs[key][0]["ranges"] if n != "comm:broadcast:params"]
     ops = {(n.split(":")[1], n.rsplit("@", 1)[-1]) for n in names}
     tags = lambda op, group: {
@@ -76,7 +76,11 @@ def test_each_collectives_range_names_its_group(runs, key):
     }
     assert all("@" in n for n in names)
     if key[0] == "torch_hsdp":
-        assert ops == {("all_gather", "shard"), ("reduce_scatter", "shard")}
+        assert ops == {("all_gather", "shard"), ("reduce_scatter", "shard"), ("all_reduce", "replicate")}
+        units = tags("reduce_scatter", "shard")
+        assert tags("all_reduce", "replicate") == units <= tags("all_gather", "shard")  # a frozen unit: gathered only
+        counts = [sum(f":{op}:" in n for n in names) for op in ("reduce_scatter", "all_reduce")]
+        assert counts[0] == counts[1]  # one all-reduce range per reduce-scatter
         return
     assert ops == {
         ("all_gather", "shard"),

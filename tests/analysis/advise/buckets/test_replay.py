@@ -74,3 +74,23 @@ def test_bucket_members_are_placed_by_size_between_bucket_issues():
         np.array([[[400.0, 1000.0]]]), [np.array([0, 1]), np.array([2])], [100, 300, 50], np.array([[0.0]])
     )
     assert ready[0, 0].tolist() == [100, 400, 1000]
+
+
+def test_each_call_more_costs_its_host_time_in_backward_and_in_the_gradients_after_it():
+    # Recorded with one bucket of all four (issued after the last gradient); the host takes 50 ns per issue.
+    # Two buckets [0, 1] and [2, 3]: one issue more, before gradients 2 and 3 (they are ready 50 ns later)
+    # and in backward (50 ns longer); the collectives: [0, 1] at 400 -> 700, [2, 3] at 850 -> 1150.
+    from dataclasses import replace
+
+    run = replace(
+        one_rank_run([200, 400, 600, 800], [100] * 4, step_ms=0.002, b0=0, b1=1000, tail_ns=0),
+        recorded_last=np.array([3]),
+        host_ns=50.0,
+    )
+    two = replay(run, [np.array([0, 1]), np.array([2, 3])], LINEAR)
+    assert two.comm_start[0].tolist() == [400, 850]
+    assert two.comm_end[0].tolist() == [700, 1150]
+    assert two.backward_ns[0, 0] == pytest.approx(1050)
+    assert two.tail_ns[0, 0] == pytest.approx(100) and two.step_ns[0, 0] == pytest.approx(2000 + 50 + 100)
+    # the recorded layout replays the recorded backward: no issue more or fewer
+    assert replay(run, [np.arange(4)], LINEAR).backward_ns[0, 0] == pytest.approx(1000)

@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 
 from analysis.errors import TraceError
+from analysis.overlap import command as overlap
 from analysis.overlap.metrics import measure_trace
 from analysis.run.loaded_run import load_trace
 from analysis.run.run_files import find_runs
@@ -107,7 +108,7 @@ def test_real_trace_totals_equal_plain_python(real):
 
 def test_real_trace_steps_come_from_profiler_step(real):
     """Steps are the ProfilerStep#N ranges; on a GPU rank step k lasts until step k+1 starts, the last
-    one until the later of its CPU end and the end of the GPU work launched inside it (steps.py)."""
+    one until the later of its CPU end and the end of the GPU work launched inside it (measure/phases.py)."""
     events = real["traceEvents"]
     steps = sorted(
         (int(e["name"].split("#")[1]), ns(e["ts"]), ns(e["ts"]) + ns(e["dur"]))
@@ -241,11 +242,12 @@ def bad(tmp_path_factory):
     return _bad_inputs(tmp_path_factory.mktemp("bad"))
 
 
-@pytest.mark.subprocess  # a subprocess per bad input
+# One bad input through `python -m analysis.overlap` in a fresh process (the entry point the user runs); the
+# others through the same command's main in this process, which is all that entry point calls.
 @pytest.mark.parametrize(
     "case",
     [
-        "truncated",
+        pytest.param("truncated", marks=pytest.mark.subprocess),
         "malformed",
         "not_a_trace",
         "array",
@@ -256,13 +258,19 @@ def bad(tmp_path_factory):
         "mixed_formats",
     ],
 )
-def test_bad_input_is_one_line_error(bad, case):
+def test_bad_input_is_one_line_error(bad, case, capsys):
     paths, message = bad[case]
     with pytest.raises(TraceError, match=re.escape(message)):
         load_trace(paths)
-    done = run_cli("analysis.overlap", "--merge", *paths)
-    assert done.returncode == 2 and done.stdout == ""
-    said = without_progress(done.stderr)
+    if case == "truncated":
+        done = run_cli("analysis.overlap", "--merge", *paths)
+        code, out, err = done.returncode, done.stdout, done.stderr
+    else:
+        capsys.readouterr()
+        code = overlap.main(["--merge", *map(str, paths)])
+        out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    said = without_progress(err)
     assert said.count("\n") == 1 and message in said and "Traceback" not in said
 
 

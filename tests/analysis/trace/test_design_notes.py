@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from analysis.run.design_notes import design_notes, labelled, summary_notes
+from analysis.trace.run_info import design_notes, labelled, summary_notes
 
 
 def test_after_backward_strategies_say_so_and_the_overlapping_ones_say_nothing():

@@ -1,4 +1,4 @@
-"""by_op_phase: communication per op and phase, hidden or exposed (measure/op_phase.py)."""
+"""Communication broken down by op and phase, hidden or exposed (measure/comm_breakdown.py)."""
 
 import numpy as np
 import pandas as pd
@@ -6,7 +6,7 @@ import pandas as pd
 from analysis import analyze
 from analysis.measure import intervals as iv
 from analysis.measure.collective_calls import find_calls
-from analysis.measure.op_phase import op_phase_rows, phase_labels
+from analysis.measure.comm_breakdown import op_phase_rows, phase_labels
 from analysis.run.loaded_run import load_trace
 from tests.support.synthetic import START_END, NsysWriter
 

@@ -13,13 +13,18 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from analysis.render.drop_downs import Owner, choice_menus, choice_panels, opened_choice
 from analysis.render.figure_dicts import stacked_layout, trusted_figure
-from analysis.timeline.panel import Panel, panel_pixel_ns
-from analysis.timeline.render_binning import merge_subpixel
-from analysis.timeline.render_highlight import highlight_bands
-from analysis.timeline.render_hover import category_rows, hover_traces
-from analysis.timeline.render_style import CATEGORY_COLOURS, CATEGORY_LABELS, category_colour, category_order
-from analysis.timeline.render_switch import Owner, choice_menus, choice_panels, opened_choice
+from analysis.timeline.panel import Panel, merge_subpixel, panel_pixel_ns
+from analysis.timeline.style import (
+    CATEGORY_COLOURS,
+    CATEGORY_LABELS,
+    category_colour,
+    category_order,
+    category_rows,
+    highlight_bands,
+    hover_traces,
+)
 
 LANE_PX = 22  # height of one lane in the page
 PANEL_GAP_PX = 80  # room between panels for the panel title
@@ -220,7 +225,7 @@ def build_figure(
     is_overview: list[bool] = []
     traces: list[dict] = []
     shapes: list[dict] = []
-    owners: list[Owner] = []  # per trace, and per shape, the panel's choice it draws (render_switch.py)
+    owners: list[Owner] = []  # per trace, and per shape, the panel's choice it draws (render/drop_downs.py)
     shape_owners: list[Owner] = []
     if any(p.choices for p in panels) and any(p.overview is not None for p in panels):
         raise ValueError("build_figure draws panels with choices or panels with an overview, not both")

@@ -1,5 +1,6 @@
-"""Communication per collective op and training phase, split into the part hidden under compute and
-the exposed rest: `op_phase_rows(calls, compute)`, the `by_op_phase` of `analysis.overlap --format json`.
+"""Communication broken down, each part split into the time hidden under compute and the exposed rest:
+per collective op and training phase (`op_phase_rows(calls, compute)`, the `by_op_phase` of
+`analysis.overlap --format json`) and per process group (`group_overlap_rows`, its `groups`).
 
 One row per (rank[, step], op, phase):
   calls        collective calls of that op issued in that phase (and step)
@@ -21,6 +22,16 @@ between the end of a backward range and the next phase range of the step; FSDP2'
 phase where the trace has no phase ranges of ours (`FSDP::pre_forward`, `FSDP::forward_prefetch ...`:
 forward; `FSDP::pre_backward`, `FSDP::post_backward_*`, `FSDP::backward_prefetch ...`: backward);
 `other`: inside a step otherwise; `outside steps`: in no step.
+
+Per process group, one row per (rank, group) over the whole capture:
+  calls            the rank's collective calls in that group
+  comm_ms          |union of those calls' intervals| (arrival to completion, collective_calls.py)
+  overlap_ms       |that union ∩ the rank's compute| (the compute the overlap metrics use)
+  exposed_comm_ms  comm_ms - overlap_ms
+  overlap_pct      100 * overlap_ms / comm_ms (NaN without communication)
+  folded_calls     of those calls, the ones inferred and folded into this group (call_groups.fold_inferred)
+Union semantics within a row, so overlap_ms + exposed_comm_ms = comm_ms exactly; calls of two groups in flight
+together count in both rows (the groups are not a partition of the rank's communication time).
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.measure import intervals as iv
+from analysis.measure.call_groups import FOLDED, GROUP_COLUMNS, group_label
 from analysis.measure.collective_calls import OUTSIDE_STEPS
 from analysis.measure.phases import keyed_contains, process_key, ranges_named
 from analysis.trace.frames import NS_PER_MS, Trace
@@ -151,3 +163,57 @@ def comm_and_hidden(
         cs, ce = compute.get(int(rank), (iv.EMPTY, iv.EMPTY))
         hidden[mine] = iv.overlap_lengths(s[mine], e[mine], cs, ce)
     return comm, iv.sum_by_key(k, hidden, n)
+
+
+GROUP_OVERLAP_COLUMNS = [
+    "rank",
+    *GROUP_COLUMNS,
+    "label",
+    "calls",
+    "comm_ms",
+    "overlap_ms",
+    "exposed_comm_ms",
+    "overlap_pct",
+    "folded_calls",
+]
+
+
+GROUP_FIGURES = [
+    "calls",
+    "comm_ms",
+    "overlap_ms",
+    "exposed_comm_ms",
+    "overlap_pct",
+    "folded_calls",
+]  # each rank's `groups` in JSON
+
+
+def empty_group_rows() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in GROUP_OVERLAP_COLUMNS})
+
+
+def group_overlap_rows(calls: pd.DataFrame, compute: dict) -> pd.DataFrame:
+    """GROUP_OVERLAP_COLUMNS rows from calls (rank, GROUP_COLUMNS, start_ns, end_ns) and each rank's compute
+    (rank -> canonical interval set)."""
+    if len(calls) == 0 or "group_ranks" not in calls:
+        return empty_group_rows()
+    keys = ["rank", *GROUP_COLUMNS]
+    folded = calls[FOLDED].to_numpy(bool) if FOLDED in calls else np.zeros(len(calls), dtype=bool)
+    frame = (
+        calls[[*keys, "start_ns", "end_ns"]]
+        .assign(**{FOLDED: folded})
+        .astype({"group": str, "group_desc": str, "group_ranks": str, "group_inferred": bool})
+    )
+    grouped = frame.groupby(keys, sort=True)
+    rows = grouped.size().rename("calls").reset_index()
+    comm_ns, hidden_ns = comm_and_hidden(
+        grouped.ngroup().to_numpy(), rows["rank"].to_numpy(), frame, compute, len(rows)
+    )
+    rows["comm_ms"] = comm_ns / NS_PER_MS
+    rows["overlap_ms"] = hidden_ns / NS_PER_MS
+    rows["exposed_comm_ms"] = (comm_ns - hidden_ns) / NS_PER_MS
+    rows["folded_calls"] = grouped[FOLDED].sum().to_numpy(np.int64)
+    rows["overlap_pct"] = np.where(comm_ns > 0, 100.0 * hidden_ns / np.maximum(comm_ns, 1), np.nan)
+    labels = {k: group_label(*k) for k in rows[GROUP_COLUMNS].drop_duplicates().itertuples(index=False, name=None)}
+    rows["label"] = [labels[k] for k in rows[GROUP_COLUMNS].itertuples(index=False, name=None)]
+    return rows[GROUP_OVERLAP_COLUMNS]

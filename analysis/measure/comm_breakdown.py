@@ -165,19 +165,6 @@ def comm_and_hidden(
     return comm, iv.sum_by_key(k, hidden, n)
 
 
-GROUP_OVERLAP_COLUMNS = [
-    "rank",
-    *GROUP_COLUMNS,
-    "label",
-    "calls",
-    "comm_ms",
-    "overlap_ms",
-    "exposed_comm_ms",
-    "overlap_pct",
-    "folded_calls",
-]
-
-
 GROUP_FIGURES = [
     "calls",
     "comm_ms",
@@ -186,6 +173,7 @@ GROUP_FIGURES = [
     "overlap_pct",
     "folded_calls",
 ]  # each rank's `groups` in JSON
+GROUP_OVERLAP_COLUMNS = ["rank", *GROUP_COLUMNS, "label", *GROUP_FIGURES]
 
 
 def empty_group_rows() -> pd.DataFrame:

@@ -1,5 +1,5 @@
 """The report's view of communication per process group, for a run with more than one group: per rank and group,
-the communication hidden under compute and the exposed rest over the whole capture (measure/group_overlap.py,
+the communication hidden under compute and the exposed rest over the whole capture (measure/comm_breakdown.py,
 the figures of `analysis.overlap`'s `groups`), grouped by the parallel dimension the group says (shard,
 replicate, tp, ...; its name where it says none), with one sentence per group over its ranks. Nothing for a run
 with one group."""
@@ -19,7 +19,7 @@ HIDDEN_COLOUR, EXPOSED_COLOUR = palette.HIDDEN_COMM, palette.EXPOSED_COMM
 
 
 def with_dimension(groups: pd.DataFrame) -> pd.DataFrame:
-    """The rows (group_overlap.GROUP_OVERLAP_COLUMNS) with `dimension`: what the group's name or description
+    """The rows (comm_breakdown.GROUP_OVERLAP_COLUMNS) with `dimension`: what the group's name or description
     says (contract.dimension_of), else its name; "(inferred)" for a group nothing in the trace named."""
     said = [
         "(inferred)" if inferred else (dimension_of(name, desc) or str(name))

@@ -50,7 +50,7 @@ class CollectivesEntry:
     view: CollectivesView
     steps: pd.DataFrame | None = None
     colour: str | None = None
-    groups: pd.DataFrame | None = None  # the analysis' `by_group` (measure/group_overlap.py); None: not shown
+    groups: pd.DataFrame | None = None  # the analysis' `by_group` (measure/comm_breakdown.py); None: not shown
 
 
 def busbw_figure(

@@ -48,7 +48,10 @@ def straggler_figure(stragglers: pd.DataFrame, label: str) -> go.Figure:
     fig.update_layout(
         height=380,
         title=dict(text=f"{html.escape(label)}: who held each step, and why"),
-        xaxis=dict(title=dict(text="step"), type="category"),
+        # categories in step order: plotly orders them as the traces (one per cause) first give them
+        xaxis=dict(
+            title=dict(text="step"), type="category", categoryorder="array", categoryarray=held["step"].tolist()
+        ),
         yaxis=dict(title=dict(text="the others' wait, ms (sum over them)"), rangemode="tozero"),
         showlegend=True,  # the colours' meaning, also when every step has one cause
         legend=dict(title=dict(text="why it was late")),

@@ -71,30 +71,36 @@ def _gpu_names(names: pd.Categorical) -> pd.Categorical:
     )
 
 
-def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
-    """The gpu_ops columns of one file (see the module docstring)."""
+def _launches(f: KinetoFile, host_pid: int) -> dict[str, np.ndarray]:
+    """Per GPU event of one file: pid, start and tid of the runtime call that launched it (the one with the
+    same correlation id: unique within a file's process); host_pid, -1 and -1 where none did."""
     g, rt = f.gpu, f.runtime
     n = len(g["start"])
-    launch = np.full(n, -1, dtype=np.int64)
     usable = rt["correlation"] > 0
-    if n and usable.any():  # correlation ids are unique within a file's process
-        launch = row_lookup(
-            np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable], np.zeros(n, np.int64), g["correlation"]
-        )
-    found, row = launch >= 0, np.maximum(launch, 0)
-    pick = lambda col, default: (
-        np.where(found, rt[col][usable][row], default) if n and usable.any() else np.full(n, default, dtype=np.int64)
+    defaults = {"pid": host_pid, "start": -1, "tid": -1}
+    if not (n and usable.any()):
+        return {k: np.full(n, v, dtype=np.int64) for k, v in defaults.items()}
+    row = row_lookup(
+        np.zeros(int(usable.sum()), np.int64), rt["correlation"][usable], np.zeros(n, np.int64), g["correlation"]
     )
+    found, row = row >= 0, np.maximum(row, 0)
+    return {k: np.where(found, rt[k][usable][row], v) for k, v in defaults.items()}
+
+
+def _gpu_part(f: KinetoFile, part: int, host_pid: int) -> dict:
+    """The gpu_ops columns of one file (see the module docstring)."""
+    g = f.gpu
+    launch = _launches(f, host_pid)
     return {
-        "part": np.full(n, part, dtype=np.int64),
-        "pid": pick("pid", host_pid),
+        "part": np.full(len(g["start"]), part, dtype=np.int64),
+        "pid": launch["pid"],
         "device": g["device"],
         "stream": g["stream"],
         "start": g["start"],
         "end": g["end"],
         "correlation_id": g["correlation"],
-        "launch_start": pick("start", -1),
-        "launch_tid": pick("tid", -1),
+        "launch_start": launch["start"],
+        "launch_tid": launch["tid"],
         "kind": g["kind"],
         "name": _gpu_names(g["name"]),
         "comm_bytes": g["comm_bytes"],
@@ -108,34 +114,28 @@ def _autograd_ops(f: KinetoFile, part: int) -> pd.DataFrame:
 
 
 def _nvtx_part(f: KinetoFile, part: int) -> pd.DataFrame:
-    """The ranges of one file as an nvtx frame (push_pop, or start_end where our recorder said so)."""
+    """The ranges of one file as an nvtx frame: push_pop, or start_end where our recorder said so and for
+    PyTorch's own collective annotations (see the module docstring)."""
     r = f.ranges
-    frame = pd.DataFrame(
-        {
-            "pid": r["pid"],
-            "tid": r["tid"],
-            "start": r["start"],
-            "end": r["end"],
-            "text": pd.Series(r["text"], dtype=object),
-            "kind": np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP),
-            "payload": r["payload"],
-        }
-    )
-    torch_comm = matches(frame["text"], TORCH_COMM_ANNOTATION)
-    frame = frame[~torch_comm] if f.meta else frame.assign(kind=np.where(torch_comm, NVTX_START_END, frame["kind"]))
-    frame = frame.astype({"pid": np.int64, "tid": np.int64, "start": np.int64, "end": np.int64})
+    kind = np.where(r["async"], NVTX_START_END, NVTX_PUSH_POP).astype(np.int8)
+    torch_comm = matches(pd.Series(r["text"], dtype=object), TORCH_COMM_ANNOTATION)
+    # in our runner's traces its comm:* ranges are the calls (as nsys records them): PyTorch's are left out
+    keep = ~torch_comm if f.meta else np.ones(len(kind), dtype=bool)
+    if not f.meta:
+        kind[torch_comm] = NVTX_START_END
+    n = int(keep.sum())
     return pd.DataFrame(
         {
             "part": np.int64(part),
-            "pid": frame["pid"].to_numpy(),
-            "tid": frame["tid"].to_numpy(),
-            "end_tid": frame["tid"].to_numpy(),
-            "start": frame["start"].to_numpy(),
-            "end": frame["end"].to_numpy(),
-            "text": frame["text"].astype(object).to_numpy(),
-            "kind": pd.Categorical.from_codes(frame["kind"].to_numpy(np.int8), categories=NVTX_KIND_NAMES),
-            "domain": pd.Categorical.from_codes(np.zeros(len(frame), np.int8), categories=pd.Index([""], dtype=object)),
-            "payload": frame["payload"].to_numpy(np.int64),  # our recorder's args[PAYLOAD_KEY], else -1
+            "pid": r["pid"][keep],
+            "tid": r["tid"][keep],
+            "end_tid": r["tid"][keep],
+            "start": r["start"][keep],
+            "end": r["end"][keep],
+            "text": np.array(r["text"], dtype=object)[keep],
+            "kind": pd.Categorical.from_codes(kind[keep], categories=NVTX_KIND_NAMES),
+            "domain": pd.Categorical.from_codes(np.zeros(n, np.int8), categories=pd.Index([""], dtype=object)),
+            "payload": r["payload"][keep],  # our recorder's args[PAYLOAD_KEY], else -1
         }
     )
 
@@ -150,10 +150,7 @@ def _implementation(files: list[KinetoFile], first: Path) -> str:
     named = [f.meta["implementation"] for f in files if f.meta.get("implementation")]
     if named:
         return str(named[0])
-    name = first.name
-    for suffix in (".gz", ".json"):
-        name = name[: -len(suffix)] if name.endswith(suffix) else name
-    return name
+    return first.name.removesuffix(".gz").removesuffix(".json")
 
 
 def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
@@ -161,21 +158,18 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     its baseTimeNanoseconds in info[part][CLOCK_OFFSET_KEY] (run/clocks.py aligns them)."""
     patterns = patterns or Patterns()
     files = [read_kineto(p) for p in paths]
-    gpu_parts, nvtx_parts, autograd, meta, calls = [], [], [], {}, []
+    gpu_parts, nvtx_parts, autograd, meta = [], [], [], {}
     for part, f in enumerate(files):
         host_pid = int(f.host_pids[0]) if f.host_pids.size else 0
-        ops = _gpu_part(f, part, host_pid)
-        nvtx = _nvtx_part(f, part)
+        gpu_parts.append(_gpu_part(f, part, host_pid))
+        nvtx_parts.append(_nvtx_part(f, part))
         autograd.append(_autograd_ops(f, part))
-        gpu_parts.append(ops)
-        nvtx_parts.append(nvtx)
         rank, world = _identity(f)
         meta[(part, host_pid)] = {
             **f.meta,
             **({"rank": rank} if rank is not None else {}),
             **({"world_size": world} if world is not None else {}),
         }
-        calls += [(part, c) for c in f.comms]
     ops = ops_frame(gpu_parts)
     nvtx, phases = derive_phases(nvtx_frame(nvtx_parts), patterns, pd.concat(autograd, ignore_index=True))
     label = ", ".join(str(p) for p in paths)
@@ -197,7 +191,7 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
         ranks=number_ranks(ops, nvtx, meta, implementation),
         meta=meta,
         implementation=implementation,
-        collectives=_collectives(calls),
+        collectives=_collectives(files),
         info={
             part: {**f.info, CLOCK_OFFSET_KEY: f.clock_offset, **({PHASES_KEY: phases} if part == 0 else {})}
             for part, f in enumerate(files)
@@ -205,25 +199,21 @@ def load_kineto(paths: list[Path], patterns: Patterns | None = None) -> Trace:
     )
 
 
-def _collectives(calls: list[tuple[int, tuple]]) -> pd.DataFrame:
-    """The `collectives` frame (trace/frames.py COLLECTIVE_COLUMNS) from (part, (pid, tid, start, end, args))
-    pairs: one row per `record_param_comms` op, the c10d collective PyTorch wraps in it, its element counts,
-    dtype and process group from the op's args. `bytes` is max(in_bytes, out_bytes) (nccl-tests' "size":
-    the full buffer, i.e. the gathered output of all_gather, the input of reduce_scatter); `wait` rows
-    (PyTorch records its waits the same way) have 0 bytes. One Python pass per collective call: a trace
-    holds thousands of them, not millions of events."""
-    if not calls:
+def _collectives(files: list[KinetoFile]) -> pd.DataFrame:
+    """The `collectives` frame (trace/frames.py COLLECTIVE_COLUMNS) of the files' `record_param_comms` ops:
+    one row per op, the c10d collective PyTorch wraps in it, its element counts, dtype and process group
+    from the op's args. `bytes` is max(in_bytes, out_bytes) (nccl-tests' "size": the full buffer, i.e. the
+    gathered output of all_gather, the input of reduce_scatter); `wait` rows (PyTorch records its waits the
+    same way) have 0 bytes. One Python pass per collective call: a trace holds thousands of them, not
+    millions of events."""
+    args = [a for f in files for a in f.comms["args"]]
+    if not args:
         return empty_collectives()
-    part = [p for p, _ in calls]
-    pid, tid, start, end, args = zip(*(c for _, c in calls), strict=True)
     found = sizes(args)
     frame = pd.DataFrame(
         {
-            "part": np.array(part, dtype=np.int64),
-            "pid": np.array(pid, dtype=np.int64),
-            "tid": np.array(tid, dtype=np.int64),
-            "start": np.array(start, dtype=np.int64),
-            "end": np.array(end, dtype=np.int64),
+            "part": np.repeat(np.arange(len(files), dtype=np.int64), [len(f.comms["args"]) for f in files]),
+            **{k: np.concatenate([f.comms[k] for f in files]) for k in ("pid", "tid", "start", "end")},
             "collective": pd.Series(
                 [str(a.collective) if a.collective is not None else "" for a in args], dtype=object
             ),

@@ -181,16 +181,13 @@ def batch_columns(complete: list) -> dict:
 
     calls = _take(cpu_ops, _rows_named(by_name, lambda n: n == COMMS_OP))
     start, end = _times(calls)
-    comms = list(
-        zip(
-            field_values(calls, "pid"),
-            field_values(calls, "tid"),
-            start.tolist(),
-            end.tolist(),
-            field_values(calls, "args"),
-            strict=True,
-        )
-    )
+    comms = {
+        "pid": _int_field(calls, "pid"),
+        "tid": _int_field(calls, "tid"),
+        "start": start,
+        "end": end,
+        "args": field_values(calls, "args"),  # the collective's names and sizes: kineto.py reads them
+    }
     return {
         "gpu": gpu,
         "runtime": runtime,
@@ -206,9 +203,9 @@ def joined(batches: list[dict]) -> dict:
     appearance; the sampled pids are the first batch's)."""
     if len(batches) == 1:
         return batches[0]
-    families = ("gpu", "runtime", "ranges", "autograd")
+    families = ("gpu", "runtime", "ranges", "autograd", "comms")
     out = {f: {k: _join([b[f][k] for b in batches]) for k in batches[0][f]} for f in families}
-    return {**out, "comms": [c for b in batches for c in b["comms"]], "sampled_pids": batches[0]["sampled_pids"]}
+    return {**out, "sampled_pids": batches[0]["sampled_pids"]}
 
 
 def _join(columns: list) -> list | np.ndarray | pd.Categorical:

@@ -62,26 +62,22 @@ _EVENTS_OPEN = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BLANK = frozenset(b" \t\r\n")
 
 
-class _Top(msgspec.Struct, kw_only=True):
+class RawFile(msgspec.Struct, kw_only=True):
+    """The top level of a Kineto file, its events left undecoded (a slice of the text)."""
+
+    traceEvents: msgspec.Raw
     baseTimeNanoseconds: int = 0
-    schemaVersion: Any = None
     distributedInfo: Any = None
     ddp_meta: Any = msgspec.field(name=META_KEY, default=None)
     deviceProperties: Any = None
     host_name: Any = None
 
 
-class RawFile(_Top):
-    traceEvents: msgspec.Raw
-
-
 @dataclass
 class KinetoFile:
     """One file's content as columns (times int64 ns on the file's clock)."""
 
-    path: Path
     clock_offset: int
-    schema: str
     distributed: dict
     meta: dict
     info: dict  # as frames.trace.Trace.info: {"gpus": {device id: {name, uuid}}, "hostname"} where recorded
@@ -89,7 +85,7 @@ class KinetoFile:
     runtime: dict  # pid, tid, start, correlation
     ranges: dict  # pid, tid, start, end, text (list), async (bool)
     autograd: dict  # pid, tid, start, end: autograd engine ops (the backward pass of anyone's code)
-    comms: list  # (pid, tid, start, end, Args) of record_param_comms ops
+    comms: dict  # pid, tid, start, end, args (list of Args): record_param_comms ops
     host_pids: np.ndarray
 
 
@@ -115,9 +111,7 @@ def read_kineto(path: Path) -> KinetoFile:
     host = np.concatenate([runtime["pid"], ranges["pid"], autograd["pid"], columns["sampled_pids"]])
     host_pids, counts = np.unique(host[host >= 0], return_counts=True)
     return KinetoFile(
-        path=path,
         clock_offset=int(doc.baseTimeNanoseconds or 0),
-        schema=str(doc.schemaVersion) if doc.schemaVersion is not None else "unknown",
         distributed=doc.distributedInfo if isinstance(doc.distributedInfo, dict) else {},
         meta=doc.ddp_meta if isinstance(doc.ddp_meta, dict) else {},
         info=_info(doc),

@@ -27,7 +27,17 @@ KERNEL = {
     "args": {"device": 0, "stream": 7, "correlation": 1, "grid": [1, 1, 1], "nested": [{"a": "}]"}]},
 }
 STEP = {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 5, "tid": 5, "ts": 1.0, "dur": 30.0}
-EVENTS = [KERNEL, STEP, {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 10.5, "cat": "ac2g", "name": "ac2g"}]
+COMM = {
+    "ph": "X",
+    "cat": "cpu_op",
+    "name": "record_param_comms",
+    "pid": 5,
+    "tid": 6,
+    "ts": 12.0,
+    "dur": 3.0,
+    "args": {"Collective name": "allreduce", "In msg nelems": 4, "Out msg nelems": 4, "dtype": "Float"},
+}
+EVENTS = [KERNEL, STEP, COMM, {"ph": "f", "id": 1, "pid": 0, "tid": 7, "ts": 10.5, "cat": "ac2g", "name": "ac2g"}]
 
 
 def layouts() -> dict[str, str]:
@@ -65,18 +75,12 @@ def column(values) -> np.ndarray:
 
 
 def same_columns(a: kineto_json.KinetoFile, b: kineto_json.KinetoFile) -> None:
-    for family in ("gpu", "runtime", "ranges", "autograd"):
+    for family in ("gpu", "runtime", "ranges", "autograd", "comms"):
         x, y = getattr(a, family), getattr(b, family)
         assert x.keys() == y.keys()
         for k in x:
             np.testing.assert_array_equal(column(x[k]), column(y[k]), err_msg=f"{family}.{k}")
-    assert (a.clock_offset, a.distributed, a.meta, a.info, len(a.comms)) == (
-        b.clock_offset,
-        b.distributed,
-        b.meta,
-        b.info,
-        len(b.comms),
-    )
+    assert (a.clock_offset, a.distributed, a.meta, a.info) == (b.clock_offset, b.distributed, b.meta, b.info)
 
 
 @pytest.mark.parametrize("layout", sorted(layouts()))
@@ -84,6 +88,7 @@ def test_read_equals_whole_decode(tmp_path, monkeypatch, layout):
     path = tmp_path / "t.json"
     path.write_text(layouts()[layout])
     quick = read_kineto(path)
+    assert [a.collective for a in quick.comms["args"]] == ([] if layout == "empty" else ["allreduce"])
     monkeypatch.setattr(kineto_json, "_split_top", lambda data: None)
     same_columns(quick, read_kineto(path))
 

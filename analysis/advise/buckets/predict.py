@@ -20,7 +20,7 @@ from analysis.advise.buckets.recorded import recorded_run
 from analysis.advise.buckets.replay import RecordedRun, bucket_bytes, replay
 from analysis.advise.buckets.result import Advice, Candidate, Replayed
 from analysis.advise.comm_cost import CommCost, fit_cost
-from analysis.advise.layouts import STRATEGIES, run_meta
+from analysis.advise.recorded import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
 from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms, step_spread_ms
 from analysis.run.loaded_run import LoadedRun

@@ -53,7 +53,7 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Replayed:
+class ReplayCheck:
     """The replay of the recorded layout (ms, 95 % half-widths): the check that the model reproduces the run."""
 
     step_ms: float
@@ -86,7 +86,7 @@ class Advice:
     slowdown_err: float = 0.0
     call_wait_ms: float | None = None  # GPU: mean wait for the other ranks per call (not the step's first)
     replicates: int = 0
-    replayed: Replayed | None = None
+    replayed: ReplayCheck | None = None
     step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
     call_host_ms: tuple[float, ...] = ()  # per rank: host time of each call's issue (call_cost.py)
     call_host_source: str = ""  # how that was measured, or why it was not

@@ -1,6 +1,6 @@
 """The Python API behind `python -m analysis.advise`: `advise(paths, bucket_mb, prefetch=...)`.
 
-Each run is opened once and goes to its layout (layouts.py): a DDP run to the bucket-size what-if
+Each run is opened once and goes to its layout (recorded.py): a DDP run to the bucket-size what-if
 (buckets/), a sharded run to the prefetch / reduce-scatter what-if (sharded/). Both fit the collective
 cost (comm_cost.py) and the compute slowdown (slowdown.py) on the recorded steps, replay the step at
 each candidate setting, give each prediction its bootstrap interval and keep the recorded setting unless
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from analysis.advise.buckets.predict import advise_buckets
 from analysis.advise.buckets.result import Advice
-from analysis.advise.layouts import SHARDED, bucketed_implementation, check_declared, run_meta
+from analysis.advise.recorded import SHARDED, bucketed_implementation, check_declared, run_meta
 from analysis.advise.sharded.predict import advise_sharded
 from analysis.advise.sharded.result import ShardAdvice
 from analysis.api import open_runs

@@ -1,11 +1,27 @@
-"""The candidates of either layout as a table and as CSV rows: each prediction as 'value ± 95 % half-width',
-the recorded and the recommended candidate marked. The lines above a run's table are its layout's."""
+"""What either layout answers, in the pieces they share: a candidate's predictions in JSON (each with its `_err`,
+the half-width of a 95 % interval), the recommendation's JSON, the replay's check against the measured step,
+the candidate table (one row per group of settings that replay the same, the recorded one standing for its
+group; the recorded and the recommended marked; changes first) and its CSV rows. A layout's own columns and
+the lines above its table are its result.py's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import pandas as pd
+
+from analysis.advise.uncertainty import Choice
+
+ABSOLUTE_FIGURES = "under the profiler: the recorded step plus the predicted change"
+COLUMNS = {"change_ms": "step change ms", "change_pct": "step change %", "step": "step under profiler ms"}
+
+# a group of candidates: the settings (as in the JSON's `setting`) whose replays are the same
+Group = Callable[[dict], list[dict]]
+
+
+def uncertainty_text(replicates: int) -> str:
+    return f"95% interval, {replicates} bootstrap resamples of the recorded steps"
 
 
 def plus_minus(candidate: dict, key: str) -> str:
@@ -13,17 +29,81 @@ def plus_minus(candidate: dict, key: str) -> str:
     return f"{candidate[key]:.3f} ± {candidate[key + '_err']:.3f}"
 
 
-def marks(run: dict, candidate: dict) -> str:
-    """'recorded', 'recommended', both or neither."""
+def predicted_json(name: str, value: float, err: float) -> dict:
+    """`predicted_<name>` and its `_err`, rounded to the µs."""
+    return {f"predicted_{name}": round(value, 3), f"predicted_{name}_err": round(err, 3)}
+
+
+def change_json(candidate: Any) -> dict:
+    """A candidate's change from the recorded setting (its change_ms, change_pct and their errors)."""
+    c = candidate
+    return {
+        **predicted_json("change_ms", c.change_ms, c.change_ms_err),
+        **predicted_json("change_pct", c.change_pct, c.change_pct_err),
+    }
+
+
+def choice_json(choice: Choice, label: Callable[[Any], str], noun: str, **named: Any) -> dict:
+    """The recommendation: the layout's `named` keys (its setting, the best one), then whether the recorded
+    setting was kept, the gain and why (naming a setting by `label` and the knob by `noun`)."""
+    c = choice
+    return {
+        **named,
+        "kept": c.kept,
+        "gain_ms": None if c.gain_ms is None else round(c.gain_ms, 3),
+        "gain_ms_err": None if c.gain_ms_err is None else round(c.gain_ms_err, 3),
+        "reason": c.reason(label, noun),
+        "beyond_noise": c.beyond_noise,
+    }
+
+
+def check_text(name: str, replayed: float, err: float, measured: float, within: bool, off_ms: float) -> str:
+    """'step 735.3 ± 20.1 ms vs 773.3 measured, within its interval' or '..., NOT within its interval (off by
+    -38.0 ms, -4.9 %)': the replay of the recorded setting against what was measured."""
+    head = f"{name} {replayed:.3f} ± {err:.3f} ms vs {measured:.3f} measured"
+    if within:
+        return f"{head}, within its interval"
+    pct = 100.0 * off_ms / measured if measured else float("nan")
+    return f"{head}, NOT within its interval (off by {off_ms:+.3f} ms, {pct:+.1f} %)"
+
+
+CHANGE_CELLS: dict[str, Callable[[dict], object]] = {
+    "change_ms": lambda c: f"{c['predicted_change_ms']:+.3f} ± {c['predicted_change_ms_err']:.3f}",
+    "change_pct": lambda c: f"{c['predicted_change_pct']:+.1f} ± {c['predicted_change_pct_err']:.1f}",
+    "step": lambda c: plus_minus(c, "predicted_step_ms"),
+}
+
+
+def one_per_group(run: dict, group: Group) -> list[dict]:
+    """One candidate per group, in the candidates' order: the recorded one where it is in the group, else the
+    group's first."""
+    rows, seen = [], []
+    for c in run["candidates"]:
+        same = group(c)
+        if same in seen:
+            continue
+        seen.append(same)
+        rows.append(next((d for d in run["candidates"] if d["setting"] in same and d["recorded"]), c))
+    return rows
+
+
+def marks(run: dict, candidate: dict, group: Group) -> list[str]:
+    """'recorded' and 'recommended', where the candidate's group holds them."""
+    same = group(candidate)
+    mark = ["recorded"] if any(d["recorded"] for d in run["candidates"] if d["setting"] in same) else []
     chosen = (run["recommended"] or {}).get("setting")
-    mark = ["recorded"] if candidate["recorded"] else []
-    mark += ["recommended"] if candidate["setting"] == chosen else []
-    return ", ".join(mark)
+    return mark + (["recommended"] if chosen in same else [])
 
 
-def candidate_frame(run: dict, cells: Mapping[str, Callable[[dict], object]]) -> pd.DataFrame:
-    """One row per candidate of a run's JSON: each cell from its function of the candidate, then the note."""
-    rows = [{**{name: cell(c) for name, cell in cells.items()}, "note": marks(run, c)} for c in run["candidates"]]
+def candidate_frame(
+    run: dict, cells: Mapping[str, Callable[[dict], object]], group: Group, same_note: Callable[[dict], str]
+) -> pd.DataFrame:
+    """One row per group of a run's JSON candidates: each cell from its function of the candidate, then the
+    note (its marks and what `same_note` says of its group)."""
+    rows = []
+    for c in one_per_group(run, group):
+        note = ", ".join(x for x in (*marks(run, c, group), same_note(c)) if x)
+        rows.append({**{name: cell(c) for name, cell in cells.items()}, "note": note})
     return pd.DataFrame(rows)
 
 

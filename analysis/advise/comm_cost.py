@@ -143,7 +143,7 @@ def serial_starts(calls: pd.DataFrame, lanes: int = 1, channel: str | None = Non
 
 def transfer_times(calls: pd.DataFrame, world: int, lanes: int = 1, channel: str | None = None) -> pd.DataFrame:
     """rank, step, op, tag, bytes, start_ns (effective start), end_ns, wait_ns (for the last rank) and
-    transfer_ns of every paired call with known bytes (serial_starts, then pairing.pair)."""
+    transfer_ns of every paired call with known bytes (serial_starts, then call_groups.pair)."""
     served = calls.assign(start_ns=serial_starts(calls, lanes, channel))
     paired = pair(served if channel is None else served.drop(columns=channel), world)
     ok = paired["paired"].to_numpy() & paired["bytes"].notna().to_numpy()

@@ -18,9 +18,9 @@ import pandas as pd
 from analysis.advise.buckets.gpu import GpuRun, predict_gpu
 from analysis.advise.buckets.recorded import recorded_run
 from analysis.advise.buckets.replay import RecordedRun, bucket_bytes, replay
-from analysis.advise.buckets.result import Advice, Candidate, Replayed
+from analysis.advise.buckets.result import Advice, Candidate, ReplayCheck
 from analysis.advise.comm_cost import CommCost, fit_cost
-from analysis.advise.layouts import STRATEGIES, run_meta
+from analysis.advise.recorded import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
 from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms, step_spread_ms
 from analysis.run.loaded_run import LoadedRun
@@ -183,7 +183,7 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         slowdown_err=float(half_width(fitted.slowdown)),
         call_wait_ms=None if gpu is None else float(fitted.wait_ns[0] / NS_PER_MS),
         replicates=len(fitted.rows) - 1,
-        replayed=Replayed(float(own_step[0]), float(half_width(own_step)), float(own_exposed[0]),
+        replayed=ReplayCheck(float(own_step[0]), float(half_width(own_step)), float(own_exposed[0]),
                           float(half_width(own_exposed))),
         step_spread_ms=step_spread_ms(run.step_ns),
         call_host_ms=tuple(float(v) / NS_PER_MS for v in rec.call.host_ns),

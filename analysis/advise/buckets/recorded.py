@@ -22,7 +22,7 @@ from analysis.advise.buckets.gpu import GpuRun, gpu_run
 from analysis.advise.buckets.replay import RecordedRun
 from analysis.advise.call_cost import CallCost, call_cost
 from analysis.advise.comm_cost import CommCost, fit_cost, transfer_times
-from analysis.advise.layouts import STRATEGIES, run_meta
+from analysis.advise.recorded import STRATEGIES, every_rank, run_meta
 from analysis.advise.slowdown import backward_slope
 from analysis.errors import TraceError
 from analysis.measure.call_groups import world_size
@@ -55,13 +55,6 @@ def _param_bytes(trace: Trace, members: list[list[str]], payload: list[int], fla
         share = (total - flags * len(names)) / len(names)
         out += [float(known.get(n, share)) for n in names]
     return np.asarray(out)
-
-
-def _complete(frame: pd.DataFrame, ranks: int) -> pd.DataFrame:
-    """Rows (rank, step, ...) without gaps, of the steps every rank has; sorted by step then rank."""
-    frame = frame.dropna()
-    counts = frame.groupby("step")["rank"].transform("size")
-    return frame[counts == ranks].sort_values(["step", "rank"]).reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -128,7 +121,7 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
     table = table.reindex(columns=tags)
     table.columns = [f"ready:{t}" for t in tags]
     base = base.merge(table.reset_index(), on=["step", "rank"])
-    base = _complete(base, ranks)
+    base = every_rank(base.dropna(), ranks)
     if base.empty:
         raise TraceError(f"{trace.path}: no step where every rank has every collective and a backward pass")
     under = _under_backward(inflight, base)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.advise.candidate_table import plus_minus
+from analysis.advise import candidate_table as table
 from analysis.advise.comm_cost import CommCost, line_json, line_text
 from analysis.advise.uncertainty import Choice
 from analysis.render.table import format_table
@@ -17,9 +17,7 @@ KNOB = "bucket_mb"
 TABLE_COLUMNS = {
     "bucket_mb": "bucket MiB",
     "buckets": "buckets",
-    "change_ms": "step change ms",
-    "change_pct": "step change %",
-    "step": "step under profiler ms",
+    **table.COLUMNS,
     "exposed": "exposed comm under profiler ms",
     "note": "note",
 }
@@ -40,9 +38,22 @@ class Candidate:
     change_pct_err: float = 0.0
     same_layout_mb: tuple[float, ...] = ()  # every candidate size that gives the same buckets
 
+    def to_json(self, recorded_mb: float | None) -> dict:
+        exposed = self.predicted_exposed_comm_ms, self.predicted_exposed_comm_ms_err
+        return {
+            "setting": {"bucket_mb": self.bucket_mb},
+            "bucket_mb": self.bucket_mb,
+            "buckets": self.buckets,
+            "recorded": self.bucket_mb == recorded_mb,
+            **table.predicted_json("step_ms", self.predicted_step_ms, self.predicted_step_ms_err),
+            **table.predicted_json("exposed_comm_ms", *exposed),
+            **table.change_json(self),
+            "same_layout_mb": list(self.same_layout_mb),
+        }
+
 
 @dataclass(frozen=True)
-class Replayed:
+class ReplayCheck:
     """The replay of the recorded layout (ms, 95 % half-widths): the check that the model reproduces the run."""
 
     step_ms: float
@@ -75,7 +86,7 @@ class Advice:
     slowdown_err: float = 0.0
     call_wait_ms: float | None = None  # GPU: mean wait for the other ranks per call (not the step's first)
     replicates: int = 0
-    replayed: Replayed | None = None
+    replayed: ReplayCheck | None = None
     step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
     call_host_ms: tuple[float, ...] = ()  # per rank: host time of each call's issue (call_cost.py)
     call_host_source: str = ""  # how that was measured, or why it was not
@@ -83,6 +94,10 @@ class Advice:
     @property
     def recommended_bucket_mb(self) -> float | None:
         return None if self.recommendation is None else self.recommendation.setting
+
+    def _recommended_json(self, rec: Choice) -> dict:
+        named = {"setting": {"bucket_mb": rec.setting}, "bucket_mb": rec.setting, "best_bucket_mb": rec.best}
+        return table.choice_json(rec, size_label, "size", **named)
 
     def to_json(self) -> dict:
         lines = [self.cost.overall, *self.cost.ranges]
@@ -103,8 +118,8 @@ class Advice:
             "call_wait_ms": None if self.call_wait_ms is None else round(self.call_wait_ms, 4),
             "call_host_ms": [round(v, 4) for v in self.call_host_ms],
             "call_host_source": self.call_host_source,
-            "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
-            "absolute_figures": "under the profiler: the recorded step plus the predicted change",
+            "uncertainty": table.uncertainty_text(self.replicates),
+            "absolute_figures": table.ABSOLUTE_FIGURES,
             "step_spread_ms": round(self.step_spread_ms, 3),
             "replay_check": None if self.replayed is None else replay_check(self),
             "comm_cost": [
@@ -115,36 +130,8 @@ class Advice:
                 }
                 for line in lines
             ],
-            "candidates": [
-                {
-                    "setting": {"bucket_mb": c.bucket_mb},
-                    "bucket_mb": c.bucket_mb,
-                    "buckets": c.buckets,
-                    "recorded": c.bucket_mb == self.recorded_bucket_mb,
-                    "predicted_step_ms": round(c.predicted_step_ms, 3),
-                    "predicted_step_ms_err": round(c.predicted_step_ms_err, 3),
-                    "predicted_exposed_comm_ms": round(c.predicted_exposed_comm_ms, 3),
-                    "predicted_exposed_comm_ms_err": round(c.predicted_exposed_comm_ms_err, 3),
-                    "predicted_change_ms": round(c.change_ms, 3),
-                    "predicted_change_ms_err": round(c.change_ms_err, 3),
-                    "predicted_change_pct": round(c.change_pct, 3),
-                    "predicted_change_pct_err": round(c.change_pct_err, 3),
-                    "same_layout_mb": list(c.same_layout_mb),
-                }
-                for c in self.candidates
-            ],
-            "recommended": None
-            if rec is None
-            else {
-                "setting": {"bucket_mb": rec.setting},
-                "bucket_mb": rec.setting,
-                "best_bucket_mb": rec.best,
-                "kept": rec.kept,
-                "gain_ms": None if rec.gain_ms is None else round(rec.gain_ms, 3),
-                "gain_ms_err": None if rec.gain_ms_err is None else round(rec.gain_ms_err, 3),
-                "reason": rec.reason(size_label, "size"),
-                "beyond_noise": rec.beyond_noise,
-            },
+            "candidates": [c.to_json(self.recorded_bucket_mb) for c in self.candidates],
+            "recommended": None if rec is None else self._recommended_json(rec),
             "recommended_bucket_mb": self.recommended_bucket_mb,
         }
 
@@ -167,26 +154,13 @@ def replay_check(a: Advice) -> dict:
     }
 
 
-def check_text(name: str, c: dict) -> str:
-    """'step 735.3 ± 20.1 ms vs 773.3 measured: within its interval' or '...: off by -38.0 ms (-4.9 %)'."""
-    head = f"{name} {c['replayed_ms']:.3f} ± {c['replayed_ms_err']:.3f} ms vs {c['measured_ms']:.3f} measured"
-    if c["within"]:
-        return f"{head}, within its interval"
-    pct = 100.0 * c["off_ms"] / c["measured_ms"] if c["measured_ms"] else float("nan")
-    return f"{head}, NOT within its interval (off by {c['off_ms']:+.3f} ms, {pct:+.1f} %)"
+def _check_text(name: str, c: dict) -> str:
+    return table.check_text(name, c["replayed_ms"], c["replayed_ms_err"], c["measured_ms"], c["within"], c["off_ms"])
 
 
-def merged_rows(run: dict) -> list[dict]:
-    """One candidate per distinct layout (the recorded size standing for its own), its sizes named."""
-    rows, seen = [], set()
-    for c in run["candidates"]:
-        same = tuple(c.get("same_layout_mb") or (c["bucket_mb"],))
-        if same in seen:
-            continue
-        seen.add(same)
-        pick = next((d for d in run["candidates"] if d["bucket_mb"] in same and d["recorded"]), c)
-        rows.append({**pick, "same_layout_mb": list(same)})
-    return rows
+def _same_layout(c: dict) -> list[dict]:
+    """The settings that give the candidate's buckets."""
+    return [{"bucket_mb": mb} for mb in c.get("same_layout_mb") or [c["bucket_mb"]]]
 
 
 def _sizes(c: dict) -> str:
@@ -194,22 +168,21 @@ def _sizes(c: dict) -> str:
     return f"{same[0]:g}" if len(same) == 1 else f"{same[0]:g}-{same[-1]:g}"
 
 
-def _note(run: dict, c: dict) -> str:
-    chosen = (run["recommended"] or {}).get("bucket_mb")
-    mark = (
-        ["recorded"] if any(d["recorded"] for d in run["candidates"] if d["bucket_mb"] in c["same_layout_mb"]) else []
-    )
-    mark += ["recommended"] if chosen in c["same_layout_mb"] else []
-    if len(c["same_layout_mb"]) > 1:
-        mark.append(f"{_sizes(c)} MiB: same {c['buckets']} buckets")
-    return ", ".join(mark)
+def _same_note(c: dict) -> str:
+    return f"{_sizes(c)} MiB: same {c['buckets']} buckets" if len(c["same_layout_mb"]) > 1 else ""
+
+
+CELLS = {
+    "bucket_mb": _sizes,
+    "buckets": lambda c: c["buckets"],
+    **table.CHANGE_CELLS,
+    "exposed": lambda c: table.plus_minus(c, "predicted_exposed_comm_ms"),
+}
 
 
 def table_lines(run: dict) -> list[str]:
     """The lines for one run's JSON: the recorded figures, the replay's check, the model's parameters, the
     candidates (one row per distinct layout, changes first), the choice."""
-    import pandas as pd
-
     recorded = run["recorded_bucket_mb"]
     size = f"{recorded:g} MiB buckets" if recorded else "one collective per parameter"
     lines = "; ".join(
@@ -230,16 +203,7 @@ def table_lines(run: dict) -> list[str]:
         if any(host)
         else f"; host time per call's issue {run.get('call_host_source') or 'not measured'}"
     )
-    cells = {
-        "bucket_mb": _sizes,
-        "buckets": lambda c: c["buckets"],
-        "change_ms": lambda c: f"{c['predicted_change_ms']:+.3f} ± {c['predicted_change_ms_err']:.3f}",
-        "change_pct": lambda c: f"{c['predicted_change_pct']:+.1f} ± {c['predicted_change_pct_err']:.1f}",
-        "step": lambda c: plus_minus(c, "predicted_step_ms"),
-        "exposed": lambda c: plus_minus(c, "predicted_exposed_comm_ms"),
-    }
-    rows = merged_rows(run)
-    frame = pd.DataFrame([{**{k: f(c) for k, f in cells.items()}, "note": _note(run, c)} for c in rows])
+    frame = table.candidate_frame(run, CELLS, _same_layout, _same_note)
     measured = run["measured_step_ms"]
     bound = lambda ms: f"{ms:.3f} ms ({ms - measured:+.3f} ms, {100 * (ms - measured) / measured:+.1f} %)"
     out = [
@@ -250,8 +214,8 @@ def table_lines(run: dict) -> list[str]:
     check = run.get("replay_check")
     if check:
         out.append(
-            f"  replay of the recorded layout: {check_text('step', check['step'])}; "
-            f"{check_text('exposed communication', check['exposed_comm'])}"
+            f"  replay of the recorded layout: {_check_text('step', check['step'])}; "
+            f"{_check_text('exposed communication', check['exposed_comm'])}"
         )
         if not (check["step"]["within"] and check["exposed_comm"]["within"]):
             out.append(

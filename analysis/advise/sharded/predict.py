@@ -20,7 +20,7 @@ import pandas as pd
 
 from analysis.advise.comm_cost import CommCost, fit_cost
 from analysis.advise.sharded.recorded import ShardRecorded, recorded_shard
-from analysis.advise.sharded.replay import Phase, Replayed, Setting, ShardRun, replay
+from analysis.advise.sharded.replay import Phase, Replay, Setting, ShardRun, replay
 from analysis.advise.sharded.result import ShardAdvice, ShardCandidate
 from analysis.advise.slowdown import instrumented_slope
 from analysis.advise.uncertainty import (
@@ -166,7 +166,7 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
     )
 
 
-def _same_schedule(replays: list[Replayed], settings: list[Setting]) -> list[tuple[Setting, ...]]:
+def _same_schedule(replays: list[Replay], settings: list[Setting]) -> list[tuple[Setting, ...]]:
     """Per setting, every setting whose replay is the same schedule (the same steps and waits in every
     row): a depth past what the run can prefetch, or a communicator nothing else uses, changes nothing."""
     key = lambda r: (r.step.tobytes(), r.forward_wait.tobytes(), r.backward_wait.tobytes())
@@ -180,7 +180,7 @@ def _free(run: ShardRun) -> ShardRun:
     return replace(run, gather_ns=zero, scatter_ns=zero, reduce_ns=zero)
 
 
-def _worst(r: Replayed, units: list[str], steps: int) -> tuple[str, str, float]:
+def _worst(r: Replay, units: list[str], steps: int) -> tuple[str, str, float]:
     """(phase, unit, mean wait ms per rank-step) of the unit that waits longest, on row 0's steps."""
     rows0 = slice(0, steps)
     fw = r.forward_wait[rows0].mean(axis=(0, 1))

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.advise.comm_cost import transfer_times
-from analysis.advise.layouts import run_meta
+from analysis.advise.recorded import every_rank, run_meta
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.sharded.spans import blocked_inside, comm_beside, phase_windows, unit_spans
 from analysis.errors import TraceError
@@ -132,8 +132,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
     base = base.merge(counts, on=["rank", "step"])
     base = base[base["n"] == len(units) + len(back_units)]
     ranks = sorted(base["rank"].unique())
-    full = base.groupby("step")["rank"].transform("size") == len(ranks)
-    base = base[full].sort_values(["step", "rank"]).reset_index(drop=True)
+    base = every_rank(base, len(ranks))
     if base.empty or len(ranks) < world:
         raise TraceError(
             f"{trace.path}: {impl}: no step where every rank ({world}) gathers all {len(units)} units in forward and "

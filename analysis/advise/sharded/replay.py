@@ -76,7 +76,7 @@ class ShardRun:
 
 
 @dataclass(frozen=True)
-class Replayed:
+class Replay:
     """Per row and rank (N, R): the step, forward, backward and tail; per unit (N, R, U), in forward
     unit order, the wait for its weights in forward and in backward."""
 
@@ -134,7 +134,7 @@ def _phase(
     return t, out
 
 
-def replay(run: ShardRun, setting: Setting) -> Replayed:
+def replay(run: ShardRun, setting: Setting) -> Replay:
     """The replayed step (module docstring) of every row at one setting."""
     shape = run.gap.shape
     shared = Communicator(shape, run.lanes)
@@ -148,7 +148,7 @@ def replay(run: ShardRun, setting: Setting) -> Replayed:
     b_end, b_wait = _phase(run, run.backward, b_start, backward_order, setting, True, comms)
     done = np.maximum(comms[0].busy_until(), comms[1].busy_until())
     tail = np.maximum(done - b_end, 0.0)
-    return Replayed(
+    return Replay(
         step=run.other + b_end - origin + tail,
         forward=f_end - origin,
         backward=b_end - b_start,

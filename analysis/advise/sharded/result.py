@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from analysis.advise.candidate_table import candidate_frame, plus_minus
+from analysis.advise import candidate_table as table
 from analysis.advise.comm_cost import line_json, line_text
 from analysis.advise.sharded.recorded import ShardRecorded
 from analysis.advise.sharded.replay import Setting
@@ -15,12 +15,10 @@ from analysis.advise.uncertainty import Choice
 from analysis.render.table import format_table
 
 KNOB = "prefetch, separate_reduce_scatter"
-COLUMNS = {
+TABLE_COLUMNS = {
     "prefetch": "prefetch",
     "rs": "reduce-scatters",
-    "change_ms": "step change ms",
-    "change_pct": "step change %",
-    "step": "step under profiler ms",
+    **table.COLUMNS,
     "forward": "forward wait ms",
     "backward": "backward wait ms",
     "worst": "worst unit (wait ms)",
@@ -50,25 +48,20 @@ class ShardCandidate:
     def to_json(self, recorded: Setting) -> dict:
         s = self.setting
         return {
-            "setting": {"prefetch": s.prefetch, "separate_reduce_scatter": s.separate},
-            "prefetch": s.prefetch,
-            "separate_reduce_scatter": s.separate,
+            "setting": setting_json(s),
+            **setting_json(s),
             "recorded": s == recorded,
-            "predicted_step_ms": round(self.step_ms, 3),
-            "predicted_step_ms_err": round(self.step_err, 3),
-            "predicted_forward_wait_ms": round(self.forward_wait_ms, 3),
-            "predicted_forward_wait_ms_err": round(self.forward_wait_err, 3),
-            "predicted_backward_wait_ms": round(self.backward_wait_ms, 3),
-            "predicted_backward_wait_ms_err": round(self.backward_wait_err, 3),
+            **table.predicted_json("step_ms", self.step_ms, self.step_err),
+            **table.predicted_json("forward_wait_ms", self.forward_wait_ms, self.forward_wait_err),
+            **table.predicted_json("backward_wait_ms", self.backward_wait_ms, self.backward_wait_err),
             "worst_unit": {"phase": self.worst_phase, "unit": self.worst_unit, "wait_ms": round(self.worst_wait_ms, 3)},
-            "predicted_change_ms": round(self.change_ms, 3),
-            "predicted_change_ms_err": round(self.change_ms_err, 3),
-            "predicted_change_pct": round(self.change_pct, 3),
-            "predicted_change_pct_err": round(self.change_pct_err, 3),
-            "same_schedule": [
-                {"prefetch": t.prefetch, "separate_reduce_scatter": t.separate} for t in self.same_schedule
-            ],
+            **table.change_json(self),
+            "same_schedule": [setting_json(t) for t in self.same_schedule],
         }
+
+
+def setting_json(s: Setting) -> dict:
+    return {"prefetch": s.prefetch, "separate_reduce_scatter": s.separate}
 
 
 def label(s: Setting) -> str:
@@ -98,14 +91,14 @@ class ShardAdvice:
     def to_json(self) -> dict:
         r = self.rec
         c = self.choice
-        # the recorded setting is always a candidate: there is a gain over it
-        assert c is not None and c.gain_ms is not None and c.gain_ms_err is not None
+        assert c is not None  # the recorded setting is always a candidate
+        best = setting_json(c.best)
         return {
             "implementation": r.implementation,
             "trace": self.trace,
             "knob": KNOB,
             "model": "sharded replay (GPU kernels)" if r.gpu else "sharded replay (CPU ranges)",
-            "recorded_setting": {"prefetch": r.setting.prefetch, "separate_reduce_scatter": r.setting.separate},
+            "recorded_setting": setting_json(r.setting),
             "recorded_setting_source": r.setting_source,
             "units": len(r.units),
             "lanes": r.lanes,
@@ -118,21 +111,13 @@ class ShardAdvice:
             "ideal_step_ms": round(self.ideal_step_ms, 3),
             "ideal_replayed_ms": round(self.ideal_replayed_ms, 3),
             "step_spread_ms": round(self.step_spread_ms, 3),
-            "absolute_figures": "under the profiler: the recorded step plus the predicted change",
+            "absolute_figures": table.ABSOLUTE_FIGURES,
             "compute_slowdown": round(self.slowdown, 4),
             "compute_slowdown_err": round(self.slowdown_err, 4),
-            "uncertainty": f"95% interval, {self.replicates} bootstrap resamples of the recorded steps",
+            "uncertainty": table.uncertainty_text(self.replicates),
             "comm_cost": {op: line_json(k.overall) for op, k in self.costs.items()},
             "candidates": [k.to_json(r.setting) for k in self.candidates],
-            "recommended": {
-                "setting": {"prefetch": c.setting.prefetch, "separate_reduce_scatter": c.setting.separate},
-                "best_setting": {"prefetch": c.best.prefetch, "separate_reduce_scatter": c.best.separate},
-                "kept": c.kept,
-                "gain_ms": round(c.gain_ms, 3),
-                "gain_ms_err": round(c.gain_ms_err, 3),
-                "reason": c.reason(label, "setting"),
-                "beyond_noise": c.beyond_noise,
-            },
+            "recommended": table.choice_json(c, label, "setting", setting=setting_json(c.setting), best_setting=best),
         }
 
 
@@ -148,31 +133,20 @@ def _worst(c: dict) -> str:
 CELLS: dict[str, Callable[[dict], object]] = {
     "prefetch": lambda c: c["prefetch"],
     "rs": lambda c: _communicator(c["separate_reduce_scatter"]),
-    "change_ms": lambda c: f"{c['predicted_change_ms']:+.3f} ± {c['predicted_change_ms_err']:.3f}",
-    "change_pct": lambda c: f"{c['predicted_change_pct']:+.1f} ± {c['predicted_change_pct_err']:.1f}",
-    "step": lambda c: plus_minus(c, "predicted_step_ms"),
-    "forward": lambda c: plus_minus(c, "predicted_forward_wait_ms"),
-    "backward": lambda c: plus_minus(c, "predicted_backward_wait_ms"),
+    **table.CHANGE_CELLS,
+    "forward": lambda c: table.plus_minus(c, "predicted_forward_wait_ms"),
+    "backward": lambda c: table.plus_minus(c, "predicted_backward_wait_ms"),
     "worst": _worst,
 }
 
 
-def merged(run: dict) -> dict:
-    """The run with one candidate per distinct schedule (the recorded setting standing for its own), its
-    note naming the settings that replay the same."""
-    out, seen = [], []
-    for c in run["candidates"]:
-        same = c.get("same_schedule") or [c["setting"]]
-        if same in seen:
-            continue
-        seen.append(same)
-        group = [d for d in run["candidates"] if d["setting"] in same]
-        out.append(next((d for d in group if d["recorded"]), c))
-    return {**run, "candidates": out}
+def _same_schedule(c: dict) -> list[dict]:
+    """The settings whose replay is the candidate's."""
+    return c.get("same_schedule") or [c["setting"]]
 
 
-def _same(c: dict) -> str:
-    others = [s for s in c.get("same_schedule") or [] if s != c["setting"]]
+def _same_note(c: dict) -> str:
+    others = [s for s in _same_schedule(c) if s != c["setting"]]
     names = ", ".join(f"{s['prefetch']}/{_communicator(s['separate_reduce_scatter'])}" for s in others)
     return f"same schedule as {names} (prefetch/reduce-scatters)" if names else ""
 
@@ -185,27 +159,19 @@ def table_lines(run: dict) -> list[str]:
     chosen = run["recommended"]["setting"]
     lanes = "one stream per communicator" if run["lanes"] == 1 else f"{run['lanes']} collectives at once per group"
     measured, replayed = run["measured_step_ms"], run["replayed_step_ms"]
-    off = replayed - measured
-    check = (
-        "within its interval"
-        if run["replay_within"]
-        else f"NOT within its interval (off by {off:+.3f} ms, {100 * off / measured:+.1f} %): the changes below are "
-        "differences of replays, and may miss what the replay misses"
-    )
+    within = run["replay_within"]
+    check = table.check_text("step", replayed, run["replayed_step_ms_err"], measured, within, replayed - measured)
+    if not within:
+        check += ": the changes below are differences of replays, and may miss what the replay misses"
     ideal = run["ideal_step_ms"] - measured
-    shown = merged(run)
-    frame = candidate_frame(shown, CELLS)
-    frame["note"] = [
-        ", ".join(x for x in (n, _same(c)) if x) for n, c in zip(frame["note"], shown["candidates"], strict=True)
-    ]
+    frame = table.candidate_frame(run, CELLS, _same_schedule, _same_note)
     return [
         f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, "
         f"reduce-scatters {_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), "
         f"{run['steps']} rank-steps",
         f"  measured step {measured:.3f} ms (step-to-step spread {run['step_spread_ms']:.3f} ms), of which waiting "
         f"for weights and the tail {run['measured_wait_ms']:.3f} ms; every absolute figure is under the profiler",
-        f"  replay of the recorded setting: step {replayed:.3f} ± {run['replayed_step_ms_err']:.3f} ms vs "
-        f"{measured:.3f} measured, {check}",
+        f"  replay of the recorded setting: {check}",
         f"  perfect overlap (every collective free): {ideal:+.3f} ms ({100 * ideal / measured:+.1f} %) from the "
         f"recorded step, {run['ideal_step_ms']:.3f} ms (replayed: {run['ideal_replayed_ms']:.3f} ms, at most the "
         f"replay's {replayed:.3f})",
@@ -213,7 +179,7 @@ def table_lines(run: dict) -> list[str]:
         f"{run['compute_slowdown']:.3f} ± {run['compute_slowdown_err']:.3f} ms per ms of communication beside it",
         f"  ±: {run['uncertainty']}; changes from the recorded setting, % of the measured step; waits: ms per "
         "rank-step, summed over units",
-        format_table(frame, COLUMNS),
+        format_table(frame, TABLE_COLUMNS),
         f"recommended: prefetch {chosen['prefetch']}, reduce-scatters "
         f"{_communicator(chosen['separate_reduce_scatter'])} ({run['recommended']['reason']})",
         "",

@@ -1,4 +1,5 @@
-"""Which recorded runs each layout of the what-if models, and the refusal of the others.
+"""A recorded run as both layouts read it: which layout models it (and the refusal of the runs neither
+does), its `ddp.meta`, and the rank-steps every rank has.
 
 The bucket layout (buckets/) predicts DDP's bucket size from a run of a strategy that overlaps
 communication with backward; the sharded layout (sharded/) predicts the prefetch depth and the
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+
+import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.trace.frames import Trace
@@ -45,3 +48,9 @@ def check_declared(paths: Sequence[Path]) -> None:
         declared = declared_implementations(path)
         if declared and not declared & {*STRATEGIES, *SHARDED}:
             raise unsupported(str(path), ", ".join(sorted(declared)))
+
+
+def every_rank(frame: pd.DataFrame, ranks: int) -> pd.DataFrame:
+    """The rows (rank, step, ...) of the steps all `ranks` ranks have, sorted by step then rank."""
+    counts = frame.groupby("step")["rank"].transform("size")
+    return frame[counts == ranks].sort_values(["step", "rank"]).reset_index(drop=True)

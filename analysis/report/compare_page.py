@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from analysis.render import palette
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.timeline.lanes import Segments, Selection
+from analysis.timeline.lanes import Segments, Selection, build_panel
 from analysis.timeline.panel import Panel
 from analysis.timeline.representative import RULE, SWITCH, representative_step
 
@@ -73,7 +73,6 @@ def step_choices(steps: pd.DataFrame, chosen: tuple[int, int]) -> list[tuple[int
 def compare_panel(
     label: str,
     colour: str,
-    path: str,
     run: LoadedRun,
     steps: pd.DataFrame,
     width_px: int = 1600,
@@ -85,13 +84,14 @@ def compare_panel(
     chosen = representative_step(steps)
 
     def drawn(step: int | None, rank: int | None) -> Panel:
-        from analysis.timeline.timeline_page import trace_panel
+        from analysis.timeline.timeline_page import with_backward
 
+        # the panel of that step and rank (the whole run without steps), titled here: not trace_panel, whose
+        # title and figures this page does not show
         selection = Selection() if step is None else Selection(step=step, rank=rank)
-        panel, _ = trace_panel(path, selection, run, steps, width_px=width_px, segments=segments)
         at = steps.loc[(steps["step"] == step) & (steps["rank"] == rank)]
-        row = at.iloc[0] if len(at) else None
-        return dataclasses.replace(panel, title=compare_title(label, colour, step, rank, row))
+        title = compare_title(label, colour, step, rank, at.iloc[0] if len(at) else None)
+        return with_backward(build_panel(run, selection, title=title, width_px=width_px, segments=segments), run)
 
     if chosen is None:
         return drawn(None, None)

@@ -218,7 +218,7 @@ def write_timelines(
         _, fig = write_timeline([panel], out / names[r.path], title, selection, plotly_js=plotly_js, notes=notes)
         images.append(Image(fig, out / IMAGES / ("timeline_" + Path(names[r.path]).stem), TIMELINE_PX))
         if len(results) > 1:
-            compared[label] = compare_panel(label, colours[label], r.path, run, r.analysis.steps, segments=segments)
+            compared[label] = compare_panel(label, colours[label], run, r.analysis.steps, segments=segments)
         say(f"timeline of {r.path} ({time.perf_counter() - t0:.1f} s)")
     if not compared:
         return names, None, images

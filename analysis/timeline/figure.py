@@ -39,14 +39,14 @@ STEP_LABEL_CHAR_PX, STEP_LABEL_PAD_PX = 7, 24  # per character of the 11 px font
 HOVER_PX = 4  # hover labels are merged like the lines, at this many pixels: a mouse cannot pick finer
 
 
-def _line_xy(seg: pd.DataFrame, origin_ns: int) -> tuple[np.ndarray, np.ndarray]:
+def _line_xy(start: np.ndarray, end: np.ndarray, lane: np.ndarray, origin_ns: int) -> tuple[np.ndarray, np.ndarray]:
     """Flattened [start, end, NaN] x values (ms) and [lane, lane, NaN] y values for scattergl lines."""
-    n = len(seg)
+    n = len(start)
     x = np.full((n, 3), np.nan, dtype=np.float32)  # float32 ms: sub-microsecond over a 2 s view, half the bytes
-    x[:, 0] = (seg["start"].to_numpy() - origin_ns) / 1e6
-    x[:, 1] = (seg["end"].to_numpy() - origin_ns) / 1e6
+    x[:, 0] = (start - origin_ns) / 1e6
+    x[:, 1] = (end - origin_ns) / 1e6
     y = np.full((n, 3), np.nan, dtype=np.float32)  # lane numbers are exact in float32: half the bytes
-    y[:, 0] = y[:, 1] = seg["lane"].to_numpy(dtype=np.float32)
+    y[:, 0] = y[:, 1] = lane.astype(np.float32)
     return x.ravel(), y.ravel()
 
 
@@ -82,9 +82,11 @@ def _panel_traces(panel: Panel, width_px: int, visible: bool, in_legend: set[str
     # of the whole level gives each category what merging it alone would.
     hover = hover_traces(merge_subpixel(seg, pixel_ns * HOVER_PX), panel.origin_ns, visible)
     lines = category_rows(seg)
+    start, end, lane = (seg[c].to_numpy() for c in ("start", "end", "lane"))  # taken per category as arrays
     out: list[dict] = []
     for category in category_order(list(lines)):
-        x, y = _line_xy(seg.iloc[lines[category]], panel.origin_ns)
+        rows = lines[category]
+        x, y = _line_xy(start[rows], end[rows], lane[rows], panel.origin_ns)
         out.append(
             dict(
                 type="scattergl",

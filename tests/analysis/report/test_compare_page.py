@@ -28,7 +28,7 @@ def test_panels_stack_in_the_order_given_each_one_step_of_one_rank_with_backward
     panels = []
     for kind, (run, steps) in runs.items():
         colour = palette.IMPLEMENTATION_COLOURS[kind]
-        panels.append(compare_panel(kind, colour, str(run.trace.path), run, steps))
+        panels.append(compare_panel(kind, colour, run, steps))
     path, fig = write_compare(tmp_path / "side.html", panels, list(runs))
     titles = [a.text for a in fig.layout.annotations]
     for (kind, (_, steps)), title, panel in zip(runs.items(), titles, panels, strict=True):
@@ -52,7 +52,7 @@ def test_each_panel_switches_to_every_step_of_its_rank_and_every_rank_of_its_ste
     """A drop-down per panel lists the run's steps of the opened rank, then its other ranks in the opened step;
     each choice titles the panel with that step's figures from the raw per-step rows, shows that rank's lanes
     and outlines that step's backward pass from that step's start, and touches no other panel."""
-    panels = [compare_panel(k, "#000000", str(run.trace.path), run, steps) for k, (run, steps) in runs.items()]
+    panels = [compare_panel(k, "#000000", run, steps) for k, (run, steps) in runs.items()]
     path, fig = write_compare(tmp_path / "side.html", panels, list(runs))
     assert "the drop-down left of each panel" in path.read_text()
     shapes = fig.layout.shapes
@@ -99,7 +99,7 @@ def test_the_plot_is_tall_enough_for_its_legend(runs, tmp_path):
     from analysis.timeline.figure import LEGEND_ROW_PX
 
     run, steps = runs["overlap"]
-    _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", "o", run, steps)], ["o"])
+    _, fig = write_compare(tmp_path / "one.html", [compare_panel("overlap", "#000000", run, steps)], ["o"])
     shown = [t for t in fig.data if t.visible is not False], [s for s in fig.layout.shapes if s.visible is not False]
     entries = sum(bool(t.showlegend) for t in shown[0]) + sum(bool(s.showlegend) for s in shown[1])  # hidden: none
     plot_px = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b

@@ -4,11 +4,18 @@ For every setting of one knob (the bucket size of `overlap_bucket` / `torch`, or
 with reduce-scatters shared or separate: `2` / `2s`) it records a run under nsys (`run_nsys.sh`), asks
 `python -m analysis.advise --format json` for every other setting's predicted change from the recorded
 one, measures every setting without a profiler (`python -m ddp.benchmark`, the settings interleaved over
---repeat sweeps, every other sweep in reverse order, the median of the sweeps kept) and prints the
-error table: per recording and setting, the predicted change (% of the step, ± its 95 % interval), the
-measured change, their difference in percentage points and the verdict (within 10 points, both within
-the noise, or missed); then per recording the recommended setting against the best measured one
-(target: within 5 %, or the recorded setting kept with no difference beyond the noise).
+--repeat sweeps, every other sweep in reverse order) and prints the error table: per recording and
+setting, the predicted change (% of the step, ± its 95 % interval), the measured change, their difference
+in percentage points and the verdict (within 10 points, both within the noise, or missed); then per
+recording the recommended setting against the best measured one (target: within 5 %, or the recorded
+setting kept with no difference beyond the noise).
+
+The measured change of a setting is the median over sweeps of its change from the recorded setting timed
+in the same sweep, and the noise half the range of those per-sweep changes (listed after the verdict): on
+a shared machine the load drifts over a sweep and between sweeps, which moves both settings of a sweep
+alike. Figures given with --measured pair by position (the k-th of each setting); where the settings have
+different counts, or one sweep only, the change is between the settings' medians and the noise the
+larger half-range of their figures.
 
     python benchmarks/advise_crossval.py --impl overlap_bucket --settings 1 5 25 --steps 4 --warmup 1
     python benchmarks/advise_crossval.py --impl fsdp --settings 1 2 2s 3 --steps 4 --warmup 1
@@ -117,6 +124,15 @@ def spread_pct(values: list[float], base: float) -> float:
     return 100.0 * (max(values) - min(values)) / 2 / base if len(values) > 1 else 0.0
 
 
+def paired_pct(values: list[float], recorded: list[float]) -> list[float]:
+    """Each sweep's change of a setting from the recorded one timed in the same sweep (% of the latter); empty
+    when the two were not timed the same number of times (figures from elsewhere). Load that drifts over a
+    sweep moves both alike, so the per-sweep changes spread less than the settings' own figures."""
+    if len(values) != len(recorded) or len(values) < 2:
+        return []
+    return [100.0 * (v - r) / r for v, r in zip(values, recorded, strict=True)]
+
+
 def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
     """One row per measured setting of one recording: predicted and measured change and their difference."""
     recorded, by = predictions(result)
@@ -129,15 +145,18 @@ def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
         c = by.get(key)
         if c is None:
             continue
-        got = 100.0 * (statistics.median(values) - base) / base
+        paired = paired_pct(values, measured[recorded])
+        got = statistics.median(paired) if paired else 100.0 * (statistics.median(values) - base) / base
         pred = c["predicted_change_pct"]
         noise = max(spread_pct(values, base), spread_pct(measured[recorded], base))
+        if paired and key != recorded:  # the spread of the per-sweep changes: drift common to a sweep cancels
+            noise = (max(paired) - min(paired)) / 2
         quiet = abs(pred) <= noise_pred and abs(got) <= noise
         verdict = "met" if abs(pred - got) <= TARGET_PP else ("both within the noise" if quiet else "MISSED")
         rows.append(
             {"recorded": recorded, "setting": key, "predicted_pct": pred,
              "predicted_err": c["predicted_change_pct_err"], "measured_pct": got, "error_pp": pred - got,
-             "noise_pct": noise, "verdict": verdict}
+             "noise_pct": noise, "verdict": verdict, "per_sweep_pct": paired}
         )  # fmt: skip
     return rows
 
@@ -163,13 +182,14 @@ def table(results: list[dict], measured: dict[str, list[float]]) -> list[str]:
         "measured (no profiler), median ms/step: "
         + ", ".join(f"{k} {statistics.median(v):.1f} ({len(v)} sweeps)" for k, v in measured.items()),
         f"{'recorded':>8} {'setting':>7} {'predicted %':>16} {'measured %':>10} {'error pp':>8} {'noise %':>7}"
-        "  verdict",
+        "  verdict (per-sweep changes, each against the recorded setting timed in the same sweep)",
     ]
     for result in results:
         for r in error_rows(result, measured):
             lines.append(
                 f"{r['recorded']:>8} {r['setting']:>7} {r['predicted_pct']:>+8.1f} ± {r['predicted_err']:<5.1f} "
                 f"{r['measured_pct']:>+10.1f} {r['error_pp']:>+8.1f} {r['noise_pct']:>7.1f}  {r['verdict']}"
+                + (f" ({', '.join(f'{v:+.1f}' for v in r['per_sweep_pct'])})" if r["per_sweep_pct"] else "")
             )
     lines += [recommendation(result, measured) for result in results]
     return lines

@@ -65,18 +65,25 @@ def model_meta(model: DataParallelBase) -> dict[str, Any]:
     return meta
 
 
+def run_meta(
+    meta: Mapping[str, Any], model: DataParallelBase | None = None, memory: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The `ddp.meta` of a run: `meta`, plus `model`'s layout (model_meta) and `memory` when given."""
+    out = {**meta, **(model_meta(model) if model is not None else {})}
+    return {**out, MEMORY_KEY: memory} if memory is not None else out
+
+
 @contextlib.contextmanager
 def measured_region(
     meta: Mapping[str, Any], model: DataParallelBase | None = None, memory: Mapping[str, Any] | None = None
 ) -> Iterator[None]:
-    """Wrap the measured steps: barrier, push `profile`, mark `ddp.meta` (with `model`'s bucket
-    layout and this rank's `memory` figures (ddp.training.loop.memory_figures), if given), ..., barrier, pop."""
-    if model is not None:
-        meta = {**meta, **model_meta(model)}
-    if memory is not None:
-        meta = {**meta, MEMORY_KEY: memory}
+    """Wrap the measured steps: barrier, push `profile`, ..., mark `ddp.meta` (with `model`'s bucket
+    layout and this rank's `memory` figures (ddp.training.loop.memory_figures), if given), barrier, pop.
+
+    The mark comes after the steps: PyTorch DDP rebuilds its buckets in its second step, so a layout read
+    before a run with one warm-up step would be the one the measured steps no longer use."""
     _barrier()
     with nvtx_ranges.range(PROFILE):
-        nvtx_ranges.mark(encode_meta(meta))
         yield
+        nvtx_ranges.mark(encode_meta(run_meta(meta, model, memory)))
         _barrier()

@@ -33,9 +33,9 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from contract import ASYNC_KIND, ASYNC_KIND_KEY, MEMORY_KEY, META_KEY, PAYLOAD_KEY, PROFILE
+from contract import ASYNC_KIND, ASYNC_KIND_KEY, META_KEY, PAYLOAD_KEY, PROFILE
 from ddp.comm import nvtx_ranges
-from profiling.capture import model_meta
+from profiling.capture import run_meta
 
 if TYPE_CHECKING:
     from ddp.strategies.base import DataParallelBase
@@ -153,10 +153,6 @@ def measured_region(
 
     The recorder stays installed afterwards: an async range still open at the end (none is, after
     the closing barrier) must not reach NVTX with a foreign id."""
-    if model is not None:
-        meta = {**meta, **model_meta(model)}
-    if memory is not None:
-        meta = {**meta, MEMORY_KEY: memory}
     _barrier()
     ranges = TorchRanges()
     prof = profile(activities=activities())
@@ -171,7 +167,7 @@ def measured_region(
         prof.stop()  # on failure too: the profiler's threads must not outlive the rank
         until = time.time_ns()
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_trace(prof, path, ranges, since, meta, until)
+    write_trace(prof, path, ranges, since, run_meta(meta, model, memory), until)  # the layout after the steps
     took = time.perf_counter() - started
     print(
         f"[profiling.torch_profile] wrote {path} ({took:.1f} s: the measured steps, then the trace written)", flush=True

@@ -218,3 +218,17 @@ def plain_ddp_run(tmp_path_factory) -> Path:
     """A two-rank plain PyTorch DDP job recorded with plain torch.profiler (tests/support/plain_ddp.py),
     once for the session: the folder of its plain_ddp.rank<N>.json and timer.rank<N>.json."""
     return record_plain_ddp(tmp_path_factory.mktemp("plain_ddp"))
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium (tests.support.devtools.Browser, 1400 x 1000) for every page the session's
+    tests open, started when first asked for; skipped without Chromium."""
+    from tests.support.devtools import Browser, BrowserError
+
+    try:
+        browser = Browser(width=1400, height=1000)
+    except BrowserError as err:
+        pytest.skip(str(err))
+    with browser:
+        yield browser

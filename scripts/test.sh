@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs what the tests need (scripts/setup.sh --tests: into the project's .venv,
 # or into $PYTHON when set), runs scripts/lint.sh (ruff check, ruff format --check, mypy), then the whole
-# suite with that interpreter (--whole-suite: the costly tests a bare pytest leaves out too), printing the
-# 25 slowest tests.
+# suite with that interpreter (--whole-suite: the costly tests a bare pytest leaves out too; on two xdist
+# workers, the modules that start ranks or nsys on one of them: tests/conftest.py; `-n 0` runs it in one
+# process), printing the 25 slowest tests.
 #   usage: bash scripts/test.sh [--no-system] [pytest args...]
 #     --no-system   setup changes nothing outside the repository (no apt); same as DDP_NO_APT=1
 set -euo pipefail

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 import sys
 import warnings
@@ -42,44 +43,101 @@ def pytest_collectreport(report):
 COSTLY = ("ranks", "nsys", "browser", "pool", "real", "pages", "subprocess")
 
 
-# The quick loop's workers (pytest-xdist, a test extra): its tests run in this process and mostly wait on
-# one core, so two workers, each taking whole files (a module's fixtures are made once), nearly halve it.
-QUICK_WORKERS = 2
+# The suite's workers (pytest-xdist, a test extra). The quick loop's tests run in this process and mostly
+# wait on one core, so two workers, each taking whole files (a module's fixtures are made once), nearly
+# halve it. The whole suite runs on two as well, by groups (`_group`): every module that starts training
+# ranks or the real nsys, or reads the session's recordings, in one group that one worker runs, one module
+# after another (two such modules at once would oversubscribe the two cores, and a recording is made once
+# per worker that asks for it); the rest by file, on the other worker while those run.
+WORKERS = 2
+PROCESSES_GROUP = "processes"
+SHARED_RUNS = ("nsys_recordings", "torch_recordings", "plain_ddp_run")  # the session fixtures that spawn ranks
+GROUPS_FILE = "xdist_groups.json"  # in the controller's basetemp: worker gw0's {nodeid: group}
 
 
 def pytest_addoption(parser):
     parser.addoption("--whole-suite", action="store_true", help=f"run the costly tests too ({', '.join(COSTLY)})")
 
 
+def _bare(config) -> bool:
+    """No files, -m or -k named: `pytest` or `pytest --whole-suite`."""
+    bare = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+    return bare and not config.option.keyword
+
+
 def _quick_loop(config) -> bool:
     """A bare `pytest`: no files, -m, -k or --whole-suite named."""
-    bare = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
-    return bare and not config.option.keyword and not config.getoption("whole_suite")
+    return _bare(config) and not config.getoption("whole_suite")
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_cmdline_main(config):
-    """The quick loop runs on QUICK_WORKERS xdist workers when xdist is installed and -n was not given
-    (`-n 0` runs it in this process); what a worker runs, it chooses itself (pytest_collection_modifyitems)."""
+    """A bare `pytest` (by file) or `pytest --whole-suite` (by group: --dist loadscope, `_group`) runs on
+    WORKERS xdist workers when xdist is installed and -n was not given (`-n 0` runs it in this process);
+    what a worker runs, it chooses itself (pytest_collection_modifyitems)."""
     numprocesses = getattr(config.option, "numprocesses", "absent")  # absent: xdist not installed or -p no:xdist
-    if (
-        numprocesses is None
-        and _quick_loop(config)
-        and not config.option.usepdb
-        and "PYTEST_XDIST_WORKER" not in os.environ
-    ):
-        config.option.numprocesses, config.option.dist = QUICK_WORKERS, "loadfile"
+    if numprocesses is None and _bare(config) and not config.option.usepdb and "PYTEST_XDIST_WORKER" not in os.environ:
+        config.option.numprocesses = WORKERS
+        config.option.dist = "loadfile" if _quick_loop(config) else "loadscope"
+
+
+def _starts_processes(item) -> bool:
+    return any(item.get_closest_marker(m) for m in ("ranks", "nsys")) or any(
+        f in getattr(item, "fixturenames", ()) for f in SHARED_RUNS
+    )
+
+
+def _group(items) -> dict[str, str]:
+    """Each test's group: PROCESSES_GROUP for every test of a module with one test that starts ranks or
+    nsys, else its file."""
+    heavy = {item.module.__name__ for item in items if _starts_processes(item)}
+    return {
+        item.nodeid: PROCESSES_GROUP if item.module.__name__ in heavy else item.nodeid.split("::", 1)[0]
+        for item in items
+    }
 
 
 def pytest_collection_modifyitems(config, items):
-    """A bare `pytest` runs the quick loop: the tests with none of the COSTLY marks."""
-    if not _quick_loop(config):
-        return
-    quick = [item for item in items if not any(item.get_closest_marker(m) for m in COSTLY)]
-    if len(quick) < len(items):
-        kept = set(map(id, quick))
-        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
-        items[:] = quick
+    """A bare `pytest` runs the quick loop: the tests with none of the COSTLY marks. Under --dist loadscope,
+    worker gw0 writes the groups for the controller's scheduler (`pytest_xdist_make_scheduler`)."""
+    if _quick_loop(config):
+        quick = [item for item in items if not any(item.get_closest_marker(m) for m in COSTLY)]
+        if len(quick) < len(items):
+            kept = set(map(id, quick))
+            config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+            items[:] = quick
+    if os.environ.get("PYTEST_XDIST_WORKER") == "gw0" and getattr(config, "workerinput", {}).get("loadscope_groups"):
+        target = Path(config.option.basetemp).parent / GROUPS_FILE
+        partial = target.with_suffix(".partial")
+        partial.write_text(json.dumps(_group(items)))
+        partial.replace(target)
+
+
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: absent without it
+def pytest_configure_node(node):
+    """Tell the workers to write the groups (only under --dist loadscope)."""
+    node.workerinput["loadscope_groups"] = node.config.getvalue("dist") == "loadscope"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadscope by `_group`'s groups rather than by file (xdist's own loadgroup does not group
+    under pytest 9, whose nodeids it can no longer rename)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    groups_file = config._tmp_path_factory.getbasetemp() / GROUPS_FILE
+
+    class GroupScheduling(LoadScopeScheduling):
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # written by gw0 before it reported its collection, read after all did
+                self.groups = json.loads(groups_file.read_text()) if groups_file.exists() else {}
+            return self.groups.get(nodeid) or super()._split_scope(nodeid)
+
+    return GroupScheduling(config, log)
 
 
 # Every process the suite starts carries a token (tests/support/owned.py): this session's, under which
@@ -160,3 +218,17 @@ def plain_ddp_run(tmp_path_factory) -> Path:
     """A two-rank plain PyTorch DDP job recorded with plain torch.profiler (tests/support/plain_ddp.py),
     once for the session: the folder of its plain_ddp.rank<N>.json and timer.rank<N>.json."""
     return record_plain_ddp(tmp_path_factory.mktemp("plain_ddp"))
+
+
+@pytest.fixture(scope="session")
+def chromium():
+    """One headless Chromium (tests.support.devtools.Browser, 1400 x 1000) for every page the session's
+    tests open, started when first asked for; skipped without Chromium."""
+    from tests.support.devtools import Browser, BrowserError
+
+    try:
+        browser = Browser(width=1400, height=1000)
+    except BrowserError as err:
+        pytest.skip(str(err))
+    with browser:
+        yield browser

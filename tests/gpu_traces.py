@@ -7,6 +7,7 @@ Tests take the `gpu_trace` fixture (tests/conftest.py) and call it with a file n
 from __future__ import annotations
 
 import lzma
+import os
 import shutil
 from pathlib import Path
 
@@ -45,7 +46,7 @@ def decompress(name: str, into: Path, folder: Path = GPU_H100) -> Path:
     if not source.exists():
         raise FileNotFoundError(source)
     if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
-        partial = target.with_suffix(".partial")
+        partial = target.with_suffix(f".partial{os.getpid()}")  # xdist workers may decompress it at once
         with lzma.open(source) as src, open(partial, "wb") as dst:
             shutil.copyfileobj(src, dst, 1 << 20)
         partial.chmod(0o444)

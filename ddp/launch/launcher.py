@@ -4,7 +4,8 @@
     torchrun --nproc-per-node 4 -m ddp.benchmark   # RANK/WORLD_SIZE/LOCAL_RANK set: join it
 
 A rank that raises or dies brings the others down: the parent kills the survivors and raises
-RankFailedError naming the rank and its error, instead of waiting on a collective forever.
+RankFailedError naming the rank and its error, instead of waiting on a collective forever. A parent
+that is killed takes its ranks with it (`_end_with_parent`): nothing else would stop them.
 A collective that never completes ends the job too, named with the rank that never reached it: ranks
 mirror their position (`ddp.comm.inflight`) into shared memory, a backend's timeout (the process-group
 timeout, DDP_TIMEOUT_S) is reported with it, and past that timeout the parent stops the job itself
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import pickle
+import signal
 import socket
 import sys
 import time
@@ -44,6 +46,7 @@ from ddp.launch.rank_failures import (
 DEFAULT_TIMEOUT_S = 300.0  # a collective waiting longer than this fails instead of hanging
 TIMEOUT_ENV = "DDP_TIMEOUT_S"  # overrides DEFAULT_TIMEOUT_S for every CLI
 JOIN_TIMEOUT_S = 120.0  # how long spawned ranks wait for each other to start, at least (a dead one ends it sooner)
+_PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent dies
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,19 @@ def _setup_rank(
     return DistContext(rank, local_rank, world_size, local_world_size, backend, device)
 
 
+def _end_with_parent(parent: int) -> None:
+    """Have the kernel kill this rank when its parent dies (Linux; elsewhere nothing changes). A parent
+    killed outright (SIGKILL, or SIGTERM at its default: what a stopped recording does) never runs the
+    clean-up that stops its ranks, and orphaned ranks would train on until their last step, past the
+    recording's own timeout."""
+    if not sys.platform.startswith("linux"):
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+
+
 def _child(
     rank: int,
     world_size: int,
@@ -167,8 +183,11 @@ def _child(
     results: Queue[Any],
     slots: ctypes.Array[inflight.Slot] | None = None,
     env: dict[str, str] | None = None,
+    parent: int | None = None,
 ) -> None:
     """Body of one spawned rank: report ("ok", result) or ("error", when, message, traceback)."""
+    if parent is not None:
+        _end_with_parent(parent)
     try:
         os.environ.update(env or {})
         inflight.attach(slots[rank] if slots is not None else None)
@@ -220,7 +239,7 @@ def launch(
         spawn.Process(
             target=_child,
             daemon=True,
-            args=(r, world_size, backend, (addr, port), timeout_s, worker, args, results, slots, env),
+            args=(r, world_size, backend, (addr, port), timeout_s, worker, args, results, slots, env, os.getpid()),
         )
         for r in range(world_size)
     ]

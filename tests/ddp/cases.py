@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -180,6 +182,12 @@ def exit_on_rank1(ctx: DistContext) -> None:
     if ctx.rank == 1:
         os._exit(3)
     dist.barrier()
+
+
+def sleep_forever(ctx: DistContext, folder: str) -> None:
+    """Say in `folder` that this rank is running, then sleep."""
+    (Path(folder) / f"rank{ctx.rank}").touch()
+    time.sleep(3600)
 
 
 def report_context(ctx: DistContext) -> dict:

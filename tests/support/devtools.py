@@ -3,7 +3,7 @@
 Chromium reads commands from its file descriptor 3 and writes replies and events to descriptor 4,
 one JSON message per NUL-terminated chunk. Over that pipe a test opens a page, sees every request
 the page makes (Network events, file:// ones included), its console errors and uncaught exceptions,
-evaluates a script in it and takes a screenshot: one browser start per page, no port, no network.
+evaluates a script in it and takes a screenshot: one browser start for many pages, no port, no network.
 """
 
 from __future__ import annotations
@@ -158,21 +158,22 @@ class Browser:
             if "method" in message:
                 self._events.append((message["method"], message.get("params", {}), message.get("sessionId")))
 
-    def open(self, page: Path) -> Tab:
-        """Open a page in a new tab of the window's size and wait for its load event."""
+    def open(self, page: Path, width: int | None = None, height: int | None = None) -> Tab:
+        """Open a page in a new tab, of the window's size unless given, and wait for its load event."""
+        width, height = width or self.width, height or self.height
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Network", "Page", "Runtime", "Log"):
             self.call(f"{domain}.enable", session=session)
         self.call(
             "Emulation.setDeviceMetricsOverride",
-            {"width": self.width, "height": self.height, "deviceScaleFactor": 1, "mobile": False},
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": False},
             session=session,
         )
         self._events.clear()
         self.call("Page.navigate", {"url": Path(page).resolve().as_uri()}, session=session)
         self.wait_for("Page.loadEventFired", session)
-        return Tab(self, session)
+        return Tab(self, session, target)
 
     def take_log(self, session: str) -> PageLog:
         log = PageLog()
@@ -188,6 +189,12 @@ class Tab:
 
     browser: Browser
     session: str
+    target: str = ""
+
+    def close(self) -> None:
+        """Close the tab (a browser kept for many pages would otherwise hold them all)."""
+        if self.target:
+            self.browser.call("Target.closeTarget", {"targetId": self.target})
 
     def evaluate(self, expression: str) -> Any:
         """The value of a JavaScript expression (awaited when it is a promise)."""

@@ -115,11 +115,29 @@ def console_errors(stderr: str) -> list[str]:
     return [ln for ln in lines if "ERROR" in ln or "Uncaught" in ln or "Failed to load" in ln]
 
 
+# The probe's result, once the page's load handlers (the body probe among them) have run.
+PROBE_RESULT = """new Promise(function (done) {
+  (function poll() {
+    var out = document.getElementById('render-probe');
+    if (out) { done(out.textContent); } else { setTimeout(poll, 20); }
+  })();
+})"""
+
+
 def check_page(
-    page: Path, screenshot: Path | None = None, width: int = 1600, height: int = 1200, timeout_s: float = 120.0
+    page: Path,
+    screenshot: Path | None = None,
+    width: int = 1600,
+    height: int = 1200,
+    timeout_s: float = 120.0,
+    browser=None,
 ) -> PageCheck:
-    """Render `page` headless; optionally also save a screenshot of the first `height` pixels."""
+    """Render `page` headless; optionally also save a screenshot of the first `height` pixels. With
+    `browser` (a tests.support.devtools.Browser, started once for many pages) the page opens in a tab of
+    it; else in a Chromium of its own (two: the DOM, then the screenshot)."""
     page = Path(page).resolve()
+    if browser is not None:
+        return _check_in(browser, page, screenshot, width, height)
     with tempfile.TemporaryDirectory(prefix="html_check_") as tmp_name:
         tmp = Path(tmp_name)
         probed = _probed_copy(page, tmp)
@@ -147,4 +165,21 @@ def check_page(
                 tmp / "profile2",
                 timeout_s,
             )
+    return PageCheck(plots=probe["plots"], errors=errors, render_ms=probe["render_ms"], wall_s=wall)
+
+
+def _check_in(browser, page: Path, screenshot: Path | None, width: int, height: int) -> PageCheck:
+    """check_page in a tab of a running browser: the probed copy opened, read, screenshot, closed."""
+    with tempfile.TemporaryDirectory(prefix="html_check_") as tmp_name:
+        probed = _probed_copy(page, Path(tmp_name))
+        t0 = time.perf_counter()
+        tab = browser.open(probed, width=width, height=height)
+        try:
+            probe = json.loads(tab.evaluate(PROBE_RESULT))
+            wall = time.perf_counter() - t0
+            errors = probe["errors"] + tab.log().errors
+            if screenshot is not None:
+                tab.screenshot(Path(screenshot).resolve())
+        finally:
+            tab.close()
     return PageCheck(plots=probe["plots"], errors=errors, render_ms=probe["render_ms"], wall_s=wall)

@@ -30,9 +30,8 @@ GPU_RUNS = ("naive", "flat", "overlap", "overlap_bucket", "torch")
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with Browser(width=1400, height=1000) as b:
-        yield b
+def browser(chromium) -> Browser:
+    return chromium  # the session's (1400 x 1000)
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from tests.analysis.timeline.test_timeline_traces import write_trace
 from tests.support.html_check import check_page, find_chromium
 
 pytestmark = [
-    pytest.mark.browser,  # starts headless Chromium for every page
+    pytest.mark.browser,  # opens its pages in the session's headless Chromium
     pytest.mark.skipif(find_chromium() is None, reason="no chromium on PATH: run `bash scripts/install_chromium.sh`"),
 ]
 REPO = Path(__file__).resolve().parents[3]
@@ -47,8 +47,8 @@ def expected_side_by_side(paths) -> int:
     return len(build_figure(panels).data)
 
 
-def assert_rendered(page: Path, traces: int, shot: str, height: int = 1000) -> dict:
-    check = check_page(page, screenshot=SHOTS / shot, height=height)
+def assert_rendered(chromium, page: Path, traces: int, shot: str, height: int = 1000) -> dict:
+    check = check_page(page, screenshot=SHOTS / shot, height=height, browser=chromium)
     assert check.errors == []
     assert len(check.plots) == 1
     plot = check.plots[0]
@@ -67,49 +67,50 @@ def traces(tmp_path_factory):
     }
 
 
-def test_naive_vs_overlap_timeline_renders(traces, tmp_path):
+def test_naive_vs_overlap_timeline_renders(traces, tmp_path, chromium):
     page = tmp_path / "naive_vs_overlap.html"
     paths = [traces["naive"], traces["overlap"]]
     assert timeline.main([*map(str, paths), "-o", str(page), "--step", "1"]) == 0
-    plot = assert_rendered(page, expected_traces(paths, Selection(step=1)), "timeline_naive_vs_overlap.png")
+    plot = assert_rendered(chromium, page, expected_traces(paths, Selection(step=1)), "timeline_naive_vs_overlap.png")
     assert plot["types"].count("scattergl") == plot["traces"]  # lanes, hover markers and step numbers: WebGL
 
 
-def test_cpu_only_timeline_renders(traces, tmp_path):
+def test_cpu_only_timeline_renders(traces, tmp_path, chromium):
     page = tmp_path / "cpu.html"
     paths = [traces["naive_cpu"], traces["overlap_cpu"]]
     assert timeline.main([*map(str, paths), "-o", str(page)]) == 0
-    assert_rendered(page, expected_traces(paths, Selection()), "timeline_cpu_only.png", height=800)
+    assert_rendered(chromium, page, expected_traces(paths, Selection()), "timeline_cpu_only.png", height=800)
 
 
 @pytest.mark.skipif(not REAL.exists(), reason="real trace not present (../shared/data)")
-def test_real_trace_timeline_renders(tmp_path):
+def test_real_trace_timeline_renders(tmp_path, chromium):
     page = tmp_path / "real.html"
     assert timeline.main([str(REAL), "-o", str(page)]) == 0
-    assert_rendered(page, expected_traces([REAL], Selection()), "timeline_real_h100.png", height=700)
+    assert_rendered(chromium, page, expected_traces([REAL], Selection()), "timeline_real_h100.png", height=700)
 
 
-def test_gpu_step_timeline_renders_with_its_shading(gpu_trace, tmp_path):
+def test_gpu_step_timeline_renders_with_its_shading(gpu_trace, tmp_path, chromium):
     """One step of the real torch H100 trace (host not syncing): the page renders."""
     path = gpu_trace("torch.sqlite")
     page = tmp_path / "torch_step4.html"
     assert timeline.main([str(path), "-o", str(page), "--step", "4"]) == 0
-    assert_rendered(page, expected_traces([path], Selection(step=4)), "timeline_gpu_torch_step4.png", height=800)
+    expected = expected_traces([path], Selection(step=4))
+    assert_rendered(chromium, page, expected, "timeline_gpu_torch_step4.png", height=800)
 
 
-def test_the_check_sees_javascript_errors(tmp_path):
+def test_the_check_sees_javascript_errors(tmp_path, chromium):
     page = write_page(tmp_path / "broken.html", "broken", ["<script>undefinedFunction();</script>"])
-    check = check_page(page)
+    check = check_page(page, browser=chromium)
     assert check.plots == []
     assert any("undefinedFunction" in e for e in check.errors)
 
 
-def test_report_pages_render(traces, tmp_path):
+def test_report_pages_render(traces, tmp_path, chromium):
     from analysis.report import command as report
 
     out = tmp_path / "reports"
     assert report.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(out)]) == 0
-    check = check_page(out / "index.html", screenshot=SHOTS / "report_index.png", height=1500)
+    check = check_page(out / "index.html", screenshot=SHOTS / "report_index.png", height=1500, browser=chromium)
     assert check.errors == []
     # breakdown, spread; Collectives: per trace wait vs transfer (two bars + the step's length), the straggler
     # chart, and the calls of each step its drop-down offers (wait, all-reduce transfer, issue dots; 3 steps of
@@ -119,6 +120,7 @@ def test_report_pages_render(traces, tmp_path):
     assert all(p["svg_layers"] >= 1 for p in check.plots)
     paths = [traces["naive"], traces["overlap"]]
     assert_rendered(
+        chromium,
         out / "timelines" / "side_by_side.html",
         expected_side_by_side(paths),
         "report_naive_vs_overlap.png",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pickle
 import queue
+import subprocess
 import sys
 import threading
 import time
@@ -40,6 +41,31 @@ def test_rank_that_raises_stops_the_others_with_its_error():
 def test_rank_that_dies_silently_is_named():
     with pytest.raises(RankFailedError, match=r"rank 1 exited with code 3"):
         launch(cases.exit_on_rank1, 2, timeout_s=60)
+
+
+@pytest.mark.ranks  # spawns ranks
+def test_ranks_end_with_a_parent_killed_outright(tmp_path):
+    """SIGKILL (what a stopped recording may send) gives the parent no chance to stop its ranks: they
+    end by themselves, and with them the queue's resource tracker."""
+    token = owned.new_token(os.environ.get(owned.OWNER_ENV))
+    code = "import sys; from ddp.launch.launcher import launch; from tests.ddp import cases; "
+    code += "launch(cases.sleep_forever, 2, sys.argv[1])"
+    parent = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], cwd=REPO, env=owned.env_with(token))
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(tmp_path.glob("rank*"))) < 2:  # both ranks are in the worker
+            assert parent.poll() is None and time.monotonic() < deadline, "the ranks never started"
+            time.sleep(0.2)
+        ranks = [p for p in owned.describe(owned.carrying(token)) if "spawn_main" in p]
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 15
+        while (left := owned.describe(owned.carrying(token))) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert left == [], f"still running after their parent was killed: {left} (the ranks were {ranks})"
+    finally:
+        parent.kill()
+        owned.end_all(token, wait_s=0)
 
 
 @pytest.mark.ranks  # spawns ranks

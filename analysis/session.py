@@ -35,8 +35,8 @@ from analysis.options import AnalysisOptions
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
 from analysis.overlap.metrics import run_across_ranks
 from analysis.parallel.file_task import analyze_file
+from analysis.parallel.parallel import Outcome
 from analysis.parallel.per_file import RunResult, analyze_groups
-from analysis.parallel.tasks import Outcome
 from analysis.run.loaded_run import LoadedRun, load_run
 from analysis.run.run_files import RunFiles, find_runs, shown_files
 from analysis.timeline.lanes import Selection
@@ -156,15 +156,7 @@ class OpenRuns:
         task = self.task
         if task is None:  # the per-file loads keep to the cache setting
             task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
-        groups = [list(r.paths) for r in self.runs]
-        done = analyze_groups(groups, jobs=self.jobs, dask=self.dask, progress=self.progress, task=task)
-        out = []
-        for run, g in zip(self.runs, done, strict=True):
-            if g.merged is None:
-                out.append(RunResult(run, None, pd.DataFrame(), g.files, "; ".join(g.errors), g.failed))
-            else:
-                out.append(RunResult(run, g.merged.analysis, g.merged.across_ranks, g.files))
-        return out
+        return analyze_groups(self.runs, task, jobs=self.jobs, dask=self.dask, progress=self.progress)
 
     def errors(self) -> list[str]:
         """The one-line error of every run that failed."""

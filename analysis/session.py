@@ -40,7 +40,6 @@ from analysis.parallel.per_file import RunResult, analyze_groups
 from analysis.run.loaded_run import LoadedRun, load_run
 from analysis.run.run_files import RunFiles, find_runs, shown_files
 from analysis.timeline.lanes import Selection
-from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
@@ -116,10 +115,6 @@ class OpenRuns:
         if self.keep_traces:
             self._loaded[i] = run
         return run
-
-    def trace(self, i: int) -> Trace:
-        """Run i's loaded Trace (`.loaded(i).trace`)."""
-        return self.loaded(i).trace
 
     def results(self) -> list[RunResult]:
         """Every run's RunResult (computed once): in one piece here, or file by file with jobs > 1 or a

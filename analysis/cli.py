@@ -83,11 +83,6 @@ def _started_read(paths: Sequence[Path], opts: AnalysisOptions) -> StartedRead |
     return start_read(paths[0])
 
 
-def add_pattern_options(parser: argparse.ArgumentParser) -> None:
-    """--comm-pattern, --comm-range-pattern, --backward-pattern, --step-pattern (the same on every CLI)."""
-    add_options(parser, PATTERNS)
-
-
 def patterns_from(args: argparse.Namespace) -> Patterns:
     """The Patterns the options name (TraceError naming a bad regex)."""
     return AnalysisOptions(**{name: getattr(args, name) for name in PATTERNS}).patterns

@@ -35,12 +35,11 @@ from analysis.options import AnalysisOptions
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
 from analysis.overlap.metrics import run_across_ranks
 from analysis.parallel.file_task import analyze_file
+from analysis.parallel.parallel import Outcome
 from analysis.parallel.per_file import RunResult, analyze_groups
-from analysis.parallel.tasks import Outcome
 from analysis.run.loaded_run import LoadedRun, load_run
 from analysis.run.run_files import RunFiles, find_runs, shown_files
 from analysis.timeline.lanes import Selection
-from analysis.trace.frames import Trace
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
@@ -82,26 +81,13 @@ class OpenRuns:
         self._started = started
 
     @property
-    def skip_steps(self) -> int:
-        return self.options.skip_steps
-
-    @property
     def jobs(self) -> int:
         return self.options.jobs or 1
-
-    @property
-    def dask(self) -> str | None:
-        return self.options.dask
 
     @property
     def cache(self) -> bool | None:
         """The load cache (cache/loads.py): False with no_cache, else None: on unless ANALYSIS_NO_CACHE is set."""
         return False if self.options.no_cache else None
-
-    @property
-    def per_file(self) -> bool:
-        """Whether the runs are analysed file by file (in processes or on Dask) rather than in one piece."""
-        return self.jobs > 1 or self.dask is not None
 
     def loaded(self, i: int) -> LoadedRun:
         """Run i read and measured (loaded_run.load_run), once per OpenRuns when traces are kept."""
@@ -117,15 +103,11 @@ class OpenRuns:
             self._loaded[i] = run
         return run
 
-    def trace(self, i: int) -> Trace:
-        """Run i's loaded Trace (`.loaded(i).trace`)."""
-        return self.loaded(i).trace
-
     def results(self) -> list[RunResult]:
         """Every run's RunResult (computed once): in one piece here, or file by file with jobs > 1 or a
         Dask address; failed runs carry their error."""
         if self._results is None:
-            if self.per_file:
+            if self.jobs > 1 or self.options.dask is not None:  # file by file, in processes or on Dask
                 self._results = self._per_file()
             else:
                 self._results = [self._in_one_piece(i) for i in range(len(self.runs))]
@@ -138,7 +120,7 @@ class OpenRuns:
         try:
             loaded = self.loaded(i)
             rows = run_call_rows(loaded) if self.needs_events else None
-            analysis = analyze_run(loaded, skip_steps=self.skip_steps, rows=None if rows is None else rows[0])
+            analysis = analyze_run(loaded, skip_steps=self.options.skip_steps, rows=None if rows is None else rows[0])
             spread = run_across_ranks(loaded, analysis.steps)
         except TraceError as e:
             self._tick(run, str(e))
@@ -155,16 +137,8 @@ class OpenRuns:
         """Every file a task (parallel/per_file.py), each run merged from its files' results."""
         task = self.task
         if task is None:  # the per-file loads keep to the cache setting
-            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.skip_steps, cache=self.cache)
-        groups = [list(r.paths) for r in self.runs]
-        done = analyze_groups(groups, jobs=self.jobs, dask=self.dask, progress=self.progress, task=task)
-        out = []
-        for run, g in zip(self.runs, done, strict=True):
-            if g.merged is None:
-                out.append(RunResult(run, None, pd.DataFrame(), g.files, "; ".join(g.errors), g.failed))
-            else:
-                out.append(RunResult(run, g.merged.analysis, g.merged.across_ranks, g.files))
-        return out
+            task = partial(analyze_file, patterns=self.patterns, skip_steps=self.options.skip_steps, cache=self.cache)
+        return analyze_groups(self.runs, task, jobs=self.jobs, dask=self.options.dask, progress=self.progress)
 
     def errors(self) -> list[str]:
         """The one-line error of every run that failed."""
@@ -196,7 +170,7 @@ class OpenRuns:
         ]
         if not pairs:
             raise TraceError("; ".join(self.errors()) or "no run")
-        return view_of_rows(pairs, rank=rank, step=step, peak_busbw=peak_busbw, skip_steps=self.skip_steps)
+        return view_of_rows(pairs, rank=rank, step=step, peak_busbw=peak_busbw, skip_steps=self.options.skip_steps)
 
     def timeline_panels(self, selection: Selection | None = None, width_px: int = 1600) -> list[tuple]:
         """(panel, PanelSummary) per run that loaded, for timeline/timeline_page.write_timeline."""

@@ -1,7 +1,7 @@
 """Copy an nsys SQLite export keeping only what the analysis reads: `python scripts/slim_export.py IN OUT`.
 
 Made for the exports shipped in examples/: the tables, columns and rows that analysis/trace/readers/
-(nsys_db.py, nsys_nvtx.py, nsys.py, meta_peek.py) read, nothing else, then VACUUMed. The analysis of the
+(nsys_db.py, nsys_nvtx.py, nsys.py) read, nothing else, then VACUUMed. The analysis of the
 copy prints the same bytes as the analysis of the original (examples/README.md says how that was checked).
 
     python scripts/slim_export.py run.sqlite slim.sqlite && xz -9e -T1 slim.sqlite

@@ -15,7 +15,7 @@ import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.trace.frames import Trace
-from analysis.trace.readers.meta_peek import declared_implementations
+from analysis.trace.readers.nsys_nvtx import declared_implementations
 
 # implementation -> (kind of recorded collectives, bucket rule of the strategy that takes a bucket size)
 STRATEGIES = {"overlap": ("param", "before"), "overlap_bucket": ("bucket", "before"), "torch": ("bucket", "after")}

@@ -106,7 +106,7 @@ def _release_buffers() -> None:
     """Hand back what writing the tables freed: a pool that keeps freed pages for its next allocations
     (mimalloc, pyarrow's default, or jemalloc) is told to release them, which the analysis after the
     store would never reuse (about 200 MB on the 10M-kernel export); then glibc's free heap
-    (free_memory.release_free_memory)."""
+    (machine.release_free_memory)."""
     pa.default_memory_pool().release_unused()
     release_free_memory()
 

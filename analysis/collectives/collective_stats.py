@@ -3,6 +3,12 @@
 algbw = bytes / transfer time (GB/s: bytes per ns); busbw = algbw x the nccl-tests factor for the op
 and the n ranks of the collective: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
 (n-1)/n; broadcast, reduce, send/recv 1. It is NaN when bytes or transfer are unknown or zero.
+
+Host scope (`host_scopes(trace, rows)`): a rank's host is the `hostname` its `ddp.meta` records. A call
+is `intra-host` when every member of its group (every rank of the run for a group of all ranks) is on
+one host, `inter-host` when they are on several, and '' when a member's host is unknown or the run has
+one host: the outputs split waits and bandwidth by scope only for runs whose ranks report more than
+one host.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from analysis.trace.frames import NS_PER_MS
+from analysis.trace.frames import NS_PER_MS, Trace
 
 SIZE_EDGES = np.array([0, 4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20], dtype=float)
 SIZE_LABELS = ["<4K", "4K-64K", "64K-1M", "1M-16M", "16M-256M", ">=256M"]
@@ -128,8 +134,34 @@ def group_count(calls: pd.DataFrame) -> int:
 
 
 def by_host_scope(calls: pd.DataFrame) -> pd.DataFrame:
-    """One row per host scope (intra-host, inter-host: host_scope.py) of the calls that have one: see _summarise."""
+    """One row per host scope (intra-host, inter-host: host_scopes) of the calls that have one: see _summarise."""
     scoped = calls[calls["host_scope"] != ""] if "host_scope" in calls else calls.iloc[:0]
     if scoped.empty:
         return pd.DataFrame(columns=["host_scope"])
     return _summarise(scoped.groupby("host_scope", sort=True))
+
+
+INTRA, INTER = "intra-host", "inter-host"
+
+
+def rank_hosts(trace: Trace) -> dict[int, str]:
+    """rank -> the hostname its process's ddp.meta records (ranks without one left out)."""
+    named = {key: m.get("hostname") for key, m in trace.meta.items() if isinstance(m.get("hostname"), str)}
+    pairs = zip(trace.ranks["rank"].tolist(), trace.ranks["part"].tolist(), trace.ranks["pid"].tolist(), strict=True)
+    return {int(rank): named[(part, pid)] for rank, part, pid in pairs if (part, pid) in named}
+
+
+def host_scopes(trace: Trace, rows: pd.DataFrame, world: int) -> np.ndarray:
+    """Per call row (group_ranks): INTRA, INTER or '' (see the module docstring)."""
+    hosts = rank_hosts(trace)
+    out = np.full(len(rows), "", dtype=object)
+    if len(set(hosts.values())) < 2 or "group_ranks" not in rows:
+        return out
+    codes, members = pd.factorize(rows["group_ranks"].astype(str))
+    every = list(range(world))
+    scopes = []
+    for text in members:  # one per distinct group
+        ranks = [int(r) for r in text.split(",")] if text else every
+        seen = {hosts.get(r) for r in ranks}
+        scopes.append("" if None in seen else INTRA if len(seen) == 1 else INTER)
+    return np.array([*scopes, ""], dtype=object)[codes]

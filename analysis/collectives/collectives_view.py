@@ -12,7 +12,6 @@ import pandas as pd
 
 from analysis.collectives import collective_stats as stats
 from analysis.collectives.collective_rows import call_rows
-from analysis.collectives.host_scope import host_scopes
 from analysis.collectives.straggler_cause import straggler_summary, with_causes
 from analysis.errors import TraceError
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, PREFETCH_COLUMNS, gather_rows
@@ -278,6 +277,6 @@ def _with_in_time(
     where = rows[["rank", "issue_ns", "phase"]].merge(ranks, on="rank", how="left")
     phases = phase_labels(trace, where, patterns)
     gathers = gather_rows(trace, rows, phases)
-    rows = rows.assign(host_scope=host_scopes(trace, rows, int(facts.get("world_size") or len(trace.ranks))))
+    rows = rows.assign(host_scope=stats.host_scopes(trace, rows, int(facts.get("world_size") or len(trace.ranks))))
     facts = {**facts, "phases": phases_of(trace), "in_time": in_time_sentences(gathers)}
     return rows, facts, gathers.assign(path=trace.path)

@@ -101,7 +101,7 @@ def _cpu(mine: pd.DataFrame) -> pd.DataFrame:
 
 def gather_rows(trace: Trace, rows: pd.DataFrame, phases: np.ndarray) -> pd.DataFrame:
     """GATHER_COLUMNS of the all-gathers among the call rows issued in a step's forward or backward
-    (`phases`: each row's phase, op_phase.phase_labels)."""
+    (`phases`: each row's phase, comm_breakdown.phase_labels)."""
     pick = (rows["op"].to_numpy() == "all_gather") & (rows["step"].to_numpy() >= 0) & np.isin(phases, PHASES)
     mine = rows[pick].assign(phase=phases[pick], unit=rows.loc[pick, "tag"].astype(str).replace("", "(root)"))
     if (rows["source"] == KERNELS).any():  # calls timed from kernels: a GPU trace with streams and launches

@@ -52,11 +52,6 @@ def _canonical(s: np.ndarray, e: np.ndarray, gap: float) -> bool:
     return bool(np.all(s[1:] - e[:-1] >= max(gap, 1)))
 
 
-def total_length(starts: ArrayLike, ends: ArrayLike) -> int:
-    """Measure of a canonical set (sum of piece lengths)."""
-    return int(np.sum(_as_int64(ends) - _as_int64(starts)))
-
-
 def _sweep(a: tuple[ArrayLike, ArrayLike], b: tuple[ArrayLike, ArrayLike], keep_a: bool, keep_b: bool) -> Set:
     """Pieces where (a covers) == keep_a and (b covers) == keep_b, with at least one of them covering."""
     a_s, a_e = union(*a)

@@ -101,7 +101,7 @@ TEXT_CALL_COLUMNS = [
 
 def calls_to_ship(calls: Calls) -> Calls:
     """The calls with text columns as categoricals and each rank's compute cut to the union of that
-    rank's calls: `pairing.exposure` only measures compute inside a call, so the cut set gives the
+    rank's calls: `call_groups.exposure` only measures compute inside a call, so the cut set gives the
     same figures and stays small (10,000 calls of a 1M-kernel file: 1.7 MB pickled, 2.6 MB as found)."""
     frame = calls.frame.astype(dict.fromkeys(TEXT_CALL_COLUMNS, "category"))
     rows = frame.groupby("rank", sort=False).indices

@@ -1,5 +1,5 @@
-"""Runs analysed file by file (`--jobs N`, `--dask`): `analyze_groups(groups) -> [GroupOutcome]`; and
-`RunResult`, what session.OpenRuns makes of a run either way (in one piece, or from its GroupOutcome).
+"""Runs analysed file by file (`--jobs N`, `--dask`): `analyze_groups(runs, task) -> [RunResult]`;
+`RunResult` is what session.OpenRuns makes of a run either way (in one piece, or file by file).
 
 Every file of every run is its own task (file_task.analyze_file, run by parallel.run_tasks in processes
 or on the cluster) and each run's file results are merged by the loader's rules (rank_merge.combine),
@@ -12,19 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import pandas as pd
 
 from analysis.errors import TraceError
 from analysis.overlap.analyze import Analysis
-from analysis.parallel.file_task import FileResult, analyze_file
-from analysis.parallel.parallel import Progress, run_tasks
-from analysis.parallel.rank_merge import Merged, combine
-from analysis.parallel.tasks import Outcome
+from analysis.parallel.file_task import FileResult
+from analysis.parallel.parallel import Outcome, Progress, run_tasks
+from analysis.parallel.rank_merge import combine
 from analysis.run.run_files import RunFiles
-from analysis.trace.patterns import Patterns
 from analysis.trace.readers.load import one_format
 
 
@@ -43,54 +40,40 @@ class RunResult:
     call_rows: tuple[pd.DataFrame, dict, pd.DataFrame, pd.DataFrame] | None = None  # collectives_view.RunRows
 
 
-@dataclass(frozen=True)
-class GroupOutcome:
-    """A group of files: its merged result, or the one-line errors of the files that failed."""
-
-    paths: tuple[Path, ...]
-    merged: Merged | None
-    errors: tuple[str, ...]
-    failed: tuple[Path, ...] = ()
-    files: tuple[FileResult, ...] = ()  # the files that were analysed
-
-
 def analyze_groups(
-    groups: Sequence[Sequence[Path]],
+    runs: Sequence[RunFiles],
+    task: Callable,
     *,
-    patterns: Patterns | None = None,
-    skip_steps: int = 0,
     jobs: int = 1,
     dask: str | None = None,
     progress: Progress | None = None,
-    task: Callable | None = None,
-) -> list[GroupOutcome]:
-    """Every file of every group (one trace, or one run's per-rank files) as its own task (serial,
-    process pool or Dask), then each group combined; a group with a failed file gets that file's
-    error and no result, as does one that mixes torch.profiler and nsys files (before any task) or
-    whose torch.profiler files are not one job's. `task(path)` replaces `analyze_file`."""
-    task = task or partial(analyze_file, patterns=patterns, skip_steps=skip_steps)
-    mixed = [_format_error(g) if len(g) > 1 else None for g in groups]
-    files = [Path(p) for group, error in zip(groups, mixed, strict=True) if error is None for p in group]
+) -> list[RunResult]:
+    """Every file of every run as its own task `task(path)` (serial, process pool or Dask), then each
+    run's files combined into its RunResult; a run with a failed file gets that file's error and no
+    analysis, as does one that mixes torch.profiler and nsys files (before any task) or whose
+    torch.profiler files are not one job's."""
+    mixed = [_format_error(r.paths) if len(r.paths) > 1 else None for r in runs]
+    files = [p for run, error in zip(runs, mixed, strict=True) if error is None for p in run.paths]
     opened = [p.resolve() for p in files] if dask else files  # Dask workers may start elsewhere
     outcomes = run_tasks(task, opened, jobs=jobs, dask=dask, progress=progress) if files else []
     out, at = [], 0
-    for group, error in zip(groups, mixed, strict=True):
-        paths = tuple(Path(p) for p in group)
+    for run, error in zip(runs, mixed, strict=True):
         if error is not None:
-            out.append(GroupOutcome(paths, None, (error,), paths))
+            out.append(RunResult(run, None, pd.DataFrame(), error=error, failed=run.paths))
             continue
-        mine: list[Outcome] = outcomes[at : at + len(group)]
-        at += len(group)
-        errors = tuple(o.error for o in mine if o.error is not None)
-        failed = tuple(p for p, o in zip(paths, mine, strict=True) if not o.ok)
-        merged = None
+        mine: list[Outcome] = outcomes[at : at + len(run.paths)]
+        at += len(run.paths)
+        errors = [o.error for o in mine if o.error is not None]
+        failed = tuple(p for p, o in zip(run.paths, mine, strict=True) if not o.ok)
+        analysed = tuple(o.value for o in mine if o.ok)
         if not errors:
             try:
-                merged = combine(list(group), [o.value for o in mine])
+                merged = combine(list(run.paths), [o.value for o in mine])
+                out.append(RunResult(run, merged.analysis, merged.across_ranks, analysed))
+                continue
             except TraceError as e:  # torch.profiler files of different jobs: the files it names
-                errors, failed = (str(e),), tuple(p for p in paths if str(p) in str(e)) or paths
-        analysed = tuple(o.value for o in mine if o.ok)
-        out.append(GroupOutcome(paths, merged, errors, failed, analysed))
+                errors, failed = [str(e)], tuple(p for p in run.paths if str(p) in str(e)) or run.paths
+        out.append(RunResult(run, None, pd.DataFrame(), analysed, "; ".join(errors), failed))
     return out
 
 

@@ -6,7 +6,7 @@ for the whole group: ranks numbered across files the same way, rows in rank orde
 metadata and shared-GPU flags from every file's ddp.meta marks and target info (ranks of two files
 may share a GPU), the summary over every rank-step. The collectives' wait/transfer split
 (metrics.SPLIT_METRICS) pairs every rank's calls: the files' calls are shifted onto the first
-file's clock and paired with the one-piece code (pairing.pair and pairing.exposure, through
+file's clock and paired with the one-piece code (call_groups.pair and call_groups.exposure, through
 collective_rows.split_rows: only the columns the split needs, op as a code shared by the files).
 torch.profiler files merge the same way, on their baseTimeNanoseconds clocks. Files of different
 runs are refused by the loader's own check (run_files.check_one_run, from each file's recorded identity),

@@ -3,7 +3,7 @@
 The ranks' kernels of one NCCL collective end together (within microseconds: the last chunk's
 arrival releases every rank), and so do the ranks' host ranges of one gloo collective. So for each
 collective both files saw, the difference of its end times on the two files' clocks is one sample
-of their clock offset. Collectives are matched as the collectives view pairs them (pairing.pair):
+of their clock offset. Collectives are matched as the collectives view pairs them (call_groups.pair):
 the k-th call of an op in a step of a process group (its name with its members: call_groups.py) is one
 collective on every member, so calls of two groups are never matched (two HSDP shard groups' reduce-scatters
 end at different times). A file holding several ranks contributes the median of its ranks' starts and

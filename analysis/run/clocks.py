@@ -5,7 +5,7 @@ file's times on that file's own clock and record, per part, what the file says a
 UTC-minus-trace-clock offset, `info[part][CLOCK_OFFSET_KEY]`: nsys TARGET_INFO_SESSION_START_TIME,
 Kineto baseTimeNanoseconds). `clock_shifts` decides how far to move each part onto the first
 part's clock; every path that merges files uses it: the one-piece load (`align_clocks`, called by
-runs.load_trace) and the per-file merge of --jobs/--dask (rank_merge.combine). Where the parts'
+loaded_run.load_trace) and the per-file merge of --jobs/--dask (rank_merge.combine). Where the parts'
 collective calls are known, `clock_alignment` checks the recorded clocks against an estimate from
 the collectives the ranks shared (run/clock_offsets.py) and uses the estimate when they
 disagree by more than its error; `clock_note` says what was done, per file.

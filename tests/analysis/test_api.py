@@ -63,6 +63,6 @@ def test_the_api_takes_the_options_the_clis_take(rank_files):
     by_keywords = open_runs(paths, skip_steps=1).overlap(step=2, rank=1).steps
     assert len(by_options) == 1 and by_options.equals(by_keywords)
     assert open_runs(paths, options).runs == open_runs(paths).runs
-    assert open_runs(paths, options).skip_steps == 1 and open_runs(paths, options).options == options
+    assert open_runs(paths, options).options.skip_steps == 1 and open_runs(paths, options).options == options
     with pytest.raises(TypeError, match="skip_steps"):
         open_runs(paths, options, skip_steps=2)

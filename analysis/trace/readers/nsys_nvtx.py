@@ -1,14 +1,20 @@
 """The NVTX rows of an nsys export (NVTX_EVENTS): `read_nvtx` reads push/pop and start/end ranges, marks
 and domain creations; `shape_nvtx` turns them into the typed `nvtx` frame (trace/frames.py) of one part:
 domain names resolved per process, marks ending where they start, ranges never closed dropped, the
-integer payload from whichever value column is set.
+integer payload from whichever value column is set. `declared_implementations(path)`: the implementations
+an export's `ddp.meta` marks declare, without reading the trace (for commands that accept only some
+strategies and should say so before loading a whole file).
 """
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
+from analysis.errors import TraceError
 from analysis.trace.frames import NVTX_KIND_NAMES, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
 from analysis.trace.merge import categorical_names
 from analysis.trace.readers.nsys_db import (
@@ -21,6 +27,8 @@ from analysis.trace.readers.nsys_db import (
     pid_of,
     tid_of,
 )
+from analysis.trace.readers.sqlite_read import connect_readonly, table_columns
+from contract import META_PREFIX, decode_meta
 
 NVTX_EVENTS_READ = (NVTX_EVENT_MARK, NVTX_EVENT_PUSH_POP, NVTX_EVENT_START_END, NVTX_EVENT_DOMAIN_CREATE)
 
@@ -101,3 +109,32 @@ def shape_nvtx(raw: pd.DataFrame) -> pd.DataFrame:
         }
     )
     return frame[keep].reset_index(drop=True)
+
+
+MARKS = """
+SELECT COALESCE(e.text, s.value) FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
+WHERE COALESCE(e.text, s.value) LIKE ? LIMIT 64
+"""
+
+
+def declared_implementations(path: str | Path) -> set[str]:
+    """The `implementation` of every `ddp.meta` mark of an nsys SQLite export; empty for other files
+    (torch.profiler JSON, a file that is not SQLite) or an export without such marks."""
+    path = Path(path)
+    if path.suffix != ".sqlite" or not path.is_file():
+        return set()
+    try:
+        conn = connect_readonly(path)
+    except (TraceError, sqlite3.Error, OSError):
+        return set()  # the reader says what is wrong with the file when it is loaded
+    try:
+        tables = table_columns(conn)
+        if "NVTX_EVENTS" not in tables or "StringIds" not in tables:
+            return set()
+        rows = conn.execute(MARKS, (META_PREFIX + "%",)).fetchall()
+    except (TraceError, sqlite3.Error):
+        return set()
+    finally:
+        conn.close()
+    metas = (decode_meta(text) for (text,) in rows)
+    return {str(m["implementation"]) for m in metas if m and m.get("implementation")}

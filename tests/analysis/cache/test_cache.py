@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from analysis import open_runs
-from analysis.cache import key as cache_key, loads as load_cache
+from analysis.cache import key, loads
 from analysis.run import loaded_run as runs
 from analysis.run.loaded_run import load_trace
 from analysis.trace.patterns import Patterns
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(autouse=True)
 def cache_on(monkeypatch):
-    monkeypatch.delenv(cache_key.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(key.NO_CACHE_ENV, raising=False)
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def reads(monkeypatch) -> list:
 
 
 def entries(path: Path, kind: str = "trace-") -> list[Path]:
-    folder = cache_key.cache_folder(path)
+    folder = key.cache_folder(path)
     return sorted(p for p in folder.iterdir() if p.name.startswith(kind)) if folder.is_dir() else []
 
 
@@ -65,7 +65,7 @@ def assert_same_trace(a, b) -> None:
 def test_hit_reads_back_the_same_trace_without_the_reader(trace_file, reads):
     first = load_trace(trace_file)
     assert len(reads) == 1 and len(entries(trace_file)) == 1
-    assert cache_key.cache_folder(trace_file).parent == trace_file.parent  # beside, never inside the export
+    assert key.cache_folder(trace_file).parent == trace_file.parent  # beside, never inside the export
     second = load_trace(trace_file)
     assert len(reads) == 1  # the cache answered
     assert_same_trace(first, second)
@@ -94,11 +94,11 @@ def test_changed_mtime_size_content_or_code_is_a_miss(trace_file, reads, monkeyp
     # the same size and mtime, other bytes (a rewrite in place): the sampled hash tells
     data = bytearray(trace_file.read_bytes())
     st = trace_file.stat()
-    before = cache_key.file_state(trace_file)
+    before = key.file_state(trace_file)
     data[24] ^= 0xFF  # SQLite's file change counter, in the first page
     trace_file.write_bytes(bytes(data))
     os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns))
-    after = cache_key.file_state(trace_file)
+    after = key.file_state(trace_file)
     assert (after["size"], after["mtime_ns"]) == (before["size"], before["mtime_ns"])
     assert after["sample"] != before["sample"]
     load_trace(trace_file)
@@ -107,11 +107,11 @@ def test_changed_mtime_size_content_or_code_is_a_miss(trace_file, reads, monkeyp
     with trace_file.open("ab") as f:  # a longer file
         f.write(b"\0" * 4096)
     os.utime(trace_file, ns=(st.st_atime_ns, st.st_mtime_ns))
-    assert cache_key.file_state(trace_file)["size"] != before["size"]
+    assert key.file_state(trace_file)["size"] != before["size"]
     load_trace(trace_file)
     assert len(reads) == 4
 
-    monkeypatch.setattr(load_cache, "code_fingerprint", lambda: "other code")  # an upgrade
+    monkeypatch.setattr(loads, "code_fingerprint", lambda: "other code")  # an upgrade
     load_trace(trace_file)
     assert len(reads) == 5
     load_trace(trace_file, patterns=Patterns(step=r"^step (\d+)$"))  # other patterns: their own entry
@@ -122,32 +122,32 @@ def test_sampled_hash_sees_every_sampled_region(tmp_path):
     path = tmp_path / "big.bin"
     size = 4 * 2**20
     path.write_bytes(bytes(size))
-    base = cache_key.sampled_hash(path, size)
-    stride = (size - 2 * cache_key.HEAD) // cache_key.BLOCKS
-    for offset in (0, cache_key.HEAD + 5 * stride, size - 1):  # head, a middle block, tail
+    base = key.sampled_hash(path, size)
+    stride = (size - 2 * key.HEAD) // key.BLOCKS
+    for offset in (0, key.HEAD + 5 * stride, size - 1):  # head, a middle block, tail
         data = bytearray(size)
         data[offset] = 1
         path.write_bytes(bytes(data))
-        assert cache_key.sampled_hash(path, size) != base, offset
+        assert key.sampled_hash(path, size) != base, offset
 
 
 def test_cache_off(trace_file, reads, monkeypatch):
     load_trace(trace_file, cache=False)
     load_trace(trace_file, cache=False)
-    assert len(reads) == 2 and not cache_key.cache_folder(trace_file).exists()
-    monkeypatch.setenv(cache_key.NO_CACHE_ENV, "1")
+    assert len(reads) == 2 and not key.cache_folder(trace_file).exists()
+    monkeypatch.setenv(key.NO_CACHE_ENV, "1")
     open_runs([trace_file]).overlap()
-    assert len(reads) == 3 and not cache_key.cache_folder(trace_file).exists()
-    monkeypatch.delenv(cache_key.NO_CACHE_ENV)
+    assert len(reads) == 3 and not key.cache_folder(trace_file).exists()
+    monkeypatch.delenv(key.NO_CACHE_ENV)
     open_runs([trace_file], no_cache=True).overlap()
     open_runs([trace_file], jobs=2, no_cache=True).overlap()  # the per-file task keeps the setting
-    assert not cache_key.cache_folder(trace_file).exists()
+    assert not key.cache_folder(trace_file).exists()
 
 
 def test_unwritable_folder_loads_without_cache(trace_file, reads, monkeypatch, capsys):
     blocker = trace_file.parent / "not-a-folder"
     blocker.write_text("")
-    monkeypatch.setattr(load_cache, "cache_folder", lambda p: blocker / "cache")  # mkdir: NotADirectoryError
+    monkeypatch.setattr(loads, "cache_folder", lambda p: blocker / "cache")  # mkdir: NotADirectoryError
     expected = load_trace(trace_file, cache=False)
     got = load_trace(trace_file)
     load_trace(trace_file)
@@ -169,7 +169,7 @@ def test_read_only_folder(trace_file, reads, tmp_path):
         load_trace(path)
     finally:
         folder.chmod(0o755)
-    assert len(reads) == 2 and not cache_key.cache_folder(path).exists()
+    assert len(reads) == 2 and not key.cache_folder(path).exists()
 
 
 def test_damaged_entry_is_a_miss_and_replaced(trace_file, reads):
@@ -183,9 +183,9 @@ def test_damaged_entry_is_a_miss_and_replaced(trace_file, reads):
 
 
 def cli(*args: str, env_off: bool = False) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != cache_key.NO_CACHE_ENV}
+    env = {k: v for k, v in os.environ.items() if k != key.NO_CACHE_ENV}
     if env_off:
-        env[cache_key.NO_CACHE_ENV] = "1"
+        env[key.NO_CACHE_ENV] = "1"
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
 
 
@@ -197,7 +197,7 @@ def test_answer_cache_prints_the_same_without_loading(trace_file, command, monke
     args = [str(trace_file), "--format", "json"]
     assert module.main([*args, "--no-cache"]) == 0
     fresh = capsys.readouterr()
-    assert not cache_key.cache_folder(trace_file).exists()
+    assert not key.cache_folder(trace_file).exists()
     assert module.main(args) == 0
     cold = capsys.readouterr()
     assert module.main([*args, "--jobs", "2"]) == 0  # --jobs does not change the answer: the same key
@@ -212,7 +212,7 @@ def test_answer_cache_prints_the_same_without_loading(trace_file, command, monke
     assert fresh.out == cold.out == warm.out and json.loads(warm.out)
     assert len(entries(trace_file, "answer-")) == 1
     monkeypatch.undo()
-    monkeypatch.delenv(cache_key.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(key.NO_CACHE_ENV, raising=False)
     assert module.main([*args, "--step", "99"]) == 2  # a failure is never kept
     assert len(entries(trace_file, "answer-")) == 1
 
@@ -221,7 +221,7 @@ def test_answer_cache_prints_the_same_without_loading(trace_file, command, monke
 def test_two_commands_at_once_and_no_pandas_when_warm(trace_file):
     expected = cli("analysis.overlap", str(trace_file), "--per-step", env_off=True)
     assert expected.returncode == 0
-    env = {k: v for k, v in os.environ.items() if k != cache_key.NO_CACHE_ENV}
+    env = {k: v for k, v in os.environ.items() if k != key.NO_CACHE_ENV}
     both = [
         subprocess.Popen(
             [sys.executable, "-m", "analysis.overlap", str(trace_file), "--per-step"],
@@ -239,7 +239,7 @@ def test_two_commands_at_once_and_no_pandas_when_warm(trace_file):
     assert [o for o, _ in outs] == [expected.stdout] * 2
     assert [quiet(e) for _, e in outs] == [quiet(expected.stderr)] * 2
     assert len(entries(trace_file)) == 1 and len(entries(trace_file, "answer-")) == 1  # whole, one each
-    assert not list(cache_key.cache_folder(trace_file).glob(".tmp-*"))  # no leftovers
+    assert not list(key.cache_folder(trace_file).glob(".tmp-*"))  # no leftovers
     probe = f"import runpy, sys; sys.argv = ['overlap', {str(trace_file)!r}, '--per-step']; "
     probe += "runpy.run_module('analysis.overlap', run_name='__main__')"
     loaded = "print(sorted(m for m in ('pandas', 'numpy') if m in sys.modules))"
@@ -254,12 +254,12 @@ def test_no_cache_holds_for_the_whole_command_and_no_longer(trace_file, reads):
     seen = []
 
     def body() -> int:
-        seen.append(os.environ.get(cache_key.NO_CACHE_ENV))
+        seen.append(os.environ.get(key.NO_CACHE_ENV))
         load_trace(trace_file)
         return 0
 
     assert cli_module.run(body, no_cache=True) == 0  # timeline and report: their loads, a baseline's too
-    assert seen == ["1"] and cache_key.NO_CACHE_ENV not in os.environ
-    assert not cache_key.cache_folder(trace_file).exists()
+    assert seen == ["1"] and key.NO_CACHE_ENV not in os.environ
+    assert not key.cache_folder(trace_file).exists()
     assert cli_module.run(body) == 0
     assert len(entries(trace_file)) == 1

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.cache import key as cache_key
+from analysis.cache import key
 from analysis.cache.unpacked import PREFIX, compression
 from analysis.errors import TraceError
 from analysis.run.loaded_run import load_trace
@@ -57,11 +57,11 @@ def test_cache_off_leaves_the_folder_unchanged(plain, tmp_path, kind) -> None:
 
 @pytest.mark.parametrize("kind", ["xz", "gz"])
 def test_cache_on_keeps_one_copy_in_the_cache_folder(plain, tmp_path, kind, monkeypatch) -> None:
-    monkeypatch.delenv(cache_key.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(key.NO_CACHE_ENV, raising=False)
     path = packed(plain, tmp_path / "in", kind)
     before = listing(path.parent)
     load_trace(path, cache=True)
-    folder = cache_key.cache_folder(path)
+    folder = key.cache_folder(path)
     added = [n for n in listing(path.parent) if n not in before]
     assert [n for n, _, _ in added] == [folder.name]  # nothing beside the input but its cache folder
     copies = sorted(folder.glob(f"{PREFIX}*/*"))

@@ -28,7 +28,7 @@ def test_each_per_trace_measure_is_computed_once_per_report(tmp_path, monkeypatc
     counted(rank_spans, "step_at")  # once each time backward_spans runs
     counted(lanes, "gpu_segments")  # once each time a trace's timeline segments are built
     runs = open_runs(traces)
-    ranks = sum(len(runs.trace(i).ranks) for i in range(len(traces)))
+    ranks = sum(len(runs.loaded(i).trace.ranks) for i in range(len(traces)))
     result = runs.report(tmp_path / "report")
     assert result.side_by_side is not None and len(result.timelines) == 2  # both pages drew both traces
     assert calls == {"step_windows": ranks, "step_at": len(traces), "gpu_segments": len(traces)}

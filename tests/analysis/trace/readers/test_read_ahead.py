@@ -11,7 +11,7 @@ import threading
 import pytest
 
 from analysis import open_runs
-from analysis.cache import key as cache_key
+from analysis.cache import key
 from analysis.errors import TraceError
 from analysis.run.loaded_run import load_trace
 from analysis.trace.readers import sqlite_read
@@ -73,7 +73,7 @@ def test_what_is_not_a_plain_export_is_only_sniffed(tmp_path):
 
 
 def test_open_runs_closes_a_started_read_the_cache_answered(export, monkeypatch):
-    monkeypatch.delenv(cache_key.NO_CACHE_ENV, raising=False)
+    monkeypatch.delenv(key.NO_CACHE_ENV, raising=False)
     expected = open_runs([export]).overlap().steps  # the load is now in the cache
     started = start_read(export)
     assert started.export is not None

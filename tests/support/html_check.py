@@ -16,8 +16,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from analysis.render.export import find_chromium
+
+if TYPE_CHECKING:
+    from tests.support.devtools import Browser
 
 # Headless, offline, no first-run work; SwiftShader gives WebGL without a GPU.
 CHROMIUM_FLAGS = (
@@ -130,7 +134,7 @@ def check_page(
     width: int = 1600,
     height: int = 1200,
     timeout_s: float = 120.0,
-    browser=None,
+    browser: Browser | None = None,
 ) -> PageCheck:
     """Render `page` headless; optionally also save a screenshot of the first `height` pixels. With
     `browser` (a tests.support.devtools.Browser, started once for many pages) the page opens in a tab of
@@ -168,7 +172,7 @@ def check_page(
     return PageCheck(plots=probe["plots"], errors=errors, render_ms=probe["render_ms"], wall_s=wall)
 
 
-def _check_in(browser, page: Path, screenshot: Path | None, width: int, height: int) -> PageCheck:
+def _check_in(browser: Browser, page: Path, screenshot: Path | None, width: int, height: int) -> PageCheck:
     """check_page in a tab of a running browser: the probed copy opened, read, screenshot, closed."""
     with tempfile.TemporaryDirectory(prefix="html_check_") as tmp_name:
         probed = _probed_copy(page, Path(tmp_name))

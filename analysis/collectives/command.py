@@ -104,8 +104,8 @@ def _group_section(view: CollectivesView) -> list[tuple[str, pd.DataFrame, list[
 
 
 def render_table(view: CollectivesView, summary_only: bool, units: int = 0, rank: int | None = None) -> str:
+    from analysis.collectives.in_time_table import units_text
     from analysis.collectives.straggler_cause import CAUSE_TEXT
-    from analysis.fsdp_units.in_time import units_text
     from analysis.measure.collective_calls import OUTSIDE_STEPS
     from analysis.trace.frames import KERNELS
 

@@ -1,7 +1,6 @@
 """Did each collective finish in time for the compute that needed it? `waited_ns` per call (the CPU
 definition); from the gather rows (gather_rows.py, either definition) `in_time_sentences`: the answer
-for sharded weights' all-gathers, per phase, in words, and `unit_table`: per phase and unit, worst first
-(`units_text`: that table as the collectives CLI prints it).
+for sharded weights' all-gathers, per phase, in words, and `unit_table`: per phase and unit, worst first.
 
 waited  how long before the call completed its rank had stopped computing: end - max(start, the end of
         the rank's last compute at or before the call's end); 0 when compute ran right up to the
@@ -17,19 +16,13 @@ means per step. Each sentence starts with the definition its figures use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.fsdp_units.gather_cause import CAUSE_TEXT, CPU_LATE, HOST, IN_TIME, LATE_CAUSES, LATE_NS, UNMARKED
 from analysis.measure import intervals as iv
-from analysis.render.table import format_table
 from analysis.trace.frames import NS_PER_MS
-
-if TYPE_CHECKING:
-    from analysis.collectives.collectives_view import CollectivesView
 
 UNIT_COLUMNS = ["phase", "unit", "order", "held_ms_per_step", "late", "gathers", "cause", "host", "queued_behind"]
 
@@ -141,40 +134,3 @@ def _most_frequent(frame: pd.DataFrame, column: str) -> pd.Series:
     counts = frame.groupby(["phase", "unit", column], sort=False).size().rename("n").reset_index()
     top = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(["phase", "unit"])
     return top.set_index(["phase", "unit"])[column]
-
-
-UNIT_NAMES = {
-    "phase": "phase",
-    "unit": "unit",
-    "order": "order",
-    "held_ms_per_step": "held ms/step",
-    "late": "late",
-    "gathers": "gathers",
-    "cause": "cause (most late)",
-    "host": "host",
-    "queued_behind": "queued behind (most)",
-}
-
-
-def units_text(view: CollectivesView, limit: int, rank: int | None = None) -> list[str]:
-    """Lines: per trace with gather rows, its `limit` worst (phase, unit) rows (all when limit < 0),
-    only `rank`'s gathers when given."""
-    out: list[str] = []
-    for head in view.traces.itertuples():
-        mine = view.gathers[view.gathers["path"] == head.path]
-        if rank is not None:
-            mine = mine[mine["rank"] == rank]
-        if mine.empty or limit == 0:
-            continue
-        table = unit_table(mine)
-        shown = table if limit < 0 else table.head(limit)
-        what = "all" if len(shown) == len(table) else f"the {len(shown)} worst of {len(table)}"
-        definition = mine["definition"].iloc[0]
-        gpu = "GPU" in definition
-        names = UNIT_NAMES if gpu else {**UNIT_NAMES, "held_ms_per_step": "waited ms/step"}
-        out += [
-            f"\n{head.implementation}: all-gathers per unit and phase, worst first ({what}; {definition}; "
-            f"{'held' if gpu else 'waited'} ms/step: mean per rank and step; order: forward order):",
-            format_table(shown, names),
-        ]
-    return out

@@ -35,8 +35,8 @@ from analysis.options import AnalysisOptions
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
 from analysis.overlap.metrics import run_across_ranks
 from analysis.parallel.file_task import analyze_file
-from analysis.parallel.parallel import Outcome
 from analysis.parallel.per_file import RunResult, analyze_groups
+from analysis.parallel.tasks import Outcome
 from analysis.run.loaded_run import LoadedRun, load_run
 from analysis.run.run_files import RunFiles, find_runs, shown_files
 from analysis.timeline.lanes import Selection

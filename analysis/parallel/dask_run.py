@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from analysis.errors import TraceError
-from analysis.parallel.parallel import Outcome, call_task, failure_line
+from analysis.parallel.tasks import Outcome, call_task, failure_line
 
 DASK_CONNECT_TIMEOUT = "20s"
 # A LocalCluster's workers (--dask local) without two of distributed's defaults that slow these tasks:

@@ -17,13 +17,12 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
-from analysis.errors import TraceError
 from analysis.machine import available_memory, usable_cores
 from analysis.options import check_jobs
+from analysis.parallel.tasks import Outcome, call_task
 
 # Peak RSS of one analysis is a fixed ~0.2 GB (interpreter, pandas, pyarrow) plus about 2.5x the
 # export's size on disk (a one-rank export of 1M kernels, 102 MB, in benchmarks/analysis_scale.py:
@@ -41,38 +40,6 @@ TASKS_PER_WORKER = 64
 # imported once by the fork server and inherited by every worker; not our own modules: a worker
 # re-runs the CLI's main module (`python -m analysis.overlap`), which must not be imported before
 PRELOAD = ["numpy", "pandas", "pyarrow", "connectorx", "sqlite3"]
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """What one task gave: `value`, or `error` (one line naming the file) when it failed."""
-
-    item: Any
-    value: Any = None
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def failure_line(item: Any, error: BaseException) -> str:
-    """One line for a task's exception: a TraceError's message names its file already."""
-    if isinstance(error, TraceError):
-        return str(error)
-    if isinstance(error, MemoryError):
-        return f"{item}: out of memory while analysing it"
-    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-    return f"{item}: {type(error).__name__}: {first}"
-
-
-def call_task(fn: Callable, item: Any) -> Outcome:
-    try:
-        return Outcome(item, fn(item))
-    except (KeyboardInterrupt, SystemExit):
-        raise
-    except BaseException as e:  # any failure of one file is that file's one-line error
-        return Outcome(item, error=failure_line(item, e))
 
 
 class Progress:

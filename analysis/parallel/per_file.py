@@ -19,8 +19,9 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.overlap.analyze import Analysis
 from analysis.parallel.file_task import FileResult
-from analysis.parallel.parallel import Outcome, Progress, run_tasks
+from analysis.parallel.parallel import Progress, run_tasks
 from analysis.parallel.rank_merge import combine
+from analysis.parallel.tasks import Outcome
 from analysis.run.run_files import RunFiles
 from analysis.trace.readers.load import one_format
 

@@ -19,8 +19,9 @@ from analysis.overlap import command as overlap
 from analysis.overlap.metrics import SPLIT_METRICS
 from analysis.parallel import dask_run, parallel
 from analysis.parallel.file_task import analyze_file
-from analysis.parallel.parallel import Outcome, Progress, default_jobs, run_tasks, task_memory
+from analysis.parallel.parallel import Progress, default_jobs, run_tasks, task_memory
 from analysis.parallel.rank_merge import combine
+from analysis.parallel.tasks import Outcome
 from analysis.report import command as report, report_folder
 from analysis.run.clocks import PartClock, clock_shifts
 from analysis.run.loaded_run import load_trace

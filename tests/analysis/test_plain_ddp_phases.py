@@ -99,13 +99,15 @@ def test_torch_profiler_phases_are_pytorchs_own_markers(recorded):
             # iteration k's start; the autograd ops run inside loss.backward()
             assert timer["step_end_ns"][k - 1] <= s.start + offset <= timer["step_start_ns"][k]
             assert timer["backward_start_ns"][k] <= b.start + offset < b.end + offset <= timer["backward_end_ns"][k]
-            # a step lasts at least the iteration the run's own timer measured, and no longer than the
-            # loop's period (timer end to timer end) plus the moment prof.step() takes to close the range
+            # a step lasts at least the iteration the run's own timer measured, and no longer than from the
+            # previous iteration's end to the return of the prof.step() that closed its range (a fixed
+            # allowance for prof.step() failed on a loaded machine: it took 4.4 ms there)
             step_ms = measured.loc[k, "step_ms"]
             assert step_ms == (s.end - s.start) / 1e6
+            assert s.end + offset <= timer["stepped_ns"][k]
             iteration_ms = (timer["step_end_ns"][k] - timer["step_start_ns"][k]) / 1e6
-            period_ms = (timer["step_end_ns"][k] - timer["step_end_ns"][k - 1]) / 1e6
-            assert iteration_ms <= step_ms <= period_ms + 2.0
+            period_ms = (timer["stepped_ns"][k] - timer["step_end_ns"][k - 1]) / 1e6
+            assert iteration_ms <= step_ms <= period_ms
         assert truth[1]["ops"] > 10  # the backward of a 9-layer MLP is many autograd ops, not one
 
 

@@ -62,6 +62,7 @@ def train(rank: int, world: int, port: int, steps: int, out: Path, profiler: str
         "step_end_ns": [],
         "backward_start_ns": [],
         "backward_end_ns": [],
+        "stepped_ns": [],  # when prof.step() returned: the latest a ProfilerStep range it closed can end
     }
     for _ in range(steps):
         timer["step_start_ns"].append(time.time_ns())
@@ -74,6 +75,7 @@ def train(rank: int, world: int, port: int, steps: int, out: Path, profiler: str
         timer["step_end_ns"].append(time.time_ns())
         if prof is not None:
             prof.step()
+        timer["stepped_ns"].append(time.time_ns())
     if prof is not None:
         prof.stop()
     (out / f"timer.rank{rank}.json").write_text(json.dumps(timer))

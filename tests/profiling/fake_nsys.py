@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """A stand-in for the nsys CLI that records what it was asked, for tests of the file handling.
 
-profile: runs the program; writes the --output report only when the program exits 0 and
-FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first call fails
+profile: runs the program (with FAKE_NSYS_SKIP_PROGRAM set, only as if it had exited 0: for tests of
+what is run around it, which need no training ranks); writes the --output report only when the program
+exits 0 and FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first call fails
 the way nsys 2022.4 sometimes does when other sessions run (sem_open); with
 FAKE_NSYS_HANG_PIDFILE=FILE it writes its pid there and hangs. export: writes a minimal nsys-like SQLite file, or, with
 FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1. With FAKE_NSYS_LOG=FILE every call but --version
@@ -76,7 +77,7 @@ def main(args):
             print("[boost::errinfo_api_function_*] = sem_open")
             return 1
         print("Capture range started in the application.")
-        rc = subprocess.call(program)
+        rc = 0 if os.environ.get("FAKE_NSYS_SKIP_PROGRAM") else subprocess.call(program)
         print("[1/1] [=====100%] x.nsys-rep")
         if rc == 0 and not os.environ.get("FAKE_NSYS_NO_REPORT"):
             capture = (out[: -len(".nsys-rep")] if out.endswith(".nsys-rep") else out) + ".qdstrm"

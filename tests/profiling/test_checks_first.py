@@ -20,9 +20,10 @@ from tests.profiling.test_nsys import REPO, fake_nsys
 
 
 def run_nsys(tmp_path: Path, *args: str, wrap: list[str] | None = None) -> tuple[subprocess.CompletedProcess, list]:
-    """run_nsys.sh ARGS under the stand-in nsys: the finished process, and the nsys calls it made."""
+    """run_nsys.sh ARGS under the stand-in nsys: the finished process, and the nsys calls it made. The profiled
+    program is named to nsys but not run (what is checked is what runs around it: no training ranks start)."""
     log = tmp_path / "nsys-calls.jsonl"
-    env = {**os.environ, "NSYS": str(fake_nsys(tmp_path)), "FAKE_NSYS_LOG": str(log)}
+    env = {**os.environ, "NSYS": str(fake_nsys(tmp_path)), "FAKE_NSYS_LOG": str(log), "FAKE_NSYS_SKIP_PROGRAM": "1"}
     cmd = [*(wrap or []), "bash", str(REPO / "run_nsys.sh"), *args]
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
     calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
@@ -110,7 +111,7 @@ def pid_free(line: str) -> str:
     return re.sub(r"\.partial-\d+\.", ".partial-PID.", line)
 
 
-@pytest.mark.ranks  # records a real (stand-in nsys) run: spawns ranks
+@pytest.mark.subprocess  # runs run_nsys.sh twice (stand-in nsys, the program not run)
 def test_dry_run_prints_the_commands_a_real_run_runs(tmp_path):
     out = tmp_path / "traces"
     args = ["naive", "--gpus", "0", "-o", str(out), "--model", "toy", "--steps", "1", "--warmup", "0"]

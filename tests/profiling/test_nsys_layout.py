@@ -154,7 +154,7 @@ def test_importer_that_fails_too_is_reported_with_its_message_and_path(tmp_path,
     assert (out / "overlap.nsys-rep").read_text() == "previous report"
 
 
-@pytest.mark.ranks  # runs run_nsys.sh
+@pytest.mark.subprocess  # runs run_nsys.sh (stand-in nsys, the program not run)
 def test_cli_says_the_import_failed_in_one_line(tmp_path):
     """run_nsys.sh with nsys importing nothing: one error line naming the cause, exit 1, .qdstrm kept."""
     import subprocess
@@ -164,7 +164,7 @@ def test_cli_says_the_import_failed_in_one_line(tmp_path):
     if shutil.which("QdstrmImporter"):
         pytest.skip("a QdstrmImporter on PATH would be found")
     nsys = fake_nsys(tmp_path)
-    env = {**os.environ, "NSYS": str(nsys), "FAKE_NSYS_IMPORT_FAIL": "1"}
+    env = {**os.environ, "NSYS": str(nsys), "FAKE_NSYS_IMPORT_FAIL": "1", "FAKE_NSYS_SKIP_PROGRAM": "1"}
     res = subprocess.run(
         [
             "bash",

@@ -33,7 +33,7 @@ PLAIN_DDP_STEPS = 11
 ASKED = {
     "nsys": {
         "test_advice": ("overlap", "overlap_bucket", "torch"),
-        "test_browser_pages": ("naive", "overlap"),
+        "test_browser_cpu_pages": ("naive", "overlap"),
         "test_report_gate": ("naive", "overlap_bucket"),
         "test_comm_bytes_trace": ("flat", "overlap_bucket", "torch"),
         "test_end_to_end": ("naive", "overlap"),

@@ -3,8 +3,9 @@ every figure has data, timeline lanes are at least 20 px high, no legend covers 
 toolbar or the buttons, no console error, and no request leaves the machine's files.
 
 Pages: `analysis.report`'s index and its naive-vs-best comparison and per-trace timelines, on the real
-H100 fixtures and on a CPU run recorded here with `run_nsys.sh`; `analysis.timeline` on both;
-`analysis.collectives --prefetch-chart`. One browser serves the whole module.
+H100 fixtures (on a CPU run recorded with `run_nsys.sh`: test_browser_cpu_pages.py, apart so that these
+need not wait for the recordings); `analysis.timeline`; `analysis.collectives --prefetch-chart`. One
+browser serves the whole module.
 """
 
 from __future__ import annotations
@@ -40,12 +41,6 @@ def gpu_report(gpu_trace, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("gpu_report")
     assert report.main([str(gpu_trace(f"{name}.sqlite")) for name in GPU_RUNS] + ["-o", str(out)]) == 0
     return out
-
-
-@pytest.fixture(scope="module")
-def cpu_traces(nsys_recordings) -> Path:
-    """naive and overlap recorded on CPU ranks through run_nsys.sh (tests/support/recordings.py)."""
-    return nsys_recordings("naive", "overlap")
 
 
 def assert_fine(layout: PageLayout, figures: int) -> None:
@@ -101,16 +96,6 @@ def test_gpu_timeline_of_one_step_self_contained(browser, gpu_trace, tmp_path):
     layout = inspect(browser, page)
     assert_timeline(layout, panels=1)
     assert layout.log.requests == [page.resolve().as_uri()]
-
-
-def test_cpu_report_pages(browser, cpu_traces, tmp_path):
-    out = tmp_path / "report"
-    assert report.main([str(cpu_traces / "naive.sqlite"), str(cpu_traces / "overlap.sqlite"), "-o", str(out)]) == 0
-    index = inspect(browser, out / "index.html")
-    assert_fine(index, len(index.plots))
-    assert len(index.plots) >= 2
-    assert_timeline(inspect(browser, out / "timelines" / "side_by_side.html"), panels=2)
-    assert_timeline(inspect(browser, out / "timelines" / "naive.html"), panels=1)
 
 
 def test_prefetch_chart_page(browser, tmp_path):

@@ -32,7 +32,7 @@ PLAIN_DDP_STEPS = 11
 # it asks for, in a run_nsys.sh of its own.)
 ASKED = {
     "nsys": {
-        "test_advice": ("overlap", "overlap_bucket", "torch"),
+        "test_advice_recorded": ("overlap", "overlap_bucket", "torch"),
         "test_browser_cpu_pages": ("naive", "overlap"),
         "test_report_gate": ("naive", "overlap_bucket"),
         "test_comm_bytes_trace": ("flat", "overlap_bucket", "torch"),

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
-import numpy as np
 import pytest
 
+from analysis.advise import command as advise_command
 from analysis.advise.advice import advise
 from contract import ALL_REDUCE, BACKWARD, FORWARD, GRAD_SYNC, OPTIMIZER, PROFILE, comm_range, step_range
-from tests.profiling.test_nsys import REPO
 from tests.support.progress import without_progress
 from tests.support.synthetic import PUSH_POP, START_END, NsysWriter
 
@@ -119,17 +117,17 @@ def test_collectives_fit_under_backward_at_one_size_and_not_at_another(overlap_r
     assert result.floor_step_ms == pytest.approx((FORWARD_NS + BACKWARD_NS + OPTIMIZER_NS) / MS)
 
 
-def advise_cli(*args: str) -> subprocess.CompletedProcess:
-    """`python -m analysis.advise ARGS`, its stderr without the progress lines a loaded machine adds."""
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis.advise", *args], capture_output=True, text=True, timeout=120, cwd=REPO
-    )
-    done.stderr = without_progress(done.stderr)
-    return done
+def advise_cli(capsys, *args: str) -> subprocess.CompletedProcess:
+    """`python -m analysis.advise ARGS` run in this process (its `main`, which `__main__` calls): exit code,
+    stdout, and stderr without the progress lines a loaded machine adds."""
+    capsys.readouterr()
+    code = advise_command.main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(["analysis.advise", *args], code, out, without_progress(err))
 
 
-def test_cli_json_has_the_documented_shape(overlap_run):
-    res = advise_cli(str(overlap_run), "--bucket-mb", "0.1", "100", "--format", "json")
+def test_cli_json_has_the_documented_shape(overlap_run, capsys):
+    res = advise_cli(capsys, str(overlap_run), "--bucket-mb", "0.1", "100", "--format", "json")
     assert res.returncode == 0, res.stderr
     (run,) = json.loads(res.stdout)["runs"]
     for key in (
@@ -157,8 +155,8 @@ def test_cli_json_has_the_documented_shape(overlap_run):
     assert run["recommended"]["setting"] == {"bucket_mb": 0.1} and run["recommended"]["kept"] is False
 
 
-def test_cli_table_marks_the_recommendation(overlap_run):
-    res = advise_cli(str(overlap_run), "--bucket-mb", "0.1", "100")
+def test_cli_table_marks_the_recommendation(overlap_run, capsys):
+    res = advise_cli(capsys, str(overlap_run), "--bucket-mb", "0.1", "100")
     assert res.returncode == 0, res.stderr
     last = res.stdout.rstrip().splitlines()[-1]
     assert last == "recommended bucket size: 0.1 MiB (the fastest predicted; no recorded size to keep)"
@@ -173,114 +171,16 @@ def test_cli_table_marks_the_recommendation(overlap_run):
         (["--bucket-mb", "nan"], "--bucket-mb nan"),
     ],
 )
-def test_bad_bucket_sizes_are_one_line_errors(overlap_run, args, message):
-    res = advise_cli(str(overlap_run), *args)
+def test_bad_bucket_sizes_are_one_line_errors(overlap_run, capsys, args, message):
+    res = advise_cli(capsys, str(overlap_run), *args)
     assert res.returncode == 2 and res.stderr.startswith(f"error: {message}") and len(res.stderr.splitlines()) == 1
 
 
-def test_a_run_that_does_not_overlap_is_refused(tmp_path):
+def test_a_run_that_does_not_overlap_is_refused(tmp_path, capsys):
     w = NsysWriter(tmp_path / "naive.sqlite", cupti=False)
     w.process(7)
     w.meta_mark(7, 7, 10, implementation="naive", rank=0, world_size=1)
     w.nvtx(7, 7, 0, 100, step_range(0), kind=PUSH_POP)
     w.close()
-    res = advise_cli(str(tmp_path / "naive.sqlite"))
+    res = advise_cli(capsys, str(tmp_path / "naive.sqlite"))
     assert res.returncode == 2 and "implementation naive" in res.stderr and len(res.stderr.splitlines()) == 1
-
-
-# --- real CPU recordings (slow): the layout rules and the fitted cost against the recorded calls ---
-
-COMM_ROWS = """
-SELECT (e.globalTid >> 24) & 16777215 AS pid, COALESCE(e.text, s.value) AS name, e.start, e."end",
-       e.int64Value AS bytes
-FROM NVTX_EVENTS e LEFT JOIN StringIds s ON s.id = e.textId
-WHERE e.eventType IN (59, 60) AND COALESCE(e.text, s.value) LIKE 'comm:all_reduce:%'
-ORDER BY e.start
-"""
-
-
-@pytest.fixture(scope="module")
-def recorded(nsys_recordings):
-    return nsys_recordings("overlap", "overlap_bucket", "torch")  # 1 MiB buckets (tests/support/recordings.py)
-
-
-@pytest.mark.nsys
-@pytest.mark.parametrize("impl, rule", [("overlap_bucket", "before"), ("torch", "after")])
-def test_the_layout_rules_rebuild_the_strategies_own_buckets(recorded, impl, rule):
-    from analysis.run.loaded_run import load_trace
-    from contract.buckets import FIRST_BUCKET_MB, MIB, plan_buckets
-
-    meta = next(iter(load_trace(recorded / f"{impl}.sqlite").meta.values()))
-    layout = meta["buckets"]
-    order = [name for b in layout for name in b["params"]]  # the first step's arrival order
-    sizes = [meta["param_bytes"][name] for name in order]
-    cap = meta["bucket_mb"]
-    planned = [[order[i] for i in b] for b in plan_buckets(sizes, cap * MIB, min(FIRST_BUCKET_MB, cap) * MIB, rule)]
-    assert planned == [b["params"] for b in layout]
-    assert len(layout) > 3  # 1 MiB buckets of the tiny model: the rules really split it
-
-
-@pytest.mark.nsys
-def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorded):
-    import sqlite3
-
-    path = recorded / "overlap.sqlite"
-    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    rows = con.execute(COMM_ROWS).fetchall()
-    con.close()
-    by_pid: dict[int, list] = {}
-    for pid, _, start, end, nbytes in rows:
-        by_pid.setdefault(pid, []).append((start, end, nbytes))
-    # independent of the analysis: per rank, a call starts at max(issue, previous end); the k-th calls of
-    # the ranks are one collective, moving data from its last rank's start; the rank's end minus that
-    served = {}
-    for calls in by_pid.values():
-        free, out = 0, []
-        for start, end, nbytes in sorted(calls):
-            out.append((max(start, free), end, nbytes))
-            free = max(free, end)
-        served[len(served)] = out
-    transfers: dict[int, list] = {}
-    for k in range(min(map(len, served.values()))):
-        last = max(served[r][k][0] for r in served)
-        for r in served:
-            start, end, nbytes = served[r][k]
-            # a call that ended before the rank's previous one did (gloo runs small ones beside it) moved nothing
-            # the stream had to wait for: its transfer is 0, not negative
-            transfers.setdefault(nbytes, []).append(max(min(end - last, end - start), 0))
-    sizes = np.array(sorted(transfers), dtype=float)
-    medians = np.array([np.median(transfers[int(b)]) for b in sizes])
-    (result,) = advise([path], [1.0])
-    assert len(sizes) >= 3
-    # every line is the least-squares line of its sizes' medians, under the documented clamps (latency and
-    # per-byte time >= 0), computed here independently: exact, however noisy the machine made the calls
-    lines = [(result.cost.overall, np.ones(len(sizes), bool))]
-    lines += [(line, (sizes >= line.lo_bytes) & (sizes <= line.hi_bytes)) for line in result.cost.ranges]
-    for line, inside in lines:
-        latency, per_byte = least_squares(sizes[inside], medians[inside])
-        assert line.latency_ns == pytest.approx(latency, rel=1e-6, abs=1.0)
-        assert line.ns_per_byte == pytest.approx(per_byte, rel=1e-6, abs=1e-12)
-        # and no allowed line nearby describes those medians better (the fit is the optimum, not a guess)
-        sse = lambda lat, pb, b=sizes[inside], t=medians[inside]: float(np.sum((lat + pb * b - t) ** 2))
-        best = sse(line.latency_ns, line.ns_per_byte)
-        for f_lat, f_pb in ((1.05, 1), (0.95, 1), (1, 1.05), (1, 0.95), (1.05, 0.95), (0.95, 1.05)):
-            lat, pb = line.latency_ns * f_lat, line.ns_per_byte * f_pb
-            assert best <= sse(lat, pb) * (1 + 1e-9) or (lat == line.latency_ns and pb == line.ns_per_byte)
-    errors = np.abs(result.cost.overall.predict_ns(sizes) - medians) / np.maximum(medians, 1)
-    print(
-        f"overall {result.cost.overall.latency_ns / 1e3:.1f} us + {result.cost.overall.bandwidth_gbps:.3f} GB/s; "
-        f"median error {np.median(errors):.2f} (as the machine allowed: not a pass/fail figure)"
-    )
-
-
-def least_squares(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(latency, per-byte) of t ~ latency + per_byte * b by least squares; a negative latency refitted
-    through the origin, then a negative slope made flat (the rule comm_cost documents)."""
-    if len(b) == 1:
-        return 0.0, float(t[0] / b[0])
-    slope, intercept = np.polyfit(b, t, 1)
-    if intercept < 0:
-        return 0.0, max(float(np.dot(b, t) / np.dot(b, b)), 0.0)
-    if slope < 0:
-        return float(np.mean(t)), 0.0
-    return float(intercept), float(slope)

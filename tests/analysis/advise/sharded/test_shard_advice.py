@@ -111,21 +111,21 @@ def test_separate_reduce_scatters_remove_the_backward_waits_worked_by_hand(fsdp_
     assert rec["gain_ms"] == pytest.approx(4) and rec["gain_ms_err"] == 0
 
 
-def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run):
-    res = advise_cli(str(fsdp_run), "--prefetch", "1", "2")
+def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run, capsys):
+    res = advise_cli(capsys, str(fsdp_run), "--prefetch", "1", "2")
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert "prefetch 2, reduce-scatters shared (ddp.meta)" in lines[0]
     assert len([ln for ln in lines if ln.strip().startswith(("1 ", "2 "))]) == 4
     assert lines[-1].startswith("recommended: prefetch 2, reduce-scatters separate (4.000 ± 0.000 ms faster")
-    data = json.loads(advise_cli(str(fsdp_run), "--format", "json").stdout)["runs"][0]
+    data = json.loads(advise_cli(capsys, str(fsdp_run), "--format", "json").stdout)["runs"][0]
     keys = {"setting", "prefetch", "separate_reduce_scatter", "recorded", "predicted_step_ms", "predicted_step_ms_err"}
     assert keys <= set(data["candidates"][0]) and len(data["candidates"]) == 8
-    assert advise_cli(str(fsdp_run), "--bucket-mb", "5").returncode == 2
+    assert advise_cli(capsys, str(fsdp_run), "--bucket-mb", "5").returncode == 2
 
 
 @pytest.mark.parametrize("impl", ["naive", "flat"])
-def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp_path, monkeypatch, impl):
+def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp_path, monkeypatch, capsys, impl):
     from analysis import session  # advise opens its runs through OpenRuns, which loads them
 
     w = NsysWriter(tmp_path / f"{impl}.sqlite", cupti=False)
@@ -140,6 +140,6 @@ def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp
     monkeypatch.setattr(session, "load_run", no_loading)
     with pytest.raises(TraceError, match=rf"implementation {impl}: advise predicts DDP's bucket size from a run of "):
         advise([tmp_path / f"{impl}.sqlite"])
-    res = advise_cli(str(tmp_path / f"{impl}.sqlite"))
+    res = advise_cli(capsys, str(tmp_path / f"{impl}.sqlite"))
     assert res.returncode == 2 and len(res.stderr.splitlines()) == 1
     assert "overlap, overlap_bucket, torch" in res.stderr and "fsdp, torch_fsdp" in res.stderr

@@ -16,10 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from analysis.overlap import command as overlap
 from analysis.overlap.analyze import analyze_trace
 from analysis.run.loaded_run import load_trace
 from analysis.trace.phase_markers import phases_of
 from tests import nsys_cli
+from tests.analysis.run.test_runs_identity import merge, one_line, recording
 from tests.support import owned
 from tests.support.recordings import PLAIN_DDP_STEPS as STEPS
 
@@ -120,7 +122,7 @@ def test_collectives_say_where_the_phases_came_from(recorded):
 
 
 @pytest.mark.skipif(shutil.which("nsys") is None, reason="nsys not installed")
-def test_plain_nsys_of_a_cpu_job_finds_no_pytorch_markers_and_says_why(tmp_path):
+def test_plain_nsys_of_a_cpu_job_finds_no_pytorch_markers_and_says_why(tmp_path, capsys):
     """On a CPU build of torch PyTorch writes no NVTX at all: `nsys profile --pytorch=autograd-nvtx`
     does not exist in nsys 2022.4, and torch.autograd.profiler.emit_nvtx raises without CUDA. So a
     plain nsys export of the job has nothing to measure, and the analysis says so and why."""
@@ -139,13 +141,11 @@ def test_plain_nsys_of_a_cpu_job_finds_no_pytorch_markers_and_says_why(tmp_path)
         timeout=300,
         check=True,
     )
-    run = owned.run(
-        [sys.executable, "-m", "analysis.overlap", str(sqlite)], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert run.returncode == 2
-    assert run.stderr.startswith("error: ") and "neither GPU kernels nor NVTX ranges" in run.stderr
-    assert "emit_nvtx" in run.stderr and "CUDA build of torch" in run.stderr
-    assert "Traceback" not in run.stderr
+    capsys.readouterr()
+    assert overlap.main([str(sqlite)]) == 2  # `python -m analysis.overlap`'s main, in this process
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "neither GPU kernels nor NVTX ranges" in err
+    assert "emit_nvtx" in err and "CUDA build of torch" in err
 
 
 def test_an_autograd_nvtx_export_from_elsewhere_names_what_it_lacks():
@@ -158,3 +158,11 @@ def test_an_autograd_nvtx_export_from_elsewhere_names_what_it_lacks():
     trace = load_trace(path)
     assert phases_of(trace).startswith("none found")
     assert analyze_trace(trace).steps["step"].isna().all()
+
+
+def test_our_rank_0_with_a_plain_ddp_scripts_rank_1_is_refused(recorded, tmp_path, capsys):
+    """tests/analysis/run/test_runs_identity.py's refusal of files of different runs, with the plain job's rank."""
+    ours = recording(tmp_path / "ten", "overlap", 10, run_id="aaaa")[0]
+    theirs = recorded / "plain_ddp.rank1.json"  # 10 measured steps, as many as ours: only the program differs
+    line = one_line(*merge(capsys, ours, theirs))
+    assert "overlap.rank0.json is run overlap" in line and "plain_ddp.rank1.json" in line and "another program" in line

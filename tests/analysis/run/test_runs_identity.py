@@ -1,7 +1,8 @@
 """Files of different runs are refused in one line naming both (exit 2), whatever the format: ranks of two
 torch.profiler recordings (different step counts, run ids, or captured minutes apart), our rank 0 with a
-plain PyTorch script's rank 1, on the one-piece load and the per-file (--jobs) merge alike, and `report`
-writes nothing; one run's ranks still merge."""
+plain PyTorch script's rank 1 (with the real script's: tests/analysis/test_plain_ddp_phases.py), on the
+one-piece load and the per-file (--jobs) merge alike, and `report` writes nothing; one run's ranks still
+merge."""
 
 from __future__ import annotations
 
@@ -141,10 +142,3 @@ def test_the_rule_compares_only_what_both_files_say():
                 FileIdentity("b", None, None, (1,), span_ns=(21 * 10**8, 22 * 10**8)),
             ]
         )
-
-
-@pytest.mark.ranks  # runs a two-rank plain PyTorch DDP job with torch.profiler
-def test_our_rank_0_with_a_plain_ddp_scripts_rank_1_is_refused(runs, plain_ddp_run, capsys):
-    theirs = plain_ddp_run / "plain_ddp.rank1.json"  # 11 steps, as many as ours: only the program differs
-    line = one_line(*merge(capsys, runs["ten"][0], theirs))
-    assert "overlap.rank0.json is run overlap" in line and "plain_ddp.rank1.json" in line and "another program" in line

@@ -4,7 +4,9 @@ For every setting of one knob (the bucket size of `overlap_bucket` / `torch`, or
 with reduce-scatters shared or separate: `2` / `2s`) it records a run under nsys (`run_nsys.sh`), asks
 `python -m analysis.advise --format json` for every other setting's predicted change from the recorded
 one, measures every setting without a profiler (`python -m ddp.benchmark`, the settings interleaved over
---repeat sweeps, every other sweep in reverse order) and prints the error table: per recording and
+--repeat sweeps, each sweep starting one setting later than the one before, so that no setting keeps one
+place: timed in one process, the middle setting of three measured up to 13 % faster than the same bucket
+layout timed first or last) and prints the error table: per recording and
 setting, the predicted change (% of the step, ± its 95 % interval), the measured change, their difference
 in percentage points and the verdict (within 10 points, both within the noise, or missed); then per
 recording the recommended setting against the best measured one (target: within 5 %, or the recorded
@@ -91,7 +93,7 @@ def measure(args: argparse.Namespace, keys: list[str]) -> dict[str, list[float]]
     out: dict[str, list[float]] = {k: [] for k in keys}
     base = [sys.executable, "-m", "ddp.benchmark", "--impl", args.impl, *shape(args), "--format", "json"]
     for sweep in range(args.repeat):
-        order = keys if sweep % 2 == 0 else keys[::-1]  # every other sweep reversed: no setting always first
+        order = keys[sweep % len(keys) :] + keys[: sweep % len(keys)]  # each setting takes each place in turn
         if args.impl in BUCKETED:  # one benchmark run times every size
             for row in json.loads(run([*base, "--bucket-mb", *order])):
                 out[bucket_key(row["bucket_mb"])].append(float(row["avg_step_time_ms"]))
@@ -168,6 +170,8 @@ def recommendation(result: dict, measured: dict[str, list[float]]) -> str:
     chosen = bucket_key(rec["bucket_mb"]) if "bucket_mb" in rec else shard_key(rec["setting"])
     medians = {k: statistics.median(v) for k, v in measured.items()}
     best = min(medians, key=lambda k: medians[k])
+    if chosen not in medians:
+        return f"recorded {recorded}: recommends {chosen} ({rec['reason']}), not measured: add it to --settings"
     slower = 100.0 * (medians[chosen] - medians[best]) / medians[best]
     quiet = chosen == recorded and not rec.get("beyond_noise", True)
     verdict = "met" if slower <= TARGET_BEST else ("kept: no difference beyond the noise" if quiet else "MISSED")

@@ -10,7 +10,11 @@ A size inside a range's sizes takes that range's line; above every range, the la
 range holds the largest recorded size (large messages are bandwidth-bound there too); below every range, the
 smallest's if it holds the smallest recorded size; anywhere else (between ranges, or beyond a range past
 recorded sizes that made no line of their own), the overall line. Latency and per-byte time are clamped at
-zero: a line that would need a negative one is refitted with it at zero.
+zero: a line that would need a negative latency goes through the origin. So do calls that cannot tell a latency
+from a per-byte time (one size, or the larger no slower): their time is taken as per-byte, so a candidate's
+smaller calls cost what their bytes cost rather than each what a recorded call took. A latency alone had made
+every smaller call as slow as the recorded ones: recorded at 100 MiB on CPU, 5 MiB buckets predicted +672 %
+of the step, measured -4 % (docs/measurements/2026-11-28-advise-cpu-quiet.md).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class Line:
     ns_per_byte: float
     calls: int
     sizes: int = 0  # distinct message sizes it was fitted on
+    latency_not_fitted: str | None = None  # why the calls could not tell a latency apart (fit_line)
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -47,14 +52,9 @@ class Line:
         return self.latency_ns + np.asarray(nbytes, dtype=float) * self.ns_per_byte
 
     def unfitted(self) -> str | None:
-        """Why the bandwidth could not be fitted (None when it was): the calls' times did not grow with
-        their size, so the line is a latency alone."""
-        if not np.isinf(self.bandwidth_gbps):
-            return None
-        if self.sizes <= 1:
-            return "one call size only: too few distinct call sizes to fit a bandwidth"
-        few = "; too few distinct call sizes to fit a bandwidth" if self.sizes < 4 else ""
-        return f"{self.sizes} distinct call sizes, the larger no slower{few}"
+        """Why the bandwidth could not be fitted (None when it was): the calls' times did not grow with their size
+        at all (a line exactly flat, or calls that took no time), so the line is a latency alone."""
+        return "the calls' times did not grow with their size" if np.isinf(self.bandwidth_gbps) else None
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,9 @@ class CommCost:
         return out
 
 
-def fit_line(nbytes: ArrayLike, ns: ArrayLike) -> tuple[float, float]:
-    """Least-squares (latency_ns, ns_per_byte) of ns ~ latency + bytes * per_byte, both >= 0.
+def fit_line(nbytes: ArrayLike, ns: ArrayLike) -> tuple[float, float, str | None]:
+    """Least-squares (latency_ns, ns_per_byte, why) of ns ~ latency + bytes * per_byte, both >= 0; `why` says
+    why the latency is zero when the calls could not tell it from the per-byte time (module docstring), else None.
 
     Each distinct size counts once, at the median of its calls, so a size called often does not
     outweigh the others and one slow call does not move the line."""
@@ -93,14 +94,15 @@ def fit_line(nbytes: ArrayLike, ns: ArrayLike) -> tuple[float, float]:
         raise ValueError("no calls to fit a communication cost from")
     per_size = frame.groupby("b")["t"].median()
     b, t = per_size.index.to_numpy(dtype=float), per_size.to_numpy(dtype=float)
-    if b.size == 1:  # one size: all of it is per-byte time (latency cannot be told apart)
-        return 0.0, float(t[0] / b[0]) if b[0] > 0 else 0.0
+    through_origin = float(max(np.dot(b, t) / np.dot(b, b), 0.0)) if np.dot(b, b) > 0 else 0.0
+    if b.size == 1:
+        return 0.0, through_origin, "one call size only: latency and bandwidth cannot be told apart"
     slope, intercept = np.polyfit(b, t, 1)
-    if intercept < 0:  # through the origin
-        return 0.0, float(max(np.dot(b, t) / np.dot(b, b), 0.0))
-    if slope < 0:  # flat: latency only
-        return float(np.mean(t)), 0.0
-    return float(intercept), float(slope)
+    if slope < 0:
+        return 0.0, through_origin, f"{b.size} distinct call sizes, the larger no slower"
+    if intercept < 0:
+        return 0.0, through_origin, None
+    return float(intercept), float(slope), None
 
 
 def fit_cost(nbytes: ArrayLike, ns: ArrayLike) -> CommCost:
@@ -108,14 +110,14 @@ def fit_cost(nbytes: ArrayLike, ns: ArrayLike) -> CommCost:
     b, t = np.asarray(nbytes, dtype=float), np.asarray(ns, dtype=float)
     keep = ~(np.isnan(b) | np.isnan(t)) & (b > 0)
     b, t = b[keep], t[keep]
-    latency, per_byte = fit_line(b, t)
-    overall = Line(float(b.min()), float(b.max()), latency, per_byte, int(b.size), int(np.unique(b).size))
+    latency, per_byte, why = fit_line(b, t)
+    overall = Line(float(b.min()), float(b.max()), latency, per_byte, int(b.size), int(np.unique(b).size), why)
     lines = []
     for sizes in size_ranges(np.unique(b)):
         if sizes.max() / sizes.min() >= MIN_SPREAD:
             inside = (b >= sizes.min()) & (b <= sizes.max())
-            lat, pb = fit_line(b[inside], t[inside])
-            lines.append(Line(float(sizes.min()), float(sizes.max()), lat, pb, int(inside.sum()), int(sizes.size)))
+            lat, pb, why = fit_line(b[inside], t[inside])
+            lines.append(Line(float(sizes.min()), float(sizes.max()), lat, pb, int(inside.sum()), int(sizes.size), why))
     return CommCost(tuple(lines), overall)
 
 
@@ -153,7 +155,8 @@ def transfer_times(calls: pd.DataFrame, world: int, lanes: int = 1, channel: str
 
 def line_json(line: Line) -> dict:
     """A cost line as the JSON of `analysis.advise` gives it: latency in us, bandwidth in GB/s (None: not
-    fitted, and `bandwidth_not_fitted` says why), its calls and distinct call sizes."""
+    fitted, and `bandwidth_not_fitted` says why), its calls and distinct call sizes, and `latency_not_fitted`
+    when the calls could not tell a latency apart (the time is then per-byte alone)."""
     why = line.unfitted()
     return {
         "latency_us": round(line.latency_ns / 1e3, 3),
@@ -161,12 +164,15 @@ def line_json(line: Line) -> dict:
         "calls": line.calls,
         "call_sizes": line.sizes,
         **({"bandwidth_not_fitted": why} if why else {}),
+        **({"latency_not_fitted": line.latency_not_fitted} if line.latency_not_fitted else {}),
     }
 
 
 def line_text(line: dict) -> str:
-    """A line of line_json as text: 'latency us + bandwidth GB/s', or the latency alone and why."""
-    if line["bandwidth_gb_s"] is not None:
-        return f"{line['latency_us']:.1f} us + {line['bandwidth_gb_s']:.3f} GB/s"
-    why = line.get("bandwidth_not_fitted") or "no bandwidth fitted"
-    return f"{line['latency_us']:.1f} us per call, whatever its size (bandwidth not fitted: {why})"
+    """A line of line_json as text: 'latency us + bandwidth GB/s', saying why a part was not fitted."""
+    if line["bandwidth_gb_s"] is None:
+        why = line.get("bandwidth_not_fitted") or "no bandwidth fitted"
+        return f"{line['latency_us']:.1f} us per call, whatever its size (bandwidth not fitted: {why})"
+    if line.get("latency_not_fitted"):
+        return f"{line['bandwidth_gb_s']:.3f} GB/s, no latency (not fitted: {line['latency_not_fitted']})"
+    return f"{line['latency_us']:.1f} us + {line['bandwidth_gb_s']:.3f} GB/s"

@@ -11,14 +11,32 @@ from analysis.advise.comm_cost import fit_cost, fit_line, serial_starts, transfe
 def test_fit_recovers_a_known_latency_and_bandwidth():
     sizes = np.repeat([1e3, 1e4, 1e5, 1e6], 3)
     ns = 20_000 + sizes * 0.5 + np.tile([-1.0, 0.0, 1.0], 4)  # 20 us, 2 GB/s, a little noise
-    latency, per_byte = fit_line(sizes, ns)
-    assert latency == pytest.approx(20_000, rel=1e-3)
+    latency, per_byte, why = fit_line(sizes, ns)
+    assert why is None and latency == pytest.approx(20_000, rel=1e-3)
     assert per_byte == pytest.approx(0.5, rel=1e-4)
 
 
 def test_fit_is_clamped_to_non_negative_latency():
-    latency, per_byte = fit_line([1e6, 2e6], [0.5e6, 1.5e6])  # a straight line would need latency < 0
-    assert latency == 0.0 and per_byte == pytest.approx((0.5e12 + 3e12) / 5e12)
+    latency, per_byte, why = fit_line([1e6, 2e6], [0.5e6, 1.5e6])  # a straight line would need latency < 0
+    assert why is None and latency == 0.0 and per_byte == pytest.approx((0.5e12 + 3e12) / 5e12)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "ns", "why"),
+    [
+        ([5e6, 5e6], [15e6, 16e6], "one call size only: latency and bandwidth cannot be told apart"),
+        ([5e6, 7e6, 7e6], [16e6, 15e6, 15.4e6], "2 distinct call sizes, the larger no slower"),
+    ],
+)
+def test_calls_that_cannot_tell_a_latency_apart_are_all_per_byte(sizes, ns, why):
+    # a latency alone would make a candidate's smaller calls each as slow as a recorded one
+    b = np.array(sizes)
+    t = pd.Series(ns).groupby(b).median()  # one figure per distinct size
+    latency, per_byte, got = fit_line(sizes, ns)
+    assert (latency, got) == (0.0, why)
+    assert per_byte == pytest.approx(float(np.dot(t.index, t) / np.dot(t.index, t.index)))
+    one_mb = fit_cost(sizes, ns).predict_ns([1e6])[0]
+    assert one_mb == pytest.approx(1e6 * per_byte) and one_mb < min(ns) / 4
 
 
 def test_each_message_size_range_gets_its_own_line():

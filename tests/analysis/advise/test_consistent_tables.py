@@ -105,16 +105,18 @@ def test_each_sharded_candidate_is_its_change_and_the_bound_is_below_the_replay(
     assert len(rows) == 4 and "same schedule as 3/shared" in rows[-1]
 
 
-def test_an_unfitted_bandwidth_says_why_not_na(fsdp_json, buckets_json):
-    from analysis.advise.comm_cost import Line, line_json, line_text
+def test_an_unfitted_part_of_the_cost_says_why_not_na(fsdp_json, buckets_json):
+    from analysis.advise.comm_cost import Line, fit_cost, line_json, line_text
 
-    flat = line_json(Line(1.0, 2.0, 5e6, 0.0, 10, 2))
+    # two call sizes, the larger no slower: all of the time is taken as per-byte, and the line says why
+    line = line_json(fit_cost([5e6, 5e6, 7e6, 7e6], [16e6, 15e6, 15e6, 15.5e6]).overall)
+    assert line["latency_us"] == 0.0 and line["bandwidth_gb_s"] == pytest.approx(74 / (5 * 15.5 + 7 * 15.25), rel=1e-3)
+    assert line["latency_not_fitted"] == "2 distinct call sizes, the larger no slower"
+    assert line_text(line).endswith("GB/s, no latency (not fitted: 2 distinct call sizes, the larger no slower)")
+    flat = line_json(Line(1.0, 2.0, 5e6, 0.0, 10, 2))  # a line exactly flat: a latency alone
     assert flat["bandwidth_gb_s"] is None
-    assert (
-        flat["bandwidth_not_fitted"]
-        == "2 distinct call sizes, the larger no slower; too few distinct call sizes to fit a bandwidth"
-    )
-    assert line_text(flat).startswith("5000.0 us per call, whatever its size (bandwidth not fitted: 2 distinct")
+    assert flat["bandwidth_not_fitted"] == "the calls' times did not grow with their size"
+    assert line_text(flat).startswith("5000.0 us per call, whatever its size (bandwidth not fitted: the calls'")
     assert "n/a" not in render_table([buckets_json, fsdp_json])
 
 

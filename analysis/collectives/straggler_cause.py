@@ -128,16 +128,29 @@ def straggler_summary(stragglers: pd.DataFrame, world: int) -> pd.DataFrame:
     held = stragglers.dropna(subset=["straggler"])
     if held.empty:
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
-    steps = len(held)
-    by_rank = held.groupby(held["straggler"].astype(np.int64))
-    out = by_rank.agg(steps_held=("step", "size"), wait_caused_ms=("wait_caused_ms", "sum")).reset_index()
-    out = out.rename(columns={"straggler": "rank"}).assign(steps=steps)
-    causes = held.assign(cause=held["cause"].fillna("unknown")).groupby(["straggler", "cause"]).size()
-    out["causes"] = [
-        {str(c): int(n) for c, n in causes.loc[r].sort_values(ascending=False).items()} for r in out["rank"]
-    ]  # one dict per rank that held a step
-    out["recurrently_late"] = [recurrently_late(int(n), steps, world) for n in out["steps_held"]]
+    ranks, by_rank, steps_held = np.unique(
+        held["straggler"].to_numpy(np.int64), return_inverse=True, return_counts=True
+    )
+    wait = pd.Series(held["wait_caused_ms"].to_numpy(np.float64)).groupby(by_rank).sum()  # pandas' own float sum
+    out = pd.DataFrame({"rank": ranks, "steps_held": steps_held.astype(np.int64), "steps": len(held)})
+    out["wait_caused_ms"] = wait.to_numpy()
+    out["causes"] = _cause_counts(by_rank, held["cause"].fillna("unknown").to_numpy(object), len(ranks))
+    out["recurrently_late"] = [recurrently_late(int(n), len(held), world) for n in steps_held]
     return out[SUMMARY_COLUMNS]
+
+
+def _cause_counts(by_rank: np.ndarray, cause: np.ndarray, ranks: int) -> list[dict[str, int]]:
+    """Per rank: {cause: steps}, the most frequent first (_most_first)."""
+    names, by_cause = np.unique(cause.astype(str), return_inverse=True)
+    counts = np.bincount(by_rank * len(names) + by_cause, minlength=ranks * len(names)).reshape(ranks, len(names))
+    return [{str(names[c]): int(row[c]) for c in _most_first(row)} for row in counts]
+
+
+def _most_first(counts: np.ndarray) -> np.ndarray:
+    """The positions of the non-zero counts, largest first, ties ordered as a descending pandas sort_values of
+    them in the causes' alphabetical order orders them (a reversed quicksort, not always stable)."""
+    present = np.flatnonzero(counts)[::-1]
+    return present[counts[present].argsort(kind="quicksort")][::-1]
 
 
 def recurrently_late(held: int, steps: int, world: int) -> bool:

@@ -131,7 +131,7 @@ def straggler_summary(stragglers: pd.DataFrame, world: int) -> pd.DataFrame:
     ranks, by_rank, steps_held = np.unique(
         held["straggler"].to_numpy(np.int64), return_inverse=True, return_counts=True
     )
-    wait = pd.Series(held["wait_caused_ms"].to_numpy(np.float64)).groupby(by_rank).sum()  # pandas' own float sum
+    wait = pd.Series(held["wait_caused_ms"].to_numpy()).groupby(by_rank).sum()  # pandas' own sum, of its dtype
     out = pd.DataFrame({"rank": ranks, "steps_held": steps_held.astype(np.int64), "steps": len(held)})
     out["wait_caused_ms"] = wait.to_numpy()
     out["causes"] = _cause_counts(by_rank, held["cause"].fillna("unknown").to_numpy(object), len(ranks))

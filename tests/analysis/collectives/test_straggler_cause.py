@@ -315,3 +315,23 @@ def test_a_job_without_step_ranges_keeps_the_arrival_windows_cause():
     assert list(strag["step"]) == [-1] and strag["cause"].notna().all()
     columns = ["straggler", "cause", "cause_ms", "late_ms"]
     assert strag[columns].to_dict("records") == arrival_rule[columns].to_dict("records")
+
+
+def test_two_groups_kth_all_reduce_are_two_collectives():
+    """Two process groups ({0,1} and {2,3}) each all-reducing in every step: the slow rank's run-up is measured
+    against its own group's members only, as in a run of that group alone."""
+    fast, _ = synthetic_run(2, 6, None, seed=1)
+    slow, spans = synthetic_run(2, 6, (1, "backward", 40.0), seed=2)
+    _, fast_spans = synthetic_run(2, 6, None, seed=1)
+    both = pd.concat(
+        [fast.assign(group_ranks="0,1"), slow.assign(rank=slow["rank"] + 2, last_rank=slow["last_rank"] + 2)],
+        ignore_index=True,
+    )
+    both.loc[both["rank"] >= 2, "group_ranks"] = "2,3"
+    all_spans = pd.concat([fast_spans, spans.assign(rank=spans["rank"] + 2)], ignore_index=True)
+    strag = with_causes(stats.stragglers(both), both, all_spans)
+    alone = with_causes(stats.stragglers(slow), slow, spans)
+    assert (strag["straggler"] == 3).all() and (alone["straggler"] == 1).all()
+    columns = ["step", "cause", "cause_ms", "late_ms"]
+    assert strag[columns].to_dict("records") == alone[columns].to_dict("records")
+    assert (strag["cause"] == "backward").all()

@@ -130,7 +130,7 @@ def test_old_flag_name_algorithms_still_selects_collectives() -> None:
     assert build_parser().parse_args(["--algorithms", "ring", "torch"]).collectives == ["ring", "torch"]
 
 
-def test_cli_bad_input_has_no_traceback(capsys) -> None:
+def test_cli_bad_input_has_no_traceback(capsys: pytest.CaptureFixture[str]) -> None:
     """What `python -m ddp.collectives_bench` runs (cli.run_main, whose exit as a process
     tests/ddp/test_cli.py checks), in this process."""
     with pytest.raises(SystemExit) as exit_info:

@@ -35,6 +35,7 @@ import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,14 +199,22 @@ def compare(quoted: list[str], printed: list[str], tol: float) -> str:
     return ""
 
 
-def run(check: Check) -> tuple[str, str]:
-    """(OK|DIFF|SKIP, detail) of one check."""
-    command = re.sub(r"^python ", f"{shlex.quote(sys.executable)} ", check.command or "")
+@cache  # several pages quote the same command: it runs once (its output does not change in between)
+def printed_by(command: str) -> list[str] | None:
+    """The lines `command` prints (stdout, then stderr), run from ROOT; None when it ran past TIMEOUT_S."""
+    command = re.sub(r"^python ", f"{shlex.quote(sys.executable)} ", command)
     try:
         done = subprocess.run(["bash", "-c", command], cwd=ROOT, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired:
+        return None
+    return (done.stdout + "\n" + done.stderr).splitlines()
+
+
+def run(check: Check) -> tuple[str, str]:
+    """(OK|DIFF|SKIP, detail) of one check."""
+    printed = printed_by(check.command or "")
+    if printed is None:
         return "SKIP", f"ran past {TIMEOUT_S} s"
-    printed = (done.stdout + "\n" + done.stderr).splitlines()
     differs = compare(check.quoted, printed, check.tol)
     return ("DIFF", differs) if differs else ("OK", "")
 

@@ -125,3 +125,11 @@ def test_the_pages_quote_what_their_commands_print_now():
     lines = done.stdout.splitlines()
     assert done.returncode == 0, "\n".join(line for line in lines if line.startswith("DIFF")) or done.stderr
     assert sum(line.startswith("OK") for line in lines) >= 8, done.stdout
+
+
+def test_a_command_quoted_on_several_pages_runs_once(check_docs, tmp_path, capsys):
+    block = "<!-- check: echo ran >> ran.txt; wc -l < ran.txt -->\n```\n1\n```\n"
+    (tmp_path / "p.md").write_text(block)
+    (tmp_path / "q.md").write_text(f"# another page\n\n{block}")
+    assert check_docs.main(["p.md", "q.md"]) == 0, capsys.readouterr().out
+    assert (tmp_path / "ran.txt").read_text() == "ran\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -170,6 +171,20 @@ def run_case(ctx: DistContext, case: dict) -> dict:
 
 def cases_worker(ctx: DistContext, cases: list[dict]) -> list[dict]:
     return [run_case(ctx, case) for case in cases]
+
+
+def workers_in_turn(ctx: DistContext, calls: list[tuple]) -> list:
+    """`worker(ctx, *args)` of each (worker, *args) in `calls`, one after another on the same ranks: a test
+    module's runs on ranks spawned once (spawning imports torch on every rank, seconds of CPU each). The
+    process-wide settings a worker may change (warning filters, deterministic algorithms) are put back
+    after it, as a fresh rank would have them."""
+    out = []
+    for worker, *args in calls:
+        deterministic = torch.are_deterministic_algorithms_enabled()
+        with warnings.catch_warnings():
+            out.append(worker(ctx, *args))
+        torch.use_deterministic_algorithms(deterministic)
+    return out
 
 
 def raise_on_rank1(ctx: DistContext) -> None:

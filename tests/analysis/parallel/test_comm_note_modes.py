@@ -67,11 +67,9 @@ def serial_table(rank_files: list[Path], capsys) -> str:
 
 
 @pytest.mark.pool  # starts a Dask cluster
-def test_dask_gives_the_serial_note(rank_files, capsys):
-    distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as c:
-        for fmt in ("table", "json"):
-            serial = cli(capsys, *rank_files, "--format", fmt, "--jobs", "1", *NOTHING)
-            on_dask = cli(capsys, *rank_files, "--format", fmt, "--dask", c.scheduler_address, *NOTHING)
-            assert serial[0] == on_dask[0] == 0 and serial[1] == on_dask[1], fmt
-            assert "no communication recognised in a run of 3 ranks" in on_dask[1]
+def test_dask_gives_the_serial_note(rank_files, dask_cluster, capsys):
+    for fmt in ("table", "json"):
+        serial = cli(capsys, *rank_files, "--format", fmt, "--jobs", "1", *NOTHING)
+        on_dask = cli(capsys, *rank_files, "--format", fmt, "--dask", dask_cluster, *NOTHING)
+        assert serial[0] == on_dask[0] == 0 and serial[1] == on_dask[1], fmt
+        assert "no communication recognised in a run of 3 ranks" in on_dask[1]

@@ -28,13 +28,11 @@ def _json(capsys, *args) -> str:
 
 
 @pytest.mark.pool  # a process pool and a Dask cluster
-def test_serial_jobs_and_dask_agree_and_equal_the_one_piece_load(host_files, capsys):
-    distributed = pytest.importorskip("distributed")
+def test_serial_jobs_and_dask_agree_and_equal_the_one_piece_load(host_files, dask_cluster, capsys):
     files, whole = host_files
     serial = _json(capsys, *files, "--merge", "--jobs", "1")
     assert _json(capsys, *files, "--merge", "--jobs", "2") == serial
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        assert _json(capsys, *files, "--merge", "--dask", cluster.scheduler_address) == serial
+    assert _json(capsys, *files, "--merge", "--dask", dask_cluster) == serial
     merged, one = (json.loads(doc)["traces"][0]["ranks"] for doc in (serial, _json(capsys, whole)))
     assert len(merged) == 64 and [r["groups"] for r in merged] == [r["groups"] for r in one]
     assert [r["total"] for r in merged] == [r["total"] for r in one]

@@ -405,14 +405,6 @@ def test_no_worker_process_outlives_the_command(rank_files, tmp_path):
 # --- Dask -----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def dask_cluster():
-    distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
-    yield cluster.scheduler_address
-    cluster.close()
-
-
 @pytest.mark.pool  # starts a Dask cluster
 def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_cluster, capsys):
     for extra in ([], ["--merge"]):

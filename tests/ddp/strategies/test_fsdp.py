@@ -9,6 +9,7 @@ import torch
 
 from ddp.launch.launcher import launch
 from ddp.sharding.gradient_buffers import KEEP
+from tests.ddp import cases
 from tests.ddp.strategies import fsdp_cases
 
 pytestmark = pytest.mark.ranks  # every test reads the runs of spawned ranks (module fixture)
@@ -53,10 +54,21 @@ SETTINGS = ("fp32", "prefetch1", "prefetch3", "separate_rs")  # fp32 runs: bit f
 
 
 @pytest.fixture(scope="module")
-def runs() -> dict:
-    keys = list(CASES)
-    outcomes = launch(fsdp_cases.sharded_worker, WORLD, [CASES[k] for k in keys], timeout_s=240)
-    return dict(zip(keys, outcomes, strict=True))
+def two_ranks() -> tuple[list, list, dict]:
+    """The module's runs on WORLD ranks spawned once: sharded_worker's CASES, log_worker's LOG_CASES, then
+    behaviours (last: it ends with a refused backward)."""
+    calls = [
+        (fsdp_cases.sharded_worker, list(CASES.values())),
+        (fsdp_cases.log_worker, list(LOG_CASES.values())),
+        (fsdp_cases.behaviours,),
+    ]
+    sharded, logged, behaviours = launch(cases.workers_in_turn, WORLD, calls, timeout_s=480)
+    return sharded, logged, behaviours
+
+
+@pytest.fixture(scope="module")
+def runs(two_ranks: tuple[list, list, dict]) -> dict:
+    return dict(zip(CASES, two_ranks[0], strict=True))
 
 
 def _reference(key: tuple, threads: int) -> list[dict[str, torch.Tensor]]:
@@ -130,9 +142,8 @@ LOG_CASES = {
 
 
 @pytest.fixture(scope="module")
-def logs() -> dict:
-    outcomes = launch(fsdp_cases.log_worker, WORLD, list(LOG_CASES.values()), timeout_s=240)
-    return dict(zip(LOG_CASES, outcomes, strict=True))
+def logs(two_ranks: tuple[list, list, dict]) -> dict:
+    return dict(zip(LOG_CASES, two_ranks[1], strict=True))
 
 
 def _starts(events: list, prefix: str) -> list[tuple[int, str, int]]:
@@ -212,8 +223,8 @@ def test_three_ranks_train_like_one_process_and_agree():
     assert all(torch.equal(f[n], finals[0][n]) for f in finals for n in finals[0])  # ranks agree exactly
 
 
-def test_eval_forward_frees_its_gathers_and_a_second_backward_is_refused():
-    outcome = launch(fsdp_cases.behaviours, WORLD, timeout_s=120)
+def test_eval_forward_frees_its_gathers_and_a_second_backward_is_refused(two_ranks):
+    outcome = two_ranks[2]
     assert outcome["eval_logits_shape"] == (BATCH // WORLD, 5, fsdp_cases.VOCAB)
     assert outcome["free_after_eval"]
     assert all(len(shape) == 1 for n, shape in outcome["params_after_eval"].items() if "norms" not in n)

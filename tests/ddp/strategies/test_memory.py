@@ -188,11 +188,21 @@ def expected_sharded_toy_figures(impl: str, rank: int, world: int, batch: int) -
     return {**figures, "gathered": gathered}
 
 
+IMPLS = [name for name in registry.IMPLEMENTATIONS if name not in registry.HYBRID]  # 2 ranks: one replica
+TOY_CONFIGS = [{**TOY_RUN, "impl": impl, "shard_optimizer": shard} for impl in IMPLS for shard in (False, True)]
+LM_RUN = {**TOY_RUN, "model": "tiny", "impl": "flat", "batch_size": 2, "context_length": 16}
+
+
+@pytest.fixture(scope="module")
+def two_rank_runs() -> list[dict]:
+    """memory_of_runs of every TOY_CONFIGS run, then LM_RUN's, on the same two spawned ranks."""
+    return launch(memory_cases.memory_of_runs, 2, [*TOY_CONFIGS, LM_RUN], timeout_s=240)
+
+
 @pytest.mark.ranks
-def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_without_sharded_state():
-    impls = [name for name in registry.IMPLEMENTATIONS if name not in registry.HYBRID]  # 2 ranks: one replica
-    configs = [{**TOY_RUN, "impl": impl, "shard_optimizer": shard} for impl in impls for shard in (False, True)]
-    runs = launch(memory_cases.memory_of_runs, 2, configs, timeout_s=180)
+def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_without_sharded_state(two_rank_runs):
+    runs = two_rank_runs[: len(TOY_CONFIGS)]
+    assert [r["settings"] for r in runs] == TOY_CONFIGS
     for run in runs:
         impl, shard = run["settings"]["impl"], run["settings"]["shard_optimizer"]
         if impl in registry.SHARDED:  # --shard-optimizer changes nothing: the state is the shards' already
@@ -213,10 +223,10 @@ def test_each_strategy_accounts_what_a_count_from_the_shapes_gives_with_and_with
 
 
 @pytest.mark.ranks
-def test_an_lm_counts_its_buffers_as_parameters():
+def test_an_lm_counts_its_buffers_as_parameters(two_rank_runs):
     """The tiny LM (a buffer beside its parameters, tied weights if any): parameters and buffers counted once."""
-    settings = {**TOY_RUN, "model": "tiny", "impl": "flat", "batch_size": 2, "context_length": 16}
-    (run,) = launch(memory_cases.memory_of_runs, 2, [settings], timeout_s=120)
+    run = two_rank_runs[-1]
+    assert run["settings"] == LM_RUN
     net = build_model("tiny", context_length=16)
     params = sum(p.numel() * p.element_size() for p in net.parameters())
     buffers = sum(b.numel() * b.element_size() for b in net.buffers())

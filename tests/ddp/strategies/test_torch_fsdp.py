@@ -93,16 +93,50 @@ def test_what_fsdp2_cannot_do_is_refused_before_any_collective():
 
 
 # ---- 2 gloo ranks ---------------------------------------------------------------------------------
+SETTINGS = [{"prefetch": 2}, {"prefetch": 3}, *([{"separate_reduce_scatter": True, "prefetch": 3}] * SEPARATE_RS)]
+PREFETCH_RUNS = [
+    {"impl": impl, "model": model, "optimizer": "adamw", "steps": 3, "batch_size": 8, "kwargs": kwargs}
+    for model in ("toy", "reordered")
+    for setting in SETTINGS
+    for impl, kwargs in (("torch", {}), ("torch_fsdp", setting))
+]
+DDP_RUNS = [
+    {
+        "impl": impl,
+        "model": model,
+        "optimizer": opt,
+        "steps": 3,
+        "batch_size": 8,
+        "kwargs": {"find_unused_parameters": True} if (impl, model) == ("torch", "unused") else {},
+    }
+    for model in MODELS
+    for opt in ("sgd", "adamw")
+    for impl in ("torch", "torch_fsdp")
+]
+# toy under torch_fsdp with FSDP2's defaults, with separate reduce-scatters (where this torch has them), with prefetch 3
+GROUP_RUNS = [{}, {"separate_reduce_scatter": SEPARATE_RS}, {"prefetch": 3}]
+PAYLOAD_RUNS = [("odd", None), ("toy", None), ("odd", torch.bfloat16)]
+MIXED_RUNS = [(model, dtype, 5, 0.01) for model in ("toy", "odd") for dtype in (torch.float16, torch.bfloat16)]
+
+
+@pytest.fixture(scope="module")
+def two_ranks() -> dict[str, list]:
+    """Every run of the module's tests on 2 ranks spawned once, by worker: cases_worker's PREFETCH_RUNS and
+    DDP_RUNS, groups_worker's GROUP_RUNS, payloads_worker's PAYLOAD_RUNS, mixed_worker's MIXED_RUNS."""
+    calls = {
+        "prefetch": (cases.cases_worker, PREFETCH_RUNS),
+        "ddp": (cases.cases_worker, DDP_RUNS),
+        "groups": (torch_fsdp_cases.groups_worker, GROUP_RUNS),
+        "payloads": (torch_fsdp_cases.payloads_worker, PAYLOAD_RUNS),
+        "mixed": (torch_fsdp_cases.mixed_worker, MIXED_RUNS),
+    }
+    outcomes = launch(cases.workers_in_turn, 2, list(calls.values()), timeout_s=600)
+    return dict(zip(calls, outcomes, strict=True))
+
+
 @pytest.mark.ranks  # spawns 2 ranks
-def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identically_to_torch_ddp():
-    settings = [{"prefetch": 2}, {"prefetch": 3}, *([{"separate_reduce_scatter": True, "prefetch": 3}] * SEPARATE_RS)]
-    runs = [
-        {"impl": impl, "model": model, "optimizer": "adamw", "steps": 3, "batch_size": 8, "kwargs": kwargs}
-        for model in ("toy", "reordered")
-        for setting in settings
-        for impl, kwargs in (("torch", {}), ("torch_fsdp", setting))
-    ]
-    outcomes = launch(cases.cases_worker, 2, runs, timeout_s=240)
+def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identically_to_torch_ddp(two_ranks):
+    runs, outcomes = PREFETCH_RUNS, two_ranks["prefetch"]
     for i in range(0, len(runs), 2):
         ddp, fsdp = outcomes[i]["params"], outcomes[i + 1]["params"]
         key = (runs[i + 1]["model"], runs[i + 1]["kwargs"])
@@ -110,11 +144,8 @@ def test_prefetch_and_a_separate_reduce_scatter_group_still_train_bit_identicall
 
 
 @pytest.fixture(scope="module")
-def group_runs() -> list[dict]:
-    """toy under torch_fsdp with FSDP2's defaults, with separate reduce-scatters (where this torch has them), with
-    prefetch 3 (2 ranks)."""
-    runs = [{}, {"separate_reduce_scatter": SEPARATE_RS}, {"prefetch": 3}]
-    return launch(torch_fsdp_cases.groups_worker, 2, runs, timeout_s=240)
+def group_runs(two_ranks: dict[str, list]) -> list[dict]:
+    return two_ranks["groups"]
 
 
 @pytest.mark.ranks  # spawns 2 ranks
@@ -139,23 +170,10 @@ def test_separate_reduce_scatter_sends_every_reduce_scatter_through_a_group_of_i
 
 
 @pytest.mark.ranks  # spawns 2 ranks
-def test_trains_bit_identically_to_torch_ddp():
+def test_trains_bit_identically_to_torch_ddp(two_ranks):
     """FSDP2's reduce-scatter (sum, then / 2) gives each rank's shard the same float32 mean gradient as DDP's
     all-reduce: the parameters after every optimizer's steps must be equal bit for bit, not just close."""
-    runs = [
-        {
-            "impl": impl,
-            "model": model,
-            "optimizer": opt,
-            "steps": 3,
-            "batch_size": 8,
-            "kwargs": {"find_unused_parameters": True} if (impl, model) == ("torch", "unused") else {},
-        }
-        for model in MODELS
-        for opt in ("sgd", "adamw")
-        for impl in ("torch", "torch_fsdp")
-    ]
-    outcomes = launch(cases.cases_worker, 2, runs, timeout_s=240)
+    runs, outcomes = DDP_RUNS, two_ranks["ddp"]
     for i in range(0, len(runs), 2):
         ddp, fsdp = outcomes[i]["params"], outcomes[i + 1]["params"]
         key = (runs[i]["model"], runs[i]["optimizer"])
@@ -165,9 +183,8 @@ def test_trains_bit_identically_to_torch_ddp():
 
 
 @pytest.fixture(scope="module")
-def payloads() -> dict:
-    runs = [("odd", None), ("toy", None), ("odd", torch.bfloat16)]
-    return dict(zip(runs, launch(torch_fsdp_cases.payloads_worker, 2, runs, timeout_s=240), strict=True))
+def payloads(two_ranks: dict[str, list]) -> dict:
+    return dict(zip(PAYLOAD_RUNS, two_ranks["payloads"], strict=True))
 
 
 @pytest.mark.ranks
@@ -208,9 +225,8 @@ def test_master_weights_and_gradients_stay_float32_under_a_compute_dtype(payload
 
 
 @pytest.mark.ranks  # spawns 2 ranks
-def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way():
-    runs = [(model, dtype, 5, 0.01) for model in ("toy", "odd") for dtype in (torch.float16, torch.bfloat16)]
-    outcomes = launch(torch_fsdp_cases.mixed_worker, 2, runs, timeout_s=240)
+def test_fp16_and_bf16_stay_within_1e_4_of_one_process_casting_the_same_way(two_ranks):
+    runs, outcomes = MIXED_RUNS, two_ranks["mixed"]
     for run, params in zip(runs, outcomes, strict=True):
         reference = torch_fsdp_cases.reference_mixed(*run)
         assert params.keys() == reference.keys()

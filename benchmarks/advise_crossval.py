@@ -5,8 +5,8 @@ with reduce-scatters shared or separate: `2` / `2s`) it records a run under nsys
 `python -m analysis.advise --format json` for every other setting's predicted change from the recorded
 one, measures every setting without a profiler (`python -m ddp.benchmark`, the settings interleaved over
 --repeat sweeps, each sweep starting one setting later than the one before, so that no setting keeps one
-place: timed in one process, the middle setting of three measured up to 13 % faster than the same bucket
-layout timed first or last) and prints the error table: per recording and
+place: with every other sweep reversed, the middle one of three was always timed second, and measured
+4-16 % faster than a setting with the same bucket layout) and prints the error table: per recording and
 setting, the predicted change (% of the step, ± its 95 % interval), the measured change, their difference
 in percentage points and the verdict (within 10 points, both within the noise, or missed); then per
 recording the recommended setting against the best measured one (target: within 5 %, or the recorded

@@ -14,7 +14,7 @@ zero: a line that would need a negative latency goes through the origin. So do c
 from a per-byte time (one size, or the larger no slower): their time is taken as per-byte, so a candidate's
 smaller calls cost what their bytes cost rather than each what a recorded call took. A latency alone had made
 every smaller call as slow as the recorded ones: recorded at 100 MiB on CPU, 5 MiB buckets predicted +672 %
-of the step, measured -4 % (docs/measurements/2026-11-28-advise-cpu-quiet.md).
+of the step, measured -4 % (docs/measurements/2026-11-28-advise-crossval-cpu.md).
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ Two measurements, the first found wins:
       gradients: about 0.09 ms per MB against 0.75 ms for the rest), and a layout moves the same bytes in any
       number of calls, so only the rest is paid once per call: the ranges' lengths are fitted against their
       calls' bytes (comm_cost.fit_line) and a rank's figure is the median of its ranges less their per-byte
-      part. Ranges whose bytes are unknown count whole.
+      part. Ranges whose bytes are unknown, or whose sizes cannot tell a per-byte part apart (one size, or the
+      larger no slower), count whole.
   CUDA launches (GPU traces without those ranges): per collective, the host time on its rank between the
       last kernel launch before its `comm:` range opened and the launch after its own (the first after the
       range opened),
@@ -63,8 +64,9 @@ def _from_ranges(trace: Trace, calls: pd.DataFrame) -> pd.DataFrame:
         nbytes = own["text"].astype(str).str[len(COMM_ISSUE_PREFIX) :].map(by_name).to_numpy(dtype=float)
     known = ~np.isnan(nbytes) & (nbytes > 0)
     if known.any():
-        _, per_byte, _ = fit_line(nbytes[known], host[known])
-        host = np.where(known, np.maximum(host - per_byte * np.nan_to_num(nbytes), 0.0), host)
+        _, per_byte, untold = fit_line(nbytes[known], host[known])
+        if not untold:  # sizes that cannot tell a per-byte part apart (one size, the larger no slower): count whole
+            host = np.where(known, np.maximum(host - per_byte * np.nan_to_num(nbytes), 0.0), host)
     return pd.DataFrame({"rank": _rank_of(trace, own["part"], own["pid"]), "host_ns": host}).dropna()
 
 

@@ -72,3 +72,26 @@ def test_the_part_of_an_issue_that_grows_with_its_bytes_is_not_charged_per_call(
     want = [float(np.median([n - per_byte * nbytes for nbytes, n in lengths[r]])) for r in (0, 1)]
     assert got.host_ns.tolist() == pytest.approx(want)
     assert got.host_ns.tolist() == pytest.approx([700_000, 700_000], rel=0.05)  # not the 1.1 ms median length
+
+
+def test_issues_of_one_size_count_whole(tmp_path):
+    # every bucket the same size: a per-byte part cannot be told apart, so each issue counts whole (not 0)
+    w = NsysWriter(tmp_path / "run.sqlite", flavour="2026")
+    w.process(101)
+    w.meta_mark(101, 101, 10, rank=0, implementation="overlap_bucket", world_size=1, backend="gloo")
+    w.nvtx(101, 101, 100, 2_000_000, step_range(0), kind=PUSH_POP)
+    for k, n in enumerate([900_000, 1_100_000, 1_000_000]):
+        w.nvtx(
+            101,
+            101,
+            1_000 + 300_000 * k,
+            1_000 + 300_000 * k + n,
+            comm_issue_range(ALL_REDUCE, f"bucket{k}"),
+            kind=PUSH_POP,
+        )
+    w.close()
+    calls = pd.DataFrame(
+        [{"rank": 0, "op": ALL_REDUCE, "tag": f"bucket{k}", "bytes": 5e6, "issue_ns": 0} for k in range(3)]
+    )
+    got = call_cost(load_run([tmp_path / "run.sqlite"]).trace, calls, [0], gpu=False)
+    assert got.host_ns.tolist() == [1_000_000.0]

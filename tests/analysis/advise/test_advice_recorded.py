@@ -93,13 +93,11 @@ def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorde
 
 
 def least_squares(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(latency, per-byte) of t ~ latency + per_byte * b by least squares; a negative latency refitted
-    through the origin, then a negative slope made flat (the rule comm_cost documents)."""
+    """(latency, per-byte) of t ~ latency + per_byte * b by least squares; a negative latency or a negative
+    slope (the larger no slower) refitted through the origin (the rule comm_cost documents)."""
     if len(b) == 1:
         return 0.0, float(t[0] / b[0])
     slope, intercept = np.polyfit(b, t, 1)
-    if intercept < 0:
+    if intercept < 0 or slope < 0:
         return 0.0, max(float(np.dot(b, t) / np.dot(b, b)), 0.0)
-    if slope < 0:
-        return float(np.mean(t)), 0.0
     return float(intercept), float(slope)

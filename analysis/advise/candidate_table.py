@@ -34,13 +34,21 @@ def predicted_json(name: str, value: float, err: float) -> dict:
     return {f"predicted_{name}": round(value, 3), f"predicted_{name}_err": round(err, 3)}
 
 
-def change_json(candidate: Any) -> dict:
-    """A candidate's change from the recorded setting (its change_ms, change_pct and their errors)."""
+def change_json(candidate: Any, noise_ms: float) -> dict:
+    """A candidate's change from the recorded setting (its change_ms, change_pct and their errors), and
+    whether it stands out (`change_beyond_noise`, beyond_noise)."""
     c = candidate
     return {
         **predicted_json("change_ms", c.change_ms, c.change_ms_err),
         **predicted_json("change_pct", c.change_pct, c.change_pct_err),
+        "change_beyond_noise": beyond_noise(c.change_ms, c.change_ms_err, noise_ms),
     }
+
+
+def beyond_noise(change_ms: float, change_ms_err: float, noise_ms: float) -> bool:
+    """Whether a predicted change can be told from no change: larger than its own 95 % half-width (the
+    interval leaves out zero) and than the run's step-to-step spread `noise_ms`."""
+    return abs(change_ms) > max(change_ms_err, noise_ms)
 
 
 def choice_json(choice: Choice, label: Callable[[Any], str], noun: str, **named: Any) -> dict:
@@ -87,12 +95,21 @@ def one_per_group(run: dict, group: Group) -> list[dict]:
     return rows
 
 
+NOT_TOLD_APART = "within the noise"  # the note of a change that cannot be told from none (beyond_noise)
+
+
 def marks(run: dict, candidate: dict, group: Group) -> list[str]:
-    """'recorded' and 'recommended', where the candidate's group holds them."""
+    """'recorded' and 'recommended', where the candidate's group holds them; NOT_TOLD_APART for another
+    setting whose predicted change cannot be told from none."""
     same = group(candidate)
-    mark = ["recorded"] if any(d["recorded"] for d in run["candidates"] if d["setting"] in same) else []
+    recorded = any(d["recorded"] for d in run["candidates"] if d["setting"] in same)
     chosen = (run["recommended"] or {}).get("setting")
-    return mark + (["recommended"] if chosen in same else [])
+    quiet = not recorded and not candidate.get("change_beyond_noise", True)
+    return (
+        (["recorded"] if recorded else [])
+        + (["recommended"] if chosen in same else [])
+        + ([NOT_TOLD_APART] if quiet else [])
+    )
 
 
 def candidate_frame(

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
+from analysis.advise.uncertainty import Z95
 from analysis.measure.call_groups import pair
 
 RANGE_FACTOR = 16.0  # each message-size range spans this factor of sizes
@@ -83,9 +84,10 @@ class CommCost:
         return out
 
 
-def fit_line(nbytes: ArrayLike, ns: ArrayLike) -> tuple[float, float, str | None]:
+def fit_line(nbytes: ArrayLike, ns: ArrayLike, *, test_latency: bool = False) -> tuple[float, float, str | None]:
     """Least-squares (latency_ns, ns_per_byte, why) of ns ~ latency + bytes * per_byte, both >= 0; `why` says
     why the latency is zero when the calls could not tell it from the per-byte time (module docstring), else None.
+    test_latency: also when the fitted latency's 95 % interval reaches zero (three or more sizes).
 
     Each distinct size counts once, at the median of its calls, so a size called often does not
     outweigh the others and one slow call does not move the line."""
@@ -102,7 +104,22 @@ def fit_line(nbytes: ArrayLike, ns: ArrayLike) -> tuple[float, float, str | None
         return 0.0, through_origin, f"{b.size} distinct call sizes, the larger no slower"
     if intercept < 0:
         return 0.0, through_origin, None
+    err = Z95 * intercept_se(b, t, slope, intercept) if test_latency and b.size > 2 else 0.0
+    if intercept <= err:
+        return (
+            0.0,
+            through_origin,
+            f"{intercept / 1e6:.3g} ± {err / 1e6:.3g} ms over {b.size} call sizes, not told from zero",
+        )
     return float(intercept), float(slope), None
+
+
+def intercept_se(b: np.ndarray, t: np.ndarray, slope: float, intercept: float) -> float:
+    """The standard error of a least-squares line's intercept, from its residuals (b: three or more sizes)."""
+    residual = t - (intercept + slope * b)
+    variance = float(residual @ residual) / (b.size - 2)
+    spread = float(((b - b.mean()) ** 2).sum())
+    return float(np.sqrt(variance * (1.0 / b.size + b.mean() ** 2 / spread)))
 
 
 def fit_cost(nbytes: ArrayLike, ns: ArrayLike) -> CommCost:
@@ -110,13 +127,13 @@ def fit_cost(nbytes: ArrayLike, ns: ArrayLike) -> CommCost:
     b, t = np.asarray(nbytes, dtype=float), np.asarray(ns, dtype=float)
     keep = ~(np.isnan(b) | np.isnan(t)) & (b > 0)
     b, t = b[keep], t[keep]
-    latency, per_byte, why = fit_line(b, t)
+    latency, per_byte, why = fit_line(b, t, test_latency=True)
     overall = Line(float(b.min()), float(b.max()), latency, per_byte, int(b.size), int(np.unique(b).size), why)
     lines = []
     for sizes in size_ranges(np.unique(b)):
         if sizes.max() / sizes.min() >= MIN_SPREAD:
             inside = (b >= sizes.min()) & (b <= sizes.max())
-            lat, pb, why = fit_line(b[inside], t[inside])
+            lat, pb, why = fit_line(b[inside], t[inside], test_latency=True)
             lines.append(Line(float(sizes.min()), float(sizes.max()), lat, pb, int(inside.sum()), int(sizes.size), why))
     return CommCost(tuple(lines), overall)
 

@@ -38,7 +38,7 @@ class Candidate:
     change_pct_err: float = 0.0
     same_layout_mb: tuple[float, ...] = ()  # every candidate size that gives the same buckets
 
-    def to_json(self, recorded_mb: float | None) -> dict:
+    def to_json(self, recorded_mb: float | None, noise_ms: float) -> dict:
         exposed = self.predicted_exposed_comm_ms, self.predicted_exposed_comm_ms_err
         return {
             "setting": {"bucket_mb": self.bucket_mb},
@@ -47,7 +47,7 @@ class Candidate:
             "recorded": self.bucket_mb == recorded_mb,
             **table.predicted_json("step_ms", self.predicted_step_ms, self.predicted_step_ms_err),
             **table.predicted_json("exposed_comm_ms", *exposed),
-            **table.change_json(self),
+            **table.change_json(self, noise_ms),
             "same_layout_mb": list(self.same_layout_mb),
         }
 
@@ -130,7 +130,7 @@ class Advice:
                 }
                 for line in lines
             ],
-            "candidates": [c.to_json(self.recorded_bucket_mb) for c in self.candidates],
+            "candidates": [c.to_json(self.recorded_bucket_mb, self.step_spread_ms) for c in self.candidates],
             "recommended": None if rec is None else self._recommended_json(rec),
             "recommended_bucket_mb": self.recommended_bucket_mb,
         }

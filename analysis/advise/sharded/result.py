@@ -45,7 +45,7 @@ class ShardCandidate:
     change_pct_err: float = 0.0
     same_schedule: tuple[Setting, ...] = ()  # every candidate whose replay is this one's
 
-    def to_json(self, recorded: Setting) -> dict:
+    def to_json(self, recorded: Setting, noise_ms: float) -> dict:
         s = self.setting
         return {
             "setting": setting_json(s),
@@ -55,7 +55,7 @@ class ShardCandidate:
             **table.predicted_json("forward_wait_ms", self.forward_wait_ms, self.forward_wait_err),
             **table.predicted_json("backward_wait_ms", self.backward_wait_ms, self.backward_wait_err),
             "worst_unit": {"phase": self.worst_phase, "unit": self.worst_unit, "wait_ms": round(self.worst_wait_ms, 3)},
-            **table.change_json(self),
+            **table.change_json(self, noise_ms),
             "same_schedule": [setting_json(t) for t in self.same_schedule],
         }
 
@@ -116,7 +116,7 @@ class ShardAdvice:
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "uncertainty": table.uncertainty_text(self.replicates),
             "comm_cost": {op: line_json(k.overall) for op, k in self.costs.items()},
-            "candidates": [k.to_json(r.setting) for k in self.candidates],
+            "candidates": [k.to_json(r.setting, self.step_spread_ms) for k in self.candidates],
             "recommended": table.choice_json(c, label, "setting", setting=setting_json(c.setting), best_setting=best),
         }
 

@@ -93,11 +93,35 @@ def test_the_fitted_cost_is_the_least_squares_line_of_the_recorded_calls(recorde
 
 
 def least_squares(b: np.ndarray, t: np.ndarray) -> tuple[float, float]:
-    """(latency, per-byte) of t ~ latency + per_byte * b by least squares; a negative latency or a negative
-    slope (the larger no slower) refitted through the origin (the rule comm_cost documents)."""
+    """(latency, per-byte) of t ~ latency + per_byte * b by least squares; a negative latency, a negative
+    slope (the larger no slower) or, from three sizes, a latency within 1.96 standard errors of zero (numpy's
+    own covariance of the fit) refitted through the origin (the rules comm_cost documents)."""
     if len(b) == 1:
         return 0.0, float(t[0] / b[0])
-    slope, intercept = np.polyfit(b, t, 1)
-    if intercept < 0 or slope < 0:
+    (slope, intercept), cov = np.polyfit(b, t, 1, cov=True) if len(b) > 2 else (np.polyfit(b, t, 1), None)
+    untold = cov is not None and intercept <= 1.96 * np.sqrt(cov[1, 1])
+    if intercept < 0 or slope < 0 or untold:
         return 0.0, max(float(np.dot(b, t) / np.dot(b, b)), 0.0)
     return float(intercept), float(slope)
+
+
+@pytest.mark.nsys
+def test_a_change_within_its_interval_or_the_step_spread_is_said_to_be_within_the_noise(recorded):
+    from analysis.advise.command import render_table
+
+    (result,) = advise([recorded / "torch.sqlite"])
+    run = result.to_json()
+    spread = run["step_spread_ms"]
+    told = {}
+    for c in run["candidates"]:
+        change, err = c["predicted_change_ms"], c["predicted_change_ms_err"]
+        told[c["bucket_mb"]] = abs(change) > err and abs(change) > spread  # the interval leaves out 0, past the spread
+        assert c["change_beyond_noise"] == told[c["bucket_mb"]]
+    rows = [
+        line.split() for line in render_table([run]).splitlines() if line.split()[:1] and line.split()[0][0].isdigit()
+    ]
+    for row in rows:  # one row per layout, led by its sizes ('1-2' for a group)
+        first = float(row[0].split("-")[0])
+        recorded_row = "recorded" in " ".join(row)
+        assert ("within the noise" in " ".join(row)) == (not recorded_row and not told[first]), row
+    print(f"spread {spread:.1f} ms; told apart: {sorted(mb for mb, t in told.items() if t)}")

@@ -39,6 +39,21 @@ def test_calls_that_cannot_tell_a_latency_apart_are_all_per_byte(sizes, ns, why)
     assert one_mb == pytest.approx(1e6 * per_byte) and one_mb < min(ns) / 4
 
 
+def test_a_latency_the_calls_cannot_tell_from_zero_is_not_fitted():
+    # five sizes that a line fits with a 2 ms latency, but scattered by +-5 ms: its 95 % interval reaches 0
+    sizes = np.array([30e6, 40e6, 60e6, 80e6, 110e6])
+    ns = 2e6 + sizes * 2.0 + np.array([5e6, -5e6, 4e6, -4e6, 1e6])
+    (slope, intercept), cov = np.polyfit(sizes, ns, 1, cov=True)
+    assert 0 < intercept <= 1.96 * np.sqrt(cov[1, 1])  # numpy's own covariance of the fit, not comm_cost's
+    latency, per_byte, why = fit_line(sizes, ns, test_latency=True)
+    assert latency == 0.0 and why.endswith("ms over 5 call sizes, not told from zero")
+    assert per_byte == pytest.approx(float(np.dot(sizes, ns) / np.dot(sizes, sizes)))
+    assert fit_cost(sizes, ns).overall.latency_not_fitted == why
+    # the same line without the scatter keeps its latency, and the plain fit (the host-time one) keeps it anyway
+    assert fit_line(sizes, 2e6 + sizes * 2.0, test_latency=True)[0] == pytest.approx(2e6)
+    assert fit_line(sizes, ns)[0] == pytest.approx(intercept)
+
+
 def test_each_message_size_range_gets_its_own_line():
     small = np.array([1e3, 2e3, 4e3, 8e3])
     large = np.array([1e6, 2e6, 4e6, 8e6])

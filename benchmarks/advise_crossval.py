@@ -10,9 +10,8 @@ place: with every other sweep reversed, the middle one of three was always timed
 setting, the predicted change (% of the step, ± its 95 % interval), the measured change, their difference
 in percentage points and the verdict (within 10 points; both within the noise: a predicted change advise
 cannot tell from none, its `change_beyond_noise` false, and a measured one within the noise below; or
-missed); then per
-recording the recommended setting against the best measured one (target: within 5 %, or the recorded
-setting kept with no difference beyond the noise).
+missed); then per recording the recommended setting against the best measured one (target: within 5 %,
+or the recorded setting kept with no difference beyond the noise).
 
 The measured change of a setting is the median over sweeps of its change from the recorded setting timed
 in the same sweep, and the noise half the range of those per-sweep changes (listed after the verdict): on

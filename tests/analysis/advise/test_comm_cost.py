@@ -43,7 +43,7 @@ def test_a_latency_the_calls_cannot_tell_from_zero_is_not_fitted():
     # five sizes that a line fits with a 2 ms latency, but scattered by +-5 ms: its 95 % interval reaches 0
     sizes = np.array([30e6, 40e6, 60e6, 80e6, 110e6])
     ns = 2e6 + sizes * 2.0 + np.array([5e6, -5e6, 4e6, -4e6, 1e6])
-    (slope, intercept), cov = np.polyfit(sizes, ns, 1, cov=True)
+    (_, intercept), cov = np.polyfit(sizes, ns, 1, cov=True)
     assert 0 < intercept <= 1.96 * np.sqrt(cov[1, 1])  # numpy's own covariance of the fit, not comm_cost's
     latency, per_byte, why = fit_line(sizes, ns, test_latency=True)
     assert latency == 0.0 and why.endswith("ms over 5 call sizes, not told from zero")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from analysis.render import palette
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
-from analysis.timeline.lanes import Segments, Selection, build_panel
+from analysis.timeline.lanes import Segments, Selection, build_panel, build_step_panels
 from analysis.timeline.panel import Panel
 from analysis.timeline.representative import RULE, SWITCH, representative_step
 
@@ -81,26 +81,27 @@ def compare_panel(
     """One implementation's panel: its representative step and rank, backward outlined, titled in its colour,
     with the steps and ranks of step_choices behind its drop-down (`segments`: the run's lanes.run_segments
     when the caller draws it more than once)."""
+    from analysis.timeline.timeline_page import with_backward, with_backward_all
+
     chosen = representative_step(steps)
 
-    def drawn(step: int | None, rank: int | None) -> Panel:
-        from analysis.timeline.timeline_page import with_backward
-
-        # the panel of that step and rank (the whole run without steps), titled here: not trace_panel, whose
-        # title and figures this page does not show
-        selection = Selection() if step is None else Selection(step=step, rank=rank)
+    def title(step: int | None, rank: int | None) -> str:
         at = steps.loc[(steps["step"] == step) & (steps["rank"] == rank)]
-        title = compare_title(label, colour, step, rank, at.iloc[0] if len(at) else None)
-        return with_backward(build_panel(run, selection, title=title, width_px=width_px, segments=segments), run)
+        return compare_title(label, colour, step, rank, at.iloc[0] if len(at) else None)
 
-    if chosen is None:
-        return drawn(None, None)
-    panel = drawn(*chosen)
+    if chosen is None:  # the whole run: not trace_panel, whose title and figures this page does not show
+        return with_backward(
+            build_panel(run, Selection(), title=title(None, None), width_px=width_px, segments=segments), run
+        )
     choices = step_choices(steps, chosen)
+    # the opened view first, then the others of its drop-down: every view of the run drawn in one pass
+    drawn = [chosen, *(c for c in choices if c != chosen)] if len(choices) > 1 else [chosen]
+    views = build_step_panels(run, [(k, r, title(k, r)) for k, r in drawn], width_px=width_px, segments=segments)
+    panels = dict(zip(drawn, with_backward_all(views, run), strict=True))
     if len(choices) < 2:
-        return panel
-    views = tuple((f"step {k}, rank {r}", None if (k, r) == chosen else drawn(k, r)) for k, r in choices)
-    return dataclasses.replace(panel, choices=views)
+        return panels[chosen]
+    menu = tuple((f"step {k}, rank {r}", None if (k, r) == chosen else panels[(k, r)]) for k, r in choices)
+    return dataclasses.replace(panels[chosen], choices=menu)
 
 
 def write_compare(

@@ -16,6 +16,7 @@ step's exposed_comm_ms; the whole-run view holds all communication.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,18 +60,18 @@ class Selection:
 def _window(cpu: pd.DataFrame, seg: pd.DataFrame, step: int | None, where: str, works: list) -> tuple[int, int, int]:
     """(origin, window start, window end) in ns: the chosen step (from its start to the later of its
     window end and the end of the work launched in it, over the drawn ranks), or the whole selection."""
-    steps = cpu.loc[cpu["category"] == "step"]
     if step is not None:
         chosen = [w.windows.loc[w.windows["step"] == step] for w in works]
         chosen = pd.concat(chosen) if chosen else pd.DataFrame(columns=["start", "work_end"])
         if chosen.empty:
-            have = sorted(set(steps["step"].tolist()))
+            have = sorted(set(cpu.loc[cpu["category"] == "step", "step"].tolist()))
             hint = f"steps present: {have[0]}..{have[-1]}" if have else "it has no `step N` ranges; omit --step"
             raise TraceError(f"{where}: no step {step} ({hint})")
         lo, hi = int(chosen["start"].min()), int(chosen["work_end"].max())
         return lo, lo, hi
     lo, hi = int(seg["start"].min()), int(seg["end"].max())
-    origin = int(steps["start"].min()) if len(steps) else lo
+    starts = cpu.loc[cpu["category"] == "step", "start"]
+    origin = int(starts.min()) if len(starts) else lo
     return origin, min(lo, origin), max(hi, lo + 1)
 
 
@@ -79,10 +80,10 @@ def _lane_keys(seg: pd.DataFrame) -> np.ndarray:
     return (rank << 40) | ((stream + 1) << 8) | group
 
 
-def _lanes(seg: pd.DataFrame) -> pd.DataFrame:
-    """Lane table (lane, label, rank, key): per rank its CPU lanes (stream_id -1) in group order, then per
-    GPU stream its compute and comm lanes, then its overlap strip."""
-    uniq = np.unique(_lane_keys(seg))
+def _lanes(levels: list[pd.DataFrame]) -> pd.DataFrame:
+    """Lane table (lane, label, rank, key) of the segments of `levels`: per rank its CPU lanes (stream_id -1)
+    in group order, then per GPU stream its compute and comm lanes, then its overlap strip."""
+    uniq = np.unique(np.concatenate([_lane_keys(seg) for seg in levels]))
     u_rank, u_stream, u_group = uniq >> 40, ((uniq >> 8) & 0xFFFFFFFF) - 1, uniq & 0xFF
     group_label = np.asarray(GROUP_LABELS, dtype=object)[u_group]
     gpu = (u_stream >= 0) & (u_group != STRIP)
@@ -145,12 +146,22 @@ def _level(seg: pd.DataFrame, works: list[RankWork], view: _View) -> pd.DataFram
     return pd.concat([seg, strip], ignore_index=True) if len(strip) else seg
 
 
-def _placed(trace: Trace, ranges: RankRanges, seg: pd.DataFrame, lanes: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
-    """Segments on their lanes, sub-pixel work merged, then labelled (strings built only for what is drawn)."""
+def _merged(seg: pd.DataFrame, lanes: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:
+    """Segments on their lanes, sub-pixel work merged (not yet labelled)."""
     lane = np.searchsorted(lanes["key"].to_numpy(), _lane_keys(seg))
-    seg = merge_subpixel(seg.assign(lane=lane), pixel_ns)
-    names = names_of(trace, seg)
-    return seg.assign(name=names, stream=streams_of(trace, seg), phase=phase_labels(ranges, seg, names))
+    return merge_subpixel(seg.assign(lane=lane), pixel_ns)
+
+
+def _labelled(trace: Trace, ranges: RankRanges, merged: list[pd.DataFrame]) -> list[pd.DataFrame]:
+    """Merged segments labelled (strings built only for what is drawn): each row's name, stream and phase
+    depend on that row alone, so the frames of several views are labelled in one pass."""
+    both = pd.concat(merged, ignore_index=True) if len(merged) > 1 else merged[0]
+    names = names_of(trace, both)
+    labels = {"name": names, "stream": streams_of(trace, both), "phase": phase_labels(ranges, both, names)}
+    ends = np.cumsum([len(m) for m in merged])
+    return [
+        m.assign(**{k: v[end - len(m) : end] for k, v in labels.items()}) for m, end in zip(merged, ends, strict=True)
+    ]
 
 
 def build_panel(
@@ -172,32 +183,72 @@ def build_panel(
     segments = segments if segments is not None else run_segments(run)
     cpu, seg, works, where = _in_view(run, selection, segments)
     step = selection.step if selection.step is not None else opening_step
-    whole_origin, lo, hi = _window(cpu, seg, None, where, works)
-    views = {"whole": _View(None, lo, hi)} if selection.step is None else {}
-    origin = whole_origin
+    views, origin = {}, 0
+    if selection.step is None:
+        origin, lo, hi = _window(cpu, seg, None, where, works)
+        views["whole"] = _View(None, lo, hi)
     if step is not None:
         origin, s_lo, s_hi = _window(cpu, seg, step, where, works)
         views["step"] = _View(step, s_lo, s_hi)
     levels = {name: _level(seg, works, v) for name, v in views.items()}
-    lanes = _lanes(pd.concat(list(levels.values()), ignore_index=True))
-    panels = {}
-    for name, view in views.items():
-        pixel_ns = (view.hi - view.lo) / width_px
-        hidden = levels[name].loc[levels[name]["category"] == HIDDEN]  # before merging: exact periods
-        panels[name] = Panel(
-            title=title or where,
-            segments=_placed(run.trace, segments.ranges, levels[name], lanes, pixel_ns),
-            lanes=lanes[["lane", "label", "rank"]],
-            origin_ns=origin,
-            window_ns=(view.lo, view.hi),
-            overlap=pd.DataFrame({"rank": hidden["rank"], "start": hidden["start"], "end": hidden["end"]}),
-            merged_pixel_ns=pixel_ns,
-        )
+    lanes = _lanes(list(levels.values()))
+    merged = [_merged(levels[name], lanes, _pixel_ns(view, width_px)) for name, view in views.items()]
+    placed = dict(zip(views, _labelled(run.trace, segments.ranges, merged), strict=True))
+    panels = {
+        name: _view_panel(title or where, levels[name], placed[name], lanes, origin, view, width_px)
+        for name, view in views.items()
+    }
     if "step" not in panels:
         return panels["whole"]
     whole = panels.get("whole")
     whole = None if whole is None else dataclasses.replace(whole, steps=_step_windows(works))
     return dataclasses.replace(panels["step"], overview=whole)
+
+
+def build_step_panels(
+    run: LoadedRun, chosen: Sequence[tuple[int, int, str]], width_px: int = 1600, segments: Segments | None = None
+) -> list[Panel]:
+    """build_panel(run, Selection(step=step, rank=rank), title) of each (step, rank, title), in one pass: each
+    rank's segments and work are taken once, and what every view draws is labelled together."""
+    segments = segments if segments is not None else run_segments(run)
+    of_rank: dict[int, tuple[pd.DataFrame, pd.DataFrame, list[RankWork], str]] = {}
+    views = []
+    for step, rank, title in chosen:
+        selection = Selection(step=step, rank=rank)
+        if rank not in of_rank:
+            of_rank[rank] = _in_view(run, selection, segments)
+        cpu, seg, works, where = of_rank[rank]
+        origin, lo, hi = _window(cpu, seg, step, where, works)
+        view = _View(step, lo, hi)
+        level = _level(seg, works, view)
+        views.append((title or where, level, _lanes([level]), origin, view))
+    merged = [_merged(level, lanes, _pixel_ns(view, width_px)) for _, level, lanes, _, view in views]
+    placed = _labelled(run.trace, segments.ranges, merged)
+    return [
+        _view_panel(title, level, segs, lanes, origin, view, width_px)
+        for (title, level, lanes, origin, view), segs in zip(views, placed, strict=True)
+    ]
+
+
+def _pixel_ns(view: _View, width_px: int) -> float:
+    return (view.hi - view.lo) / width_px
+
+
+def _view_panel(
+    title: str, level: pd.DataFrame, placed: pd.DataFrame, lanes: pd.DataFrame, origin: int, view: _View, width_px: int
+) -> Panel:
+    """The Panel of one view: its labelled segments on `lanes`, and its strip's hidden periods (exact, from
+    the level before merging)."""
+    hidden = level.loc[level["category"] == HIDDEN]
+    return Panel(
+        title=title,
+        segments=placed,
+        lanes=lanes[["lane", "label", "rank"]],
+        origin_ns=origin,
+        window_ns=(view.lo, view.hi),
+        overlap=pd.DataFrame({"rank": hidden["rank"], "start": hidden["start"], "end": hidden["end"]}),
+        merged_pixel_ns=_pixel_ns(view, width_px),
+    )
 
 
 def _step_windows(works: list[RankWork]) -> tuple[tuple[int, int, int, str], ...]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-# The generic input of the renderer: one row per drawable interval (times in ns).
+# The generic input of the renderer: one row per drawable interval (times in ns; name, phase, stream: strings).
 SEGMENT_COLUMNS = ("lane", "start", "end", "category", "name", "phase", "stream")
 REQUIRED_FOR_MERGE = ("lane", "start", "end", "category")
 

@@ -39,9 +39,9 @@ def representative_step(steps: pd.DataFrame) -> tuple[int, int] | None:
     if "exposed_comm_ms" in known:
         exposed = known["exposed_comm_ms"].astype(float).fillna(0.0)
         distance = distance + _gap(exposed, float(exposed.median()), median_step)
-    ranked = known.assign(_distance=distance).sort_values(["_distance", "step", "rank"], kind="stable")
-    best = ranked.iloc[0]
-    return int(best["step"]), int(best["rank"])
+    step, rank = known["step"].to_numpy(), known["rank"].to_numpy()
+    best = np.lexsort((rank, step, distance))[0]  # the nearest; ties: the lowest step, then rank
+    return int(step[best]), int(rank[best])
 
 
 SWITCH = (

@@ -110,8 +110,10 @@ def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     count = seg["count"].to_numpy()
     merged = np.flatnonzero(count > 1)  # one per drawn block at most: a few thousand strings
     name[merged] = [f"{n} merged, first: {text}" for n, text in zip(count[merged], name[merged], strict=True)]
-    where = seg["phase"].astype(str) + "; " + seg["stream"].astype(str) + pd.Series(_sizes(seg), index=seg.index)
-    return name, where.to_numpy()
+    # phase and stream are strings already (lane_segments.phase_labels, streams_of): joined as Python strings,
+    # element by element in numpy, rather than converted into and out of pandas' string arrays
+    phase, stream = (seg[c].to_numpy(dtype=object) for c in ("phase", "stream"))
+    return name, phase + "; " + stream + _sizes(seg)
 
 
 def hover_traces(hover: pd.DataFrame, origin_ns: int, visible: bool) -> dict[str, dict]:

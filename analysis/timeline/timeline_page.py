@@ -95,10 +95,21 @@ def panel_title(implementation: str, shown: str, view: str, fig: dict, colour: s
 
 def with_backward(panel: Panel, run: LoadedRun) -> Panel:
     """The panel (and its whole-run overview) with each step's backward pass highlighted behind its rank's lanes."""
+    return with_backward_all([panel], run)[0]
+
+
+def with_backward_all(panels: list[Panel], run: LoadedRun) -> list[Panel]:
+    """with_backward of each panel of one run; the spans taken once per set of ranks drawn (shared, read only)."""
     spans = run.backward_spans.rename(columns={"start_ns": "start", "end_ns": "end"})
-    spans = spans.loc[spans["rank"].isin(panel.lanes["rank"].unique()), ["rank", "start", "end"]]
-    overview = None if panel.overview is None else dataclasses.replace(panel.overview, highlight=spans)
-    return dataclasses.replace(panel, highlight=spans, overview=overview)
+    taken: dict[tuple, pd.DataFrame] = {}
+    out = []
+    for panel in panels:
+        ranks = tuple(panel.lanes["rank"].unique())
+        if ranks not in taken:
+            taken[ranks] = spans.loc[spans["rank"].isin(ranks), ["rank", "start", "end"]]
+        overview = None if panel.overview is None else dataclasses.replace(panel.overview, highlight=taken[ranks])
+        out.append(dataclasses.replace(panel, highlight=taken[ranks], overview=overview))
+    return out
 
 
 def trace_panel(

@@ -14,8 +14,6 @@ from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.registry import IMPLEMENTATIONS
 from ddp.strategies.torch_ddp import TorchDDP
-from ddp.strategies.torch_fsdp import TorchFSDP
-from ddp.strategies.torch_hsdp import TorchHSDP
 
 __all__ = [
     "FSDP",
@@ -32,3 +30,13 @@ __all__ = [
     "TorchFSDP",
     "TorchHSDP",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """TorchFSDP and TorchHSDP, imported when first asked for (ddp/strategies/registry.py says why)."""
+    lazy = {"TorchFSDP": "torch_fsdp", "TorchHSDP": "torch_hsdp"}
+    if name not in lazy:
+        raise AttributeError(f"module 'ddp' has no attribute {name!r}")
+    from ddp.strategies import registry
+
+    return registry.get(lazy[name])

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, fields
 
 import torch
-from torch.distributed.tensor import DTensor
 
 from contract import MEMORY_PARTS, MEMORY_PEAK
 
@@ -63,8 +62,10 @@ assert tuple(f.name for f in fields(MemoryParts)) == MEMORY_PARTS, "the contract
 
 def local(tensor: torch.Tensor) -> torch.Tensor:
     """What this rank stores of `tensor`: a DTensor's local shard (FSDP2's parameters, their gradients and
-    optimizer state), any other tensor as it is."""
-    return tensor.to_local() if isinstance(tensor, DTensor) else tensor
+    optimizer state), any other tensor as it is. (Told by its `to_local`: importing DTensor to ask would cost
+    every rank FSDP2's imports, ddp.strategies.registry.)"""
+    to_local = getattr(tensor, "to_local", None)
+    return tensor if to_local is None else to_local()
 
 
 def storage_key(tensor: torch.Tensor) -> tuple[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from torch import nn
@@ -14,19 +15,20 @@ from ddp.strategies.naive import NaiveDDP
 from ddp.strategies.overlap import OverlapDDP
 from ddp.strategies.overlap_bucket import OverlapBucketDDP
 from ddp.strategies.torch_ddp import TorchDDP
-from ddp.strategies.torch_fsdp import TorchFSDP
-from ddp.strategies.torch_hsdp import TorchHSDP
 
-IMPLEMENTATIONS: dict[str, type[DataParallelBase]] = {
+# FSDP2's wrappers are named by module and class and imported when first asked for: importing FSDP2 and
+# DTensor costs about 1 s of CPU (a quarter of the imports) in every process that imports this registry,
+# each rank, runner and CLI among them, most of which never use them.
+IMPLEMENTATIONS: dict[str, type[DataParallelBase] | str] = {
     "naive": NaiveDDP,
     "flat": FlatDDP,
     "overlap": OverlapDDP,
     "overlap_bucket": OverlapBucketDDP,
     "torch": TorchDDP,
     "fsdp": FSDP,
-    "torch_fsdp": TorchFSDP,
+    "torch_fsdp": "ddp.strategies.torch_fsdp:TorchFSDP",
     "hsdp": HSDP,
-    "torch_hsdp": TorchHSDP,
+    "torch_hsdp": "ddp.strategies.torch_hsdp:TorchHSDP",
 }
 
 BUCKETED = ("overlap_bucket", "torch")  # the implementations that take bucket_size_mb
@@ -41,7 +43,11 @@ def get(name: str) -> type[DataParallelBase]:
     """The wrapper class registered as `name`; ValueError naming the valid choices otherwise."""
     if name not in IMPLEMENTATIONS:
         raise ValueError(f"unknown implementation {name!r}: choose from {', '.join(IMPLEMENTATIONS)}")
-    return IMPLEMENTATIONS[name]
+    cls = IMPLEMENTATIONS[name]
+    if isinstance(cls, str):  # "module:class"
+        module, _, attr = cls.partition(":")
+        return getattr(importlib.import_module(module), attr)
+    return cls
 
 
 def resolve(names: list[str]) -> list[str]:

@@ -17,7 +17,6 @@ import torch
 from contract import default_shard_size, hsdp_layout
 from ddp.comm.collectives import COLLECTIVES
 from ddp.strategies import registry
-from ddp.strategies.torch_fsdp import check_fsdp2_settings
 from ddp.training.data import check_divisible
 from ddp.training.models import MODEL_NAMES
 from ddp.training.slow_rank import check_slow_rank, parse_slow_rank
@@ -168,6 +167,8 @@ class RunConfig:
         if self.slow_rank is not None and parse_slow_rank(self.slow_rank).rank >= self.world_size:
             raise ValueError(f"slow_rank={self.slow_rank!r}: RANK must be below the world size {self.world_size}")
         if self.impl in ("torch_fsdp", "torch_hsdp"):  # what FSDP2's API cannot do, refused before any rank starts
+            from ddp.strategies.torch_fsdp import check_fsdp2_settings  # FSDP2's import, only for FSDP2 (registry)
+
             check_fsdp2_settings(self.prefetch, self.separate_reduce_scatter)
 
     @property

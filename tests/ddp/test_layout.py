@@ -55,7 +55,7 @@ def test_the_layering_check_sees_a_wrong_import(tmp_path):
 
 @pytest.mark.parametrize("name", list(registry.IMPLEMENTATIONS))
 def test_each_strategy_has_its_own_module_named_as_the_registry_names_it(name):
-    cls = registry.IMPLEMENTATIONS[name]
+    cls = registry.get(name)
     assert cls.__module__ == f"ddp.strategies.{MODULE_OF.get(name, name)}"
     # class names match: overlap_bucket -> OverlapBucketDDP, fsdp -> FSDP, torch_fsdp -> TorchFSDP
     expected = name.replace("_", "") + ("" if name.endswith(("fsdp", "hsdp")) else "ddp")

@@ -10,7 +10,7 @@ from ddp.training.config import RunConfig
 
 
 def test_registry_names_map_to_the_exported_classes():
-    assert registry.IMPLEMENTATIONS == {
+    assert {name: registry.get(name) for name in registry.IMPLEMENTATIONS} == {
         "naive": NaiveDDP,
         "flat": FlatDDP,
         "overlap": OverlapDDP,

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import importlib
 import json
+import os
 import re
 import subprocess
 import sys
@@ -31,6 +33,31 @@ def run_in_process(capsys, module: str, *args: str) -> subprocess.CompletedProce
         cli.run_main(importlib.import_module(module).main, list(args))
     out = capsys.readouterr()
     return subprocess.CompletedProcess(args, stop.value.code, out.out, out.err)
+
+
+def run_in_process_with_ranks_output(folder: Path, module: str, *args: str) -> subprocess.CompletedProcess:
+    """`run_in_process`, with what its spawned ranks write to file descriptors 1 and 2 in the output too,
+    as a terminal would show it (capfd does that for a test; this is for a module-scoped fixture)."""
+    streams = [open(folder / name, "w+") for name in ("stdout", "stderr")]  # noqa: SIM115 - closed below
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        with contextlib.redirect_stdout(streams[0]), contextlib.redirect_stderr(streams[1]):
+            os.dup2(streams[0].fileno(), 1)
+            os.dup2(streams[1].fileno(), 2)
+            with pytest.raises(SystemExit) as stop:
+                cli.run_main(importlib.import_module(module).main, list(args))
+    finally:
+        for stream in streams:
+            stream.flush()
+        for fd, kept in zip((1, 2), saved, strict=True):
+            os.dup2(kept, fd)
+            os.close(kept)
+        for stream in streams:
+            stream.close()
+    out, err = ((folder / name).read_text() for name in ("stdout", "stderr"))
+    return subprocess.CompletedProcess(args, stop.value.code, out, err)
 
 
 @pytest.mark.ranks  # spawns ranks
@@ -80,11 +107,14 @@ SWEPT_ROWS = [
 
 @pytest.fixture(scope="module")
 def benchmark_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess, Path]:
-    """`python -m ddp.benchmark` over SWEEP (a process: rank 0's progress lines are on its stderr), and the
-    CSV it wrote."""
-    target = tmp_path_factory.mktemp("benchmark") / "bench.csv"
+    """`python -m ddp.benchmark` over SWEEP (in this process; rank 0's progress lines are on its stderr), and
+    the CSV it wrote."""
+    folder = tmp_path_factory.mktemp("benchmark")
+    target = folder / "bench.csv"
     args = ["--impl", *SWEEP, "--world-size", "2", "--model", "toy", "--steps", "2", "--warmup", "1"]
-    out = run("ddp.benchmark", *args, "--bucket-mb", "1", "10", "--csv", str(target), "--format", "json", timeout=480)
+    out = run_in_process_with_ranks_output(
+        folder, "ddp.benchmark", *args, "--bucket-mb", "1", "10", "--csv", str(target), "--format", "json"
+    )
     return out, target
 
 

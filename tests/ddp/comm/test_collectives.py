@@ -1,8 +1,11 @@
 """All-reduce from point-to-point messages (ring, reduce_broadcast) against dist.all_reduce, on gloo/CPU.
 
-One spawned group per world size runs every case (sizes x dtypes x collectives x blocking/async),
-because starting ranks (importing torch) costs far more than the cases; rank 0 gathers every
-rank's failures and the test fails with all of them.
+One spawned group of 4 ranks runs every case (sizes x dtypes x collectives x blocking/async) over the
+first 1, 2, 3 and 4 of its ranks in turn, because starting ranks (importing torch) costs far more than
+the cases. The collectives see nothing of the world but their group's size and their rank in it (peers are
+mapped through `dist.get_global_rank`), so the first n ranks of 4 are a world of n to them; the 4 are the
+default group itself (`group=None`). Rank 0 gathers every rank's failures and each size's test fails with
+all of them.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ P2P_COLLECTIVES = {
     name: functools.partial(collectives.all_reduce, collective=name) for name in ("ring", "reduce_broadcast")
 }
 SIZES = (0, 1, 7, 1000, 100_003)
+WORLDS = (1, 2, 3, 4)
+Group = dist.ProcessGroup | None
 DTYPES = (torch.float64, torch.int64)
 
 
@@ -52,7 +57,7 @@ def _mismatch(got: torch.Tensor, want: torch.Tensor) -> str | None:
     return f"differs from dist.all_reduce at indices {bad}"
 
 
-def _check_sizes_and_dtypes(rank: int, world: int) -> list[str]:
+def _check_sizes_and_dtypes(rank: int, world: int, group: Group) -> list[str]:
     """Blocking calls: every collective x size x dtype equals dist.all_reduce and works in place."""
     failures = []
     for name, all_reduce in P2P_COLLECTIVES.items():
@@ -60,8 +65,8 @@ def _check_sizes_and_dtypes(rank: int, world: int) -> list[str]:
             for dtype in DTYPES:
                 x = _rank_input(rank, numel, dtype)
                 want = x.clone()
-                dist.all_reduce(want)
-                got = all_reduce(x)
+                dist.all_reduce(want, group=group)
+                got = all_reduce(x, group=group)
                 case = f"{name} numel={numel} {dtype}"
                 if got is not x:
                     failures.append(f"{case}: did not return the input tensor")
@@ -70,7 +75,7 @@ def _check_sizes_and_dtypes(rank: int, world: int) -> list[str]:
     return failures
 
 
-def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
+def _check_async_shapes_and_order(rank: int, world: int, group: Group) -> list[str]:
     """Async handles interleaved with blocking calls, multi-dimensional and non-contiguous tensors."""
     failures = []
     for name, all_reduce in P2P_COLLECTIVES.items():
@@ -79,10 +84,10 @@ def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
         inputs[2] = torch.nn.Parameter(inputs[2].double(), requires_grad=True)  # in place despite autograd
         wants = [t.clone() for t in inputs]
         for want in wants:
-            dist.all_reduce(want)
-        handles = [all_reduce(t, async_op=True) for t in inputs[:2]]
-        all_reduce(inputs[2])  # blocking, issued after two async ops still in flight
-        handles.append(all_reduce(inputs[3], async_op=True))
+            dist.all_reduce(want, group=group)
+        handles = [all_reduce(t, group=group, async_op=True) for t in inputs[:2]]
+        all_reduce(inputs[2], group=group)  # blocking, issued after two async ops still in flight
+        handles.append(all_reduce(inputs[3], group=group, async_op=True))
         futures = [h.get_future() for h in handles]
         for h in reversed(handles):
             h.wait()
@@ -96,7 +101,7 @@ def _check_async_shapes_and_order(rank: int, world: int) -> list[str]:
     return failures
 
 
-def _check_phase_ranges(rank: int, world: int) -> list[str]:
+def _check_phase_ranges(rank: int, world: int, group: Group) -> list[str]:
     """Each collective opens its NVTX phase ranges, in order, on the p2p worker thread."""
     seen: list[tuple[str, str]] = []
 
@@ -110,7 +115,7 @@ def _check_phase_ranges(rank: int, world: int) -> list[str]:
         for m in modules:
             m.nvtx_range = recording_range
         for all_reduce in P2P_COLLECTIVES.values():
-            all_reduce(torch.ones(10))
+            all_reduce(torch.ones(10), group=group)
     finally:
         for m, original in zip(modules, originals, strict=True):
             m.nvtx_range = original
@@ -119,13 +124,17 @@ def _check_phase_ranges(rank: int, world: int) -> list[str]:
     return [] if seen == want else [f"phase ranges {seen}, expected {want}"]
 
 
-def _check_subgroups(rank: int, world: int) -> list[str]:
+def _parity_groups(world: int) -> dict[int, Group]:
+    """The even and the odd ones of the first `world` ranks (world >= 3). Every rank of the launch must create
+    every group, in the same order, so this runs on all of them."""
+    return {parity: dist.new_group([r for r in range(world) if r % 2 == parity]) for parity in (0, 1)}
+
+
+def _check_subgroups(rank: int, world: int, parity_groups: dict[int, Group]) -> list[str]:
     """Over a subgroup (even or odd ranks), ranks map to the right peers and the sum covers the subgroup only."""
     if world < 3:
         return []
-    # Every rank must create every group, in the same order.
-    groups = {parity: dist.new_group([r for r in range(world) if r % 2 == parity]) for parity in (0, 1)}
-    group = groups[rank % 2]
+    group = parity_groups[rank % 2]
     failures = []
     for name, all_reduce in P2P_COLLECTIVES.items():
         x = _rank_input(rank, 1001, torch.int64)
@@ -137,38 +146,55 @@ def _check_subgroups(rank: int, world: int) -> list[str]:
     return failures
 
 
-def _check_other_root(rank: int, world: int) -> list[str]:
+def _check_other_root(rank: int, world: int, group: Group) -> list[str]:
     """reduce_broadcast rooted at the last rank: the tree is relabelled, the sum is the same."""
     x = _rank_input(rank, 333, torch.int64)
     want = x.clone()
-    dist.all_reduce(want)
-    reduce_broadcast.reduce_broadcast_all_reduce(x, root=world - 1)
+    dist.all_reduce(want, group=group)
+    reduce_broadcast.reduce_broadcast_all_reduce(x, group=group, root=world - 1)
     msg = _mismatch(x, want)
     return [] if msg is None else [f"reduce_broadcast rooted at rank {world - 1}: {msg}"]
 
 
-def _check_all(ctx: DistContext) -> list[str]:
-    """Every check on this rank; rank 0 returns all ranks' failures, each prefixed by its rank."""
-    rank, world = ctx.rank, ctx.world_size
-    failures = (
-        _check_sizes_and_dtypes(rank, world)
-        + _check_async_shapes_and_order(rank, world)
-        + _check_phase_ranges(rank, world)
-        + _check_subgroups(rank, world)
-        + _check_other_root(rank, world)
+def _check_world(rank: int, world: int, group: Group) -> list[str]:
+    """Every check on this rank of a world of `world` ranks (`group`: the first `world` ranks, None: all)."""
+    parity_groups = _parity_groups(world) if world >= 3 else {}  # created on every rank of the launch
+    if rank >= world:
+        return []
+    return (
+        _check_sizes_and_dtypes(rank, world, group)
+        + _check_async_shapes_and_order(rank, world, group)
+        + _check_phase_ranges(rank, world, group)
+        + _check_subgroups(rank, world, parity_groups)
+        + _check_other_root(rank, world, group)
     )
-    everyone: list = [None] * world
+
+
+def _check_all(ctx: DistContext) -> dict[int, list[str]]:
+    """Every check over the first 1, 2, ... ranks in turn; rank 0 returns, per world size, all ranks'
+    failures, each prefixed by its rank."""
+    assert ctx.world_size == max(WORLDS)
+    failures = {}
+    for world in WORLDS:
+        group = None if world == ctx.world_size else dist.new_group(list(range(world)))  # on every rank
+        failures[world] = _check_world(ctx.rank, world, group)
+    everyone: list = [None] * ctx.world_size
     dist.all_gather_object(everyone, failures)
-    return [f"rank {r}: {msg}" for r, msgs in enumerate(everyone) for msg in msgs]
+    return {world: [f"rank {r}: {msg}" for r, got in enumerate(everyone) for msg in got[world]] for world in WORLDS}
 
 
 # ---------------------------------------------------------------- tests
 
 
-@pytest.mark.ranks  # spawns 1-4 ranks
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_p2p_all_reduce_equals_dist_all_reduce(world: int) -> None:
-    assert launch(_check_all, world, backend="gloo", timeout_s=120) == []
+@pytest.fixture(scope="module")
+def failures_per_world() -> dict[int, list[str]]:
+    return launch(_check_all, max(WORLDS), backend="gloo", timeout_s=120)
+
+
+@pytest.mark.ranks  # spawns 4 ranks (module fixture)
+@pytest.mark.parametrize("world", WORLDS)
+def test_p2p_all_reduce_equals_dist_all_reduce(failures_per_world: dict[int, list[str]], world: int) -> None:
+    assert failures_per_world[world] == []
 
 
 @given(numel=st.integers(0, 10_000), parts=st.integers(1, 64))

@@ -184,12 +184,24 @@ def measure_trace(
 
 
 def _mean(column: pd.Series) -> float | None:
-    """The mean of a column's non-NaN values, summed in a contiguous copy: numpy sums a contiguous
-    array pairwise but a strided one in sequence, so a frame's memory layout (how it was built: one
-    load or merged files) would otherwise change the last bits."""
-    values = np.ascontiguousarray(column.to_numpy(dtype=np.float64, na_value=np.nan))
+    """The mean of a column's non-NaN values (_mean_of)."""
+    return _mean_of(column.to_numpy(dtype=np.float64, na_value=np.nan))
+
+
+def _mean_of(values: np.ndarray) -> float:
+    """The mean of the non-NaN values, summed in a contiguous copy: numpy sums a contiguous array
+    pairwise but a strided one in sequence, so a frame's memory layout (how it was built: one load or
+    merged files) would otherwise change the last bits."""
+    values = np.ascontiguousarray(values)
     kept = values[~np.isnan(values)]
     return float(kept.sum() / kept.size) if kept.size else float("nan")
+
+
+def _summary(means: dict, ranks: int, steps: int) -> dict:
+    """summarise's dict from the metrics' means (overlap_pct left out: it is made from them here)."""
+    overlap, comm = means["overlap_ms"], means["comm_ms"]
+    means["overlap_pct"] = 100.0 * overlap / comm if overlap is not None and comm and comm > 0 else None
+    return {"ranks": ranks, "steps": steps, **means}
 
 
 def summarise(per_step: pd.DataFrame) -> dict:
@@ -197,10 +209,24 @@ def summarise(per_step: pd.DataFrame) -> dict:
     if len(per_step) == 0:
         return {"ranks": 0, "steps": 0, **dict.fromkeys(METRICS)}
     out = {m: _mean(per_step[m]) if m in per_step else None for m in METRICS if m != "overlap_pct"}
-    overlap, comm = out["overlap_ms"], out["comm_ms"]
-    out["overlap_pct"] = 100.0 * overlap / comm if overlap is not None and comm and comm > 0 else None
     steps = int(per_step["step"].notna().sum()) if "step" in per_step else len(per_step)
-    return {"ranks": int(per_step["rank"].nunique()), "steps": steps, **out}
+    return _summary(out, int(per_step["rank"].nunique()), steps)
+
+
+def summarise_each_step(per_step: pd.DataFrame) -> dict:
+    """summarise of each step's rows, keyed by step, the columns read once (the same figures, bit for bit:
+    each step's values are summed in their order, as summarise sums them)."""
+    step = per_step["step"].to_numpy(dtype=np.float64, na_value=np.nan)
+    rank = pd.Series(per_step["rank"].to_numpy())
+    columns = {m: per_step[m].to_numpy(dtype=np.float64, na_value=np.nan) for m in METRICS if m in per_step}
+    order = np.argsort(step, kind="stable")
+    order = order[~np.isnan(step[order])]
+    bounds = np.flatnonzero(np.diff(step[order])) + 1
+    out = {}
+    for rows in np.split(order, bounds) if order.size else []:  # one iteration per step, not per row
+        means = {m: _mean_of(columns[m][rows]) if m in columns else None for m in METRICS if m != "overlap_pct"}
+        out[per_step["step"].iat[rows[0]]] = _summary(means, int(rank.iloc[rows].nunique()), rows.size)
+    return out
 
 
 ACROSS_COLUMNS = [

@@ -171,11 +171,19 @@ def _titled_overview(
     that step's, for the buttons and the step switch (figure.py)."""
     assert panel.overview is not None
 
-    def title(selected: Selection) -> str:
-        return panel_title(implementation, shown, view_name(selected), analysis_figures(selected, steps), colour)
+    from analysis.overlap.metrics import summarise_each_step
 
-    titled = tuple((k, lo, hi, title(Selection(k, selection.rank))) for k, lo, hi, _ in panel.overview.steps)
-    overview = dataclasses.replace(panel.overview, title=title(selection), steps=titled)
+    def title(selected: Selection, figures: dict) -> str:
+        return panel_title(implementation, shown, view_name(selected), figures, colour)
+
+    mine = steps if selection.rank is None else steps.loc[steps["rank"] == selection.rank]
+    each = summarise_each_step(mine)  # the steps' figures in one pass, not a filter and a mean per step
+    titled = tuple(
+        (k, lo, hi, title(Selection(k, selection.rank), each.get(k) or analysis_figures(Selection(k), mine)))
+        for k, lo, hi, _ in panel.overview.steps
+    )
+    whole = title(selection, analysis_figures(selection, steps))
+    overview = dataclasses.replace(panel.overview, title=whole, steps=titled)
     return dataclasses.replace(panel, overview=overview)
 
 

@@ -59,7 +59,9 @@ def matches(names: pd.Series, regex: re.Pattern) -> np.ndarray:
     import numpy as np
     import pandas as pd
 
-    cat = names.astype("category") if not isinstance(names.dtype, pd.CategoricalDtype) else names
-    hits = np.array([regex.search(str(c)) is not None for c in cat.cat.categories], dtype=bool)
-    codes = cat.cat.codes.to_numpy()
+    if isinstance(names.dtype, pd.CategoricalDtype):
+        codes, distinct = names.cat.codes.to_numpy(), names.cat.categories
+    else:  # factorize: a few times cheaper than a cast to category, which also sorts the names
+        codes, distinct = pd.factorize(names)
+    hits = np.array([regex.search(str(c)) is not None for c in distinct], dtype=bool)
     return np.where(codes >= 0, hits[np.maximum(codes, 0)] if hits.size else False, False)

@@ -138,3 +138,27 @@ def test_patterns_are_overridable(tmp_path):
     # without step ranges the whole capture is one window
     whole = analyze(path, patterns=Patterns(step="^no-such-step$"))
     assert whole.steps["step"].isna().all() and len(whole.steps) == 2
+
+
+def test_summarise_each_step_is_each_steps_summary():
+    import numpy as np
+    import pandas as pd
+
+    from analysis.overlap.metrics import summarise, summarise_each_step
+
+    rng = np.random.default_rng(3)
+    steps = pd.DataFrame({"rank": [1, 0, 1, 0, 0, 1, 0], "step": [4, 2, 2, 4, 7, 7, 2]})
+    for column in ("step_ms", "comm_ms", "overlap_ms", "exposed_comm_ms"):
+        steps[column] = rng.uniform(0, 10, len(steps))
+    steps.loc[[1, 3], "overlap_ms"] = np.nan  # the means skip missing values
+    each = summarise_each_step(steps)
+    assert sorted(each) == [2, 4, 7]
+    for step, figures in each.items():
+        rows = [r for r in steps.to_dict("records") if r["step"] == step]
+        assert (figures["ranks"], figures["steps"]) == (len({r["rank"] for r in rows}), len(rows))
+        for column in ("step_ms", "comm_ms", "overlap_ms"):
+            kept = [r[column] for r in rows if not math.isnan(r[column])]
+            assert figures[column] == pytest.approx(sum(kept) / len(kept))
+        assert figures["backward_ms"] is None  # not a column of the frame
+        assert figures == pytest.approx(summarise(steps[steps["step"] == step]), nan_ok=True)
+        assert repr(figures) == repr(summarise(steps[steps["step"] == step]))  # bit for bit, in the same order

@@ -57,6 +57,12 @@ def plotly_bundle() -> str:
     return get_plotlyjs()
 
 
+@cache
+def plotly_bytes() -> bytes:
+    """plotly_bundle as the bytes of PLOTLY_FILE (encoded once: a report checks the file before each page)."""
+    return plotly_bundle().encode()
+
+
 def figure_block(fig: go.Figure, div_id: str) -> str:
     """A figure as a div plus its newPlot call, relying on the page's single plotly.js copy."""
     return pio.to_html(
@@ -104,27 +110,14 @@ def written_by_us(path: Path) -> bool:
         return GENERATOR in f.read(4096)
 
 
-# Bundles found to be ours in this process, by (path, size, mtime): a report's pages share one, read once.
-_VERIFIED: set[tuple[str, int, int]] = set()
-
-
-def _identity(target: Path) -> tuple[str, int, int]:
-    st = target.stat()
-    return str(target.resolve()), st.st_size, st.st_mtime_ns
-
-
 def check_plotly_file(folder: Path) -> None:
     """Refuse a folder whose PLOTLY_FILE exists with other content (a file this tool did not write)."""
     target = Path(folder) / PLOTLY_FILE
     if not target.exists():
         return
-    if target.is_file() and _identity(target) in _VERIFIED:  # unchanged since this process checked it
-        return
-    if not target.is_file() or target.stat().st_size != len(plotly_bundle().encode()):
+    ours = plotly_bytes()
+    if not target.is_file() or target.stat().st_size != len(ours) or target.read_bytes() != ours:
         raise TraceError(f"{target}: exists and is not this plotly.js bundle; refusing to overwrite it")
-    if target.read_text(encoding="utf-8", errors="replace") != plotly_bundle():
-        raise TraceError(f"{target}: exists and is not this plotly.js bundle; refusing to overwrite it")
-    _VERIFIED.add(_identity(target))
 
 
 def write_plotly_file(folder: Path) -> Path:
@@ -134,9 +127,8 @@ def write_plotly_file(folder: Path) -> Path:
     if not target.exists():
         folder.mkdir(parents=True, exist_ok=True)
         partial = target.with_name(target.name + ".partial")
-        partial.write_text(plotly_bundle(), encoding="utf-8")
+        partial.write_bytes(plotly_bytes())
         partial.replace(target)  # whole or not at all
-        _VERIFIED.add(_identity(target))
     return target
 
 

@@ -82,20 +82,11 @@ def sampled_hash(path: str | Path, size: int) -> str:
     return h.hexdigest()
 
 
-# (path, inode, size, mtime_ns, ctime_ns) -> hash: read once per process (the answer's key, then the load's);
-# ctime moves on every write and utime, so a rewrite that put the mtime back is hashed again
-_sampled: dict[tuple[str, int, int, int, int], str] = {}
-
-
 def file_state(path: str | Path) -> dict[str, Any]:
-    """What identifies a file's content: resolved path, size, mtime_ns, sampled hash (OSError when unreadable);
-    the samples are read once per process while the file is untouched (the answer's key, then the load's)."""
+    """What identifies a file's content: resolved path, size, mtime_ns, sampled hash (OSError when unreadable)."""
     p = Path(path).resolve()
     st = p.stat()
-    seen = (str(p), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-    if seen not in _sampled:
-        _sampled[seen] = sampled_hash(p, st.st_size)
-    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": _sampled[seen]}
+    return {"path": str(p), "size": st.st_size, "mtime_ns": st.st_mtime_ns, "sample": sampled_hash(p, st.st_size)}
 
 
 def _versions() -> dict[str, str]:

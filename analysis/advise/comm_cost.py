@@ -11,10 +11,11 @@ range holds the largest recorded size (large messages are bandwidth-bound there 
 smallest's if it holds the smallest recorded size; anywhere else (between ranges, or beyond a range past
 recorded sizes that made no line of their own), the overall line. Latency and per-byte time are clamped at
 zero: a line that would need a negative latency goes through the origin. So do calls that cannot tell a latency
-from a per-byte time (one size, or the larger no slower): their time is taken as per-byte, so a candidate's
-smaller calls cost what their bytes cost rather than each what a recorded call took. A latency alone had made
-every smaller call as slow as the recorded ones: recorded at 100 MiB on CPU, 5 MiB buckets predicted +672 %
-of the step, measured -4 % (docs/measurements/2026-11-28-advise-crossval-cpu.md).
+from a per-byte time (one size, the larger no slower, or, from three sizes on, a fitted latency within 1.96
+standard errors of zero, the error from the fit's residuals): their time is taken as per-byte, so a
+candidate's smaller calls cost what their bytes cost rather than each what a recorded call took. A latency
+alone had made every smaller call as slow as the recorded ones: recorded at 100 MiB on CPU, 5 MiB buckets
+predicted +672 % of the step, measured -4 % (docs/measurements/2026-11-28-advise-crossval-cpu.md).
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def fit_line(nbytes: ArrayLike, ns: ArrayLike, *, test_latency: bool = False) ->
     if intercept < 0:
         return 0.0, through_origin, None
     err = Z95 * intercept_se(b, t, slope, intercept) if test_latency and b.size > 2 else 0.0
-    if intercept <= err:
+    if 0 < intercept <= err:
         return (
             0.0,
             through_origin,

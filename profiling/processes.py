@@ -26,7 +26,7 @@ from pathlib import Path
 from contract.nsys_cli import NsysError
 
 Key = tuple[int, int]  # (pid, start time in clock ticks since boot)
-Row = tuple[int, int, str, list[str]]  # parent pid, start time, state, argv
+Row = tuple[int, int, str, list[str], int]  # parent pid, start time, state, argv, process group
 Table = dict[int, Row]
 AGENT_FLAG = "--start-agent"
 NSYS_SEMAPHORE = "/dev/shm/sem.nsys_sem_"  # + the pid of `nsys profile`
@@ -45,14 +45,14 @@ _KINETO_MARKER = re.compile(
 
 
 def _read(pid: int) -> Row | None:
-    """(parent pid, start time, state, argv) of `pid`, or None when it is gone or unreadable."""
+    """(parent pid, start time, state, argv, process group) of `pid`, or None when it is gone or unreadable."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ..., starttime
-    return int(fields[1]), int(fields[19]), fields[0], argv
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, pgrp, ..., starttime
+    return int(fields[1]), int(fields[19]), fields[0], argv, int(fields[2])
 
 
 def _table() -> Table:
@@ -122,11 +122,14 @@ def stop(keys: Iterable[Key], grace_s: float = 5.0) -> set[Key]:
 
 
 def stop_leftovers(started: set[Key], root: int, grace_s: float = 5.0) -> set[Key]:
-    """After `root` has exited: stop what it started that still runs (`started`, taken while it ran, what
-    those started since, and every nsys agent named after one of them or `root`), remove the semaphore an
-    nsys `root` leaves when stopped; return any process that survived."""
+    """After `root`, the leader of the run's process group, has exited: stop what it started that still runs
+    (`started`, taken while it ran; what is left in its process group, where nsys's nsys-launcher stays once
+    orphaned, as after an nsys that failed to start; what those started since; and every nsys agent named
+    after one of them or `root`), remove the semaphore an nsys `root` leaves when stopped; return any process
+    that survived."""
     table = _table()
-    ours = _descendants({pid for pid, _ in alive(started)}, table)
+    in_group = {pid for pid, row in table.items() if row[4] == root and pid != root}
+    ours = _descendants({pid for pid, _ in alive(started)} | in_group, table)
     left = stop(_keys(ours | _agents_of(ours | {root}, table), table), grace_s)
     with contextlib.suppress(OSError):  # the named semaphore a stopped nsys leaves (nsys removes it on a normal exit)
         Path(f"{NSYS_SEMAPHORE}{root}").unlink(missing_ok=True)

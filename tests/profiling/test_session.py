@@ -169,3 +169,23 @@ def test_kinetos_start_stop_markers_are_dropped_and_the_rest_passed_on(capfd):
     program = [sys.executable, "-c", f"print({chr(10).join(lines)!r})"]
     assert run_forwarding_output(program, dict(os.environ), timeout_s=60) == 0
     assert capfd.readouterr().err.splitlines() == [lines[2], "step output "]
+
+
+@pytest.mark.subprocess  # waits on a process group
+def test_a_process_left_in_the_runs_group_after_it_exits_is_stopped():
+    # what an nsys that fails to start leaves: its nsys-launcher, orphaned (parent 1) but still in the run's
+    # process group, waiting for good; the run's command here starts such a child and exits at once
+    orphan = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)"
+    program = [
+        sys.executable,
+        "-c",
+        "import subprocess, sys; quiet = subprocess.DEVNULL; "
+        f"p = subprocess.Popen([sys.executable, '-c', {orphan!r}], stdout=quiet, stderr=quiet); print('pid', p.pid)",
+    ]
+    said: list[str] = []
+    assert run_forwarding_output(program, dict(os.environ), timeout_s=60, keep=said, keep_prefix="pid ") == 0
+    (pid,) = map(int, said)
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{pid}").exists() and "Z" not in Path(f"/proc/{pid}/stat").read_text().split(")")[-1][:3]:
+        assert time.monotonic() < deadline, f"process {pid}, left in the run's group, still runs"
+        time.sleep(0.1)

@@ -121,7 +121,7 @@ def test_sigint_to_the_process_group_leaves_no_process(tmp_path, moment):
         for line in still_running(seen):  # the agent, in case it does not carry the token
             with contextlib.suppress(OSError):
                 os.kill(int(line.split()[0]), signal.SIGKILL)
-    assert left == []
+    assert left == [], f"left running after the interrupt; the run said: {err[-3000:]}"
     nsys_pids = [pid for (pid, _), cmd in seen.items() if " profile " in cmd and "nsys" in cmd.split()[0]]
     assert nsys_pids and [p for p in nsys_pids if Path(f"/dev/shm/sem.nsys_sem_{p}").exists()] == []
     assert proc.returncode == 1 and "interrupted" in err and "Traceback" not in err, err[-2000:]

@@ -216,7 +216,8 @@ def torch_recordings(request, tmp_path_factory) -> Recordings:
 @pytest.fixture(scope="session")
 def plain_ddp_run(tmp_path_factory) -> Path:
     """A two-rank plain PyTorch DDP job recorded with plain torch.profiler (tests/support/plain_ddp.py),
-    once for the session: the folder of its plain_ddp.rank<N>.json and timer.rank<N>.json."""
+    once for the session: the folder of its plain_ddp.rank<N>.json and timer.rank<N>.json, and where nsys
+    is installed plain_ddp.sqlite, the same run under a plain `nsys profile` (tests/support/recordings.py)."""
     return record_plain_ddp(tmp_path_factory.mktemp("plain_ddp"))
 
 

@@ -24,9 +24,11 @@ STEPS, WARMUP = 4, 3
 BUCKET_MB = "1"
 KEEP = "keep.txt"
 # Someone else's job (tests/support/plain_ddp.py) recorded with plain torch.profiler: its first step is
-# the profiler's warm-up, ProfilerStep#1..#10 are recorded.
+# the profiler's warm-up, ProfilerStep#1..#10 are recorded. Where nsys is installed the same run is also
+# recorded by a plain `nsys profile` (PLAIN_NSYS, no option of ours): one run of the job for both.
 PLAIN_DDP = Path(__file__).resolve().parent / "plain_ddp.py"
 PLAIN_DDP_STEPS = 11
+PLAIN_NSYS = ["profile", "-t", "nvtx,osrt", "-s", "none", "--cpuctxsw=none", "-f", "true"]
 # What each test module reading the recordings asks for, by profiler: a session of several of them records
 # the union of theirs with the first request. (A module missing here, or asking for more, still gets what
 # it asks for, in a run_nsys.sh of its own.)
@@ -54,10 +56,23 @@ def asked_together(profiler: str, modules: set[str]) -> tuple[str, ...]:
 
 
 def record_plain_ddp(out: Path) -> Path:
-    """`out`, holding plain_ddp.rank<N>.json and the job's own timer.rank<N>.json."""
-    cmd = [sys.executable, str(PLAIN_DDP), "--out", str(out), "--steps", str(PLAIN_DDP_STEPS)]
-    done = owned.run(cmd, capture_output=True, text=True, timeout=300, cwd=small_run.REPO)
-    assert done.returncode == 0, done.stderr[-2000:]
+    """`out`, holding plain_ddp.rank<N>.json and the job's own timer.rank<N>.json; where nsys is installed,
+    also plain_ddp.sqlite, the export of the plain `nsys profile` the job ran under."""
+    from tests import nsys_cli
+    from tests.support.nsys import NSYS
+
+    job = [sys.executable, str(PLAIN_DDP), "--out", str(out), "--steps", str(PLAIN_DDP_STEPS)]
+    if NSYS is None:
+        done = owned.run(job, capture_output=True, text=True, timeout=300, cwd=small_run.REPO)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return out
+    report = out / "plain_ddp"
+    try:  # a hung run is stopped and made again (tests/nsys_cli.py)
+        nsys_cli.profile([str(NSYS), *PLAIN_NSYS, "-o", str(report), *job], cwd=small_run.REPO, timeout_s=300)
+    except subprocess.CalledProcessError as err:
+        raise AssertionError(f"nsys profile failed (exit {err.returncode}): {err.stderr[-2000:]}") from None
+    export = [str(NSYS), "export", "--type", "sqlite", "-o", str(out / "plain_ddp.sqlite"), f"{report}.nsys-rep"]
+    owned.run(export, capture_output=True, timeout=300, check=True)
     return out
 
 

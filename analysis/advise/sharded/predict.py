@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.advise.comm_cost import CommCost, fit_cost
-from analysis.advise.sharded.recorded import ShardRecorded, recorded_shard
+from analysis.advise.sharded.recorded import GLOO_SCATTER_PHASES, ShardRecorded, recorded_shard
 from analysis.advise.sharded.replay import Phase, Replay, Setting, ShardRun, replay
 from analysis.advise.sharded.result import ShardAdvice, ShardCandidate
 from analysis.advise.slowdown import instrumented_slope
@@ -46,19 +46,26 @@ def _costs(rec: ShardRecorded, chosen: pd.DataFrame) -> tuple[dict, np.ndarray, 
     out: dict[str, np.ndarray] = {}
     for op, sizes in ((ALL_GATHER, rec.gather_bytes), (REDUCE_SCATTER, rec.scatter_bytes)):
         mine = chosen[chosen["op"] == op]
-        line = np.zeros(len(sizes))
         if len(mine):
             lines[op] = fit_cost(mine["bytes"], mine["transfer_ns"])
-            line = lines[op].predict_ns(sizes)
-        # each unit's own calls (its size) where it has some: the mean, which a step's time adds up
-        own = mine.groupby("bytes")["transfer_ns"].mean().reindex(sizes).to_numpy(dtype=float)
-        out[op] = np.where(sizes > 0, np.where(np.isnan(own), line, own), 0.0)
+        out[op] = _unit_costs(mine, lines.get(op), sizes)
+    if rec.scatter_as_all_reduce:  # its range ends at the owner's wait, not at completion: priced from the gathers
+        gathers = chosen[chosen["op"] == ALL_GATHER]
+        out[REDUCE_SCATTER] = GLOO_SCATTER_PHASES * _unit_costs(gathers, lines.get(ALL_GATHER), rec.scatter_bytes)
     ar = chosen[chosen["op"] == ALL_REDUCE]
     reduce = np.zeros(len(rec.units))
     if len(ar):
         lines[ALL_REDUCE] = fit_cost(ar["bytes"], ar["transfer_ns"])
         reduce = np.array([float(lines[ALL_REDUCE].predict_ns(b).sum()) if b else 0.0 for b in rec.reduce_bytes])
     return lines, out[ALL_GATHER], out[REDUCE_SCATTER], reduce
+
+
+def _unit_costs(mine: pd.DataFrame, line: CommCost | None, sizes: np.ndarray) -> np.ndarray:
+    """Per unit (ns): the mean of the calls of its size in `mine` where there are some (which a step's
+    time adds up), else the line's cost of its size; 0 where the unit has no such collective."""
+    fitted = np.zeros(len(sizes)) if line is None else line.predict_ns(sizes)
+    own = mine.groupby("bytes")["transfer_ns"].mean().reindex(sizes).to_numpy(dtype=float)
+    return np.where(sizes > 0, np.where(np.isnan(own), fitted, own), 0.0)
 
 
 def _slowdown(rec: ShardRecorded, pick: np.ndarray) -> float:

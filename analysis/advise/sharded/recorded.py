@@ -27,6 +27,10 @@ from contract import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, SHARDING_KEY
 
 DEFAULT_PREFETCH = {"fsdp": 2, "torch_fsdp": 1}  # fsdp's constructor default; FSDP2's implicit prefetch of one
 GLOO_LANES = 2  # ProcessGroupGloo runs this many collectives at once (its worker threads, Options.threads)
+# ProcessGroupGloo's reduce_scatter_tensor is an all-reduce of the whole input (a reduce-scatter phase, then an
+# all-gather phase, each moving what an all-gather of as many bytes moves), and its handle completes only when
+# waited for: fsdp's range ends at that wait, so on gloo its cost is taken as this many all-gathers of its bytes
+GLOO_SCATTER_PHASES = 2.0
 
 
 @dataclass(frozen=True)
@@ -52,6 +56,7 @@ class ShardRecorded:
     reduce_bytes: list[list[float]]  # per unit: the all-reduces issued in its backward span
     served: pd.DataFrame  # step, op, bytes, transfer_ns of every paired call
     exposed_ms: float  # the recorded waits and tail, per rank-step
+    scatter_as_all_reduce: bool = False  # gloo (fsdp): reduce-scatters priced as GLOO_SCATTER_PHASES all-gathers
 
 
 def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
@@ -176,6 +181,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         reduce_bytes=_reduces(calls, spans, units),
         served=served[served["step"].isin(steps)].reset_index(drop=True),
         exposed_ms=float(exposed),
+        scatter_as_all_reduce=impl == "fsdp" and lanes == GLOO_LANES,
     )
 
 

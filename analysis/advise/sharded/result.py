@@ -13,6 +13,7 @@ from analysis.advise.sharded.recorded import ShardRecorded
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.uncertainty import Choice
 from analysis.render.table import format_table
+from contract import REDUCE_SCATTER
 
 KNOB = "prefetch, separate_reduce_scatter"
 TABLE_COLUMNS = {
@@ -24,6 +25,10 @@ TABLE_COLUMNS = {
     "worst": "worst unit (wait ms)",
     "note": "note",
 }
+SCATTER_PRICED = (
+    "priced as 2 all-gathers of its bytes (gloo's reduce-scatter is an all-reduce, and its range ends at fsdp's "
+    "wait for it, not at its completion)"
+)
 RUN_KEYS = ["implementation", "trace", "measured_step_ms", "replayed_step_ms", "ideal_step_ms"]
 
 
@@ -115,10 +120,20 @@ class ShardAdvice:
             "compute_slowdown": round(self.slowdown, 4),
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "uncertainty": table.uncertainty_text(self.replicates),
-            "comm_cost": {op: line_json(k.overall) for op, k in self.costs.items()},
+            "comm_cost": {op: {**line_json(k.overall), **self._priced(op)} for op, k in self.costs.items()},
             "candidates": [k.to_json(r.setting, self.step_spread_ms) for k in self.candidates],
             "recommended": table.choice_json(c, label, "setting", setting=setting_json(c.setting), best_setting=best),
         }
+
+    def _priced(self, op: str) -> dict:
+        """`priced_as` where the replay does not use the op's fitted line (gloo's reduce-scatters)."""
+        return {"priced_as": SCATTER_PRICED} if op == REDUCE_SCATTER and self.rec.scatter_as_all_reduce else {}
+
+
+def _cost_text(op: str, line: dict) -> str:
+    if line.get("priced_as"):
+        return f"{op} {line['priced_as']} ({line['calls']} calls; their ranges fit {line_text(line)})"
+    return f"{op} {line_text(line)} ({line['calls']} calls)"
 
 
 def _communicator(separate: bool) -> str:
@@ -155,7 +170,7 @@ def table_lines(run: dict) -> list[str]:
     """The lines for one sharded run: the recorded figures, the replay's check, the bound, the model, the
     candidates (one row per distinct schedule, changes first), the choice."""
     rec = run["recorded_setting"]
-    cost = "; ".join(f"{op} {line_text(c)} ({c['calls']} calls)" for op, c in run["comm_cost"].items())
+    cost = "; ".join(_cost_text(op, c) for op, c in run["comm_cost"].items())
     chosen = run["recommended"]["setting"]
     lanes = "one stream per communicator" if run["lanes"] == 1 else f"{run['lanes']} collectives at once per group"
     measured, replayed = run["measured_step_ms"], run["replayed_step_ms"]

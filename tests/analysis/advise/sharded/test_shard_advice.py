@@ -45,11 +45,11 @@ WAITS = [("l0", 4, 4), ("l1", 14, 14), ("l2", 24, 24), ("l3", 34, 34),
 FORWARD_AT, BACKWARD_AT, SYNC_AT, OPT_AT = (0, 44), (44, 92), (92, 100), (100, 101)
 
 
-def write_fsdp_run(path) -> None:
+def write_fsdp_run(path, backend: str = "nccl") -> None:
     """Two identical CPU ranks, STEPS steps of the schedule above; ddp.meta says prefetch 2, shared."""
     w = NsysWriter(path, cupti=False)
     meta = {
-        "implementation": "fsdp", "world_size": 2, "backend": "nccl", "model": "synthetic",
+        "implementation": "fsdp", "world_size": 2, "backend": backend, "model": "synthetic",
         "sharding": {"prefetch": 2, "separate_reduce_scatter": False},
     }  # fmt: skip
     for rank, pid in enumerate((101, 102)):
@@ -122,6 +122,38 @@ def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run, capsys):
     keys = {"setting", "prefetch", "separate_reduce_scatter", "recorded", "predicted_step_ms", "predicted_step_ms_err"}
     assert keys <= set(data["candidates"][0]) and len(data["candidates"]) == 8
     assert advise_cli(capsys, str(fsdp_run), "--bucket-mb", "5").returncode == 2
+
+
+def test_on_gloo_a_reduce_scatter_costs_two_all_gathers_of_its_bytes(tmp_path):
+    """gloo's reduce-scatter is an all-reduce whose range ends at fsdp's wait, not at its completion: the
+    replay prices it as two all-gathers of its bytes, from the gathers' own service times (two at once per
+    rank: a call starts at the later of its issue and the end of the call two before it on the group)."""
+    import statistics
+
+    import numpy as np
+
+    from analysis.advise.sharded.predict import shard_run
+    from analysis.advise.sharded.recorded import recorded_shard
+    from analysis.api import open_runs
+
+    write_fsdp_run(tmp_path / "gloo.sqlite", backend="gloo")
+    rec = recorded_shard(open_runs([tmp_path / "gloo.sqlite"]).loaded(0), "fsdp")
+    run, costs, _ = shard_run(rec, np.arange(STEPS)[None, :])
+    # plain Python: each gather's service on the one group, from the raw schedule (both ranks alike: no wait)
+    calls = sorted(CALLS, key=lambda c: c[2])
+    served = []
+    for k, (op, _unit, issue, end) in enumerate(calls):
+        before = max((c[3] for c in calls[: max(k - 1, 0)]), default=-1e9)  # ends of the calls two or more before
+        if op == ALL_GATHER:
+            served.append(end - max(issue, before))
+    per_byte = statistics.median(served) * MS / GATHER_BYTES  # one size: its median, all of it per byte
+    assert rec.lanes == 2 and rec.scatter_as_all_reduce
+    assert run.scatter_ns[0] == pytest.approx([2 * per_byte * SCATTER_BYTES] * len(UNITS))
+    # the reduce-scatters' own ranges (issue to fsdp's wait) still make the line the table prints beside it
+    assert costs[REDUCE_SCATTER].overall.calls == 2 * STEPS * len(UNITS)
+    model = advise([tmp_path / "gloo.sqlite"])[0].to_json()["comm_cost"]
+    assert model[REDUCE_SCATTER]["priced_as"].startswith("priced as 2 all-gathers")
+    assert "priced_as" not in model[ALL_GATHER]
 
 
 @pytest.mark.parametrize("impl", ["naive", "flat"])

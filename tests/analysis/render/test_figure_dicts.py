@@ -87,3 +87,41 @@ def test_stacked_layout_is_what_make_subplots_lays_out(heights, spacing):
         ).layout.to_plotly_json()
         grid.pop("template")
         assert json.loads(json.dumps(stacked_layout(titles, heights, spacing))) == json.loads(json.dumps(grid))
+
+
+def test_a_page_writes_a_figure_as_plotly_writes_it():
+    """figure_block encodes the figure's arrays itself (html_page.page_dict): the div it writes is, byte for
+    byte, plotly's own to_html of the figure, for every kind of array plotly treats apart."""
+    import numpy as np
+    import pandas as pd
+
+    from analysis.render.html_page import PLOT_CONFIG, figure_block
+
+    fig = trusted_figure(
+        [
+            {
+                "type": "scattergl",
+                "x": np.array([1.5, np.nan, 3.25], dtype=np.float32),
+                "y": np.array([1, 2, 300], dtype=np.int64),  # narrowed to int16
+                "text": np.array(["a", "b", "c"], dtype=object),
+                "hovertext": np.array(["u", "v", "w"]),  # unicode
+                "customdata": np.arange(6, dtype=np.float64).reshape(3, 2),  # 2-D: a shape
+                "ids": np.array([], dtype=np.int64),
+                "marker": {"color": np.array([2**40, 1, 2], dtype=np.int64), "size": np.array([1, 2, 3], np.uint64)},
+                "selectedpoints": [np.array([0, 1])],  # an array that is a list item stays a list
+                "line": {"width": 3, "color": "#123456"},
+            },
+            {"type": "bar", "x": pd.Series([1, 2]), "y": np.array([True, False]), "name": "b"},
+            {"type": "bar", "x": np.array(["2024-01-01", "2024-01-02"], dtype="datetime64[ns]"), "y": [1, 2]},
+        ],
+        {"height": 300, "xaxis": {"range": np.array([0.0, 1.0])}, "shapes": [{"type": "line", "x0": np.int64(1)}]},
+    )
+    plotly_own = pio.to_html(
+        fig, include_plotlyjs=False, full_html=False, div_id="d", config=PLOT_CONFIG, include_mathjax=False
+    )
+    assert figure_block(fig, "d") == plotly_own
+    assert isinstance(fig.data[0].marker.color, np.ndarray)  # the figure is left as it was
+    assert (
+        pio.to_html(fig, include_plotlyjs=False, full_html=False, div_id="d", config=PLOT_CONFIG, include_mathjax=False)
+        == plotly_own
+    )

@@ -90,7 +90,7 @@ def compare_panel(
     step_of, rank_of = steps["step"].to_numpy(), steps["rank"].to_numpy()  # looked up once per view: numpy
 
     def title(step: int | None, rank: int | None) -> str:
-        at = np.flatnonzero((step_of == step) & (rank_of == rank)) if step is not None else []
+        at = np.flatnonzero((step_of == step) & (rank_of == rank)) if step is not None else np.array([], dtype=int)
         return compare_title(label, colour, step, rank, steps.iloc[at[0]] if len(at) else None)
 
     if chosen is None:  # the whole run: not trace_panel, whose title and figures this page does not show

@@ -7,24 +7,16 @@ dicts plotly would produce (make_subplots still lays out the grid) and wrapped o
 template is plotly's registered object, shared, never modified. That the dicts are what plotly's
 checks accept, unchanged, is a test (tests/analysis/render/test_figure_dicts.py validates every figure
 a report draws and compares it with the unchecked one).
-
-The other way, page_dict gives a page the figure's dict as plotly's to_html would take it, without
-the deep copy of the figure (template included) and the per-array conversion plotly makes on the way:
-on a report those cost more than writing the JSON (a test compares the page with plotly's own).
 """
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Sequence
 from typing import Any
 
-import numpy as np
 import plotly.graph_objects as go
 import plotly.io as pio
-from _plotly_utils.basevalidators import is_homogeneous_array  # type: ignore[import-untyped]
-from _plotly_utils.utils import to_typed_array_spec  # type: ignore[import-untyped]
-from plotly.basedatatypes import BaseFigure, BaseTraceType
+from plotly.basedatatypes import BaseTraceType
 
 TEMPLATE = "plotly_white"
 
@@ -99,66 +91,3 @@ def stacked_layout(titles: Sequence[str], heights: Sequence[float], spacing: flo
     if annotations:
         layout["annotations"] = annotations
     return layout
-
-
-# plotly.js's typed-array names of the numpy dtypes it takes as they are
-_TYPED = {"int8": "i1", "uint8": "u1", "int16": "i2", "uint16": "u2", "int32": "i4", "uint32": "u4"}
-_TYPED |= {"float32": "f4", "float64": "f8"}
-_SKIPPED = frozenset(("geojson", "layer", "layers", "range"))  # keys plotly's convert_to_base64 leaves as they are
-_NARROWER = {"int64": ("int8", "int16", "int32"), "uint64": ("uint8", "uint16", "uint32")}
-
-
-def _typed_array(v: np.ndarray) -> Any:
-    """A numeric array as plotly's to_typed_array_spec encodes it (64-bit integers narrowed to the
-    smallest type that holds them, base64 of the bytes), without its per-array conversion through
-    narwhals, which costs more than the encoding; other arrays go to plotly's own."""
-    if v.size == 0 or v.dtype.kind in "OU":
-        return v  # plotly passes these on as (a copy of) the array: written as a list
-    if v.dtype.kind not in "uif":
-        return to_typed_array_spec(v)
-    dtype = str(v.dtype)
-    if dtype in _NARROWER:
-        lo, hi = v.min(), v.max()
-        fits = [t for t in _NARROWER[dtype] if np.iinfo(t).min <= lo and hi <= np.iinfo(t).max]
-        if not fits:
-            return np.ascontiguousarray(v)  # as plotly leaves it: written as a list of numbers
-        v, dtype = v.astype(fits[0]), fits[0]
-    if dtype not in _TYPED:
-        return to_typed_array_spec(v)
-    out = {"dtype": _TYPED[dtype], "bdata": base64.b64encode(np.ascontiguousarray(v).tobytes()).decode("ascii")}
-    if v.ndim > 1:
-        out["shape"] = str(v.shape)[1:-1]
-    return out
-
-
-def _encoded(value: Any) -> Any:
-    """A copy of a figure's dicts and lists (the leaves shared) with every array under a dict key
-    encoded as plotly's convert_to_base64 encodes it in place (it skips the keys it skips, and leaves
-    arrays that are list items as they are)."""
-    if isinstance(value, dict):
-        out = {}
-        for key, item in value.items():
-            if key in _SKIPPED or item is None or isinstance(item, (str, int, float)):
-                out[key] = item
-            elif isinstance(item, np.ndarray):
-                out[key] = _typed_array(item)
-            elif isinstance(item, (dict, list, tuple)):
-                out[key] = _encoded(item)
-            elif is_homogeneous_array(item):
-                out[key] = to_typed_array_spec(item)
-            else:
-                out[key] = item
-        return out
-    if isinstance(value, (list, tuple)):
-        return type(value)(_encoded(item) for item in value)
-    return value
-
-
-def page_dict(fig: BaseFigure) -> dict[str, Any]:
-    """The figure as the dict plotly's to_html writes (fig.to_dict()), built without deep-copying the
-    figure and its template: arrays are encoded into new containers, the figure is left as it is, and
-    the template (plain values, no arrays) is handed over as the figure holds it."""
-    if fig._frame_objs:  # animation frames: none of ours has them
-        return fig.to_dict()
-    layout = {k: v if k == "template" else _encoded(v) for k, v in fig._layout.items()}
-    return {"data": [_encoded(trace) for trace in fig._data], "layout": layout}

@@ -20,7 +20,6 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from analysis.errors import TraceError
-from analysis.render.figure_dicts import page_dict
 
 # Marks pages this project wrote: the report only overwrites HTML files that carry it.
 GENERATOR = '<meta name="generator" content="ddp-overlap analysis">'
@@ -67,8 +66,7 @@ def plotly_bytes() -> bytes:
 def figure_block(fig: go.Figure, div_id: str) -> str:
     """A figure as a div plus its newPlot call, relying on the page's single plotly.js copy."""
     return pio.to_html(
-        page_dict(fig),  # the figure's dict, which plotly would take from it by a deep copy
-        validate=False,  # a dict is validated by rebuilding the figure from it
+        fig,
         include_plotlyjs=False,
         full_html=False,
         div_id=div_id,

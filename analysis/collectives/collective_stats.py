@@ -94,11 +94,12 @@ def stragglers(calls: pd.DataFrame) -> pd.DataFrame:
     many of the step's collectives it arrived last; `wait_caused_ms`: the others' wait it caused;
     `wait_ms`: all waiting in the step (every rank); `collectives`: paired logical collectives.
     """
-    paired = calls[calls["paired"]]
+    keys = [c for c in ("group", "group_ranks", "op", "step", "seq") if c in calls]
+    paired = calls[[*keys, "last_rank", "wait_ms"]][calls["paired"]]  # the columns read, not every one of the rows
     columns = ["step", "collectives", "straggler", "times_last", "wait_caused_ms", "wait_ms"]
     if paired.empty:
         return pd.DataFrame(columns=columns)
-    logical = paired.drop_duplicates([c for c in ("group", "group_ranks", "op", "step", "seq") if c in paired])
+    logical = paired.drop_duplicates(keys)
     caused = paired.groupby(["step", "last_rank"])["wait_ms"].sum().rename("wait_caused_ms").reset_index()
     times_last = logical.groupby(["step", "last_rank"]).size().rename("times_last").reset_index()
     caused = caused.merge(times_last, on=["step", "last_rank"], how="left")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import html
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -84,19 +84,26 @@ def _script_tag(plotly_src: str | None) -> str:
 def page_html(title: str, blocks: list[str | go.Figure], intro: str = "", plotly_src: str | None = None) -> str:
     """Whole page: head with plotly.js (embedded when `plotly_src` is None, else loaded from that
     relative path), then each block in order."""
-    parts = []
-    for i, block in enumerate(blocks):
-        parts.append(figure_block(block, f"plot{i}") if isinstance(block, go.Figure) else block)
+    return "".join(_page_pieces(title, blocks, intro, plotly_src))
+
+
+def _page_pieces(title: str, blocks: list[str | go.Figure], intro: str, plotly_src: str | None) -> Iterator[str]:
+    """page_html's text in pieces, each figure's made when its turn comes: a page is written piece by piece,
+    never held whole (a side-by-side page's figure alone is megabytes, and one non-ASCII character
+    makes Python hold every character of a string in two bytes or more)."""
     intro_html = f'<p class="note">{html.escape(intro)}</p>' if intro else ""
-    return (
+    yield (
         '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
         + GENERATOR
         + f"<title>{html.escape(title)}</title><style>{STYLE}</style>"
         + _script_tag(plotly_src)
         + f"</head><body><h1>{html.escape(title)}</h1>{intro_html}\n"
-        + "\n".join(parts)
-        + "\n</body></html>\n"
     )
+    for i, block in enumerate(blocks):
+        if i:
+            yield "\n"
+        yield figure_block(block, f"plot{i}") if isinstance(block, go.Figure) else block
+    yield "\n</body></html>\n"
 
 
 def notes_html(lines: Sequence[str]) -> str:
@@ -143,5 +150,9 @@ def write_page(
     if not plotly_js.self_contained:
         bundle = write_plotly_file(plotly_js.folder or path.parent)
         src = Path(os.path.relpath(bundle, path.parent)).as_posix()
-    path.write_text(page_html(title, blocks, intro, src), encoding="utf-8")
+    partial = path.with_name(path.name + ".partial")
+    with open(partial, "w", encoding="utf-8") as out:
+        for piece in _page_pieces(title, blocks, intro, src):
+            out.write(piece)
+    partial.replace(path)  # whole or not at all
     return path

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from analysis.render import palette
 from analysis.render.html_page import BESIDE_THE_PAGE, PlotlyJs
 from analysis.timeline.lanes import Segments, Selection, build_panel, build_step_panels
@@ -85,9 +87,11 @@ def compare_panel(
 
     chosen = representative_step(steps)
 
+    step_of, rank_of = steps["step"].to_numpy(), steps["rank"].to_numpy()  # looked up once per view: numpy
+
     def title(step: int | None, rank: int | None) -> str:
-        at = steps.loc[(steps["step"] == step) & (steps["rank"] == rank)]
-        return compare_title(label, colour, step, rank, at.iloc[0] if len(at) else None)
+        at = np.flatnonzero((step_of == step) & (rank_of == rank)) if step is not None else np.array([], dtype=int)
+        return compare_title(label, colour, step, rank, steps.iloc[at[0]] if len(at) else None)
 
     if chosen is None:  # the whole run: not trace_panel, whose title and figures this page does not show
         return with_backward(

@@ -221,8 +221,10 @@ def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
     if chosen is None:
         return None
     choices = call_choices(calls, chosen)
-    # Each frame split by (step, rank) once, not filtered again per choice.
+    # Each frame split by (step, rank) once, not filtered again per choice; of the calls, only the columns
+    # call_chart reads are taken per choice (the rows carry thirty-odd, strings among them).
     by_call = calls.groupby(["step", "rank"]).indices
+    read = calls[["start_ns", "end_ns", "issue_ns", "duration_ms", "wait_ms", "op", "tag"]]
     spans, starts = entry.run.backward_spans, entry.run.step_starts
     by_span, by_start = spans.groupby(["step", "rank"]).indices, starts.groupby(["step", "rank"]).indices
     steps = entry.steps if entry.steps is not None and len(entry.steps) else None
@@ -233,7 +235,7 @@ def per_call_figure(entry: CollectivesEntry) -> go.Figure | None:
         b0, b1 = _first(spans, by_span, (k, r), "start_ns"), _first(spans, by_span, (k, r), "end_ns")
         backward = None if b0 is None or b1 is None else (b0, b1)
         first = _first(starts, by_start, (k, r), "start_ns")
-        mine = calls.iloc[by_call[(k, r)]]
+        mine = read.iloc[by_call[(k, r)]]
         data, layout = call_chart(mine, noun, k, r, entry.label, first, backward, steps, mean)
         figures.append((f"step {k}, rank {r}", data, layout))
     return switched_figure(figures, active=choices.index(chosen))

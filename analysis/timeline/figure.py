@@ -52,19 +52,21 @@ def _line_xy(start: np.ndarray, end: np.ndarray, lane: np.ndarray, origin_ns: in
 
 def _step_labels(seg: pd.DataFrame, panel: Panel, width_px: int, visible: bool) -> dict | None:
     """The step number written on each step range whose visible part holds it, in the middle of that part."""
-    steps = seg.loc[seg["category"] == "step"]
+    rows = np.flatnonzero(np.asarray(seg["category"] == "step"))  # a few rows: numpy, not a pandas frame of them
     lo, hi = panel.window_ns
-    s, e = np.maximum(steps["start"].to_numpy(), lo), np.minimum(steps["end"].to_numpy(), hi)
-    label_px = STEP_LABEL_CHAR_PX * steps["name"].astype(str).str.len().to_numpy() + STEP_LABEL_PAD_PX
+    s, e = np.maximum(seg["start"].to_numpy()[rows], lo), np.minimum(seg["end"].to_numpy()[rows], hi)
+    names = seg["name"].to_numpy()[rows]
+    chars = np.array([len(n) if isinstance(n, str) else np.nan for n in names], dtype=float)  # no name: no label
+    label_px = STEP_LABEL_CHAR_PX * chars + STEP_LABEL_PAD_PX
     wide = (e - s) >= label_px * panel_pixel_ns(panel, width_px)
     if not wide.any():
         return None
     return dict(  # WebGL like the lanes: SVG text would sit under their canvas
         type="scattergl",
         x=((s + e)[wide] / 2 - panel.origin_ns) / 1e6,
-        y=steps["lane"].to_numpy()[wide],
+        y=seg["lane"].to_numpy()[rows][wide],
         mode="text",
-        text=steps["name"].to_numpy()[wide],
+        text=names[wide],
         textfont=dict(size=11, color="#222222"),
         hoverinfo="skip",
         showlegend=False,

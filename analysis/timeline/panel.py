@@ -75,8 +75,17 @@ def _sort_codes(values: pd.Series) -> np.ndarray:
 
 
 def _cummax_by_run(values: np.ndarray, run_start: np.ndarray) -> np.ndarray:
-    """Running maximum of `values`, restarting where `run_start` is True (the first element starts one)."""
-    return pd.Series(values).groupby(np.cumsum(run_start)).cummax().to_numpy()
+    """Running maximum of integer `values`, restarting where `run_start` is True (the first element starts
+    one). Each run is lifted above every earlier one (by its number times the values' span), so one
+    numpy running maximum restarts at each run; a pandas groupby costs more than the merge around it."""
+    if values.size == 0:
+        return values.copy()
+    run = np.cumsum(run_start, dtype=np.int64)
+    lo, span = int(values.min()), int(values.max()) - int(values.min()) + 1
+    if span * (int(run[-1]) + 1) >= 2**62:  # the lifted values would not fit in int64
+        return pd.Series(values).groupby(run).cummax().to_numpy()
+    lift = run * span
+    return np.maximum.accumulate(values - lo + lift) - lift + lo
 
 
 def merge_subpixel(segments: pd.DataFrame, pixel_ns: float) -> pd.DataFrame:

@@ -191,6 +191,21 @@ def test_on_gloo_a_gather_queued_behind_a_reduce_scatters_range_end_is_not_timed
     assert run.gather_ns[0] == pytest.approx([sum(timed) / len(timed) * MS] * len(UNITS))
 
 
+def test_backward_gathers_are_issued_where_the_trace_issues_them(tmp_path):
+    """fsdp issues backward's first gathers from a hook on the output's gradient, after the loss's backward:
+    the replay issues them that long after backward's start (per rank-step, at most the lead), as recorded."""
+    from analysis.advise.sharded.recorded import recorded_shard
+    from analysis.api import open_runs
+
+    late = {("l3", 44): 46, ("l2", 44): 47}  # 2 and 3 ms into backward's 4 ms lead
+    calls = [(op, u, late.get((u, i), i) if op == ALL_GATHER else i, e) for op, u, i, e in CALLS]
+    write_fsdp_run(tmp_path / "late.sqlite", calls=calls)
+    rec = recorded_shard(open_runs([tmp_path / "late.sqlite"]).loaded(0), "fsdp")
+    first = min(i for op, _u, i, _e in calls if op == ALL_GATHER and i >= BACKWARD_AT[0]) - BACKWARD_AT[0]
+    assert rec.backward_issue is not None and rec.backward_issue.tolist() == [[first * MS] * 2] * STEPS
+    assert rec.spans["backward"]["lead"].tolist() == [[4 * MS] * 2] * STEPS
+
+
 @pytest.mark.parametrize("impl", ["naive", "flat"])
 def test_runs_advise_does_not_model_are_refused_before_their_trace_is_loaded(tmp_path, monkeypatch, capsys, impl):
     from analysis import session  # advise opens its runs through OpenRuns, which loads them

@@ -44,15 +44,13 @@ def _costs(rec: ShardRecorded, chosen: pd.DataFrame) -> tuple[dict, np.ndarray, 
     reduce-scatter and summed all-reduce costs (ns)."""
     lines: dict[str, CommCost] = {}
     out: dict[str, np.ndarray] = {}
-    timed = chosen[~chosen["behind_scatter"]] if rec.scatter_as_all_reduce else chosen
     for op, sizes in ((ALL_GATHER, rec.gather_bytes), (REDUCE_SCATTER, rec.scatter_bytes)):
-        of_op = timed if op == ALL_GATHER else chosen  # a reduce-scatter's own range fits its printed line
-        mine = of_op[of_op["op"] == op]
+        mine = chosen[chosen["op"] == op]
         if len(mine):
             lines[op] = fit_cost(mine["bytes"], mine["transfer_ns"])
         out[op] = _unit_costs(mine, lines.get(op), sizes)
     if rec.scatter_as_all_reduce:  # its range ends at the owner's wait, not at completion: priced from the gathers
-        gathers = timed[timed["op"] == ALL_GATHER]
+        gathers = chosen[chosen["op"] == ALL_GATHER]
         out[REDUCE_SCATTER] = GLOO_SCATTER_PHASES * _unit_costs(gathers, lines.get(ALL_GATHER), rec.scatter_bytes)
     ar = chosen[chosen["op"] == ALL_REDUCE]
     reduce = np.zeros(len(rec.units))

@@ -72,20 +72,12 @@ def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
     return Setting(default, bool(separate)), f"inferred: not in ddp.meta, {why}"
 
 
-def _served(calls: pd.DataFrame, world: int, lanes: int, separate: bool, scatter_ends_at_wait: bool) -> pd.DataFrame:
+def _served(calls: pd.DataFrame, world: int, lanes: int, separate: bool) -> pd.DataFrame:
     """Every paired call's service time (comm_cost.transfer_times), reduce-scatters on a communicator of
-    their own when `separate`; start and end as `start`, `end`. `behind_scatter`: where
-    `scatter_ends_at_wait` (gloo fsdp), the call's service start was set by a reduce-scatter's range end,
-    which marks fsdp's wait for it, not when it freed its lane: such a call's service time is not its own."""
+    their own when `separate`; start and end as `start`, `end`."""
     channel = np.where((calls["op"] == REDUCE_SCATTER) & separate, 1, 0)
     f = calls.assign(channel=channel).sort_values(["rank", "channel", "start_ns"], kind="stable")
     served = transfer_times(f, world, lanes, "channel").drop(columns="wait_ns")
-    behind = np.zeros(len(served), dtype=bool)
-    if scatter_ends_at_wait:  # the same starts with every reduce-scatter's range closed at its issue
-        closed = f.assign(end_ns=f["end_ns"].where(f["op"] != REDUCE_SCATTER, f["start_ns"]))
-        alone = transfer_times(closed, world, lanes, "channel")
-        behind = served["start_ns"].to_numpy() > alone["start_ns"].to_numpy()
-    served = served.assign(behind_scatter=behind)
     return served.rename(columns={"start_ns": "start", "end_ns": "end"})
 
 
@@ -126,8 +118,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         raise TraceError(f"{trace.path}: {impl}: no all-gather calls inside steps: nothing to model")
     lanes = 1 if gpu or run_meta(trace).get("backend") == "nccl" else GLOO_LANES
     world = world_size(trace.meta, len(trace.ranks))
-    scatter_as_all_reduce = impl == "fsdp" and lanes == GLOO_LANES
-    served = _served(calls, world, lanes, setting.separate, scatter_as_all_reduce)
+    served = _served(calls, world, lanes, setting.separate)
     units = _order(trace, gathers)
     spans = unit_spans(trace, calls, units, gpu, setting.prefetch)
     fwd = phase_windows(trace, patterns, works, "forward")
@@ -196,7 +187,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         reduce_bytes=_reduces(calls, spans, units),
         served=served[served["step"].isin(steps)].reset_index(drop=True),
         exposed_ms=float(exposed),
-        scatter_as_all_reduce=scatter_as_all_reduce,
+        scatter_as_all_reduce=impl == "fsdp" and lanes == GLOO_LANES,
         backward_issue=np.zeros_like(issued) if gpu else issued,
     )
 

@@ -157,40 +157,6 @@ def test_on_gloo_a_reduce_scatter_costs_two_all_gathers_of_its_bytes(tmp_path):
     assert "priced_as" not in model[ALL_GATHER]
 
 
-def test_on_gloo_a_gather_queued_behind_a_reduce_scatters_range_end_is_not_timed(tmp_path):
-    """On gloo fsdp's reduce-scatter range ends at its wait for the gradient buffer two units later, not
-    when it left its lane: a call whose service start that range end set (the same starts computed with
-    every reduce-scatter's range closed at its issue differ) is left out of the gathers' costs."""
-    import numpy as np
-
-    from analysis.advise.sharded.predict import shard_run
-    from analysis.advise.sharded.recorded import recorded_shard
-    from analysis.api import open_runs
-
-    # the reduce-scatters' ranges as gloo records them: each to the post-hook two units later (or the end)
-    waited = {"l3": 80, "l2": 92, "l1": 100, "l0": 100}
-    calls = [(op, u, i, waited[u] if op == REDUCE_SCATTER else e) for op, u, i, e in CALLS]
-    write_fsdp_run(tmp_path / "gloo.sqlite", backend="gloo", calls=calls)
-    rec = recorded_shard(open_runs([tmp_path / "gloo.sqlite"]).loaded(0), "fsdp")
-    run, _, _ = shard_run(rec, np.arange(STEPS)[None, :])
-
-    def starts(ends: list[float]) -> list[float]:  # two lanes: the later of the issue and the ends two or more before
-        order = sorted(range(len(calls)), key=lambda k: calls[k][2])
-        out = [0.0] * len(calls)
-        for pos, k in enumerate(order):
-            out[k] = max([calls[k][2], *(ends[j] for j in order[: max(pos - 1, 0)])])
-        return out
-
-    ranged = starts([c[3] for c in calls])
-    closed = starts([c[2] if c[0] == REDUCE_SCATTER else c[3] for c in calls])
-    timed = [c[3] - s for c, s, s0 in zip(calls, ranged, closed, strict=True) if c[0] == ALL_GATHER and s == s0]
-    untimed = [(c[0], c[1]) for c, s, s0 in zip(calls, ranged, closed, strict=True) if s != s0]
-    assert (ALL_GATHER, "l0") in untimed  # backward's l0, issued at 68, queued behind l3's reduce-scatter (to 80)
-    behind = rec.served[rec.served["behind_scatter"]]
-    assert sorted(zip(behind["op"], behind["tag"], strict=True)) == sorted(untimed * 2 * STEPS)
-    assert run.gather_ns[0] == pytest.approx([sum(timed) / len(timed) * MS] * len(UNITS))
-
-
 def test_backward_gathers_are_issued_where_the_trace_issues_them(tmp_path):
     """fsdp issues backward's first gathers from a hook on the output's gradient, after the loss's backward:
     the replay issues them that long after backward's start (per rank-step, at most the lead), as recorded."""

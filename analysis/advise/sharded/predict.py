@@ -112,6 +112,7 @@ def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.
         offset=rec.offset[flat],
         backward_units=rec.backward_units,
         lanes=rec.lanes,
+        backward_issue=None if rec.backward_issue is None else rec.backward_issue[flat],
     )
     return run, costs[0][0], slowdowns
 

@@ -57,6 +57,7 @@ class ShardRecorded:
     served: pd.DataFrame  # step, op, bytes, transfer_ns of every paired call
     exposed_ms: float  # the recorded waits and tail, per rank-step
     scatter_as_all_reduce: bool = False  # gloo (fsdp): reduce-scatters priced as GLOO_SCATTER_PHASES all-gathers
+    backward_issue: np.ndarray | None = None  # (S, R) backward's first all-gather issue after its start (CPU)
 
 
 def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
@@ -129,6 +130,9 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
     per_step = measure_trace(trace, patterns, works)[0][["rank", "step", "step_ms"]]
     base = per_step.merge(fwd, on=["rank", "step"]).merge(bwd, on=["rank", "step"], suffixes=("_f", "_b"))
     base = base.merge(last, on=["rank", "step"])
+    back_gathers = gathers[gathers["phase"] == "backward"]
+    first_issue = back_gathers.groupby(["rank", "step"], as_index=False)["issue_ns"].min()
+    base = base.merge(first_issue, on=["rank", "step"], how="left")
     # backward gathers every unit (fsdp) or every unit but the root (FSDP2): those of the first rank-step
     first = spans[spans["phase"] == "backward"]
     first = first[(first["rank"] == first["rank"].min()) & (first["step"] == first["step"].min())]
@@ -155,6 +159,8 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         shape = Shape(trace, served, ranks, S, len(order))
         by_phase[phase], waits[phase] = _phase_spans(shape, spans[spans["phase"] == phase], lo, hi, order, U)
     tail = np.maximum(grid("end_ns") - b1, 0.0)
+    # CPU: the host's issue is on the phase's clock (GPU: a host time against kernel times, taken as the start)
+    issued = np.clip(np.nan_to_num(grid("issue_ns") - b0), 0.0, by_phase["backward"]["lead"])
     offset = f0 - f0.min(axis=1, keepdims=True)  # the ranks' skew at the step's start
     step_ns = grid("step_ms") * NS_PER_MS
     other = step_ns - (b1 - f0) - tail
@@ -182,6 +188,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         served=served[served["step"].isin(steps)].reset_index(drop=True),
         exposed_ms=float(exposed),
         scatter_as_all_reduce=impl == "fsdp" and lanes == GLOO_LANES,
+        backward_issue=np.zeros_like(issued) if gpu else issued,
     )
 
 

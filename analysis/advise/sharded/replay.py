@@ -5,7 +5,8 @@ Arrays are shaped (N, R, ...): N rows (rank-steps' steps, or bootstrap rows of t
 in forward order; times in ns from the phase's start. What the replay does, per phase (forward, then
 backward in reverse unit order), the rules of `ddp/strategies/fsdp.py`:
 
-  1. at the phase's start the first `prefetch` units' all-gathers are issued;
+  1. at the phase's start the first `prefetch` units' all-gathers are issued (in backward, `backward_issue`
+     after it where given: fsdp issues them from a hook on the output's gradient, after the loss's backward);
   2. a unit needs its weights after the compute before it (`lead` for the first unit, else the previous
      unit's `glue`); it resumes when its all-gather has ended (the wait: resume - need);
   3. its own compute (`own`) ends at its post-hook, which issues, in backward, its reduce-scatter and
@@ -73,6 +74,7 @@ class ShardRun:
     offset: np.ndarray | None = None  # (N, R) when each rank's forward starts (None: all at 0)
     backward_units: np.ndarray | None = None  # the units backward gathers, in its order (None: all, reversed)
     lanes: int = 1
+    backward_issue: np.ndarray | None = None  # (N, R) when backward's first gathers are issued after its start
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,9 @@ def _phase(
     def gather(k: int, at: np.ndarray) -> None:
         arrive[:, :, k] = gathers.run(at, run.gather_ns[:, order[k]])[:, None]
 
-    for k in range(min(d, units)):  # issued at the phase's start, in order
-        gather(k, start)
+    first = start + run.backward_issue if backward and run.backward_issue is not None else start
+    for k in range(min(d, units)):  # issued at the phase's start (backward: its recorded point), in order
+        gather(k, first)
     busy = lambda: np.maximum(gathers.busy_until(), scatters.busy_until())
     t = start + stretch(phase.lead, start, busy(), run.slowdown)
     for k in range(units):  # one pass per unit (not per trace event)

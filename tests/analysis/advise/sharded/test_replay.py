@@ -5,6 +5,8 @@ docstring as worked by hand from fsdp's rules (docs/advise.md, "Sharded runs")."
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -116,6 +118,17 @@ def test_a_unit_backward_does_not_gather_is_left_out_of_backward():
     out = replay(replace(r, backward=three, backward_units=np.array([2, 1, 0])), Setting(2, False))
     assert out.step.tolist() == [[82, 82]] and out.backward.tolist() == [[36, 36]]
     assert out.backward_wait.sum() == 0 and out.backward_wait.shape == (1, R, U)
+
+
+def test_backward_gathers_issued_after_the_lead_are_waited_for():
+    """As the first case at depth 2 (46 ms per phase, no wait), but backward's first two gathers issued 6 ms
+    after its start, once its lead has run (fsdp's hook on the output's gradient): they end 6 and 12 ms
+    later; the first backward unit needs its weights at the same point and waits 6 ms; the next ones are
+    issued 10 ms before they are needed, as before. Backward 6 + 6 + 40 = 52 ms, the step 98."""
+    late = replace(run(gather=6, scatter=0, lead=6, own=10), backward_issue=np.full((1, R), 6.0))
+    r = replay(late, Setting(2, False))
+    assert r.forward_wait.sum() == 0 and r.backward_wait[0, 0].tolist() == [0, 0, 0, 6]
+    assert r.backward.tolist() == [[52, 52]] and r.step.tolist() == [[98, 98]]
 
 
 def test_a_setting_is_a_depth_of_at_least_one():

@@ -45,8 +45,9 @@ WAITS = [("l0", 4, 4), ("l1", 14, 14), ("l2", 24, 24), ("l3", 34, 34),
 FORWARD_AT, BACKWARD_AT, SYNC_AT, OPT_AT = (0, 44), (44, 92), (92, 100), (100, 101)
 
 
-def write_fsdp_run(path, backend: str = "nccl") -> None:
-    """Two identical CPU ranks, STEPS steps of the schedule above; ddp.meta says prefetch 2, shared."""
+def write_fsdp_run(path, backend: str = "nccl", calls: list | None = None) -> None:
+    """Two identical CPU ranks, STEPS steps of the schedule above (or of `calls`); ddp.meta says prefetch 2,
+    shared."""
     w = NsysWriter(path, cupti=False)
     meta = {
         "implementation": "fsdp", "world_size": 2, "backend": backend, "model": "synthetic",
@@ -63,7 +64,7 @@ def write_fsdp_run(path, backend: str = "nccl") -> None:
             for name, (lo, hi) in ((FORWARD, FORWARD_AT), (BACKWARD, BACKWARD_AT), (GRAD_SYNC, SYNC_AT),
                                    (OPTIMIZER, OPT_AT)):  # fmt: skip
                 w.nvtx(pid, pid, at(lo), at(hi), name, kind=PUSH_POP)
-            for op, unit, issue, end in CALLS:
+            for op, unit, issue, end in calls or CALLS:
                 size = GATHER_BYTES if op == ALL_GATHER else SCATTER_BYTES
                 w.nvtx(pid, pid, at(issue), at(end), comm_range(op, unit), kind=START_END, payload=size)
             for unit, need, resume in WAITS:
@@ -154,6 +155,21 @@ def test_on_gloo_a_reduce_scatter_costs_two_all_gathers_of_its_bytes(tmp_path):
     model = advise([tmp_path / "gloo.sqlite"])[0].to_json()["comm_cost"]
     assert model[REDUCE_SCATTER]["priced_as"].startswith("priced as 2 all-gathers")
     assert "priced_as" not in model[ALL_GATHER]
+
+
+def test_backward_gathers_are_issued_where_the_trace_issues_them(tmp_path):
+    """fsdp issues backward's first gathers from a hook on the output's gradient, after the loss's backward:
+    the replay issues them that long after backward's start (per rank-step, at most the lead), as recorded."""
+    from analysis.advise.sharded.recorded import recorded_shard
+    from analysis.api import open_runs
+
+    late = {("l3", 44): 46, ("l2", 44): 47}  # 2 and 3 ms into backward's 4 ms lead
+    calls = [(op, u, late.get((u, i), i) if op == ALL_GATHER else i, e) for op, u, i, e in CALLS]
+    write_fsdp_run(tmp_path / "late.sqlite", calls=calls)
+    rec = recorded_shard(open_runs([tmp_path / "late.sqlite"]).loaded(0), "fsdp")
+    first = min(i for op, _u, i, _e in calls if op == ALL_GATHER and i >= BACKWARD_AT[0]) - BACKWARD_AT[0]
+    assert rec.backward_issue is not None and rec.backward_issue.tolist() == [[first * MS] * 2] * STEPS
+    assert rec.spans["backward"]["lead"].tolist() == [[4 * MS] * 2] * STEPS
 
 
 @pytest.mark.parametrize("impl", ["naive", "flat"])

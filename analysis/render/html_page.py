@@ -151,8 +151,11 @@ def write_page(
         bundle = write_plotly_file(plotly_js.folder or path.parent)
         src = Path(os.path.relpath(bundle, path.parent)).as_posix()
     partial = path.with_name(path.name + ".partial")
-    with open(partial, "w", encoding="utf-8") as out:
-        for piece in _page_pieces(title, blocks, intro, src):
-            out.write(piece)
-    partial.replace(path)  # whole or not at all
+    try:
+        with open(partial, "w", encoding="utf-8") as out:
+            for piece in _page_pieces(title, blocks, intro, src):
+                out.write(piece)
+        partial.replace(path)  # whole or not at all
+    finally:
+        partial.unlink(missing_ok=True)  # a page that failed half-way leaves nothing behind
     return path

@@ -106,11 +106,7 @@ def _hover_text(seg: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     The HTML tags live once in the hovertemplate where they can, since JSON escapes every '<' in
     per-point strings into six bytes.
     """
-    name = seg["name"].to_numpy(dtype=object)
-    if all(isinstance(n, str) for n in name):  # sliced as Python strings: pandas would convert them there and back
-        name = np.array([n[:80] for n in name] or [], dtype=object)
-    else:
-        name = seg["name"].astype(str).str.slice(0, 80).to_numpy(dtype=object)
+    name = seg["name"].astype(str).str.slice(0, 80).to_numpy(dtype=object)
     count = seg["count"].to_numpy()
     merged = np.flatnonzero(count > 1)  # one per drawn block at most: a few thousand strings
     name[merged] = [f"{n} merged, first: {text}" for n, text in zip(count[merged], name[merged], strict=True)]

@@ -188,7 +188,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         served=served[served["step"].isin(steps)].reset_index(drop=True),
         exposed_ms=float(exposed),
         scatter_as_all_reduce=impl == "fsdp" and lanes == GLOO_LANES,
-        backward_issue=np.zeros_like(issued) if gpu else issued,
+        backward_issue=None if gpu else issued,  # None: at the phase's start
     )
 
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from analysis.advise import candidate_table as table
 from analysis.advise.comm_cost import line_json, line_text
-from analysis.advise.sharded.recorded import ShardRecorded
+from analysis.advise.sharded.recorded import GLOO_SCATTER_PHASES, ShardRecorded
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.uncertainty import Choice
 from analysis.render.table import format_table
@@ -26,8 +26,8 @@ TABLE_COLUMNS = {
     "note": "note",
 }
 SCATTER_PRICED = (
-    "priced as 2 all-gathers of its bytes (gloo's reduce-scatter is an all-reduce, and its range ends at fsdp's "
-    "wait for it, not at its completion)"
+    f"priced as {GLOO_SCATTER_PHASES:g} all-gathers of its bytes (gloo's reduce-scatter is an all-reduce, and its "
+    "range ends at fsdp's wait for it, not at its completion)"
 )
 RUN_KEYS = ["implementation", "trace", "measured_step_ms", "replayed_step_ms", "ideal_step_ms"]
 

@@ -11,7 +11,9 @@ setting, the predicted change (% of the step, ± its 95 % interval), the measure
 in percentage points and the verdict (within 10 points; both within the noise: a predicted change advise
 cannot tell from none, its `change_beyond_noise` false, and a measured one within the noise below; or
 missed); then per recording the recommended setting against the best measured one (target: within 5 %,
-or the recorded setting kept with no difference beyond the noise).
+or the recorded setting kept with no difference beyond the noise on both sides: advise kept it because no
+gain could be told from the noise, and the best measured setting's change from it, measured as the table's
+changes are, is within its measured noise).
 
 The measured change of a setting is the median over sweeps of its change from the recorded setting timed
 in the same sweep, and the noise half the range of those per-sweep changes (listed after the verdict): on
@@ -166,6 +168,29 @@ def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
     return rows
 
 
+def measured_change(values: list[float], recorded: list[float]) -> tuple[float, float]:
+    """(change %, noise %) of a setting from the recorded one, as the error table measures it: the median of
+    the per-sweep changes and half their range, or (figures unpaired) the change between the medians and the
+    larger half-range of the two settings' figures."""
+    base = statistics.median(recorded)
+    paired = paired_pct(values, recorded)
+    if paired:
+        return statistics.median(paired), (max(paired) - min(paired)) / 2
+    got = 100.0 * (statistics.median(values) - base) / base
+    return got, max(spread_pct(values, base), spread_pct(recorded, base))
+
+
+def kept_within_noise(rec: dict, chosen: str, recorded: str, best_measured: tuple[float, float]) -> bool:
+    """The recorded setting kept with no difference beyond the noise, on both sides (as a pair's "both
+    within the noise"): advise kept it because no gain could be told from the noise (not because it was
+    predicted fastest), and the best measured setting's change from it is within its measured noise."""
+    if chosen != recorded or not rec.get("kept"):
+        return False
+    predicted_fastest = rec.get("beyond_noise", True) and not rec.get("gain_ms")
+    change, noise = best_measured
+    return not predicted_fastest and abs(change) <= noise
+
+
 def recommendation(result: dict, measured: dict[str, list[float]]) -> str:
     """The recommended setting against the best measured one, or the recorded one kept within the noise."""
     recorded, _ = predictions(result)
@@ -176,11 +201,13 @@ def recommendation(result: dict, measured: dict[str, list[float]]) -> str:
     if chosen not in medians:
         return f"recorded {recorded}: recommends {chosen} ({rec['reason']}), not measured: add it to --settings"
     slower = 100.0 * (medians[chosen] - medians[best]) / medians[best]
-    quiet = chosen == recorded and not rec.get("beyond_noise", True)
+    change, noise = measured_change(measured[best], measured[recorded])
+    quiet = kept_within_noise(rec, chosen, recorded, (change, noise))
     verdict = "met" if slower <= TARGET_BEST else ("kept: no difference beyond the noise" if quiet else "MISSED")
     return (
         f"recorded {recorded}: recommends {chosen} ({rec['reason']}); measured {medians[chosen]:.1f} ms/step, "
-        f"best {best} {medians[best]:.1f}: {slower:+.1f} % (target {TARGET_BEST:g} %): {verdict}"
+        f"best {best} {medians[best]:.1f}: {slower:+.1f} % (target {TARGET_BEST:g} %; {best} from {recorded} "
+        f"measured {change:+.1f} %, noise {noise:.1f} %): {verdict}"
     )
 
 

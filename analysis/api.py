@@ -23,7 +23,7 @@ from analysis.session import OpenRuns
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.trace.readers.read_ahead import StartedRead
+    from analysis.trace.readers.read import StartedRead
 
 Paths = str | Path | Iterable[str | Path]
 

@@ -24,7 +24,7 @@ from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
     from analysis.session import OpenRuns, RunResult
-    from analysis.trace.readers.read_ahead import StartedRead
+    from analysis.trace.readers.read import StartedRead
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 
@@ -73,10 +73,10 @@ def open_from_args(
 
 def _started_read(paths: Sequence[Path], opts: AnalysisOptions) -> StartedRead | None:
     """The first run's first file sniffed and, for a plain nsys export, opened with its large tables' first
-    chunks reading on threads (trace/readers/read_ahead.py says why and what it buys), unless the load
+    chunks reading on threads (trace/readers/read.py says why and what it buys), unless the load
     cache holds the run. Called before open_runs is imported: the reads go on while it is."""
     from analysis.cache.loads import holds
-    from analysis.trace.readers.read_ahead import start_read
+    from analysis.trace.readers.read import start_read
 
     if holds(paths, opts.patterns, False if opts.no_cache else None):
         return None

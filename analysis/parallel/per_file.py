@@ -23,7 +23,7 @@ from analysis.parallel.parallel import Progress, run_tasks
 from analysis.parallel.rank_merge import combine
 from analysis.parallel.tasks import Outcome
 from analysis.run.run_files import RunFiles
-from analysis.trace.readers.load import one_format
+from analysis.trace.readers.read import one_format
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Load torch.profiler (Kineto) traces into the frames nsys exports load into: `load_kineto(paths) -> Trace`.
 
-`analysis.trace.readers.load.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
+`analysis.trace.readers.read.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
 here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
 several files are one job's ranks, each on its own clock (baseTimeNanoseconds recorded per part).
 

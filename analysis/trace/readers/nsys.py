@@ -227,7 +227,7 @@ def load_nsys(
     Steps and phases PyTorch marks its own way are added as ranges (trace/phase_markers.py), where
     they came from in info[0][PHASES_KEY]. `started`: the first file, opened and reading already
     (NsysExport.start_reading), which its part takes."""
-    heads = heads or [None] * len(paths)  # the files' first bytes, when load.read_trace sniffed them
+    heads = heads or [None] * len(paths)  # the files' first bytes, when read.read_trace sniffed them
     firsts = [started] + [None] * (len(paths) - 1)  # the started export is the first file's
     loaded = [_load_part(*args) for args in zip(paths, range(len(paths)), heads, firsts, strict=True)]
     ops = ops_frame([part.ops for part in loaded])

@@ -43,7 +43,7 @@ from analysis.timeline.lanes import Selection
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.parallel.parallel import Progress
+    from analysis.parallel.pool import Progress
     from analysis.report.compare import Comparison
     from analysis.report.gate import Rule
     from analysis.report.report_folder import ReportResult

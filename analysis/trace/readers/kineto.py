@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.trace.build_frames import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.trace.frames import (
     CLOCK_OFFSET_KEY,
     KERNELS,
@@ -45,7 +46,6 @@ from analysis.trace.frames import (
     Trace,
     empty_collectives,
 )
-from analysis.trace.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.trace.patterns import Patterns, matches
 from analysis.trace.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
 from analysis.trace.readers.kineto_columns import count, sizes

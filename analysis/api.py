@@ -17,13 +17,13 @@ from analysis.collectives.collectives_view import CollectivesView
 from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
 from analysis.overlap.analyze import Analysis
-from analysis.parallel.parallel import Progress
+from analysis.parallel.pool import Progress
 from analysis.run.run_files import RunFiles, find_runs
 from analysis.session import OpenRuns
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.trace.readers.read_ahead import StartedRead
+    from analysis.trace.readers.read import StartedRead
 
 Paths = str | Path | Iterable[str | Path]
 

@@ -24,7 +24,7 @@ from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
     from analysis.session import OpenRuns, RunResult
-    from analysis.trace.readers.read_ahead import StartedRead
+    from analysis.trace.readers.read import StartedRead
 
 EXIT_STATUS = "Exit status: 0 ok, 2 bad input (one line on stderr: error: ...)."
 
@@ -47,7 +47,7 @@ def open_from_args(
     more than 200 MB (or any input analysed file by file). needs_events: the command draws or pairs
     the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read once
     in this process rather than analysed file by file and read again for its events."""
-    from analysis.parallel.parallel import Progress, default_jobs
+    from analysis.parallel.pool import Progress, default_jobs
     from analysis.run.run_files import find_runs
 
     opts = AnalysisOptions.from_args(args)  # a bad --jobs, --step, --rank or --skip-steps: named here
@@ -73,10 +73,10 @@ def open_from_args(
 
 def _started_read(paths: Sequence[Path], opts: AnalysisOptions) -> StartedRead | None:
     """The first run's first file sniffed and, for a plain nsys export, opened with its large tables' first
-    chunks reading on threads (trace/readers/read_ahead.py says why and what it buys), unless the load
+    chunks reading on threads (trace/readers/read.py says why and what it buys), unless the load
     cache holds the run. Called before open_runs is imported: the reads go on while it is."""
     from analysis.cache.loads import holds
-    from analysis.trace.readers.read_ahead import start_read
+    from analysis.trace.readers.read import start_read
 
     if holds(paths, opts.patterns, False if opts.no_cache else None):
         return None
@@ -115,7 +115,7 @@ def fail(message: str) -> int:
 
 def run(body: Callable[[], int], no_cache: bool = False) -> int:
     """body()'s exit code; bad input (TraceError, an OSError on a path, running out of memory) is one
-    line on stderr and exit code 2. No helper process of a pool outlives it (parallel.stop_helpers).
+    line on stderr and exit code 2. No helper process of a pool outlives it (pool.stop_helpers).
     no_cache (--no-cache): no analysis cache read or written by any load of body(), its helper processes'
     and a baseline's included (cache/key.py: cache_off)."""
     try:
@@ -128,8 +128,8 @@ def run(body: Callable[[], int], no_cache: bool = False) -> int:
     except OSError as e:
         return fail(f"{e.filename or ''}: {e.strerror or e}")
     finally:
-        if "analysis.parallel.parallel" in sys.modules:  # a pool may have run: its helpers go with the command
-            from analysis.parallel.parallel import stop_helpers
+        if "analysis.parallel.pool" in sys.modules:  # a pool may have run: its helpers go with the command
+            from analysis.parallel.pool import stop_helpers
 
             stop_helpers(tracker=True)
 

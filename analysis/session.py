@@ -43,11 +43,11 @@ from analysis.timeline.lanes import Selection
 from analysis.trace.patterns import Patterns
 
 if TYPE_CHECKING:
-    from analysis.parallel.parallel import Progress
+    from analysis.parallel.pool import Progress
     from analysis.report.compare import Comparison
     from analysis.report.gate import Rule
     from analysis.report.report_folder import ReportResult
-    from analysis.trace.readers.read_ahead import StartedRead
+    from analysis.trace.readers.read import StartedRead
 
 
 class OpenRuns:
@@ -57,7 +57,7 @@ class OpenRuns:
     keep_traces=False: each run is loaded each time it is asked for, never kept; needs_events: the
     caller will ask for the runs' events (collectives, timeline, report), so a run measured in one
     piece keeps its collectives view's rows; `started`: the first run's first file's read, started
-    already (trace/readers/read_ahead.py), which the run's first load takes and then closes."""
+    already (trace/readers/read.py), which the run's first load takes and then closes."""
 
     def __init__(
         self,

@@ -1,6 +1,6 @@
 """Reading an nsys export both ways the reader can: connectorx (one connection per SELECT, straight to
 Arrow) against the standard library's sqlite3 (the one connection the reader holds anyway, rows fetched
-into numpy), each as `trace/readers/load.read_trace` in a fresh process, alternating, the fastest of each kept.
+into numpy), each as `trace/readers/read.read_trace` in a fresh process, alternating, the fastest of each kept.
 
     python benchmarks/analysis_speed.py --sizes 1000000 --keep /tmp/bench     # writes the 1M x 8 export
     python benchmarks/sqlite_read_speed.py /tmp/bench/ddp_1000000k8r.sqlite --repeat 3
@@ -20,7 +20,7 @@ READ = """
 import json, sys, time
 from pathlib import Path
 import analysis.trace.readers.sqlite_read as sqlite_read
-from analysis.trace.readers.load import read_trace
+from analysis.trace.readers.read import read_trace
 if sys.argv[1] == "sqlite3":
     sqlite_read.process_threads = lambda: sqlite_read.MAX_PROCESS_THREADS  # the reader's sqlite3 path
 t0, c0 = time.perf_counter(), time.process_time()

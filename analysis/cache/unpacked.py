@@ -22,10 +22,9 @@ from pathlib import Path
 
 from analysis.cache.key import cache_enabled, cache_folder, file_state, key_of, note_off, umask
 from analysis.errors import TraceError
+from analysis.trace.readers.sniff import GZIP_MAGIC, SQLITE_MAGIC
 
 XZ_MAGIC = b"\xfd7zXZ\x00"
-GZIP_MAGIC = b"\x1f\x8b"
-SQLITE_MAGIC = b"SQLite format 3\x00"
 PREFIX = "unpacked-"
 
 

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.measure.phases import codes, process_key, thread_key
+from analysis.trace.build_frames import sort_order
 from analysis.trace.frames import NVTX_PUSH_POP, Trace
-from analysis.trace.merge import sort_order
 from contract import ALL_GATHER, COMM_WAIT_PREFIX
 
 WAIT_PREFIX = f"{COMM_WAIT_PREFIX}{ALL_GATHER}:"

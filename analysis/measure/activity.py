@@ -31,8 +31,8 @@ from analysis.measure.phases import (
     window_index,
 )
 from analysis.measure.torch_calls import FSDP_WAIT
+from analysis.trace.build_frames import rank_rows
 from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, KERNELS, NVTX_MARK, NVTX_PUSH_POP, RANGES, Trace
-from analysis.trace.merge import rank_rows
 from analysis.trace.patterns import Patterns
 from contract.patterns import COMM_WAIT
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from analysis.trace.merge import factorize
+from analysis.trace.build_frames import factorize
 
 Set = tuple[np.ndarray, np.ndarray]
 EMPTY = np.zeros(0, dtype=np.int64)

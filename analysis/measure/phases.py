@@ -35,8 +35,8 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.measure import intervals as iv
+from analysis.trace.build_frames import factorize, rank_rows
 from analysis.trace.frames import GPU_KERNEL, GPU_MEMCPY, NVTX_MARK, NVTX_PUSH_POP
-from analysis.trace.merge import factorize, rank_rows
 from analysis.trace.patterns import Patterns, matches
 
 

@@ -1,4 +1,4 @@
-"""The per-file tasks of parallel.run_tasks on a Dask cluster: `run_dask(fn, items, address, jobs, tick)`.
+"""The per-file tasks of pool.run_tasks on a Dask cluster: `run_dask(fn, items, address, jobs, tick)`.
 
 `address` is a scheduler's (tcp://host:8786), or "local" for a LocalCluster of `jobs` one-thread
 worker processes started here. The client first checks that a worker joined and that the scheduler

@@ -1,7 +1,7 @@
 """Runs analysed file by file (`--jobs N`, `--dask`): `analyze_groups(runs, task) -> [RunResult]`;
 `RunResult` is what session.OpenRuns makes of a run either way (in one piece, or file by file).
 
-Every file of every run is its own task (file_task.analyze_file, run by parallel.run_tasks in processes
+Every file of every run is its own task (file_task.analyze_file, run by pool.run_tasks in processes
 or on the cluster) and each run's file results are merged by the loader's rules (rank_merge.combine),
 torch.profiler runs as nsys ones; no events leave a task, so a view that draws the events loads the run
 once more in the calling process (session.OpenRuns). One bad file fails its run with a one-line error
@@ -19,11 +19,11 @@ import pandas as pd
 from analysis.errors import TraceError
 from analysis.overlap.analyze import Analysis
 from analysis.parallel.file_task import FileResult
-from analysis.parallel.parallel import Progress, run_tasks
+from analysis.parallel.pool import Progress, run_tasks
 from analysis.parallel.rank_merge import combine
 from analysis.parallel.tasks import Outcome
 from analysis.run.run_files import RunFiles
-from analysis.trace.readers.load import one_format
+from analysis.trace.readers.read import one_format
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def group_sha256(hashes: list[str]) -> str:
 
 
 def hashed_file(path: Path, patterns: Patterns | None = None) -> FileResult:
-    """One file's analysis with its content hash (runs in worker processes: see parallel/parallel.py)."""
+    """One file's analysis with its content hash (runs in worker processes: see parallel/pool.py)."""
     return replace(analyze_file(path, patterns), sha256=content_hash(path))
 
 

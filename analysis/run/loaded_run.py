@@ -1,7 +1,7 @@
 """A run loaded: its files read into one Trace, checked to be one run, put on one clock, and measured
 once into `LoadedRun`, the object every feature and every view takes.
 
-`load_trace(paths)` reads a run's file(s) (trace/readers/load.py), refuses files that are not ranks of
+`load_trace(paths)` reads a run's file(s) (trace/readers/read.py), refuses files that are not ranks of
 one run (run_files.check_one_run: two implementations, world sizes, run ids or step counts, ddp.meta
 in one only, captures far apart in time, the same rank twice), decides once which GPU work is
 communication (measure/phases.communication_mask: gpu_ops.is_comm is what every measure and view reads)
@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -34,10 +33,7 @@ from analysis.run.clocks import align_on_collectives
 from analysis.run.run_files import FileIdentity as FileIdentity, check_one_run, file_identity  # re-exported
 from analysis.trace.frames import CLOCK_OFFSET_KEY, Trace
 from analysis.trace.patterns import Patterns
-from analysis.trace.readers.load import read_trace
-
-if TYPE_CHECKING:
-    from analysis.trace.readers.read_ahead import StartedRead
+from analysis.trace.readers.read import StartedRead, read_trace
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,7 +108,7 @@ def load_trace(
     refuses files of different runs), with gpu_ops.is_comm set by `patterns`; from the load cache
     beside the first file when it holds this load (cache/loads.py; cache=False: neither read nor
     written, None: on unless ANALYSIS_NO_CACHE is set). `started`: the first file's read, started
-    already (trace/readers/read_ahead.py), which the read takes; the caller closes it."""
+    already (trace/readers/read.py), which the read takes; the caller closes it."""
     files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     patterns = patterns or Patterns()
     if not files:

@@ -7,7 +7,7 @@ the parts of a loaded run on the first file's clock, from each part's recorded o
     part (int, index of the source file), pid, device, stream, start, end (the identifiers pid,
     correlation_id and launch_tid are int32 where every value fits, else int64; part, device and stream
     the smallest integer type holding them, int8 mostly: with the int64 times they are what a kernel
-    costs in memory; trace/merge.NARROW_COLUMNS, SMALLEST_COLUMNS),
+    costs in memory; trace/build_frames.NARROW_COLUMNS, SMALLEST_COLUMNS),
     name (categorical: kernel short name, "memcpy HtoD", "memset", ...),
     kind (categorical GPU_KINDS: kernel | memcpy | memset), correlation_id (-1 if NULL),
     launch_start, launch_tid (the CUDA runtime call with the same correlationId in the same
@@ -22,7 +22,7 @@ the parts of a loaded run on the first file's clock, from each part's recorded o
     domain (domain name, "" for the default domain), payload (the range's integer payload; -1 when none).
 `ranks`    one row per rank, sorted by rank: rank, part, pid, device (-1 for NVTX-only traces),
     implementation. A rank is a (process, device) pair with GPU work; rank numbers come from the
-    `ddp.meta {json}` mark of our runner when present, else from device order (trace/merge.py).
+    `ddp.meta {json}` mark of our runner when present, else from device order (trace/build_frames.py).
 `meta`     {(part, pid): dict parsed from the `ddp.meta` mark}.
 `info`     {part: what the file says about its machine: GPUs by device id with name and uuid, driver,
     CUDA driver, hostname, nsys version; and the file's clock offset, UTC ns minus trace-clock ns

@@ -1,6 +1,6 @@
 """Load torch.profiler (Kineto) traces into the frames nsys exports load into: `load_kineto(paths) -> Trace`.
 
-`analysis.trace.readers.load.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
+`analysis.trace.readers.read.read_trace` hands JSON files (`.json`, `.json.gz`, recognised from their content)
 here, so every CLI and metric reads both formats. One file per rank (what torch.profiler writes);
 several files are one job's ranks, each on its own clock (baseTimeNanoseconds recorded per part).
 
@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.trace.build_frames import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.trace.frames import (
     CLOCK_OFFSET_KEY,
     KERNELS,
@@ -45,7 +46,6 @@ from analysis.trace.frames import (
     Trace,
     empty_collectives,
 )
-from analysis.trace.merge import number_ranks, nvtx_frame, ops_frame, row_lookup
 from analysis.trace.patterns import Patterns, matches
 from analysis.trace.phase_markers import PHASES_KEY, RANGE_COLUMNS, derive_phases
 from analysis.trace.readers.kineto_columns import count, sizes

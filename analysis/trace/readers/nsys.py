@@ -26,6 +26,14 @@ from numpy.typing import ArrayLike
 from pandas.api.types import union_categoricals
 
 from analysis.errors import TraceError
+from analysis.trace.build_frames import (
+    GPU_INT_COLUMNS,
+    LaunchJoin,
+    categorical_names,
+    number_ranks,
+    nvtx_frame,
+    ops_frame,
+)
 from analysis.trace.frames import (
     CLOCK_OFFSET_KEY,
     GPU_KERNEL,
@@ -34,14 +42,6 @@ from analysis.trace.frames import (
     KERNELS,
     RANGES,
     Trace,
-)
-from analysis.trace.merge import (
-    GPU_INT_COLUMNS,
-    LaunchJoin,
-    categorical_names,
-    number_ranks,
-    nvtx_frame,
-    ops_frame,
 )
 from analysis.trace.patterns import Patterns
 from analysis.trace.phase_markers import PHASES_KEY, derive_phases
@@ -91,7 +91,7 @@ def _read_gpu_table(ex: NsysExport, table: str, kind: int) -> dict | None:
 
 def _launches(ex: NsysExport, pid: np.ndarray, corr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(launch_start, launch_tid): the runtime call with the same correlationId in the same process, else
-    -1; the runtime table is read in chunks, each folded into the join (trace/merge.LaunchJoin)."""
+    -1; the runtime table is read in chunks, each folded into the join (trace/build_frames.LaunchJoin)."""
     select = ex.runtime_select()
     if select is None or len(pid) == 0:
         return np.full(len(pid), -1, dtype=np.int64), np.full(len(pid), -1, dtype=np.int32)
@@ -227,7 +227,7 @@ def load_nsys(
     Steps and phases PyTorch marks its own way are added as ranges (trace/phase_markers.py), where
     they came from in info[0][PHASES_KEY]. `started`: the first file, opened and reading already
     (NsysExport.start_reading), which its part takes."""
-    heads = heads or [None] * len(paths)  # the files' first bytes, when load.read_trace sniffed them
+    heads = heads or [None] * len(paths)  # the files' first bytes, when read.read_trace sniffed them
     firsts = [started] + [None] * (len(paths) - 1)  # the started export is the first file's
     loaded = [_load_part(*args) for args in zip(paths, range(len(paths)), heads, firsts, strict=True)]
     ops = ops_frame([part.ops for part in loaded])

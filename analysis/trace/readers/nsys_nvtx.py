@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.errors import TraceError
+from analysis.trace.build_frames import categorical_names
 from analysis.trace.frames import NVTX_KIND_NAMES, NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END
-from analysis.trace.merge import categorical_names
 from analysis.trace.readers.nsys_db import (
     NVTX_EVENT_DOMAIN_CREATE,
     NVTX_EVENT_MARK,

@@ -4,6 +4,8 @@ The one look at a file before it is read: torch.profiler JSON (gzipped, or text 
 byte is `{` or `[`) goes to kineto.py, everything else to nsys.py, which checks the same first bytes
 (the SQLite header: magic, page size and count) without opening the file again. A path that cannot be
 opened is handed to the nsys reader, whose checks name what is wrong (missing, a directory, unreadable).
+The formats' first bytes (GZIP_MAGIC, SQLITE_MAGIC) are named here once, for the readers and for the
+cache's unpacking of compressed exports (cache/unpacked.py).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 GZIP_MAGIC = b"\x1f\x8b"
+SQLITE_MAGIC = b"SQLite format 3\x00"
 HEAD_BYTES = 4096  # enough for the SQLite header (100 bytes) and for JSON's first non-blank byte
 
 

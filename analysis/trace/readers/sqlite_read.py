@@ -23,11 +23,11 @@ import numpy as np
 
 from analysis.errors import TraceError
 from analysis.trace.readers.nsys_export import is_report, report_error
+from analysis.trace.readers.sniff import SQLITE_MAGIC
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 MAX_PROCESS_THREADS = 2048  # past this many threads in the process, no more connectorx reads (see above)
 
 

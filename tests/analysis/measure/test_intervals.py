@@ -4,7 +4,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from analysis.measure import intervals as iv
-from analysis.trace.merge import factorize
+from analysis.trace.build_frames import factorize
 
 HORIZON = 60
 

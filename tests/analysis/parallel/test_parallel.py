@@ -17,9 +17,9 @@ import pytest
 from analysis import analyze, analyze_trace
 from analysis.overlap import command as overlap
 from analysis.overlap.metrics import SPLIT_METRICS
-from analysis.parallel import dask_run, parallel
+from analysis.parallel import dask_run, pool
 from analysis.parallel.file_task import analyze_file
-from analysis.parallel.parallel import Progress, default_jobs, run_tasks, task_memory
+from analysis.parallel.pool import Progress, default_jobs, run_tasks, task_memory
 from analysis.parallel.rank_merge import combine
 from analysis.parallel.tasks import Outcome
 from analysis.report import command as report, report_folder
@@ -260,9 +260,9 @@ def pid_of(item: int) -> tuple[int, int]:
 def test_workers_are_replaced_every_round_and_a_dead_one_is_retried_after(monkeypatch):
     """jobs x TASKS_PER_WORKER items per pool: 2 x 1 here, so 7 items take 4 pools of new workers;
     results stay in input order, and a worker killed in a round costs only its own file."""
-    from analysis.parallel import parallel
+    from analysis.parallel import pool
 
-    monkeypatch.setattr(parallel, "TASKS_PER_WORKER", 1)
+    monkeypatch.setattr(pool, "TASKS_PER_WORKER", 1)
     outcomes = run_tasks(pid_of, list(range(7)), jobs=2)
     assert [o.value[0] for o in outcomes] == list(range(7))
     rounds = [{o.value[1] for o in outcomes[i : i + 2]} for i in range(0, 7, 2)]
@@ -284,23 +284,23 @@ def test_progress_lines_say_done_total_rate_and_eta():
 
 @pytest.mark.pool  # a process pool (the quick loop keeps one: one bad file in a pool)
 def test_cli_progress_goes_to_stderr(rank_files, capsys, monkeypatch):
-    monkeypatch.setattr(parallel, "PROGRESS_AFTER_S", 0.0)
+    monkeypatch.setattr(pool, "PROGRESS_AFTER_S", 0.0)
     code, out, err = cli(capsys, *rank_files, "--jobs", "2")
     assert code == 0 and "[overlap] 3/3 files done" in err and "files done" not in out
 
 
 def test_default_jobs_are_bounded_by_cores_files_and_memory(rank_files, monkeypatch):
-    monkeypatch.setattr(parallel, "SMALL_INPUT_BYTES", 0)
-    monkeypatch.setattr(parallel, "usable_cores", lambda: 16)
-    monkeypatch.setattr(parallel, "available_memory", lambda: 100 * 2**30)
+    monkeypatch.setattr(pool, "SMALL_INPUT_BYTES", 0)
+    monkeypatch.setattr(pool, "usable_cores", lambda: 16)
+    monkeypatch.setattr(pool, "available_memory", lambda: 100 * 2**30)
     assert default_jobs(rank_files) == 3  # one per file
     per_task = task_memory(rank_files)
-    monkeypatch.setattr(parallel, "available_memory", lambda: int(2.6 * per_task / parallel.MEMORY_SHARE))
+    monkeypatch.setattr(pool, "available_memory", lambda: int(2.6 * per_task / pool.MEMORY_SHARE))
     assert default_jobs(rank_files) == 2
-    monkeypatch.setattr(parallel, "available_memory", lambda: 0)
+    monkeypatch.setattr(pool, "available_memory", lambda: 0)
     assert default_jobs(rank_files) == 1
-    monkeypatch.setattr(parallel, "SMALL_INPUT_BYTES", 64 * 2**20)
-    monkeypatch.setattr(parallel, "available_memory", lambda: 100 * 2**30)
+    monkeypatch.setattr(pool, "SMALL_INPUT_BYTES", 64 * 2**20)
+    monkeypatch.setattr(pool, "available_memory", lambda: 100 * 2**30)
     assert default_jobs(rank_files) == 1  # a few MB: a pool would cost more than it saves
 
 
@@ -550,7 +550,7 @@ def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
 STOP_WITHOUT_A_POOL = """
 import gc, sys
 from multiprocessing import resource_tracker
-from analysis.parallel.parallel import stop_helpers
+from analysis.parallel.pool import stop_helpers
 
 collected = []
 gc.collect = lambda *a: collected.append(1) or 0

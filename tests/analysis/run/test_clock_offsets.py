@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.run.clock_offsets import (
+from analysis.run.clocks import (
     MAD_TO_SIGMA,
     MIN_ERROR_NS,
     MIN_PER_ORDER,

@@ -148,7 +148,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
     reads a worker would make unseen here) and one read_trace per file, timelines and collectives
     included."""
     from analysis import session
-    from analysis.parallel import parallel
+    from analysis.parallel import pool
 
     reads: list[str] = []
     real = runs_module.read_trace
@@ -161,7 +161,7 @@ def test_commands_that_need_the_events_read_each_file_once(name, files, tmp_path
         raise AssertionError("the files were analysed file by file")
 
     monkeypatch.setattr(runs_module, "read_trace", counted)
-    monkeypatch.setattr(parallel, "default_jobs", lambda paths: 2)
+    monkeypatch.setattr(pool, "default_jobs", lambda paths: 2)
     monkeypatch.setattr(session, "analyze_groups", no_tasks)
     given = [files["naive0"], files["naive1"], files["overlap0"], files["overlap1"]]
     code, _, err = run(name, *given, tmp_path=tmp_path, capsys=capsys)

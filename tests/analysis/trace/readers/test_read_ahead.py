@@ -1,4 +1,4 @@
-"""A run's first file read ahead (read_ahead.start_read, handed down by argument): the load takes the
+"""A run's first file read ahead (read.start_read, handed down by argument): the load takes the
 started chunk reads instead of reading them again and gives the trace a plain load gives; what is not a
 plain nsys export is only sniffed; what the load did not take is closed by OpenRuns."""
 
@@ -15,7 +15,7 @@ from analysis.cache import key
 from analysis.errors import TraceError
 from analysis.run.loaded_run import load_trace
 from analysis.trace.readers import sqlite_read
-from analysis.trace.readers.read_ahead import start_read
+from analysis.trace.readers.read import start_read
 from tests.analysis.cache.test_cache import assert_same_trace
 from tests.support.synthetic_ddp import write_ddp_trace
 from tests.support.synthetic_kineto import write_kineto_ddp_trace

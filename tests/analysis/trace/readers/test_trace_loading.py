@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from analysis.run.loaded_run import load_trace
-from analysis.trace.merge import NARROW_COLUMNS, SMALLEST_COLUMNS, row_lookup as _row_lookup
+from analysis.trace.build_frames import NARROW_COLUMNS, SMALLEST_COLUMNS, row_lookup as _row_lookup
 from analysis.trace.readers import sqlite_read
 from tests.analysis.overlap_fixtures import write_cpu_only, write_two_ranks
 from tests.support.synthetic import NsysWriter

@@ -1,5 +1,7 @@
-"""Helpers both readers use to build the frames: joining per-file columns, sorting,
-numbering ranks, matching GPU work to its launch call."""
+"""Building the frames (frames.py) from what the readers read, the same for both formats: the per-file
+columns joined and sorted (`ops_frame`, `nvtx_frame`), ranks numbered (`number_ranks`), GPU work matched
+to its launch call (`LaunchJoin`, `row_lookup`). Its keyed-array helpers (`factorize`, `group_index`,
+`sort_order`, `rank_rows`) serve the measure core too."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reader helpers of trace/merge.py against brute force: the batched launch join, the one-key sort,
+"""trace/build_frames.py against brute force: the batched launch join, the one-key sort,
 factorize, each rank's rows, and narrow identifiers only where they fit."""
 
 from __future__ import annotations
@@ -7,7 +7,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis.trace.merge import LaunchJoin, factorize, group_index, ops_frame, rank_rows, smallest_int, sort_order
+from analysis.trace.build_frames import (
+    LaunchJoin,
+    factorize,
+    group_index,
+    ops_frame,
+    rank_rows,
+    smallest_int,
+    sort_order,
+)
 from analysis.trace.readers.sqlite_read import narrowed
 
 

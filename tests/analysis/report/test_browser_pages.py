@@ -68,8 +68,47 @@ def test_gpu_report_index(browser, gpu_report):
     assert bundle.resolve().as_uri() in layout.log.requests  # plotly.js from the report folder
 
 
+ITEMS = "Array.from(document.querySelectorAll('.updatemenu-dropdown-button'))"  # an open drop-down's choices
+# The centre of an element (scrolled into view) in viewport pixels, for a real mouse click; null when none.
+CENTRE = """(async () => { const el = %s; if (!el) return null; el.scrollIntoView({block: 'center'});
+  await new Promise(r => requestAnimationFrame(r)); const r = el.getBoundingClientRect();
+  return [r.left + r.width / 2, r.top + r.height / 2]; })()"""
+# What the second panel shows: its title, its lanes, and its visible traces (name, points).
+SECOND_PANEL = """(() => { const gd = document.querySelector('.js-plotly-plot'); const fl = gd._fullLayout;
+  return {title: fl.annotations[1].text, lanes: fl.yaxis2.ticktext, traces: gd.data.length,
+          shown: gd._fullData.filter(t => t.visible === true && t.yaxis === 'y2')
+                             .map(t => [t.name, t._length])}; })()"""
+
+
+def click(tab, element: str) -> None:
+    """A mouse click (pressed and released) on the element the JavaScript expression finds."""
+    x, y = tab.evaluate(CENTRE % element)
+    for kind in ("mousePressed", "mouseReleased"):
+        event = {"type": kind, "x": x, "y": y, "button": "left", "clickCount": 1}
+        tab.browser.call("Input.dispatchMouseEvent", event, session=tab.session)
+    tab.evaluate("new Promise(r => setTimeout(r, 300))")
+
+
 def test_gpu_report_comparison_page(browser, gpu_report):
-    assert_timeline(inspect(browser, gpu_report / "timelines" / "side_by_side.html"), panels=len(GPU_RUNS))
+    """Five panels; the second panel's drop-down (opened with the mouse) switches it to another rank: its
+    title names that step and rank, its lanes are that rank's, and it draws that view's lines and strip."""
+    page = gpu_report / "timelines" / "side_by_side.html"
+    tab = browser.open(page)
+    assert_timeline(measure(tab, page), panels=len(GPU_RUNS))
+    opened = tab.evaluate(SECOND_PANEL)
+    click(tab, "document.querySelectorAll('.updatemenu-header-group')[1].querySelector('.updatemenu-header')")
+    labels = tab.evaluate(ITEMS + ".map(e => e.textContent)")
+    assert len(labels) >= 2 and labels[-1] != labels[0]
+    step, rank = (int(x.split()[-1]) for x in labels[-1].split(", "))  # "step K, rank R": another rank
+    click(tab, ITEMS + f".find(e => e.textContent === {labels[-1]!r})")
+    switched = tab.evaluate(SECOND_PANEL)
+    assert switched["traces"] == opened["traces"]  # the hidden views were in the page all along
+    assert f"step {step}, rank {rank}: step " in switched["title"] and switched["title"] != opened["title"]
+    assert switched["lanes"] and all(lane.startswith(f"r{rank} ") for lane in switched["lanes"])
+    assert not any(lane.startswith(f"r{rank} ") for lane in opened["lanes"])
+    names = {name for name, points in switched["shown"] if points > 0}
+    assert {"forward", "backward", "comm exposed"} <= names
+    assert problems(measure(tab, page)) == []
 
 
 def test_gpu_report_timeline_of_one_run(browser, gpu_report):

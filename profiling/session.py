@@ -30,7 +30,9 @@ from profiling.processes import exit_on_sigterm, run_forwarding_output
 
 PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it in its ddp.meta mark
 # nsys 2022.4's own failures (a C++ exception from its QuadD/boost internals), as opposed to the program's.
-_NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function")
+# nsys's own failures to start a session: a boost exception, or (the session's channel closed under it)
+# boost's bare "End of file" on a line of its own (seen once, as a recording started right after another).
+_NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function|^End of file$", re.M)
 START_ATTEMPTS = 3
 RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB "in <wall seconds> s" (result_line)
 KNOWN_TRACES = {
@@ -126,7 +128,8 @@ def parse_result(kept: str) -> Recorded:
 
 def nsys_failed_to_start(output: str) -> bool:
     """True when `output` shows nsys itself failing, which nsys 2022.4 now and then does while other
-    nsys sessions run on the machine ("sem_open", "Local Endpoint is not available"); worth a retry."""
+    nsys sessions run on the machine ("sem_open", "Local Endpoint is not available", "End of file");
+    worth a retry."""
     return bool(_NSYS_LAUNCH_FAILURE.search(output))
 
 

@@ -4,7 +4,8 @@
 profile: runs the program (with FAKE_NSYS_SKIP_PROGRAM set, only as if it had exited 0: for tests of
 what is run around it, which need no training ranks); writes the --output report only when the program
 exits 0 and FAKE_NSYS_NO_REPORT is unset; with FAKE_NSYS_START_FAILS_ONCE=FLAGFILE the first call fails
-the way nsys 2022.4 sometimes does when other sessions run (sem_open); with
+the way nsys 2022.4 sometimes does when other sessions run (sem_open; "End of file" with
+FAKE_NSYS_START_FAILURE=eof); with
 FAKE_NSYS_HANG_PIDFILE=FILE it writes its pid there and hangs. export: writes a minimal nsys-like SQLite file, or, with
 FAKE_NSYS_EXPORT_FAIL set, half a file and exit 1. With FAKE_NSYS_LOG=FILE every call but --version
 appends a JSON line to FILE: its argv and the NSYS_NVTX_PROFILER_REGISTER_ONLY and DDP_PROFILER it was given.
@@ -73,8 +74,11 @@ def main(args):
         once = os.environ.get("FAKE_NSYS_START_FAILS_ONCE")
         if once and not os.path.exists(once):
             open(once, "w").close()
-            print("Dynamic exception type: boost::wrapexcept<boost::interprocess::interprocess_exception>")
-            print("[boost::errinfo_api_function_*] = sem_open")
+            if os.environ.get("FAKE_NSYS_START_FAILURE") == "eof":  # the session's channel closed
+                print("End of file")
+            else:
+                print("Dynamic exception type: boost::wrapexcept<boost::interprocess::interprocess_exception>")
+                print("[boost::errinfo_api_function_*] = sem_open")
             return 1
         print("Capture range started in the application.")
         rc = 0 if os.environ.get("FAKE_NSYS_SKIP_PROGRAM") else subprocess.call(program)

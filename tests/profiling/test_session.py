@@ -90,9 +90,11 @@ def test_failures_keep_previous_outputs_and_leave_no_partial_files(tmp_path, mon
 
 
 @pytest.mark.subprocess  # waits on a process group: timeouts, retries, signals
-def test_nsys_start_failure_is_retried(tmp_path, monkeypatch, capfd):
+@pytest.mark.parametrize("failure", ["sem_open", "eof"])
+def test_nsys_start_failure_is_retried(tmp_path, monkeypatch, capfd, failure):
     nsys = fake_nsys(tmp_path)
     monkeypatch.setenv("FAKE_NSYS_START_FAILS_ONCE", str(tmp_path / "failed-once"))
+    monkeypatch.setenv("FAKE_NSYS_START_FAILURE", failure)
     done = record(nsys, NsysOptions(), OK, tmp_path / "run")
     assert done.report.is_file() and (tmp_path / "failed-once").is_file()
     assert "trying again (2/3)" in capfd.readouterr().err

@@ -12,13 +12,12 @@ error; `clock_note` says what was done, per file.
 
 The estimate from the collectives: the ranks' kernels of one NCCL collective end together (within
 microseconds: the last chunk's arrival releases every rank), and so do the ranks' host ranges of one
-gloo collective. So for each
-collective both files saw, the difference of its end times on the two files' clocks is one sample
-of their clock offset. Collectives are matched as the collectives view pairs them (call_groups.pair):
-the k-th call of an op in a step of a process group (its name with its members: call_groups.py) is one
-collective on every member, so calls of two groups are never matched (two HSDP shard groups' reduce-scatters
-end at different times). A file holding several ranks contributes the median of its ranks' starts and
-ends per collective.
+gloo collective. So for each collective both files saw, the difference of its end times on the two
+files' clocks is one sample of their clock offset. Collectives are matched as the collectives view
+pairs them (call_groups.pair): the k-th call of an op in a step of a process group (its name with its
+members: call_groups.py) is one collective on every member, so calls of two groups are never matched
+(two HSDP shard groups' reduce-scatters end at different times). A file holding several ranks
+contributes the median of its ranks' starts and ends per collective.
 
 "Together" is not "at once": which rank ends first depends on which one arrived last. On the real
 H100 pairs (two ranks, one GPU, so the true offset is 0) the rank that started a collective last

@@ -3,28 +3,35 @@ session runs on the machine (sem_open); such a start is retried, as profiling.se
 then it leaves the profiled program hung at its end (once in about eight CI runs, a plain DDP job: its
 ranks done, the program waiting on a lock while nsys's injected threads sat in their own waits; alone
 that run takes 15 s): a run past its time is stopped whole, nsys, its launcher, the program and nsys's
-agent (profiling/processes.py, as run_nsys.sh stops a run), and made again."""
+agent (found by the owner token they inherit: tests/support/owned.py), and made again."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 from profiling import processes
 from profiling.session import START_ATTEMPTS, nsys_failed_to_start
+from tests.support import owned
 
 
 def _run(cmd: list[str], cwd: Path, timeout_s: float) -> subprocess.CompletedProcess | None:
     """The finished run, or None when it ran past timeout_s (then everything it started is stopped)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    token = owned.new_token(os.environ.get(owned.OWNER_ENV))
+    proc = subprocess.Popen(
+        cmd, cwd=cwd, env=owned.env_with(token), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        started = processes.run_tree(proc.pid)  # taken while nsys runs: its launcher is its child then
-        proc.kill()
-        proc.communicate()
-        processes.stop_leftovers(started, proc.pid, grace_s=2.0)
+        # Every process of the run, found by its token (nsys's agent and launcher are orphans in sessions of
+        # their own), is stopped before the pipes are read to their end: the hung program and nsys's
+        # launcher hold them open, and reading first waited on them for good.
+        owned.end_all(token, wait_s=0)
+        proc.communicate(timeout=30)
+        processes.stop_leftovers(set(), proc.pid, grace_s=0)  # the semaphore a stopped nsys leaves
         return None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 

@@ -3,6 +3,7 @@ started late, in a session of its own, whose parent has died."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -54,3 +55,29 @@ def _running(pid: int) -> bool:
     except OSError:
         return False
     return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
+
+
+# A stand-in for an nsys run that hangs: it starts a launcher in a session of its own that holds the run's
+# stdout open (as nsys's launcher and the profiled program do) and never ends.
+HUNG_NSYS = (
+    "import subprocess, sys, time; "
+    "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True); "
+    "print('started', flush=True); time.sleep(120)"
+)
+
+
+@pytest.mark.subprocess  # starts processes
+def test_a_hung_nsys_run_is_stopped_with_the_orphans_holding_its_pipes(tmp_path):
+    """tests/nsys_cli.py: a run past its time returns None soon, and nothing it started still runs."""
+    from tests import nsys_cli
+
+    token = owned.new_token()
+    os.environ[owned.OWNER_ENV], before = token, os.environ[owned.OWNER_ENV]
+    try:
+        started = time.monotonic()
+        assert nsys_cli._run([sys.executable, "-c", HUNG_NSYS], tmp_path, timeout_s=2) is None
+        assert time.monotonic() - started < 20  # not the launcher's 120 s
+        assert owned.carrying(token, below=True) == set()
+    finally:
+        os.environ[owned.OWNER_ENV] = before
+        owned.end_all(token, below=True, wait_s=0)

@@ -99,10 +99,23 @@ def _cpu(mine: pd.DataFrame) -> pd.DataFrame:
     )
 
 
+# the dtypes of gather_rows' columns (float64 where not named), as its lookups give them
+_DTYPES = {"rank": "int64", "step": "int64", "last_rank": "int64", "issue_ns": "int64", "end_ns": "int64"}
+_DTYPES |= {"needed_ns": "int64", "unit": "str", "definition": "str", "phase": "object", "cause": "object"}
+_DTYPES |= {"queued_behind": "object"}
+
+
+def no_gather_rows() -> pd.DataFrame:
+    """gather_rows of calls that have no all-gather in a step's forward or backward: no row."""
+    return pd.DataFrame({c: pd.Series(dtype=_DTYPES.get(c, "float64")) for c in GATHER_COLUMNS})
+
+
 def gather_rows(trace: Trace, rows: pd.DataFrame, phases: np.ndarray) -> pd.DataFrame:
     """GATHER_COLUMNS of the all-gathers among the call rows issued in a step's forward or backward
     (`phases`: each row's phase, comm_breakdown.phase_labels)."""
     pick = (rows["op"].to_numpy() == "all_gather") & (rows["step"].to_numpy() >= 0) & np.isin(phases, PHASES)
+    if not pick.any():  # no gather to look up (a DDP run): the columns alone, as the lookups would leave them
+        return no_gather_rows()
     mine = rows[pick].assign(phase=phases[pick], unit=rows.loc[pick, "tag"].astype(str).replace("", "(root)"))
     if (rows["source"] == KERNELS).any():  # calls timed from kernels: a GPU trace with streams and launches
         out = _gpu(trace, mine, rows)

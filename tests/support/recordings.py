@@ -37,7 +37,7 @@ ASKED = {
         "test_advice_recorded": ("overlap", "overlap_bucket", "torch"),
         "test_browser_cpu_pages": ("naive", "overlap"),
         "test_report_gate": ("naive", "overlap_bucket"),
-        "test_comm_bytes_trace": ("flat", "overlap_bucket", "torch"),
+        "test_comm_bytes_trace": ("overlap_bucket", "torch"),
         "test_end_to_end": ("naive", "overlap"),
         "test_fsdp_trace": ("fsdp", "torch_fsdp"),
         "test_kineto_bytes": ("fsdp",),

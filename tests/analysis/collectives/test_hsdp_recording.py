@@ -1,6 +1,7 @@
 """A real recording of `hsdp` on 4 gloo ranks (2 replicas x 2 shards) under nsys: every call is paired within its
 group (the shard all-gathers/reduce-scatters apart from the replicate all-reduces), and the per-group overlap
-equals a plain-Python computation from the export's raw NVTX rows."""
+equals a plain-Python computation from the export's raw NVTX rows. Rank 2 is slowed in `data` every step
+(`--slow-rank`): the analysis names it, with `data` as the cause (one recording for both, not one more)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,20 @@ from analysis.run.loaded_run import load_trace
 from contract import GROUPS_KEY, META_PREFIX
 from tests import small_run
 from tests.analysis.collectives.test_groups import NS_PER_MS, _union
+from tests.support.slow_rank import assert_the_slowed_rank_is_named_with_its_place_as_cause, slow_rank_args
 
 pytestmark = [pytest.mark.nsys, pytest.mark.ranks, pytest.mark.skipif(shutil.which("nsys") is None, reason="no nsys")]
 PUSH_POP = 59  # NVTX_EVENTS.eventType of a push/pop range (60: start/end)
 COMPUTE_PHASES = ("forward", "backward", "optimizer")
+WORLD, SLOW, PLACE, MS = 4, 2, "data", 1000
+STEPS = 5  # 5 steps held of 5 is past the recurrence rule's chance (0.25^5 < 1% / 4)
 
 
 @pytest.fixture(scope="module")
 def hsdp(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("hsdp")
-    done = small_run.record(["hsdp"], out, 2, 1, "--world-size", "4", "--model", "tiny", timeout_s=400)
+    extra = ["--world-size", str(WORLD), "--model", "tiny", *slow_rank_args(SLOW, PLACE, MS)]
+    done = small_run.record(["hsdp"], out, STEPS, 1, *extra, timeout_s=400)
     assert done.returncode == 0, done.stderr[-3000:]
     return out / "hsdp.sqlite"
 
@@ -110,3 +115,7 @@ def test_calls_pair_within_their_group_and_per_group_overlap_is_the_plain_python
         assert g.calls == len(spans[(g.rank, g.group)])
         assert g.comm_ms * NS_PER_MS == pytest.approx(sum(e - s for s, e in comm), abs=1)
         assert g.overlap_ms * NS_PER_MS == pytest.approx(hidden, abs=1)
+
+
+def test_the_slowed_rank_is_named_with_data_as_cause(hsdp):
+    assert_the_slowed_rank_is_named_with_its_place_as_cause(hsdp, WORLD, STEPS, SLOW, PLACE, MS)

@@ -15,6 +15,28 @@ from tests.ddp import cases
 from tests.ddp.optim import sharded_cases
 
 IMPLS = list(REPLICATED)  # the sharded strategies split optimizer state themselves (ddp.training.loop.run_optimizer)
+GROUP_IMPLS = ["overlap_bucket", "torch"]
+KEYS = [(impl, model) for impl in IMPLS for model in ("tied", "toy", "frozen", "unused")]
+RUNS = [
+    {
+        "impl": impl,
+        "model": model,
+        "optimizer": "adamw",
+        "steps": 3,
+        "batch_size": 6,
+        "kwargs": {"find_unused_parameters": True} if (impl, model) == ("torch", "unused") else {},
+    }
+    for impl, model in KEYS
+]
+
+
+@pytest.fixture(scope="module")
+def three_ranks() -> tuple[list, list]:
+    """The module's runs on 3 ranks spawned once: many_cases' RUNS, then groups_worker's GROUP_IMPLS. (Three:
+    parameters owned unevenly; a second launch on 2 ranks proved nothing more and cost their spawn.)"""
+    calls = [(sharded_cases.many_cases, RUNS), (sharded_cases.groups_worker, GROUP_IMPLS)]
+    many, groups = launch(cases.workers_in_turn, 3, calls, timeout_s=240)
+    return many, groups
 
 
 def test_needs_a_process_group():  # first: later tests start a module-scoped group
@@ -71,32 +93,18 @@ def test_is_an_optimizer_with_groups_defaults_and_schedulers(one_rank_group):
     assert len(sharded.owned_parameters()) == len(list(a.parameters()))
 
 
-@pytest.mark.ranks  # spawns 2 ranks
-def test_every_strategy_trains_bit_identically_sharded_or_not():
-    keys = [(impl, model) for impl in IMPLS for model in ("tied", "toy", "frozen", "unused")]
-    runs = [
-        {
-            "impl": impl,
-            "model": model,
-            "optimizer": "adamw",
-            "steps": 3,
-            "batch_size": 8,
-            "kwargs": {"find_unused_parameters": True} if (impl, model) == ("torch", "unused") else {},
-        }
-        for impl, model in keys
-    ]
-    outcomes = launch(sharded_cases.many_cases, 2, runs, timeout_s=240)
-    for key, outcome in zip(keys, outcomes, strict=True):
+@pytest.mark.ranks  # reads the runs of 3 spawned ranks (module fixture)
+def test_every_strategy_trains_bit_identically_sharded_or_not(three_ranks):
+    for key, outcome in zip(KEYS, three_ranks[0], strict=True):
         sharded, plain = outcome["sharded"], outcome["plain"]
         assert sharded.keys() == plain.keys()
         assert all(torch.equal(sharded[k], plain[k]) for k in plain), key
         assert any(not torch.equal(plain[k], cases.build(key[1], 0).state_dict()[k]) for k in plain), key  # trained
 
 
-@pytest.mark.ranks  # spawns 3 ranks
-def test_groups_scheduler_and_state_split_across_three_ranks():
-    impls = ["overlap_bucket", "torch"]
-    for impl, everyone in zip(impls, launch(sharded_cases.groups_worker, 3, impls, timeout_s=240), strict=True):
+@pytest.mark.ranks  # reads the runs of 3 spawned ranks (module fixture)
+def test_groups_scheduler_and_state_split_across_three_ranks(three_ranks):
+    for impl, everyone in zip(GROUP_IMPLS, three_ranks[1], strict=True):
         for rank_outcome in everyone:
             sharded, plain = rank_outcome["sharded"], rank_outcome["plain"]
             assert all(torch.equal(sharded["params"][k], v) for k, v in plain["params"].items()), impl

@@ -88,7 +88,7 @@ def test_one_progress_line_says_what_the_page_draws(traces, tmp_path, capsys):
     assert whole == sum(len(p.overview.segments) for p in panels) and drawn == opening + whole
 
 
-def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, tmp_path, capsys):
+def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, measured, tmp_path, capsys):
     """Without --step each row describes the step its panel opens on (the representative step), the same
     figures as the panel's title; the whole run's figures come beside it, named. Both are checked against
     means taken here from the analysis' raw per-step rows."""
@@ -99,7 +99,7 @@ def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, t
     assert code == 0
     page = out.read_text()
     for row, name in zip(json.loads(stdout), ("naive", "overlap"), strict=True):
-        steps = analyze_trace(load_trace([traces[name]])).steps
+        steps = measured[name][1]
         step, rank = representative_step(steps)
         assert row["view"].startswith(f"step {step} (representative, r{rank} ") and row["view"].endswith("all ranks")
         at = steps.loc[steps["step"] == step]
@@ -117,12 +117,12 @@ def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, t
     assert any(line.startswith("note: ") and "no overlap with backward, by design" in line for line in lines)
 
 
-def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces):
+def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces, measured):
     from analysis import open_runs
     from analysis.timeline.figure import build_figure
 
     ((panel, row),) = open_runs([traces["overlap"]]).timeline_panels()
-    steps = analyze_trace(load_trace([traces["overlap"]])).steps
+    steps = measured["overlap"][1]
     fig = build_figure([panel])
     levels, switch = fig.layout.updatemenus
     assert [b.label for b in levels.buttons] == ["one step", "whole run"]
@@ -219,8 +219,8 @@ def test_cpu_shading_cuts_blocking_comm_and_sync_waits_like_the_analysis(tmp_pat
     assert shaded_ns == round(analyze_trace(trace, patterns).steps["overlap_ms"].iloc[0] * 1e6) == 430
 
 
-def test_lanes_per_rank_and_hover_fields(traces):
-    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(step=1))
+def test_lanes_per_rank_and_hover_fields(measured):
+    panel = build_panel(measured["overlap"][0], Selection(step=1))
     assert panel.lanes["label"].tolist() == [
         f"r{r} {lane}"
         for r in (0, 1)
@@ -240,21 +240,21 @@ def test_lanes_per_rank_and_hover_fields(traces):
     assert panel.window_ns[1] - panel.window_ns[0] == pytest.approx(100_200_000)
 
 
-def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
+def test_cpu_only_traces_draw_their_nvtx_lanes(traces, measured, tmp_path, capsys):
     out = tmp_path / "cpu.html"
     code, stdout, _ = run_cli(capsys, traces["naive_cpu"], traces["overlap_cpu"], "-o", out, "--format", "csv")
     assert code == 0 and out.exists()
     lines = stdout.strip().splitlines()
     assert lines[0].startswith("trace,implementation,view") and len(lines) == 3
-    panel = build_panel(measure_run(load_trace(traces["overlap_cpu"])), Selection())
+    panel = build_panel(measured["overlap_cpu"][0], Selection())
     assert not panel.lanes["label"].str.contains("GPU").any()
     assert len(panel.overlap) == 2 * 3 * 2  # two comm ranges inside backward, per step and rank
 
 
-def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
+def test_rank_selection_keeps_one_rank(traces, measured, tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, traces["overlap"], "-o", tmp_path / "r1.html", "--rank", 1, "--format", "json")
     assert code == 0 and json.loads(stdout)[0]["ranks"] == 1
-    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(rank=1))
+    panel = build_panel(measured["overlap"][0], Selection(rank=1))
     assert set(panel.lanes["rank"]) == {1} and set(panel.overlap["rank"]) == {1}
 
 
@@ -422,10 +422,10 @@ def test_without_chromium_images_are_refused_before_any_work(traces, tmp_path, c
     assert not (tmp_path / "t.html").exists()
 
 
-def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
+def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(measured, monkeypatch):
     from analysis.timeline import figure
 
-    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(), width_px=800, opening_step=1)
+    panel = build_panel(measured["overlap"][0], Selection(), width_px=800, opening_step=1)
     calls = []
     real = figure.merge_subpixel
     monkeypatch.setattr(figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))

@@ -66,6 +66,13 @@ def per_file(rank_files):
 
 
 @pytest.fixture(scope="module")
+def whole_run(rank_files):
+    """The run loaded in one piece and its analysis, computed once for the module (the tests only read them)."""
+    trace = load_trace(rank_files)
+    return trace, analyze_trace(trace)
+
+
+@pytest.fixture(scope="module")
 def noise(tmp_path_factory):
     path = tmp_path_factory.mktemp("bad") / "noise.sqlite"
     path.write_bytes(np.random.default_rng(3).integers(0, 256, 4096, dtype=np.uint8).tobytes())
@@ -95,8 +102,8 @@ def cli(capsys, *args) -> tuple[int, str, str]:
 
 
 @pytest.mark.parametrize("skip", costly_except(pytest.mark.pool, [0], [0, 1]))  # the quick loop: without skipped steps
-def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, per_file, skip):
-    whole = analyze_trace(load_trace(rank_files), skip_steps=skip)
+def test_merge_from_per_file_results_equals_loading_the_run_at_once(rank_files, per_file, whole_run, skip):
+    whole = whole_run[1] if skip == 0 else analyze_trace(load_trace(rank_files), skip_steps=skip)
     results = per_file if skip == 0 else [analyze_file(p, skip_steps=skip) for p in rank_files]
     merged = combine(rank_files, results)
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split of paired calls included
@@ -138,12 +145,12 @@ def test_merge_numbers_rankless_files_by_device_like_the_loader(tmp_path):
     assert merged.analysis.totals["device"].tolist() == [0, 0, 1]
 
 
-def test_clock_offsets_come_from_session_metadata_and_align_like_the_loader(rank_files):
+def test_clock_offsets_come_from_session_metadata_and_align_like_the_loader(rank_files, per_file, whole_run):
     offsets = [session_offset(p) for p in rank_files]
     assert [o - offsets[0] for o in offsets] == [0, 7_000_000, 3_000_000]
-    assert [analyze_file(p).clock_offset for p in rank_files] == offsets  # the reader's record, read once
+    assert [r.clock_offset for r in per_file] == offsets  # analyze_file's: the reader's record, read once
     assert clock_shifts([PartClock(o) for o in offsets]) == [0, 7_000_000, 3_000_000]
-    whole = load_trace(rank_files)
+    whole = whole_run[0]
     firsts = whole.gpu_ops.groupby("part")["start"].min().tolist()
     alone = [int(load_trace(p).gpu_ops["start"].min()) for p in rank_files]
     assert [f - a for f, a in zip(firsts, alone, strict=True)] == [0, 7_000_000, 3_000_000]
@@ -187,18 +194,22 @@ def test_across_ranks_a_step_is_as_slow_as_its_slowest_rank(rank_files, per_file
 # --- process pool ---------------------------------------------------------------------------------
 
 
+# <run>.rank<N> files of one folder are one run with or without --merge (find_runs gives the same files in
+# the same order either way, and merge reaches nothing else): the pool's tests run them without it.
+
+
 @pytest.mark.pool  # starts a process pool
 def test_jobs_2_gives_the_serial_results_in_input_order(rank_files):
     assert_same(analyze(rank_files, jobs=2), analyze(rank_files, jobs=1))
-    assert_same(analyze(rank_files, merge=True, jobs=2), analyze(rank_files, merge=True))
 
 
 @pytest.mark.pool  # starts a process pool
-def test_cli_jobs_2_output_is_byte_identical(rank_files, capsys):
-    for extra in ([], ["--merge"]):
-        serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
-        pooled = cli(capsys, *rank_files, "--format", "json", "--jobs", "2", *extra)
-        assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]
+def test_cli_jobs_2_output_is_byte_identical_and_progress_goes_to_stderr(rank_files, capsys, monkeypatch):
+    monkeypatch.setattr(pool, "PROGRESS_AFTER_S", 0.0)
+    serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1")
+    pooled = cli(capsys, *rank_files, "--format", "json", "--jobs", "2")
+    assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]
+    assert "[overlap] 3/3 files done" in pooled[2] and "files done" not in pooled[1]
     doc = json.loads(pooled[1])
     assert [r["rank"] for r in doc["traces"][0]["ranks"]] == [0, 1, 2]
     assert [s["step"] for s in doc["traces"][0]["steps_across_ranks"]] == [0, 1, 2, 3]
@@ -245,31 +256,25 @@ def exit_in_worker(item: int) -> int:
     return item * 10
 
 
-@pytest.mark.pool  # starts a process pool
-def test_a_worker_that_dies_fails_its_file_only():
-    outcomes = run_tasks(exit_in_worker, [0, 1, 2, 3], jobs=2)
-    assert [o.value for o in outcomes] == [0, None, 20, 30]
-    assert outcomes[1].error == "1: the worker process analysing it died (out of memory? see dmesg)"
-
-
 def pid_of(item: int) -> tuple[int, int]:
+    """(item, the worker's pid), after killing the worker for item 1 as exit_in_worker does."""
+    exit_in_worker(item)
     return item, os.getpid()
 
 
 @pytest.mark.pool  # starts process pools
-def test_workers_are_replaced_every_round_and_a_dead_one_is_retried_after(monkeypatch):
+def test_workers_are_replaced_every_round_and_a_dead_one_fails_its_file_only(monkeypatch):
     """jobs x TASKS_PER_WORKER items per pool: 2 x 1 here, so 7 items take 4 pools of new workers;
-    results stay in input order, and a worker killed in a round costs only its own file."""
+    results stay in input order, and a worker killed in a round (retried once, alone, after the
+    rounds) costs only its own file."""
     from analysis.parallel import pool
 
     monkeypatch.setattr(pool, "TASKS_PER_WORKER", 1)
     outcomes = run_tasks(pid_of, list(range(7)), jobs=2)
-    assert [o.value[0] for o in outcomes] == list(range(7))
-    rounds = [{o.value[1] for o in outcomes[i : i + 2]} for i in range(0, 7, 2)]
-    assert all(a.isdisjoint(b) for k, a in enumerate(rounds) for b in rounds[k + 1 :])  # no worker kept
-    outcomes = run_tasks(exit_in_worker, [0, 1, 2, 3, 4], jobs=2)
-    assert [o.value for o in outcomes] == [0, None, 20, 30, 40]
+    assert [o.value and o.value[0] for o in outcomes] == [0, None, 2, 3, 4, 5, 6]
     assert outcomes[1].error == "1: the worker process analysing it died (out of memory? see dmesg)"
+    rounds = [{o.value[1] for o in outcomes[i : i + 2] if o.ok} for i in range(0, 7, 2)]
+    assert all(a.isdisjoint(b) for k, a in enumerate(rounds) for b in rounds[k + 1 :])  # no worker kept
 
 
 def test_progress_lines_say_done_total_rate_and_eta():
@@ -280,13 +285,6 @@ def test_progress_lines_say_done_total_rate_and_eta():
     progress = Progress(2, "[x]", after_s=0, write=lines.append)
     progress.tick(Outcome("a", error="a: bad"))
     assert "1/2 files done, 1 failed" in lines[-1] and "ETA" in lines[-1]
-
-
-@pytest.mark.pool  # a process pool (the quick loop keeps one: one bad file in a pool)
-def test_cli_progress_goes_to_stderr(rank_files, capsys, monkeypatch):
-    monkeypatch.setattr(pool, "PROGRESS_AFTER_S", 0.0)
-    code, out, err = cli(capsys, *rank_files, "--jobs", "2")
-    assert code == 0 and "[overlap] 3/3 files done" in err and "files done" not in out
 
 
 def test_default_jobs_are_bounded_by_cores_files_and_memory(rank_files, monkeypatch):
@@ -320,7 +318,9 @@ def _db_rows(path: Path) -> dict:
 
 
 @pytest.mark.pool  # starts a process pool
-def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files, tmp_path, capsys, monkeypatch):
+def test_report_with_jobs_writes_the_serial_results_from_one_process(
+    rank_files, whole_run, tmp_path, capsys, monkeypatch
+):
     writers = []
     real = report_folder.record_history
     monkeypatch.setattr(report_folder, "record_history", lambda *a: writers.append(os.getpid()) or real(*a))
@@ -333,7 +333,7 @@ def test_report_with_jobs_writes_the_serial_results_from_one_process(rank_files,
     assert _db_rows(tmp_path / "1" / "results.db") == _db_rows(tmp_path / "2" / "results.db")
     # the per-rank group is one trace whose figures are those of loading it at once
     summary = pd.read_csv(tmp_path / "2" / "summary.csv")
-    whole = analyze_trace(load_trace(rank_files)).summary.iloc[0]
+    whole = whole_run[1].summary.iloc[0]
     row = summary[summary["ranks"] == WORLD].iloc[0]
     assert row["step_ms"] == pytest.approx(whole["step_ms"]) and row["steps"] == whole["steps"]
 
@@ -407,10 +407,9 @@ def test_no_worker_process_outlives_the_command(rank_files, tmp_path):
 
 @pytest.mark.pool  # starts a Dask cluster
 def test_dask_local_cluster_gives_the_serial_results(rank_files, noise, dask_cluster, capsys):
-    for extra in ([], ["--merge"]):
-        serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1", *extra)
-        on_dask = cli(capsys, *rank_files, "--format", "json", "--dask", dask_cluster, *extra)
-        assert serial[0] == on_dask[0] == 0 and serial[1] == on_dask[1]
+    serial = cli(capsys, *rank_files, "--format", "json", "--jobs", "1")  # one run without --merge too
+    on_dask = cli(capsys, *rank_files, "--format", "json", "--dask", dask_cluster)
+    assert serial[0] == on_dask[0] == 0 and serial[1] == on_dask[1]
     code, out, err = cli(capsys, rank_files[1], noise, "--format", "json", "--dask", dask_cluster)
     assert code == 2 and [t["path"] for t in json.loads(out)["traces"]] == [str(rank_files[1])]
     errors = [line for line in err.splitlines() if line.startswith("error")]
@@ -489,7 +488,6 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
     whole = analyze_trace(load_trace(paths))
     assert_same(merged.analysis, whole)  # every column, the wait/transfer split included
     assert_split_paired(merged.analysis)
-    assert_same(analyze(paths, merge=True, jobs=2), whole)  # what the CLIs run: one task per file
     # the two nsys sessions started > 20 ms apart; on the aligned clocks both ranks leave every step
     # within a few ms of each other (its all-reduces synchronise them)
     offsets = [session_offset(p) for p in paths]
@@ -499,6 +497,7 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
     # a step is as slow as its slowest rank: the run's own timer agrees within 2 %
     assert spread["step_ms"].mean() == pytest.approx(RUN_TIMER_MS[f"{run}.rank0.sqlite"], rel=0.02)
     assert merged.analysis.totals["shared_gpu"].all()  # both ranks ran on the one H100 (MPS)
+    # what the CLIs run (one task per file, in a pool) prints what the serial merge above prints
     serial = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "1")
     pooled = cli(capsys, *paths, "--merge", "--format", "json", "--jobs", "2")
     assert serial[0] == pooled[0] == 0 and serial[1] == pooled[1]
@@ -507,25 +506,12 @@ def test_real_per_rank_traces_merge_from_per_file_results(gpu_trace, run, capsys
 # --- torch.profiler JSON ----------------------------------------------------------------------------
 
 
-@pytest.mark.pool  # --jobs 2: a process pool
-def test_torch_profiler_files_alone_and_merged(tmp_path, capsys):
-    """Kineto files go through the per-file task alone and merged; the merge equals the one-piece load."""
-    from tests.support.synthetic_kineto import write_kineto_ddp_trace
-
-    paths = write_kineto_ddp_trace(tmp_path / "k", n_kernels=2_000, n_ranks=2, n_steps=3)
-    assert_same(analyze(paths[0], jobs=2), analyze_trace(load_trace(paths[0])))
-    merged = analyze(paths, merge=True, jobs=2)
-    assert_same(merged, analyze_trace(load_trace(paths)))
-    assert_split_paired(merged)
-    code, out, err = cli(capsys, paths[0], "--format", "json")
-    assert code == 0 and without_progress(err) == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0
-
-
 @pytest.mark.pool  # jobs=2: a process pool
-def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
-    """Per-rank Kineto files whose captures started apart (baseTimeNanoseconds 0, 7 and 3 ms later)
-    merge from per-file results exactly as the loader merges them, the wait/transfer split included;
-    files of different jobs get the loader's error from the merge."""
+def test_torch_profiler_files_alone_and_merged_from_per_file_results_on_their_clocks(tmp_path, capsys):
+    """Kineto files go through the per-file task alone and merged: per-rank files whose captures started
+    apart (baseTimeNanoseconds 0, 7 and 3 ms later) merge from per-file results, in this process or a
+    pool, exactly as the loader merges them, the wait/transfer split included; files of different jobs
+    get the loader's error from the merge."""
     from analysis.errors import TraceError
     from tests.support.synthetic_kineto import BASE_TIME_NS, write_kineto_ddp_trace
 
@@ -542,6 +528,9 @@ def test_torch_profiler_merge_from_per_file_results_on_their_clocks(tmp_path):
     assert_same(merged.analysis, analyze_trace(whole))
     assert_split_paired(merged.analysis)
     assert_same(analyze(paths, merge=True, jobs=2), analyze_trace(whole))  # what the CLIs run
+    assert_same(analyze(paths[0], jobs=2), analyze_trace(load_trace(paths[0])))  # one file: no pool needed
+    code, out, err = cli(capsys, paths[0], "--format", "json")
+    assert code == 0 and without_progress(err) == "" and json.loads(out)["traces"][0]["ranks"][0]["rank"] == 0
     other = write_kineto_ddp_trace(tmp_path / "other", n_kernels=1_000, n_ranks=2, n_steps=1)[1]
     with pytest.raises(TraceError, match="cannot merge files of different runs"):
         combine([paths[0], other], [results[0], analyze_file(other)])

@@ -116,11 +116,21 @@ def as_kineto(nsys_path: Path, out: Path, shift_ns: int = 0) -> Path:
     return w.close()
 
 
-@pytest.mark.parametrize("shift_ns", [0, 12_000_000, -3_000_000])
-def test_kineto_per_rank_files_align_alike(gpu_trace, tmp_path: Path, shift_ns: int) -> None:
+@pytest.fixture(scope="module")
+def kineto_pair(gpu_trace, tmp_path_factory) -> tuple[list[Path], Path, pd.DataFrame]:
+    """The overlap pair's nsys files, its rank 0 as a Kineto file, and the split of both ranks as Kineto
+    files on their right clocks: written and computed once for the module (the tests only read them)."""
     nsys = [gpu_trace(f"overlap.rank{r}.sqlite") for r in (0, 1)]
-    truth, _ = split([as_kineto(nsys[0], tmp_path / "k0.json"), as_kineto(nsys[1], tmp_path / "k1.json")])
-    got, note = split([tmp_path / "k0.json", as_kineto(nsys[1], tmp_path / f"s{shift_ns}.json", shift_ns)])
+    folder = tmp_path_factory.mktemp("kineto")
+    k0 = as_kineto(nsys[0], folder / "k0.json")
+    truth, _ = split([k0, as_kineto(nsys[1], folder / "k1.json")])
+    return nsys, k0, truth
+
+
+@pytest.mark.parametrize("shift_ns", [0, 12_000_000, -3_000_000])
+def test_kineto_per_rank_files_align_alike(kineto_pair, tmp_path: Path, shift_ns: int) -> None:
+    nsys, k0, truth = kineto_pair
+    got, note = split([k0, as_kineto(nsys[1], tmp_path / f"s{shift_ns}.json", shift_ns)])
     verdict = "aligned on the collectives" if shift_ns else "session clock kept"
     assert f"rank 1: {verdict}" in note
     assert got.index.equals(truth.index) and len(truth) == 10

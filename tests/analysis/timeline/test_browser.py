@@ -5,7 +5,6 @@ Screenshots go to the git-ignored `screenshots/` folder at the repository root, 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -125,12 +124,3 @@ def test_report_pages_render(traces, tmp_path, chromium):
         expected_side_by_side(paths),
         "report_naive_vs_overlap.png",
     )
-
-
-def test_png_export_through_kaleido(traces, tmp_path):
-    pytest.importorskip("kaleido", reason="kaleido not installed (pip install kaleido)")
-    page = tmp_path / "nvo.html"
-    assert timeline.main([str(traces["naive"]), str(traces["overlap"]), "-o", str(page), "--step", "1", "--png"]) == 0
-    png = page.with_suffix(".png")
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
-    shutil.copy(png, SHOTS / "timeline_naive_vs_overlap_kaleido.png")

@@ -37,6 +37,17 @@ def traces(tmp_path_factory):
     }
 
 
+@pytest.fixture(scope="module")
+def measured(traces):
+    """{name: (measured run, the analysis' per-step rows)} of the module's traces, loaded once (the
+    tests only read them)."""
+    out = {}
+    for name in ("naive", "overlap", "overlap_cpu"):
+        run = measure_run(load_trace(traces[name]))
+        out[name] = run, analyze_trace(run.trace).steps
+    return out
+
+
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
     code = timeline.main([str(a) for a in argv])
     out = capsys.readouterr()
@@ -77,7 +88,7 @@ def test_one_progress_line_says_what_the_page_draws(traces, tmp_path, capsys):
     assert whole == sum(len(p.overview.segments) for p in panels) and drawn == opening + whole
 
 
-def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, tmp_path, capsys):
+def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, measured, tmp_path, capsys):
     """Without --step each row describes the step its panel opens on (the representative step), the same
     figures as the panel's title; the whole run's figures come beside it, named. Both are checked against
     means taken here from the analysis' raw per-step rows."""
@@ -88,7 +99,7 @@ def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, t
     assert code == 0
     page = out.read_text()
     for row, name in zip(json.loads(stdout), ("naive", "overlap"), strict=True):
-        steps = analyze_trace(load_trace([traces[name]])).steps
+        steps = measured[name][1]
         step, rank = representative_step(steps)
         assert row["view"].startswith(f"step {step} (representative, r{rank} ") and row["view"].endswith("all ranks")
         at = steps.loc[steps["step"] == step]
@@ -106,12 +117,12 @@ def test_summary_is_the_view_the_page_opens_on_and_names_the_whole_run(traces, t
     assert any(line.startswith("note: ") and "no overlap with backward, by design" in line for line in lines)
 
 
-def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces):
+def test_one_trace_page_switches_to_any_step_titled_with_its_figures(traces, measured):
     from analysis import open_runs
     from analysis.timeline.figure import build_figure
 
     ((panel, row),) = open_runs([traces["overlap"]]).timeline_panels()
-    steps = analyze_trace(load_trace([traces["overlap"]])).steps
+    steps = measured["overlap"][1]
     fig = build_figure([panel])
     levels, switch = fig.layout.updatemenus
     assert [b.label for b in levels.buttons] == ["one step", "whole run"]
@@ -148,13 +159,11 @@ def test_plotly_file_is_written_once_and_a_foreign_one_is_refused(traces, tmp_pa
     assert bundle.read_text() == "// someone else's plotly"
 
 
-def test_overlap_strip_is_the_analysis_hidden_and_exposed_comm(traces):
+def test_overlap_strip_is_the_analysis_hidden_and_exposed_comm(measured):
     """Per rank and step the strip's hidden part measures overlap_ms and its exposed part exposed_comm_ms."""
-    for name in ("naive", "overlap", "overlap_cpu"):
-        trace = load_trace(traces[name])
-        steps = analyze_trace(trace).steps
+    for name, (run, steps) in measured.items():
         for step in (1, 2):
-            panel = build_panel(measure_run(trace), Selection(step=step))
+            panel = build_panel(run, Selection(step=step))
             strip = panel.segments.loc[panel.segments["group"] == STRIP]
             for rank, row in steps.loc[steps["step"] == step].set_index("rank").iterrows():
                 mine = strip.loc[strip["rank"] == rank]
@@ -164,12 +173,10 @@ def test_overlap_strip_is_the_analysis_hidden_and_exposed_comm(traces):
                     assert busy_ms == pytest.approx(row[column], abs=1e-6), (name, step, rank, category)
 
 
-def test_shading_is_exactly_the_analysis_overlap(traces):
-    for name in ("naive", "overlap", "overlap_cpu"):
-        trace = load_trace(traces[name])
-        panel = build_panel(measure_run(trace), Selection(step=1))
+def test_shading_is_exactly_the_analysis_overlap(measured):
+    for name, (run, steps) in measured.items():
+        panel = build_panel(run, Selection(step=1))
         shaded_ms = (panel.overlap["end"] - panel.overlap["start"]).sum() / 1e6 / 2  # mean over two ranks
-        steps = analyze_trace(trace).steps
         expected = steps.loc[steps["step"] == 1, "overlap_ms"].mean()
         assert shaded_ms == pytest.approx(expected), name
     assert expected > 0
@@ -212,8 +219,8 @@ def test_cpu_shading_cuts_blocking_comm_and_sync_waits_like_the_analysis(tmp_pat
     assert shaded_ns == round(analyze_trace(trace, patterns).steps["overlap_ms"].iloc[0] * 1e6) == 430
 
 
-def test_lanes_per_rank_and_hover_fields(traces):
-    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(step=1))
+def test_lanes_per_rank_and_hover_fields(measured):
+    panel = build_panel(measured["overlap"][0], Selection(step=1))
     assert panel.lanes["label"].tolist() == [
         f"r{r} {lane}"
         for r in (0, 1)
@@ -233,21 +240,21 @@ def test_lanes_per_rank_and_hover_fields(traces):
     assert panel.window_ns[1] - panel.window_ns[0] == pytest.approx(100_200_000)
 
 
-def test_cpu_only_traces_draw_their_nvtx_lanes(traces, tmp_path, capsys):
+def test_cpu_only_traces_draw_their_nvtx_lanes(traces, measured, tmp_path, capsys):
     out = tmp_path / "cpu.html"
     code, stdout, _ = run_cli(capsys, traces["naive_cpu"], traces["overlap_cpu"], "-o", out, "--format", "csv")
     assert code == 0 and out.exists()
     lines = stdout.strip().splitlines()
     assert lines[0].startswith("trace,implementation,view") and len(lines) == 3
-    panel = build_panel(measure_run(load_trace(traces["overlap_cpu"])), Selection())
+    panel = build_panel(measured["overlap_cpu"][0], Selection())
     assert not panel.lanes["label"].str.contains("GPU").any()
     assert len(panel.overlap) == 2 * 3 * 2  # two comm ranges inside backward, per step and rank
 
 
-def test_rank_selection_keeps_one_rank(traces, tmp_path, capsys):
+def test_rank_selection_keeps_one_rank(traces, measured, tmp_path, capsys):
     code, stdout, _ = run_cli(capsys, traces["overlap"], "-o", tmp_path / "r1.html", "--rank", 1, "--format", "json")
     assert code == 0 and json.loads(stdout)[0]["ranks"] == 1
-    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(rank=1))
+    panel = build_panel(measured["overlap"][0], Selection(rank=1))
     assert set(panel.lanes["rank"]) == {1} and set(panel.overlap["rank"]) == {1}
 
 
@@ -329,12 +336,15 @@ def test_an_explicit_output_replaces_its_own_page(traces, tmp_path, capsys):
     assert "overlap.sqlite" in page.read_text()
 
 
-@pytest.mark.subprocess  # a subprocess
-def test_module_entry_point_and_help():
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis.timeline", "--help"], capture_output=True, text=True, cwd=REPO, timeout=60
-    )
-    assert done.returncode == 0 and "--step" in done.stdout and "--format" in done.stdout
+def test_help_names_the_options(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        timeline.main(["--help"])
+    out = capsys.readouterr().out
+    assert exit_.value.code == 0 and "--step" in out and "--format" in out
+
+
+@pytest.mark.subprocess  # a subprocess: `python -m analysis.timeline` and its exit code
+def test_module_entry_point():
     done = subprocess.run(
         [sys.executable, "-m", "analysis.timeline", "README.md", "-o", "/tmp/never.html"],
         capture_output=True,
@@ -412,10 +422,10 @@ def test_without_chromium_images_are_refused_before_any_work(traces, tmp_path, c
     assert not (tmp_path / "t.html").exists()
 
 
-def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(traces, monkeypatch):
+def test_the_figure_does_not_merge_a_panel_again_at_the_same_resolution(measured, monkeypatch):
     from analysis.timeline import figure
 
-    panel = build_panel(measure_run(load_trace(traces["overlap"])), Selection(), width_px=800, opening_step=1)
+    panel = build_panel(measured["overlap"][0], Selection(), width_px=800, opening_step=1)
     calls = []
     real = figure.merge_subpixel
     monkeypatch.setattr(figure, "merge_subpixel", lambda seg, px: calls.append(px) or real(seg, px))

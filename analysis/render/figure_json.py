@@ -76,7 +76,7 @@ def _typed(v: Any) -> Any:
         dtype = str(v.dtype)
     if dtype not in plotlyjsShortTypes:
         return v.copy()
-    spec = {"dtype": plotlyjsShortTypes[dtype], "bdata": base64.b64encode(v.tobytes()).decode("ascii")}
+    spec = {"dtype": plotlyjsShortTypes[dtype], "bdata": base64.b64encode(np.ascontiguousarray(v)).decode("ascii")}
     if v.ndim > 1:
         spec["shape"] = str(v.shape)[1:-1]
     return spec

@@ -20,7 +20,6 @@ import plotly.io as pio
 from plotly.offline import get_plotlyjs
 
 from analysis.errors import TraceError
-from analysis.render.figure_json import plotly_dict
 
 # Marks pages this project wrote: the report only overwrites HTML files that carry it.
 GENERATOR = '<meta name="generator" content="ddp-overlap analysis">'
@@ -65,11 +64,9 @@ def plotly_bytes() -> bytes:
 
 
 def figure_block(fig: go.Figure, div_id: str) -> str:
-    """A figure as a div plus its newPlot call, relying on the page's single plotly.js copy; the HTML
-    plotly.io writes for the figure, from the figure's dict made without plotly's copy (figure_json)."""
+    """A figure as a div plus its newPlot call, relying on the page's single plotly.js copy."""
     return pio.to_html(
-        plotly_dict(fig),
-        validate=False,
+        fig,
         include_plotlyjs=False,
         full_html=False,
         div_id=div_id,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 from analysis import analyze_collectives
+from analysis.collectives.collectives_view import run_call_rows
 from analysis.fsdp_units.gather_rows import GATHER_COLUMNS, gather_rows, no_gather_rows
 from analysis.run.loaded_run import load_run
-from analysis.collectives.collectives_view import run_call_rows
 from tests.analysis.measure.test_comm_breakdown import write_fsdp_shaped
 
 

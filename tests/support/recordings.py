@@ -67,8 +67,8 @@ def record_plain_ddp(out: Path) -> Path:
         assert done.returncode == 0, done.stderr[-2000:]
         return out
     report = out / "plain_ddp"
-    # A hung run is stopped and made again (tests/nsys_cli.py). The run takes 8-10 s on the idle machine,
-    # 30 s at most beside the rest of the suite: 90 s is well past it without waiting long on a hang.
+    # A hung run is stopped and made again (tests/nsys_cli.py). The run takes 8-10 s alone and 15.5 s in a
+    # whole-suite run: 90 s is well past it without waiting long on a hang.
     try:
         nsys_cli.profile([str(NSYS), *PLAIN_NSYS, "-o", str(report), *job], cwd=small_run.REPO, timeout_s=90)
     except subprocess.CalledProcessError as err:

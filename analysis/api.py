@@ -61,6 +61,7 @@ def open_runs(
     task: Callable | None = None,
     keep_traces: bool = True,
     needs_events: bool = False,
+    overlap_detail: bool = True,
     started: StartedRead | None = None,
     **fields: Any,
 ) -> OpenRuns:
@@ -78,6 +79,7 @@ def open_runs(
         task=task,
         keep_traces=keep_traces,
         needs_events=needs_events,
+        overlap_detail=overlap_detail,
         started=started,
     )
 

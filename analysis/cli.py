@@ -42,11 +42,13 @@ def open_from_args(
     task: Callable | None = None,
     keep_traces: bool = True,
     needs_events: bool = False,
+    overlap_detail: bool = True,
 ) -> OpenRuns:
     """api.open_runs of the runs the input options name, with progress lines on stderr for inputs of
     more than 200 MB (or any input analysed file by file). needs_events: the command draws or pairs
     the runs' events (collectives, timeline, report), so without --jobs/--dask each run is read once
-    in this process rather than analysed file by file and read again for its events."""
+    in this process rather than analysed file by file and read again for its events; overlap_detail=False:
+    the command shows neither by_op_phase nor across_ranks (session.OpenRuns)."""
     from analysis.parallel.pool import Progress, default_jobs
     from analysis.run.run_files import find_runs
 
@@ -67,6 +69,7 @@ def open_from_args(
         task=task,
         keep_traces=keep_traces,
         needs_events=needs_events,
+        overlap_detail=overlap_detail,
         started=started,
     )
 

@@ -33,7 +33,7 @@ from analysis.collectives.collectives_view import CollectivesView, run_call_rows
 from analysis.errors import TraceError
 from analysis.options import AnalysisOptions
 from analysis.overlap.analyze import Analysis, analyze_run, check_selection, concat_analyses, selected
-from analysis.overlap.metrics import run_across_ranks
+from analysis.overlap.metrics import ACROSS_COLUMNS, run_across_ranks
 from analysis.parallel.file_task import analyze_file
 from analysis.parallel.per_file import RunResult, analyze_groups
 from analysis.parallel.tasks import Outcome
@@ -56,7 +56,9 @@ class OpenRuns:
     `progress`: ticked per file; `task(path)`: the per-file task instead of file_task.analyze_file;
     keep_traces=False: each run is loaded each time it is asked for, never kept; needs_events: the
     caller will ask for the runs' events (collectives, timeline, report), so a run measured in one
-    piece keeps its collectives view's rows; `started`: the first run's first file's read, started
+    piece keeps its collectives view's rows; overlap_detail=False: a run measured in one piece leaves out
+    what only the overlap command shows, its analysis' by_op_phase and its across_ranks (no rows: the
+    report's command, which shows neither); `started`: the first run's first file's read, started
     already (trace/readers/read.py), which the run's first load takes and then closes."""
 
     def __init__(
@@ -69,13 +71,14 @@ class OpenRuns:
         task: Callable | None = None,
         keep_traces: bool = True,
         needs_events: bool = False,
+        overlap_detail: bool = True,
         started: StartedRead | None = None,
     ):
         self.runs = list(runs)
         self.options = options or AnalysisOptions()
         self.patterns = patterns or self.options.patterns
         self.progress, self.task = progress, task
-        self.keep_traces, self.needs_events = keep_traces, needs_events
+        self.keep_traces, self.needs_events, self.overlap_detail = keep_traces, needs_events, overlap_detail
         self._loaded: dict[int, LoadedRun] = {}
         self._results: list[RunResult] | None = None
         self._started = started
@@ -120,8 +123,9 @@ class OpenRuns:
         try:
             loaded = self.loaded(i)
             rows = run_call_rows(loaded) if self.needs_events else None
-            analysis = analyze_run(loaded, skip_steps=self.options.skip_steps, rows=None if rows is None else rows[0])
-            spread = run_across_ranks(loaded, analysis.steps)
+            skip, detail = self.options.skip_steps, self.overlap_detail
+            analysis = analyze_run(loaded, skip_steps=skip, rows=None if rows is None else rows[0], op_phase=detail)
+            spread = run_across_ranks(loaded, analysis.steps) if detail else pd.DataFrame(columns=ACROSS_COLUMNS)
         except TraceError as e:
             self._tick(run, str(e))
             return RunResult(run, None, pd.DataFrame(), error=str(e), failed=run.paths)

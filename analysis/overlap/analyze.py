@@ -155,9 +155,12 @@ def analyze_trace(trace: Trace, patterns: Patterns | None = None, *, skip_steps:
     return analyze_run(measure_run(trace, patterns), skip_steps=skip_steps)
 
 
-def analyze_run(run: LoadedRun, *, skip_steps: int = 0, rows: pd.DataFrame | None = None) -> Analysis:
+def analyze_run(
+    run: LoadedRun, *, skip_steps: int = 0, rows: pd.DataFrame | None = None, op_phase: bool = True
+) -> Analysis:
     """The overlap metrics of a loaded run, from its activity and collective calls (`rows`: its
-    collective_rows.call_rows rows, when the caller has them already)."""
+    collective_rows.call_rows rows, when the caller has them already); op_phase=False: its by_op_phase
+    not measured, left without rows (for a caller that shows no op/phase split: the report)."""
     trace, patterns = run.trace, run.patterns
     per_step, totals = measure_trace(trace, patterns, run.works)
     if rows is None:
@@ -168,12 +171,16 @@ def analyze_run(run: LoadedRun, *, skip_steps: int = 0, rows: pd.DataFrame | Non
     summary["comm_note"] = unrecognised_comm_note(trace, patterns, world_size(trace.meta, len(trace.ranks)))
     summary["clock_note"] = str(trace.info.get(0, {}).get(CLOCK_NOTE_KEY, ""))
     summary["phases"] = phases_of(trace)
-    split = by_op_phase(trace, run.calls, per_step, patterns)
+    split = by_op_phase(trace, run.calls, per_step, patterns) if op_phase else _no_op_phase_rows()
     groups = group_overlap_rows(run.calls.frame, run.calls.compute)
     for frame in (per_step, totals, split, groups):
         for i, (k, v) in enumerate(trace_keys(trace).items()):
             frame.insert(i, k, v)
     return Analysis(per_step, totals, summary, split, groups)
+
+
+def _no_op_phase_rows() -> pd.DataFrame:
+    return pd.DataFrame({c: pd.Series(dtype=object) for c in OP_PHASE_COLUMNS})
 
 
 def by_op_phase(trace: Trace, calls: Calls, per_step: pd.DataFrame, patterns: Patterns | None = None) -> pd.DataFrame:
@@ -184,7 +191,7 @@ def by_op_phase(trace: Trace, calls: Calls, per_step: pd.DataFrame, patterns: Pa
     steps = op_phase_rows(labelled, calls.compute).merge(kept, on=["rank", "step"], how="inner")
     rows = [frame for frame in (steps, op_phase_rows(labelled, calls.compute, per_step=False)) if len(frame)]
     if not rows:
-        return pd.DataFrame({c: pd.Series(dtype=object) for c in OP_PHASE_COLUMNS})
+        return _no_op_phase_rows()
     out = pd.concat(rows, ignore_index=True)
     return out.astype({"step": "Int64"})
 

@@ -129,7 +129,8 @@ def _run(args: argparse.Namespace) -> int:
 
         return run_gate(args)
     task = partial(hashed_file, patterns=cli.patterns_from(args))  # files analysed in tasks come back hashed
-    runs = cli.open_from_args(args, "[report]", task=task, needs_events=True)
+    # the pages show neither the op/phase split nor the per-step view across ranks: not measured
+    runs = cli.open_from_args(args, "[report]", task=task, needs_events=True, overlap_detail=False)
     try:
         result = runs.report(
             args.output,

@@ -264,7 +264,7 @@ def run_call_rows(run: LoadedRun) -> RunRows:
     rows, facts, gathers = _with_in_time(
         run.trace, *call_rows(run.trace, run.patterns, run.works, run.calls), run.patterns
     )
-    return rows, facts, gathers, rank_spans(run.trace, run.patterns).assign(path=run.trace.path)
+    return rows, facts, gathers, rank_spans(run.trace, run.patterns, run.step_ranges).assign(path=run.trace.path)
 
 
 def _with_in_time(

@@ -249,11 +249,11 @@ def is_host_side(trace: Trace, part: int, pid: int, comm_kernels: int, comm_rang
     return backend == "gloo" or (comm_kernels == 0 and comm_ranges > 0)
 
 
-def rank_work(trace: Trace, patterns: Patterns | None = None) -> list[RankWork]:
+def rank_work(trace: Trace, patterns: Patterns | None = None, steps: pd.DataFrame | None = None) -> list[RankWork]:
     """Every rank's activity, windowed by its steps and over the whole capture (measured once per run, by
-    loaded_run.measure_run, and handed down)."""
+    loaded_run.measure_run, and handed down); `steps`: the trace's phases.find_steps when the caller has them."""
     patterns = patterns or Patterns()
-    steps = find_steps(trace.nvtx, patterns)
+    steps = steps if steps is not None else find_steps(trace.nvtx, patterns)
     ranges = _ranges_by_phase(trace, patterns)
     ranges["comm"] = ranges["comm"].assign(counted=counted_comm_ranges(ranges["comm"]))
     ops = trace.gpu_ops

@@ -228,12 +228,14 @@ def _range_families(trace: Trace, ranges: pd.DataFrame) -> np.ndarray:
     return np.where(np.array(gloo, dtype=bool), family_of_range("gloo"), "comm ranges").astype(object)
 
 
-def step_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: ArrayLike) -> np.ndarray:
+def step_at(
+    trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike, t: ArrayLike, steps: pd.DataFrame | None = None
+) -> np.ndarray:
     """Number of the step whose window (phases.step_windows: on GPU traces start to next step's start) holds each
-    time t of process (part, pid); -1 outside every step."""
+    time t of process (part, pid); -1 outside every step. `steps`: the trace's find_steps when the caller has them."""
     part, pid, t = (np.asarray(a, dtype=np.int64) for a in (part, pid, t))
     out = np.full(t.shape, -1, dtype=np.int64)
-    steps = find_steps(trace.nvtx, patterns)
+    steps = steps if steps is not None else find_steps(trace.nvtx, patterns)
     keys, step_keys = process_key(part, pid), process_key(steps["part"], steps["pid"])
     none = np.zeros(0, dtype=np.int64)
     for key in np.unique(step_keys):  # one iteration per process
@@ -258,36 +260,45 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
     return out
 
 
-def outside_steps(trace: Trace, patterns: Patterns, calls: pd.DataFrame) -> np.ndarray:
+def outside_steps(
+    trace: Trace, patterns: Patterns, calls: pd.DataFrame, steps: pd.DataFrame | None = None
+) -> np.ndarray:
     """Per call (part, pid, step): whether it lies outside every step (-1) of a process that has steps
     (in a process without step ranges every call is -1 and the whole capture is what is measured)."""
-    steps = find_steps(trace.nvtx, patterns)
+    steps = steps if steps is not None else find_steps(trace.nvtx, patterns)
     stepped = np.isin(process_key(calls["part"], calls["pid"]), process_key(steps["part"], steps["pid"]))
     return stepped & (calls["step"].to_numpy() < 0)
 
 
-def call_times(trace: Trace, patterns: Patterns) -> tuple[pd.DataFrame, str]:
+def call_times(trace: Trace, patterns: Patterns, steps: pd.DataFrame | None = None) -> tuple[pd.DataFrame, str]:
     """(the calls with rank, part, op, step, issue/start/end ns and what else the source gives, but
-    no bytes, phase or compute; the source): what clock alignment needs (run/clocks.py)."""
+    no bytes, phase or compute; the source): what clock alignment needs (run/clocks.py). `steps`: as step_at's."""
     kernels = _kernel_calls(trace, patterns) if len(trace.gpu_ops) else pd.DataFrame()
     source = KERNELS if len(kernels) else RANGES
     calls = kernels if source == KERNELS else _range_calls(trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
-    calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue)
+    calls["step"] = step_at(trace, patterns, calls["part"], calls["pid"], issue, steps)
     return calls, source
 
 
-def find_calls(trace: Trace, patterns: Patterns | None = None, works: list[RankWork] | None = None) -> Calls:
+def find_calls(
+    trace: Trace,
+    patterns: Patterns | None = None,
+    works: list[RankWork] | None = None,
+    steps: pd.DataFrame | None = None,
+) -> Calls:
     """Every collective call per rank with op, tag, bytes, issue/arrival/completion, step and phase;
-    `works`: rank_work(trace, patterns) when the caller has it already (the ranks' compute comes from it)."""
+    `works`: rank_work(trace, patterns) when the caller has it already (the ranks' compute comes from it),
+    `steps`: the trace's phases.find_steps likewise (found here otherwise)."""
     patterns = patterns or Patterns()
-    calls, source = call_times(trace, patterns)
+    steps = steps if steps is not None else find_steps(trace.nvtx, patterns)
+    calls, source = call_times(trace, patterns, steps)
     calls["bytes"] = _bytes(calls, trace)
     issue = calls["issue_ns"].to_numpy(dtype=np.int64)
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
     groups = fold_inferred(group_columns(trace, calls), world_size(trace.meta, len(trace.ranks)))
     calls = pd.concat([calls.drop(columns="group"), groups.set_axis(calls.index)], axis=1)
-    calls.loc[outside_steps(trace, patterns, calls), "phase"] = OUTSIDE_STEPS
+    calls.loc[outside_steps(trace, patterns, calls, steps), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
-    compute = compute_sets(works if works is not None else rank_work(trace, patterns))
+    compute = compute_sets(works if works is not None else rank_work(trace, patterns, steps))
     return Calls(frame=frame, source=source, compute=compute)

@@ -27,10 +27,11 @@ SYNC_WAIT = "sync_wait"
 DATA_RANGE = re.compile(rf"^{re.escape(DATA)}$")
 
 
-def rank_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
-    """The trace's step, phase and data ranges with their rank (step -1 except on `step` rows)."""
+def rank_spans(trace: Trace, patterns: Patterns | None = None, steps: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The trace's step, phase and data ranges with their rank (step -1 except on `step` rows); `steps`: its
+    phases.find_steps when the caller has them."""
     patterns = patterns or Patterns()
-    frames = [find_steps(trace.nvtx, patterns).assign(kind="step")]
+    frames = [(steps if steps is not None else find_steps(trace.nvtx, patterns)).assign(kind="step")]
     for kind in PHASE_KINDS:
         frames.append(ranges_named(trace.nvtx, patterns.regex(kind)).assign(kind=kind, step=-1))
     frames.append(ranges_named(trace.nvtx, DATA_RANGE).assign(kind="data", step=-1))
@@ -55,10 +56,10 @@ def empty_spans() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=object if c == "kind" else np.int64) for c in SPAN_COLUMNS})
 
 
-def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFrame:
+def backward_spans(trace: Trace, patterns: Patterns | None = None, steps: pd.DataFrame | None = None) -> pd.DataFrame:
     """rank, step, start_ns, end_ns of each step's backward pass: on GPU traces the first start to last end
     of the compute kernels launched inside `backward` ranges; on CPU traces the backward ranges (measured
-    once per run: loaded_run.LoadedRun.backward_spans)."""
+    once per run: loaded_run.LoadedRun.backward_spans; `steps`: the trace's phases.find_steps, as step_at's)."""
     patterns = patterns or Patterns()
     backward = ranges_named(trace.nvtx, patterns.regex("backward"))
     ops = trace.gpu_ops
@@ -69,7 +70,7 @@ def backward_spans(trace: Trace, patterns: Patterns | None = None) -> pd.DataFra
     else:
         work = backward[["part", "pid", "start", "end"]]
         when, keys = work["start"].to_numpy(), ["part", "pid"]
-    work = work.assign(step=step_at(trace, patterns, work["part"], work["pid"], when))
+    work = work.assign(step=step_at(trace, patterns, work["part"], work["pid"], when, steps))
     work = work[work["step"] >= 0].merge(trace.ranks[["rank", *keys]].drop_duplicates(keys), on=keys)
     spans = work.groupby(["rank", "step"]).agg(start_ns=("start", "min"), end_ns=("end", "max"))
     return spans.reset_index()

@@ -50,12 +50,12 @@ class LoadedRun:
     @cached_property
     def calls(self) -> Calls:
         """Every collective call per rank (collective_calls.find_calls), measured on first use."""
-        return find_calls(self.trace, self.patterns, self.works)
+        return find_calls(self.trace, self.patterns, self.works, self.step_ranges)
 
     @cached_property
     def backward_spans(self) -> pd.DataFrame:
         """rank, step, start_ns, end_ns of each step's backward pass (measure/rank_spans.py), measured on first use."""
-        return backward_spans(self.trace, self.patterns)
+        return backward_spans(self.trace, self.patterns, self.step_ranges)
 
     @property
     def step_starts(self) -> pd.DataFrame:
@@ -68,7 +68,8 @@ class LoadedRun:
 def measure_run(trace: Trace, patterns: Patterns | None = None) -> LoadedRun:
     """The loaded trace measured once: its step ranges and every rank's activity."""
     patterns = patterns or Patterns()
-    return LoadedRun(trace, patterns, find_steps(trace.nvtx, patterns), rank_work(trace, patterns))
+    steps = find_steps(trace.nvtx, patterns)  # once: the activity, the calls and the spans are windowed by them
+    return LoadedRun(trace, patterns, steps, rank_work(trace, patterns, steps))
 
 
 def load_run(

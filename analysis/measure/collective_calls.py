@@ -260,12 +260,10 @@ def _phase_at(trace: Trace, patterns: Patterns, part: ArrayLike, pid: ArrayLike,
     return out
 
 
-def outside_steps(
-    trace: Trace, patterns: Patterns, calls: pd.DataFrame, steps: pd.DataFrame | None = None
-) -> np.ndarray:
+def outside_steps(calls: pd.DataFrame, steps: pd.DataFrame) -> np.ndarray:
     """Per call (part, pid, step): whether it lies outside every step (-1) of a process that has steps
-    (in a process without step ranges every call is -1 and the whole capture is what is measured)."""
-    steps = steps if steps is not None else find_steps(trace.nvtx, patterns)
+    (`steps`: the trace's phases.find_steps; in a process without step ranges every call is -1 and the whole
+    capture is what is measured)."""
     stepped = np.isin(process_key(calls["part"], calls["pid"]), process_key(steps["part"], steps["pid"]))
     return stepped & (calls["step"].to_numpy() < 0)
 
@@ -298,7 +296,7 @@ def find_calls(
     calls["phase"] = _phase_at(trace, patterns, calls["part"], calls["pid"], issue)
     groups = fold_inferred(group_columns(trace, calls), world_size(trace.meta, len(trace.ranks)))
     calls = pd.concat([calls.drop(columns="group"), groups.set_axis(calls.index)], axis=1)
-    calls.loc[outside_steps(trace, patterns, calls, steps), "phase"] = OUTSIDE_STEPS
+    calls.loc[outside_steps(calls, steps), "phase"] = OUTSIDE_STEPS
     frame = calls[CALL_COLUMNS].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
     compute = compute_sets(works if works is not None else rank_work(trace, patterns, steps))
     return Calls(frame=frame, source=source, compute=compute)

@@ -32,6 +32,11 @@ CSV has no prefetch column):
 
     python benchmarks/advise_crossval.py --impl torch --traces t1.sqlite t25.sqlite --measured sweep.csv
     python benchmarks/advise_crossval.py --impl fsdp --traces p1.sqlite p2.sqlite --measured 1=p1.csv 2=p2.csv
+
+Saved with --save, the recordings and measurements are predicted again (after a change to the model) with
+--rescore, recording and measuring nothing:
+
+    python benchmarks/advise_crossval.py --impl fsdp --rescore cv/fsdp_tiny/save.json
 """
 
 from __future__ import annotations
@@ -122,6 +127,15 @@ def read_measured(impl: str, specs: list[str]) -> dict[str, list[float]]:
                 raise SystemExit(f"{spec}: give the setting as SETTING=CSV (the CSV has no bucket_mb)")
             out.setdefault(k, []).append(float(r["avg_step_time_ms"]))
     return out
+
+
+def rescored(path: Path) -> tuple[list[str], dict[str, list[float]]]:
+    """(traces, measurements) of a --save file, to predict again."""
+    try:
+        saved = json.loads(path.read_text())
+        return [r["trace"] for r in saved["advice"]], {k: list(v) for k, v in saved["measured"].items()}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise SystemExit(f"{path}: not a --save file of this script ({e})") from None
 
 
 def spread_pct(values: list[float], base: float) -> float:
@@ -244,15 +258,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--traces", nargs="+", default=None, help="recorded traces: predict from these, record none")
     p.add_argument("--measured", nargs="+", default=None, help="ddp.benchmark CSV, or SETTING=CSV pairs: measure none")
     p.add_argument("--save", type=Path, default=None, help="write the predictions and measurements here (JSON)")
+    p.add_argument("--rescore", type=Path, default=None, help="a --save file: predict its recordings again")
     args = p.parse_args(argv)
+    if args.rescore is not None and (args.traces is not None or args.measured is not None):
+        p.error("--rescore takes its recordings and measurements from the saved file")
     if (args.traces is None) != (args.measured is None):
         p.error("--traces and --measured go together (recordings made elsewhere)")
-    if args.traces is None and not args.settings:
+    if args.traces is None and args.rescore is None and not args.settings:
         p.error("--settings: the settings to record at and measure")
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
-        if args.traces is not None:
+        if args.rescore is not None:
+            traces, measured = rescored(args.rescore)
+        elif args.traces is not None:
             measured = read_measured(args.impl, args.measured)
             traces = args.traces
         else:

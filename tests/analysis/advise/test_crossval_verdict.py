@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import statistics
 import sys
 from pathlib import Path
@@ -75,3 +76,18 @@ def test_kept_within_the_noise_on_both_sides(crossval):
 def test_within_five_percent_of_the_best_is_met(crossval):
     line = crossval.recommendation(result("2", "2s", kept=False, gain_ms=9.0, beyond_noise=True), SWEEPS)
     assert verdict(line) == "met"
+
+
+def test_rescore_reads_back_what_save_wrote(crossval, tmp_path):
+    """--rescore predicts again from a --save file: its traces in order, its measurements by setting."""
+    saved = tmp_path / "save.json"
+    advice = [result("1", "2", kept=False, gain_ms=3.0, beyond_noise=True), result("2", "2", kept=True,
+              gain_ms=0.0, beyond_noise=False)]  # fmt: skip
+    advice[0]["trace"], advice[1]["trace"] = "/cv/fsdp_1/fsdp.sqlite", "/cv/fsdp_2/fsdp.sqlite"
+    saved.write_text(json.dumps({"advice": advice, "measured": SWEEPS}))
+    traces, measured = crossval.rescored(saved)
+    assert traces == ["/cv/fsdp_1/fsdp.sqlite", "/cv/fsdp_2/fsdp.sqlite"]
+    assert measured == SWEEPS
+    saved.write_text('{"measured": {}}')
+    with pytest.raises(SystemExit, match=r"save\.json: not a --save file of this script"):
+        crossval.rescored(saved)

@@ -158,7 +158,7 @@ def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
     if recorded not in measured:
         raise SystemExit(f"{result['trace']}: its recorded setting {recorded} was not measured")
     base = statistics.median(measured[recorded])
-    noise_pred = 100.0 * result.get("step_spread_ms", 0.0) / result["measured_step_ms"]
+    noise_pred = 100.0 * result.get("step_noise_ms", 0.0) / result["measured_step_ms"]
     rows = []
     for key, values in measured.items():
         c = by.get(key)

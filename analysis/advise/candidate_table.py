@@ -47,7 +47,7 @@ def change_json(candidate: Any, noise_ms: float) -> dict:
 
 def beyond_noise(change_ms: float, change_ms_err: float, noise_ms: float) -> bool:
     """Whether a predicted change can be told from no change: larger than its own 95 % half-width (the
-    interval leaves out zero) and than the run's step-to-step spread `noise_ms`."""
+    interval leaves out zero) and than the noise of the run's mean step `noise_ms`."""
     return abs(change_ms) > max(change_ms_err, noise_ms)
 
 

@@ -22,7 +22,15 @@ from analysis.advise.buckets.result import Advice, Candidate, ReplayCheck
 from analysis.advise.comm_cost import CommCost, fit_cost
 from analysis.advise.recorded import STRATEGIES, run_meta
 from analysis.advise.slowdown import backward_slope
-from analysis.advise.uncertainty import choose, half_width, resampled_calls, resamples, row_means_ms, step_spread_ms
+from analysis.advise.uncertainty import (
+    choose,
+    half_width,
+    resampled_calls,
+    resamples,
+    row_means_ms,
+    step_noise_ms,
+    step_spread_ms,
+)
 from analysis.run.loaded_run import LoadedRun
 from analysis.trace.frames import NS_PER_MS
 from contract.buckets import FIRST_BUCKET_MB, MIB, plan_buckets
@@ -178,7 +186,7 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         slowdown=lam,
         cost=rec.cost,
         candidates=candidates,
-        recommendation=choose(reps, steps_ms, recorded, step_spread_ms(run.step_ns)),
+        recommendation=choose(reps, steps_ms, recorded, step_noise_ms(run.step_ns)),
         model="replay" if gpu is None else "stalls",
         slowdown_err=float(half_width(fitted.slowdown)),
         call_wait_ms=None if gpu is None else float(fitted.wait_ns[0] / NS_PER_MS),
@@ -186,6 +194,7 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         replayed=ReplayCheck(float(own_step[0]), float(half_width(own_step)), float(own_exposed[0]),
                           float(half_width(own_exposed))),
         step_spread_ms=step_spread_ms(run.step_ns),
+        step_noise_ms=step_noise_ms(run.step_ns),
         call_host_ms=tuple(float(v) / NS_PER_MS for v in rec.call.host_ns),
         call_host_source=rec.call.source,
     )  # fmt: skip

@@ -88,6 +88,7 @@ class Advice:
     replicates: int = 0
     replayed: ReplayCheck | None = None
     step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
+    step_noise_ms: float = 0.0  # the noise of its mean step (uncertainty.step_noise_ms)
     call_host_ms: tuple[float, ...] = ()  # per rank: host time of each call's issue (call_cost.py)
     call_host_source: str = ""  # how that was measured, or why it was not
 
@@ -121,6 +122,7 @@ class Advice:
             "uncertainty": table.uncertainty_text(self.replicates),
             "absolute_figures": table.ABSOLUTE_FIGURES,
             "step_spread_ms": round(self.step_spread_ms, 3),
+            "step_noise_ms": round(self.step_noise_ms, 3),
             "replay_check": None if self.replayed is None else replay_check(self),
             "comm_cost": [
                 {
@@ -130,7 +132,7 @@ class Advice:
                 }
                 for line in lines
             ],
-            "candidates": [c.to_json(self.recorded_bucket_mb, self.step_spread_ms) for c in self.candidates],
+            "candidates": [c.to_json(self.recorded_bucket_mb, self.step_noise_ms) for c in self.candidates],
             "recommended": None if rec is None else self._recommended_json(rec),
             "recommended_bucket_mb": self.recommended_bucket_mb,
         }
@@ -208,7 +210,8 @@ def table_lines(run: dict) -> list[str]:
     bound = lambda ms: f"{ms:.3f} ms ({ms - measured:+.3f} ms, {100 * (ms - measured) / measured:+.1f} %)"
     out = [
         f"{run['trace']}: {run['implementation']}, {size}, {run['steps']} rank-steps",
-        f"  measured step {measured:.3f} ms (step-to-step spread {run['step_spread_ms']:.3f} ms), exposed "
+        f"  measured step {measured:.3f} ± {run['step_noise_ms']:.3f} ms (95 %; step-to-step spread "
+        f"{run['step_spread_ms']:.3f} ms), exposed "
         f"communication {run['measured_exposed_comm_ms']:.3f} ms; every absolute figure is under the profiler",
     ]
     check = run.get("replay_check")

@@ -30,6 +30,7 @@ from analysis.advise.uncertainty import (
     resampled_calls,
     resamples,
     row_means_ms,
+    step_noise_ms,
     step_spread_ms,
 )
 from analysis.run.loaded_run import LoadedRun
@@ -155,7 +156,7 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
     # the bound: every collective free, never above the replay of the recorded setting it bounds
     free = np.minimum(replay(_free(run), rec.setting).step, at_recorded.step)
     replayed = per_row(at_recorded.step)
-    spread = step_spread_ms(rec.step_ns)
+    noise = step_noise_ms(rec.step_ns)
     return ShardAdvice(
         rec=rec,
         trace=trace,
@@ -168,9 +169,10 @@ def advise_shard(rec: ShardRecorded, trace: str, depths: tuple[int, ...] = DEPTH
         replicates=n_rows - 1,
         costs=costs,
         candidates=candidates,
-        choice=choose(settings, table, rec.setting, spread),
+        choice=choose(settings, table, rec.setting, noise),
         ideal_replayed_ms=float(per_row(free)[0]),
-        step_spread_ms=spread,
+        step_spread_ms=step_spread_ms(rec.step_ns),
+        step_noise_ms=noise,
     )
 
 

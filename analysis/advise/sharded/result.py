@@ -92,6 +92,7 @@ class ShardAdvice:
     choice: Choice | None = None  # its settings are Setting
     ideal_replayed_ms: float = 0.0  # the replay with every collective free (<= replayed_step_ms)
     step_spread_ms: float = 0.0  # the run's step-to-step spread (1 sd of the steps' lengths)
+    step_noise_ms: float = 0.0  # the noise of its mean step (uncertainty.step_noise_ms)
 
     def to_json(self) -> dict:
         r = self.rec
@@ -116,12 +117,13 @@ class ShardAdvice:
             "ideal_step_ms": round(self.ideal_step_ms, 3),
             "ideal_replayed_ms": round(self.ideal_replayed_ms, 3),
             "step_spread_ms": round(self.step_spread_ms, 3),
+            "step_noise_ms": round(self.step_noise_ms, 3),
             "absolute_figures": table.ABSOLUTE_FIGURES,
             "compute_slowdown": round(self.slowdown, 4),
             "compute_slowdown_err": round(self.slowdown_err, 4),
             "uncertainty": table.uncertainty_text(self.replicates),
             "comm_cost": {op: {**line_json(k.overall), **self._priced(op)} for op, k in self.costs.items()},
-            "candidates": [k.to_json(r.setting, self.step_spread_ms) for k in self.candidates],
+            "candidates": [k.to_json(r.setting, self.step_noise_ms) for k in self.candidates],
             "recommended": table.choice_json(c, label, "setting", setting=setting_json(c.setting), best_setting=best),
         }
 
@@ -184,7 +186,8 @@ def table_lines(run: dict) -> list[str]:
         f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, "
         f"reduce-scatters {_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), "
         f"{run['steps']} rank-steps",
-        f"  measured step {measured:.3f} ms (step-to-step spread {run['step_spread_ms']:.3f} ms), of which waiting "
+        f"  measured step {measured:.3f} ± {run['step_noise_ms']:.3f} ms (95 %; step-to-step spread "
+        f"{run['step_spread_ms']:.3f} ms), of which waiting "
         f"for weights and the tail {run['measured_wait_ms']:.3f} ms; every absolute figure is under the profiler",
         f"  replay of the recorded setting: {check}",
         f"  perfect overlap (every collective free): {ideal:+.3f} ms ({100 * ideal / measured:+.1f} %) from the "

@@ -10,7 +10,7 @@ import pytest
 from analysis.advise.buckets.result import size_label
 from analysis.advise.sharded.replay import Setting
 from analysis.advise.sharded.result import label
-from analysis.advise.uncertainty import Z95, changes, choose, resamples, step_spread_ms
+from analysis.advise.uncertainty import Z95, changes, choose, resamples, step_noise_ms, step_spread_ms
 
 
 def steps(estimate: list[float], spread: float, replicates: int = 400) -> np.ndarray:
@@ -79,6 +79,17 @@ def test_the_step_spread_is_the_sd_of_the_steps_rank_means():
     assert step_spread_ms(np.array([[5e6, 5e6]])) == 0.0
 
 
+def test_the_step_noise_is_the_95_percent_half_width_of_the_mean_step():
+    # plain Python: 1.96 x the sample sd of the steps' rank means / sqrt(the number of steps)
+    step_ns = np.array([[10e6, 12e6], [14e6, 14e6], [9e6, 11e6], [12e6, 12e6]])
+    means = [11.0, 14.0, 10.0, 12.0]
+    mu = sum(means) / 4
+    sd = (sum((m - mu) ** 2 for m in means) / 3) ** 0.5
+    assert step_noise_ms(step_ns) == pytest.approx(1.96 * sd / 4**0.5)
+    assert step_noise_ms(step_ns) < step_spread_ms(step_ns)  # from four steps on, narrower than one step's spread
+    assert step_noise_ms(np.array([[5e6, 5e6]])) == 0.0
+
+
 def test_changes_are_paired_by_replicate():
     rows = np.array([[10.0, 12.0], [11.0, 13.0], [9.0, 11.0], [10.0, 12.5]])
     change, err = changes(rows, 0)
@@ -87,18 +98,19 @@ def test_changes_are_paired_by_replicate():
     assert err[1] == pytest.approx(Z95 * d.std()) and err[0] == 0
 
 
-def test_within_the_runs_step_spread_the_recorded_setting_is_kept():
-    # 1 MiB 5 ms faster, beyond the bootstrap's 0.98 ms, but the run's steps vary by 8 ms: no verdict
+def test_within_the_noise_of_the_runs_mean_step_the_recorded_setting_is_kept():
+    # 1 MiB 5 ms faster, beyond the bootstrap's 0.98 ms, but the run's mean step is known to ± 8 ms: no verdict
     every = steps([570.0, 575.0], 0.5)
     rec = choose([1.0, 25.0], every, 25.0, noise_ms=8.0)
     assert rec.kept and rec.setting == 25.0 and not rec.beyond_noise
     assert rec.reason(size_label, "size") == (
-        "kept: no size is predicted to differ from the recorded one beyond the run's step-to-step spread (8.000 ms)"
+        "kept: no size is predicted to differ from the recorded one beyond the noise of the run's mean step "
+        "(± 8.000 ms)"
     )
-    # a third, slower size differs beyond the spread, the best gain does not: kept, the gain named
+    # a third, slower size differs beyond the noise, the best gain does not: kept, the gain named
     three = np.column_stack([every, every[:, 1] + 20.0])
     rec = choose([1.0, 25.0, 50.0], three, 25.0, noise_ms=8.0)
     assert rec.kept and rec.beyond_noise
-    assert rec.reason(size_label, "size").startswith("kept: 1 MiB would gain 5.000 ± 0.980 ms, within the run's")
-    # a spread smaller than the gain: the switch stands
+    assert rec.reason(size_label, "size").startswith("kept: 1 MiB would gain 5.000 ± 0.980 ms, within the noise")
+    # noise smaller than the gain: the switch stands
     assert choose([1.0, 25.0], every, 25.0, noise_ms=2.0).setting == 1.0

@@ -10,10 +10,12 @@ place: with every other sweep reversed, the middle one of three was always timed
 setting, the predicted change (% of the step, ± its 95 % interval), the measured change, their difference
 in percentage points and the verdict (within 10 points; both within the noise: a predicted change advise
 cannot tell from none, its `change_beyond_noise` false, and a measured one within the noise below; or
-missed); then per recording the recommended setting against the best measured one (target: within 5 %,
-or the recorded setting kept with no difference beyond the noise on both sides: advise kept it because no
-gain could be told from the noise, and the best measured setting's change from it, measured as the table's
-changes are, is within its measured noise).
+missed), and the change between the two settings' own recordings (each under nsys: what a model that
+reproduced every recording would predict, so that an error splits into the model's and the recordings'
+own departure from unprofiled runs); then per recording the recommended setting against the best
+measured one (target: within 5 %, or the recorded setting kept with no difference beyond the noise on
+both sides: advise kept it because no gain could be told from the noise, and the best measured setting's
+change from it, measured as the table's changes are, is within its measured noise).
 
 The measured change of a setting is the median over sweeps of its change from the recorded setting timed
 in the same sweep, and the noise half the range of those per-sweep changes (listed after the verdict): on
@@ -152,8 +154,12 @@ def paired_pct(values: list[float], recorded: list[float]) -> list[float]:
     return [100.0 * (v - r) / r for v, r in zip(values, recorded, strict=True)]
 
 
-def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
-    """One row per measured setting of one recording: predicted and measured change and their difference."""
+def error_rows(
+    result: dict, measured: dict[str, list[float]], recorded_steps: dict[str, float] | None = None
+) -> list[dict]:
+    """One row per measured setting of one recording: predicted and measured change and their difference, and
+    (where `recorded_steps` has the setting's own recording, under the profiler) the change between the two
+    recordings' steps: what a model that reproduced every recording exactly would predict."""
     recorded, by = predictions(result)
     if recorded not in measured:
         raise SystemExit(f"{result['trace']}: its recorded setting {recorded} was not measured")
@@ -174,10 +180,12 @@ def error_rows(result: dict, measured: dict[str, list[float]]) -> list[dict]:
         told = c.get("change_beyond_noise", abs(pred) > noise_pred)
         quiet = not told and abs(got) <= noise
         verdict = "met" if abs(pred - got) <= TARGET_PP else ("both within the noise" if quiet else "MISSED")
+        steps = recorded_steps or {}
+        between = 100.0 * (steps[key] / steps[recorded] - 1) if key in steps and recorded in steps else None
         rows.append(
             {"recorded": recorded, "setting": key, "predicted_pct": pred,
              "predicted_err": c["predicted_change_pct_err"], "measured_pct": got, "error_pp": pred - got,
-             "noise_pct": noise, "verdict": verdict, "per_sweep_pct": paired}
+             "noise_pct": noise, "verdict": verdict, "per_sweep_pct": paired, "recordings_pct": between}
         )  # fmt: skip
     return rows
 
@@ -226,17 +234,21 @@ def recommendation(result: dict, measured: dict[str, list[float]]) -> str:
 
 
 def table(results: list[dict], measured: dict[str, list[float]]) -> list[str]:
+    recorded_steps = {predictions(r)[0]: float(r["measured_step_ms"]) for r in results}
     lines = [
         "measured (no profiler), median ms/step: "
         + ", ".join(f"{k} {statistics.median(v):.1f} ({len(v)} sweeps)" for k, v in measured.items()),
-        f"{'recorded':>8} {'setting':>7} {'predicted %':>16} {'measured %':>10} {'error pp':>8} {'noise %':>7}"
-        "  verdict (per-sweep changes, each against the recorded setting timed in the same sweep)",
+        f"{'recorded':>8} {'setting':>7} {'predicted %':>16} {'measured %':>10} {'error pp':>8} {'noise %':>7} "
+        f"{'recordings %':>12}  verdict (per-sweep changes, each against the recorded setting timed in the same "
+        "sweep)",
     ]
     for result in results:
-        for r in error_rows(result, measured):
+        for r in error_rows(result, measured, recorded_steps):
+            between = "" if r["recordings_pct"] is None else f"{r['recordings_pct']:+.1f}"
             lines.append(
                 f"{r['recorded']:>8} {r['setting']:>7} {r['predicted_pct']:>+8.1f} ± {r['predicted_err']:<5.1f} "
-                f"{r['measured_pct']:>+10.1f} {r['error_pp']:>+8.1f} {r['noise_pct']:>7.1f}  {r['verdict']}"
+                f"{r['measured_pct']:>+10.1f} {r['error_pp']:>+8.1f} {r['noise_pct']:>7.1f} {between:>12}  "
+                f"{r['verdict']}"
                 + (f" ({', '.join(f'{v:+.1f}' for v in r['per_sweep_pct'])})" if r["per_sweep_pct"] else "")
             )
     lines += [recommendation(result, measured) for result in results]

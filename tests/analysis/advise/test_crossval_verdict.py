@@ -91,3 +91,18 @@ def test_rescore_reads_back_what_save_wrote(crossval, tmp_path):
     saved.write_text('{"measured": {}}')
     with pytest.raises(SystemExit, match=r"save\.json: not a --save file of this script"):
         crossval.rescored(saved)
+
+
+def test_the_recordings_column_is_the_change_between_the_two_recordings_steps(crossval):
+    """Plain Python: the setting's own recording against the recorded one's, in % of the latter."""
+    two = result("2", "2", kept=True, gain_ms=0.0, beyond_noise=False)
+    two["measured_step_ms"] = 240.0
+    two["candidates"] = [
+        {"setting": {"prefetch": p, "separate_reduce_scatter": s}, "predicted_change_pct": d,
+         "predicted_change_pct_err": 0.5}
+        for p, s, d in ((2, False, 0.0), (2, True, -1.0), (1, False, 12.0))
+    ]  # fmt: skip
+    rows = {r["setting"]: r for r in crossval.error_rows(two, SWEEPS, {"2": 240.0, "2s": 228.0})}
+    assert rows["2s"]["recordings_pct"] == pytest.approx(100 * (228.0 / 240.0 - 1))
+    assert rows["1"]["recordings_pct"] is None  # depth 1 was measured, not recorded
+    assert rows["2"]["recordings_pct"] == 0.0

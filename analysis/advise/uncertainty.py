@@ -8,7 +8,7 @@ are paired across candidates, so the gain of one candidate over another has its 
 the recorded setting is kept unless the best candidate's gain exceeds it, and kept as well when the gain
 is within the noise of the run's own mean step (`step_noise_ms`: Z95 x its step-to-step spread / sqrt of
 its steps): a change smaller than what the recorded run's measured step is known to cannot be told from
-noise. (The spread of single steps, the rule before, is no such bound: a CPU run whose steps varied by 10 %
+noise. (The spread of single steps, the rule before, is no such bound: a CPU run whose steps varied by 9 %
 under nsys kept its setting where unprofiled sweeps measured another 13 % faster.)
 """
 

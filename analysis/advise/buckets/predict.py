@@ -155,6 +155,7 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
     anchored = measured_rows[:, None] + d_step
     anchored_exposed = np.maximum(exposed_meas_rows[:, None] + d_exposed, 0.0)
     measured = float(base["step_ms"].mean())
+    noise = step_noise_ms(run.step_ns)  # what the recorded mean step is known to: the keep rule's yardstick
     exposed = float(base["exposed_comm_ms"].mean())
     candidates = []
     for g, (layout, same) in enumerate(groups.items()):
@@ -186,7 +187,7 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         slowdown=lam,
         cost=rec.cost,
         candidates=candidates,
-        recommendation=choose(reps, steps_ms, recorded, step_noise_ms(run.step_ns)),
+        recommendation=choose(reps, steps_ms, recorded, noise),
         model="replay" if gpu is None else "stalls",
         slowdown_err=float(half_width(fitted.slowdown)),
         call_wait_ms=None if gpu is None else float(fitted.wait_ns[0] / NS_PER_MS),
@@ -194,7 +195,7 @@ def advise_buckets(loaded: LoadedRun, impl: str, bucket_mb: Iterable[float] | No
         replayed=ReplayCheck(float(own_step[0]), float(half_width(own_step)), float(own_exposed[0]),
                           float(half_width(own_exposed))),
         step_spread_ms=step_spread_ms(run.step_ns),
-        step_noise_ms=step_noise_ms(run.step_ns),
+        step_noise_ms=noise,
         call_host_ms=tuple(float(v) / NS_PER_MS for v in rec.call.host_ns),
         call_host_source=rec.call.source,
     )  # fmt: skip

@@ -18,6 +18,9 @@ from analysis.errors import TraceError
 from analysis.parallel.tasks import Outcome, call_task, failure_line
 
 DASK_CONNECT_TIMEOUT = "20s"
+# With the dashboard off, a local scheduler still serves HTTP (health routes) on 8787 and warns when another
+# cluster holds that port: a free port instead, and no dashboard.
+LOCAL_SCHEDULER = {"dashboard_address": ":0"}
 # A LocalCluster's workers (--dask local) without two of distributed's defaults that slow these tasks:
 # MALLOC_TRIM_THRESHOLD_=65536 in the workers' environment also fixes glibc's mmap threshold at
 # 128 KiB, so every array of a file's frames is mmapped and faulted in anew (a 1M-kernel file: 2.1
@@ -57,7 +60,13 @@ def _dask_client(address: str, jobs: int) -> tuple[Any, Any]:
     try:
         if address == "local":
             with dask.config.set(LOCAL_DASK_CONFIG):
-                cluster = LocalCluster(n_workers=jobs, threads_per_worker=1, processes=True, dashboard_address=None)
+                cluster = LocalCluster(
+                    n_workers=jobs,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    scheduler_kwargs=LOCAL_SCHEDULER,
+                )
             return Client(cluster), cluster
         return Client(address, timeout=DASK_CONNECT_TIMEOUT), None
     except (OSError, TimeoutError, ValueError) as e:

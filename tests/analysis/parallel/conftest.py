@@ -10,6 +10,10 @@ import pytest
 def dask_cluster():
     """The address of a 2-worker local Dask cluster, started when first asked for."""
     distributed = pytest.importorskip("distributed")
-    cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None)
+    from analysis.parallel.dask_run import LOCAL_SCHEDULER
+
+    cluster = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, scheduler_kwargs=LOCAL_SCHEDULER
+    )
     yield cluster.scheduler_address
     cluster.close()

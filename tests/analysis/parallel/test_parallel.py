@@ -3,11 +3,14 @@ named while the others finish, the per-rank merge equals loading the run in one 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import sqlite3
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -449,6 +452,21 @@ def test_dask_local_workers_run_without_the_fixed_trim_threshold_and_profiler(mo
     finally:
         client.close()
         cluster.close()
+
+
+def test_a_local_cluster_serves_http_on_a_free_port_when_8787_is_held(monkeypatch):
+    """Two clusters at once (the suite's workers, or a user's own Dask beside --dask local): no warning."""
+    pytest.importorskip("distributed")
+    monkeypatch.delenv("MALLOC_TRIM_THRESHOLD_", raising=False)
+    with socket.socket() as held, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with contextlib.suppress(OSError):  # held by someone else already: the same case
+            held.bind(("", 8787))
+            held.listen()
+        client, cluster = dask_run._dask_client("local", 1)
+        client.close()
+        cluster.close()
+    assert not [w for w in caught if "8787" in str(w.message)]
 
 
 def test_a_fixed_malloc_trim_threshold_is_undone_only_where_set(monkeypatch):

@@ -131,13 +131,17 @@ def read_measured(impl: str, specs: list[str]) -> dict[str, list[float]]:
     return out
 
 
-def rescored(path: Path) -> tuple[list[str], dict[str, list[float]]]:
-    """(traces, measurements) of a --save file, to predict again."""
+def rescored(path: Path, impl: str) -> tuple[list[str], dict[str, list[float]]]:
+    """(traces, measurements) of a --save file of `impl`'s recordings, to predict again."""
     try:
         saved = json.loads(path.read_text())
-        return [r["trace"] for r in saved["advice"]], {k: list(v) for k, v in saved["measured"].items()}
+        traces, measured = [r["trace"] for r in saved["advice"]], {k: list(v) for k, v in saved["measured"].items()}
+        recorded = {str(r["implementation"]) for r in saved["advice"]}
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SystemExit(f"{path}: not a --save file of this script ({e})") from None
+    if recorded != {impl}:
+        raise SystemExit(f"{path}: recordings of {', '.join(sorted(recorded))}, not of --impl {impl}")
+    return traces, measured
 
 
 def spread_pct(values: list[float], base: float) -> float:
@@ -282,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         out = args.out or Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
         if args.rescore is not None:
-            traces, measured = rescored(args.rescore)
+            traces, measured = rescored(args.rescore, args.impl)
         elif args.traces is not None:
             measured = read_measured(args.impl, args.measured)
             traces = args.traces

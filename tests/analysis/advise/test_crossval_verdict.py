@@ -84,13 +84,17 @@ def test_rescore_reads_back_what_save_wrote(crossval, tmp_path):
     advice = [result("1", "2", kept=False, gain_ms=3.0, beyond_noise=True), result("2", "2", kept=True,
               gain_ms=0.0, beyond_noise=False)]  # fmt: skip
     advice[0]["trace"], advice[1]["trace"] = "/cv/fsdp_1/fsdp.sqlite", "/cv/fsdp_2/fsdp.sqlite"
+    for a in advice:
+        a["implementation"] = "fsdp"
     saved.write_text(json.dumps({"advice": advice, "measured": SWEEPS}))
-    traces, measured = crossval.rescored(saved)
+    traces, measured = crossval.rescored(saved, "fsdp")
     assert traces == ["/cv/fsdp_1/fsdp.sqlite", "/cv/fsdp_2/fsdp.sqlite"]
     assert measured == SWEEPS
+    with pytest.raises(SystemExit, match=r"save\.json: recordings of fsdp, not of --impl torch_fsdp"):
+        crossval.rescored(saved, "torch_fsdp")
     saved.write_text('{"measured": {}}')
     with pytest.raises(SystemExit, match=r"save\.json: not a --save file of this script"):
-        crossval.rescored(saved)
+        crossval.rescored(saved, "fsdp")
 
 
 def test_the_recordings_column_is_the_change_between_the_two_recordings_steps(crossval):

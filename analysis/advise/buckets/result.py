@@ -210,9 +210,8 @@ def table_lines(run: dict) -> list[str]:
     bound = lambda ms: f"{ms:.3f} ms ({ms - measured:+.3f} ms, {100 * (ms - measured) / measured:+.1f} %)"
     out = [
         f"{run['trace']}: {run['implementation']}, {size}, {run['steps']} rank-steps",
-        f"  measured step {measured:.3f} ± {run['step_noise_ms']:.3f} ms (95 %; step-to-step spread "
-        f"{run['step_spread_ms']:.3f} ms), exposed "
-        f"communication {run['measured_exposed_comm_ms']:.3f} ms; every absolute figure is under the profiler",
+        f"  {table.measured_step_text(run)}, exposed communication {run['measured_exposed_comm_ms']:.3f} ms; "
+        "every absolute figure is under the profiler",
     ]
     check = run.get("replay_check")
     if check:

@@ -186,9 +186,8 @@ def table_lines(run: dict) -> list[str]:
         f"{run['trace']}: {run['implementation']}, {run['units']} units, prefetch {rec['prefetch']}, "
         f"reduce-scatters {_communicator(rec['separate_reduce_scatter'])} ({run['recorded_setting_source']}), "
         f"{run['steps']} rank-steps",
-        f"  measured step {measured:.3f} ± {run['step_noise_ms']:.3f} ms (95 %; step-to-step spread "
-        f"{run['step_spread_ms']:.3f} ms), of which waiting "
-        f"for weights and the tail {run['measured_wait_ms']:.3f} ms; every absolute figure is under the profiler",
+        f"  {table.measured_step_text(run)}, of which waiting for weights and the tail "
+        f"{run['measured_wait_ms']:.3f} ms; every absolute figure is under the profiler",
         f"  replay of the recorded setting: {check}",
         f"  perfect overlap (every collective free): {ideal:+.3f} ms ({100 * ideal / measured:+.1f} %) from the "
         f"recorded step, {run['ideal_step_ms']:.3f} ms (replayed: {run['ideal_replayed_ms']:.3f} ms, at most the "

@@ -3,9 +3,15 @@
 The calls of one run queue on their rank's communicator (GPU: one NCCL stream; CPU: gloo's worker threads,
 `lanes` collectives at once), so a call's service time is measured from its *effective* start, the later of
 its arrival and the end of the call `lanes` places before it on the same communicator, to its end, minus the
-time it waited for the last rank to arrive (call_groups.pair). Those transfer times are fitted by least squares, one
-line per message-size range (the distinct sizes, smallest first, grouped greedily into ranges at most
-RANGE_FACTOR wide; a range gets a line when its sizes span at least MIN_SPREAD), and one line over all calls.
+time it waited for the last rank to arrive (call_groups.pair). Calls of one rank in transfer at once share
+its communication (gloo's threads share the host's cores and memory; separate communicators share the link),
+so each call counts its share of that time (shared_transfer): alone, its whole transfer; beside one other,
+half of the overlap. Counted whole, CPU fsdp runs recorded at prefetch 2-3 priced a 256 KiB gather at 1.7-2.2
+ms against 0.85 ms at prefetch 1, and predicted prefetch 1 +9 to +29 % slower where it measured -4 to +8 %;
+shared out, those gathers cost 0.8-1.4 ms (docs/measurements/2026-11-29-advise-crossval-cpu-4.md). The
+transfer times are fitted by least squares, one line per message-size range (the distinct sizes, smallest
+first, grouped greedily into ranges at most RANGE_FACTOR wide; a range gets a line when its sizes span at
+least MIN_SPREAD), and one line over all calls.
 A size inside a range's sizes takes that range's line; above every range, the largest range's line if that
 range holds the largest recorded size (large messages are bandwidth-bound there too); below every range, the
 smallest's if it holds the smallest recorded size; anywhere else (between ranges, or beyond a range past
@@ -27,6 +33,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from analysis.advise.uncertainty import Z95
+from analysis.measure import intervals as iv
 from analysis.measure.call_groups import pair
 
 RANGE_FACTOR = 16.0  # each message-size range spans this factor of sizes
@@ -163,12 +170,26 @@ def serial_starts(calls: pd.DataFrame, lanes: int = 1, channel: str | None = Non
 
 def transfer_times(calls: pd.DataFrame, world: int, lanes: int = 1, channel: str | None = None) -> pd.DataFrame:
     """rank, step, op, tag, bytes, start_ns (effective start), end_ns, wait_ns (for the last rank) and
-    transfer_ns of every paired call with known bytes (serial_starts, then call_groups.pair)."""
+    transfer_ns of every paired call with known bytes (serial_starts, call_groups.pair, then shared_transfer)."""
     served = calls.assign(start_ns=serial_starts(calls, lanes, channel))
     paired = pair(served if channel is None else served.drop(columns=channel), world)
+    paired["transfer_ns"] = shared_transfer(paired)
     ok = paired["paired"].to_numpy() & paired["bytes"].notna().to_numpy()
     cols = ["rank", "step", "op", "tag", "bytes", "start_ns", "end_ns", "wait_ns", "transfer_ns"]
     return paired.loc[ok, [c for c in cols if c in paired.columns]].reset_index(drop=True)
+
+
+def shared_transfer(paired: pd.DataFrame) -> np.ndarray:
+    """Each paired call's transfer (its last `transfer_ns` before `end_ns`) as its share of the rank's
+    communication: the integral over it of 1 / the rank's calls in transfer then (intervals.shared_lengths,
+    over every communicator of the rank). Calls that never overlap keep their length; NaN stays NaN."""
+    out = paired["transfer_ns"].to_numpy(dtype=float).copy()
+    end, rank = paired["end_ns"].to_numpy(dtype=float), paired["rank"].to_numpy()
+    known = ~np.isnan(out)
+    for r in np.unique(rank[known]):  # one pass per rank (a handful)
+        mine = known & (rank == r)
+        out[mine] = iv.shared_lengths(end[mine] - out[mine], end[mine])
+    return out
 
 
 def line_json(line: Line) -> dict:

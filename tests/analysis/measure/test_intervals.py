@@ -1,6 +1,7 @@
 """Interval algebra against a brute-force reference over integer points (hypothesis)."""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from analysis.measure import intervals as iv
@@ -105,6 +106,15 @@ def test_overlap_lengths_per_interval(queries, other):
     s, e = iv.union(*arrays(other))
     got = iv.overlap_lengths(*arrays(queries), s, e)
     assert got.tolist() == [len(set(range(a, b)) & points(other)) for a, b in queries]
+
+
+@given(interval_lists)
+def test_shared_lengths_split_each_instant_among_the_intervals_over_it(items):
+    got = iv.shared_lengths(*arrays(items))
+    over = lambda t: sum(a <= t < b for a, b in items)
+    want = [sum(1 / over(t) for t in range(a, b)) for a, b in items]
+    assert got == pytest.approx(want, abs=1e-9)
+    assert got.sum() == pytest.approx(len(points(items)))  # the shares add up to the time covered
 
 
 @settings(max_examples=150)

@@ -128,7 +128,9 @@ def test_the_cli_prints_the_candidates_and_the_recommendation(fsdp_run, capsys):
 def test_on_gloo_a_reduce_scatter_costs_two_all_gathers_of_its_bytes(tmp_path):
     """gloo's reduce-scatter is an all-reduce whose range ends at fsdp's wait, not at its completion: the
     replay prices it as two all-gathers of its bytes, from the gathers' own service times (two at once per
-    rank: a call starts at the later of its issue and the end of the call two before it on the group)."""
+    rank: a call starts at the later of its issue and the end of the call two before it on the group; calls in
+    service at once share it)."""
+    import itertools
     import statistics
 
     import numpy as np
@@ -142,11 +144,16 @@ def test_on_gloo_a_reduce_scatter_costs_two_all_gathers_of_its_bytes(tmp_path):
     run, costs, _ = shard_run(rec, np.arange(STEPS)[None, :])
     # plain Python: each gather's service on the one group, from the raw schedule (both ranks alike: no wait)
     calls = sorted(CALLS, key=lambda c: c[2])
-    served = []
+    windows = []
     for k, (op, _unit, issue, end) in enumerate(calls):
         before = max((c[3] for c in calls[: max(k - 1, 0)]), default=-1e9)  # ends of the calls two or more before
-        if op == ALL_GATHER:
-            served.append(end - max(issue, before))
+        windows.append((op, max(issue, before), end))
+
+    def share(lo: float, hi: float) -> float:  # each instant split among the windows over it
+        cuts = sorted({lo, hi, *(t for _, a, b in windows for t in (a, b) if lo < t < hi)})
+        return sum((b - a) / sum(w[1] <= a < w[2] for w in windows) for a, b in itertools.pairwise(cuts))
+
+    served = [share(lo, hi) for op, lo, hi in windows if op == ALL_GATHER]
     per_byte = statistics.median(served) * MS / GATHER_BYTES  # one size: its median, all of it per byte
     assert rec.lanes == 2 and rec.scatter_as_all_reduce
     assert run.scatter_ns[0] == pytest.approx([2 * per_byte * SCATTER_BYTES] * len(UNITS))

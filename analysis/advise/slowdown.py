@@ -1,7 +1,10 @@
 """How much compute slows while communication runs: the estimates the replays take it from.
 
-`backward_slope` (bucket replay, CPU ranges): the least-squares slope of the backward pass's length on the
-communication in flight under it, over the run's steps and ranks.
+`backward_slope` (bucket replay, CPU ranges): the slope of the backward pass's length on the communication
+in flight under it, over the run's steps and ranks, instrumented as `instrumented_slope` is. A plain
+least-squares slope read a backward pass made long by anything else (the host's load) as a slowdown: a
+longer pass has more of the step's communication under it. It gave 1.0, the clamp, on 6 of 12 CPU
+recordings, where the instrumented slope gives 0-0.37 (docs/measurements/2026-11-29-advise-crossval-cpu-4.md).
 
 `instrumented_slope` (sharded replay): the slope of each compute span's length on the communication beside
 it, each unit's own mean taken out, instrumented by the communication beside the unit's typical span.
@@ -33,18 +36,12 @@ from analysis.measure import intervals as iv
 SUMS = ["work_in", "work_out", "comm_ns", "span_ns"]  # step_sums' columns
 
 
-def backward_slope(backward_ns: ArrayLike, comm_under_ns: ArrayLike, min_points: int = 4) -> float:
-    """Extra compute per unit of communication in flight: the least-squares slope of the backward
-    pass's length on the communication under it over the run's steps and ranks, clamped to [0, 1] (at 1
-    compute stops while communication runs; more cannot be);
-    0 with fewer than `min_points` points or no spread in the communication."""
-    x, y = np.asarray(comm_under_ns, dtype=float).ravel(), np.asarray(backward_ns, dtype=float).ravel()
-    keep = ~(np.isnan(x) | np.isnan(y))
-    x, y = x[keep], y[keep]
-    if x.size < min_points or np.ptp(x) <= 0:
-        return 0.0
-    slope = float(np.polyfit(x, y, 1)[0])
-    return float(np.clip(slope, 0.0, 1.0))
+def backward_slope(backward_ns: ArrayLike, comm_under_ns: ArrayLike, typical_ns: ArrayLike) -> float:
+    """Extra compute per unit of communication in flight: the backward pass's length on the communication
+    under it over the run's steps and ranks, instrumented by the communication in flight during the pass's
+    first median length (typical_ns): instrumented_slope with the whole pass as one unit."""
+    y, x, z = (np.asarray(a, dtype=float).ravel() for a in (backward_ns, comm_under_ns, typical_ns))
+    return instrumented_slope(y, x, z, np.zeros(y.size, dtype=int))
 
 
 def instrumented_slope(

@@ -2,7 +2,7 @@
 uncertainty (uncertainty.py), and the recommendation, from one recorded run (recorded.py).
 
 Every row of the bootstrap refits the model's parameters on its resample of the steps: the collective
-cost (comm_cost.fit_cost), the compute slowdown (CPU: slowdown.backward_slope; GPU: the kernels' lost
+cost (comm_cost.fit_cost), the compute slowdown (CPU: slowdown.backward_slope, instrumented; GPU: the kernels' lost
 progress) and, on GPU, the per-call wait; then every candidate is replayed with every row at once
 (replay.py on CPU ranges, gpu.py on GPU kernels).
 """
@@ -54,14 +54,21 @@ def fit(run: RecordedRun, served: pd.DataFrame, steps: np.ndarray, gpu: GpuRun |
     for pick, calls in zip(rows, resampled_calls(served, steps, rows), strict=True):  # each a small least-squares
         costs.append(fit_cost(calls["bytes"], calls["transfer_ns"]))
         if gpu is None:
-            lam.append(
-                backward_slope(run.backward_end[pick] - run.backward_start[pick], run.comm_under_backward_ns[pick])
-            )
+            lam.append(cpu_slowdown(run, pick))
             wait.append(0.0)
         else:
             lam.append(gpu.slowdown(pick))
             wait.append(gpu.call_wait_ns(pick))
     return Fitted(rows, costs, np.asarray(lam), np.asarray(wait))
+
+
+def cpu_slowdown(run: RecordedRun, pick: np.ndarray) -> float:
+    """slowdown.backward_slope over the picked steps (indices into S, repeats allowed); raises ValueError
+    for a run without comm_under_typical_ns (recorded.recorded_run gives every CPU run one)."""
+    if run.comm_under_typical_ns is None:
+        raise ValueError("the CPU slowdown needs the communication in flight in backward's typical window")
+    length = run.backward_end[pick] - run.backward_start[pick]
+    return backward_slope(length, run.comm_under_backward_ns[pick], run.comm_under_typical_ns[pick])
 
 
 def _rows_of(run: RecordedRun, rows: np.ndarray, slowdown: np.ndarray) -> RecordedRun:
@@ -72,6 +79,7 @@ def _rows_of(run: RecordedRun, rows: np.ndarray, slowdown: np.ndarray) -> Record
         backward_end=run.backward_end[rows],
         tail_ns=run.tail_ns[rows],
         comm_under_backward_ns=run.comm_under_backward_ns[rows],
+        comm_under_typical_ns=None if run.comm_under_typical_ns is None else run.comm_under_typical_ns[rows],
         ready=run.ready[rows],
         slowdown=slowdown[:, None],
     )

@@ -125,6 +125,8 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
     if base.empty:
         raise TraceError(f"{trace.path}: no step where every rank has every collective and a backward pass")
     under = _under_backward(inflight, base)
+    length = base["backward_end"] - base["backward_start"]
+    typical = _under_backward(inflight, base.assign(backward_end=base["backward_start"] + length.median()))
     steps, n_ranks = base["step"].nunique(), ranks
 
     def grid(values: np.ndarray) -> np.ndarray:
@@ -143,7 +145,7 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
         ready = place_in_buckets(ready_cols, idx, sizes, b0)
         last = starts[1:] - 1
     tail = np.maximum(grid(base["comm_end"].to_numpy()) - b1, 0.0)
-    under_b = grid(under)
+    under_b, typical_b = grid(under), grid(typical)
     on_gpu = calls_found.source == KERNELS
     per_call = call_cost(trace, calls, list(base["rank"].to_numpy()[:n_ranks]), on_gpu)
     run = RecordedRun(
@@ -155,9 +157,10 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
         ready=ready,
         param_bytes=np.asarray(sizes, dtype=float),
         flag_bytes=flags,
-        slowdown=backward_slope(b1 - b0, under_b),
+        slowdown=backward_slope(b1 - b0, under_b, typical_b),
         recorded_last=last,
         host_ns=0.0 if on_gpu else per_call.host_ns,  # on CPU the host is the compute: each issue adds to backward
+        comm_under_typical_ns=typical_b,
     )
     gpu = gpu_run(trace, run, base, served, per_call.host_ns) if on_gpu else None
     return Recorded(run, base, cost, served, gpu, per_call)

@@ -44,6 +44,7 @@ class RecordedRun:
     slowdown: float | np.ndarray  # extra compute ns per ns of communication in flight under it (or per step, (S, 1))
     recorded_last: np.ndarray | None = None  # each recorded call's last parameter (arrival index); None: one each
     host_ns: float | np.ndarray = 0.0  # host time per call's issue (call_cost.py), per rank (R,) or one for all
+    comm_under_typical_ns: np.ndarray | None = None  # (S, R) in flight in backward's first median length (CPU)
 
 
 def calls_before(last: np.ndarray, params: int) -> np.ndarray:

@@ -1,5 +1,5 @@
-"""The compute slowdown estimates (slowdown.py): the backward pass's slope on its communication (bucket
-replay, CPU), the instrumented slope over compute spans (sharded replay), and the lost progress of
+"""The compute slowdown estimates (slowdown.py): the backward pass's instrumented slope on its communication
+(bucket replay, CPU), the instrumented slope over compute spans (sharded replay), and the lost progress of
 kernels beside communication kernels (bucket replay, GPU)."""
 
 import numpy as np
@@ -9,24 +9,43 @@ import pytest
 from analysis.advise.slowdown import backward_slope, instrumented_slope, progress_slowdown, step_sums
 
 
-def test_slowdown_is_the_slope_of_backward_on_comm_under_it():
-    comm = np.array([0.0, 100.0, 200.0, 300.0])
-    assert backward_slope(1000 + 0.25 * comm, comm) == pytest.approx(0.25)
-    assert backward_slope(1000 - 0.25 * comm, comm) == 0.0  # clamped
-    assert backward_slope([1, 2], [1, 2]) == 0.0  # too few points
+def confounded(rng: np.random.Generator, n: int, length: float, comm: float) -> tuple[np.ndarray, ...]:
+    """n spans of `length` made longer by the host's load alone (no slowdown), each with `comm` ns of
+    communication starting at a random point after its start: (spans, communication beside each span,
+    communication beside the median span from the same start)."""
+    spans = length + rng.uniform(0, length, n)
+    begin = rng.uniform(0, length, n)
+    beside = np.clip(spans - begin, 0, comm)
+    typical = np.clip(np.median(spans) - begin, 0, comm)
+    return spans, beside, typical
+
+
+def test_the_backward_slope_is_instrumented_by_the_passes_typical_window():
+    """Backward = 1000 + 0.25 x the communication under it, which the typical window's moves: 0.25. A
+    pass made long by the host's load, with more of the step's communication under it the longer it is:
+    ~0, where a plain least-squares slope says 1.3 (what the bucket replay used)."""
+    rng = np.random.default_rng(2)
+    comm = rng.uniform(0, 300, 64)
+    assert backward_slope(1000 + 0.25 * comm, comm, comm) == pytest.approx(0.25)
+    assert backward_slope(1000 - 0.25 * comm, comm, comm) == 0.0  # clamped
+    assert backward_slope([1, 2], [1, 2], [1, 2]) == 0.0  # too few points
+    backward, under, typical = confounded(rng, 20000, 1000.0, 600.0)
+    assert np.polyfit(under, backward, 1)[0] > 1.0
+    assert backward_slope(backward, under, typical) < 0.15
 
 
 def test_the_slowdown_fit_recovers_the_slope_and_ignores_spans_long_for_other_reasons():
-    """Spans = 10 + 0.3 x communication beside them: the fit says 0.3. Spans made long by noise, with
-    communication in flight all along them (beside = the span), while the typical window's
-    communication does not move: 0, where a plain regression on `beside` would say 1."""
+    """Spans = 10 + 0.3 x communication beside them: the fit says 0.3. Spans made long by the host's load,
+    with more communication beside them the longer they are, while the typical window's does not grow
+    with them: ~0, where a plain regression on `beside` would say 1.3."""
     rng = np.random.default_rng(1)
     unit = np.repeat(np.arange(5), 40)
     typical = rng.uniform(0, 8, unit.size)
     assert instrumented_slope(10 + 0.3 * typical, typical, typical, unit) == pytest.approx(0.3)
-    noise = rng.uniform(0, 20, unit.size)
-    spans = 10 + noise
-    assert instrumented_slope(spans, spans, np.full(unit.size, 4.0) + rng.uniform(0, 1e-9, unit.size), unit) < 0.05
+    unit = np.repeat(np.arange(5), 4000)
+    spans, beside, typical = confounded(rng, unit.size, 10.0, 6.0)
+    assert np.polyfit(beside, spans, 1)[0] > 1.0
+    assert instrumented_slope(spans, beside, typical, unit) < 0.15
 
 
 def kernels(*rows):

@@ -114,6 +114,7 @@ def shard_run(rec: ShardRecorded, rows: np.ndarray) -> tuple[ShardRun, dict, np.
         backward_units=rec.backward_units,
         lanes=rec.lanes,
         backward_issue=None if rec.backward_issue is None else rec.backward_issue[flat],
+        gathers_block=rec.gathers_block,
     )
     return run, costs[0][0], slowdowns
 

@@ -16,7 +16,7 @@ import pandas as pd
 from analysis.advise.comm_cost import transfer_times
 from analysis.advise.recorded import every_rank, run_meta
 from analysis.advise.sharded.replay import Setting
-from analysis.advise.sharded.spans import blocked_inside, comm_beside, phase_windows, unit_spans
+from analysis.advise.sharded.spans import blocked_inside, comm_beside, gathers_block, phase_windows, unit_spans
 from analysis.errors import TraceError
 from analysis.measure.call_groups import world_size
 from analysis.measure.rank_periods import backward_windows
@@ -58,6 +58,7 @@ class ShardRecorded:
     exposed_ms: float  # the recorded waits and tail, per rank-step
     scatter_as_all_reduce: bool = False  # gloo (fsdp): reduce-scatters priced as GLOO_SCATTER_PHASES all-gathers
     backward_issue: np.ndarray | None = None  # (S, R) backward's first all-gather issue after its start (CPU)
+    gathers_block: bool = False  # the all-gathers block compute from issue to end (spans.gathers_block)
 
 
 def recorded_setting(trace: Trace, impl: str) -> tuple[Setting, str]:
@@ -189,6 +190,7 @@ def recorded_shard(loaded: LoadedRun, impl: str) -> ShardRecorded:
         exposed_ms=float(exposed),
         scatter_as_all_reduce=impl == "fsdp" and lanes == GLOO_LANES,
         backward_issue=None if gpu else issued,  # None: at the phase's start
+        gathers_block=not gpu and gathers_block(trace),
     )
 
 

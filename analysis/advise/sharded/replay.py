@@ -21,7 +21,9 @@ backward in reverse unit order), the rules of `ddp/strategies/fsdp.py`:
   6. after backward, the step waits for every collective (the tail); the step is `other` (what the
      replay does not touch: loss, optimizer, the gap between forward and backward) plus the forward,
      backward and tail replayed. Each rank's forward starts at its recorded `offset` after the first
-     rank's (the ranks' skew at the step's start, which the first collectives absorb).
+     rank's (the ranks' skew at the step's start, which the first collectives absorb);
+  7. where the gathers block compute (`gathers_block`: FSDP2 on CPU gathers synchronously), each unit's
+     all-gather is issued when the unit needs its weights and the unit resumes at its end, at any depth.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ class ShardRun:
     backward_units: np.ndarray | None = None  # the units backward gathers, in its order (None: all, reversed)
     lanes: int = 1
     backward_issue: np.ndarray | None = None  # (N, R) when backward's first gathers are issued after its start
+    gathers_block: bool = False  # each gather issued when its unit needs it, compute waiting for its end (7.)
 
 
 @dataclass(frozen=True)
@@ -114,11 +117,14 @@ def _phase(
         arrive[:, :, k] = gathers.run(at, run.gather_ns[:, order[k]])[:, None]
 
     first = start + run.backward_issue if backward and run.backward_issue is not None else start
-    for k in range(min(d, units)):  # issued at the phase's start (backward: its recorded point), in order
+    ahead = 0 if run.gathers_block else d  # gathers that block are not issued ahead of their need
+    for k in range(min(ahead, units)):  # issued at the phase's start (backward: its recorded point), in order
         gather(k, first)
     busy = lambda: np.maximum(gathers.busy_until(), scatters.busy_until())
     t = start + stretch(phase.lead, start, busy(), run.slowdown)
     for k in range(units):  # one pass per unit (not per trace event)
+        if run.gathers_block:
+            gather(k, t)
         resume = np.maximum(t, arrive[:, :, k])
         wait[:, :, k] = resume - t
         post = resume + stretch(phase.own[:, :, k], resume, busy(), run.slowdown)
@@ -129,7 +135,7 @@ def _phase(
             scattered[:, :, k] = scatters.run(post, run.scatter_ns[:, unit])[:, None]
             if np.any(run.reduce_ns[:, unit] > 0):
                 gathers.run(post, run.reduce_ns[:, unit])
-        if k + d < units:
+        if ahead and k + d < units:
             gather(k + d, post)
         t = post + stretch(phase.glue[:, :, k], post, busy(), run.slowdown)
     out = np.zeros((*start.shape, run.gather_ns.shape[1]))

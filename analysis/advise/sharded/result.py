@@ -108,6 +108,7 @@ class ShardAdvice:
             "recorded_setting_source": r.setting_source,
             "units": len(r.units),
             "lanes": r.lanes,
+            "gathers_block": r.gathers_block,
             "steps": int(r.step_ns.size),
             "measured_step_ms": round(self.measured_step_ms, 3),
             "measured_wait_ms": round(self.rec.exposed_ms, 3),
@@ -168,6 +169,12 @@ def _same_note(c: dict) -> str:
     return f"same schedule as {names} (prefetch/reduce-scatters)" if names else ""
 
 
+GATHERS_BLOCK = (
+    "all-gathers block compute (no marked wait: FSDP2 on CPU gathers synchronously), so each is replayed where "
+    "its unit needs its weights, at any depth"
+)
+
+
 def table_lines(run: dict) -> list[str]:
     """The lines for one sharded run: the recorded figures, the replay's check, the bound, the model, the
     candidates (one row per distinct schedule, changes first), the choice."""
@@ -175,6 +182,8 @@ def table_lines(run: dict) -> list[str]:
     cost = "; ".join(_cost_text(op, c) for op, c in run["comm_cost"].items())
     chosen = run["recommended"]["setting"]
     lanes = "one stream per communicator" if run["lanes"] == 1 else f"{run['lanes']} collectives at once per group"
+    if run.get("gathers_block"):
+        lanes += f", {GATHERS_BLOCK}"
     measured, replayed = run["measured_step_ms"], run["replayed_step_ms"]
     within = run["replay_within"]
     check = table.check_text("step", replayed, run["replayed_step_ms_err"], measured, within, replayed - measured)

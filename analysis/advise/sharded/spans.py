@@ -55,11 +55,17 @@ def _keys(trace: Trace, rank: pd.Series) -> np.ndarray:
     return process_key(where["part"].fillna(-1), where["pid"].fillna(-1))
 
 
+def gathers_block(trace: Trace) -> bool:
+    """Whether a CPU trace's all-gathers block the rank's compute from issue to end: none has a marked
+    wait (FSDP2 on CPU gathers synchronously: no overlap with compute is recorded, whatever the prefetch)."""
+    return _waits(trace, GATHER_WAIT).empty
+
+
 def _cpu_need(trace: Trace, gathers: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """need, resume per gather from the first `comm_wait:all_gather:<unit>` range at or after its issue."""
     waits = _waits(trace, GATHER_WAIT)
     issue, end = gathers["issue_ns"].to_numpy(float), gathers["end_ns"].to_numpy(float)
-    if waits.empty:  # FSDP2: no marked wait; on CPU it gathers synchronously
+    if waits.empty:  # gathers_block: the gather is the wait
         return issue, np.maximum(issue, end)
     codes_, _ = pd.factorize(np.r_[gathers["unit"].astype(str).to_numpy(dtype=object), waits["tag"].to_numpy()])
     left = pd.DataFrame(

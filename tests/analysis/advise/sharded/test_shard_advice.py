@@ -8,6 +8,7 @@ import json
 import pytest
 
 from analysis.advise.advice import advise
+from analysis.advise.sharded.result import table_lines
 from analysis.errors import TraceError
 from contract import (
     ALL_GATHER,
@@ -45,29 +46,31 @@ WAITS = [("l0", 4, 4), ("l1", 14, 14), ("l2", 24, 24), ("l3", 34, 34),
 FORWARD_AT, BACKWARD_AT, SYNC_AT, OPT_AT = (0, 44), (44, 92), (92, 100), (100, 101)
 
 
-def write_fsdp_run(path, backend: str = "nccl", calls: list | None = None) -> None:
-    """Two identical CPU ranks, STEPS steps of the schedule above (or of `calls`); ddp.meta says prefetch 2,
-    shared."""
+def write_fsdp_run(
+    path, backend: str = "nccl", calls: list | None = None, *, impl: str = "fsdp", prefetch: int = 2,
+    waits: list | None = None, phases: tuple = (FORWARD_AT, BACKWARD_AT, SYNC_AT, OPT_AT), step: int = STEP,
+) -> None:  # fmt: skip
+    """Two identical CPU ranks, STEPS steps of the schedule above (or of `calls`, `waits`, `phases`, `step`
+    ms); ddp.meta says `impl`, prefetch `prefetch`, shared."""
     w = NsysWriter(path, cupti=False)
     meta = {
-        "implementation": "fsdp", "world_size": 2, "backend": backend, "model": "synthetic",
-        "sharding": {"prefetch": 2, "separate_reduce_scatter": False},
+        "implementation": impl, "world_size": 2, "backend": backend, "model": "synthetic",
+        "sharding": {"prefetch": prefetch, "separate_reduce_scatter": False},
     }  # fmt: skip
     for rank, pid in enumerate((101, 102)):
         w.process(pid)
         w.nvtx(pid, pid, 0, (STEPS * STEP + 2) * MS, PROFILE, kind=PUSH_POP)
         w.meta_mark(pid, pid, 10, rank=rank, **meta)
         for s in range(STEPS):
-            t0 = (1 + s * STEP) * MS
+            t0 = (1 + s * step) * MS
             at = lambda ms, t0=t0: t0 + int(ms * MS)
-            w.nvtx(pid, pid, at(0), at(STEP), step_range(s), kind=PUSH_POP)
-            for name, (lo, hi) in ((FORWARD, FORWARD_AT), (BACKWARD, BACKWARD_AT), (GRAD_SYNC, SYNC_AT),
-                                   (OPTIMIZER, OPT_AT)):  # fmt: skip
+            w.nvtx(pid, pid, at(0), at(step), step_range(s), kind=PUSH_POP)
+            for name, (lo, hi) in zip((FORWARD, BACKWARD, GRAD_SYNC, OPTIMIZER), phases, strict=True):
                 w.nvtx(pid, pid, at(lo), at(hi), name, kind=PUSH_POP)
             for op, unit, issue, end in calls or CALLS:
                 size = GATHER_BYTES if op == ALL_GATHER else SCATTER_BYTES
                 w.nvtx(pid, pid, at(issue), at(end), comm_range(op, unit), kind=START_END, payload=size)
-            for unit, need, resume in WAITS:
+            for unit, need, resume in WAITS if waits is None else waits:
                 w.nvtx(pid, pid, at(need), at(resume), comm_wait_range(ALL_GATHER, unit), kind=PUSH_POP)
     w.close()
 
@@ -96,6 +99,38 @@ def test_the_recorded_setting_replays_the_recorded_step(fsdp_run):
     # the recorded waits: l1 and l0 in backward, 2 ms each, per rank-step
     assert own["predicted_forward_wait_ms"] == 0 and own["predicted_backward_wait_ms"] == pytest.approx(4)
     assert run["comm_cost"]["all_gather"]["calls"] == 2 * STEPS * 8
+
+
+# FSDP2 on CPU, prefetch 1: each gather (4 ms) blocks compute from its unit's need, no wait marked; units 10 ms;
+# backward's reduce-scatters (8 ms) share the group, one collective at a time, so the gather issued after one
+# queues behind it: l2 waits 70-82, l1 92-104, l0 114-126 (12 ms each, 4 of them its own gather)
+SYNC_CALLS = [
+    (ALL_GATHER, "l0", 0, 4), (ALL_GATHER, "l1", 14, 18), (ALL_GATHER, "l2", 28, 32), (ALL_GATHER, "l3", 42, 46),
+    (ALL_GATHER, "l3", 56, 60), (REDUCE_SCATTER, "l3", 70, 78), (ALL_GATHER, "l2", 70, 82),
+    (REDUCE_SCATTER, "l2", 92, 100), (ALL_GATHER, "l1", 92, 104),
+    (REDUCE_SCATTER, "l1", 114, 122), (ALL_GATHER, "l0", 114, 126), (REDUCE_SCATTER, "l0", 136, 144),
+]  # fmt: skip
+SYNC_STEP, SYNC_PHASES = 145, ((0, 56), (56, 136), (136, 144), (144, 145))
+
+
+def test_gathers_that_block_compute_are_replayed_where_their_unit_needs_them(tmp_path):
+    """No depth changes the schedule (each gather is issued at its need, whatever the prefetch); separate
+    reduce-scatters let the gathers of l2, l1 and l0 start at once: 8 ms less each, 24 per step."""
+    path = tmp_path / "torch_fsdp.sqlite"
+    write_fsdp_run(path, "nccl", SYNC_CALLS, impl="torch_fsdp", prefetch=1, waits=[], phases=SYNC_PHASES,
+                   step=SYNC_STEP)  # fmt: skip
+    run = advise([path])[0].to_json()
+    assert run["gathers_block"] and run["replay_within"]
+    assert run["replayed_step_ms"] == pytest.approx(SYNC_STEP)
+    own = candidate(run, 1, False)
+    assert own["predicted_forward_wait_ms"] == pytest.approx(16) and own["predicted_backward_wait_ms"] == pytest.approx(
+        40
+    )
+    for prefetch in (2, 3, 4):
+        assert candidate(run, prefetch, False)["predicted_step_ms"] == pytest.approx(SYNC_STEP)
+        assert candidate(run, prefetch, True)["predicted_step_ms"] == pytest.approx(SYNC_STEP - 24)
+    assert len(own["same_schedule"]) == 4  # depths 1-4, shared
+    assert "all-gathers block compute" in "\n".join(table_lines(run))
 
 
 def test_separate_reduce_scatters_remove_the_backward_waits_worked_by_hand(fsdp_run):

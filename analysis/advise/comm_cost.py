@@ -6,9 +6,9 @@ its arrival and the end of the call `lanes` places before it on the same communi
 time it waited for the last rank to arrive (call_groups.pair). Calls of one rank in transfer at once share
 its communication (gloo's threads share the host's cores and memory; separate communicators share the link),
 so each call counts its share of that time (shared_transfer): alone, its whole transfer; beside one other,
-half of the overlap. Counted whole, CPU fsdp runs recorded at prefetch 2-3 priced a 256 KiB gather at 1.7-2.2
-ms against 0.85 ms at prefetch 1, and predicted prefetch 1 +9 to +29 % slower where it measured -4 to +8 %;
-shared out, those gathers cost 0.8-1.4 ms (docs/measurements/2026-11-29-advise-crossval-cpu-4.md). The
+half of the overlap. Counted whole, a 256 KiB gather of a CPU fsdp run took 1.2-2.2 ms (median) at prefetch
+1s-3s against 0.85 ms at 1, and those recordings predicted prefetch 1 +8 to +29 % slower where it measured
+-4 to +8 %; shared out, those gathers cost 0.8-1.4 ms (docs/measurements/2026-11-29-advise-crossval-cpu-4.md). The
 transfer times are fitted by least squares, one line per message-size range (the distinct sizes, smallest
 first, grouped greedily into ranges at most RANGE_FACTOR wide; a range gets a line when its sizes span at
 least MIN_SPREAD), and one line over all calls.

@@ -3,7 +3,7 @@
 `backward_slope` (bucket replay, CPU ranges): the slope of the backward pass's length on the communication
 in flight under it, over the run's steps and ranks, instrumented as `instrumented_slope` is. A plain
 least-squares slope read a backward pass made long by anything else (the host's load) as a slowdown: a
-longer pass has more of the step's communication under it. It gave 1.0, the clamp, on 6 of 12 CPU
+longer pass has more of the step's communication under it. It gave 1.0, the clamp, on 7 of 12 CPU
 recordings, where the instrumented slope gives 0-0.37 (docs/measurements/2026-11-29-advise-crossval-cpu-4.md).
 
 `instrumented_slope` (sharded replay): the slope of each compute span's length on the communication beside

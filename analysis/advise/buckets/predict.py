@@ -2,7 +2,7 @@
 uncertainty (uncertainty.py), and the recommendation, from one recorded run (recorded.py).
 
 Every row of the bootstrap refits the model's parameters on its resample of the steps: the collective
-cost (comm_cost.fit_cost), the compute slowdown (CPU: slowdown.backward_slope, instrumented; GPU: the kernels' lost
+cost (comm_cost.fit_cost), the compute slowdown (CPU: slowdown.backward_slope; GPU: the kernels' lost
 progress) and, on GPU, the per-call wait; then every candidate is replayed with every row at once
 (replay.py on CPU ranges, gpu.py on GPU kernels).
 """

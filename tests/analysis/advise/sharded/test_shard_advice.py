@@ -123,9 +123,8 @@ def test_gathers_that_block_compute_are_replayed_where_their_unit_needs_them(tmp
     assert run["gathers_block"] and run["replay_within"]
     assert run["replayed_step_ms"] == pytest.approx(SYNC_STEP)
     own = candidate(run, 1, False)
-    assert own["predicted_forward_wait_ms"] == pytest.approx(16) and own["predicted_backward_wait_ms"] == pytest.approx(
-        40
-    )
+    assert own["predicted_forward_wait_ms"] == pytest.approx(16)  # 4 gathers of 4 ms
+    assert own["predicted_backward_wait_ms"] == pytest.approx(4 + 3 * 12)
     for prefetch in (2, 3, 4):
         assert candidate(run, prefetch, False)["predicted_step_ms"] == pytest.approx(SYNC_STEP)
         assert candidate(run, prefetch, True)["predicted_step_ms"] == pytest.approx(SYNC_STEP - 24)

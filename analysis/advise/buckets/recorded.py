@@ -23,7 +23,6 @@ from analysis.advise.buckets.replay import RecordedRun
 from analysis.advise.call_cost import CallCost, call_cost
 from analysis.advise.comm_cost import CommCost, fit_cost, transfer_times
 from analysis.advise.recorded import STRATEGIES, every_rank, run_meta
-from analysis.advise.slowdown import backward_slope
 from analysis.errors import TraceError
 from analysis.measure.call_groups import world_size
 from analysis.measure.rank_periods import backward_windows
@@ -157,7 +156,7 @@ def recorded_run(loaded: LoadedRun, impl: str) -> Recorded:
         ready=ready,
         param_bytes=np.asarray(sizes, dtype=float),
         flag_bytes=flags,
-        slowdown=backward_slope(b1 - b0, under_b, typical_b),
+        slowdown=0.0,  # fitted per bootstrap row by predict.fit (CPU: cpu_slowdown; GPU: the kernels' lost progress)
         recorded_last=last,
         host_ns=0.0 if on_gpu else per_call.host_ns,  # on CPU the host is the compute: each issue adds to backward
         comm_under_typical_ns=typical_b,

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from profiling.session import NsysOptions
+from profiling.session import CPU_TRACE, NsysOptions
 
 BACKENDS = ("gloo", "nccl")
 PROFILERS = ("nsys", "torch")
@@ -93,7 +93,7 @@ class ProfilePlan:
             backend=self.backend or ("nccl" if device == "cuda" and own_gpus else "gloo"),
             world_size=world_size,
             model=self.model or "auto",
-            trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else "nvtx,osrt"),
+            trace=self.trace or ("cuda,nvtx,osrt" if device == "cuda" else CPU_TRACE),
         )
 
     def known_world_size(self) -> int | None:
@@ -109,7 +109,7 @@ class ProfilePlan:
 
     @property
     def nsys_options(self) -> NsysOptions:
-        return NsysOptions(self.trace or "nvtx,osrt", self.sample)
+        return NsysOptions(self.trace or CPU_TRACE, self.sample)
 
     def stem(self, impl: str) -> Path:
         """Output path without extension: `<out>/<impl>`, or `<out>/<impl>.rank{rank}` per rank

@@ -20,9 +20,10 @@ def value_after(cmd: list[str], flag: str) -> str:
     return cmd[cmd.index(flag) + 1]
 
 
-def test_cpu_defaults_are_gloo_two_ranks_tiny_nvtx_osrt():
+def test_cpu_defaults_are_gloo_two_ranks_tiny_nvtx_alone():
     p = ProfilePlan(impls=["overlap"], gpus=0).resolved()
-    assert (p.backend, p.device, p.world_size, p.trace) == ("gloo", "cpu", 2, "nvtx,osrt")
+    assert (p.backend, p.device, p.world_size, p.trace) == ("gloo", "cpu", 2, "nvtx")
+    assert value_after(p.nsys_options.profile_args(), "--trace") == "nvtx"  # no OS runtime tracing of gloo
     cmd = p.runner_command("overlap")
     assert value_after(cmd, "--world-size") == "2" and value_after(cmd, "--model") == "auto"
     assert value_after(cmd, "--device") == "cpu"

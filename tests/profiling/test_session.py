@@ -37,7 +37,7 @@ def test_options_validate_and_name_the_bad_trace():
 
 def test_cpu_and_gpu_profile_arguments():
     cpu = NsysOptions().profile_args()
-    assert cpu[cpu.index("--trace") + 1] == "nvtx,osrt"
+    assert cpu[cpu.index("--trace") + 1] == "nvtx"
     assert cpu[cpu.index("--sample") + 1] == "none" and cpu[cpu.index("--cpuctxsw") + 1] == "none"
     assert cpu[cpu.index("--capture-range") + 1] == "nvtx"
     assert cpu[cpu.index("--nvtx-capture") + 1] == "profile"

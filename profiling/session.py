@@ -35,8 +35,8 @@ PROFILER_ENV = "DDP_PROFILER"  # "nsys <version>": the profiled run records it i
 _NSYS_LAUNCH_FAILURE = re.compile(r"boost::wrapexcept|QuadDCommon::|errinfo_api_function|^End of file$", re.M)
 START_ATTEMPTS = 3
 RESULT_PREFIX = "[profiling.session] wrote "  # then: report TAB sqlite TAB "in <wall seconds> s" (result_line)
-# CPU runs: NVTX alone. OS runtime tracing (osrt) intercepts the OS calls of gloo's threads and made CPU
-# steps 4 % slower on average than NVTX alone (docs/measurements/2026-11-29-cpu-trace-overhead.md); the
+# CPU runs: NVTX alone. OS runtime tracing (osrt) intercepts every thread's OS calls, gloo's too, and made
+# CPU steps about 4 % slower on average than NVTX alone (docs/measurements/2026-11-29-cpu-trace-overhead.md); the
 # analysis reads none of it.
 CPU_TRACE = "nvtx"
 KNOWN_TRACES = {

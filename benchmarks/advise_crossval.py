@@ -284,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--warmup", type=int, default=3,
         help="untimed steps before them (default 3, as every run of the project; after 1, the small model's "
-        "first timed step was the longest in 9 of 13 recordings, up to 34 %% over the rest)",
+        "first timed step was longer than the others' mean in 9 of 13 recordings, by up to 34 %%)",
     )  # fmt: skip
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--context-length", type=int, default=64)

@@ -219,15 +219,9 @@ def kept_within_noise(rec: dict, chosen: str, recorded: str, best_measured: tupl
 
 
 def behind_best(chosen: str, measured: dict[str, list[float]]) -> tuple[str, float]:
-    """(best setting, % the chosen one is slower than it), as the pairs measure changes: from each sweep's
-    own timings (the median of the per-sweep ratios; drift common to a sweep cancels), or, where the settings
-    were not timed alike, between their medians."""
-    ratios = {k: paired_pct(measured[chosen], v) for k, v in measured.items()}
-    if all(ratios[k] or k == chosen for k in measured):
-        behind = {k: statistics.median(r) if k != chosen else 0.0 for k, r in ratios.items()}
-    else:
-        medians = {k: statistics.median(v) for k, v in measured.items()}
-        behind = {k: 100.0 * (medians[chosen] - m) / m for k, m in medians.items()}
+    """(best setting, % the chosen one is slower than it), each setting's gap measured as the table's changes
+    are (measured_change: per sweep where the two were timed alike, else between their medians)."""
+    behind = {k: measured_change(measured[chosen], v)[0] for k, v in measured.items()}
     best = max(behind, key=lambda k: behind[k])
     return best, behind[best]
 
@@ -241,7 +235,8 @@ def recommendation(result: dict, measured: dict[str, list[float]]) -> str:
         return f"recorded {recorded}: recommends {chosen} ({rec['reason']}), not measured: add it to --settings"
     best, slower = behind_best(chosen, measured)
     medians = {k: statistics.median(v) for k, v in measured.items()}
-    by_medians = 100.0 * (medians[chosen] - min(medians.values())) / min(medians.values())
+    fastest = min(medians.values())
+    by_medians = 100.0 * (medians[chosen] - fastest) / fastest
     change, noise = measured_change(measured[best], measured[recorded])
     quiet = kept_within_noise(rec, chosen, recorded, (change, noise))
     verdict = "met" if slower <= TARGET_BEST else ("kept: no difference beyond the noise" if quiet else "MISSED")
